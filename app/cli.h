@@ -1,0 +1,10 @@
+// The `paralab` command line (EXPERIMENT.md, "Command line"). Subcommands never open a window.
+#pragma once
+
+namespace paralab::app {
+
+// Runs the command line. Returns the process exit code: 0 finished, 1 failed run, 2 bad file
+// or arguments. `open_gui` is called when there is no subcommand in a GUI build.
+int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv));
+
+}  // namespace paralab::app

@@ -1,0 +1,70 @@
+// Devices: `cpu:K` virtual CPU devices (a rank thread each, own memory accounting, settable
+// compute threads) and `cuda:N` GPUs (CUDA backend). See DESIGN.md §4.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor/allocator.h"
+
+namespace paralab {
+
+enum class DeviceKind { cpu, cuda };
+
+// A parsed device name: "cpu:3" -> {cpu, 3}.
+struct DeviceId {
+    DeviceKind kind = DeviceKind::cpu;
+    int index = 0;
+    std::string to_string() const;
+    bool operator==(const DeviceId&) const = default;
+};
+
+// Parses "cpu:K" / "cuda:N" (also "cpu" = "cpu:0"); throws ConfigError naming the text.
+DeviceId parse_device_id(const std::string& text);
+
+class Device {
+public:
+    virtual ~Device();
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
+
+    const DeviceId& id() const { return m_id; }
+    DeviceKind kind() const { return m_id.kind; }
+    const std::string& name() const { return m_name; }
+    Allocator& allocator() { return *m_allocator; }
+    const Allocator& allocator() const { return *m_allocator; }
+
+    int compute_threads() const { return m_threads; }
+    void set_compute_threads(int threads);
+
+    // Binds the calling thread to this device: compute-thread counts for the CPU kernels,
+    // the current CUDA device for a GPU. A rank thread calls this once before its first step.
+    virtual void make_current() = 0;
+
+protected:
+    Device(DeviceId id, std::unique_ptr<Allocator> allocator);
+
+private:
+    DeviceId m_id;
+    std::string m_name;
+    std::unique_ptr<Allocator> m_allocator;
+    int m_threads = 1;
+};
+
+// A virtual CPU device: host memory with its own accounting.
+std::unique_ptr<Device> make_cpu_device(int index, int compute_threads = 1);
+
+// What `paralab devices` lists.
+struct DeviceInfo {
+    std::string name;         // "cpu" or "cuda:0"
+    DeviceKind kind = DeviceKind::cpu;
+    std::string description;  // CPU model or GPU name
+    int64_t memory_bytes = 0;
+    int cores = 0;            // CPU cores, or GPU multiprocessors
+    int cc_major = 0, cc_minor = 0;  // compute capability (GPUs)
+};
+
+std::vector<DeviceInfo> discover_devices();
+
+}  // namespace paralab

@@ -1,0 +1,111 @@
+#include "engine/nn/layer.h"
+
+#include "engine/device/device.h"
+
+namespace paralab::nn {
+
+Layer::~Layer() = default;
+
+Shape Layer::build(const Shape& input, DType dtype, Device& device) {
+    if (built()) throw Error(m_label + ": layer is already built");
+    m_dtype = dtype;
+    m_device = &device;
+    m_input_shape = input;
+    try {
+        m_output_shape = build_impl(input);
+    } catch (...) {
+        m_device = nullptr;
+        m_params.clear();
+        m_buffers.clear();
+        throw;
+    }
+    for (int64_t d : m_output_shape.dims())
+        if (d <= 0)
+            throw ShapeError(m_label + ": input " + input.to_string() + " gives an empty output " +
+                             m_output_shape.to_string());
+    return m_output_shape;
+}
+
+void Layer::reset_parameters(Rng& rng) {
+    PARALAB_CHECK(built(), m_label + ": reset_parameters before build");
+    reset_parameters_impl(rng);
+}
+
+Tensor Layer::forward(const Tensor& x, Mode mode) {
+    PARALAB_CHECK(built(), m_label + ": forward before build");
+    if (x.rank() != m_input_shape.rank() + 1 || x.shape().drop_first() != m_input_shape)
+        throw ShapeError(m_label + ": expects input [B, " +
+                         m_input_shape.to_string().substr(1) + ", got " + x.shape().to_string());
+    if (x.dtype() != m_dtype)
+        throw Error(m_label + ": input is " + std::string(dtype_name(x.dtype())) +
+                    ", layer is " + std::string(dtype_name(m_dtype)));
+    m_last_batch = x.dim(0);
+    return forward_impl(x, mode);
+}
+
+Tensor Layer::backward(const Tensor& dy) {
+    PARALAB_CHECK(m_last_batch >= 0, m_label + ": backward before forward");
+    if (dy.shape() != m_output_shape.with_batch(m_last_batch))
+        throw ShapeError(m_label + ": backward expects gradient " +
+                         m_output_shape.with_batch(m_last_batch).to_string() + ", got " +
+                         dy.shape().to_string());
+    return backward_impl(dy);
+}
+
+std::vector<Param*> Layer::parameters() {
+    std::vector<Param*> out;
+    for (auto& p : m_params) out.push_back(&p);
+    for (Layer* c : children())
+        for (Param* p : c->parameters()) out.push_back(p);
+    return out;
+}
+
+std::vector<Tensor> Layer::buffers() {
+    std::vector<Tensor> out = m_buffers;
+    for (Layer* c : children())
+        for (auto& b : c->buffers()) out.push_back(b);
+    return out;
+}
+
+void Layer::zero_grad() {
+    for (Param* p : parameters()) p->grad.zero();
+}
+
+int64_t Layer::parameter_count() {
+    int64_t n = 0;
+    for (Param* p : parameters()) n += p->value.numel();
+    return n;
+}
+
+void Layer::set_random_state(uint64_t seed, uint64_t step, int64_t sample_offset) {
+    set_random_state_impl(seed, step, sample_offset);
+    for (Layer* c : children()) c->set_random_state(seed, step, sample_offset);
+}
+
+Param& Layer::add_param(std::string name, const Shape& shape) {
+    Param p;
+    p.name = std::move(name);
+    p.value = Tensor::zeros(shape, m_dtype, *m_device, MemCategory::parameters);
+    p.grad = Tensor::zeros(shape, m_dtype, *m_device, MemCategory::gradients);
+    m_params.push_back(std::move(p));
+    return m_params.back();
+}
+
+Tensor& Layer::add_buffer(const Shape& shape) {
+    m_buffers.push_back(Tensor::zeros(shape, m_dtype, *m_device, MemCategory::parameters));
+    return m_buffers.back();
+}
+
+Tensor Layer::new_activation(const Shape& shape) const {
+    return Tensor::empty(shape, m_dtype, *m_device, MemCategory::activations);
+}
+
+Tensor Layer::new_workspace(const Shape& shape) const {
+    return Tensor::empty(shape, m_dtype, *m_device, MemCategory::workspace);
+}
+
+void Layer::shape_error(const std::string& expected, const Shape& got) const {
+    throw ShapeError(m_label + ": expects " + expected + ", got " + got.to_string());
+}
+
+}  // namespace paralab::nn

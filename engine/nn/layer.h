@@ -1,0 +1,122 @@
+// The layer interface. Layers have an explicit forward and backward; a layer keeps what its
+// backward needs from the last forward. Public non-virtual entry points check their
+// arguments, then call the virtual *_impl (STYLE.md 6), so every layer gets the same checks.
+//
+// Shapes: a layer is built for a per-sample input shape (no batch extent, e.g. [C, H, W]);
+// forward takes [B, ...input] and returns [B, ...output]. The same code runs in f32 (training)
+// and f64 (the reference the gradient checks use).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor/tensor.h"
+#include "engine/util/rng.h"
+
+namespace paralab {
+class Device;
+}
+
+namespace paralab::nn {
+
+enum class Mode { train, eval };
+
+struct Param {
+    std::string name;  // "weight", "bias", "weight_ih_l0", ...
+    Tensor value;      // MemCategory::parameters
+    Tensor grad;       // MemCategory::gradients, same shape; backward accumulates (+=) into it
+};
+
+class Layer {
+public:
+    explicit Layer(std::string type) : m_type(std::move(type)), m_label(m_type) {}
+    virtual ~Layer();
+    Layer(const Layer&) = delete;
+    Layer& operator=(const Layer&) = delete;
+
+    const std::string& type() const { return m_type; }
+    // How errors name this layer: "layer 3 (conv2d)". Set by the model that owns it.
+    const std::string& label() const { return m_label; }
+    void set_label(std::string label) { m_label = std::move(label); }
+
+    // Infers the output shape from the per-sample input shape and creates the parameters
+    // (zeroed; call reset_parameters) on `device` in `dtype`. Throws ShapeError naming the
+    // layer and both the expected and the actual shape.
+    Shape build(const Shape& input, DType dtype, Device& device);
+    bool built() const { return m_device != nullptr; }
+
+    // PyTorch's default initialisation for this layer type, drawn from `rng`.
+    void reset_parameters(Rng& rng);
+
+    // x: [B, ...input_shape()] -> [B, ...output_shape()].
+    Tensor forward(const Tensor& x, Mode mode);
+    // dy: [B, ...output_shape()] for the last forward's batch. Accumulates parameter gradients
+    // and returns dx: [B, ...input_shape()], or an undefined tensor when the input needs no
+    // gradient (needs_input_grad() false, or an input that is not differentiable, such as
+    // token ids).
+    Tensor backward(const Tensor& dy);
+
+    // Every parameter, children's included, in a fixed order (the order of the model's layers).
+    std::vector<Param*> parameters();
+    // Non-parameter state that belongs to the model (batchnorm running statistics).
+    std::vector<Tensor> buffers();
+    void zero_grad();
+
+    int64_t parameter_count();
+    // Forward floating-point operations per sample (a multiply-add counts 2).
+    int64_t flops_per_sample() const { return flops_impl(); }
+
+    const Shape& input_shape() const { return m_input_shape; }
+    const Shape& output_shape() const { return m_output_shape; }
+    DType dtype() const { return m_dtype; }
+    Device& device() const { return *m_device; }
+
+    // The first layer of a model computes no input gradient.
+    void set_needs_input_grad(bool needs) { m_needs_input_grad = needs; set_needs_input_grad_impl(needs); }
+    bool needs_input_grad() const { return m_needs_input_grad; }
+
+    // Seeds per-step randomness (dropout masks): mask bits are a function of (seed, step, global
+    // sample index), so a batch split across devices draws the same masks as on one device.
+    void set_random_state(uint64_t seed, uint64_t step, int64_t sample_offset);
+
+    // Children of composite layers (residual, sequential); empty for plain layers.
+    virtual std::vector<Layer*> children() { return {}; }
+
+protected:
+    virtual Shape build_impl(const Shape& input) = 0;
+    virtual void reset_parameters_impl(Rng& rng) { (void)rng; }
+    virtual Tensor forward_impl(const Tensor& x, Mode mode) = 0;
+    virtual Tensor backward_impl(const Tensor& dy) = 0;
+    virtual int64_t flops_impl() const { return 0; }
+    virtual void set_needs_input_grad_impl(bool needs) { (void)needs; }
+    virtual void set_random_state_impl(uint64_t seed, uint64_t step, int64_t sample_offset) {
+        (void)seed, (void)step, (void)sample_offset;
+    }
+
+    // For build_impl: a parameter of `shape` (value and zeroed grad) in this layer's dtype.
+    Param& add_param(std::string name, const Shape& shape);
+    // For build_impl: a buffer (running statistics), zeroed.
+    Tensor& add_buffer(const Shape& shape);
+    // An activation-category tensor on this layer's device and dtype.
+    Tensor new_activation(const Shape& shape) const;
+    Tensor new_workspace(const Shape& shape) const;
+    // Throws ShapeError "<label>: expects <what>, got <shape>".
+    [[noreturn]] void shape_error(const std::string& expected, const Shape& got) const;
+
+    std::deque<Param> m_params;  // own parameters (not children's); references stay valid
+    std::vector<Tensor> m_buffers;
+
+private:
+    std::string m_type;
+    std::string m_label;
+    Shape m_input_shape, m_output_shape;
+    DType m_dtype = DType::f32;
+    Device* m_device = nullptr;
+    bool m_needs_input_grad = true;
+    int64_t m_last_batch = -1;
+};
+
+}  // namespace paralab::nn

@@ -1,0 +1,37 @@
+// A layer's description as the experiment file gives it (EXPERIMENT.md, model.layers[]).
+// Parsing and validation of the JSON live in engine/run; the engine builds layers from this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace paralab::nn {
+
+struct LayerSpec {
+    std::string type;  // "linear", "conv2d", ... as in EXPERIMENT.md
+    // linear
+    int64_t out = 0;
+    bool bias = true;
+    // conv2d, maxpool2d, avgpool2d (stride 0 = kernel for pools, 1 for conv)
+    int64_t out_channels = 0;
+    int64_t kernel = 0;
+    int64_t stride = 0;
+    int64_t padding = 0;
+    // dropout
+    double p = 0.5;
+    // embedding
+    int64_t vocab = 0;
+    int64_t dim = 0;
+    // lstm, gru
+    int64_t hidden = 0;
+    int64_t num_layers = 1;
+    bool return_sequence = false;  // "return": "sequence" (true) or "last" (false)
+    // batchnorm, layernorm
+    double eps = 1e-5;
+    double momentum = 0.1;
+    // residual
+    std::vector<LayerSpec> layers;
+};
+
+}  // namespace paralab::nn

@@ -1,0 +1,103 @@
+#include "engine/tensor/allocator.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "engine/util/error.h"
+
+namespace paralab {
+
+Allocator::~Allocator() = default;
+
+size_t Allocator::round_size(size_t bytes) {
+    // Multiples of 64 bytes keep every block aligned for vector loads; exact sizes otherwise,
+    // because steady-state steps request exactly the sizes they requested before.
+    return bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+}
+
+void* Allocator::allocate(size_t bytes, MemCategory category) {
+    const size_t size = round_size(bytes);
+    const auto c = static_cast<size_t>(category);
+    std::lock_guard lock(m_mutex);
+    void* ptr = nullptr;
+    auto it = m_cache.find(size);
+    if (it != m_cache.end()) {
+        ptr = it->second;
+        m_cache.erase(it);
+        m_stats.cached_bytes -= static_cast<int64_t>(size);
+    } else {
+        if (m_limit > 0 &&
+            m_stats.current_total + m_stats.cached_bytes + static_cast<int64_t>(size) > m_limit) {
+            // Give the cache back before declaring the device full.
+            for (auto& [sz, p] : m_cache) raw_free(p);
+            m_cache.clear();
+            m_stats.cached_bytes = 0;
+            if (m_stats.current_total + static_cast<int64_t>(size) > m_limit)
+                throw OutOfMemoryError(m_name + ": out of memory allocating " +
+                                       std::to_string(size) + " bytes for " +
+                                       std::string(mem_category_name(category)) + " (" +
+                                       std::to_string(m_stats.current_total) + " of " +
+                                       std::to_string(m_limit) + " bytes in use)");
+        }
+        ptr = raw_allocate(size);
+        if (!ptr) {
+            for (auto& [sz, p] : m_cache) raw_free(p);
+            m_cache.clear();
+            m_stats.cached_bytes = 0;
+            ptr = raw_allocate(size);
+        }
+        if (!ptr)
+            throw OutOfMemoryError(m_name + ": out of memory allocating " + std::to_string(size) +
+                                   " bytes for " + std::string(mem_category_name(category)));
+        ++m_stats.system_allocs;
+    }
+    m_stats.current[c] += static_cast<int64_t>(size);
+    if (m_stats.current[c] > m_stats.peak[c]) m_stats.peak[c] = m_stats.current[c];
+    m_stats.current_total += static_cast<int64_t>(size);
+    if (m_stats.current_total > m_stats.peak_total) m_stats.peak_total = m_stats.current_total;
+    return ptr;
+}
+
+void Allocator::deallocate(void* ptr, size_t bytes, MemCategory category) {
+    if (!ptr) return;
+    const size_t size = round_size(bytes);
+    const auto c = static_cast<size_t>(category);
+    std::lock_guard lock(m_mutex);
+    m_stats.current[c] -= static_cast<int64_t>(size);
+    m_stats.current_total -= static_cast<int64_t>(size);
+    m_cache.emplace(size, ptr);
+    m_stats.cached_bytes += static_cast<int64_t>(size);
+}
+
+MemoryStats Allocator::stats() const {
+    std::lock_guard lock(m_mutex);
+    return m_stats;
+}
+
+void Allocator::reset_peak() {
+    std::lock_guard lock(m_mutex);
+    m_stats.peak = m_stats.current;
+    m_stats.peak_total = m_stats.current_total;
+}
+
+void Allocator::release_cached() {
+    std::lock_guard lock(m_mutex);
+    for (auto& [sz, p] : m_cache) raw_free(p);
+    m_cache.clear();
+    m_stats.cached_bytes = 0;
+}
+
+void Allocator::set_limit(int64_t bytes) {
+    std::lock_guard lock(m_mutex);
+    m_limit = bytes;
+}
+
+void Allocator::release_all() { release_cached(); }
+
+HostAllocator::~HostAllocator() { release_all(); }
+
+void* HostAllocator::raw_allocate(size_t bytes) { return std::aligned_alloc(64, bytes); }
+
+void HostAllocator::raw_free(void* ptr) { std::free(ptr); }
+
+}  // namespace paralab

@@ -1,0 +1,94 @@
+// Per-device memory with accounting by category. Freed blocks are cached by size and handed out
+// again, so a training step that repeats the previous step's allocations touches no system
+// allocator in the steady state (DESIGN.md §2).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace paralab {
+
+enum class MemCategory : uint8_t {
+    parameters,
+    gradients,
+    optimizer_state,
+    activations,
+    communication,
+    workspace,
+};
+constexpr size_t kMemCategoryCount = 6;
+
+constexpr std::string_view mem_category_name(MemCategory c) {
+    switch (c) {
+        case MemCategory::parameters: return "parameters";
+        case MemCategory::gradients: return "gradients";
+        case MemCategory::optimizer_state: return "optimizer_state";
+        case MemCategory::activations: return "activations";
+        case MemCategory::communication: return "communication";
+        case MemCategory::workspace: return "workspace";
+    }
+    return "?";
+}
+
+struct MemoryStats {
+    std::array<int64_t, kMemCategoryCount> current{};  // bytes in live tensors, by category
+    std::array<int64_t, kMemCategoryCount> peak{};     // high-water mark of `current`, by category
+    int64_t current_total = 0;
+    int64_t peak_total = 0;     // high-water mark of the sum (not the sum of the peaks)
+    int64_t cached_bytes = 0;   // freed blocks held for reuse
+    int64_t system_allocs = 0;  // calls that reached the system allocator
+};
+
+// Thread-safe. Subclasses provide the raw memory (host, CUDA).
+class Allocator {
+public:
+    virtual ~Allocator();
+
+    // Returns at least `bytes` bytes, 64-byte aligned, accounted under `category`.
+    // Throws OutOfMemoryError naming the device and the size when memory runs out or the
+    // device's limit would be passed.
+    void* allocate(size_t bytes, MemCategory category);
+    void deallocate(void* ptr, size_t bytes, MemCategory category);
+
+    MemoryStats stats() const;
+    void reset_peak();
+    // Returns cached blocks to the system.
+    void release_cached();
+    // 0 = unlimited. A virtual device may be given a budget so that out-of-memory can be taught.
+    void set_limit(int64_t bytes);
+
+protected:
+    explicit Allocator(std::string name) : m_name(std::move(name)) {}
+    virtual void* raw_allocate(size_t bytes) = 0;  // nullptr when out of memory
+    virtual void raw_free(void* ptr) = 0;
+    // Call from the subclass destructor: raw_free is virtual and cannot run from ~Allocator.
+    void release_all();
+
+private:
+    static size_t round_size(size_t bytes);
+
+    std::string m_name;
+    mutable std::mutex m_mutex;
+    MemoryStats m_stats;                                 // guarded by m_mutex
+    std::multimap<size_t, void*> m_cache;                // guarded by m_mutex
+    int64_t m_limit = 0;                                 // guarded by m_mutex
+};
+
+// Host memory (aligned_alloc).
+class HostAllocator final : public Allocator {
+public:
+    explicit HostAllocator(std::string name) : Allocator(std::move(name)) {}
+    ~HostAllocator() override;
+
+protected:
+    void* raw_allocate(size_t bytes) override;
+    void raw_free(void* ptr) override;
+};
+
+}  // namespace paralab

@@ -1,0 +1,88 @@
+#include "engine/tensor/tensor.h"
+
+#include <cstring>
+
+#include "engine/device/device.h"
+
+namespace paralab {
+
+Storage::Storage(Device& device, size_t bytes, MemCategory category)
+    : m_device(&device),
+      m_data(device.allocator().allocate(bytes, category)),
+      m_bytes(bytes),
+      m_category(category) {}
+
+Storage::~Storage() { m_device->allocator().deallocate(m_data, m_bytes, m_category); }
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device& device, MemCategory category) {
+    for (int64_t d : shape.dims())
+        if (d < 0) throw ShapeError("negative extent in tensor shape " + shape.to_string());
+    Tensor t;
+    t.m_shape = shape;
+    t.m_dtype = dtype;
+    t.m_storage = std::make_shared<Storage>(
+        device, static_cast<size_t>(shape.numel()) * dtype_size(dtype), category);
+    return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device& device, MemCategory category) {
+    Tensor t = empty(shape, dtype, device, category);
+    t.zero();
+    return t;
+}
+
+Tensor Tensor::reshape(const Shape& shape) const {
+    if (shape.numel() != numel())
+        throw ShapeError("cannot reshape " + m_shape.to_string() + " to " + shape.to_string());
+    Tensor t = *this;
+    t.m_shape = shape;
+    return t;
+}
+
+void Tensor::fill(double value) const {
+    dispatch_float(m_dtype, [&]<class T>() {
+        T* p = data<T>();
+        const T v = static_cast<T>(value);
+        for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = v;
+    });
+}
+
+void Tensor::zero() const {
+    if (defined()) std::memset(raw(), 0, nbytes());
+}
+
+void Tensor::copy_from(const Tensor& src) const {
+    if (src.numel() != numel())
+        throw ShapeError("copy from " + src.shape().to_string() + " into " + m_shape.to_string());
+    if (src.dtype() == m_dtype) {
+        if (raw() != src.raw()) std::memcpy(raw(), src.raw(), nbytes());
+        return;
+    }
+    dispatch_float(m_dtype, [&]<class T>() {
+        dispatch_float(src.dtype(), [&]<class S>() {
+            T* d = data<T>();
+            const S* s = src.data<S>();
+            for (int64_t i = 0, n = numel(); i < n; ++i) d[i] = static_cast<T>(s[i]);
+        });
+    });
+}
+
+Tensor Tensor::clone(MemCategory category) const {
+    Tensor t = empty(m_shape, m_dtype, device(), category);
+    t.copy_from(*this);
+    return t;
+}
+
+Tensor Tensor::to(DType dtype) const {
+    if (dtype == m_dtype) return *this;
+    Tensor t = empty(m_shape, dtype, device(), category());
+    t.copy_from(*this);
+    return t;
+}
+
+void Tensor::type_mismatch(DType requested) const {
+    throw Error("tensor of " + std::string(dtype_name(m_dtype)) + " accessed as " +
+                std::string(dtype_name(requested)));
+}
+
+}  // namespace paralab

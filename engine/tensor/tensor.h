@@ -1,0 +1,90 @@
+// Tensor: shape, dtype, device and contiguous storage from the device's allocator.
+// Copies share storage (like a shared_ptr); `clone()` copies the data.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "engine/tensor/allocator.h"
+#include "engine/tensor/dtype.h"
+#include "engine/tensor/shape.h"
+
+namespace paralab {
+
+class Device;
+
+// One allocation; returned to its device's allocator when the last tensor viewing it goes.
+class Storage {
+public:
+    Storage(Device& device, size_t bytes, MemCategory category);
+    ~Storage();
+    Storage(const Storage&) = delete;
+    Storage& operator=(const Storage&) = delete;
+
+    void* data() const { return m_data; }
+    size_t bytes() const { return m_bytes; }
+    MemCategory category() const { return m_category; }
+    Device& device() const { return *m_device; }
+
+private:
+    Device* m_device;
+    void* m_data;
+    size_t m_bytes;
+    MemCategory m_category;
+};
+
+class Tensor {
+public:
+    Tensor() = default;  // undefined tensor: defined() is false
+
+    // Uninitialised memory.
+    static Tensor empty(const Shape& shape, DType dtype, Device& device, MemCategory category);
+    static Tensor zeros(const Shape& shape, DType dtype, Device& device, MemCategory category);
+
+    bool defined() const { return m_storage != nullptr; }
+    const Shape& shape() const { return m_shape; }
+    int64_t dim(size_t i) const { return m_shape[i]; }
+    size_t rank() const { return m_shape.rank(); }
+    int64_t numel() const { return m_shape.numel(); }
+    DType dtype() const { return m_dtype; }
+    size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(m_dtype); }
+    Device& device() const { return m_storage->device(); }
+    MemCategory category() const { return m_storage->category(); }
+
+    void* raw() const { return m_storage ? m_storage->data() : nullptr; }
+
+    // Typed pointer; throws when T does not match dtype().
+    template <class T>
+    T* data() const {
+        if (dtype_of<T>() != m_dtype) type_mismatch(dtype_of<T>());
+        return static_cast<T*>(raw());
+    }
+    template <class T>
+    std::span<T> span() const {
+        return {data<T>(), static_cast<size_t>(numel())};
+    }
+
+    // Same storage, new shape with the same element count.
+    Tensor reshape(const Shape& shape) const;
+
+    // Host tensors only (the CPU backend).
+    void fill(double value) const;
+    void zero() const;
+    // Copies values from `src` (same shape; dtype converted between f32 and f64).
+    void copy_from(const Tensor& src) const;
+    Tensor clone(MemCategory category) const;
+    // The same values as a tensor of `dtype` (a copy; the same tensor when dtype matches).
+    Tensor to(DType dtype) const;
+
+    // True when both tensors view the same allocation.
+    bool same_storage(const Tensor& other) const { return m_storage == other.m_storage; }
+
+private:
+    [[noreturn]] void type_mismatch(DType requested) const;
+
+    std::shared_ptr<Storage> m_storage;
+    Shape m_shape;
+    DType m_dtype = DType::f32;
+};
+
+}  // namespace paralab
