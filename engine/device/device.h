@@ -66,5 +66,7 @@ struct DeviceInfo {
 };
 
 std::vector<DeviceInfo> discover_devices();
+// True when this build has the CUDA backend (whether or not a GPU is present).
+bool cuda_backend_built();
 
 }  // namespace paralab

@@ -5,6 +5,8 @@
 
 namespace paralab {
 
+bool cuda_backend_built() { return kernels::gpu::backend_built(); }
+
 std::vector<DeviceInfo> discover_cuda_devices() {
     std::vector<DeviceInfo> out;
     const int n = kernels::gpu::device_count();

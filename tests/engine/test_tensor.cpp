@@ -1,1 +1,149 @@
+// Tensors, the accounting allocator, and devices.
 #include <gtest/gtest.h>
+
+#include "engine/device/device.h"
+#include "engine/tensor/tensor.h"
+
+using namespace paralab;
+
+namespace {
+
+TEST(Allocator, AccountsBytesPerCategoryAndPeak) {
+    auto dev = make_cpu_device(0);
+    {
+        Tensor p = Tensor::zeros({10, 10}, DType::f32, *dev, MemCategory::parameters);
+        Tensor a = Tensor::empty({100}, DType::f64, *dev, MemCategory::activations);
+        const auto s = dev->allocator().stats();
+        EXPECT_EQ(s.current[size_t(MemCategory::parameters)], 448);  // 400 rounded to 64
+        EXPECT_EQ(s.current[size_t(MemCategory::activations)], 832);  // 800 rounded to 64
+        EXPECT_EQ(s.current_total, 448 + 832);
+        EXPECT_EQ(s.peak_total, 448 + 832);
+    }
+    const auto s = dev->allocator().stats();
+    EXPECT_EQ(s.current_total, 0);
+    EXPECT_EQ(s.peak_total, 448 + 832);
+    EXPECT_EQ(s.peak[size_t(MemCategory::parameters)], 448);
+    dev->allocator().reset_peak();
+    EXPECT_EQ(dev->allocator().stats().peak_total, 0);
+}
+
+TEST(Allocator, ReusesFreedBlocksInTheSteadyState) {
+    auto dev = make_cpu_device(0);
+    for (int step = 0; step < 5; ++step) {
+        Tensor a = Tensor::empty({64, 128}, DType::f32, *dev, MemCategory::activations);
+        Tensor b = Tensor::empty({64, 10}, DType::f32, *dev, MemCategory::activations);
+    }
+    // Two distinct sizes: two system allocations, however many steps ran.
+    EXPECT_EQ(dev->allocator().stats().system_allocs, 2);
+}
+
+TEST(Allocator, LimitGivesAClearOutOfMemoryError) {
+    auto dev = make_cpu_device(3);
+    dev->allocator().set_limit(1 << 20);
+    Tensor ok = Tensor::empty({1000}, DType::f32, *dev, MemCategory::parameters);
+    try {
+        Tensor big = Tensor::empty({1 << 20}, DType::f32, *dev, MemCategory::activations);
+        FAIL() << "expected OutOfMemoryError";
+    } catch (const OutOfMemoryError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("cpu:3"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("activations"), std::string::npos) << msg;
+    }
+    // Nothing the device already had is lost.
+    EXPECT_EQ(dev->allocator().stats().current_total, 4032);
+}
+
+TEST(Tensor, ReshapeSharesStorageAndChecksCount) {
+    auto dev = make_cpu_device(0);
+    Tensor t = Tensor::zeros({2, 3, 4}, DType::f32, *dev, MemCategory::activations);
+    Tensor r = t.reshape({6, 4});
+    EXPECT_TRUE(r.same_storage(t));
+    EXPECT_EQ(r.shape(), (Shape{6, 4}));
+    EXPECT_THROW(t.reshape({5, 5}), ShapeError);
+}
+
+TEST(Tensor, TypedAccessIsChecked) {
+    auto dev = make_cpu_device(0);
+    Tensor t = Tensor::zeros({3}, DType::f32, *dev, MemCategory::activations);
+    EXPECT_NO_THROW(t.data<float>());
+    EXPECT_THROW(t.data<double>(), Error);
+}
+
+TEST(Tensor, ConvertsBetweenF32AndF64) {
+    auto dev = make_cpu_device(0);
+    Tensor t = Tensor::empty({3}, DType::f64, *dev, MemCategory::activations);
+    t.data<double>()[0] = 1.5;
+    t.data<double>()[1] = -2.25;
+    t.data<double>()[2] = 1e-3;
+    Tensor f = t.to(DType::f32);
+    EXPECT_EQ(f.dtype(), DType::f32);
+    EXPECT_FLOAT_EQ(f.data<float>()[1], -2.25f);
+    EXPECT_FLOAT_EQ(f.data<float>()[2], 1e-3f);
+    Tensor c = f.clone(MemCategory::workspace);
+    EXPECT_FALSE(c.same_storage(f));
+    EXPECT_EQ(c.category(), MemCategory::workspace);
+}
+
+TEST(Tensor, FillAndNegativeShape) {
+    auto dev = make_cpu_device(0);
+    Tensor t = Tensor::empty({4}, DType::f32, *dev, MemCategory::activations);
+    t.fill(2.5);
+    for (float v : t.span<float>()) EXPECT_EQ(v, 2.5f);
+    EXPECT_THROW(Tensor::empty(Shape{2, -1}, DType::f32, *dev, MemCategory::activations), ShapeError);
+}
+
+TEST(Shape, PrintsAndAddsBatch) {
+    Shape s{1, 28, 28};
+    EXPECT_EQ(s.to_string(), "[1, 28, 28]");
+    EXPECT_EQ(s.with_batch(64), (Shape{64, 1, 28, 28}));
+    EXPECT_EQ(s.with_batch(64).drop_first(), s);
+    EXPECT_EQ(s.numel(), 784);
+}
+
+struct DeviceNameCase {
+    const char* text;
+    bool ok;
+    DeviceKind kind;
+    int index;
+};
+
+class DeviceNames : public ::testing::TestWithParam<DeviceNameCase> {};
+
+TEST_P(DeviceNames, Parse) {
+    const auto c = GetParam();
+    if (!c.ok) {
+        EXPECT_THROW(parse_device_id(c.text), ConfigError) << c.text;
+        return;
+    }
+    const DeviceId id = parse_device_id(c.text);
+    EXPECT_EQ(id.kind, c.kind);
+    EXPECT_EQ(id.index, c.index);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, DeviceNames,
+    ::testing::Values(DeviceNameCase{"cpu:0", true, DeviceKind::cpu, 0},
+                      DeviceNameCase{"cpu:12", true, DeviceKind::cpu, 12},
+                      DeviceNameCase{"cpu", true, DeviceKind::cpu, 0},
+                      DeviceNameCase{"cuda:1", true, DeviceKind::cuda, 1},
+                      DeviceNameCase{"gpu:0", false, DeviceKind::cpu, 0},
+                      DeviceNameCase{"cpu:-1", false, DeviceKind::cpu, 0},
+                      DeviceNameCase{"cpu:x", false, DeviceKind::cpu, 0},
+                      DeviceNameCase{"cpu:", false, DeviceKind::cpu, 0}));
+
+TEST(Devices, CpuIsAlwaysListedFirst) {
+    const auto devices = discover_devices();
+    ASSERT_FALSE(devices.empty());
+    EXPECT_EQ(devices[0].kind, DeviceKind::cpu);
+    EXPECT_GT(devices[0].cores, 0);
+    EXPECT_GT(devices[0].memory_bytes, 0);
+}
+
+TEST(Devices, ComputeThreadsAreSettable) {
+    auto dev = make_cpu_device(1, 2);
+    EXPECT_EQ(dev->compute_threads(), 2);
+    EXPECT_EQ(dev->name(), "cpu:1");
+    EXPECT_THROW(dev->set_compute_threads(0), ConfigError);
+}
+
+}  // namespace

@@ -1,0 +1,51 @@
+# ParaLab — the two commands of the README: `make run` and `make test`.
+# Thin wrapper: the build itself is CMake (CMakeLists.txt).
+
+BUILD ?= build
+JOBS ?= 2
+CMAKE_FLAGS ?=
+DEFAULT_EXPERIMENT := resources/examples/spirals-mlp.paralab.json
+
+# Debian packages the project needs (benchmarks use python3-torch as the reference).
+PACKAGES := cmake g++ make pkg-config \
+	qt6-base-dev qt6-base-dev-tools libqcustomplot-dev libsqlite3-dev libopenblas-dev \
+	nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev openmpi-bin libopenmpi-dev \
+	dataset-fashion-mnist xvfb xauth ccache python3-torch
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build run test clean
+
+all: build
+
+# Installs only what is missing; `apt-get update` first, because a fresh machine has no lists.
+deps:
+	@missing=""; for p in $(PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing:$$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "All packages present."; fi
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS)
+
+# The window on the default experiment; with no display, the same experiment headless.
+run: deps build
+	@if [ -n "$$DISPLAY$$WAYLAND_DISPLAY" ] && [ -e $(BUILD)/ui ]; then \
+	  ./$(BUILD)/app/paralab; \
+	else \
+	  echo "No display: running $(DEFAULT_EXPERIMENT) headless."; \
+	  ./$(BUILD)/app/paralab run $(DEFAULT_EXPERIMENT); \
+	fi
+
+test: deps build
+	cd $(BUILD) && QT_QPA_PLATFORM=offscreen ctest --output-on-failure -j$(JOBS)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,70 @@
+#include "engine/nn/model.h"
+
+#include "engine/nn/factory.h"
+
+namespace paralab::nn {
+
+namespace {
+
+std::unique_ptr<Layer> make_labelled(const LayerSpec& spec, const std::string& path) {
+    std::unique_ptr<Layer> layer;
+    try {
+        layer = make_layer(spec);
+    } catch (const ConfigError& e) {
+        throw ConfigError(path + ": " + e.what());
+    }
+    layer->set_label(path + " (" + spec.type + ")");
+    if (spec.type == "residual") {
+        auto body = layer->children().front()->children();
+        for (size_t i = 0; i < body.size(); ++i)
+            body[i]->set_label(path + ".layers[" + std::to_string(i) + "] (" +
+                               spec.layers[i].type + ")");
+    }
+    return layer;
+}
+
+void collect(Layer& layer, const std::string& path, int depth, std::vector<LayerSummary>& out) {
+    LayerSummary row;
+    row.path = path;
+    row.type = layer.type();
+    row.output = layer.output_shape();
+    row.parameters = layer.parameter_count();
+    row.flops = layer.flops_per_sample();
+    row.depth = depth;
+    out.push_back(row);
+    if (layer.type() == "residual") {
+        auto parts = layer.children();
+        auto body = parts.front()->children();
+        for (size_t i = 0; i < body.size(); ++i)
+            collect(*body[i], path + ".layers[" + std::to_string(i) + "]", depth + 1, out);
+        if (parts.size() > 1) collect(*parts[1], path + ".projection", depth + 1, out);
+    }
+}
+
+}  // namespace
+
+Model::Model(const std::vector<LayerSpec>& layers, const Shape& input, const std::string& loss,
+             DType dtype, Device& device) {
+    if (layers.empty()) throw ConfigError("model.layers: expected at least one layer");
+    std::vector<std::unique_ptr<Layer>> built;
+    for (size_t i = 0; i < layers.size(); ++i) {
+        if (layers[i].type == "embedding" && i != 0)
+            throw ConfigError("model.layers[" + std::to_string(i) +
+                              "]: an embedding takes token ids and must be the first layer");
+        built.push_back(make_labelled(layers[i], "model.layers[" + std::to_string(i) + "]"));
+    }
+    m_net = std::make_unique<Sequential>(std::move(built), "model");
+    m_net->set_label("model");
+    m_net->set_needs_input_grad(false);  // the data needs no gradient
+    m_net->build(input, dtype, device);
+    m_loss = make_loss(loss);
+}
+
+std::vector<LayerSummary> Model::summary() {
+    std::vector<LayerSummary> rows;
+    for (size_t i = 0; i < m_net->size(); ++i)
+        collect(m_net->at(i), "model.layers[" + std::to_string(i) + "]", 0, rows);
+    return rows;
+}
+
+}  // namespace paralab::nn

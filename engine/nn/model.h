@@ -1,0 +1,63 @@
+// A model: the layers of an experiment file as one Sequential, built for a device and dtype,
+// plus its loss. Layers are labelled by their JSON path ("model.layers[3] (conv2d)") so that a
+// shape error points at the line of the file to change.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/nn/loss.h"
+#include "engine/nn/sequential.h"
+#include "engine/nn/spec.h"
+
+namespace paralab::nn {
+
+// One row of `paralab validate`'s table.
+struct LayerSummary {
+    std::string path;  // "model.layers[3]" or "model.layers[2].layers[0]"
+    std::string type;
+    Shape output;      // per sample
+    int64_t parameters = 0;
+    int64_t flops = 0;  // forward, per sample
+    int depth = 0;      // nesting level (residual bodies are 1 deeper)
+};
+
+class Model {
+public:
+    // Builds every layer for per-sample `input` on `device`; throws ShapeError naming the layer
+    // and both shapes, ConfigError for bad options. Parameters are zero until reset_parameters.
+    Model(const std::vector<LayerSpec>& layers, const Shape& input, const std::string& loss,
+          DType dtype, Device& device);
+
+    void reset_parameters(Rng& rng) { m_net->reset_parameters(rng); }
+
+    // x: [B, ...input] -> [B, ...output]
+    Tensor forward(const Tensor& x, Mode mode) { return m_net->forward(x, mode); }
+    // Back-propagates d loss / d output through every layer (accumulating parameter gradients).
+    void backward(const Tensor& dy) { m_net->backward(dy); }
+
+    std::vector<Param*> parameters() { return m_net->parameters(); }
+    std::vector<Tensor> buffers() { return m_net->buffers(); }
+    void zero_grad() { m_net->zero_grad(); }
+    void set_random_state(uint64_t seed, uint64_t step, int64_t sample_offset) {
+        m_net->set_random_state(seed, step, sample_offset);
+    }
+
+    Loss& loss() { return *m_loss; }
+    Sequential& net() { return *m_net; }
+    const Shape& input_shape() const { return m_net->input_shape(); }
+    const Shape& output_shape() const { return m_net->output_shape(); }
+    int64_t parameter_count() { return m_net->parameter_count(); }
+    int64_t flops_per_sample() const { return m_net->flops_per_sample(); }
+    DType dtype() const { return m_net->dtype(); }
+    Device& device() const { return m_net->device(); }
+
+    std::vector<LayerSummary> summary();
+
+private:
+    std::unique_ptr<Sequential> m_net;
+    std::unique_ptr<Loss> m_loss;
+};
+
+}  // namespace paralab::nn

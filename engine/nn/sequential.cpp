@@ -1,0 +1,169 @@
+#include "engine/nn/sequential.h"
+
+#include "engine/nn/conv2d.h"
+#include "engine/nn/linear.h"
+
+namespace paralab::nn {
+
+// ---- Sequential ------------------------------------------------------------------------------
+
+Sequential::Sequential(std::vector<std::unique_ptr<Layer>> layers, std::string type)
+    : Layer(std::move(type)), m_layers(std::move(layers)) {}
+
+std::vector<Layer*> Sequential::children() {
+    std::vector<Layer*> out;
+    for (auto& l : m_layers) out.push_back(l.get());
+    return out;
+}
+
+Shape Sequential::build_impl(const Shape& input) {
+    Shape shape = input;
+    for (auto& l : m_layers) shape = l->build(shape, dtype(), device());
+    // The first layer's input gradient is needed only if ours is.
+    if (!m_layers.empty()) m_layers.front()->set_needs_input_grad(needs_input_grad());
+    return shape;
+}
+
+void Sequential::reset_parameters_impl(Rng& rng) {
+    for (auto& l : m_layers) {
+        Rng layer_rng = rng.split();
+        l->reset_parameters(layer_rng);
+    }
+}
+
+Tensor Sequential::forward_impl(const Tensor& x, Mode mode) {
+    Tensor h = x;
+    for (auto& l : m_layers) h = l->forward(h, mode);
+    return h;
+}
+
+Tensor Sequential::backward_impl(const Tensor& dy) {
+    Tensor g = dy;
+    for (size_t i = m_layers.size(); i-- > 0;) {
+        g = m_layers[i]->backward(g);
+        // Only the first layer may end the chain (no input gradient wanted, or token ids).
+        if (!g.defined()) {
+            if (i != 0) throw Error(m_layers[i]->label() + " gives no input gradient, so it "
+                                    "must be the first layer");
+            break;
+        }
+    }
+    return needs_input_grad() ? g : Tensor();
+}
+
+int64_t Sequential::flops_impl() const {
+    int64_t f = 0;
+    for (auto& l : m_layers) f += l->flops_per_sample();
+    return f;
+}
+
+void Sequential::set_needs_input_grad_impl(bool needs) {
+    if (!m_layers.empty()) m_layers.front()->set_needs_input_grad(needs);
+}
+
+// ---- Residual --------------------------------------------------------------------------------
+
+Residual::Residual(std::vector<std::unique_ptr<Layer>> body)
+    : Layer("residual"), m_body(std::make_unique<Sequential>(std::move(body))) {}
+
+std::vector<Layer*> Residual::children() {
+    std::vector<Layer*> out{m_body.get()};
+    if (m_projection) out.push_back(m_projection.get());
+    return out;
+}
+
+Shape Residual::build_impl(const Shape& input) {
+    m_body->set_label(label());
+    auto body = m_body->children();
+    for (size_t i = 0; i < body.size(); ++i)
+        if (body[i]->label() == body[i]->type())  // not named by the model: name it here
+            body[i]->set_label(label() + ".layers[" + std::to_string(i) + "] (" +
+                               body[i]->type() + ")");
+    const Shape out = m_body->build(input, dtype(), device());
+    if (out == input) return out;
+
+    if (input.rank() == 3 && out.rank() == 3 && input[1] % out[1] == 0 &&
+        input[2] % out[2] == 0 && input[1] / out[1] == input[2] / out[2]) {
+        m_projection = std::make_unique<Conv2d>(out[0], 1, input[1] / out[1], 0, false);
+    } else if (input.rank() == out.rank() && input.rank() >= 1 &&
+               std::equal(input.dims().begin(), input.dims().end() - 1, out.dims().begin())) {
+        m_projection = std::make_unique<Linear>(out.back(), true);
+    } else {
+        throw ShapeError(label() + ": the body maps " + input.to_string() + " to " +
+                         out.to_string() + ", which no projection of the input can match "
+                         "(a 1x1 strided convolution or a linear map of the last dimension)");
+    }
+    m_projection->set_label(label() + ".projection (" + m_projection->type() + ")");
+    const Shape projected = m_projection->build(input, dtype(), device());
+    if (projected != out)
+        throw ShapeError(label() + ": projection gives " + projected.to_string() +
+                         " but the body gives " + out.to_string());
+    return out;
+}
+
+void Residual::reset_parameters_impl(Rng& rng) {
+    Rng body_rng = rng.split();
+    m_body->reset_parameters(body_rng);
+    if (m_projection) {
+        Rng proj_rng = rng.split();
+        m_projection->reset_parameters(proj_rng);
+    }
+}
+
+// x: [B, ...in] -> y: [B, ...out]
+Tensor Residual::forward_impl(const Tensor& x, Mode mode) {
+    Tensor body = m_body->forward(x, mode);
+    Tensor y = new_activation(body.shape());
+    Tensor skip = m_projection ? m_projection->forward(x, mode) : x;
+    dispatch_float(dtype(), [&]<class T>() {
+        const T* a = body.data<T>();
+        const T* b = skip.data<T>();
+        T* out = y.data<T>();
+        for (int64_t i = 0, n = y.numel(); i < n; ++i) out[i] = a[i] + b[i];
+    });
+    return y;
+}
+
+Tensor Residual::backward_impl(const Tensor& dy) {
+    // Both paths receive dy; their input gradients add.
+    Tensor dx_body = m_body->backward(dy);
+    if (!needs_input_grad()) {
+        if (m_projection) m_projection->backward(dy);
+        return Tensor();
+    }
+    Tensor dx_skip = m_projection ? m_projection->backward(dy) : dy;
+    Tensor dx = new_activation(dx_body.shape());
+    dispatch_float(dtype(), [&]<class T>() {
+        const T* a = dx_body.data<T>();
+        const T* b = dx_skip.data<T>();
+        T* out = dx.data<T>();
+        for (int64_t i = 0, n = dx.numel(); i < n; ++i) out[i] = a[i] + b[i];
+    });
+    return dx;
+}
+
+void Residual::set_needs_input_grad_impl(bool needs) {
+    m_body->set_needs_input_grad(needs);
+    if (m_projection) m_projection->set_needs_input_grad(needs);
+}
+
+int64_t Residual::flops_impl() const {
+    const int64_t adds = output_shape().numel();
+    return m_body->flops_per_sample() + (m_projection ? m_projection->flops_per_sample() : 0) + adds;
+}
+
+// ---- Flatten ---------------------------------------------------------------------------------
+
+Shape Flatten::build_impl(const Shape& input) { return Shape{input.numel()}; }
+
+// x: [B, d0, d1, ...] -> [B, d0*d1*...], same storage
+Tensor Flatten::forward_impl(const Tensor& x, Mode) {
+    return x.reshape(output_shape().with_batch(x.dim(0)));
+}
+
+Tensor Flatten::backward_impl(const Tensor& dy) {
+    if (!needs_input_grad()) return Tensor();
+    return dy.reshape(input_shape().with_batch(dy.dim(0)));
+}
+
+}  // namespace paralab::nn

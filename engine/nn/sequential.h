@@ -1,0 +1,65 @@
+// Composite layers: Sequential (a chain), Residual (input + body(input), with a projection when
+// the body changes the shape), and Flatten.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/nn/layer.h"
+
+namespace paralab::nn {
+
+class Sequential : public Layer {
+public:
+    explicit Sequential(std::vector<std::unique_ptr<Layer>> layers, std::string type = "sequential");
+
+    size_t size() const { return m_layers.size(); }
+    Layer& at(size_t i) { return *m_layers[i]; }
+    std::vector<Layer*> children() override;
+
+protected:
+    Shape build_impl(const Shape& input) override;
+    void reset_parameters_impl(Rng& rng) override;
+    Tensor forward_impl(const Tensor& x, Mode mode) override;
+    Tensor backward_impl(const Tensor& dy) override;
+    int64_t flops_impl() const override;
+    void set_needs_input_grad_impl(bool needs) override;
+
+private:
+    std::vector<std::unique_ptr<Layer>> m_layers;
+};
+
+// y = x + body(x) when body keeps the shape; y = projection(x) + body(x) otherwise, where the
+// projection is a 1x1 convolution (stride from the spatial ratio, no bias, as in ResNet) for
+// [C, H, W] inputs and a linear map of the last dimension for everything else.
+class Residual : public Layer {
+public:
+    explicit Residual(std::vector<std::unique_ptr<Layer>> body);
+    bool has_projection() const { return m_projection != nullptr; }
+    std::vector<Layer*> children() override;
+
+protected:
+    Shape build_impl(const Shape& input) override;
+    void reset_parameters_impl(Rng& rng) override;
+    Tensor forward_impl(const Tensor& x, Mode mode) override;
+    Tensor backward_impl(const Tensor& dy) override;
+    int64_t flops_impl() const override;
+    void set_needs_input_grad_impl(bool needs) override;
+
+private:
+    std::unique_ptr<Sequential> m_body;
+    std::unique_ptr<Layer> m_projection;
+};
+
+// [d0, d1, ...] -> [d0 * d1 * ...]; shares storage with its input.
+class Flatten : public Layer {
+public:
+    Flatten() : Layer("flatten") {}
+
+protected:
+    Shape build_impl(const Shape& input) override;
+    Tensor forward_impl(const Tensor& x, Mode mode) override;
+    Tensor backward_impl(const Tensor& dy) override;
+};
+
+}  // namespace paralab::nn

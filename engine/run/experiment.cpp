@@ -1,0 +1,426 @@
+#include "engine/run/experiment.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "engine/device/device.h"
+#include "engine/nn/factory.h"
+#include "engine/run/json_reader.h"
+
+namespace paralab::run {
+
+using nlohmann::json;
+
+const std::vector<std::string>& strategy_types() {
+    static const std::vector<std::string> types{"single", "data_parallel", "ddp",
+                                                "zero",   "hogwild",       "param_server",
+                                                "model_parallel", "pipeline"};
+    return types;
+}
+
+namespace {
+
+const std::vector<std::string> kDatasets{"spirals", "blobs", "sine", "seqclass",
+                                         "fashion-mnist", "mnist", "csv"};
+
+std::vector<int64_t> int_list(const json& v, const std::string& path, int64_t min) {
+    if (!v.is_array()) throw ConfigError(path + ": expected an array of integers, got " + describe_json(v));
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < v.size(); ++i) {
+        const json& e = v[i];
+        if (!e.is_number_integer() || e.get<int64_t>() < min)
+            throw ConfigError(path + "[" + std::to_string(i) + "]: expected " +
+                              (min == 1 ? "a positive integer" : "a non-negative integer") +
+                              ", got " + describe_json(e));
+        out.push_back(e.get<int64_t>());
+    }
+    return out;
+}
+
+data::DataConfig parse_data(const json& j) {
+    JsonObjectReader r(j, "data");
+    data::DataConfig d;
+    auto dataset = r.required_choice("dataset", kDatasets);
+    if (!dataset) r.fail("dataset", "missing; expected one of spirals, blobs, sine, seqclass, "
+                                    "fashion-mnist, mnist, csv");
+    d.dataset = *dataset;
+    d.path = r.string("path", "");
+    if ((d.dataset == "mnist" || d.dataset == "csv") && d.path.empty())
+        r.fail("path", "missing; the " + d.dataset + " data set needs a path");
+    d.train_limit = r.integer("train_limit", 0, 0, INT64_MAX);
+    d.test_limit = r.integer("test_limit", 0, 0, INT64_MAX);
+    d.batch_size = r.integer("batch_size", 32, 1, INT64_MAX);
+    d.workers = static_cast<int>(r.integer("workers", 0, 0, 64));
+    d.shuffle = r.boolean("shuffle", true);
+    std::vector<std::string> also{"path", "label_column", "samples", "classes", "noise",
+                                  "seq_len", "features", "test_fraction"};
+    const bool synthetic = d.dataset == "spirals" || d.dataset == "blobs" ||
+                           d.dataset == "sine" || d.dataset == "seqclass";
+    if (synthetic) {
+        d.samples = r.integer("samples", 0, 2, INT64_MAX);
+        d.noise = r.number("noise", -1.0, 0.0, 1e6);
+        d.test_fraction = r.number("test_fraction", 0.2, 0.0, 0.9);
+    }
+    if (d.dataset == "spirals" || d.dataset == "blobs" || d.dataset == "seqclass")
+        d.classes = r.integer("classes", 0, 2, 1000);
+    if (d.dataset == "sine" || d.dataset == "seqclass") d.seq_len = r.integer("seq_len", 0, 1, 100000);
+    if (d.dataset == "seqclass" || d.dataset == "blobs") d.features = r.integer("features", 0, 1, 100000);
+    if (d.dataset == "csv") {
+        d.label_column = r.string("label_column", "");
+        d.test_fraction = r.number("test_fraction", 0.2, 0.0, 0.9);
+    }
+    r.finish(also, "the " + d.dataset + " data set");
+    return d;
+}
+
+nn::LayerSpec parse_layer(const json& j, const std::string& path) {
+    JsonObjectReader r(j, path);
+    nn::LayerSpec s;
+    auto type = r.required_choice("type", nn::layer_types());
+    if (!type) r.fail("type", "missing; every layer needs a type");
+    s.type = *type;
+    const std::string& t = s.type;
+    if (t == "linear") {
+        auto out = r.integer("out", 1);
+        if (!out) r.fail("out", "missing; expected a positive integer");
+        s.out = *out;
+        s.bias = r.boolean("bias", true);
+    } else if (t == "conv2d") {
+        auto oc = r.integer("out_channels", 1);
+        if (!oc) r.fail("out_channels", "missing; expected a positive integer");
+        s.out_channels = *oc;
+        auto k = r.integer("kernel", 1);
+        if (!k) r.fail("kernel", "missing; expected a positive integer");
+        s.kernel = *k;
+        s.stride = r.integer("stride", 1, 1, INT64_MAX);
+        s.padding = r.integer("padding", 0, 0, INT64_MAX);
+        s.bias = r.boolean("bias", true);
+    } else if (t == "maxpool2d" || t == "avgpool2d") {
+        s.kernel = r.integer("kernel", 2, 1, INT64_MAX);
+        s.stride = r.integer("stride", 0, 1, INT64_MAX);
+    } else if (t == "batchnorm") {
+        s.eps = r.number("eps", 1e-5, 0.0, 1.0, false);
+        s.momentum = r.number("momentum", 0.1, 0.0, 1.0);
+    } else if (t == "layernorm") {
+        s.eps = r.number("eps", 1e-5, 0.0, 1.0, false);
+    } else if (t == "dropout") {
+        s.p = r.number("p", 0.5, 0.0, 1.0);
+        if (s.p >= 1.0) r.fail("p", "expected a number in [0, 1), got " + json(s.p).dump());
+    } else if (t == "embedding") {
+        auto vocab = r.integer("vocab", 1);
+        if (!vocab) r.fail("vocab", "missing; expected a positive integer");
+        auto dim = r.integer("dim", 1);
+        if (!dim) r.fail("dim", "missing; expected a positive integer");
+        s.vocab = *vocab;
+        s.dim = *dim;
+    } else if (t == "lstm" || t == "gru") {
+        auto hidden = r.integer("hidden", 1);
+        if (!hidden) r.fail("hidden", "missing; expected a positive integer");
+        s.hidden = *hidden;
+        s.num_layers = r.integer("num_layers", 1, 1, 64);
+        s.return_sequence = r.choice("return", "last", {"last", "sequence"}) == "sequence";
+    } else if (t == "residual") {
+        const json& body = r.raw("layers");
+        if (!body.is_array() || body.empty())
+            r.fail("layers", "expected a non-empty array of layers, got " + describe_json(body));
+        for (size_t i = 0; i < body.size(); ++i)
+            s.layers.push_back(parse_layer(body[i], r.path_of("layers") + "[" + std::to_string(i) + "]"));
+    }
+    r.finish({"out", "bias", "out_channels", "kernel", "stride", "padding", "eps", "momentum", "p",
+              "vocab", "dim", "hidden", "num_layers", "return", "layers"},
+             "a " + t + " layer");
+    return s;
+}
+
+StrategyConfig parse_strategy(const json& j) {
+    JsonObjectReader r(j, "strategy");
+    StrategyConfig s;
+    s.type = r.choice("type", "single", strategy_types());
+    if (s.type == "ddp") {
+        s.bucket_mb = r.number("bucket_mb", 25.0, 0.0, 1e6, false);
+        s.overlap = r.boolean("overlap", true);
+    } else if (s.type == "zero") {
+        s.zero_stage = static_cast<int>(r.integer("stage", 1, 1, 2));
+    } else if (s.type == "param_server") {
+        s.ps_mode = r.choice("mode", "sync", {"sync", "async"});
+        s.staleness = r.integer("staleness", 0, 0, INT64_MAX);
+    } else if (s.type == "model_parallel" || s.type == "pipeline") {
+        if (r.has("split")) s.split = int_list(r.raw("split"), r.path_of("split"), 0);
+        else r.raw("split");
+        if (s.type == "pipeline") {
+            s.micro_batches = r.integer("micro_batches", 4, 1, INT64_MAX);
+            s.schedule = r.choice("schedule", "gpipe", {"gpipe", "1f1b"});
+        }
+    }
+    if (r.has("straggler")) {
+        JsonObjectReader st(r.raw("straggler"), r.path_of("straggler"));
+        s.straggler_device = st.string("device", "");
+        if (s.straggler_device.empty()) st.fail("device", "missing; expected a device such as \"cpu:1\"");
+        try {
+            parse_device_id(s.straggler_device);
+        } catch (const ConfigError& e) {
+            st.fail("device", e.what());
+        }
+        s.straggler_delay_ms = st.number("delay_ms", 0.0, 0.0, 1e6);
+        st.finish();
+    } else {
+        r.raw("straggler");
+    }
+    r.finish({"bucket_mb", "overlap", "stage", "mode", "staleness", "split", "micro_batches",
+              "schedule"},
+             "the " + s.type + " strategy");
+    return s;
+}
+
+optim::OptimizerConfig parse_optimizer(const json& j) {
+    JsonObjectReader r(j, "optimizer");
+    optim::OptimizerConfig o;
+    o.type = r.choice("type", "sgd", {"sgd", "adam", "adamw"});
+    o.lr = r.number("lr", o.type == "sgd" ? 0.01 : 0.001, 0.0, 1e6, false);
+    o.weight_decay = r.number("weight_decay", o.type == "adamw" ? 0.01 : 0.0, 0.0, 1e6);
+    if (o.type == "sgd") {
+        o.momentum = r.number("momentum", 0.0, 0.0, 1.0);
+        if (o.momentum >= 1.0) r.fail("momentum", "expected a number in [0, 1), got " + json(o.momentum).dump());
+        o.nesterov = r.boolean("nesterov", false);
+        if (o.nesterov && o.momentum == 0.0)
+            r.fail("nesterov", "needs a momentum greater than 0");
+    } else {
+        if (r.has("betas")) {
+            const json& b = r.raw("betas");
+            if (!b.is_array() || b.size() != 2 || !b[0].is_number() || !b[1].is_number() ||
+                b[0].get<double>() < 0 || b[0].get<double>() >= 1 || b[1].get<double>() < 0 ||
+                b[1].get<double>() >= 1)
+                r.fail("betas", "expected two numbers in [0, 1), got " + describe_json(b));
+            o.beta1 = b[0].get<double>();
+            o.beta2 = b[1].get<double>();
+        } else {
+            r.raw("betas");
+        }
+        o.eps = r.number("eps", 1e-8, 0.0, 1.0, false);
+    }
+    r.finish({"momentum", "nesterov", "betas", "eps"}, "the " + o.type + " optimizer");
+    return o;
+}
+
+optim::ScheduleConfig parse_schedule(const json& j) {
+    JsonObjectReader r(j, "schedule");
+    optim::ScheduleConfig s;
+    s.type = r.choice("type", "constant", {"constant", "step", "cosine"});
+    if (s.type == "step") {
+        s.step_size = r.integer("step_size", 1, 1, INT64_MAX);
+        s.gamma = r.number("gamma", 0.1, 0.0, 1e6, false);
+    } else if (s.type == "cosine") {
+        s.warmup_steps = r.integer("warmup_steps", 0, 0, INT64_MAX);
+    }
+    r.finish({"step_size", "gamma", "warmup_steps"}, "the " + s.type + " schedule");
+    return s;
+}
+
+TrainConfig parse_train(const json& j) {
+    JsonObjectReader r(j, "train");
+    TrainConfig t;
+    t.epochs = r.integer("epochs", 1, 1, INT64_MAX);
+    t.max_steps = r.integer("max_steps", 1);
+    t.grad_accum = r.integer("grad_accum", 1, 1, INT64_MAX);
+    t.clip_norm = r.number("clip_norm", 0.0, INFINITY, false);
+    t.precision = r.choice("precision", "fp32", {"fp32", "bf16", "fp16"});
+    t.eval_every = r.integer("eval_every", 0, 0, INT64_MAX);
+    r.finish();
+    return t;
+}
+
+}  // namespace
+
+Experiment parse_experiment(const json& j) {
+    JsonObjectReader r(j, "");
+    Experiment e;
+    const json& version = r.raw("paralab");
+    if (version.is_null())
+        throw ConfigError("paralab: missing; an experiment file starts with \"paralab\": 1 "
+                          "(the file-format version)");
+    if (!version.is_number_integer() || version.get<int64_t>() < 1)
+        throw ConfigError("paralab: expected the file-format version 1, got " + describe_json(version));
+    if (version.get<int64_t>() > kExperimentFormat)
+        throw ConfigError("paralab: this file has format version " + version.dump() +
+                          ", newer than this ParaLab reads (" + std::to_string(kExperimentFormat) +
+                          "); update ParaLab to open it");
+    e.format = static_cast<int>(version.get<int64_t>());
+    e.name = r.string("name", "experiment");
+    e.seed = static_cast<uint64_t>(r.integer("seed", 0, 0, INT64_MAX));
+
+    if (!r.has("data")) throw ConfigError("data: missing; an experiment needs a data section");
+    e.data = parse_data(r.raw("data"));
+
+    if (!r.has("model")) throw ConfigError("model: missing; an experiment needs a model section");
+    {
+        JsonObjectReader m(r.raw("model"), "model");
+        if (m.has("input")) {
+            auto dims = int_list(m.raw("input"), "model.input", 1);
+            if (dims.empty()) m.fail("input", "expected a non-empty array of positive integers");
+            e.input = Shape(dims);
+        } else {
+            m.raw("input");
+        }
+        const json& layers = m.raw("layers");
+        if (!layers.is_array() || layers.empty())
+            m.fail("layers", "expected a non-empty array of layers, got " + describe_json(layers));
+        for (size_t i = 0; i < layers.size(); ++i)
+            e.layers.push_back(parse_layer(layers[i], "model.layers[" + std::to_string(i) + "]"));
+        e.loss = m.choice("loss", "cross_entropy", {"cross_entropy", "mse"});
+        m.finish();
+    }
+
+    if (r.has("devices")) {
+        const json& d = r.raw("devices");
+        if (!d.is_array() || d.empty())
+            throw ConfigError("devices: expected a non-empty array such as [\"cpu:0\", \"cpu:1\"], got " +
+                              describe_json(d));
+        e.devices.clear();
+        for (size_t i = 0; i < d.size(); ++i) {
+            const std::string path = "devices[" + std::to_string(i) + "]";
+            if (!d[i].is_string())
+                throw ConfigError(path + ": expected a device name such as \"cpu:0\", got " + describe_json(d[i]));
+            try {
+                e.devices.push_back(parse_device_id(d[i].get<std::string>()).to_string());
+            } catch (const ConfigError& err) {
+                throw ConfigError(path + ": " + err.what());
+            }
+        }
+    } else {
+        r.raw("devices");
+    }
+
+    e.strategy = r.has("strategy") ? parse_strategy(r.raw("strategy")) : (r.raw("strategy"), StrategyConfig{});
+    e.optimizer = r.has("optimizer") ? parse_optimizer(r.raw("optimizer")) : (r.raw("optimizer"), optim::OptimizerConfig{});
+    e.schedule = r.has("schedule") ? parse_schedule(r.raw("schedule")) : (r.raw("schedule"), optim::ScheduleConfig{});
+    e.train = r.has("train") ? parse_train(r.raw("train")) : (r.raw("train"), TrainConfig{});
+    r.finish();
+    return e;
+}
+
+Experiment load_experiment(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError(path + ": cannot open the experiment file");
+    std::stringstream text;
+    text << in.rdbuf();
+    json j;
+    try {
+        j = json::parse(text.str());
+    } catch (const json::parse_error& err) {
+        // nlohmann reports a byte offset; turn it into line and column for people.
+        const std::string s = text.str();
+        size_t line = 1, col = 1;
+        for (size_t i = 0; i + 1 < err.byte && i < s.size(); ++i) {
+            if (s[i] == '\n') ++line, col = 1;
+            else ++col;
+        }
+        std::string what = err.what();
+        const auto pos = what.find("syntax error");
+        throw ConfigError(path + ":" + std::to_string(line) + ":" + std::to_string(col) +
+                          ": not valid JSON (" + (pos == std::string::npos ? what : what.substr(pos)) + ")");
+    }
+    try {
+        return parse_experiment(j);
+    } catch (const ConfigError& err) {
+        throw ConfigError(path + ": " + err.what());
+    }
+}
+
+namespace {
+
+json layer_to_json(const nn::LayerSpec& s) {
+    json j{{"type", s.type}};
+    const std::string& t = s.type;
+    if (t == "linear") j["out"] = s.out, j["bias"] = s.bias;
+    if (t == "conv2d") {
+        j["out_channels"] = s.out_channels;
+        j["kernel"] = s.kernel;
+        j["stride"] = s.stride == 0 ? 1 : s.stride;
+        j["padding"] = s.padding;
+        j["bias"] = s.bias;
+    }
+    if (t == "maxpool2d" || t == "avgpool2d") {
+        j["kernel"] = s.kernel;
+        if (s.stride) j["stride"] = s.stride;
+    }
+    if (t == "batchnorm") j["eps"] = s.eps, j["momentum"] = s.momentum;
+    if (t == "layernorm") j["eps"] = s.eps;
+    if (t == "dropout") j["p"] = s.p;
+    if (t == "embedding") j["vocab"] = s.vocab, j["dim"] = s.dim;
+    if (t == "lstm" || t == "gru") {
+        j["hidden"] = s.hidden;
+        j["num_layers"] = s.num_layers;
+        j["return"] = s.return_sequence ? "sequence" : "last";
+    }
+    if (t == "residual") {
+        j["layers"] = json::array();
+        for (const auto& c : s.layers) j["layers"].push_back(layer_to_json(c));
+    }
+    return j;
+}
+
+}  // namespace
+
+json to_json(const Experiment& e) {
+    json j;
+    j["paralab"] = e.format;
+    j["name"] = e.name;
+    j["seed"] = e.seed;
+    const auto& d = e.data;
+    json data{{"dataset", d.dataset}, {"train_limit", d.train_limit}, {"test_limit", d.test_limit},
+              {"batch_size", d.batch_size}, {"workers", d.workers}, {"shuffle", d.shuffle}};
+    if (!d.path.empty()) data["path"] = d.path;
+    const bool synthetic = d.dataset == "spirals" || d.dataset == "blobs" || d.dataset == "sine" ||
+                           d.dataset == "seqclass";
+    if (synthetic) {
+        if (d.samples) data["samples"] = d.samples;
+        if (d.noise >= 0) data["noise"] = d.noise;
+        data["test_fraction"] = d.test_fraction;
+    }
+    if (d.classes) data["classes"] = d.classes;
+    if (d.seq_len) data["seq_len"] = d.seq_len;
+    if (d.features) data["features"] = d.features;
+    if (d.dataset == "csv") {
+        if (!d.label_column.empty()) data["label_column"] = d.label_column;
+        data["test_fraction"] = d.test_fraction;
+    }
+    j["data"] = data;
+    json model;
+    if (e.input) model["input"] = e.input->dims();
+    model["layers"] = json::array();
+    for (const auto& l : e.layers) model["layers"].push_back(layer_to_json(l));
+    model["loss"] = e.loss;
+    j["model"] = model;
+    j["devices"] = e.devices;
+    const auto& s = e.strategy;
+    json st{{"type", s.type}};
+    if (s.type == "ddp") st["bucket_mb"] = s.bucket_mb, st["overlap"] = s.overlap;
+    if (s.type == "zero") st["stage"] = s.zero_stage;
+    if (s.type == "param_server") st["mode"] = s.ps_mode, st["staleness"] = s.staleness;
+    if ((s.type == "model_parallel" || s.type == "pipeline") && !s.split.empty()) st["split"] = s.split;
+    if (s.type == "pipeline") st["micro_batches"] = s.micro_batches, st["schedule"] = s.schedule;
+    if (!s.straggler_device.empty())
+        st["straggler"] = {{"device", s.straggler_device}, {"delay_ms", s.straggler_delay_ms}};
+    j["strategy"] = st;
+    const auto& o = e.optimizer;
+    json opt{{"type", o.type}, {"lr", o.lr}, {"weight_decay", o.weight_decay}};
+    if (o.type == "sgd") opt["momentum"] = o.momentum, opt["nesterov"] = o.nesterov;
+    else opt["betas"] = {o.beta1, o.beta2}, opt["eps"] = o.eps;
+    j["optimizer"] = opt;
+    const auto& sc = e.schedule;
+    json sch{{"type", sc.type}};
+    if (sc.type == "step") sch["step_size"] = sc.step_size, sch["gamma"] = sc.gamma;
+    if (sc.type == "cosine") sch["warmup_steps"] = sc.warmup_steps;
+    j["schedule"] = sch;
+    const auto& t = e.train;
+    j["train"] = {{"epochs", t.epochs},
+                  {"max_steps", t.max_steps ? json(*t.max_steps) : json(nullptr)},
+                  {"grad_accum", t.grad_accum},
+                  {"clip_norm", t.clip_norm ? json(*t.clip_norm) : json(nullptr)},
+                  {"precision", t.precision},
+                  {"eval_every", t.eval_every}};
+    return j;
+}
+
+}  // namespace paralab::run

@@ -1,0 +1,174 @@
+#include "engine/run/json_reader.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/util/error.h"
+
+namespace paralab::run {
+
+using nlohmann::json;
+
+std::string describe_json(const json& v) {
+    switch (v.type()) {
+        case json::value_t::null: return "null";
+        case json::value_t::object: return "an object";
+        case json::value_t::array: return "an array";
+        case json::value_t::string: {
+            std::string s = v.get<std::string>();
+            if (s.size() > 40) s = s.substr(0, 40) + "...";
+            return "\"" + s + "\"";
+        }
+        default: return v.dump();
+    }
+}
+
+std::string nearest_word(const std::string& word, const std::vector<std::string>& candidates) {
+    auto distance = [](const std::string& a, const std::string& b) {
+        std::vector<size_t> row(b.size() + 1);
+        for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+        for (size_t i = 1; i <= a.size(); ++i) {
+            size_t diag = row[0];
+            row[0] = i;
+            for (size_t j = 1; j <= b.size(); ++j) {
+                const size_t up = row[j];
+                row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                                   diag + (std::tolower(a[i - 1]) == std::tolower(b[j - 1]) ? 0 : 1)});
+                diag = up;
+            }
+        }
+        return row[b.size()];
+    };
+    std::string best;
+    size_t best_d = SIZE_MAX;
+    for (const auto& c : candidates) {
+        const size_t d = distance(word, c);
+        if (d < best_d) best_d = d, best = c;
+    }
+    // Close enough to be a typo: at most a third of the word changed.
+    return best_d <= std::max<size_t>(2, word.size() / 3) ? best : "";
+}
+
+JsonObjectReader::JsonObjectReader(const json& value, std::string path)
+    : m_value(value), m_path(std::move(path)) {
+    if (!value.is_object())
+        throw ConfigError(m_path + ": expected an object, got " + describe_json(value));
+}
+
+std::string JsonObjectReader::path_of(const std::string& key) const {
+    return m_path.empty() ? key : m_path + "." + key;
+}
+
+bool JsonObjectReader::has(const std::string& key) const {
+    return m_value.contains(key) && !m_value.at(key).is_null();
+}
+
+const json& JsonObjectReader::raw(const std::string& key) {
+    m_read.insert(key);
+    static const json null_value;
+    return m_value.contains(key) ? m_value.at(key) : null_value;
+}
+
+void JsonObjectReader::fail(const std::string& key, const std::string& message) const {
+    throw ConfigError(path_of(key) + ": " + message);
+}
+
+std::optional<int64_t> JsonObjectReader::integer(const std::string& key, int64_t min, int64_t max) {
+    const json& v = raw(key);
+    if (v.is_null()) return std::nullopt;
+    const bool integral = v.is_number_integer() ||
+                          (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+                           std::abs(v.get<double>()) < 9e15);
+    std::string expected = min == 1     ? "a positive integer"
+                           : min == 0   ? "a non-negative integer"
+                                        : "an integer";
+    if (max != INT64_MAX) expected = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+    if (!integral) fail(key, "expected " + expected + ", got " + describe_json(v));
+    const int64_t value = v.is_number_float() ? static_cast<int64_t>(v.get<double>())
+                          : v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX
+                                                                                    : v.get<int64_t>();
+    if (value < min || value > max) fail(key, "expected " + expected + ", got " + describe_json(v));
+    return value;
+}
+
+int64_t JsonObjectReader::integer(const std::string& key, int64_t fallback, int64_t min, int64_t max) {
+    return integer(key, min, max).value_or(fallback);
+}
+
+std::optional<double> JsonObjectReader::number(const std::string& key, double min, double max,
+                                               bool min_inclusive) {
+    const json& v = raw(key);
+    if (v.is_null()) return std::nullopt;
+    auto range = [&] {
+        std::string lo = (min_inclusive ? "[" : "(") + json(min).dump();
+        std::string hi = std::isinf(max) ? "inf)" : json(max).dump() + "]";
+        if (min == 0 && !min_inclusive && std::isinf(max)) return std::string("a positive number");
+        if (min == 0 && min_inclusive && std::isinf(max)) return std::string("a non-negative number");
+        return "a number in " + lo + ", " + hi;
+    };
+    if (!v.is_number()) fail(key, "expected " + range() + ", got " + describe_json(v));
+    const double value = v.get<double>();
+    if (!std::isfinite(value) || value < min || (!min_inclusive && value == min) || value > max)
+        fail(key, "expected " + range() + ", got " + describe_json(v));
+    return value;
+}
+
+double JsonObjectReader::number(const std::string& key, double fallback, double min, double max,
+                                bool min_inclusive) {
+    return number(key, min, max, min_inclusive).value_or(fallback);
+}
+
+bool JsonObjectReader::boolean(const std::string& key, bool fallback) {
+    const json& v = raw(key);
+    if (v.is_null()) return fallback;
+    if (!v.is_boolean()) fail(key, "expected true or false, got " + describe_json(v));
+    return v.get<bool>();
+}
+
+std::string JsonObjectReader::string(const std::string& key, const std::string& fallback) {
+    const json& v = raw(key);
+    if (v.is_null()) return fallback;
+    if (!v.is_string()) fail(key, "expected a string, got " + describe_json(v));
+    return v.get<std::string>();
+}
+
+std::optional<std::string> JsonObjectReader::required_choice(const std::string& key,
+                                                             const std::vector<std::string>& allowed) {
+    const json& v = raw(key);
+    if (v.is_null()) return std::nullopt;
+    std::string list;
+    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+    if (!v.is_string()) fail(key, "expected one of " + list + ", got " + describe_json(v));
+    const std::string s = v.get<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
+        const std::string near = nearest_word(s, allowed);
+        fail(key, "unknown value \"" + s + "\"" +
+                      (near.empty() ? "" : " (did you mean \"" + near + "\"?)") +
+                      "; expected one of " + list);
+    }
+    return s;
+}
+
+std::string JsonObjectReader::choice(const std::string& key, const std::string& fallback,
+                                     const std::vector<std::string>& allowed) {
+    return required_choice(key, allowed).value_or(fallback);
+}
+
+void JsonObjectReader::finish(const std::vector<std::string>& other_variants,
+                              const std::string& variant) const {
+    const std::vector<std::string> valid(m_read.begin(), m_read.end());
+    for (const auto& [key, value] : m_value.items()) {
+        if (m_read.count(key)) continue;
+        if (std::find(other_variants.begin(), other_variants.end(), key) != other_variants.end())
+            throw ConfigError(path_of(key) + ": not an option of " +
+                              (variant.empty() ? "this " + m_path : variant));
+        const std::string near = nearest_word(key, valid);
+        std::string list;
+        for (const auto& k : m_read) list += (list.empty() ? "" : ", ") + k;
+        throw ConfigError(path_of(key) + ": unknown key" +
+                          (near.empty() ? "" : " (did you mean \"" + near + "\"?)") +
+                          "; valid keys here: " + list);
+    }
+}
+
+}  // namespace paralab::run

@@ -1,0 +1,60 @@
+// Reading a JSON object field by field with the errors EXPERIMENT.md promises: every error
+// names the JSON path and what was expected ("model.layers[3].out: expected a positive integer,
+// got -4"), and a key nobody read is refused with the nearest valid key suggested.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace paralab::run {
+
+class JsonObjectReader {
+public:
+    // Throws ConfigError when `value` is not an object.
+    JsonObjectReader(const nlohmann::json& value, std::string path);
+
+    const std::string& path() const { return m_path; }
+    std::string path_of(const std::string& key) const;
+    bool has(const std::string& key) const;
+    const nlohmann::json& raw(const std::string& key);  // marks the key as read
+
+    std::optional<int64_t> integer(const std::string& key, int64_t min, int64_t max = INT64_MAX);
+    int64_t integer(const std::string& key, int64_t fallback, int64_t min, int64_t max);
+    std::optional<double> number(const std::string& key, double min, double max,
+                                 bool min_inclusive = true);
+    double number(const std::string& key, double fallback, double min, double max,
+                  bool min_inclusive = true);
+    bool boolean(const std::string& key, bool fallback);
+    std::string string(const std::string& key, const std::string& fallback);
+    // A string that must be one of `allowed`.
+    std::string choice(const std::string& key, const std::string& fallback,
+                       const std::vector<std::string>& allowed);
+    std::optional<std::string> required_choice(const std::string& key,
+                                               const std::vector<std::string>& allowed);
+
+    // Refuses keys that were never read, suggesting the nearest of the keys that were. A key in
+    // `other_variants` (valid for another type of this object) is refused as "not an option of
+    // <variant>", e.g. "model.layers[0].kernel: not an option of a linear layer".
+    void finish(const std::vector<std::string>& other_variants = {},
+                const std::string& variant = "") const;
+
+    [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+
+private:
+    const nlohmann::json& m_value;
+    std::string m_path;
+    std::set<std::string> m_read;
+};
+
+// A short description of a JSON value for messages: -4, "abc", an array, an object, null.
+std::string describe_json(const nlohmann::json& v);
+
+// The candidate closest to `word` by edit distance, or "" when none is reasonably close.
+std::string nearest_word(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace paralab::run

@@ -1,0 +1,76 @@
+// Running an experiment: data, model, optimizer and the training loop, with per-step records
+// for whoever watches (the CLI's progress line, the GUI, the run store).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "engine/run/experiment.h"
+#include "engine/tensor/allocator.h"
+
+namespace paralab::run {
+
+// One optimizer step on one device.
+struct StepRecord {
+    int64_t step = 0;        // 1-based optimizer step
+    int64_t epoch = 0;       // 0-based
+    int64_t steps_per_epoch = 0;
+    int64_t total_steps = 0; // the planned number of steps (epochs and max_steps)
+    std::string device;
+    double loss = 0;         // mean training loss of the step's batch
+    int64_t samples = 0;
+    double lr = 0;
+    double wall_s = 0;       // since training started
+    double compute_ms = 0;   // forward, backward and optimizer
+    double data_wait_ms = 0; // waiting for the batch
+    double grad_norm = 0;    // before clipping (0 when not computed)
+    MemoryStats memory;
+};
+
+struct EvalResult {
+    int64_t step = 0;
+    double loss = 0;
+    std::optional<double> accuracy;  // classification only
+    int64_t samples = 0;
+};
+
+struct RunSummary {
+    std::string status = "finished";  // finished | stopped | failed
+    std::string error;                 // when failed
+    std::string name, strategy;
+    std::vector<std::string> devices;
+    int64_t steps = 0;
+    int64_t epochs = 0;                // epochs started
+    double final_loss = 0;
+    std::optional<double> test_loss, test_accuracy;
+    double samples_per_s = 0;
+    double wall_s = 0;                 // training only; evaluation excluded
+    std::map<std::string, int64_t> peak_memory_bytes;
+    int64_t parameters = 0;
+};
+
+// What a run reports while it goes. Called on the rank thread: return quickly.
+class RunObserver {
+public:
+    virtual ~RunObserver();
+    virtual void on_start(const Experiment& e, int64_t total_steps) { (void)e, (void)total_steps; }
+    virtual void on_step(const StepRecord& r) { (void)r; }
+    virtual void on_eval(const EvalResult& r) { (void)r; }
+    virtual void on_finish(const RunSummary& s) { (void)s; }
+};
+
+struct RunControl {
+    std::atomic<bool> stop{false};  // honoured between steps: status "stopped"
+};
+
+// Runs `e` to the end, to its step cap, or until `control.stop`. Problems found before the
+// first step (bad data files, a model that does not fit the data, an unsupported device or
+// strategy) throw ConfigError; failures during training (a NaN loss, out of memory) end the
+// run with status "failed" and the reason in `error`.
+RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl* control,
+                          int compute_threads = 1);
+
+}  // namespace paralab::run

@@ -1,0 +1,146 @@
+// The experiment file contract of EXPERIMENT.md: valid files parse, and every bad value is an
+// error naming its JSON path and what was expected.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/run/experiment.h"
+
+using namespace paralab;
+using nlohmann::json;
+
+namespace {
+
+json minimal() {
+    return json::parse(R"({
+      "paralab": 1, "name": "t", "seed": 3,
+      "data": {"dataset": "spirals", "batch_size": 16},
+      "model": {"input": [2], "layers": [{"type": "linear", "out": 3}], "loss": "cross_entropy"}
+    })");
+}
+
+TEST(Experiment, MinimalFileGetsDefaults) {
+    const auto e = run::parse_experiment(minimal());
+    EXPECT_EQ(e.name, "t");
+    EXPECT_EQ(e.seed, 3u);
+    EXPECT_EQ(e.devices, std::vector<std::string>{"cpu:0"});
+    EXPECT_EQ(e.strategy.type, "single");
+    EXPECT_EQ(e.optimizer.type, "sgd");
+    EXPECT_EQ(e.train.epochs, 1);
+    EXPECT_FALSE(e.train.max_steps.has_value());
+    ASSERT_TRUE(e.input.has_value());
+    EXPECT_EQ(*e.input, (Shape{2}));
+}
+
+TEST(Experiment, EveryShippedExampleParsesAndRoundTrips) {
+    int count = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(PARALAB_EXAMPLES_DIR)) {
+        if (entry.path().string().find(".paralab.json") == std::string::npos) continue;
+        ++count;
+        SCOPED_TRACE(entry.path().string());
+        const auto e = run::load_experiment(entry.path().string());
+        const json canonical = run::to_json(e);
+        EXPECT_EQ(run::to_json(run::parse_experiment(canonical)), canonical);
+    }
+    EXPECT_GE(count, 1);
+}
+
+struct BadCase {
+    const char* name;
+    const char* pointer;  // JSON pointer of the value to replace ("" = remove key `remove`)
+    json value;
+    const char* expected;  // a piece of the message
+};
+
+class BadExperiment : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadExperiment, NamesThePathAndTheProblem) {
+    const auto& c = GetParam();
+    json j = minimal();
+    if (c.value.is_discarded()) j.erase(std::string(c.pointer).substr(1));
+    else j[json::json_pointer(c.pointer)] = c.value;
+    try {
+        run::parse_experiment(j);
+        FAIL() << "accepted: " << j.dump();
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find(c.expected), std::string::npos)
+            << "message: " << e.what();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, BadExperiment,
+    ::testing::Values(
+        BadCase{"negative_out", "/model/layers/0/out", -4,
+                "model.layers[0].out: expected a positive integer, got -4"},
+        BadCase{"string_out", "/model/layers/0/out", "ten",
+                "model.layers[0].out: expected a positive integer, got \"ten\""},
+        BadCase{"unknown_layer", "/model/layers/0/type", "lineer",
+                "model.layers[0].type: unknown value \"lineer\" (did you mean \"linear\"?)"},
+        BadCase{"misspelled_key", "/data/batch_sise", 8,
+                "data.batch_sise: unknown key (did you mean \"batch_size\"?)"},
+        BadCase{"wrong_variant_key", "/model/layers/0/kernel", 3,
+                "model.layers[0].kernel: not an option of a linear layer"},
+        BadCase{"unknown_strategy", "/strategy", json{{"type", "ddq"}},
+                "strategy.type: unknown value \"ddq\" (did you mean \"ddp\"?)"},
+        BadCase{"zero_batch", "/data/batch_size", 0, "data.batch_size: expected a positive integer, got 0"},
+        BadCase{"bad_dataset", "/data/dataset", "imagenet", "data.dataset: unknown value \"imagenet\""},
+        BadCase{"bad_device", "/devices", json{"cpu:0", "tpu:1"}, "devices[1]: unknown device 'tpu:1'"},
+        BadCase{"empty_devices", "/devices", json::array(), "devices: expected a non-empty array"},
+        BadCase{"negative_lr", "/optimizer", json{{"type", "sgd"}, {"lr", -1}},
+                "optimizer.lr: expected a positive number, got -1"},
+        BadCase{"momentum_one", "/optimizer", json{{"type", "sgd"}, {"momentum", 1.0}},
+                "optimizer.momentum: expected a number in [0, 1)"},
+        BadCase{"nesterov_without_momentum", "/optimizer", json{{"type", "sgd"}, {"nesterov", true}},
+                "optimizer.nesterov: needs a momentum greater than 0"},
+        BadCase{"bad_betas", "/optimizer", json{{"type", "adam"}, {"betas", {0.9}}},
+                "optimizer.betas: expected two numbers in [0, 1)"},
+        BadCase{"zero_stage_3", "/strategy", json{{"type", "zero"}, {"stage", 3}},
+                "strategy.stage: expected an integer from 1 to 2, got 3"},
+        BadCase{"bad_precision", "/train", json{{"precision", "fp8"}}, "train.precision: unknown value \"fp8\""},
+        BadCase{"float_epochs", "/train", json{{"epochs", 1.5}}, "train.epochs: expected a positive integer, got 1.5"},
+        BadCase{"dropout_p_one", "/model/layers/0", json{{"type", "dropout"}, {"p", 1.0}},
+                "model.layers[0].p: expected a number in [0, 1)"},
+        BadCase{"residual_empty", "/model/layers/0", json{{"type", "residual"}, {"layers", json::array()}},
+                "model.layers[0].layers: expected a non-empty array"},
+        BadCase{"nested_error_path", "/model/layers/0",
+                json{{"type", "residual"}, {"layers", {{{"type", "linear"}, {"out", 0}}}}},
+                "model.layers[0].layers[0].out: expected a positive integer, got 0"},
+        BadCase{"layers_not_array", "/model/layers", "linear", "model.layers: expected a non-empty array"},
+        BadCase{"newer_format", "/paralab", 2, "newer than this ParaLab reads"},
+        BadCase{"missing_format", "/paralab", json::value_t::discarded, "paralab: missing"},
+        BadCase{"missing_data", "/data", json::value_t::discarded, "data: missing"},
+        BadCase{"unknown_top_level", "/modle", json::object(), "modle: unknown key (did you mean \"model\"?)"},
+        BadCase{"straggler_device", "/strategy",
+                json{{"type", "ddp"}, {"straggler", {{"device", "cpu"}, {"delay_ms", -1}}}},
+                "strategy.straggler.delay_ms: expected a non-negative number, got -1"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Experiment, BrokenJsonNamesFileLineAndColumn) {
+    const auto path = std::filesystem::temp_directory_path() / "paralab_broken.paralab.json";
+    {
+        std::ofstream out(path);
+        out << "{\n  \"paralab\": 1,\n  \"name\": \"x\"\n  \"seed\": 1\n}\n";
+    }
+    try {
+        run::load_experiment(path.string());
+        FAIL();
+    } catch (const ConfigError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(path.string() + ":4:"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
+    }
+    std::filesystem::remove(path);
+}
+
+TEST(Experiment, MissingFileIsAClearError) {
+    try {
+        run::load_experiment("/nonexistent/x.paralab.json");
+        FAIL();
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos);
+    }
+}
+
+}  // namespace
