@@ -68,6 +68,7 @@ void Tensor::copy_from(const Tensor& src) const {
 }
 
 Tensor Tensor::clone(MemCategory category) const {
+    if (!defined()) return Tensor();
     Tensor t = empty(m_shape, m_dtype, device(), category);
     t.copy_from(*this);
     return t;

@@ -1,0 +1,162 @@
+#include "engine/nn/loss.h"
+
+#include <kernels/cpu/elementwise.h>
+#include <kernels/cpu/softmax.h>
+
+#include <cmath>
+#include <sstream>
+
+namespace paralab::nn {
+
+namespace kc = kernels::cpu;
+
+namespace {
+
+[[noreturn]] void throw_mismatch(const std::string& who, const Tensor& pred, const Tensor& target,
+                                 const std::string& expected) {
+    throw ShapeError(who + ": prediction " + pred.shape().to_string() + " and target " +
+                     target.shape().to_string() + " do not fit: " + expected);
+}
+
+// logits: [B, C] and target: [B], else ShapeError naming both.
+void check_class_shapes(const std::string& who, const Tensor& logits, const Tensor& target) {
+    const std::string expected = "expected logits [B, C] and target [B] of class ids";
+    if (logits.rank() != 2 || logits.dim(1) < 1) throw_mismatch(who, logits, target, expected);
+    if (target.shape() != Shape{logits.dim(0)}) throw_mismatch(who, logits, target, expected);
+}
+
+// target: [B] integral values in the float dtype -> ids in [0, classes); Error naming the
+// first bad one.
+void read_class_ids(const std::string& who, const Tensor& target, int64_t classes,
+                    std::vector<int64_t>& ids) {
+    ids.resize(static_cast<size_t>(target.numel()));
+    dispatch_float(target.dtype(), [&]<class T>() {
+        const T* t = target.data<T>();
+        for (int64_t r = 0; r < target.numel(); ++r) {
+            const T v = t[r];
+            if (!(v >= T(0) && v < static_cast<T>(classes) && std::floor(v) == v)) {
+                std::ostringstream msg;
+                msg << who << ": target " << v << " at row " << r << " is not a class id in [0, "
+                    << classes << ")";
+                throw Error(msg.str());
+            }
+            ids[static_cast<size_t>(r)] = static_cast<int64_t>(v);
+        }
+    });
+}
+
+Tensor new_like(const Tensor& t) {
+    return Tensor::empty(t.shape(), t.dtype(), t.device(), MemCategory::activations);
+}
+
+}  // namespace
+
+// ---- Loss -----------------------------------------------------------------------------------
+
+Loss::~Loss() = default;
+
+double Loss::forward(const Tensor& pred, const Tensor& target, int64_t denominator) {
+    if (!pred.defined() || !target.defined())
+        throw Error(m_name + ": forward needs a defined prediction and target");
+    if (pred.rank() == 0) throw_mismatch(m_name, pred, target, "the prediction has no batch dim");
+    if (denominator < 0)
+        throw Error(m_name + ": negative denominator " + std::to_string(denominator));
+    if (denominator == 0) denominator = pred.dim(0);
+    if (denominator == 0) throw Error(m_name + ": empty batch and no denominator");
+    m_has_forward = false;
+    const double loss = forward_impl(pred, target, denominator);
+    m_has_forward = true;
+    return loss;
+}
+
+Tensor Loss::backward() {
+    if (!m_has_forward) throw Error(m_name + ": backward before forward");
+    return backward_impl();
+}
+
+void Loss::shape_mismatch(const Tensor& pred, const Tensor& target,
+                          const std::string& expected) const {
+    throw_mismatch(m_name, pred, target, expected);
+}
+
+// ---- CrossEntropyLoss -------------------------------------------------------------------
+
+// pred: [B, C] logits, target: [B] class ids -> mean-over-denominator cross-entropy
+double CrossEntropyLoss::forward_impl(const Tensor& pred, const Tensor& target,
+                                      int64_t denominator) {
+    check_class_shapes(name(), pred, target);
+    const int64_t rows = pred.dim(0), classes = pred.dim(1);
+    read_class_ids(name(), target, classes, m_ids);
+    m_probs = new_like(pred);
+    m_denominator = denominator;
+    const double sum = dispatch_float(pred.dtype(), [&]<class T>() {
+        return kc::softmax_cross_entropy_forward<T>(rows, classes, pred.data<T>(), m_ids.data(),
+                                                    m_probs.data<T>());
+    });
+    return sum / static_cast<double>(denominator);
+}
+
+// -> dlogits: [B, C] = (softmax - onehot) / denominator
+Tensor CrossEntropyLoss::backward_impl() {
+    Tensor d = new_like(m_probs);
+    dispatch_float(d.dtype(), [&]<class T>() {
+        kc::softmax_cross_entropy_backward<T>(
+            m_probs.dim(0), m_probs.dim(1), m_probs.data<T>(), m_ids.data(),
+            static_cast<T>(1.0 / static_cast<double>(m_denominator)), d.data<T>());
+    });
+    return d;
+}
+
+// ---- MseLoss ------------------------------------------------------------------------------
+
+// pred, target: [B, ...] -> sum over samples of mean((pred - target)^2) / denominator
+double MseLoss::forward_impl(const Tensor& pred, const Tensor& target, int64_t denominator) {
+    if (target.shape() != pred.shape())
+        shape_mismatch(pred, target, "expected a target shaped like the prediction");
+    m_pred = pred;
+    m_target = target.to(pred.dtype());
+    m_denominator = denominator;
+    const int64_t per_sample = pred.shape().drop_first().numel();
+    const double sum = dispatch_float(pred.dtype(), [&]<class T>() {
+        return kc::squared_error_sum<T>(pred.numel(), pred.data<T>(), m_target.data<T>());
+    });
+    return sum / (static_cast<double>(per_sample) * static_cast<double>(denominator));
+}
+
+// -> dpred: [B, ...] = 2 (pred - target) / (per-sample elements * denominator)
+Tensor MseLoss::backward_impl() {
+    Tensor d = new_like(m_pred);
+    const int64_t per_sample = m_pred.shape().drop_first().numel();
+    const double scale =
+        2.0 / (static_cast<double>(per_sample) * static_cast<double>(m_denominator));
+    dispatch_float(d.dtype(), [&]<class T>() {
+        kc::squared_error_backward<T>(d.numel(), m_pred.data<T>(), m_target.data<T>(),
+                                      static_cast<T>(scale), d.data<T>());
+    });
+    return d;
+}
+
+// ---- free functions -----------------------------------------------------------------------
+
+std::unique_ptr<Loss> make_loss(const std::string& name) {
+    if (name == "cross_entropy") return std::make_unique<CrossEntropyLoss>();
+    if (name == "mse") return std::make_unique<MseLoss>();
+    throw ConfigError("unknown loss '" + name + "': expected cross_entropy or mse");
+}
+
+// logits: [B, C], target: [B] -> count of rows with argmax == target
+int64_t count_correct(const Tensor& logits, const Tensor& target) {
+    check_class_shapes("count_correct", logits, target);
+    const int64_t rows = logits.dim(0), classes = logits.dim(1);
+    std::vector<int64_t> ids, best(static_cast<size_t>(rows));
+    read_class_ids("count_correct", target, classes, ids);
+    dispatch_float(logits.dtype(), [&]<class T>() {
+        kc::argmax_rows<T>(rows, classes, logits.data<T>(), best.data());
+    });
+    int64_t correct = 0;
+    for (int64_t r = 0; r < rows; ++r)
+        correct += best[static_cast<size_t>(r)] == ids[static_cast<size_t>(r)];
+    return correct;
+}
+
+}  // namespace paralab::nn

@@ -1,0 +1,88 @@
+// Losses (not layers): a loss takes the model's output and the targets, returns a scalar, and
+// gives d loss / d output for its last forward.
+//
+// Every loss is the sum of per-sample losses divided by a denominator, the local batch by
+// default. A data-parallel replica passes the GLOBAL batch instead, so that the replicas'
+// gradients sum to the single-device gradient of the whole batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor/tensor.h"
+
+namespace paralab::nn {
+
+class Loss {
+public:
+    virtual ~Loss();
+    Loss(const Loss&) = delete;
+    Loss& operator=(const Loss&) = delete;
+
+    // pred: [B, ...]; target as the loss requires. Returns (sum of per-sample losses) /
+    // denominator, with denominator = B when 0; accumulated in double. Throws ShapeError
+    // naming both shapes when pred and target do not fit.
+    double forward(const Tensor& pred, const Tensor& target, int64_t denominator = 0);
+    // d loss / d pred for the last forward: a new activation tensor shaped like pred.
+    Tensor backward();
+
+    // "cross_entropy", "mse": the experiment file's name.
+    const std::string& name() const { return m_name; }
+
+protected:
+    explicit Loss(std::string name) : m_name(std::move(name)) {}
+
+    // pred and target are defined f32/f64 tensors with a batch dim; denominator > 0.
+    virtual double forward_impl(const Tensor& pred, const Tensor& target, int64_t denominator) = 0;
+    virtual Tensor backward_impl() = 0;
+
+    // Throws ShapeError "<name>: prediction <shape> and target <shape> do not fit: <expected>".
+    [[noreturn]] void shape_mismatch(const Tensor& pred, const Tensor& target,
+                                     const std::string& expected) const;
+
+private:
+    std::string m_name;
+    bool m_has_forward = false;
+};
+
+// Softmax cross-entropy over logits: pred [B, C], target [B] of class ids (integral values in
+// the float dtype). Fused and max-subtracted, so any finite logits give a finite loss.
+// Backward is (softmax - onehot) / denominator.
+class CrossEntropyLoss : public Loss {
+public:
+    CrossEntropyLoss() : Loss("cross_entropy") {}
+
+protected:
+    double forward_impl(const Tensor& pred, const Tensor& target, int64_t denominator) override;
+    Tensor backward_impl() override;
+
+private:
+    Tensor m_probs;              // [B, C] softmax of the last forward
+    std::vector<int64_t> m_ids;  // [B]
+    int64_t m_denominator = 1;
+};
+
+// Squared error: target shaped like pred; a sample's loss is the mean over its elements of
+// (pred - target)^2, so denominator B gives torch.nn.MSELoss(reduction='mean').
+class MseLoss : public Loss {
+public:
+    MseLoss() : Loss("mse") {}
+
+protected:
+    double forward_impl(const Tensor& pred, const Tensor& target, int64_t denominator) override;
+    Tensor backward_impl() override;
+
+private:
+    Tensor m_pred, m_target;  // the last forward's operands (target in pred's dtype)
+    int64_t m_denominator = 1;
+};
+
+// "cross_entropy" or "mse"; throws ConfigError "unknown loss 'x': expected cross_entropy or mse".
+std::unique_ptr<Loss> make_loss(const std::string& name);
+
+// logits: [B, C], target: [B] class ids -> the number of rows whose argmax is the target.
+int64_t count_correct(const Tensor& logits, const Tensor& target);
+
+}  // namespace paralab::nn
