@@ -1,0 +1,39 @@
+// 2-D convolution like torch.nn.Conv2d with a square kernel and equal padding on every side:
+// [C, H, W] -> [K, OH, OW], OH = (H + 2*padding - kernel) / stride + 1. Computed as im2col
+// and one GEMM per sample (kernels/cpu/conv.h).
+#pragma once
+
+#include <cstdint>
+
+#include <kernels/cpu/conv.h>
+
+#include "engine/nn/layer.h"
+
+namespace paralab::nn {
+
+class Conv2d : public Layer {
+public:
+    // Throws ConfigError when out_channels, kernel or stride < 1, or padding < 0.
+    Conv2d(int64_t out_channels, int64_t kernel, int64_t stride = 1, int64_t padding = 0,
+           bool bias = true);
+
+protected:
+    Shape build_impl(const Shape& input) override;
+    void reset_parameters_impl(Rng& rng) override;
+    Tensor forward_impl(const Tensor& x, Mode mode) override;
+    Tensor backward_impl(const Tensor& dy) override;
+    int64_t flops_impl() const override;
+
+private:
+    int64_t m_out_channels;
+    int64_t m_kernel;
+    int64_t m_stride;
+    int64_t m_padding;
+    bool m_has_bias;
+    kernels::cpu::Conv2dGeometry m_geometry;  // of one sample, set by build
+    Param* m_weight = nullptr;                // [K, C, k, k]
+    Param* m_bias = nullptr;                  // [K], null without bias
+    Tensor m_x;                               // the last forward's input, released by backward
+};
+
+}  // namespace paralab::nn

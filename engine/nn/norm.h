@@ -1,0 +1,94 @@
+// Normalization layers: BatchNorm (torch.nn.BatchNorm1d / BatchNorm2d by input rank) and
+// LayerNorm over the last dimension (torch.nn.LayerNorm(normalized_shape = last dim)).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/nn/layer.h"
+
+namespace paralab::nn {
+
+// Per-sample input [C], [C, L] or [C, H, W]; the channel is the first dimension, statistics
+// run over the batch and the remaining dimensions. Train mode normalizes with the biased batch
+// variance and moves the running statistics towards the batch's (the running variance takes
+// the unbiased one), as PyTorch does; eval mode normalizes with the running statistics.
+//
+// A synchronised batch norm derives from this class and overrides reduce_channel_stats; the
+// train-mode forward and backward are split into local per-channel sums, that hook, and the
+// formulas on the (reduced) sums.
+class BatchNorm : public Layer {
+public:
+    // Throws ConfigError when eps <= 0 or momentum is outside [0, 1].
+    explicit BatchNorm(double eps = 1e-5, double momentum = 0.1);
+
+    double eps() const { return m_eps; }
+    double momentum() const { return m_momentum; }
+    // The buffers, [C] each (also in buffers(): running_mean first).
+    const Tensor& running_mean() const { return m_running_mean; }
+    const Tensor& running_var() const { return m_running_var; }
+
+protected:
+    Shape build_impl(const Shape& input) override;
+    void reset_parameters_impl(Rng& rng) override;
+    Tensor forward_impl(const Tensor& x, Mode mode) override;
+    Tensor backward_impl(const Tensor& dy) override;
+    int64_t flops_impl() const override;
+
+    // Called in train mode between the local sums and the formulas, with `count` the number
+    // of elements per channel that went into them. stats is [2, C]: in forward (sum of x, sum
+    // of x^2), in backward (sum of dy, sum of dy * (x - mean)). A synchronised batch norm
+    // replaces both, in place, by their sums over all devices (and count likewise); every
+    // device calls it the same number of times in the same order. The parameter gradients are
+    // taken from the local sums before the backward call, so that the usual gradient
+    // all-reduce of data parallelism stays correct.
+    virtual void reduce_channel_stats(std::span<double> stats, int64_t& count) {
+        (void)stats, (void)count;
+    }
+
+private:
+    double m_eps;
+    double m_momentum;
+    int64_t m_channels = 0;
+    int64_t m_spatial = 1;      // elements per channel in one sample: 1, L or H*W
+    Param* m_weight = nullptr;  // [C]
+    Param* m_bias = nullptr;    // [C]
+    Tensor m_running_mean;      // [C], shares storage with the buffer
+    Tensor m_running_var;       // [C]
+
+    // What the last forward normalized with, for backward.
+    Tensor m_x;
+    Mode m_mode = Mode::train;
+    int64_t m_count = 0;           // elements per channel of the train-mode statistics
+    std::vector<double> m_mean;    // [C]
+    std::vector<double> m_invstd;  // [C], 1 / sqrt(var + eps)
+};
+
+// Per-sample input [..., D]; each vector along the last dimension is normalized to zero mean
+// and unit (biased) variance, then scaled by weight and shifted by bias, both [D].
+class LayerNorm : public Layer {
+public:
+    // Throws ConfigError when eps <= 0.
+    explicit LayerNorm(double eps = 1e-5);
+
+    double eps() const { return m_eps; }
+
+protected:
+    Shape build_impl(const Shape& input) override;
+    void reset_parameters_impl(Rng& rng) override;
+    Tensor forward_impl(const Tensor& x, Mode mode) override;
+    Tensor backward_impl(const Tensor& dy) override;
+    int64_t flops_impl() const override;
+
+private:
+    double m_eps;
+    int64_t m_dim = 0;
+    Param* m_weight = nullptr;  // [D]
+    Param* m_bias = nullptr;    // [D]
+    Tensor m_x;                 // the last forward's input and its row statistics, for backward
+    Tensor m_mean;              // [rows]
+    Tensor m_rstd;              // [rows]
+};
+
+}  // namespace paralab::nn
