@@ -177,8 +177,8 @@ optim::OptimizerConfig parse_optimizer(const json& j) {
     JsonObjectReader r(j, "optimizer");
     optim::OptimizerConfig o;
     o.type = r.choice("type", "sgd", {"sgd", "adam", "adamw"});
-    o.lr = r.number("lr", o.type == "sgd" ? 0.01 : 0.001, 0.0, 1e6, false);
-    o.weight_decay = r.number("weight_decay", o.type == "adamw" ? 0.01 : 0.0, 0.0, 1e6);
+    o.lr = r.number("lr", o.type == "sgd" ? 0.01 : 0.001, 0.0, INFINITY, false);
+    o.weight_decay = r.number("weight_decay", o.type == "adamw" ? 0.01 : 0.0, 0.0, INFINITY);
     if (o.type == "sgd") {
         o.momentum = r.number("momentum", 0.0, 0.0, 1.0);
         if (o.momentum >= 1.0) r.fail("momentum", "expected a number in [0, 1), got " + json(o.momentum).dump());

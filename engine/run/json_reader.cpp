@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "engine/util/error.h"
 
@@ -100,8 +101,13 @@ std::optional<double> JsonObjectReader::number(const std::string& key, double mi
     const json& v = raw(key);
     if (v.is_null()) return std::nullopt;
     auto range = [&] {
-        std::string lo = (min_inclusive ? "[" : "(") + json(min).dump();
-        std::string hi = std::isinf(max) ? "inf)" : json(max).dump() + "]";
+        auto text = [](double x) {
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%g", x);
+            return std::string(buf);
+        };
+        std::string lo = (min_inclusive ? "[" : "(") + text(min);
+        std::string hi = std::isinf(max) ? "inf)" : text(max) + "]";
         if (min == 0 && !min_inclusive && std::isinf(max)) return std::string("a positive number");
         if (min == 0 && min_inclusive && std::isinf(max)) return std::string("a non-negative number");
         return "a number in " + lo + ", " + hi;

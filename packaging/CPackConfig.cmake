@@ -1,0 +1,15 @@
+# `cpack -G DEB` in the build folder makes a Debian package of the paralab program.
+set(CPACK_PACKAGE_NAME "paralab")
+set(CPACK_PACKAGE_VENDOR "ParaLab")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "Laboratory for parallel neural-network training")
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_DEBIAN_PACKAGE_MAINTAINER "ParaLab developers")
+set(CPACK_DEBIAN_PACKAGE_SECTION "science")
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "dataset-fashion-mnist")
+set(CPACK_GENERATOR "DEB")
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/paralab.desktop DESTINATION share/applications)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/io.paralab.ParaLab.metainfo.xml DESTINATION share/metainfo)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/resources/examples/ DESTINATION share/paralab/examples
+        FILES_MATCHING PATTERN "*.paralab.json")
+include(CPack)

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The command line as a user meets it (EXPERIMENT.md): exit codes 0/1/2, one clear line on
+# bad input, the --json summary with every key, and each shipped example running a few steps.
+# Usage: cli_test.sh PARALAB EXAMPLES_DIR
+set -u
+paralab=$1
+examples=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+check() {  # check NAME EXPECTED_CODE EXPECTED_TEXT -- command...
+    local name=$1 code=$2 text=$3
+    shift 4
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    if [ "$rc" != "$code" ]; then
+        echo "FAIL $name: exit $rc, expected $code"; cat "$tmp/err"; failed=$((failed + 1)); return
+    fi
+    if [ -n "$text" ] && ! grep -qF -- "$text" "$tmp/out" "$tmp/err"; then
+        echo "FAIL $name: output lacks '$text'"; cat "$tmp/out" "$tmp/err"; failed=$((failed + 1)); return
+    fi
+    if grep -qiE "terminate called|core dumped|Segmentation|what\(\)" "$tmp/err"; then
+        echo "FAIL $name: crashed"; cat "$tmp/err"; failed=$((failed + 1)); return
+    fi
+    echo "ok   $name"; passed=$((passed + 1))
+}
+
+good="$examples/spirals-mlp.paralab.json"
+
+# --json prints exactly one JSON object with every key EXPERIMENT.md lists.
+check run_json 0 '"status":"finished"' -- "$paralab" run "$good" --steps 20 --json
+for key in run_id status name strategy devices steps epochs final_loss test_loss test_accuracy \
+           samples_per_s wall_s peak_memory_bytes; do
+    grep -q "\"$key\":" "$tmp/out" || { echo "FAIL run_json: missing key $key"; failed=$((failed + 1)); }
+done
+[ "$(grep -c '^{' "$tmp/out")" = 1 ] || { echo "FAIL run_json: not exactly one JSON line"; failed=$((failed + 1)); }
+grep -q '"steps":20' "$tmp/out" || { echo "FAIL run_json: --steps 20 not honoured"; failed=$((failed + 1)); }
+
+check validate 0 'parameters' -- "$paralab" validate "$good"
+check devices 0 'cpu' -- "$paralab" devices
+check devices_json 0 '"kind": "cpu"' -- "$paralab" devices --json
+
+# Bad input: exit 2 and a message naming the cause.
+printf '{ "paralab": 1, "name": ' >"$tmp/broken.paralab.json"
+check broken_json 2 'not valid JSON' -- "$paralab" run "$tmp/broken.paralab.json"
+sed 's/"out": 64}/"out": -4}/' "$good" >"$tmp/negative.paralab.json"
+check negative_size 2 'model.layers[0].out: expected a positive integer, got -4' -- "$paralab" validate "$tmp/negative.paralab.json"
+sed 's/"batch_size"/"batch_sise"/' "$good" >"$tmp/typo.paralab.json"
+check misspelled_key 2 'did you mean "batch_size"' -- "$paralab" run "$tmp/typo.paralab.json"
+sed 's/"type": "single"/"type": "ddq"/' "$good" >"$tmp/strategy.paralab.json"
+check unknown_strategy 2 'strategy.type: unknown value "ddq"' -- "$paralab" run "$tmp/strategy.paralab.json"
+sed 's/"type": "relu"/"type": "rleu"/' "$good" >"$tmp/layer.paralab.json"
+check unknown_layer 2 'did you mean "relu"' -- "$paralab" validate "$tmp/layer.paralab.json"
+sed 's/"input": \[2\]/"input": [1, 28, 28]/' "$good" >"$tmp/shape.paralab.json"
+check shape_mismatch 2 'model.input' -- "$paralab" run "$tmp/shape.paralab.json"
+sed -e 's/"dataset": "spirals"/"dataset": "mnist", "path": "\/nonexistent"/' -e '/"samples"/d' -e '/"classes"/d' -e '/"noise"/d' "$good" >"$tmp/missing.paralab.json"
+check missing_data 2 '/nonexistent' -- "$paralab" run "$tmp/missing.paralab.json"
+check missing_file 2 'cannot open' -- "$paralab" run "$tmp/none.paralab.json"
+check bad_argument 2 '' -- "$paralab" run "$good" --steps -3
+check unknown_command 2 '' -- "$paralab" frobnicate
+sed 's/"type": "adam", "lr": 0.01/"type": "sgd", "lr": 1e9/' "$good" >"$tmp/diverge.paralab.json"
+check nan_loss 1 'lower optimizer.lr' -- "$paralab" run "$tmp/diverge.paralab.json" --json
+grep -q '"status":"failed"' "$tmp/out" || { echo "FAIL nan_loss: status not failed"; failed=$((failed + 1)); }
+grep -q '"error":' "$tmp/out" || { echo "FAIL nan_loss: no error key"; failed=$((failed + 1)); }
+
+# Every shipped example validates and runs a few steps (Fashion-MNIST ones when it is installed).
+for f in "$examples"/*.paralab.json; do
+    n=$(basename "$f" .paralab.json)
+    check "validate_$n" 0 'total:' -- "$paralab" validate "$f"
+    if grep -q fashion-mnist "$f" && [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+        echo "skip example_$n: Fashion-MNIST is not installed"; continue
+    fi
+    check "example_$n" 0 '"status":"finished"' -- "$paralab" run "$f" --steps 3 --json
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
