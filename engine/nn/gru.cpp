@@ -1,0 +1,192 @@
+// GRU, PyTorch's equations and gate order (r, z, n):
+//   r = sigmoid(x W_ir^T + b_ir + h W_hr^T + b_hr), z likewise,
+//   n = tanh(x W_in^T + b_in + r * (h W_hn^T + b_hn)), h' = (1 - z) n + z h
+//
+// Layout as in lstm.cpp: batch-first [B, T, X] arrays throughout, one step's rows strided by
+// T*X and handed to gemm and the cell kernels through their ld arguments. Unlike the LSTM,
+// h W_hh^T + b_hh cannot be summed into the input projection (r scales its n block), so each
+// step computes it into a small dense [B, 3H] buffer.
+#include <kernels/cpu/elementwise.h>
+#include <kernels/cpu/gemm.h>
+#include <kernels/cpu/recurrent.h>
+
+#include <cmath>
+#include <string>
+
+#include "engine/nn/recurrent.h"
+
+namespace paralab::nn {
+
+namespace kc = kernels::cpu;
+
+namespace {
+constexpr int64_t kGates = 3;
+}  // namespace
+
+GRU::GRU(int64_t hidden, int64_t num_layers, bool return_sequence)
+    : Layer("gru"), m_hidden(hidden), m_num_layers(num_layers), m_return_sequence(return_sequence) {
+    if (hidden < 1)
+        throw ConfigError("gru: hidden must be a positive integer, got " + std::to_string(hidden));
+    if (num_layers < 1)
+        throw ConfigError("gru: num_layers must be a positive integer, got " +
+                          std::to_string(num_layers));
+}
+
+// input: [T, F] -> [H] or [T, H]
+Shape GRU::build_impl(const Shape& input) {
+    if (input.rank() != 2 || input[0] < 1 || input[1] < 1)
+        shape_error("an input [T, features]", input);
+    m_steps = input[0];
+    m_features = input[1];
+    const int64_t G = kGates * m_hidden;
+    m_weights.clear();
+    for (int64_t l = 0; l < m_num_layers; ++l) {
+        const std::string s = "_l" + std::to_string(l);
+        RecurrentWeights w;
+        w.w_ih = &add_param("weight_ih" + s, Shape{G, l == 0 ? m_features : m_hidden});
+        w.w_hh = &add_param("weight_hh" + s, Shape{G, m_hidden});
+        w.b_ih = &add_param("bias_ih" + s, Shape{G});
+        w.b_hh = &add_param("bias_hh" + s, Shape{G});
+        m_weights.push_back(w);
+    }
+    return m_return_sequence ? Shape{m_steps, m_hidden} : Shape{m_hidden};
+}
+
+void GRU::reset_parameters_impl(Rng& rng) {
+    // PyTorch: every weight and bias uniform(-1/sqrt(H), 1/sqrt(H)), in parameter order.
+    const double bound = 1.0 / std::sqrt(static_cast<double>(m_hidden));
+    for (Param& p : m_params) {
+        dispatch_float(p.value.dtype(), [&]<class T>() {
+            for (T& v : p.value.span<T>()) v = static_cast<T>(rng.uniform(-bound, bound));
+        });
+    }
+}
+
+// x: [B, T, F] -> y: [B, H] (last step of the top layer) or [B, T, H] (every step)
+Tensor GRU::forward_impl(const Tensor& x, Mode mode) {
+    (void)mode;
+    const int64_t B = x.dim(0), steps = m_steps, H = m_hidden, G = kGates * H;
+    m_saved.clear();
+    dispatch_float(x.dtype(), [&]<class T>() {
+        Tensor input = x;
+        Tensor hh = new_workspace(Shape{B, G});  // one step's h_{t-1} W_hh^T + b_hh
+        for (int64_t l = 0; l < m_num_layers; ++l) {
+            const RecurrentWeights& w = m_weights[static_cast<size_t>(l)];
+            const int64_t F = input.dim(2);
+            Saved s{new_activation(Shape{B, steps, G}), new_activation(Shape{B, steps, H}),
+                    new_activation(Shape{B, steps, H})};
+            T* gates = s.gates.data<T>();
+            T* hn = s.hn.data<T>();
+            T* h = s.h.data<T>();
+            const T* w_hh = w.w_hh->value.data<T>();
+            const T* b_hh = w.b_hh->value.data<T>();
+            T* hhp = hh.data<T>();
+
+            // The input projection of all steps: one GEMM on top of the broadcast b_ih.
+            kc::bias_broadcast_rows<T>(B * steps, G, w.b_ih->value.data<T>(), gates);
+            kc::gemm<T>(false, true, B * steps, G, F, T(1), input.data<T>(),
+                        w.w_ih->value.data<T>(), T(1), gates);
+
+            const int64_t ldg = steps * G, lds = steps * H;
+            for (int64_t t = 0; t < steps; ++t) {
+                kc::bias_broadcast_rows<T>(B, G, b_hh, hhp);
+                // h_{-1} = 0: the first step's recurrent term is the bias alone.
+                if (t > 0)
+                    kc::gemm<T>(false, true, B, G, H, T(1), h + (t - 1) * H, lds, w_hh, H, T(1),
+                                hhp, G);
+                kc::gru_cell_forward<T>(B, H, gates + t * G, ldg, hhp,
+                                        t > 0 ? h + (t - 1) * H : nullptr, hn + t * H, h + t * H,
+                                        lds);
+            }
+            input = s.h;
+            m_saved.push_back(std::move(s));
+        }
+    });
+    m_x = x;
+    const Tensor& top = m_saved.back().h;
+    if (m_return_sequence) return top;
+    Tensor y = new_activation(Shape{B, H});
+    dispatch_float(x.dtype(), [&]<class T>() {
+        kc::strided_rows_copy<T>(B, H, top.data<T>() + (steps - 1) * H, steps * H, y.data<T>(), H);
+    });
+    return y;
+}
+
+// dy: [B, H] or [B, T, H] -> dx: [B, T, F]. Backward through time, top layer first; a lower
+// layer's output gradient is the upper layer's input gradient.
+Tensor GRU::backward_impl(const Tensor& dy) {
+    PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
+    const int64_t B = dy.dim(0), steps = m_steps, H = m_hidden, G = kGates * H;
+    const int64_t ldg = steps * G, lds = steps * H;
+    Tensor dx;
+    dispatch_float(dy.dtype(), [&]<class T>() {
+        // dh: [B, T, H], the gradient reaching each h_t of the current layer: the gradient from
+        // above, plus what step t+1 sends back (directly through z and through W_hh), added
+        // before step t runs.
+        Tensor dh = new_workspace(Shape{B, steps, H});
+        if (m_return_sequence) {
+            dh.copy_from(dy);
+        } else {
+            dh.zero();
+            kc::strided_rows_copy<T>(B, H, dy.data<T>(), H, dh.data<T>() + (steps - 1) * H, lds);
+        }
+        for (int64_t l = m_num_layers - 1; l >= 0; --l) {
+            const Saved& s = m_saved[static_cast<size_t>(l)];
+            const RecurrentWeights& w = m_weights[static_cast<size_t>(l)];
+            const Tensor& input = l > 0 ? m_saved[static_cast<size_t>(l - 1)].h : m_x;
+            const int64_t F = input.dim(2);
+            const T* gates = s.gates.data<T>();
+            const T* hn = s.hn.data<T>();
+            const T* h = s.h.data<T>();
+            const T* w_hh = w.w_hh->value.data<T>();
+            T* dhp = dh.data<T>();
+
+            // The input side and the recurrent side differ in the n block (r scales the
+            // latter), so each keeps its own gate gradients, all steps, for the GEMMs after the
+            // loop.
+            Tensor dgates_ih = new_workspace(Shape{B, steps, G});
+            Tensor dgates_hh = new_workspace(Shape{B, steps, G});
+            T* dgi = dgates_ih.data<T>();
+            T* dgh = dgates_hh.data<T>();
+            for (int64_t t = steps - 1; t >= 0; --t) {
+                kc::gru_cell_backward<T>(B, H, gates + t * G, ldg, hn + t * H,
+                                         t > 0 ? h + (t - 1) * H : nullptr, dhp + t * H,
+                                         t > 0 ? dhp + (t - 1) * H : nullptr, lds, dgi + t * G,
+                                         dgh + t * G);
+                if (t > 0)
+                    kc::gemm<T>(false, false, B, H, G, T(1), dgh + t * G, ldg, w_hh, H, T(1),
+                                dhp + (t - 1) * H, lds);
+            }
+
+            kc::gemm<T>(true, false, G, F, B * steps, T(1), dgi, input.data<T>(), T(1),
+                        w.w_ih->grad.data<T>());
+            kc::recurrent_weight_grad_accumulate<T>(B, steps, G, H, dgh, h, w.w_hh->grad.data<T>());
+            kc::column_sums_accumulate<T>(B * steps, G, dgi, w.b_ih->grad.data<T>());
+            kc::column_sums_accumulate<T>(B * steps, G, dgh, w.b_hh->grad.data<T>());
+
+            if (l > 0 || needs_input_grad()) {
+                Tensor d_in =
+                    l > 0 ? new_workspace(Shape{B, steps, F}) : new_activation(Shape{B, steps, F});
+                kc::gemm<T>(false, false, B * steps, F, G, T(1), dgi, w.w_ih->value.data<T>(), T(0),
+                            d_in.data<T>());
+                (l > 0 ? dh : dx) = d_in;
+            }
+        }
+    });
+    m_x = Tensor();  // the saved state is dead once its gradients are out
+    m_saved.clear();
+    return dx;
+}
+
+// 2 per multiply-add of the input and recurrent GEMMs, per step and stacked layer.
+int64_t GRU::flops_impl() const {
+    if (!built()) return 0;
+    int64_t flops = 0;
+    for (int64_t l = 0; l < m_num_layers; ++l) {
+        const int64_t in = l == 0 ? m_features : m_hidden;
+        flops += 2 * m_steps * kGates * m_hidden * (in + m_hidden);
+    }
+    return flops;
+}
+
+}  // namespace paralab::nn

@@ -1,0 +1,197 @@
+// LSTM, PyTorch's equations and gate order (i, f, g, o):
+//   i, f, o = sigmoid(.), g = tanh(.) of x W_ih^T + b_ih + h W_hh^T + b_hh
+//   c' = f c + i g, h' = o tanh(c')
+//
+// Layout: every per-step array stays batch-first, [B, T, X], as the input arrives and the
+// sequence output leaves; one step's B rows are then X-wide rows T*X apart, which gemm (lda,
+// ldc) and the cell kernels (ld arguments) take directly. No transposes, and the input
+// projection of all steps and the weight gradients remain single dense GEMMs over B*T rows.
+#include <kernels/cpu/elementwise.h>
+#include <kernels/cpu/gemm.h>
+#include <kernels/cpu/recurrent.h>
+
+#include <cmath>
+#include <string>
+
+#include "engine/nn/recurrent.h"
+
+namespace paralab::nn {
+
+namespace kc = kernels::cpu;
+
+namespace {
+constexpr int64_t kGates = 4;
+}  // namespace
+
+LSTM::LSTM(int64_t hidden, int64_t num_layers, bool return_sequence)
+    : Layer("lstm"),
+      m_hidden(hidden),
+      m_num_layers(num_layers),
+      m_return_sequence(return_sequence) {
+    if (hidden < 1)
+        throw ConfigError("lstm: hidden must be a positive integer, got " + std::to_string(hidden));
+    if (num_layers < 1)
+        throw ConfigError("lstm: num_layers must be a positive integer, got " +
+                          std::to_string(num_layers));
+}
+
+// input: [T, F] -> [H] or [T, H]
+Shape LSTM::build_impl(const Shape& input) {
+    if (input.rank() != 2 || input[0] < 1 || input[1] < 1)
+        shape_error("an input [T, features]", input);
+    m_steps = input[0];
+    m_features = input[1];
+    const int64_t G = kGates * m_hidden;
+    m_weights.clear();
+    for (int64_t l = 0; l < m_num_layers; ++l) {
+        const std::string s = "_l" + std::to_string(l);
+        RecurrentWeights w;
+        w.w_ih = &add_param("weight_ih" + s, Shape{G, l == 0 ? m_features : m_hidden});
+        w.w_hh = &add_param("weight_hh" + s, Shape{G, m_hidden});
+        w.b_ih = &add_param("bias_ih" + s, Shape{G});
+        w.b_hh = &add_param("bias_hh" + s, Shape{G});
+        m_weights.push_back(w);
+    }
+    return m_return_sequence ? Shape{m_steps, m_hidden} : Shape{m_hidden};
+}
+
+void LSTM::reset_parameters_impl(Rng& rng) {
+    // PyTorch: every weight and bias uniform(-1/sqrt(H), 1/sqrt(H)), in parameter order.
+    const double bound = 1.0 / std::sqrt(static_cast<double>(m_hidden));
+    for (Param& p : m_params) {
+        dispatch_float(p.value.dtype(), [&]<class T>() {
+            for (T& v : p.value.span<T>()) v = static_cast<T>(rng.uniform(-bound, bound));
+        });
+    }
+}
+
+// x: [B, T, F] -> y: [B, H] (last step of the top layer) or [B, T, H] (every step)
+Tensor LSTM::forward_impl(const Tensor& x, Mode mode) {
+    (void)mode;
+    const int64_t B = x.dim(0), steps = m_steps, H = m_hidden, G = kGates * H;
+    m_saved.clear();
+    dispatch_float(x.dtype(), [&]<class T>() {
+        Tensor input = x;
+        Tensor bias = new_workspace(Shape{G});
+        for (int64_t l = 0; l < m_num_layers; ++l) {
+            const RecurrentWeights& w = m_weights[static_cast<size_t>(l)];
+            const int64_t F = input.dim(2);
+            Saved s{new_activation(Shape{B, steps, G}), new_activation(Shape{B, steps, H}),
+                    new_activation(Shape{B, steps, H}), new_activation(Shape{B, steps, H})};
+            T* gates = s.gates.data<T>();
+            T* c = s.c.data<T>();
+            T* tanh_c = s.tanh_c.data<T>();
+            T* h = s.h.data<T>();
+            const T* w_hh = w.w_hh->value.data<T>();
+
+            // Both biases enter every step's pre-activations: sum them once, then the input
+            // projection of all steps is one GEMM on top of the broadcast bias.
+            T* bsum = bias.data<T>();
+            const T* b_ih = w.b_ih->value.data<T>();
+            const T* b_hh = w.b_hh->value.data<T>();
+            for (int64_t k = 0; k < G; ++k) bsum[k] = b_ih[k] + b_hh[k];
+            kc::bias_broadcast_rows<T>(B * steps, G, bsum, gates);
+            kc::gemm<T>(false, true, B * steps, G, F, T(1), input.data<T>(),
+                        w.w_ih->value.data<T>(), T(1), gates);
+
+            const int64_t ldg = steps * G, lds = steps * H;
+            for (int64_t t = 0; t < steps; ++t) {
+                T* g_t = gates + t * G;
+                // h_{-1} = 0: the first step has no recurrent term.
+                if (t > 0)
+                    kc::gemm<T>(false, true, B, G, H, T(1), h + (t - 1) * H, lds, w_hh, H, T(1),
+                                g_t, ldg);
+                kc::lstm_cell_forward<T>(B, H, g_t, ldg, t > 0 ? c + (t - 1) * H : nullptr,
+                                         c + t * H, tanh_c + t * H, h + t * H, lds);
+            }
+            input = s.h;
+            m_saved.push_back(std::move(s));
+        }
+    });
+    m_x = x;
+    const Tensor& top = m_saved.back().h;
+    if (m_return_sequence) return top;
+    Tensor y = new_activation(Shape{B, H});
+    dispatch_float(x.dtype(), [&]<class T>() {
+        kc::strided_rows_copy<T>(B, H, top.data<T>() + (steps - 1) * H, steps * H, y.data<T>(), H);
+    });
+    return y;
+}
+
+// dy: [B, H] or [B, T, H] -> dx: [B, T, F]. Backward through time, top layer first; a lower
+// layer's output gradient is the upper layer's input gradient.
+Tensor LSTM::backward_impl(const Tensor& dy) {
+    PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
+    const int64_t B = dy.dim(0), steps = m_steps, H = m_hidden, G = kGates * H;
+    const int64_t ldg = steps * G, lds = steps * H;
+    Tensor dx;
+    dispatch_float(dy.dtype(), [&]<class T>() {
+        // dh: [B, T, H], the gradient reaching each h_t of the current layer. It starts as the
+        // gradient from above; the loop adds the recurrent part of step t+1 before step t.
+        Tensor dh = new_workspace(Shape{B, steps, H});
+        if (m_return_sequence) {
+            dh.copy_from(dy);
+        } else {
+            dh.zero();
+            kc::strided_rows_copy<T>(B, H, dy.data<T>(), H, dh.data<T>() + (steps - 1) * H, lds);
+        }
+        Tensor dc = new_workspace(Shape{B, H});
+        for (int64_t l = m_num_layers - 1; l >= 0; --l) {
+            const Saved& s = m_saved[static_cast<size_t>(l)];
+            const RecurrentWeights& w = m_weights[static_cast<size_t>(l)];
+            const Tensor& input = l > 0 ? m_saved[static_cast<size_t>(l - 1)].h : m_x;
+            const int64_t F = input.dim(2);
+            const T* gates = s.gates.data<T>();
+            const T* c = s.c.data<T>();
+            const T* tanh_c = s.tanh_c.data<T>();
+            const T* w_hh = w.w_hh->value.data<T>();
+            T* dhp = dh.data<T>();
+
+            // Gate gradients of every step, so that dW_ih, dW_hh, the biases and dx are GEMMs
+            // over all B*T rows after the loop.
+            Tensor dgates = new_workspace(Shape{B, steps, G});
+            T* dg = dgates.data<T>();
+            dc.zero();
+            for (int64_t t = steps - 1; t >= 0; --t) {
+                kc::lstm_cell_backward<T>(B, H, gates + t * G, ldg,
+                                          t > 0 ? c + (t - 1) * H : nullptr, tanh_c + t * H,
+                                          dhp + t * H, lds, dc.data<T>(), dg + t * G);
+                if (t > 0)
+                    kc::gemm<T>(false, false, B, H, G, T(1), dg + t * G, ldg, w_hh, H, T(1),
+                                dhp + (t - 1) * H, lds);
+            }
+
+            kc::gemm<T>(true, false, G, F, B * steps, T(1), dg, input.data<T>(), T(1),
+                        w.w_ih->grad.data<T>());
+            kc::recurrent_weight_grad_accumulate<T>(B, steps, G, H, dg, s.h.data<T>(),
+                                                    w.w_hh->grad.data<T>());
+            // Both biases sit in the same sum, so both receive the same gradient.
+            kc::column_sums_accumulate<T>(B * steps, G, dg, w.b_ih->grad.data<T>());
+            kc::column_sums_accumulate<T>(B * steps, G, dg, w.b_hh->grad.data<T>());
+
+            if (l > 0 || needs_input_grad()) {
+                Tensor d_in =
+                    l > 0 ? new_workspace(Shape{B, steps, F}) : new_activation(Shape{B, steps, F});
+                kc::gemm<T>(false, false, B * steps, F, G, T(1), dg, w.w_ih->value.data<T>(), T(0),
+                            d_in.data<T>());
+                (l > 0 ? dh : dx) = d_in;
+            }
+        }
+    });
+    m_x = Tensor();  // the saved state is dead once its gradients are out
+    m_saved.clear();
+    return dx;
+}
+
+// 2 per multiply-add of the input and recurrent GEMMs, per step and stacked layer.
+int64_t LSTM::flops_impl() const {
+    if (!built()) return 0;
+    int64_t flops = 0;
+    for (int64_t l = 0; l < m_num_layers; ++l) {
+        const int64_t in = l == 0 ? m_features : m_hidden;
+        flops += 2 * m_steps * kGates * m_hidden * (in + m_hidden);
+    }
+    return flops;
+}
+
+}  // namespace paralab::nn

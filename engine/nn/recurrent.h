@@ -1,0 +1,85 @@
+// Recurrent layers, like torch.nn.LSTM and torch.nn.GRU with batch_first = true and a zero
+// initial state: per-sample input [T, features] -> [H] (the top layer's last step) or [T, H]
+// (the top layer's every step). Parameters carry PyTorch's names, shapes, gate order and
+// module.parameters() order, so weights move between the two unchanged:
+//   weight_ih_l{l} [G*H, F_l], weight_hh_l{l} [G*H, H], bias_ih_l{l} [G*H], bias_hh_l{l} [G*H]
+// for each layer l (F_0 = features, F_l = H above), G = 4 (i, f, g, o) for LSTM and
+// G = 3 (r, z, n) for GRU.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/nn/layer.h"
+
+namespace paralab::nn {
+
+// One stacked layer's parameters (pointers into Layer::m_params).
+struct RecurrentWeights {
+    Param* w_ih = nullptr;  // [G*H, F_l]
+    Param* w_hh = nullptr;  // [G*H, H]
+    Param* b_ih = nullptr;  // [G*H]
+    Param* b_hh = nullptr;  // [G*H]
+};
+
+class LSTM : public Layer {
+public:
+    // Throws ConfigError when hidden < 1 or num_layers < 1.
+    LSTM(int64_t hidden, int64_t num_layers = 1, bool return_sequence = false);
+
+protected:
+    Shape build_impl(const Shape& input) override;
+    void reset_parameters_impl(Rng& rng) override;
+    Tensor forward_impl(const Tensor& x, Mode mode) override;
+    Tensor backward_impl(const Tensor& dy) override;
+    int64_t flops_impl() const override;
+
+private:
+    // What one stacked layer's backward reads, from the last forward; all [B, T, ...].
+    struct Saved {
+        Tensor gates;   // [B, T, 4H] activated i, f, g, o
+        Tensor c;       // [B, T, H] cell states
+        Tensor tanh_c;  // [B, T, H]
+        Tensor h;       // [B, T, H] outputs (the next layer's input)
+    };
+
+    int64_t m_hidden;
+    int64_t m_num_layers;
+    bool m_return_sequence;
+    int64_t m_steps = 0;
+    int64_t m_features = 0;
+    std::vector<RecurrentWeights> m_weights;  // per stacked layer
+    Tensor m_x;                               // the last forward's input, released by backward
+    std::vector<Saved> m_saved;               // per stacked layer, released by backward
+};
+
+class GRU : public Layer {
+public:
+    // Throws ConfigError when hidden < 1 or num_layers < 1.
+    GRU(int64_t hidden, int64_t num_layers = 1, bool return_sequence = false);
+
+protected:
+    Shape build_impl(const Shape& input) override;
+    void reset_parameters_impl(Rng& rng) override;
+    Tensor forward_impl(const Tensor& x, Mode mode) override;
+    Tensor backward_impl(const Tensor& dy) override;
+    int64_t flops_impl() const override;
+
+private:
+    struct Saved {
+        Tensor gates;  // [B, T, 3H] activated r, z, n
+        Tensor hn;     // [B, T, H] h_{t-1} W_hn^T + b_hn (r scales it inside n)
+        Tensor h;      // [B, T, H] outputs
+    };
+
+    int64_t m_hidden;
+    int64_t m_num_layers;
+    bool m_return_sequence;
+    int64_t m_steps = 0;
+    int64_t m_features = 0;
+    std::vector<RecurrentWeights> m_weights;
+    Tensor m_x;
+    std::vector<Saved> m_saved;
+};
+
+}  // namespace paralab::nn

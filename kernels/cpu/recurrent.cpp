@@ -1,0 +1,210 @@
+#include <kernels/cpu/gemm.h>
+#include <kernels/cpu/recurrent.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace paralab::kernels::cpu {
+
+namespace {
+// Elements (batch * hidden) of one step below which a parallel region costs more than it
+// saves. Each element costs three to five exp (a few ns each: libm's exp is not vectorized
+// without -ffast-math), so threads pay off far earlier than for the memory-bound kernels.
+constexpr int64_t kParallelMin = 4096;
+
+template <class T>
+inline T sigmoid(T x) {
+    // exp(-x) overflows to inf for very negative x, and 1 / (1 + inf) is the right limit 0.
+    return T(1) / (T(1) + std::exp(-x));
+}
+
+// tanh within ~2 ulp at a third of glibc's cost (it takes ~16 ns, and two of the five
+// nonlinearities of an LSTM step are tanh). Above |x| = 1/8 it is (1 - e) / (1 + e) with
+// e = exp(-2|x|); below, where 1 - e would cancel, the odd Taylor series to x^15 (the next
+// term is under 1e-17 relative). NaN and +-inf come out as std::tanh gives them.
+template <class T>
+inline T tanh_via_exp(T x) {
+    const T a = std::abs(x);
+    if (a < T(0.125)) {
+        const T s = x * x;
+        return x * (T(1) +
+                    s * (T(-1.0 / 3) +
+                         s * (T(2.0 / 15) + s * (T(-17.0 / 315) +
+                                                 s * (T(62.0 / 2835) +
+                                                      s * (T(-1382.0 / 155925) +
+                                                           s * (T(21844.0 / 6081075) +
+                                                                s * T(-929569.0 / 638512875))))))));
+    }
+    const T e = std::exp(T(-2) * a);
+    return std::copysign((T(1) - e) / (T(1) + e), x);
+}
+}  // namespace
+
+// gates: [batch, 4H] (ld_gates), pre-activations -> activations; c_prev: [batch, H] or null
+// -> c, tanh_c, h: [batch, H] (ld_state)
+template <class T>
+void lstm_cell_forward(int64_t batch, int64_t hidden, T* gates, int64_t ld_gates, const T* c_prev,
+                       T* c, T* tanh_c, T* h, int64_t ld_state) {
+    const int64_t H = hidden;
+#pragma omp parallel for if (batch * hidden >= kParallelMin)
+    for (int64_t b = 0; b < batch; ++b) {
+        T* g = gates + b * ld_gates;
+        const T* cp = c_prev ? c_prev + b * ld_state : nullptr;
+        T* cr = c + b * ld_state;
+        T* tc = tanh_c + b * ld_state;
+        T* hr = h + b * ld_state;
+        for (int64_t j = 0; j < H; ++j) {
+            const T i = sigmoid(g[j]);
+            const T f = sigmoid(g[H + j]);
+            const T gg = tanh_via_exp(g[2 * H + j]);
+            const T o = sigmoid(g[3 * H + j]);
+            g[j] = i;
+            g[H + j] = f;
+            g[2 * H + j] = gg;
+            g[3 * H + j] = o;
+            const T cn = i * gg + (cp ? f * cp[j] : T(0));
+            const T t = tanh_via_exp(cn);
+            cr[j] = cn;
+            tc[j] = t;
+            hr[j] = o * t;
+        }
+    }
+}
+
+// gates: [batch, 4H] (ld_gates); c_prev, tanh_c, dh: [batch, H] (ld_state); dc: [batch, H]
+// dense, in/out -> dgates: [batch, 4H] (ld_gates)
+template <class T>
+void lstm_cell_backward(int64_t batch, int64_t hidden, const T* gates, int64_t ld_gates,
+                        const T* c_prev, const T* tanh_c, const T* dh, int64_t ld_state, T* dc,
+                        T* dgates) {
+    const int64_t H = hidden;
+#pragma omp parallel for if (batch * hidden >= kParallelMin)
+    for (int64_t b = 0; b < batch; ++b) {
+        const T* g = gates + b * ld_gates;
+        const T* cp = c_prev ? c_prev + b * ld_state : nullptr;
+        const T* tc = tanh_c + b * ld_state;
+        const T* dhr = dh + b * ld_state;
+        T* dcr = dc + b * hidden;
+        T* dg = dgates + b * ld_gates;
+        for (int64_t j = 0; j < H; ++j) {
+            const T i = g[j], f = g[H + j], gg = g[2 * H + j], o = g[3 * H + j];
+            const T t = tc[j];
+            const T dhj = dhr[j];
+            // c_t reaches the loss through h_t = o tanh(c_t) and through c_{t+1} = f c_t + ...
+            const T dct = dcr[j] + dhj * o * (T(1) - t * t);
+            const T cprev = cp ? cp[j] : T(0);
+            dg[j] = dct * gg * i * (T(1) - i);
+            dg[H + j] = dct * cprev * f * (T(1) - f);
+            dg[2 * H + j] = dct * i * (T(1) - gg * gg);
+            dg[3 * H + j] = dhj * t * o * (T(1) - o);
+            dcr[j] = dct * f;
+        }
+    }
+}
+
+// gates: [batch, 3H] (ld_gates), input pre-activations -> r, z, n; hh: [batch, 3H] dense;
+// h_prev: [batch, H] or null -> hn, h: [batch, H] (ld_state)
+template <class T>
+void gru_cell_forward(int64_t batch, int64_t hidden, T* gates, int64_t ld_gates, const T* hh,
+                      const T* h_prev, T* hn, T* h, int64_t ld_state) {
+    const int64_t H = hidden;
+#pragma omp parallel for if (batch * hidden >= kParallelMin)
+    for (int64_t b = 0; b < batch; ++b) {
+        T* g = gates + b * ld_gates;
+        const T* hhr = hh + b * 3 * H;
+        const T* hp = h_prev ? h_prev + b * ld_state : nullptr;
+        T* hnr = hn + b * ld_state;
+        T* hr = h + b * ld_state;
+        for (int64_t j = 0; j < H; ++j) {
+            const T r = sigmoid(g[j] + hhr[j]);
+            const T z = sigmoid(g[H + j] + hhr[H + j]);
+            const T hnj = hhr[2 * H + j];
+            const T n = tanh_via_exp(g[2 * H + j] + r * hnj);
+            const T hprev = hp ? hp[j] : T(0);
+            g[j] = r;
+            g[H + j] = z;
+            g[2 * H + j] = n;
+            hnr[j] = hnj;
+            hr[j] = (T(1) - z) * n + z * hprev;
+        }
+    }
+}
+
+// gates: [batch, 3H] (ld_gates); hn, h_prev, dh: [batch, H] (ld_state) -> dh_prev += (ld_state),
+// dgates_ih, dgates_hh: [batch, 3H] (ld_gates)
+template <class T>
+void gru_cell_backward(int64_t batch, int64_t hidden, const T* gates, int64_t ld_gates, const T* hn,
+                       const T* h_prev, const T* dh, T* dh_prev, int64_t ld_state, T* dgates_ih,
+                       T* dgates_hh) {
+    const int64_t H = hidden;
+#pragma omp parallel for if (batch * hidden >= kParallelMin)
+    for (int64_t b = 0; b < batch; ++b) {
+        const T* g = gates + b * ld_gates;
+        const T* hnr = hn + b * ld_state;
+        const T* hp = h_prev ? h_prev + b * ld_state : nullptr;
+        const T* dhr = dh + b * ld_state;
+        T* dhp = dh_prev ? dh_prev + b * ld_state : nullptr;
+        T* dih = dgates_ih + b * ld_gates;
+        T* dhh = dgates_hh + b * ld_gates;
+        for (int64_t j = 0; j < H; ++j) {
+            const T r = g[j], z = g[H + j], n = g[2 * H + j];
+            const T dhj = dhr[j];
+            const T hprev = hp ? hp[j] : T(0);
+            const T dn = dhj * (T(1) - z) * (T(1) - n * n);
+            const T dr = dn * hnr[j] * r * (T(1) - r);
+            const T dz = dhj * (hprev - n) * z * (T(1) - z);
+            dih[j] = dr;
+            dih[H + j] = dz;
+            dih[2 * H + j] = dn;
+            dhh[j] = dr;
+            dhh[H + j] = dz;
+            dhh[2 * H + j] = dn * r;  // hn enters n only through r * hn
+            if (dhp) dhp[j] += dhj * z;
+        }
+    }
+}
+
+// src: [rows, cols] (ld_src) -> dst: [rows, cols] (ld_dst)
+template <class T>
+void strided_rows_copy(int64_t rows, int64_t cols, const T* src, int64_t ld_src, T* dst,
+                       int64_t ld_dst) {
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(src + r * ld_src, cols, dst + r * ld_dst);
+}
+
+// dgates: [batch, steps, G], h: [batch, steps, H] -> dw: [G, H] +=
+template <class T>
+void recurrent_weight_grad_accumulate(int64_t batch, int64_t steps, int64_t gate_cols,
+                                      int64_t hidden, const T* dgates, const T* h, T* dw) {
+    if (steps < 2) return;  // h_{-1} = 0: one step contributes nothing
+    const int64_t G = gate_cols, H = hidden;
+    if (steps - 1 >= batch) {
+        // One sample's pairs (dgates[t], h[t-1]) are two dense row blocks, offset by one row.
+        for (int64_t b = 0; b < batch; ++b)
+            gemm<T>(true, false, G, H, steps - 1, T(1), dgates + (b * steps + 1) * G, G,
+                    h + b * steps * H, H, T(1), dw, H);
+    } else {
+        // One step's rows across the batch are `steps` rows apart.
+        for (int64_t t = 1; t < steps; ++t)
+            gemm<T>(true, false, G, H, batch, T(1), dgates + t * G, steps * G, h + (t - 1) * H,
+                    steps * H, T(1), dw, H);
+    }
+}
+
+#define PARALAB_INSTANTIATE_RECURRENT(T)                                                         \
+    template void lstm_cell_forward<T>(int64_t, int64_t, T*, int64_t, const T*, T*, T*, T*,      \
+                                       int64_t);                                                 \
+    template void lstm_cell_backward<T>(int64_t, int64_t, const T*, int64_t, const T*, const T*, \
+                                        const T*, int64_t, T*, T*);                              \
+    template void gru_cell_forward<T>(int64_t, int64_t, T*, int64_t, const T*, const T*, T*, T*, \
+                                      int64_t);                                                  \
+    template void gru_cell_backward<T>(int64_t, int64_t, const T*, int64_t, const T*, const T*,  \
+                                       const T*, T*, int64_t, T*, T*);                           \
+    template void strided_rows_copy<T>(int64_t, int64_t, const T*, int64_t, T*, int64_t);        \
+    template void recurrent_weight_grad_accumulate<T>(int64_t, int64_t, int64_t, int64_t,        \
+                                                      const T*, const T*, T*);
+
+PARALAB_INSTANTIATE_RECURRENT(float)
+PARALAB_INSTANTIATE_RECURRENT(double)
+#undef PARALAB_INSTANTIATE_RECURRENT
+
+}  // namespace paralab::kernels::cpu
