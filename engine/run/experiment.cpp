@@ -59,7 +59,7 @@ data::DataConfig parse_data(const json& j) {
                            d.dataset == "sine" || d.dataset == "seqclass";
     if (synthetic) {
         d.samples = r.integer("samples", 0, 2, INT64_MAX);
-        d.noise = r.number("noise", -1.0, 0.0, 1e6);
+        d.noise = r.number("noise", -1.0, 0.0, INFINITY);
         d.test_fraction = r.number("test_fraction", 0.2, 0.0, 0.9);
     }
     if (d.dataset == "spirals" || d.dataset == "blobs" || d.dataset == "seqclass")
@@ -138,7 +138,7 @@ StrategyConfig parse_strategy(const json& j) {
     StrategyConfig s;
     s.type = r.choice("type", "single", strategy_types());
     if (s.type == "ddp") {
-        s.bucket_mb = r.number("bucket_mb", 25.0, 0.0, 1e6, false);
+        s.bucket_mb = r.number("bucket_mb", 25.0, 0.0, INFINITY, false);
         s.overlap = r.boolean("overlap", true);
     } else if (s.type == "zero") {
         s.zero_stage = static_cast<int>(r.integer("stage", 1, 1, 2));
@@ -162,7 +162,7 @@ StrategyConfig parse_strategy(const json& j) {
         } catch (const ConfigError& e) {
             st.fail("device", e.what());
         }
-        s.straggler_delay_ms = st.number("delay_ms", 0.0, 0.0, 1e6);
+        s.straggler_delay_ms = st.number("delay_ms", 0.0, 0.0, INFINITY);
         st.finish();
     } else {
         r.raw("straggler");
@@ -209,7 +209,7 @@ optim::ScheduleConfig parse_schedule(const json& j) {
     s.type = r.choice("type", "constant", {"constant", "step", "cosine"});
     if (s.type == "step") {
         s.step_size = r.integer("step_size", 1, 1, INT64_MAX);
-        s.gamma = r.number("gamma", 0.1, 0.0, 1e6, false);
+        s.gamma = r.number("gamma", 0.1, 0.0, INFINITY, false);
     } else if (s.type == "cosine") {
         s.warmup_steps = r.integer("warmup_steps", 0, 0, INT64_MAX);
     }

@@ -47,7 +47,7 @@ INSTANTIATE_TEST_SUITE_P(
                  {7}, 2},
         GradCase{"residual_conv_projection",
                  [] {
-                     return std::make_unique<Residual>(layers(std::make_unique<Conv2d>(4, 3, 2, 1),
+                     return std::make_unique<Residual>(layers(std::make_unique<Conv2d>(4, 3, 2, 1, false),
                                                               std::make_unique<BatchNorm>(),
                                                               std::make_unique<Activation>(ActivationKind::relu)));
                  },
