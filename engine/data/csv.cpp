@@ -1,0 +1,188 @@
+#include "engine/data/csv.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/util/error.h"
+
+namespace paralab::data {
+namespace {
+
+std::string trim(const std::string& s) {
+    size_t b = 0, e = s.size();
+    while (b < e && (s[b] == ' ' || s[b] == '\t')) ++b;
+    while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t')) --e;
+    return s.substr(b, e - b);
+}
+
+bool is_blank(const std::string& line) {
+    return line.find_first_not_of(" \t") == std::string::npos;
+}
+
+// Reads lines one by one, counting physical lines for messages and dropping a '\r' ending.
+class LineReader {
+public:
+    explicit LineReader(const std::string& path) {
+        std::error_code ec;
+        // An ifstream opens a directory without complaint and then reads nothing.
+        if (std::filesystem::is_directory(path, ec))
+            throw Error(path + ": is a directory, expected a CSV file");
+        errno = 0;
+        m_in.open(path, std::ios::binary);
+        if (!m_in)
+            throw Error(path +
+                        ": cannot open: " + (errno != 0 ? std::strerror(errno) : "unknown error"));
+    }
+    bool next(std::string& line) {
+        if (!std::getline(m_in, line)) return false;
+        ++m_line_number;
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        // A UTF-8 byte-order mark is not part of the first column's name.
+        if (m_line_number == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
+        return true;
+    }
+    int64_t line_number() const { return m_line_number; }
+
+private:
+    std::ifstream m_in;
+    int64_t m_line_number = 0;
+};
+
+struct Header {
+    std::vector<std::string> columns;
+    size_t label = 0;  // index of the label column
+};
+
+Header read_header(LineReader& reader, const std::string& path, const std::string& label_column) {
+    std::string line;
+    bool found = false;
+    while (reader.next(line))
+        if (!is_blank(line)) {
+            found = true;
+            break;
+        }
+    if (!found) throw Error(path + ": empty file (expected a header row)");
+    Header header;
+    header.columns = split_csv_record(line);
+    if (header.columns.size() < 2)
+        throw Error(path + ":" + std::to_string(reader.line_number()) + ": the header names " +
+                    std::to_string(header.columns.size()) +
+                    " column; a data set needs at least one feature and a label");
+    for (size_t i = 0; i < header.columns.size(); ++i)
+        for (size_t j = 0; j < i; ++j)
+            if (header.columns[i] == header.columns[j])
+                throw Error(path + ":" + std::to_string(reader.line_number()) +
+                            ": duplicate column '" + header.columns[i] + "'");
+    if (label_column.empty()) {
+        header.label = header.columns.size() - 1;
+        return header;
+    }
+    for (size_t i = 0; i < header.columns.size(); ++i)
+        if (header.columns[i] == label_column) {
+            header.label = i;
+            return header;
+        }
+    std::string names;
+    for (const auto& c : header.columns) names += (names.empty() ? "" : ", ") + c;
+    throw Error(path + ": no column '" + label_column + "' (columns: " + names + ")");
+}
+
+double parse_number(const std::string& field, const std::string& path, int64_t line,
+                    const std::string& column) {
+    const char* begin = field.data();
+    const char* end = begin + field.size();
+    if (begin != end && *begin == '+') ++begin;  // from_chars rejects an explicit '+'
+    double value = 0.0;
+    const auto [ptr, ec] = std::from_chars(begin, end, value);
+    const std::string where = path + ":" + std::to_string(line) + ": column '" + column + "': '";
+    if (field.empty() || ec != std::errc() || ptr != end)
+        throw Error(where + field + "' is not a number");
+    if (!std::isfinite(value)) throw Error(where + field + "' is not a finite number");
+    return value;
+}
+
+}  // namespace
+
+std::vector<std::string> split_csv_record(const std::string& line) {
+    std::vector<std::string> fields;
+    std::string field;
+    bool quoted = false, was_quoted = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+        const char c = line[i];
+        if (quoted) {
+            if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+                field += '"';
+                ++i;
+            } else if (c == '"') {
+                quoted = false;
+            } else {
+                field += c;
+            }
+        } else if (c == '"' && trim(field).empty()) {
+            quoted = was_quoted = true;
+            field.clear();
+        } else if (c == ',') {
+            fields.push_back(was_quoted ? field : trim(field));
+            field.clear();
+            was_quoted = false;
+        } else if (!(was_quoted && (c == ' ' || c == '\t'))) {
+            field += c;
+        }
+    }
+    fields.push_back(was_quoted ? field : trim(field));
+    return fields;
+}
+
+// rows -> inputs [N, columns - 1] (header order, label removed), targets [N].
+Dataset read_csv(const std::string& path, const std::string& label_column) {
+    LineReader reader(path);
+    const Header header = read_header(reader, path, label_column);
+    const size_t columns = header.columns.size();
+    Dataset ds;
+    ds.name = "csv";
+    ds.sample_shape = {static_cast<int64_t>(columns - 1)};
+    std::vector<double> labels;
+    std::string line;
+    while (reader.next(line)) {
+        if (is_blank(line)) continue;
+        const std::vector<std::string> fields = split_csv_record(line);
+        if (fields.size() != columns)
+            throw Error(path + ":" + std::to_string(reader.line_number()) + ": expected " +
+                        std::to_string(columns) + " columns, got " + std::to_string(fields.size()));
+        for (size_t c = 0; c < columns; ++c) {
+            const double v = parse_number(fields[c], path, reader.line_number(), header.columns[c]);
+            if (c == header.label)
+                labels.push_back(v);
+            else
+                ds.inputs.push_back(static_cast<float>(v));
+        }
+    }
+    if (labels.empty()) throw Error(path + ": no data rows after the header");
+
+    bool integral = true;
+    double max_label = 0.0;
+    for (double v : labels) {
+        // Class ids are stored as floats: beyond 2^24 they would no longer be exact.
+        if (v < 0.0 || v != std::floor(v) || v >= 16777216.0) integral = false;
+        max_label = std::max(max_label, v);
+    }
+    if (integral) {
+        ds.num_classes = static_cast<int64_t>(max_label) + 1;
+    } else {
+        ds.target_shape = {1};
+    }
+    ds.targets.assign(labels.begin(), labels.end());
+    return ds;
+}
+
+void check_csv_file(const std::string& path, const std::string& label_column) {
+    LineReader reader(path);
+    read_header(reader, path, label_column);
+}
+
+}  // namespace paralab::data
