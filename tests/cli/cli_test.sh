@@ -65,6 +65,19 @@ check nan_loss 1 'lower optimizer.lr' -- "$paralab" run "$tmp/diverge.paralab.js
 grep -q '"status":"failed"' "$tmp/out" || { echo "FAIL nan_loss: status not failed"; failed=$((failed + 1)); }
 grep -q '"error":' "$tmp/out" || { echo "FAIL nan_loss: no error key"; failed=$((failed + 1)); }
 
+# Ctrl-C stops cleanly between steps: status "stopped", exit 0, the summary still printed.
+"$paralab" run "$good" --epochs 100000 --json >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+sleep 1
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+if [ "$rc" = 0 ] && grep -q '"status":"stopped"' "$tmp/out"; then
+    echo "ok   ctrl_c"; passed=$((passed + 1))
+else
+    echo "FAIL ctrl_c: exit $rc"; cat "$tmp/out" "$tmp/err"; failed=$((failed + 1))
+fi
+
 # Every shipped example validates and runs a few steps (Fashion-MNIST ones when it is installed).
 for f in "$examples"/*.paralab.json; do
     n=$(basename "$f" .paralab.json)
