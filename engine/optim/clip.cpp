@@ -1,45 +1,69 @@
 #include "engine/optim/clip.h"
 
+#include <algorithm>
 #include <cmath>
+#include <sstream>
+
+#include <kernels/cpu/optim.h>
 
 namespace paralab::optim {
 
+namespace {
+
+const Tensor& checked_grad(const nn::Param& p) {
+    if (!p.grad.defined())
+        throw Error("gradient clipping: parameter '" + p.name + "' has no gradient");
+    return p.grad;
+}
+
+}  // namespace
+
 double grad_sq_norm(const std::vector<nn::Param*>& params) {
+    // Parameters are added in order, each one's sum computed in fixed blocks: the same total
+    // whatever the thread count.
     double total = 0;
     for (const nn::Param* p : params) {
-        dispatch_float(p->grad.dtype(), [&]<class T>() {
-            const T* g = p->grad.data<T>();
-            double s = 0;
-            for (int64_t i = 0, n = p->grad.numel(); i < n; ++i) s += static_cast<double>(g[i]) * g[i];
-            total += s;
+        const Tensor& g = checked_grad(*p);
+        total += dispatch_float(g.dtype(), [&]<class T>() {
+            return kernels::cpu::sum_of_squares<T>(g.numel(), g.data<T>());
         });
     }
     return total;
-}
-
-void scale_grads(const std::vector<nn::Param*>& params, double factor) {
-    for (const nn::Param* p : params) {
-        dispatch_float(p->grad.dtype(), [&]<class T>() {
-            T* g = p->grad.data<T>();
-            const T f = static_cast<T>(factor);
-            for (int64_t i = 0, n = p->grad.numel(); i < n; ++i) g[i] *= f;
-        });
-    }
-}
-
-double clip_factor(double total_norm, double max_norm) {
-    if (!std::isfinite(total_norm) || total_norm <= max_norm) return 1.0;
-    return max_norm / (total_norm + 1e-6);
 }
 
 double global_grad_norm(const std::vector<nn::Param*>& params) {
     return std::sqrt(grad_sq_norm(params));
 }
 
+void scale_grads(const std::vector<nn::Param*>& params, double factor) {
+    for (const nn::Param* p : params) {
+        const Tensor& g = checked_grad(*p);
+        dispatch_float(g.dtype(), [&]<class T>() {
+            kernels::cpu::scale_in_place<T>(g.numel(), g.data<T>(), factor);
+        });
+    }
+}
+
+double clip_coefficient(double total_norm, double max_norm) {
+    if (!(max_norm >= 0) || !std::isfinite(max_norm)) {
+        std::ostringstream s;
+        s << "gradient clipping: max_norm must be a finite number >= 0, got " << max_norm;
+        throw Error(s.str());
+    }
+    if (!std::isfinite(total_norm)) return 1.0;
+    return std::min(1.0, max_norm / (total_norm + 1e-6));
+}
+
+double clip_grads_with_norm(const std::vector<nn::Param*>& params, double total_norm,
+                            double max_norm) {
+    const double coef = clip_coefficient(total_norm, max_norm);
+    if (coef < 1.0) scale_grads(params, coef);
+    return coef;
+}
+
 double clip_grad_norm(const std::vector<nn::Param*>& params, double max_norm) {
     const double norm = global_grad_norm(params);
-    const double f = clip_factor(norm, max_norm);
-    if (f != 1.0) scale_grads(params, f);
+    clip_grads_with_norm(params, norm, max_norm);
     return norm;
 }
 

@@ -1,0 +1,35 @@
+#include "engine/optim/adam.h"
+
+#include <kernels/cpu/optim.h>
+
+namespace paralab::optim {
+
+Adam::Adam(OptimizerConfig config)
+    : Optimizer(std::move(config)), m_decoupled(m_config.type == "adamw") {
+    if (m_config.type != "adam" && m_config.type != "adamw")
+        throw ConfigError("optimizer.type: an Adam optimizer made for type '" + m_config.type + "'");
+}
+
+// Every parameter: value, grad, exp_avg and exp_avg_sq of one shape, one fused pass. The bias
+// corrections use the optimizer's step count, which is every parameter's (all are updated on
+// every step, as in torch when every parameter has a gradient).
+void Adam::step_impl(const std::vector<nn::Param*>& params, double lr) {
+    const OptimizerConfig& c = m_config;
+    for (size_t i = 0; i < params.size(); ++i) {
+        nn::Param& p = *params[i];
+        dispatch_float(p.value.dtype(), [&]<class T>() {
+            T* m = m_state[i][0].data<T>();
+            T* v = m_state[i][1].data<T>();
+            if (m_decoupled)
+                kernels::cpu::adamw_update<T>(p.value.numel(), p.value.data<T>(), p.grad.data<T>(),
+                                              m, v, lr, c.beta1, c.beta2, c.eps, c.weight_decay,
+                                              m_steps);
+            else
+                kernels::cpu::adam_update<T>(p.value.numel(), p.value.data<T>(), p.grad.data<T>(),
+                                             m, v, lr, c.beta1, c.beta2, c.eps, c.weight_decay,
+                                             m_steps);
+        });
+    }
+}
+
+}  // namespace paralab::optim
