@@ -106,8 +106,11 @@ std::optional<double> JsonObjectReader::number(const std::string& key, double mi
             std::snprintf(buf, sizeof buf, "%g", x);
             return std::string(buf);
         };
-        std::string lo = (min_inclusive ? "[" : "(") + text(min);
-        std::string hi = std::isinf(max) ? "inf)" : text(max) + "]";
+        // Built with += : GCC 12 warns (-Wrestrict, a false positive) on char* + std::string.
+        std::string lo = min_inclusive ? "[" : "(";
+        lo += text(min);
+        std::string hi = std::isinf(max) ? "inf)" : text(max);
+        if (!std::isinf(max)) hi += "]";
         if (min == 0 && !min_inclusive && std::isinf(max)) return std::string("a positive number");
         if (min == 0 && min_inclusive && std::isinf(max)) return std::string("a non-negative number");
         return "a number in " + lo + ", " + hi;

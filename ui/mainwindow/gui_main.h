@@ -1,0 +1,9 @@
+#pragma once
+
+namespace paralab::ui {
+
+// Creates the application and the window on the embedded default experiment; runs the event
+// loop and returns its exit code.
+int gui_main(int argc, char** argv);
+
+}  // namespace paralab::ui

@@ -1,0 +1,58 @@
+// The ParaLab window: wiring only (STYLE.md 11). The experiment panel on the left, the plot
+// in the centre, Start/Stop, and progress in the status bar.
+#pragma once
+
+#include <QMainWindow>
+#include <optional>
+
+#include "engine/run/experiment.h"
+
+class QAction;
+class QLabel;
+class QProgressBar;
+
+namespace paralab::ui {
+
+class ExperimentPanel;
+class LossPlotPanel;
+class RunController;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    explicit MainWindow(QWidget* parent = nullptr);
+
+    // Loads an experiment file (or a ":/examples/..." resource). On an error the message is
+    // returned (and shown in a dialog when `interactive`), and the experiment shown before stays.
+    QString openExperiment(const QString& path, bool interactive = true);
+    const std::optional<run::Experiment>& experiment() const { return m_experiment; }
+    // For tests and scripted runs: the experiment that Start runs.
+    void setExperiment(const run::Experiment& e);
+
+    RunController* controller() const { return m_controller; }
+    LossPlotPanel* plot() const { return m_plot; }
+    ExperimentPanel* experimentPanel() const { return m_panel; }
+    QString statusText() const;
+
+public slots:
+    void startRun();
+    void stopRun();
+
+private:
+    void buildMenus();
+    void updateActions();
+    void showError(const QString& title, const QString& message, bool interactive);
+
+    std::optional<run::Experiment> m_experiment;
+    ExperimentPanel* m_panel;
+    LossPlotPanel* m_plot;
+    RunController* m_controller;
+    QAction* m_startAction = nullptr;
+    QAction* m_stopAction = nullptr;
+    QLabel* m_status;
+    QProgressBar* m_progress;
+    qint64 m_totalSteps = 0;
+    qint64 m_samples = 0;
+};
+
+}  // namespace paralab::ui

@@ -1,0 +1,86 @@
+#include "ui/panels/experiment/experiment_panel.h"
+
+#include <QHeaderView>
+#include <QLabel>
+#include <QLocale>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include "engine/data/dataset.h"
+#include "engine/device/device.h"
+#include "engine/nn/model.h"
+
+namespace paralab::ui {
+
+ExperimentPanel::ExperimentPanel(QWidget* parent)
+    : QWidget(parent), m_summary(new QLabel), m_layers(new QTableWidget), m_totals(new QLabel) {
+    auto* layout = new QVBoxLayout(this);
+    m_summary->setTextFormat(Qt::RichText);
+    m_summary->setWordWrap(true);
+    m_layers->setColumnCount(4);
+    m_layers->setHorizontalHeaderLabels({tr("Layer"), tr("Type"), tr("Output"), tr("Parameters")});
+    m_layers->verticalHeader()->hide();
+    m_layers->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_layers->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_layers->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_layers->horizontalHeader()->setStretchLastSection(true);
+    m_layers->setAlternatingRowColors(true);
+    m_totals->setWordWrap(true);
+    layout->addWidget(m_summary);
+    layout->addWidget(new QLabel(tr("<b>Model</b>")));
+    layout->addWidget(m_layers, 1);
+    layout->addWidget(m_totals);
+}
+
+void ExperimentPanel::showExperiment(const run::Experiment& e) {
+    // Build the model first: if it does not fit, nothing shown changes.
+    Shape input;
+    if (e.input) {
+        input = *e.input;
+    } else {
+        data::DataConfig probe = e.data;
+        probe.train_limit = probe.test_limit = 1;
+        input = Shape(data::load_data(probe, e.seed).train.sample_shape);
+    }
+    auto device = make_cpu_device(0);
+    nn::Model model(e.layers, input, e.loss, DType::f32, *device);
+    const auto rows = model.summary();
+
+    QStringList devices;
+    for (const auto& d : e.devices) devices << QString::fromStdString(d);
+    const QLocale locale;
+    m_summary->setText(
+        tr("<h3>%1</h3><table cellspacing='3'>"
+           "<tr><td>Data</td><td><b>%2</b>, batch %3</td></tr>"
+           "<tr><td>Devices</td><td>%4</td></tr>"
+           "<tr><td>Strategy</td><td>%5</td></tr>"
+           "<tr><td>Optimizer</td><td>%6, lr %7, %8 schedule</td></tr>"
+           "<tr><td>Training</td><td>%9 epochs%10</td></tr></table>")
+            .arg(QString::fromStdString(e.name).toHtmlEscaped(),
+                 QString::fromStdString(e.data.dataset), QString::number(e.data.batch_size),
+                 devices.join(QStringLiteral(", ")), QString::fromStdString(e.strategy.type),
+                 QString::fromStdString(e.optimizer.type), QString::number(e.optimizer.lr),
+                 QString::fromStdString(e.schedule.type), QString::number(e.train.epochs))
+            .arg(e.train.max_steps ? tr(", at most %1 steps").arg(*e.train.max_steps) : QString()));
+
+    m_layers->setRowCount(static_cast<int>(rows.size()));
+    for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
+        const auto& r = rows[static_cast<size_t>(i)];
+        const QString indent(2 * r.depth, QLatin1Char(' '));
+        const QString path = QString::fromStdString(r.path).mid(6);  // drop "model."
+        auto* params = new QTableWidgetItem(locale.toString(static_cast<qlonglong>(r.parameters)));
+        params->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+        m_layers->setItem(i, 0, new QTableWidgetItem(indent + path));
+        m_layers->setItem(i, 1, new QTableWidgetItem(QString::fromStdString(r.type)));
+        m_layers->setItem(i, 2, new QTableWidgetItem(QString::fromStdString(r.output.to_string())));
+        m_layers->setItem(i, 3, params);
+    }
+    m_totals->setText(tr("Input %1 · %2 parameters · %3 MFLOP per example (forward)")
+                          .arg(QString::fromStdString(input.to_string()))
+                          .arg(locale.toString(static_cast<qlonglong>(model.parameter_count())))
+                          .arg(model.flops_per_sample() / 1e6, 0, 'f', 2));
+}
+
+int ExperimentPanel::layerRowCount() const { return m_layers->rowCount(); }
+
+}  // namespace paralab::ui
