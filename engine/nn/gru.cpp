@@ -24,43 +24,7 @@ constexpr int64_t kGates = 3;
 }  // namespace
 
 GRU::GRU(int64_t hidden, int64_t num_layers, bool return_sequence)
-    : Layer("gru"), m_hidden(hidden), m_num_layers(num_layers), m_return_sequence(return_sequence) {
-    if (hidden < 1)
-        throw ConfigError("gru: hidden must be a positive integer, got " + std::to_string(hidden));
-    if (num_layers < 1)
-        throw ConfigError("gru: num_layers must be a positive integer, got " +
-                          std::to_string(num_layers));
-}
-
-// input: [T, F] -> [H] or [T, H]
-Shape GRU::build_impl(const Shape& input) {
-    if (input.rank() != 2 || input[0] < 1 || input[1] < 1)
-        shape_error("an input [T, features]", input);
-    m_steps = input[0];
-    m_features = input[1];
-    const int64_t G = kGates * m_hidden;
-    m_weights.clear();
-    for (int64_t l = 0; l < m_num_layers; ++l) {
-        const std::string s = "_l" + std::to_string(l);
-        RecurrentWeights w;
-        w.w_ih = &add_param("weight_ih" + s, Shape{G, l == 0 ? m_features : m_hidden});
-        w.w_hh = &add_param("weight_hh" + s, Shape{G, m_hidden});
-        w.b_ih = &add_param("bias_ih" + s, Shape{G});
-        w.b_hh = &add_param("bias_hh" + s, Shape{G});
-        m_weights.push_back(w);
-    }
-    return m_return_sequence ? Shape{m_steps, m_hidden} : Shape{m_hidden};
-}
-
-void GRU::reset_parameters_impl(Rng& rng) {
-    // PyTorch: every weight and bias uniform(-1/sqrt(H), 1/sqrt(H)), in parameter order.
-    const double bound = 1.0 / std::sqrt(static_cast<double>(m_hidden));
-    for (Param& p : m_params) {
-        dispatch_float(p.value.dtype(), [&]<class T>() {
-            for (T& v : p.value.span<T>()) v = static_cast<T>(rng.uniform(-bound, bound));
-        });
-    }
-}
+    : RecurrentLayer("gru", kGates, hidden, num_layers, return_sequence) {}
 
 // x: [B, T, F] -> y: [B, H] (last step of the top layer) or [B, T, H] (every step)
 Tensor GRU::forward_impl(const Tensor& x, Mode mode) {
@@ -176,17 +140,6 @@ Tensor GRU::backward_impl(const Tensor& dy) {
     m_x = Tensor();  // the saved state is dead once its gradients are out
     m_saved.clear();
     return dx;
-}
-
-// 2 per multiply-add of the input and recurrent GEMMs, per step and stacked layer.
-int64_t GRU::flops_impl() const {
-    if (!built()) return 0;
-    int64_t flops = 0;
-    for (int64_t l = 0; l < m_num_layers; ++l) {
-        const int64_t in = l == 0 ? m_features : m_hidden;
-        flops += 2 * m_steps * kGates * m_hidden * (in + m_hidden);
-    }
-    return flops;
 }
 
 }  // namespace paralab::nn

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/nn/layer.h"
@@ -22,17 +23,37 @@ struct RecurrentWeights {
     Param* b_hh = nullptr;  // [G*H]
 };
 
-class LSTM : public Layer {
+// What LSTM and GRU share: options, PyTorch's parameter layout and initialisation, shape
+// inference and FLOP count. `gates` is G (4 for LSTM, 3 for GRU).
+class RecurrentLayer : public Layer {
+protected:
+    // Throws ConfigError when hidden < 1 or num_layers < 1.
+    RecurrentLayer(std::string type, int64_t gates, int64_t hidden, int64_t num_layers,
+                   bool return_sequence);
+
+    // input: [T, F] -> [H] or [T, H]
+    Shape build_impl(const Shape& input) override;
+    void reset_parameters_impl(Rng& rng) override;
+    int64_t flops_impl() const override;
+
+    int64_t m_gates;
+    int64_t m_hidden;
+    int64_t m_num_layers;
+    bool m_return_sequence;
+    int64_t m_steps = 0;
+    int64_t m_features = 0;
+    std::vector<RecurrentWeights> m_weights;  // per stacked layer
+    Tensor m_x;                               // the last forward's input, released by backward
+};
+
+class LSTM : public RecurrentLayer {
 public:
     // Throws ConfigError when hidden < 1 or num_layers < 1.
     LSTM(int64_t hidden, int64_t num_layers = 1, bool return_sequence = false);
 
 protected:
-    Shape build_impl(const Shape& input) override;
-    void reset_parameters_impl(Rng& rng) override;
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
-    int64_t flops_impl() const override;
 
 private:
     // What one stacked layer's backward reads, from the last forward; all [B, T, ...].
@@ -43,27 +64,17 @@ private:
         Tensor h;       // [B, T, H] outputs (the next layer's input)
     };
 
-    int64_t m_hidden;
-    int64_t m_num_layers;
-    bool m_return_sequence;
-    int64_t m_steps = 0;
-    int64_t m_features = 0;
-    std::vector<RecurrentWeights> m_weights;  // per stacked layer
-    Tensor m_x;                               // the last forward's input, released by backward
-    std::vector<Saved> m_saved;               // per stacked layer, released by backward
+    std::vector<Saved> m_saved;  // per stacked layer, released by backward
 };
 
-class GRU : public Layer {
+class GRU : public RecurrentLayer {
 public:
     // Throws ConfigError when hidden < 1 or num_layers < 1.
     GRU(int64_t hidden, int64_t num_layers = 1, bool return_sequence = false);
 
 protected:
-    Shape build_impl(const Shape& input) override;
-    void reset_parameters_impl(Rng& rng) override;
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
-    int64_t flops_impl() const override;
 
 private:
     struct Saved {
@@ -72,13 +83,6 @@ private:
         Tensor h;      // [B, T, H] outputs
     };
 
-    int64_t m_hidden;
-    int64_t m_num_layers;
-    bool m_return_sequence;
-    int64_t m_steps = 0;
-    int64_t m_features = 0;
-    std::vector<RecurrentWeights> m_weights;
-    Tensor m_x;
     std::vector<Saved> m_saved;
 };
 
