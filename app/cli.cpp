@@ -6,6 +6,7 @@
 #include <csignal>
 #include <unistd.h>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -16,6 +17,7 @@
 #include "engine/nn/model.h"
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
+#include "engine/store/run_store.h"
 
 namespace paralab::app {
 
@@ -160,27 +162,23 @@ extern "C" void on_interrupt(int) {
     if (g_control) g_control->stop.store(true);
 }
 
-json summary_json(const run::RunSummary& s) {
-    json j{{"run_id", nullptr},
-           {"status", s.status},
-           {"name", s.name},
-           {"strategy", s.strategy},
-           {"devices", s.devices},
-           {"steps", s.steps},
-           {"epochs", s.epochs},
-           {"final_loss", s.final_loss},
-           {"test_loss", s.test_loss ? json(*s.test_loss) : json(nullptr)},
-           {"test_accuracy", s.test_accuracy ? json(*s.test_accuracy) : json(nullptr)},
-           {"samples_per_s", s.samples_per_s},
-           {"wall_s", s.wall_s},
-           {"peak_memory_bytes", s.peak_memory_bytes},
-           {"parameters", s.parameters}};
-    if (!s.error.empty()) j["error"] = s.error;
-    return j;
-}
+// Forwards each event to several observers (the progress line and the store).
+class Observers : public run::RunObserver {
+public:
+    explicit Observers(std::vector<run::RunObserver*> all) : m_all(std::move(all)) {}
+    void on_start(const run::Experiment& e, int64_t n) override { for (auto* o : m_all) o->on_start(e, n); }
+    void on_step(const run::StepRecord& r) override { for (auto* o : m_all) o->on_step(r); }
+    void on_eval(const run::EvalResult& r) override { for (auto* o : m_all) o->on_eval(r); }
+    void on_finish(const run::RunSummary& s) override { for (auto* o : m_all) o->on_finish(s); }
+
+private:
+    std::vector<run::RunObserver*> m_all;
+};
+
+std::string store_path(const std::string& db) { return db.empty() ? store::RunStore::default_path() : db; }
 
 struct RunArgs {
-    std::string file;
+    std::string file, db;
     std::string devices, strategy;
     int64_t epochs = 0, steps = 0;
     int threads = 1;
@@ -206,15 +204,78 @@ int cmd_run(const RunArgs& a) {
     if (a.steps > 0) e.train.max_steps = a.steps;
     data::check_data_files(e.data);
 
+    store::RunStore db(store_path(a.db));
     run::RunControl control;
     g_control = &control;
     std::signal(SIGINT, on_interrupt);
     std::signal(SIGTERM, on_interrupt);
     ProgressLine progress(isatty(fileno(stderr)));
-    const run::RunSummary s = run::run_experiment(e, &progress, &control, a.threads);
+    run::RunSummary s;
+    int64_t run_id = 0;
+    std::string write_error;
+    {
+        store::RunRecorder recorder(db, run::to_json(e));
+        Observers observers({&progress, &recorder});
+        s = run::run_experiment(e, &observers, &control, a.threads);
+        run_id = recorder.run_id();
+        write_error = recorder.write_error();
+    }
     g_control = nullptr;
-    if (a.json) std::cout << summary_json(s).dump() << std::endl;
+    if (!write_error.empty()) std::cerr << "paralab: warning: some steps were not stored: " << write_error << "\n";
+    if (a.json) std::cout << store::summary_json(s, run_id).dump() << std::endl;
     return s.status == "failed" ? 1 : 0;
+}
+
+int cmd_runs_list(const std::string& path, bool as_json) {
+    store::RunStore db(path);
+    const auto rows = db.list_runs();
+    if (as_json) {
+        json out = json::array();
+        for (const auto& r : rows)
+            out.push_back({{"run_id", r.run_id}, {"name", r.name}, {"status", r.status},
+                           {"strategy", r.strategy}, {"devices", r.devices},
+                           {"created_at", r.created_at},
+                           {"finished_at", r.finished_at.empty() ? json(nullptr) : json(r.finished_at)}});
+        std::cout << out.dump(2) << "\n";
+        return 0;
+    }
+    std::printf("%5s  %-20s  %-24s  %-12s  %-14s  %s\n", "id", "created", "name", "status", "strategy",
+                "devices");
+    for (const auto& r : rows)
+        std::printf("%5lld  %-20s  %-24s  %-12s  %-14s  %s\n", static_cast<long long>(r.run_id),
+                    r.created_at.c_str(), r.name.c_str(), r.status.c_str(), r.strategy.c_str(),
+                    json(r.devices).dump().c_str());
+    if (rows.empty()) std::printf("no runs in %s\n", path.c_str());
+    return 0;
+}
+
+int cmd_runs_show(const std::string& path, int64_t id, bool as_json) {
+    store::RunStore db(path);
+    const auto row = db.get_run(id);
+    if (!row) throw ConfigError("no run " + std::to_string(id) + " in " + path);
+    json j = row->summary;
+    j["status"] = row->status;
+    j["created_at"] = row->created_at;
+    j["config"] = row->config;
+    if (as_json) {
+        std::cout << j.dump(2) << "\n";
+        return 0;
+    }
+    std::printf("run %lld: %s (%s)\n", static_cast<long long>(id), row->name.c_str(), row->status.c_str());
+    for (const auto& [k, v] : j.items())
+        if (k != "config") std::printf("  %-18s %s\n", k.c_str(), v.dump().c_str());
+    return 0;
+}
+
+int cmd_runs_export(const std::string& path, int64_t id, const std::string& file) {
+    store::RunStore db(path);
+    if (!db.get_run(id)) throw ConfigError("no run " + std::to_string(id) + " in " + path);
+    std::ofstream out(file);
+    if (!out) throw ConfigError(file + ": cannot write the CSV file");
+    db.export_csv(id, out);
+    out.close();
+    if (!out) throw ConfigError(file + ": writing the CSV file failed");
+    return 0;
 }
 
 }  // namespace
@@ -233,6 +294,24 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     run->add_option("--threads", run_args.threads, "compute threads per device")
         ->check(CLI::Range(1, 256));
     run->add_flag("--json", run_args.json, "print a JSON summary on stdout at the end");
+    run->add_option("--db", run_args.db, "run store (SQLite); default " + store::RunStore::default_path());
+
+    std::string runs_db;
+    bool runs_json = false;
+    int64_t run_id = 0;
+    std::string csv_file;
+    auto* runs = app.add_subcommand("runs", "the runs kept in the store");
+    runs->require_subcommand(1);
+    auto* runs_list = runs->add_subcommand("list", "every run, oldest first");
+    auto* runs_show = runs->add_subcommand("show", "one run: config, status, summary");
+    auto* runs_export = runs->add_subcommand("export", "per-step, per-device metrics as CSV");
+    for (auto* sub : {runs_list, runs_show, runs_export})
+        sub->add_option("--db", runs_db, "run store (SQLite)");
+    runs_list->add_flag("--json", runs_json, "print JSON");
+    runs_show->add_flag("--json", runs_json, "print JSON");
+    runs_show->add_option("id", run_id, "run id")->required();
+    runs_export->add_option("id", run_id, "run id")->required();
+    runs_export->add_option("--csv", csv_file, "output file")->required();
 
     std::string validate_file;
     auto* validate = app.add_subcommand("validate", "check an experiment file; print the model summary");
@@ -253,6 +332,9 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
         if (devices->parsed()) return cmd_devices(devices_json);
         if (validate->parsed()) return cmd_validate(validate_file);
         if (run->parsed()) return cmd_run(run_args);
+        if (runs_list->parsed()) return cmd_runs_list(store_path(runs_db), runs_json);
+        if (runs_show->parsed()) return cmd_runs_show(store_path(runs_db), run_id, runs_json);
+        if (runs_export->parsed()) return cmd_runs_export(store_path(runs_db), run_id, csv_file);
         if (open_gui) return open_gui(argc, argv);
         std::cout << app.help();
         return 0;

@@ -7,6 +7,7 @@ paralab=$1
 examples=$2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+export XDG_DATA_HOME="$tmp/data"  # the default run store goes here, not into the user's home
 passed=0
 failed=0
 
@@ -77,6 +78,26 @@ if [ "$rc" = 0 ] && grep -q '"status":"stopped"' "$tmp/out"; then
 else
     echo "FAIL ctrl_c: exit $rc"; cat "$tmp/out" "$tmp/err"; failed=$((failed + 1))
 fi
+
+# The run store: runs list/show/export, and a killed run marked interrupted with its rows.
+db="$tmp/runs.db"
+check store_run 0 '"run_id":1' -- "$paralab" run "$good" --db "$db" --steps 30 --json
+check runs_list 0 '"status": "finished"' -- "$paralab" runs list --db "$db" --json
+check runs_show 0 '"config"' -- "$paralab" runs show 1 --db "$db" --json
+check runs_export 0 '' -- "$paralab" runs export 1 --csv "$tmp/run1.csv" --db "$db"
+[ "$(wc -l <"$tmp/run1.csv")" = 31 ] || { echo "FAIL runs_export: expected 31 lines"; failed=$((failed + 1)); }
+check runs_show_missing 2 'no run 7' -- "$paralab" runs show 7 --db "$db"
+"$paralab" run "$good" --db "$db" --epochs 100000 >/dev/null 2>&1 &
+pid=$!
+sleep 2
+kill -KILL "$pid"
+wait "$pid" 2>/dev/null
+check killed_run 0 '"status": "interrupted"' -- "$paralab" runs list --db "$db" --json
+check killed_run_rows 0 '"steps"' -- "$paralab" runs show 2 --db "$db" --json
+grep -q '"steps": 0' "$tmp/out" && { echo "FAIL killed_run_rows: no committed steps"; failed=$((failed + 1)); }
+echo "notes, not a database" >"$tmp/notes.db"
+check corrupt_db 2 'not a ParaLab run store' -- "$paralab" runs list --db "$tmp/notes.db"
+grep -q "notes, not a database" "$tmp/notes.db" || { echo "FAIL corrupt_db: file changed"; failed=$((failed + 1)); }
 
 # Every shipped example validates and runs a few steps (Fashion-MNIST ones when it is installed).
 for f in "$examples"/*.paralab.json; do

@@ -1,0 +1,419 @@
+#include "engine/store/run_store.h"
+
+#include <sqlite3.h>
+
+#include <cerrno>
+#include <cmath>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <ostream>
+#include <unistd.h>
+
+namespace paralab::store {
+
+using nlohmann::json;
+
+namespace {
+
+std::string now_iso8601() {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+// A prepared statement that finalizes itself; every status is checked.
+class Statement {
+public:
+    Statement(sqlite3* db, const char* sql, const std::string& path) : m_db(db), m_path(path) {
+        if (sqlite3_prepare_v2(db, sql, -1, &m_stmt, nullptr) != SQLITE_OK) fail("prepare");
+    }
+    ~Statement() { sqlite3_finalize(m_stmt); }
+    Statement& bind(int i, int64_t v) { return check(sqlite3_bind_int64(m_stmt, i, v)); }
+    Statement& bind(int i, double v) { return check(sqlite3_bind_double(m_stmt, i, v)); }
+    Statement& bind(int i, const std::string& v) {
+        return check(sqlite3_bind_text(m_stmt, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+    }
+    Statement& bind_null(int i) { return check(sqlite3_bind_null(m_stmt, i)); }
+    bool step() {
+        const int rc = sqlite3_step(m_stmt);
+        if (rc == SQLITE_ROW) return true;
+        if (rc != SQLITE_DONE) fail("step");
+        return false;
+    }
+    void reset() {
+        sqlite3_reset(m_stmt);
+        sqlite3_clear_bindings(m_stmt);
+    }
+    int64_t integer(int c) const { return sqlite3_column_int64(m_stmt, c); }
+    double real(int c) const { return sqlite3_column_double(m_stmt, c); }
+    bool is_null(int c) const { return sqlite3_column_type(m_stmt, c) == SQLITE_NULL; }
+    std::string text(int c) const {
+        const auto* p = sqlite3_column_text(m_stmt, c);
+        return p ? reinterpret_cast<const char*>(p) : "";
+    }
+
+private:
+    Statement& check(int rc) {
+        if (rc != SQLITE_OK) fail("bind");
+        return *this;
+    }
+    [[noreturn]] void fail(const char* what) {
+        throw StoreError(m_path + ": " + what + " failed: " + sqlite3_errmsg(m_db));
+    }
+    sqlite3* m_db;
+    sqlite3_stmt* m_stmt = nullptr;
+    const std::string& m_path;
+};
+
+json parse_or_null(const std::string& text) {
+    if (text.empty()) return nullptr;
+    return json::parse(text, nullptr, false);
+}
+
+}  // namespace
+
+std::string RunStore::default_path() {
+    if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg)
+        return std::string(xdg) + "/ParaLab/runs.db";
+    const char* home = std::getenv("HOME");
+    return std::string(home && *home ? home : ".") + "/.local/share/ParaLab/runs.db";
+}
+
+RunStore::RunStore(const std::string& path) : m_path(path) {
+    const auto parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (ec) throw StoreError(path + ": cannot create the folder " + parent.string() + ": " + ec.message());
+    if (sqlite3_open_v2(path.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                        nullptr) != SQLITE_OK) {
+        const std::string why = m_db ? sqlite3_errmsg(m_db) : "out of memory";
+        sqlite3_close(m_db);
+        m_db = nullptr;
+        throw StoreError(path + ": cannot open the run store: " + why);
+    }
+    try {
+        sqlite3_busy_timeout(m_db, 5000);
+        exec("PRAGMA journal_mode=WAL");
+        exec("PRAGMA synchronous=NORMAL");
+        exec("PRAGMA foreign_keys=ON");
+        migrate();
+        mark_interrupted();
+    } catch (const StoreError& e) {
+        sqlite3_close(m_db);
+        m_db = nullptr;
+        const std::string what = e.what();
+        if (what.find("not a database") != std::string::npos)
+            throw StoreError(path + ": not a ParaLab run store (the file is not an SQLite "
+                                    "database, or it is damaged); choose another file with --db");
+        throw;
+    }
+}
+
+RunStore::~RunStore() { sqlite3_close(m_db); }
+
+void RunStore::exec(const char* sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(m_db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+        std::string why = err ? err : sqlite3_errmsg(m_db);
+        sqlite3_free(err);
+        throw StoreError(m_path + ": " + why);
+    }
+}
+
+void RunStore::migrate() {
+    std::lock_guard lock(m_mutex);
+    Statement v(m_db, "PRAGMA user_version", m_path);
+    v.step();
+    const int64_t version = v.integer(0);
+    if (version > kSchemaVersion)
+        throw StoreError(m_path + ": this run store has schema version " + std::to_string(version) +
+                         ", written by a newer ParaLab (this one reads up to " +
+                         std::to_string(kSchemaVersion) + "); update ParaLab or choose another file");
+    if (version < 1) {
+        exec("BEGIN IMMEDIATE");
+        try {
+            exec(R"(
+CREATE TABLE IF NOT EXISTS runs (
+  run_id      INTEGER PRIMARY KEY AUTOINCREMENT,
+  name        TEXT NOT NULL,
+  status      TEXT NOT NULL,
+  strategy    TEXT NOT NULL,
+  devices     TEXT NOT NULL,
+  config      TEXT NOT NULL,
+  created_at  TEXT NOT NULL,
+  finished_at TEXT,
+  summary     TEXT,
+  notes       TEXT NOT NULL DEFAULT '',
+  pid         INTEGER,
+  host        TEXT
+);
+CREATE TABLE IF NOT EXISTS records (
+  run_id       INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  step         INTEGER NOT NULL,
+  device       TEXT NOT NULL,
+  epoch        INTEGER NOT NULL,
+  wall_s       REAL NOT NULL,
+  loss         REAL,
+  samples      INTEGER NOT NULL,
+  compute_ms   REAL NOT NULL,
+  comm_ms      REAL NOT NULL,
+  idle_ms      REAL NOT NULL,
+  data_wait_ms REAL NOT NULL,
+  memory_bytes INTEGER NOT NULL,
+  lr           REAL,
+  PRIMARY KEY (run_id, step, device)
+);
+CREATE TABLE IF NOT EXISTS evaluations (
+  run_id   INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  step     INTEGER NOT NULL,
+  loss     REAL NOT NULL,
+  accuracy REAL,
+  samples  INTEGER NOT NULL
+);
+PRAGMA user_version = 1;
+)");
+            exec("COMMIT");
+        } catch (...) {
+            sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+            throw;
+        }
+    }
+}
+
+void RunStore::mark_interrupted() {
+    std::lock_guard lock(m_mutex);
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    Statement q(m_db, "SELECT run_id, pid, host FROM runs WHERE status = 'running'", m_path);
+    std::vector<int64_t> dead;
+    while (q.step()) {
+        const auto pid = static_cast<pid_t>(q.integer(1));
+        // Only a process on this machine can be checked; kill(pid, 0) fails with ESRCH when it is gone.
+        if (q.text(2) == host && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) dead.push_back(q.integer(0));
+    }
+    Statement u(m_db, "UPDATE runs SET status = 'interrupted' WHERE run_id = ?", m_path);
+    for (int64_t id : dead) {
+        u.bind(1, id).step();
+        u.reset();
+    }
+}
+
+int64_t RunStore::create_run(const run::Experiment& e, const json& config) {
+    std::lock_guard lock(m_mutex);
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    Statement s(m_db,
+                "INSERT INTO runs (name, status, strategy, devices, config, created_at, pid, host) "
+                "VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
+                m_path);
+    s.bind(1, e.name).bind(2, e.strategy.type).bind(3, json(e.devices).dump()).bind(4, config.dump());
+    s.bind(5, now_iso8601()).bind(6, static_cast<int64_t>(getpid())).bind(7, std::string(host));
+    s.step();
+    return sqlite3_last_insert_rowid(m_db);
+}
+
+void RunStore::finish_run(int64_t run_id, const std::string& status, const json& summary) {
+    std::lock_guard lock(m_mutex);
+    Statement s(m_db, "UPDATE runs SET status = ?, summary = ?, finished_at = ? WHERE run_id = ?", m_path);
+    s.bind(1, status).bind(2, summary.dump()).bind(3, now_iso8601()).bind(4, run_id);
+    s.step();
+}
+
+void RunStore::add_records(int64_t run_id, const std::vector<run::StepRecord>& records) {
+    if (records.empty()) return;
+    std::lock_guard lock(m_mutex);
+    exec("BEGIN");
+    try {
+        Statement s(m_db,
+                    "INSERT OR REPLACE INTO records (run_id, step, device, epoch, wall_s, loss, samples, "
+                    "compute_ms, comm_ms, idle_ms, data_wait_ms, memory_bytes, lr) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?)",
+                    m_path);
+        for (const auto& r : records) {
+            s.bind(1, run_id).bind(2, r.step).bind(3, r.device).bind(4, r.epoch).bind(5, r.wall_s);
+            if (std::isfinite(r.loss)) s.bind(6, r.loss);
+            else s.bind_null(6);
+            s.bind(7, r.samples).bind(8, r.compute_ms).bind(9, r.data_wait_ms);
+            s.bind(10, r.memory.current_total).bind(11, r.lr);
+            s.step();
+            s.reset();
+        }
+        exec("COMMIT");
+    } catch (...) {
+        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+void RunStore::add_eval(int64_t run_id, const run::EvalResult& ev) {
+    std::lock_guard lock(m_mutex);
+    Statement s(m_db, "INSERT INTO evaluations (run_id, step, loss, accuracy, samples) VALUES (?, ?, ?, ?, ?)",
+                m_path);
+    s.bind(1, run_id).bind(2, ev.step).bind(3, ev.loss);
+    if (ev.accuracy) s.bind(4, *ev.accuracy);
+    else s.bind_null(4);
+    s.bind(5, ev.samples).step();
+}
+
+std::vector<RunRow> RunStore::list_runs() {
+    std::lock_guard lock(m_mutex);
+    Statement q(m_db,
+                "SELECT run_id, name, status, strategy, devices, created_at, finished_at, summary, config "
+                "FROM runs ORDER BY run_id",
+                m_path);
+    std::vector<RunRow> rows;
+    while (q.step()) {
+        RunRow r;
+        r.run_id = q.integer(0);
+        r.name = q.text(1);
+        r.status = q.text(2);
+        r.strategy = q.text(3);
+        const json devices = parse_or_null(q.text(4));
+        if (devices.is_array())
+            for (const auto& d : devices) r.devices.push_back(d.get<std::string>());
+        r.created_at = q.text(5);
+        r.finished_at = q.text(6);
+        r.summary = parse_or_null(q.text(7));
+        r.config = parse_or_null(q.text(8));
+        rows.push_back(std::move(r));
+    }
+    return rows;
+}
+
+std::optional<RunRow> RunStore::get_run(int64_t run_id) {
+    std::optional<RunRow> row;
+    for (auto& r : list_runs())
+        if (r.run_id == run_id) row = std::move(r);
+    if (!row || !row->summary.is_null()) return row;
+    // Running or interrupted: the summary as far as the committed rows go.
+    std::lock_guard lock(m_mutex);
+    Statement q(m_db,
+                "SELECT step, epoch, wall_s, loss FROM records WHERE run_id = ? "
+                "ORDER BY step DESC LIMIT 1",
+                m_path);
+    q.bind(1, run_id);
+    json s{{"run_id", run_id}, {"status", row->status}, {"name", row->name},
+           {"strategy", row->strategy}, {"devices", row->devices}, {"steps", 0}};
+    if (q.step()) {
+        s["steps"] = q.integer(0);
+        s["epochs"] = q.integer(1) + 1;
+        s["wall_s"] = q.real(2);
+        s["final_loss"] = q.is_null(3) ? json(nullptr) : json(q.real(3));
+    }
+    row->summary = s;
+    return row;
+}
+
+bool RunStore::export_csv(int64_t run_id, std::ostream& out) {
+    if (!get_run(run_id)) return false;
+    std::lock_guard lock(m_mutex);
+    Statement q(m_db,
+                "SELECT step, device, epoch, wall_s, loss, samples, compute_ms, comm_ms, idle_ms, "
+                "data_wait_ms, memory_bytes, lr FROM records WHERE run_id = ? ORDER BY step, device",
+                m_path);
+    q.bind(1, run_id);
+    out << "step,device,epoch,wall_s,loss,samples,samples_per_s,compute_ms,comm_ms,idle_ms,"
+           "data_wait_ms,memory_bytes,lr\n";
+    out.precision(9);
+    while (q.step()) {
+        const double step_s = (q.real(6) + q.real(7) + q.real(8) + q.real(9)) / 1000.0;
+        out << q.integer(0) << ',' << q.text(1) << ',' << q.integer(2) << ',' << q.real(3) << ',';
+        if (!q.is_null(4)) out << q.real(4);
+        out << ',' << q.integer(5) << ',' << (step_s > 0 ? static_cast<double>(q.integer(5)) / step_s : 0.0)
+            << ',' << q.real(6) << ',' << q.real(7) << ',' << q.real(8) << ',' << q.real(9) << ','
+            << q.integer(10) << ',' << q.real(11) << '\n';
+    }
+    return true;
+}
+
+// ---- RunRecorder -----------------------------------------------------------------------------
+
+RunRecorder::RunRecorder(RunStore& store, json config)
+    : m_store(store), m_config(std::move(config)), m_writer([this] { writer_loop(); }) {}
+
+RunRecorder::~RunRecorder() {
+    {
+        std::lock_guard lock(m_mutex);
+        m_stop = true;
+    }
+    m_wake.notify_all();
+    m_writer.join();
+}
+
+void RunRecorder::on_start(const run::Experiment& e, int64_t) {
+    m_run_id = m_store.create_run(e, m_config);
+}
+
+void RunRecorder::on_step(const run::StepRecord& r) {
+    std::lock_guard lock(m_mutex);
+    m_queue.push_back(r);
+    if (m_queue.size() >= 512) m_wake.notify_all();
+}
+
+void RunRecorder::on_eval(const run::EvalResult& r) {
+    if (m_run_id) m_store.add_eval(m_run_id, r);
+}
+
+void RunRecorder::on_finish(const run::RunSummary& s) {
+    {
+        std::unique_lock lock(m_mutex);
+        flush_queue(lock);
+    }
+    if (m_run_id) m_store.finish_run(m_run_id, s.status, summary_json(s, m_run_id));
+}
+
+void RunRecorder::writer_loop() {
+    std::unique_lock lock(m_mutex);
+    while (!m_stop) {
+        m_wake.wait_for(lock, std::chrono::milliseconds(200));
+        flush_queue(lock);
+    }
+    flush_queue(lock);
+}
+
+void RunRecorder::flush_queue(std::unique_lock<std::mutex>& lock) {
+    if (m_queue.empty() || m_run_id == 0) return;
+    std::vector<run::StepRecord> batch;
+    batch.swap(m_queue);
+    lock.unlock();  // training goes on queueing while the transaction is written
+    try {
+        m_store.add_records(m_run_id, batch);
+    } catch (const std::exception& e) {
+        lock.lock();
+        if (m_error.empty()) m_error = e.what();
+        return;
+    }
+    lock.lock();
+}
+
+std::string RunRecorder::write_error() {
+    std::lock_guard lock(m_mutex);
+    return m_error;
+}
+
+json summary_json(const run::RunSummary& s, int64_t run_id) {
+    json j{{"run_id", run_id ? json(run_id) : json(nullptr)},
+           {"status", s.status},
+           {"name", s.name},
+           {"strategy", s.strategy},
+           {"devices", s.devices},
+           {"steps", s.steps},
+           {"epochs", s.epochs},
+           {"final_loss", s.final_loss},
+           {"test_loss", s.test_loss ? json(*s.test_loss) : json(nullptr)},
+           {"test_accuracy", s.test_accuracy ? json(*s.test_accuracy) : json(nullptr)},
+           {"samples_per_s", s.samples_per_s},
+           {"wall_s", s.wall_s},
+           {"peak_memory_bytes", s.peak_memory_bytes},
+           {"parameters", s.parameters}};
+    if (!s.error.empty()) j["error"] = s.error;
+    return j;
+}
+
+}  // namespace paralab::store

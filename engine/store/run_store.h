@@ -1,0 +1,108 @@
+// The run store (DESIGN.md §6): one SQLite file keeps every run — its experiment, status,
+// summary, per-step per-device records and evaluations — so that runs can be compared
+// afterwards. WAL mode, so the window reads while a run writes; the schema version is
+// PRAGMA user_version and migrations go forward only; a file from a newer ParaLab is refused.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/run/trainer.h"
+#include "engine/util/error.h"
+
+struct sqlite3;
+
+namespace paralab::store {
+
+// The schema this build writes.
+constexpr int kSchemaVersion = 1;
+
+class StoreError : public Error {
+public:
+    using Error::Error;
+};
+
+struct RunRow {
+    int64_t run_id = 0;
+    std::string name, status, strategy, created_at, finished_at;
+    std::vector<std::string> devices;
+    nlohmann::json summary;  // the --json summary as far as the run got (null while running)
+    nlohmann::json config;   // the experiment it ran
+};
+
+class RunStore {
+public:
+    // Opens (creating it and its folder when missing) and migrates. Runs left `running` by a
+    // process that no longer exists are marked `interrupted`; their rows stay. Throws
+    // StoreError naming the file and the cause (unwritable, not a database, newer schema).
+    explicit RunStore(const std::string& path);
+    ~RunStore();
+    RunStore(const RunStore&) = delete;
+    RunStore& operator=(const RunStore&) = delete;
+
+    const std::string& path() const { return m_path; }
+    // The platform's app-data location: $XDG_DATA_HOME/ParaLab/runs.db, else
+    // ~/.local/share/ParaLab/runs.db.
+    static std::string default_path();
+
+    int64_t create_run(const run::Experiment& e, const nlohmann::json& config);
+    void finish_run(int64_t run_id, const std::string& status, const nlohmann::json& summary);
+    void add_records(int64_t run_id, const std::vector<run::StepRecord>& records);
+    void add_eval(int64_t run_id, const run::EvalResult& eval);
+
+    std::vector<RunRow> list_runs();  // oldest first
+    std::optional<RunRow> get_run(int64_t run_id);
+    // One CSV row per step per device (EXPERIMENT.md's columns); false when the run is unknown.
+    bool export_csv(int64_t run_id, std::ostream& out);
+
+private:
+    void exec(const char* sql);
+    void migrate();
+    void mark_interrupted();
+
+    std::string m_path;
+    sqlite3* m_db = nullptr;
+    std::mutex m_mutex;  // one connection, used from the writer thread and the caller
+};
+
+// A RunObserver that records a run into a store from a writer thread of its own: steps are
+// queued and written in batched transactions, so training never waits on the disk.
+class RunRecorder : public run::RunObserver {
+public:
+    RunRecorder(RunStore& store, nlohmann::json config);
+    ~RunRecorder() override;  // flushes what is queued
+
+    void on_start(const run::Experiment& e, int64_t total_steps) override;
+    void on_step(const run::StepRecord& r) override;
+    void on_eval(const run::EvalResult& r) override;
+    void on_finish(const run::RunSummary& s) override;
+    int64_t run_id() const { return m_run_id; }
+    // The first failure to write steps ("" when none): the run goes on, the caller reports it.
+    std::string write_error();
+
+private:
+    void writer_loop();
+    void flush_queue(std::unique_lock<std::mutex>& lock);
+
+    RunStore& m_store;
+    nlohmann::json m_config;
+    int64_t m_run_id = 0;
+    std::mutex m_mutex;
+    std::condition_variable m_wake;
+    std::vector<run::StepRecord> m_queue;  // guarded by m_mutex
+    bool m_stop = false;                   // guarded by m_mutex
+    std::string m_error;                   // guarded by m_mutex: the first write failure
+    std::thread m_writer;
+};
+
+// The --json summary object of EXPERIMENT.md.
+nlohmann::json summary_json(const run::RunSummary& s, int64_t run_id);
+
+}  // namespace paralab::store

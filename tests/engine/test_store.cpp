@@ -1,0 +1,181 @@
+// The run store: schema and migrations, batched writes from the recorder while a reader
+// reads, refusal of newer or damaged files without touching them, and runs left `running` by
+// a dead process marked `interrupted` with their rows kept.
+#include <gtest/gtest.h>
+
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/store/run_store.h"
+
+using namespace paralab;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        char tmpl[] = "/tmp/paralab_store_XXXXXX";
+        path = mkdtemp(tmpl);
+    }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+run::Experiment experiment(const std::string& name) {
+    run::Experiment e;
+    e.name = name;
+    e.devices = {"cpu:0"};
+    return e;
+}
+
+run::StepRecord record(int64_t step, double loss) {
+    run::StepRecord r;
+    r.step = step;
+    r.device = "cpu:0";
+    r.loss = loss;
+    r.samples = 32;
+    r.compute_ms = 2;
+    r.wall_s = 0.002 * static_cast<double>(step);
+    return r;
+}
+
+TEST(RunStore, RecordsARunAndExportsCsv) {
+    TempDir dir;
+    store::RunStore db((dir.path / "sub" / "runs.db").string());  // creates the folder
+    int64_t id = 0;
+    {
+        store::RunRecorder rec(db, nlohmann::json{{"paralab", 1}});
+        rec.on_start(experiment("a"), 100);
+        id = rec.run_id();
+        for (int64_t s = 1; s <= 100; ++s) rec.on_step(record(s, 1.0 / static_cast<double>(s)));
+        run::EvalResult ev;
+        ev.step = 100;
+        ev.loss = 0.5;
+        ev.accuracy = 0.9;
+        ev.samples = 10;
+        rec.on_eval(ev);
+        run::RunSummary summary;
+        summary.status = "finished";
+        summary.name = "a";
+        summary.steps = 100;
+        rec.on_finish(summary);
+    }
+    const auto row = db.get_run(id);
+    ASSERT_TRUE(row);
+    EXPECT_EQ(row->status, "finished");
+    EXPECT_EQ(row->summary["steps"], 100);
+    EXPECT_EQ(row->summary["run_id"], id);
+    EXPECT_EQ(row->config["paralab"], 1);
+    EXPECT_FALSE(row->created_at.empty());
+    std::ostringstream csv;
+    ASSERT_TRUE(db.export_csv(id, csv));
+    std::istringstream lines(csv.str());
+    std::string header, first;
+    std::getline(lines, header);
+    std::getline(lines, first);
+    EXPECT_EQ(header.rfind("step,device,epoch,wall_s,loss,samples,samples_per_s,compute_ms,comm_ms,"
+                           "idle_ms,data_wait_ms,memory_bytes", 0), 0u);
+    EXPECT_EQ(first.rfind("1,cpu:0,0,", 0), 0u) << first;
+    const std::string text = csv.str();
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 101);
+    EXPECT_FALSE(db.export_csv(id + 1, csv));
+}
+
+TEST(RunStore, ListsRunsOldestFirstAcrossReopen) {
+    TempDir dir;
+    const std::string path = (dir.path / "runs.db").string();
+    {
+        store::RunStore db(path);
+        db.create_run(experiment("first"), {});
+        db.create_run(experiment("second"), {});
+    }
+    store::RunStore db(path);
+    const auto rows = db.list_runs();
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0].name, "first");
+    EXPECT_EQ(rows[1].name, "second");
+    EXPECT_LT(rows[0].run_id, rows[1].run_id);
+}
+
+TEST(RunStore, ANewerSchemaIsRefusedAndLeftAlone) {
+    TempDir dir;
+    const std::string path = (dir.path / "runs.db").string();
+    { store::RunStore db(path); }
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+    sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
+    sqlite3_close(raw);
+    try {
+        store::RunStore db(path);
+        FAIL();
+    } catch (const store::StoreError& e) {
+        EXPECT_NE(std::string(e.what()).find("newer ParaLab"), std::string::npos) << e.what();
+    }
+}
+
+TEST(RunStore, ADamagedFileIsRefusedAndLeftAlone) {
+    TempDir dir;
+    const std::string path = (dir.path / "runs.db").string();
+    { std::ofstream(path) << "this is not a database, it is somebody's notes\n"; }
+    try {
+        store::RunStore db(path);
+        FAIL();
+    } catch (const store::StoreError& e) {
+        EXPECT_NE(std::string(e.what()).find("not a ParaLab run store"), std::string::npos) << e.what();
+    }
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line, "this is not a database, it is somebody's notes");
+}
+
+TEST(RunStore, AKilledRunIsMarkedInterruptedAndKeepsItsRows) {
+    TempDir dir;
+    const std::string path = (dir.path / "runs.db").string();
+    { store::RunStore db(path); }
+    int pipefd[2];
+    ASSERT_EQ(pipe(pipefd), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {  // a training process that gets killed mid-run
+        store::RunStore db(path);
+        const int64_t id = db.create_run(experiment("killed"), {});
+        std::vector<run::StepRecord> rows;
+        for (int64_t s = 1; s <= 10; ++s) rows.push_back(record(s, 0.5));
+        db.add_records(id, rows);
+        char ok = 'y';
+        (void)!write(pipefd[1], &ok, 1);
+        for (;;) pause();
+    }
+    char ok = 0;
+    ASSERT_EQ(read(pipefd[0], &ok, 1), 1);
+    {
+        store::RunStore reader(path);  // while the child lives, its run is still running
+        EXPECT_EQ(reader.list_runs().at(0).status, "running");
+    }
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    store::RunStore db(path);
+    const auto rows = db.list_runs();
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0].status, "interrupted");
+    const auto run = db.get_run(rows[0].run_id);
+    EXPECT_EQ(run->summary["steps"], 10);
+    std::ostringstream csv;
+    db.export_csv(rows[0].run_id, csv);
+    const std::string text = csv.str();
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 11);
+}
+
+TEST(RunStore, UnwritableLocationIsAClearError) {
+    EXPECT_THROW(store::RunStore("/proc/paralab/runs.db"), store::StoreError);
+}
+
+}  // namespace
