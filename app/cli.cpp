@@ -167,6 +167,7 @@ class Observers : public run::RunObserver {
 public:
     explicit Observers(std::vector<run::RunObserver*> all) : m_all(std::move(all)) {}
     void on_start(const run::Experiment& e, int64_t n) override { for (auto* o : m_all) o->on_start(e, n); }
+    void on_span(const run::Span& s) override { for (auto* o : m_all) o->on_span(s); }
     void on_step(const run::StepRecord& r) override { for (auto* o : m_all) o->on_step(r); }
     void on_eval(const run::EvalResult& r) override { for (auto* o : m_all) o->on_eval(r); }
     void on_finish(const run::RunSummary& s) override { for (auto* o : m_all) o->on_finish(s); }

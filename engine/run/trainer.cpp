@@ -17,6 +17,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+}
+
 double ms_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -163,6 +167,8 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
 
                 // One optimizer step over the whole batch, in grad_accum micro-batches whose
                 // gradients sum to the full batch's (the loss is divided by the full batch).
+                // Forward (with the loss) and backward of every micro-batch add up to one span each.
+                double forward_s = 0, backward_s = 0;
                 model.zero_grad();
                 double loss_sum = 0;
                 const int64_t parts = std::min<int64_t>(e.train.grad_accum, batch.size);
@@ -171,9 +177,13 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
                                                             static_cast<int>(parts));
                     DeviceBatch db = to_device(batch, shard.offset, shard.count, train, input, *device);
                     model.set_random_state(e.seed, static_cast<uint64_t>(step), shard.offset);
+                    const auto t_f = Clock::now();
                     Tensor out = model.forward(db.x, nn::Mode::train);
                     loss_sum += model.loss().forward(out, db.y, batch.size) * batch.size;
+                    const auto t_b = Clock::now();
                     model.backward(model.loss().backward());
+                    forward_s += seconds_between(t_f, t_b);
+                    backward_s += seconds_between(t_b, Clock::now());
                 }
                 const double loss = loss_sum / static_cast<double>(batch.size);
                 if (!std::isfinite(loss))
@@ -184,6 +194,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
                 double grad_norm = 0;
                 if (e.train.clip_norm) grad_norm = optim::clip_grad_norm(params, *e.train.clip_norm);
                 const double lr = schedule->lr_at(step);
+                const auto t_opt = Clock::now();
                 optimizer->step(params, lr);
                 ++step;
                 samples += batch.size;
@@ -204,7 +215,25 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
                 rec.grad_norm = grad_norm;
                 rec.memory = device->allocator().stats();
                 summary.final_loss = loss;
-                if (observer) observer->on_step(rec);
+                if (observer) {
+                    const double base = seconds_between(t0, t_wait) - eval_s;
+                    const double start = base + seconds_between(t_wait, t_start);
+                    const double opt_begin = rec.wall_s - seconds_between(t_opt, t_end);
+                    auto span = [&](const char* phase, double b, double e) {
+                        Span sp;
+                        sp.step = step;
+                        sp.device = rec.device;
+                        sp.phase = phase;
+                        sp.t_begin = b;
+                        sp.t_end = e;
+                        observer->on_span(sp);
+                    };
+                    span("data_wait", base, start);
+                    span("forward", start, start + forward_s);
+                    span("backward", start + forward_s, start + forward_s + backward_s);
+                    span("optimizer", opt_begin, rec.wall_s);
+                    observer->on_step(rec);
+                }
 
                 if (e.train.eval_every > 0 && step % e.train.eval_every == 0 && step < total_steps &&
                     splits.test.size() > 0) {

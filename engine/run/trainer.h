@@ -30,6 +30,16 @@ struct StepRecord {
     MemoryStats memory;
 };
 
+// One phase of one step on one device, for the timeline: times in seconds since training
+// started, on one steady clock for every device.
+struct Span {
+    int64_t step = 0;
+    std::string device;
+    std::string phase;  // data_wait, forward, backward, optimizer (strategies add comm phases)
+    double t_begin = 0, t_end = 0;
+    int64_t bytes = 0;  // bytes moved, for communication phases
+};
+
 struct EvalResult {
     int64_t step = 0;
     double loss = 0;
@@ -57,6 +67,8 @@ class RunObserver {
 public:
     virtual ~RunObserver();
     virtual void on_start(const Experiment& e, int64_t total_steps) { (void)e, (void)total_steps; }
+    // The step's spans come just before its record.
+    virtual void on_span(const Span& s) { (void)s; }
     virtual void on_step(const StepRecord& r) { (void)r; }
     virtual void on_eval(const EvalResult& r) { (void)r; }
     virtual void on_finish(const RunSummary& s) { (void)s; }

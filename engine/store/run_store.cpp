@@ -184,6 +184,28 @@ PRAGMA user_version = 1;
             throw;
         }
     }
+    if (version < 2) {
+        exec("BEGIN IMMEDIATE");
+        try {
+            exec(R"(
+CREATE TABLE IF NOT EXISTS spans (
+  run_id  INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  device  TEXT NOT NULL,
+  step    INTEGER NOT NULL,
+  phase   TEXT NOT NULL,
+  t_begin REAL NOT NULL,
+  t_end   REAL NOT NULL,
+  bytes   INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS spans_by_step ON spans (run_id, step);
+PRAGMA user_version = 2;
+)");
+            exec("COMMIT");
+        } catch (...) {
+            sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+            throw;
+        }
+    }
 }
 
 void RunStore::mark_interrupted() {
@@ -259,6 +281,48 @@ void RunStore::add_eval(int64_t run_id, const run::EvalResult& ev) {
     if (ev.accuracy) s.bind(4, *ev.accuracy);
     else s.bind_null(4);
     s.bind(5, ev.samples).step();
+}
+
+void RunStore::add_spans(int64_t run_id, const std::vector<run::Span>& spans) {
+    if (spans.empty()) return;
+    std::lock_guard lock(m_mutex);
+    exec("BEGIN");
+    try {
+        Statement s(m_db,
+                    "INSERT INTO spans (run_id, device, step, phase, t_begin, t_end, bytes) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    m_path);
+        for (const auto& sp : spans) {
+            s.bind(1, run_id).bind(2, sp.device).bind(3, sp.step).bind(4, sp.phase);
+            s.bind(5, sp.t_begin).bind(6, sp.t_end).bind(7, sp.bytes).step();
+            s.reset();
+        }
+        exec("COMMIT");
+    } catch (...) {
+        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+std::vector<run::Span> RunStore::spans(int64_t run_id, int64_t first_step, int64_t last_step) {
+    std::lock_guard lock(m_mutex);
+    Statement q(m_db,
+                "SELECT step, device, phase, t_begin, t_end, bytes FROM spans "
+                "WHERE run_id = ? AND step BETWEEN ? AND ? ORDER BY device, t_begin",
+                m_path);
+    q.bind(1, run_id).bind(2, first_step).bind(3, last_step);
+    std::vector<run::Span> out;
+    while (q.step()) {
+        run::Span sp;
+        sp.step = q.integer(0);
+        sp.device = q.text(1);
+        sp.phase = q.text(2);
+        sp.t_begin = q.real(3);
+        sp.t_end = q.real(4);
+        sp.bytes = q.integer(5);
+        out.push_back(std::move(sp));
+    }
+    return out;
 }
 
 std::vector<RunRow> RunStore::list_runs() {
@@ -350,6 +414,11 @@ void RunRecorder::on_start(const run::Experiment& e, int64_t) {
     m_run_id = m_store.create_run(e, m_config);
 }
 
+void RunRecorder::on_span(const run::Span& s) {
+    std::lock_guard lock(m_mutex);
+    m_span_queue.push_back(s);
+}
+
 void RunRecorder::on_step(const run::StepRecord& r) {
     std::lock_guard lock(m_mutex);
     m_queue.push_back(r);
@@ -378,12 +447,15 @@ void RunRecorder::writer_loop() {
 }
 
 void RunRecorder::flush_queue(std::unique_lock<std::mutex>& lock) {
-    if (m_queue.empty() || m_run_id == 0) return;
+    if ((m_queue.empty() && m_span_queue.empty()) || m_run_id == 0) return;
     std::vector<run::StepRecord> batch;
+    std::vector<run::Span> spans;
     batch.swap(m_queue);
+    spans.swap(m_span_queue);
     lock.unlock();  // training goes on queueing while the transaction is written
     try {
         m_store.add_records(m_run_id, batch);
+        m_store.add_spans(m_run_id, spans);
     } catch (const std::exception& e) {
         lock.lock();
         if (m_error.empty()) m_error = e.what();

@@ -22,7 +22,7 @@ struct sqlite3;
 namespace paralab::store {
 
 // The schema this build writes.
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;  // 1: runs, records, evaluations; 2: spans
 
 class StoreError : public Error {
 public:
@@ -56,6 +56,9 @@ public:
     void finish_run(int64_t run_id, const std::string& status, const nlohmann::json& summary);
     void add_records(int64_t run_id, const std::vector<run::StepRecord>& records);
     void add_eval(int64_t run_id, const run::EvalResult& eval);
+    void add_spans(int64_t run_id, const std::vector<run::Span>& spans);
+    // The timeline of steps [first_step, last_step], ordered by device and time.
+    std::vector<run::Span> spans(int64_t run_id, int64_t first_step, int64_t last_step);
 
     std::vector<RunRow> list_runs();  // oldest first
     std::optional<RunRow> get_run(int64_t run_id);
@@ -80,6 +83,7 @@ public:
     ~RunRecorder() override;  // flushes what is queued
 
     void on_start(const run::Experiment& e, int64_t total_steps) override;
+    void on_span(const run::Span& s) override;
     void on_step(const run::StepRecord& r) override;
     void on_eval(const run::EvalResult& r) override;
     void on_finish(const run::RunSummary& s) override;
@@ -97,6 +101,7 @@ private:
     std::mutex m_mutex;
     std::condition_variable m_wake;
     std::vector<run::StepRecord> m_queue;  // guarded by m_mutex
+    std::vector<run::Span> m_span_queue;   // guarded by m_mutex
     bool m_stop = false;                   // guarded by m_mutex
     std::string m_error;                   // guarded by m_mutex: the first write failure
     std::thread m_writer;

@@ -54,7 +54,18 @@ TEST(RunStore, RecordsARunAndExportsCsv) {
         store::RunRecorder rec(db, nlohmann::json{{"paralab", 1}});
         rec.on_start(experiment("a"), 100);
         id = rec.run_id();
-        for (int64_t s = 1; s <= 100; ++s) rec.on_step(record(s, 1.0 / static_cast<double>(s)));
+        for (int64_t s = 1; s <= 100; ++s) {
+            for (const char* phase : {"forward", "backward"}) {
+                run::Span sp;
+                sp.step = s;
+                sp.device = "cpu:0";
+                sp.phase = phase;
+                sp.t_begin = static_cast<double>(s) + (phase[0] == 'b' ? 0.5 : 0.0);
+                sp.t_end = sp.t_begin + 0.5;
+                rec.on_span(sp);
+            }
+            rec.on_step(record(s, 1.0 / static_cast<double>(s)));
+        }
         run::EvalResult ev;
         ev.step = 100;
         ev.loss = 0.5;
@@ -86,6 +97,43 @@ TEST(RunStore, RecordsARunAndExportsCsv) {
     const std::string text = csv.str();
     EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 101);
     EXPECT_FALSE(db.export_csv(id + 1, csv));
+    const auto timeline = db.spans(id, 10, 12);
+    ASSERT_EQ(timeline.size(), 6u);
+    EXPECT_EQ(timeline[0].phase, "forward");
+    EXPECT_EQ(timeline[1].phase, "backward");
+    EXPECT_DOUBLE_EQ(timeline[5].t_end, 13.0);
+}
+
+TEST(RunStore, MigratesAVersion1StoreForward) {
+    TempDir dir;
+    const std::string path = (dir.path / "runs.db").string();
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+    // The version-1 schema as the first ParaLab wrote it, with one run in it.
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "CREATE TABLE runs (run_id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, "
+                           "status TEXT NOT NULL, strategy TEXT NOT NULL, devices TEXT NOT NULL, config TEXT "
+                           "NOT NULL, created_at TEXT NOT NULL, finished_at TEXT, summary TEXT, notes TEXT NOT "
+                           "NULL DEFAULT '', pid INTEGER, host TEXT);"
+                           "CREATE TABLE records (run_id INTEGER NOT NULL, step INTEGER NOT NULL, device TEXT "
+                           "NOT NULL, epoch INTEGER NOT NULL, wall_s REAL NOT NULL, loss REAL, samples INTEGER "
+                           "NOT NULL, compute_ms REAL NOT NULL, comm_ms REAL NOT NULL, idle_ms REAL NOT NULL, "
+                           "data_wait_ms REAL NOT NULL, memory_bytes INTEGER NOT NULL, lr REAL, PRIMARY KEY "
+                           "(run_id, step, device));"
+                           "CREATE TABLE evaluations (run_id INTEGER NOT NULL, step INTEGER NOT NULL, loss REAL "
+                           "NOT NULL, accuracy REAL, samples INTEGER NOT NULL);"
+                           "INSERT INTO runs (name, status, strategy, devices, config, created_at) VALUES "
+                           "('old', 'finished', 'single', '[\"cpu:0\"]', '{}', '2026-01-01T00:00:00Z');"
+                           "PRAGMA user_version = 1;",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(raw);
+    store::RunStore db(path);
+    ASSERT_EQ(db.list_runs().size(), 1u);
+    EXPECT_EQ(db.list_runs()[0].name, "old");
+    EXPECT_TRUE(db.spans(1, 0, 100).empty());  // the spans table now exists
+    std::ostringstream csv;
+    EXPECT_TRUE(db.export_csv(1, csv));
 }
 
 TEST(RunStore, ListsRunsOldestFirstAcrossReopen) {

@@ -79,6 +79,28 @@ TEST(Training, GradientAccumulationMatchesTheWholeBatch) {
         EXPECT_NEAR(whole.losses[i], split.losses[i], 1e-4 * (1 + whole.losses[i])) << "step " << i + 1;
 }
 
+TEST(Training, EveryStepHasOrderedSpansOnOneClock) {
+    struct SpanRecorder : run::RunObserver {
+        std::vector<run::Span> spans;
+        std::vector<run::StepRecord> steps;
+        void on_span(const run::Span& s) override { spans.push_back(s); }
+        void on_step(const run::StepRecord& r) override { steps.push_back(r); }
+    } rec;
+    json j = spirals_mlp();
+    j["train"]["max_steps"] = 6;
+    run::run_experiment(run::parse_experiment(j), &rec, nullptr);
+    ASSERT_EQ(rec.spans.size(), 4u * 6u);
+    const char* phases[] = {"data_wait", "forward", "backward", "optimizer"};
+    for (size_t i = 0; i < rec.spans.size(); ++i) {
+        const auto& sp = rec.spans[i];
+        EXPECT_EQ(sp.phase, phases[i % 4]);
+        EXPECT_EQ(sp.step, static_cast<int64_t>(i / 4 + 1));
+        EXPECT_LE(sp.t_begin, sp.t_end);
+        if (i > 0) EXPECT_GE(sp.t_begin, rec.spans[i - 1].t_end - 1e-9) << i;
+    }
+    EXPECT_NEAR(rec.spans.back().t_end, rec.steps.back().wall_s, 1e-9);
+}
+
 TEST(Training, MaxStepsCapsTheRun) {
     json j = spirals_mlp();
     j["train"]["max_steps"] = 7;
