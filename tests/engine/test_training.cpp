@@ -96,7 +96,9 @@ TEST(Training, EveryStepHasOrderedSpansOnOneClock) {
         EXPECT_EQ(sp.phase, phases[i % 4]);
         EXPECT_EQ(sp.step, static_cast<int64_t>(i / 4 + 1));
         EXPECT_LE(sp.t_begin, sp.t_end);
-        if (i > 0) EXPECT_GE(sp.t_begin, rec.spans[i - 1].t_end - 1e-9) << i;
+        if (i > 0) {
+            EXPECT_GE(sp.t_begin, rec.spans[i - 1].t_end - 1e-9) << i;
+        }
     }
     EXPECT_NEAR(rec.spans.back().t_end, rec.steps.back().wall_s, 1e-9);
 }
