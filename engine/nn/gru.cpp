@@ -67,13 +67,7 @@ Tensor GRU::forward_impl(const Tensor& x, Mode mode) {
         }
     });
     m_x = x;
-    const Tensor& top = m_saved.back().h;
-    if (m_return_sequence) return top;
-    Tensor y = new_activation(Shape{B, H});
-    dispatch_float(x.dtype(), [&]<class T>() {
-        kc::strided_rows_copy<T>(B, H, top.data<T>() + (steps - 1) * H, steps * H, y.data<T>(), H);
-    });
-    return y;
+    return layer_output(m_saved.back().h);
 }
 
 // dy: [B, H] or [B, T, H] -> dx: [B, T, F]. Backward through time, top layer first; a lower
@@ -87,13 +81,7 @@ Tensor GRU::backward_impl(const Tensor& dy) {
         // dh: [B, T, H], the gradient reaching each h_t of the current layer: the gradient from
         // above, plus what step t+1 sends back (directly through z and through W_hh), added
         // before step t runs.
-        Tensor dh = new_workspace(Shape{B, steps, H});
-        if (m_return_sequence) {
-            dh.copy_from(dy);
-        } else {
-            dh.zero();
-            kc::strided_rows_copy<T>(B, H, dy.data<T>(), H, dh.data<T>() + (steps - 1) * H, lds);
-        }
+        Tensor dh = output_gradient(dy);
         for (int64_t l = m_num_layers - 1; l >= 0; --l) {
             const Saved& s = m_saved[static_cast<size_t>(l)];
             const RecurrentWeights& w = m_weights[static_cast<size_t>(l)];

@@ -70,13 +70,7 @@ Tensor LSTM::forward_impl(const Tensor& x, Mode mode) {
         }
     });
     m_x = x;
-    const Tensor& top = m_saved.back().h;
-    if (m_return_sequence) return top;
-    Tensor y = new_activation(Shape{B, H});
-    dispatch_float(x.dtype(), [&]<class T>() {
-        kc::strided_rows_copy<T>(B, H, top.data<T>() + (steps - 1) * H, steps * H, y.data<T>(), H);
-    });
-    return y;
+    return layer_output(m_saved.back().h);
 }
 
 // dy: [B, H] or [B, T, H] -> dx: [B, T, F]. Backward through time, top layer first; a lower
@@ -89,13 +83,7 @@ Tensor LSTM::backward_impl(const Tensor& dy) {
     dispatch_float(dy.dtype(), [&]<class T>() {
         // dh: [B, T, H], the gradient reaching each h_t of the current layer. It starts as the
         // gradient from above; the loop adds the recurrent part of step t+1 before step t.
-        Tensor dh = new_workspace(Shape{B, steps, H});
-        if (m_return_sequence) {
-            dh.copy_from(dy);
-        } else {
-            dh.zero();
-            kc::strided_rows_copy<T>(B, H, dy.data<T>(), H, dh.data<T>() + (steps - 1) * H, lds);
-        }
+        Tensor dh = output_gradient(dy);
         Tensor dc = new_workspace(Shape{B, H});
         for (int64_t l = m_num_layers - 1; l >= 0; --l) {
             const Saved& s = m_saved[static_cast<size_t>(l)];

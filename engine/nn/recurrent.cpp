@@ -1,5 +1,7 @@
 #include "engine/nn/recurrent.h"
 
+#include <kernels/cpu/recurrent.h>
+
 #include <cmath>
 
 namespace paralab::nn {
@@ -46,6 +48,32 @@ void RecurrentLayer::reset_parameters_impl(Rng& rng) {
             for (T& v : p.value.span<T>()) v = static_cast<T>(rng.uniform(-bound, bound));
         });
     }
+}
+
+Tensor RecurrentLayer::layer_output(const Tensor& top) const {
+    if (m_return_sequence) return top;
+    const int64_t B = top.dim(0), H = m_hidden;
+    Tensor y = new_activation(Shape{B, H});
+    dispatch_float(top.dtype(), [&]<class T>() {
+        kernels::cpu::strided_rows_copy<T>(B, H, top.data<T>() + (m_steps - 1) * H, m_steps * H,
+                                           y.data<T>(), H);
+    });
+    return y;
+}
+
+Tensor RecurrentLayer::output_gradient(const Tensor& dy) const {
+    const int64_t B = dy.dim(0), H = m_hidden;
+    Tensor dh = new_workspace(Shape{B, m_steps, H});
+    if (m_return_sequence) {
+        dh.copy_from(dy);
+        return dh;
+    }
+    dh.zero();
+    dispatch_float(dy.dtype(), [&]<class T>() {
+        kernels::cpu::strided_rows_copy<T>(B, H, dy.data<T>(), H, dh.data<T>() + (m_steps - 1) * H,
+                                           m_steps * H);
+    });
+    return dh;
 }
 
 // 2 per multiply-add of the input and recurrent GEMMs, per step and stacked layer.

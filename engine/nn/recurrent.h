@@ -36,6 +36,13 @@ protected:
     void reset_parameters_impl(Rng& rng) override;
     int64_t flops_impl() const override;
 
+    // top: the top layer's outputs [B, T, H] -> the layer's output: top itself (sequence) or
+    // its last step [B, H].
+    Tensor layer_output(const Tensor& top) const;
+    // dy: [B, H] or [B, T, H] -> [B, T, H], the gradient reaching each of the top layer's h_t
+    // from above (zero but at the last step when only the last step is returned).
+    Tensor output_gradient(const Tensor& dy) const;
+
     int64_t m_gates;
     int64_t m_hidden;
     int64_t m_num_layers;
