@@ -9,6 +9,7 @@
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/experiment/experiment_panel.h"
+#include "engine/store/run_store.h"
 #include "ui/session/run_controller.h"
 
 using paralab::ui::MainWindow;
@@ -52,6 +53,12 @@ void TestMainWindow::shortRunPlotsAndFinishes() {
     QVERIFY(steps.count() < 40);  // batched, not one signal per step
     QCOMPARE(w.plot()->pointCount(), 40);
     QVERIFY(w.statusText().contains("test accuracy"));
+    // ...and the run is kept in the store.
+    paralab::store::RunStore db(paralab::store::RunStore::default_path());
+    const auto runs = db.list_runs();
+    QVERIFY(!runs.empty());
+    QCOMPARE(QString::fromStdString(runs.back().status), QString("finished"));
+    QCOMPARE(runs.back().summary["steps"].get<int>(), 40);
 }
 
 void TestMainWindow::stopEndsTheRunPromptly() {
@@ -125,6 +132,13 @@ void TestMainWindow::exportsThePlot() {
     QVERIFY(w.plot()->exportTo(dir.filePath("plot.pdf")));
     QVERIFY(QFileInfo(dir.filePath("plot.pdf")).size() > 500);
 }
+
+// Runs go to a store in a temporary folder, never into the user's own.
+static void useTemporaryStore() {
+    static QTemporaryDir dir;
+    qputenv("XDG_DATA_HOME", dir.path().toUtf8());
+}
+Q_CONSTRUCTOR_FUNCTION(useTemporaryStore)
 
 QTEST_MAIN(TestMainWindow)
 #include "test_main_window.moc"

@@ -2,29 +2,42 @@
 
 #include <QThread>
 
+#include "engine/store/run_store.h"
+
 namespace paralab::ui {
 
 class RunController::Observer : public run::RunObserver {
 public:
-    explicit Observer(RunController& c) : m_c(c) {}
-    void on_start(const run::Experiment&, int64_t total) override {
+    Observer(RunController& c, store::RunRecorder* recorder) : m_c(c), m_recorder(recorder) {}
+    void on_start(const run::Experiment& e, int64_t total) override {
+        if (m_recorder) m_recorder->on_start(e, total);
         std::lock_guard lock(m_c.m_mutex);
         m_c.m_totalSteps = total;
     }
+    void on_span(const run::Span& s) override {
+        if (m_recorder) m_recorder->on_span(s);
+    }
     void on_step(const run::StepRecord& r) override {
+        if (m_recorder) m_recorder->on_step(r);
         std::lock_guard lock(m_c.m_mutex);
         m_c.m_steps.push_back(r);
     }
     void on_eval(const run::EvalResult& r) override {
+        if (m_recorder) m_recorder->on_eval(r);
         std::lock_guard lock(m_c.m_mutex);
         m_c.m_evals.push_back(r);
+    }
+    void on_finish(const run::RunSummary& s) override {
+        if (m_recorder) m_recorder->on_finish(s);
     }
 
 private:
     RunController& m_c;
+    store::RunRecorder* m_recorder;
 };
 
-RunController::RunController(QObject* parent) : QObject(parent) {
+RunController::RunController(QObject* parent, QString storePath)
+    : QObject(parent), m_storePath(std::move(storePath)) {
     qRegisterMetaType<paralab::run::StepRecord>();
     qRegisterMetaType<paralab::run::EvalResult>();
     qRegisterMetaType<paralab::run::RunSummary>();
@@ -52,11 +65,16 @@ void RunController::start(run::Experiment experiment) {
         m_error.clear();
     }
     m_state = State::Running;
-    m_thread = QThread::create([this, e = std::move(experiment)] {
-        Observer observer(*this);
+    const std::string storePath =
+        m_storePath.isEmpty() ? store::RunStore::default_path() : m_storePath.toStdString();
+    m_thread = QThread::create([this, e = std::move(experiment), storePath] {
         run::RunSummary summary;
         QString error;
         try {
+            // Every run is kept: a store that cannot be opened stops the run before it starts.
+            store::RunStore db(storePath);
+            store::RunRecorder recorder(db, run::to_json(e));
+            Observer observer(*this, &recorder);
             summary = run::run_experiment(e, &observer, &m_control);
         } catch (const std::exception& ex) {
             error = QString::fromUtf8(ex.what());

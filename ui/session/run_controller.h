@@ -23,7 +23,8 @@ class RunController : public QObject {
 public:
     enum class State { Idle, Running, Stopping };
 
-    explicit RunController(QObject* parent = nullptr);
+    // Runs are recorded in the run store at `storePath` (the default store when empty).
+    explicit RunController(QObject* parent = nullptr, QString storePath = {});
     ~RunController() override;  // stops a run and waits for it (with a time limit)
 
     State state() const { return m_state; }
@@ -46,6 +47,7 @@ private:
     void drain();
     void onThreadFinished();
 
+    QString m_storePath;
     State m_state = State::Idle;
     QThread* m_thread = nullptr;
     QTimer m_drainTimer;
