@@ -77,14 +77,7 @@ int cmd_devices(bool as_json) {
 int cmd_validate(const std::string& file) {
     const run::Experiment e = run::load_experiment(file);
     data::check_data_files(e.data);
-    Shape input;
-    if (e.input) {
-        input = *e.input;
-    } else {  // the examples' shape: load one of each split
-        data::DataConfig probe = e.data;
-        probe.train_limit = probe.test_limit = 1;
-        input = Shape(data::load_data(probe, e.seed).train.sample_shape);
-    }
+    const Shape input = run::model_input_shape(e);
     auto device = make_cpu_device(0);
     nn::Model model(e.layers, input, e.loss, DType::f32, *device);
     const auto rows = model.summary();

@@ -299,6 +299,13 @@ Experiment parse_experiment(const json& j) {
     return e;
 }
 
+Shape model_input_shape(const Experiment& e) {
+    if (e.input) return *e.input;
+    data::DataConfig probe = e.data;
+    probe.train_limit = probe.test_limit = 1;
+    return Shape(data::load_data(probe, e.seed).train.sample_shape);
+}
+
 Experiment load_experiment(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ConfigError(path + ": cannot open the experiment file");

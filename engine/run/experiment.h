@@ -67,6 +67,10 @@ Experiment load_experiment(const std::string& path);
 // and what the GUI saves. parse_experiment(to_json(e)) gives e back.
 nlohmann::json to_json(const Experiment& e);
 
+// The model's per-example input: model.input when given, else the data set's example shape
+// (read from one example of each split, so it is cheap even for large sets).
+Shape model_input_shape(const Experiment& e);
+
 // The names EXPERIMENT.md allows for strategy.type.
 const std::vector<std::string>& strategy_types();
 

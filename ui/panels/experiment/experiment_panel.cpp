@@ -34,14 +34,7 @@ ExperimentPanel::ExperimentPanel(QWidget* parent)
 
 void ExperimentPanel::showExperiment(const run::Experiment& e) {
     // Build the model first: if it does not fit, nothing shown changes.
-    Shape input;
-    if (e.input) {
-        input = *e.input;
-    } else {
-        data::DataConfig probe = e.data;
-        probe.train_limit = probe.test_limit = 1;
-        input = Shape(data::load_data(probe, e.seed).train.sample_shape);
-    }
+    const Shape input = run::model_input_shape(e);
     auto device = make_cpu_device(0);
     nn::Model model(e.layers, input, e.loss, DType::f32, *device);
     const auto rows = model.summary();
