@@ -1,15 +1,16 @@
 // The window as a user drives it, offscreen: it opens on the embedded default experiment,
 // Start trains and plots in batches, Stop stops promptly, a broken file leaves the previous
-// experiment in place, and a run that cannot start reports why.
+// experiment in place, and a run that cannot start, or fails on the way, reports why.
+#include <QAction>
 #include <QFile>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "engine/store/run_store.h"
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/experiment/experiment_panel.h"
-#include "engine/store/run_store.h"
 #include "ui/session/run_controller.h"
 
 using paralab::ui::MainWindow;
@@ -23,7 +24,9 @@ private slots:
     void stopEndsTheRunPromptly();
     void brokenFileKeepsThePreviousExperiment_data();
     void brokenFileKeepsThePreviousExperiment();
+    void runThatCannotStartReportsWhy_data();
     void runThatCannotStartReportsWhy();
+    void runThatFailsDuringTrainingReportsWhy();
     void exportsThePlot();
 };
 
@@ -51,7 +54,12 @@ void TestMainWindow::shortRunPlotsAndFinishes() {
     QCOMPARE(summary.steps, 40);
     QVERIFY(steps.count() >= 1);
     QVERIFY(steps.count() < 40);  // batched, not one signal per step
+    qsizetype received = 0;
+    for (const auto& args : steps) received += args.at(0).value<QVector<paralab::run::StepRecord>>().size();
+    QCOMPARE(received, 40);
     QCOMPARE(w.plot()->pointCount(), 40);
+    QVERIFY(w.plot()->evalPointCount() >= 1);  // the evaluation at the end
+    QCOMPARE(w.controller()->state(), RunController::State::Finished);
     QVERIFY(w.statusText().contains("test accuracy"));
     // ...and the run is kept in the store.
     paralab::store::RunStore db(paralab::store::RunStore::default_path());
@@ -71,20 +79,27 @@ void TestMainWindow::stopEndsTheRunPromptly() {
     QSignalSpy finished(w.controller(), &RunController::finished);
     w.startRun();
     QVERIFY(steps.wait(10000));
+    QCOMPARE(w.controller()->state(), RunController::State::Running);
+    QVERIFY(!w.findChild<QAction*>("startAction")->isEnabled());
+    QVERIFY(w.findChild<QAction*>("stopAction")->isEnabled());
     QElapsedTimer t;
     t.start();
     w.stopRun();
-    QVERIFY(finished.wait(5000));
+    QCOMPARE(w.controller()->state(), RunController::State::Stopping);
+    QVERIFY(!w.findChild<QAction*>("stopAction")->isEnabled());
+    QVERIFY(finished.count() == 1 || finished.wait(5000));
     QVERIFY(t.elapsed() < 5000);
     const auto summary = finished.at(0).at(0).value<paralab::run::RunSummary>();
     QCOMPARE(QString::fromStdString(summary.status), QString("stopped"));
-    QVERIFY(!w.controller()->isRunning());
+    QCOMPARE(w.controller()->state(), RunController::State::Stopped);
+    QVERIFY(w.findChild<QAction*>("startAction")->isEnabled());
 }
 
 void TestMainWindow::brokenFileKeepsThePreviousExperiment_data() {
     QTest::addColumn<QByteArray>("content");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("syntax") << QByteArray("{ \"paralab\": 1, ") << "parse error";
+    QTest::newRow("missing file") << QByteArray() << "cannot open the experiment file";
+    QTest::newRow("syntax") << QByteArray("{ \"paralab\": 1, ") << "broken.paralab.json:1:17: not valid JSON";
     QTest::newRow("negative size")
         << QByteArray(R"({"paralab":1,"data":{"dataset":"spirals"},"model":{"layers":[{"type":"linear","out":-4}]}})")
         << "model.layers[0].out: expected a positive integer, got -4";
@@ -100,27 +115,67 @@ void TestMainWindow::brokenFileKeepsThePreviousExperiment() {
     w.openExperiment(kDefault, false);
     QTemporaryDir dir;
     const QString path = dir.filePath("broken.paralab.json");
-    QFile f(path);
-    QVERIFY(f.open(QIODevice::WriteOnly));
-    f.write(content);
-    f.close();
+    if (!content.isNull()) {
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(content);
+    }
     const QString error = w.openExperiment(path, false);
     QVERIFY2(error.contains(expected), qPrintable(error));
     QCOMPARE(QString::fromStdString(w.experiment()->name), QString("spirals-mlp"));
     QCOMPARE(w.experimentPanel()->layerRowCount(), 5);
+    QVERIFY(w.windowTitle().contains("spirals-mlp"));
+}
+
+// Each row is a JSON merge patch (RFC 7386) on the default experiment.
+void TestMainWindow::runThatCannotStartReportsWhy_data() {
+    QTest::addColumn<QByteArray>("patch");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("missing data files")
+        << QByteArray(R"({"data":{"dataset":"mnist","path":"/nonexistent/mnist","samples":null,"classes":null,"noise":null,"test_fraction":null}})")
+        << "/nonexistent/mnist";
+    QTest::newRow("input does not match the data")
+        << QByteArray(R"({"model":{"input":[5]}})") << "model.input: [5] does not match";
+    QTest::newRow("layer does not fit the data")
+        << QByteArray(R"({"model":{"input":null,"layers":[{"type":"conv2d","out_channels":2,"kernel":3}]}})")
+        << "model.layers[0] (conv2d)";
 }
 
 void TestMainWindow::runThatCannotStartReportsWhy() {
+    QFETCH(QByteArray, patch);
+    QFETCH(QString, expected);
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    auto json = paralab::run::to_json(*w.experiment());
+    json.merge_patch(nlohmann::json::parse(patch.toStdString()));
+    const auto e = paralab::run::parse_experiment(json);
+    QSignalSpy failed(w.controller(), &RunController::failed);
+    QSignalSpy finished(w.controller(), &RunController::finished);
+    w.controller()->start(e);
+    QVERIFY(failed.wait(10000));
+    QVERIFY2(failed.at(0).at(0).toString().contains(expected), qPrintable(failed.at(0).at(0).toString()));
+    QCOMPARE(finished.count(), 0);
+    QCOMPARE(w.controller()->state(), RunController::State::Failed);
+    QVERIFY(w.statusText().contains(expected));
+}
+
+void TestMainWindow::runThatFailsDuringTrainingReportsWhy() {
     MainWindow w;
     QCOMPARE(w.openExperiment(kDefault, false), QString());
     auto e = *w.experiment();
-    e.data.dataset = "mnist";
-    e.data.path = "/nonexistent/mnist";
-    QSignalSpy failed(w.controller(), &RunController::failed);
-    w.controller()->start(e);
-    QVERIFY(failed.wait(10000));
-    QVERIFY(failed.at(0).at(0).toString().contains("/nonexistent/mnist"));
-    QVERIFY(!w.controller()->isRunning());
+    e.optimizer.type = "sgd";
+    e.optimizer.lr = 1e30;  // the weights, and then the loss, overflow within a few steps
+    e.schedule.type = "constant";
+    w.setExperiment(e);
+    QSignalSpy finished(w.controller(), &RunController::finished);
+    w.startRun();
+    QVERIFY(finished.wait(10000));
+    const auto summary = finished.at(0).at(0).value<paralab::run::RunSummary>();
+    QCOMPARE(QString::fromStdString(summary.status), QString("failed"));
+    QCOMPARE(w.controller()->state(), RunController::State::Failed);
+    QVERIFY2(w.statusText().contains("Run failed"), qPrintable(w.statusText()));
+    QVERIFY(w.statusText().contains(QString::fromStdString(summary.error)));
+    QVERIFY(w.findChild<QAction*>("startAction")->isEnabled());  // and it can be run again
 }
 
 void TestMainWindow::exportsThePlot() {

@@ -11,8 +11,19 @@ int gui_main(int argc, char** argv) {
     QApplication::setApplicationName(QStringLiteral("ParaLab"));
     QApplication::setOrganizationName(QStringLiteral("ParaLab"));
     MainWindow window;
+    // The default first, so that a file that does not load leaves a working window behind
+    // (its error is shown once the window is up).
     window.openExperiment(QStringLiteral(":/examples/spirals-mlp.paralab.json"));
     window.show();
+    // QApplication has taken its own options (-platform, -style...) out of the arguments by now:
+    // what is left after the program's name is `paralab [FILE.paralab.json]`.
+    const QStringList args = QApplication::arguments();
+    for (qsizetype i = 1; i < args.size(); ++i) {
+        if (!args[i].startsWith(QLatin1Char('-'))) {
+            window.openExperiment(args[i]);
+            break;
+        }
+    }
     return QApplication::exec();
 }
 

@@ -5,6 +5,7 @@
 #include <QFile>
 #include <QFileDialog>
 #include <QLabel>
+#include <QLocale>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
@@ -13,6 +14,7 @@
 #include <QStyle>
 #include <QToolBar>
 
+#include "engine/util/error.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/experiment/experiment_panel.h"
 #include "ui/session/run_controller.h"
@@ -22,6 +24,22 @@
 static void initParalabResources() { Q_INIT_RESOURCE(resources); }
 
 namespace paralab::ui {
+
+namespace {
+// Files through the engine's reader (it gives line and column of a syntax error); the
+// embedded examples through Qt's resource system.
+run::Experiment readExperiment(const QString& path) {
+    if (!path.startsWith(QLatin1String(":/"))) return run::load_experiment(path.toStdString());
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly))
+        throw ConfigError(path.toStdString() + ": cannot open the experiment file");
+    try {
+        return run::parse_experiment(nlohmann::json::parse(file.readAll().toStdString()));
+    } catch (const std::exception& err) {
+        throw ConfigError(path.toStdString() + ": " + err.what());
+    }
+}
+}  // namespace
 
 MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent),
@@ -62,9 +80,10 @@ MainWindow::MainWindow(QWidget* parent)
                                       .arg(last.step)
                                       .arg(m_totalSteps)
                                       .arg(last.loss, 0, 'f', 4)
-                                      .arg(rate, 0, 'f', 0));
+                                      .arg(QLocale().toString(rate, 'f', 0)));
             });
     connect(m_controller, &RunController::evalArrived, m_plot, &LossPlotPanel::addEval);
+    connect(m_controller, &RunController::stateChanged, this, &MainWindow::updateActions);
     connect(m_controller, &RunController::finished, this, [this](const run::RunSummary& s) {
         QString text = tr("Run %1 after %2 steps in %3 s").arg(QString::fromStdString(s.status)).arg(s.steps).arg(s.wall_s, 0, 'f', 1);
         if (s.test_accuracy) text += tr(" · test accuracy %1").arg(*s.test_accuracy, 0, 'f', 4);
@@ -74,32 +93,27 @@ MainWindow::MainWindow(QWidget* parent)
             if (isVisible()) QMessageBox::warning(this, tr("Run failed"), QString::fromStdString(s.error));
         }
         m_status->setText(text);
-        updateActions();
     });
     connect(m_controller, &RunController::failed, this, [this](const QString& message) {
         m_status->setText(tr("Could not start: %1").arg(message));
         if (isVisible()) QMessageBox::warning(this, tr("Could not start the run"), message);
-        updateActions();
     });
     updateActions();
 }
 
 void MainWindow::buildMenus() {
     auto* file = menuBar()->addMenu(tr("&File"));
-    auto* open = file->addAction(style()->standardIcon(QStyle::SP_DialogOpenButton), tr("&Open experiment…"));
-    open->setShortcut(QKeySequence::Open);
-    connect(open, &QAction::triggered, this, [this] {
+    m_openAction = file->addAction(style()->standardIcon(QStyle::SP_DialogOpenButton), tr("&Open experiment…"));
+    m_openAction->setObjectName(QStringLiteral("openAction"));
+    m_openAction->setShortcut(QKeySequence::Open);
+    connect(m_openAction, &QAction::triggered, this, [this] {
         const QString path = QFileDialog::getOpenFileName(this, tr("Open experiment"), QString(),
                                                           tr("ParaLab experiments (*.paralab.json);;JSON (*.json)"));
         if (!path.isEmpty()) openExperiment(path);
     });
-    auto* exportPlot = file->addAction(tr("&Export plot…"));
-    connect(exportPlot, &QAction::triggered, this, [this] {
-        const QString path = QFileDialog::getSaveFileName(this, tr("Export plot"), QStringLiteral("paralab-plot.png"),
-                                                          tr("PNG image (*.png);;PDF document (*.pdf)"));
-        if (!path.isEmpty() && !m_plot->exportTo(path))
-            showError(tr("Export failed"), tr("Could not write %1").arg(path), true);
-    });
+    auto* exportPlot = file->addAction(style()->standardIcon(QStyle::SP_DialogSaveButton), tr("&Export plot…"));
+    exportPlot->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+    connect(exportPlot, &QAction::triggered, m_plot, &LossPlotPanel::exportWithDialog);
     file->addSeparator();
     auto* quit = file->addAction(tr("&Quit"));
     quit->setShortcut(QKeySequence::Quit);
@@ -107,36 +121,37 @@ void MainWindow::buildMenus() {
 
     auto* runMenu = menuBar()->addMenu(tr("&Run"));
     m_startAction = runMenu->addAction(style()->standardIcon(QStyle::SP_MediaPlay), tr("&Start"));
+    m_startAction->setObjectName(QStringLiteral("startAction"));
     m_startAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
     m_stopAction = runMenu->addAction(style()->standardIcon(QStyle::SP_MediaStop), tr("S&top"));
+    m_stopAction->setObjectName(QStringLiteral("stopAction"));
+    m_stopAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_Period));
     connect(m_startAction, &QAction::triggered, this, &MainWindow::startRun);
     connect(m_stopAction, &QAction::triggered, this, &MainWindow::stopRun);
 
     auto* toolbar = addToolBar(tr("Run"));
     toolbar->setObjectName(QStringLiteral("runToolbar"));
     toolbar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
-    toolbar->addAction(open);
+    toolbar->addAction(m_openAction);
     toolbar->addSeparator();
     toolbar->addAction(m_startAction);
     toolbar->addAction(m_stopAction);
 }
 
 QString MainWindow::openExperiment(const QString& path, bool interactive) {
-    QFile file(path);
-    if (!file.open(QIODevice::ReadOnly)) {
-        const QString message = tr("%1: cannot open the experiment file").arg(path);
-        showError(tr("Cannot open experiment"), message, interactive);
-        return message;
-    }
+    QString message;
     try {
-        const auto json = nlohmann::json::parse(file.readAll().toStdString());
-        setExperiment(run::parse_experiment(json));
-    } catch (const std::exception& e) {
-        const QString message = QStringLiteral("%1: %2").arg(path, QString::fromUtf8(e.what()));
-        showError(tr("Cannot open experiment"), message, interactive);
-        return message;
+        run::Experiment e = readExperiment(path);
+        try {
+            setExperiment(e);
+        } catch (const std::exception& err) {  // a model that does not fit its data
+            message = QStringLiteral("%1: %2").arg(path, QString::fromUtf8(err.what()));
+        }
+    } catch (const std::exception& err) {  // names the file, and the JSON path or line
+        message = QString::fromUtf8(err.what());
     }
-    return {};
+    if (!message.isEmpty()) showError(tr("Cannot open experiment"), message, interactive);
+    return message;
 }
 
 void MainWindow::setExperiment(const run::Experiment& e) {
@@ -154,18 +169,18 @@ void MainWindow::startRun() {
     m_samples = 0;
     m_status->setText(tr("Loading data…"));
     m_controller->start(*m_experiment);
-    updateActions();
 }
 
 void MainWindow::stopRun() {
+    if (m_controller->state() != RunController::State::Running) return;
     m_controller->stop();
     m_status->setText(tr("Stopping after the current step…"));
-    updateActions();
 }
 
 void MainWindow::updateActions() {
-    const bool running = m_controller->isRunning();
-    m_startAction->setEnabled(!running && m_experiment.has_value());
+    // Another experiment may be opened only between runs: the plot belongs to the one running.
+    m_openAction->setEnabled(!m_controller->isRunning());
+    m_startAction->setEnabled(!m_controller->isRunning() && m_experiment.has_value());
     m_stopAction->setEnabled(m_controller->state() == RunController::State::Running);
 }
 

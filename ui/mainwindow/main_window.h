@@ -47,6 +47,7 @@ private:
     ExperimentPanel* m_panel;
     LossPlotPanel* m_plot;
     RunController* m_controller;
+    QAction* m_openAction = nullptr;
     QAction* m_startAction = nullptr;
     QAction* m_stopAction = nullptr;
     QLabel* m_status;

@@ -2,38 +2,50 @@
 
 #include <QThread>
 
+#include <mutex>
+#include <vector>
+
 #include "engine/store/run_store.h"
 
 namespace paralab::ui {
 
+struct RunController::Shared {
+    run::RunControl control;  // stop is an atomic: no lock
+
+    std::mutex m_mutex;
+    std::vector<run::StepRecord> steps;  // guarded by m_mutex
+    std::vector<run::EvalResult> evals;  // guarded by m_mutex
+    qint64 totalSteps = -1;              // guarded by m_mutex; -1 = not announced since drained
+    run::RunSummary summary;             // guarded by m_mutex
+    QString error;                       // guarded by m_mutex; set when the run could not start
+};
+
+// Called on the rank thread: everything it does is a push under the lock, so training never
+// waits on the window. The store's recorder sees every step too (it batches its own writes).
 class RunController::Observer : public run::RunObserver {
 public:
-    Observer(RunController& c, store::RunRecorder* recorder) : m_c(c), m_recorder(recorder) {}
+    Observer(Shared& shared, store::RunRecorder& recorder) : m_shared(shared), m_recorder(recorder) {}
     void on_start(const run::Experiment& e, int64_t total) override {
-        if (m_recorder) m_recorder->on_start(e, total);
-        std::lock_guard lock(m_c.m_mutex);
-        m_c.m_totalSteps = total;
+        m_recorder.on_start(e, total);
+        std::lock_guard lock(m_shared.m_mutex);
+        m_shared.totalSteps = total;
     }
-    void on_span(const run::Span& s) override {
-        if (m_recorder) m_recorder->on_span(s);
-    }
+    void on_span(const run::Span& s) override { m_recorder.on_span(s); }
     void on_step(const run::StepRecord& r) override {
-        if (m_recorder) m_recorder->on_step(r);
-        std::lock_guard lock(m_c.m_mutex);
-        m_c.m_steps.push_back(r);
+        m_recorder.on_step(r);
+        std::lock_guard lock(m_shared.m_mutex);
+        m_shared.steps.push_back(r);
     }
     void on_eval(const run::EvalResult& r) override {
-        if (m_recorder) m_recorder->on_eval(r);
-        std::lock_guard lock(m_c.m_mutex);
-        m_c.m_evals.push_back(r);
+        m_recorder.on_eval(r);
+        std::lock_guard lock(m_shared.m_mutex);
+        m_shared.evals.push_back(r);
     }
-    void on_finish(const run::RunSummary& s) override {
-        if (m_recorder) m_recorder->on_finish(s);
-    }
+    void on_finish(const run::RunSummary& s) override { m_recorder.on_finish(s); }
 
 private:
-    RunController& m_c;
-    store::RunRecorder* m_recorder;
+    Shared& m_shared;
+    store::RunRecorder& m_recorder;
 };
 
 RunController::RunController(QObject* parent, QString storePath)
@@ -41,92 +53,100 @@ RunController::RunController(QObject* parent, QString storePath)
     qRegisterMetaType<paralab::run::StepRecord>();
     qRegisterMetaType<paralab::run::EvalResult>();
     qRegisterMetaType<paralab::run::RunSummary>();
-    m_drainTimer.setInterval(33);
+    m_drainTimer.setInterval(33);  // ~30 Hz: smooth to the eye, cheap for the GUI thread
     connect(&m_drainTimer, &QTimer::timeout, this, &RunController::drain);
 }
 
 RunController::~RunController() {
-    if (m_thread) {
-        m_control.stop = true;
-        // Stop is honoured between steps; a wedged step would block here forever.
-        if (!m_thread->wait(10000)) qWarning("ParaLab: the run did not stop within 10 s");
-    }
+    if (!m_thread) return;
+    m_shared->control.stop = true;
+    // Stop is honoured between steps; a wedged step would block here forever. A worker that
+    // outlives us keeps its own reference to the shared state, and its QThread is leaked
+    // rather than destroyed while running.
+    if (m_thread->wait(10000)) delete m_thread;
+    else qWarning("ParaLab: the run did not stop within 10 s");
 }
 
 void RunController::start(run::Experiment experiment) {
-    if (m_state != State::Idle) return;
-    m_control.stop = false;
-    {
-        std::lock_guard lock(m_mutex);
-        m_steps.clear();
-        m_evals.clear();
-        m_totalSteps = -1;
-        m_haveResult = false;
-        m_error.clear();
-    }
-    m_state = State::Running;
+    if (isRunning()) return;
+    m_shared = std::make_shared<Shared>();
     const std::string storePath =
         m_storePath.isEmpty() ? store::RunStore::default_path() : m_storePath.toStdString();
-    m_thread = QThread::create([this, e = std::move(experiment), storePath] {
+    m_thread = QThread::create([shared = m_shared, e = std::move(experiment), storePath] {
         run::RunSummary summary;
         QString error;
         try {
             // Every run is kept: a store that cannot be opened stops the run before it starts.
             store::RunStore db(storePath);
             store::RunRecorder recorder(db, run::to_json(e));
-            Observer observer(*this, &recorder);
-            summary = run::run_experiment(e, &observer, &m_control);
+            Observer observer(*shared, recorder);
+            summary = run::run_experiment(e, &observer, &shared->control);
         } catch (const std::exception& ex) {
             error = QString::fromUtf8(ex.what());
+            if (error.isEmpty()) error = QStringLiteral("the run could not start");
         }
-        std::lock_guard lock(m_mutex);
-        m_summary = summary;
-        m_error = error;
-        m_haveResult = true;
+        std::lock_guard lock(shared->m_mutex);
+        shared->summary = std::move(summary);
+        shared->error = error;
     });
     connect(m_thread, &QThread::finished, this, &RunController::onThreadFinished);
+    setState(State::Running);
     m_thread->start();
     m_drainTimer.start();
 }
 
 void RunController::stop() {
     if (m_state != State::Running) return;
-    m_state = State::Stopping;
-    m_control.stop = true;
+    m_shared->control.stop = true;
+    setState(State::Stopping);
 }
 
 void RunController::drain() {
+    if (!m_shared) return;
     QVector<run::StepRecord> steps;
     std::vector<run::EvalResult> evals;
     qint64 total = -1;
     {
-        std::lock_guard lock(m_mutex);
-        steps.reserve(static_cast<qsizetype>(m_steps.size()));
-        for (auto& s : m_steps) steps.push_back(std::move(s));
-        m_steps.clear();
-        evals.swap(m_evals);
-        std::swap(total, m_totalSteps);
+        std::lock_guard lock(m_shared->m_mutex);
+        steps.reserve(static_cast<qsizetype>(m_shared->steps.size()));
+        for (auto& s : m_shared->steps) steps.push_back(std::move(s));
+        m_shared->steps.clear();
+        evals.swap(m_shared->evals);
+        std::swap(total, m_shared->totalSteps);
     }
     if (total >= 0) emit started(total);
     if (!steps.isEmpty()) emit stepsArrived(steps);
-    for (const auto& e : evals) emit evalArrived(e);
+    for (const auto& e : evals) emit evalArrived(e);  // a few per run: one signal each is fine
 }
 
 void RunController::onThreadFinished() {
     m_drainTimer.stop();
     drain();  // the last steps and evaluations
-    m_thread->deleteLater();
+    m_thread->wait();  // `finished` comes just before the thread ends: at most a moment
+    delete m_thread;
     m_thread = nullptr;
-    m_state = State::Idle;
     run::RunSummary summary;
     QString error;
     {
-        std::lock_guard lock(m_mutex);
-        summary = m_summary;
-        error = m_error;
+        std::lock_guard lock(m_shared->m_mutex);
+        summary = m_shared->summary;
+        error = m_shared->error;
     }
-    if (!error.isEmpty()) emit failed(error);
-    else emit finished(summary);
+    if (!error.isEmpty()) {
+        setState(State::Failed);
+        emit failed(error);
+        return;
+    }
+    setState(summary.status == "finished" ? State::Finished
+             : summary.status == "stopped" ? State::Stopped
+                                           : State::Failed);
+    emit finished(summary);
+}
+
+void RunController::setState(State state) {
+    if (state == m_state) return;
+    m_state = state;
+    emit stateChanged(state);
 }
 
 }  // namespace paralab::ui

@@ -8,8 +8,7 @@
 #include <QTimer>
 #include <QVector>
 
-#include <mutex>
-#include <vector>
+#include <memory>
 
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
@@ -21,45 +20,47 @@ namespace paralab::ui {
 class RunController : public QObject {
     Q_OBJECT
 public:
-    enum class State { Idle, Running, Stopping };
+    // Idle until the first start; Running -> Stopping (after stop()) -> Finished, Stopped or
+    // Failed, from any of which start() runs again.
+    enum class State { Idle, Running, Stopping, Finished, Stopped, Failed };
+    Q_ENUM(State)
 
     // Runs are recorded in the run store at `storePath` (the default store when empty).
     explicit RunController(QObject* parent = nullptr, QString storePath = {});
     ~RunController() override;  // stops a run and waits for it (with a time limit)
 
     State state() const { return m_state; }
-    bool isRunning() const { return m_state != State::Idle; }
+    bool isRunning() const { return m_state == State::Running || m_state == State::Stopping; }
 
 public slots:
     void start(paralab::run::Experiment experiment);
     void stop();
 
 signals:
+    void stateChanged(paralab::ui::RunController::State state);
     void started(qint64 totalSteps);
     void stepsArrived(const QVector<paralab::run::StepRecord>& steps);
     void evalArrived(const paralab::run::EvalResult& eval);
+    // The run ended with status finished, stopped, or failed during training (a NaN loss...);
+    // the summary says which and why.
     void finished(const paralab::run::RunSummary& summary);
     // The run could not start (bad data files, a model that does not fit the data...).
     void failed(const QString& message);
 
 private:
+    // What the rank thread and the GUI thread share. Held by both, so that a worker still
+    // wedged in a step when the controller is destroyed touches nothing freed.
+    struct Shared;
     class Observer;
     void drain();
     void onThreadFinished();
+    void setState(State state);
 
     QString m_storePath;
     State m_state = State::Idle;
     QThread* m_thread = nullptr;
     QTimer m_drainTimer;
-    run::RunControl m_control;
-
-    std::mutex m_mutex;
-    std::vector<run::StepRecord> m_steps;     // guarded by m_mutex
-    std::vector<run::EvalResult> m_evals;     // guarded by m_mutex
-    qint64 m_totalSteps = -1;                 // guarded by m_mutex; -1 = not yet announced
-    bool m_haveResult = false;                // guarded by m_mutex
-    run::RunSummary m_summary;                // guarded by m_mutex
-    QString m_error;                          // guarded by m_mutex
+    std::shared_ptr<Shared> m_shared;
 };
 
 }  // namespace paralab::ui

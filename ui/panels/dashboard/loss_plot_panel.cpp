@@ -1,84 +1,172 @@
 #include "ui/panels/dashboard/loss_plot_panel.h"
 
+#include <QFileDialog>
+#include <QMenu>
+#include <QMessageBox>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace paralab::ui {
+
+namespace {
+// Matplotlib's first three colours: familiar to anyone who has plotted a loss curve before.
+const QColor kTrainColor(31, 119, 180);
+const QColor kTestLossColor(214, 39, 40);
+const QColor kAccuracyColor(44, 160, 44);
+// TensorBoard's default smoothing: the trend is readable, yet lags only ~10 steps.
+constexpr double kSmoothing = 0.9;
+}  // namespace
 
 LossPlotPanel::LossPlotPanel(QWidget* parent) : QWidget(parent), m_plot(new QCustomPlot(this)) {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(m_plot);
 
-    m_plot->setAntialiasedElements(QCP::aePlottables);
+    m_plot->setAntialiasedElements(QCP::aePlottables | QCP::aeLegendItems);
     m_plot->plotLayout()->insertRow(0);
-    m_plot->plotLayout()->addElement(0, 0, new QCPTextElement(m_plot, tr("Training"), QFont("sans", 11, QFont::Bold)));
+    QFont titleFont = font();
+    titleFont.setPointSizeF(titleFont.pointSizeF() * 1.2);
+    titleFont.setBold(true);
+    m_plot->plotLayout()->addElement(0, 0, new QCPTextElement(m_plot, tr("Training"), titleFont));
 
     m_train = m_plot->addGraph();
-    m_train->setName(tr("training loss"));
-    m_train->setPen(QPen(QColor(31, 119, 180), 1.5));
+    m_train->setName(tr("training loss (per step)"));
+    m_train->setPen(QPen(kTrainColor.lighter(165), 1));
+
+    m_trainSmooth = m_plot->addGraph();
+    m_trainSmooth->setName(tr("training loss (smoothed)"));
+    m_trainSmooth->setPen(QPen(kTrainColor, 2));
 
     m_testLoss = m_plot->addGraph();
     m_testLoss->setName(tr("test loss"));
-    m_testLoss->setPen(QPen(QColor(214, 39, 40), 1.5));
-    m_testLoss->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, 6));
+    m_testLoss->setPen(QPen(kTestLossColor, 2));
+    m_testLoss->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssCircle, kTestLossColor, Qt::white, 7));
 
     m_accuracy = m_plot->addGraph(m_plot->xAxis, m_plot->yAxis2);
-    m_accuracy->setName(tr("test accuracy"));
-    m_accuracy->setPen(QPen(QColor(44, 160, 44), 1.5));
-    m_accuracy->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDiamond, 7));
+    m_accuracy->setName(tr("test accuracy (right axis)"));
+    m_accuracy->setPen(QPen(kAccuracyColor, 2));
+    m_accuracy->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDiamond, kAccuracyColor, Qt::white, 8));
 
     m_plot->xAxis->setLabel(tr("optimizer step"));
     m_plot->yAxis->setLabel(tr("loss"));
-    m_plot->yAxis2->setLabel(tr("accuracy"));
+    m_plot->yAxis2->setLabel(tr("test accuracy"));
     m_plot->yAxis2->setVisible(true);
-    m_plot->yAxis2->setRange(0, 1);
-    for (QCPAxis* axis : {m_plot->xAxis, m_plot->yAxis, m_plot->yAxis2})
-        axis->grid()->setPen(QPen(QColor(220, 220, 220), 1, Qt::DotLine));
+    // A little headroom above 1 so that a point at 100 % is not cut in half by the frame.
+    m_plot->yAxis2->setRange(0, 1.04);
+    auto percent = QSharedPointer<QCPAxisTickerFixed>::create();
+    percent->setTickStep(0.2);
+    m_plot->yAxis2->setTicker(percent);
+    for (QCPAxis* axis : {m_plot->xAxis, m_plot->yAxis}) {
+        axis->grid()->setPen(QPen(QColor(225, 225, 225), 1, Qt::SolidLine));
+        axis->grid()->setZeroLinePen(Qt::NoPen);
+    }
+    m_plot->yAxis2->grid()->setVisible(false);  // one grid is enough; two disagree
+
+    // Loss falls to the bottom and accuracy climbs to the top: the middle right stays free.
     m_plot->legend->setVisible(true);
-    m_plot->legend->setBrush(QColor(255, 255, 255, 200));
-    m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+    m_plot->legend->setBrush(QColor(255, 255, 255, 220));
+    m_plot->legend->setBorderPen(QPen(QColor(200, 200, 200)));
+    m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignVCenter | Qt::AlignRight);
     m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    m_plot->axisRect()->setRangeDragAxes(m_plot->xAxis, m_plot->yAxis);
+    m_plot->axisRect()->setRangeZoomAxes(m_plot->xAxis, m_plot->yAxis);
+
+    m_plot->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(m_plot, &QWidget::customContextMenuRequested, this, &LossPlotPanel::showContextMenu);
     clear();
 }
 
 void LossPlotPanel::clear() {
     m_train->data()->clear();
+    m_trainSmooth->data()->clear();
+    m_ema = m_emaWeight = 0;
     m_testLoss->data()->clear();
     m_accuracy->data()->clear();
     m_maxLoss = 0;
-    m_plot->xAxis->setRange(0, 10);
-    m_plot->yAxis->setRange(0, 1);
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
+    m_minLoss = std::numeric_limits<double>::infinity();
+    m_lastStep = 0;
+    fitToData();
 }
 
 void LossPlotPanel::addSteps(const QVector<run::StepRecord>& steps) {
     for (const auto& s : steps) {
         m_train->addData(static_cast<double>(s.step), s.loss);
-        m_maxLoss = std::max(m_maxLoss, s.loss);
+        // The step that ends a diverging run carries an infinite or NaN loss: plotted as a
+        // gap, and kept out of the averages and the axis range.
+        if (!std::isfinite(s.loss)) continue;
+        m_ema = kSmoothing * m_ema + (1 - kSmoothing) * s.loss;
+        m_emaWeight = kSmoothing * m_emaWeight + (1 - kSmoothing);
+        m_trainSmooth->addData(static_cast<double>(s.step), m_ema / m_emaWeight);
+        includeLoss(s.loss);
     }
-    if (!steps.isEmpty()) {
-        m_plot->xAxis->setRange(0, std::max(10.0, static_cast<double>(steps.back().step) * 1.02));
-        m_plot->yAxis->setRange(0, m_maxLoss * 1.05);
-    }
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
+    if (!steps.isEmpty()) m_lastStep = static_cast<double>(steps.back().step);
+    fitToData();
 }
 
 void LossPlotPanel::addEval(const run::EvalResult& eval) {
     m_testLoss->addData(static_cast<double>(eval.step), eval.loss);
-    m_maxLoss = std::max(m_maxLoss, eval.loss);
+    if (std::isfinite(eval.loss)) includeLoss(eval.loss);
     if (eval.accuracy) m_accuracy->addData(static_cast<double>(eval.step), *eval.accuracy);
-    m_plot->yAxis->setRange(0, m_maxLoss * 1.05);
+    m_lastStep = std::max(m_lastStep, static_cast<double>(eval.step));
+    fitToData();
+}
+
+void LossPlotPanel::includeLoss(double loss) {
+    m_maxLoss = std::max(m_maxLoss, loss);
+    if (loss > 0) m_minLoss = std::min(m_minLoss, loss);
+}
+
+void LossPlotPanel::fitToData() {
+    m_plot->xAxis->setRange(0, std::max(10.0, m_lastStep * 1.02));
+    const double top = m_maxLoss > 0 ? m_maxLoss : 1.0;
+    if (m_logLoss) {
+        const double bottom = std::isfinite(m_minLoss) ? m_minLoss : top / 100;
+        m_plot->yAxis->setRange(bottom / 1.5, top * 1.5);
+    } else {
+        m_plot->yAxis->setRange(0, top * 1.05);
+    }
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
+void LossPlotPanel::setLogarithmicLoss(bool on) {
+    m_logLoss = on;
+    m_plot->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+    if (on) m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+    else m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    fitToData();
+}
+
 int LossPlotPanel::pointCount() const { return m_train->dataCount(); }
+int LossPlotPanel::evalPointCount() const { return m_testLoss->dataCount(); }
 
 bool LossPlotPanel::exportTo(const QString& path) {
     if (path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)) return m_plot->savePdf(path);
-    return m_plot->savePng(path, 0, 0, 2.0);
+    return m_plot->savePng(path, 0, 0, 2.0);  // twice the screen's pixels: sharp in slides
+}
+
+void LossPlotPanel::exportWithDialog() {
+    QString path = QFileDialog::getSaveFileName(this, tr("Export plot"), QStringLiteral("paralab-plot.png"),
+                                                tr("PNG image (*.png);;PDF document (*.pdf)"));
+    if (path.isEmpty()) return;
+    if (!path.endsWith(QLatin1String(".png"), Qt::CaseInsensitive) &&
+        !path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive))
+        path += QLatin1String(".png");
+    if (!exportTo(path)) QMessageBox::warning(this, tr("Export failed"), tr("Could not write %1").arg(path));
+}
+
+void LossPlotPanel::showContextMenu(const QPoint& pos) {
+    QMenu menu(this);
+    menu.addAction(tr("Export plot…"), this, &LossPlotPanel::exportWithDialog);
+    menu.addAction(tr("Fit to data"), this, &LossPlotPanel::fitToData);
+    QAction* log = menu.addAction(tr("Logarithmic loss axis"));
+    log->setCheckable(true);
+    log->setChecked(m_logLoss);
+    connect(log, &QAction::toggled, this, &LossPlotPanel::setLogarithmicLoss);
+    menu.exec(m_plot->mapToGlobal(pos));
 }
 
 }  // namespace paralab::ui

@@ -20,16 +20,32 @@ public:
     void clear();
     void addSteps(const QVector<run::StepRecord>& steps);
     void addEval(const run::EvalResult& eval);
-    int pointCount() const;
+    int pointCount() const;        // training-loss points (one per step)
+    int evalPointCount() const;    // test-loss points
+    bool logarithmicLoss() const { return m_logLoss; }
     // PNG or PDF by the file's suffix; false when the file cannot be written.
     bool exportTo(const QString& path);
 
+public slots:
+    void exportWithDialog();                 // asks for a file name; reports a failure
+    void setLogarithmicLoss(bool on);
+    void fitToData();                        // undoes the user's drag and zoom
+
 private:
+    void showContextMenu(const QPoint& pos);
+    void includeLoss(double loss);  // widens the loss axis's range to take `loss`
+
     QCustomPlot* m_plot;
     QCPGraph* m_train;
+    QCPGraph* m_trainSmooth;  // the trend through the per-step noise
     QCPGraph* m_testLoss;
     QCPGraph* m_accuracy;
     double m_maxLoss = 0;
+    double m_minLoss = 0;  // smallest positive loss, for the logarithmic axis
+    double m_lastStep = 0;
+    double m_ema = 0;          // exponential moving average of the training loss, biased
+    double m_emaWeight = 0;    // towards 0 at the start; dividing by this removes the bias
+    bool m_logLoss = false;
 };
 
 }  // namespace paralab::ui

@@ -22,9 +22,11 @@ ExperimentPanel::ExperimentPanel(QWidget* parent)
     m_layers->verticalHeader()->hide();
     m_layers->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_layers->setSelectionBehavior(QAbstractItemView::SelectRows);
+    // The layer path takes the spare width: nested models have the long names.
     m_layers->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-    m_layers->horizontalHeader()->setStretchLastSection(true);
+    m_layers->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
     m_layers->setAlternatingRowColors(true);
+    m_totals->setTextFormat(Qt::RichText);
     m_totals->setWordWrap(true);
     layout->addWidget(m_summary);
     layout->addWidget(new QLabel(tr("<b>Model</b>")));
@@ -68,7 +70,8 @@ void ExperimentPanel::showExperiment(const run::Experiment& e) {
         m_layers->setItem(i, 2, new QTableWidgetItem(QString::fromStdString(r.output.to_string())));
         m_layers->setItem(i, 3, params);
     }
-    m_totals->setText(tr("Input %1 · %2 parameters · %3 MFLOP per example (forward)")
+    m_layers->setCurrentItem(nullptr);  // no cell looks selected before the user picks one
+    m_totals->setText(tr("Input %1 · %2 parameters<br>%3 MFLOP per example, forward")
                           .arg(QString::fromStdString(input.to_string()))
                           .arg(locale.toString(static_cast<qlonglong>(model.parameter_count())))
                           .arg(model.flops_per_sample() / 1e6, 0, 'f', 2));
