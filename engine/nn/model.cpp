@@ -44,10 +44,24 @@ void collect(Layer& layer, const std::string& path, int depth, std::vector<Layer
 }  // namespace
 
 Model::Model(const std::vector<LayerSpec>& layers, const Shape& input, const std::string& loss,
-             DType dtype, Device& device) {
+             DType dtype, Device& device)
+    : Model(layers, 0, layers.size(), input, loss, dtype, device) {}
+
+std::unique_ptr<Model> Model::stage(const std::vector<LayerSpec>& layers, size_t first,
+                                    size_t last, const Shape& input, const std::string& loss,
+                                    DType dtype, Device& device) {
+    PARALAB_CHECK(first < last && last <= layers.size(),
+                  "Model::stage: layers [" + std::to_string(first) + ", " +
+                      std::to_string(last) + ") of a model of " + std::to_string(layers.size()));
+    return std::unique_ptr<Model>(new Model(layers, first, last, input, loss, dtype, device));
+}
+
+Model::Model(const std::vector<LayerSpec>& layers, size_t first, size_t last, const Shape& input,
+             const std::string& loss, DType dtype, Device& device)
+    : m_first(first) {
     if (layers.empty()) throw ConfigError("model.layers: expected at least one layer");
     std::vector<std::unique_ptr<Layer>> built;
-    for (size_t i = 0; i < layers.size(); ++i) {
+    for (size_t i = first; i < last; ++i) {
         if (layers[i].type == "embedding" && i != 0)
             throw ConfigError("model.layers[" + std::to_string(i) +
                               "]: an embedding takes token ids and must be the first layer");
@@ -55,7 +69,8 @@ Model::Model(const std::vector<LayerSpec>& layers, const Shape& input, const std
     }
     m_net = std::make_unique<Sequential>(std::move(built), "model");
     m_net->set_label("model");
-    m_net->set_needs_input_grad(false);  // the data needs no gradient
+    // The data needs no gradient; a later stage's input is an earlier stage's activation.
+    m_net->set_needs_input_grad(first > 0);
     m_net->build(input, dtype, device);
     m_loss = make_loss(loss);
 }
@@ -63,7 +78,7 @@ Model::Model(const std::vector<LayerSpec>& layers, const Shape& input, const std
 std::vector<LayerSummary> Model::summary() {
     std::vector<LayerSummary> rows;
     for (size_t i = 0; i < m_net->size(); ++i)
-        collect(m_net->at(i), "model.layers[" + std::to_string(i) + "]", 0, rows);
+        collect(m_net->at(i), "model.layers[" + std::to_string(m_first + i) + "]", 0, rows);
     return rows;
 }
 

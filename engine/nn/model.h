@@ -30,6 +30,16 @@ public:
     Model(const std::vector<LayerSpec>& layers, const Shape& input, const std::string& loss,
           DType dtype, Device& device);
 
+    // One stage of a model split across devices (model_parallel, pipeline): the top-level
+    // layers [first, last) of `layers`, built for per-sample `input` (the output shape of layer
+    // first - 1). Layers keep their labels in the whole model ("model.layers[5] (dropout)"), so
+    // errors name the line of the file and dropout draws the whole model's masks. Only the stage
+    // with first == 0 computes no input gradient; the loss is the model's (meaningful on the
+    // last stage only). Requires first < last <= layers.size().
+    static std::unique_ptr<Model> stage(const std::vector<LayerSpec>& layers, size_t first,
+                                        size_t last, const Shape& input, const std::string& loss,
+                                        DType dtype, Device& device);
+
     void reset_parameters(Rng& rng) { m_net->reset_parameters(rng); }
 
     // x: [B, ...input] -> [B, ...output]
@@ -54,8 +64,14 @@ public:
     Device& device() const { return m_net->device(); }
 
     std::vector<LayerSummary> summary();
+    // The index in the whole model of net().at(0): 0 except for a stage.
+    size_t first_layer() const { return m_first; }
 
 private:
+    Model(const std::vector<LayerSpec>& layers, size_t first, size_t last, const Shape& input,
+          const std::string& loss, DType dtype, Device& device);
+
+    size_t m_first = 0;
     std::unique_ptr<Sequential> m_net;
     std::unique_ptr<Loss> m_loss;
 };

@@ -1,0 +1,76 @@
+// Layers split across devices: the machinery model_parallel and pipeline share (DESIGN.md §3).
+//
+// Rank s holds stage s, a contiguous range of the model's top-level layers, on its device.
+// Activations go forward from stage s to s + 1 and input gradients come back from s + 1 to s
+// as point-to-point messages; the last stage computes the loss over the GLOBAL batch, so the
+// gradients the stages hold are exactly the single device's gradients of that batch.
+//
+// `strategy.split` lists the first top-level layer index of each stage after the first:
+// with L top-level layers and N devices, split = [b1, ..., b(N-1)], 0 < b1 < ... < b(N-1) < L,
+// and stage s holds layers [b(s), b(s+1)) with b0 = 0 and bN = L. Example: 5 layers on 3
+// devices with split [2, 4] gives stages {0, 1}, {2, 3}, {4}. Without `split` the stages are
+// balanced by parameter count (balanced_split). Only top-level layers are split: a residual
+// block stays whole on one device.
+//
+// A batch runs as micro-batches (shard_of_batch(B, i, m)) in a schedule. A layer keeps what
+// its backward needs from its LAST forward only, so a stage keeps K "contexts": K builds of
+// its layers whose parameters and gradients are the SAME tensors (gradients accumulate in one
+// place, and the memory picture counts parameters once), each holding one micro-batch in
+// flight. GPipe runs every forward, then every backward in reverse, and needs K = m; 1F1B
+// runs p - s - 1 warm-up forwards on stage s of p, then one forward and one backward in turn,
+// then the remaining backwards, and needs only K = min(m, p - s): its activation memory is
+// bounded by the number of stages where GPipe's grows with the micro-batches in flight.
+//
+// train.grad_accum = g splits the global batch into g parts (shard_of_batch(B, k, g)) that run
+// one after another, each as its own flush of the schedule over its micro-batches, with the
+// gradients accumulating: memory as for a batch of B / g, the result as for the whole batch.
+//
+// Batch norm normalises each micro-batch with its own statistics (as in the GPipe paper), so
+// it matches the single device only with one micro-batch; its running statistics are updated
+// micro-batch after micro-batch in order, as gradient accumulation would on one device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/strategy/strategy.h"
+
+namespace paralab::strategy::stages {
+
+enum class Schedule { gpipe, one_f_one_b };
+
+// One step of a stage's schedule: forward or backward of micro-batch `micro`.
+struct Op {
+    bool forward = true;
+    int micro = 0;
+    bool operator==(const Op&) const = default;
+};
+
+// The order in which stage `stage` of `stages` runs the forwards and backwards of
+// `micro_batches` micro-batches.
+std::vector<Op> stage_schedule(Schedule schedule, int stage, int stages, int micro_batches);
+// How many micro-batches stage `stage` holds in flight at most under `schedule` (its
+// contexts); micro-batch i runs in context i % contexts_needed(...).
+int contexts_needed(Schedule schedule, int stage, int stages, int micro_batches);
+
+// Contiguous, non-empty stages of `layer_params` (parameters per top-level layer) over
+// `stages` devices minimising the largest stage's parameter count. Among the splits that reach
+// it: the fewest stages that start with a parameter-free layer (an activation, a dropout,
+// a flatten stays with the layer before it), then the latest boundaries. Returns the split
+// (stages - 1 first-layer indices). Requires 1 <= stages <= layer_params.size().
+std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_params, int stages);
+
+// The stage bounds [0, b1, ..., b(N-1), L] for `world` devices: the experiment's
+// strategy.split, validated, or the balanced split of `reference`'s layers. Throws ConfigError
+// naming `devices` when there are more devices than top-level layers and `strategy.split`
+// when the split is not world - 1 strictly increasing indices in (0, L).
+std::vector<size_t> stage_bounds(const run::Experiment& e, nn::Model& reference, int world,
+                                 const std::string& strategy_name);
+
+// model_parallel (one micro-batch, no schedule options) or pipeline (strategy.micro_batches
+// and strategy.schedule).
+std::unique_ptr<Strategy> make_staged_strategy(bool pipelined);
+
+}  // namespace paralab::strategy::stages
