@@ -1,0 +1,145 @@
+// Communicator: the collectives and point-to-point messages that ranks of one run use
+// (DESIGN.md §2, "comm"). One Communicator object per rank, bound to that rank; every rank
+// of a group must call the collectives in the same order with the same counts (as with NCCL
+// and MPI). Public non-virtual entry points check their arguments and account bytes and time,
+// then call the backend's virtual *_impl (STYLE.md 6).
+//
+// Buffers are plain pointers to `count` elements of `dtype` in the memory of the rank's
+// device (host memory for cpu devices). Collectives are in place where NCCL allows it:
+//   all_reduce      data[count] on every rank -> the reduction on every rank
+//   reduce_scatter  data[count] on every rank -> rank r's shard of data (rows
+//                   shard_of_dataset(count, r, world)) holds the reduction; the rest of data
+//                   is left in an unspecified state
+//   all_gather      rank r's shard of data[count] on rank r -> all of data on every rank
+//   broadcast       data[count] on root -> on every rank
+//   reduce          data[count] on every rank -> the reduction on root (others unspecified)
+//   scatter/gather  variable counts per rank (scatterv/gatherv), rows laid out in rank order
+//   send/recv       eager send (copied out; returns without waiting for the receiver),
+//                   blocking recv; messages between one pair with one tag arrive in order
+// Results are bit-identical run to run: each element's sum is taken in an order that
+// depends only on the world size and the element's index.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/tensor/dtype.h"
+#include "engine/tensor/tensor.h"
+#include "engine/util/error.h"
+
+namespace paralab::comm {
+
+enum class ReduceOp { sum, average, max };
+
+// Thrown in every rank waiting in (or entering) a collective once the group is aborted: a rank
+// that failed calls abort() so that the others do not wait for it forever.
+class CommAborted : public Error {
+public:
+    using Error::Error;
+};
+
+// What one call did, for the timeline: bytes this rank sent (or, for the local backend, read
+// from a peer's memory) and when it started and ended on the steady clock.
+struct CommRecord {
+    const char* op = "";  // "all_reduce", "reduce_scatter", ...
+    int64_t bytes = 0;
+    double t_begin = 0, t_end = 0;  // seconds, std::chrono::steady_clock's epoch
+};
+
+// Per-rank running totals, for step records and benchmarks.
+struct CommTotals {
+    int64_t calls = 0;
+    int64_t bytes = 0;
+    double seconds = 0;
+};
+
+class Communicator {
+public:
+    virtual ~Communicator();
+    Communicator(const Communicator&) = delete;
+    Communicator& operator=(const Communicator&) = delete;
+
+    int rank() const { return m_rank; }
+    int world() const { return m_world; }
+    // "local", "mpi", "nccl".
+    virtual std::string backend() const = 0;
+
+    CommRecord all_reduce(void* data, int64_t count, DType dtype, ReduceOp op);
+    CommRecord reduce_scatter(void* data, int64_t count, DType dtype, ReduceOp op);
+    CommRecord all_gather(void* data, int64_t count, DType dtype);
+    CommRecord broadcast(void* data, int64_t count, DType dtype, int root);
+    CommRecord reduce(void* data, int64_t count, DType dtype, ReduceOp op, int root);
+    // counts[r] elements go to / come from rank r; send (scatter) and recv (gather) are read
+    // or written on root only, as sum(counts) elements in rank order.
+    CommRecord scatter(const void* send, void* recv, const std::vector<int64_t>& counts,
+                       DType dtype, int root);
+    CommRecord gather(const void* send, void* recv, const std::vector<int64_t>& counts,
+                      DType dtype, int root);
+    CommRecord send(const void* data, int64_t count, DType dtype, int peer, int tag = 0);
+    CommRecord recv(void* data, int64_t count, DType dtype, int peer, int tag = 0);
+    CommRecord barrier();
+
+    // Tensor conveniences (contiguous tensors; count = numel).
+    CommRecord all_reduce(const Tensor& t, ReduceOp op) {
+        return all_reduce(t.raw(), t.numel(), t.dtype(), op);
+    }
+    CommRecord broadcast(const Tensor& t, int root) { return broadcast(t.raw(), t.numel(), t.dtype(), root); }
+
+    // Wakes every rank of the group that waits in a call, and makes every later call, with
+    // CommAborted carrying `reason`. Idempotent; callable from any thread.
+    virtual void abort(const std::string& reason) = 0;
+
+    CommTotals totals() const { return m_totals; }
+
+protected:
+    Communicator(int rank, int world) : m_rank(rank), m_world(world) {}
+
+    // Arguments are checked; count >= 0; peers and roots are valid ranks.
+    virtual void all_reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op) = 0;
+    virtual void reduce_scatter_impl(void* data, int64_t count, DType dtype, ReduceOp op) = 0;
+    virtual void all_gather_impl(void* data, int64_t count, DType dtype) = 0;
+    virtual void broadcast_impl(void* data, int64_t count, DType dtype, int root) = 0;
+    virtual void reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op, int root) = 0;
+    virtual void scatter_impl(const void* send, void* recv, const std::vector<int64_t>& counts,
+                              DType dtype, int root) = 0;
+    virtual void gather_impl(const void* send, void* recv, const std::vector<int64_t>& counts,
+                             DType dtype, int root) = 0;
+    virtual void send_impl(const void* data, int64_t count, DType dtype, int peer, int tag) = 0;
+    virtual void recv_impl(void* data, int64_t count, DType dtype, int peer, int tag) = 0;
+    virtual void barrier_impl() = 0;
+
+private:
+    template <class F>
+    CommRecord timed(const char* op, int64_t bytes, F&& call);
+
+    int m_rank, m_world;
+    CommTotals m_totals;  // touched by this rank's thread only
+};
+
+// The in-process backend for virtual devices: ranks are threads of one process and read each
+// other's buffers directly. all_reduce, reduce_scatter and all_gather are chunked rings (each
+// rank moves 2(N-1)/N of the data in an all-reduce), synchronised neighbour to neighbour, so
+// that a slow rank delays only what depends on it.
+class LocalGroup {
+public:
+    explicit LocalGroup(int world);
+    ~LocalGroup();
+    LocalGroup(const LocalGroup&) = delete;
+    LocalGroup& operator=(const LocalGroup&) = delete;
+
+    int world() const;
+    // Rank r's communicator; valid while the group lives. Each rank uses its own from one
+    // thread at a time.
+    Communicator& rank(int r);
+    void abort(const std::string& reason);
+
+    struct State;  // shared between the ranks (defined in local.cpp)
+
+private:
+    std::unique_ptr<State> m_state;
+    std::vector<std::unique_ptr<Communicator>> m_ranks;
+};
+
+}  // namespace paralab::comm

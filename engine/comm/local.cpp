@@ -1,0 +1,425 @@
+// The local backend: ranks are threads of one process and read each other's buffers directly.
+//
+// Protocol. Every rank owns a monotonic progress counter. A call begins with "enter": the rank
+// publishes the pointer its peers may read during this call, then ticks once; each step of the
+// call ticks once more. Every rank makes the same calls in the same order, and every call ticks
+// the same number of times on every rank, so a call's ticks are numbered from a base that all
+// ranks compute alike (m_base): base + 1 = entered, base + 2 + k = step k done. Waits are
+// neighbour to neighbour ("rank r-1 has done step k-1"), never a group barrier, and a rank whose
+// buffer is read in a call returns only after its readers are done with it, so a published
+// pointer stays valid for as long as anyone reads it.
+//
+// Ring (all_reduce = reduce-scatter then all-gather; chunk c = rows shard_of_dataset(count, c,
+// N)): in reduce-scatter step k rank r adds chunk (r-k-1-s) of rank r-1's buffer into its own,
+// and ends with the reduction of chunk (r+1-s) (s = 0 for all_reduce; s = 1 for reduce_scatter,
+// which must end with chunk r). In all-gather step k rank r copies chunk (r-k-s) of rank r-1.
+// Rank r+1 reads r's chunk only after r's step that wrote it, and (transitively around the
+// ring) r overwrites a chunk only after r+1 has read the old one. The sum of chunk c is taken in
+// rank order c, c+1, ..., c+N-1 (mod N) whatever the timing: bit-identical run to run.
+//
+// abort() sets a flag and bumps every counter by k_abort_bump, so that every wait ends; every
+// wait then checks the flag and throws CommAborted.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "engine/comm/communicator.h"
+#include "engine/data/loader.h"
+
+namespace paralab::comm {
+namespace {
+
+constexpr int64_t k_abort_bump = int64_t{1} << 60;
+// Polls before blocking: ranks are often more threads than cores, so a waiter must yield the
+// core to the rank it waits for soon; a short spin still catches a neighbour that is nearly done.
+constexpr int k_spin_polls = 256;
+
+inline void cpu_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+int wrap(int r, int n) {
+    return ((r % n) + n) % n;
+}
+
+// dst[i] = src[i] (op) dst[i]; src holds the partial result of the ranks before this one.
+template <class T>
+void combine(T* __restrict dst, const T* __restrict src, int64_t n, ReduceOp op) {
+    if (op == ReduceOp::max) {
+        for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] < src[i] ? src[i] : dst[i];
+    } else {
+        for (int64_t i = 0; i < n; ++i) dst[i] = src[i] + dst[i];
+    }
+}
+
+template <class T>
+void divide(T* data, int64_t n, int world) {
+    const T w = static_cast<T>(world);
+    for (int64_t i = 0; i < n; ++i) data[i] /= w;
+}
+
+}  // namespace
+
+struct LocalGroup::State {
+    explicit State(int world_size) : world(world_size), slots(static_cast<size_t>(world_size)) {}
+
+    // One per rank, on its own cache line (the counters are polled by the neighbours).
+    struct alignas(64) Slot {
+        std::atomic<int64_t> progress{0};          // ticked by its rank; bumped by abort()
+        std::atomic<const void*> buffer{nullptr};  // published before the "entered" tick
+    };
+
+    struct Message {
+        int64_t count = 0;
+        DType dtype = DType::f32;
+        std::vector<std::byte> bytes;  // eager copy of the sender's data
+    };
+    using MailKey = std::tuple<int, int, int>;  // (src, dst, tag)
+
+    void abort(const std::string& reason) {
+        {
+            std::lock_guard lock(abort_mutex);
+            if (aborted.load(std::memory_order_relaxed)) return;  // the first reason wins
+            abort_reason = reason;
+            aborted.store(true, std::memory_order_release);
+        }
+        for (Slot& s : slots) {
+            s.progress.fetch_add(k_abort_bump, std::memory_order_acq_rel);
+            s.progress.notify_all();
+        }
+        { std::lock_guard lock(mail_mutex); }  // a recv between its check and its sleep wakes
+        mail_cv.notify_all();
+    }
+
+    void check_aborted() {
+        if (!aborted.load(std::memory_order_acquire)) return;
+        std::string reason;
+        {
+            std::lock_guard lock(abort_mutex);
+            reason = abort_reason;
+        }
+        throw CommAborted("communicator aborted: " + reason);
+    }
+
+    const int world;
+    std::vector<Slot> slots;  // [world]; never resized
+
+    std::atomic<bool> aborted{false};
+    std::mutex abort_mutex;
+    std::string abort_reason;  // guarded by abort_mutex; set once, before `aborted`
+
+    std::mutex mail_mutex;
+    std::condition_variable mail_cv;              // a message arrived, or abort
+    std::map<MailKey, std::deque<Message>> mail;  // guarded by mail_mutex
+};
+
+namespace {
+
+class LocalCommunicator final : public Communicator {
+public:
+    LocalCommunicator(LocalGroup::State& state, int rank)
+        : Communicator(rank, state.world), m_state(state) {}
+
+    std::string backend() const override { return "local"; }
+    void abort(const std::string& reason) override { m_state.abort(reason); }
+
+protected:
+    void all_reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
+        m_state.check_aborted();
+        const int n = world();
+        if (n == 1 || count == 0) return;
+        dispatch_float(dtype, [&]<class T>() {
+            T* own = static_cast<T*>(data);
+            const T* prev = static_cast<const T*>(enter_and_read(own, prev_rank()));
+            ring_reduce_scatter(own, prev, count, op, 0);
+            ring_all_gather(own, prev, count, n - 1, 0);
+            wait_for(next_rank(), 1 + 2 * (n - 1));  // r+1 reads our buffer until its last step
+        });
+    }
+
+    void reduce_scatter_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
+        m_state.check_aborted();
+        const int n = world();
+        if (n == 1 || count == 0) return;
+        dispatch_float(dtype, [&]<class T>() {
+            T* own = static_cast<T*>(data);
+            const T* prev = static_cast<const T*>(enter_and_read(own, prev_rank()));
+            ring_reduce_scatter(own, prev, count, op, 1);
+            wait_for(next_rank(), 1 + (n - 1));
+        });
+    }
+
+    void all_gather_impl(void* data, int64_t count, DType dtype) override {
+        m_state.check_aborted();
+        const int n = world();
+        if (n == 1 || count == 0) return;
+        dispatch_float(dtype, [&]<class T>() {
+            T* own = static_cast<T*>(data);
+            const T* prev = static_cast<const T*>(enter_and_read(own, prev_rank()));
+            ring_all_gather(own, prev, count, 0, 1);
+            wait_for(next_rank(), 1 + (n - 1));
+        });
+    }
+
+    // Non-roots copy from the root's buffer; the root returns once all have copied.
+    void broadcast_impl(void* data, int64_t count, DType dtype, int root) override {
+        m_state.check_aborted();
+        if (world() == 1 || count == 0) return;
+        const size_t bytes = static_cast<size_t>(count) * dtype_size(dtype);
+        if (rank() == root) {
+            enter(data);
+            tick();
+            for (int q = 0; q < world(); ++q)
+                if (q != root) wait_for(q, 2);
+        } else {
+            const void* src = enter_and_read(data, root);
+            std::memcpy(data, src, bytes);
+            tick();
+        }
+    }
+
+    // The root reduces every rank's buffer in rank order 0..N-1, in blocks that stay in cache;
+    // the others return once the root is done reading them.
+    void reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op, int root) override {
+        m_state.check_aborted();
+        if (world() == 1 || count == 0) return;
+        enter(data);
+        if (rank() != root) {
+            tick();
+            wait_for(root, 2);
+            return;
+        }
+        std::vector<const void*> inputs(static_cast<size_t>(world()));
+        for (int q = 0; q < world(); ++q) inputs[static_cast<size_t>(q)] = read_buffer(q);
+        dispatch_float(dtype, [&]<class T>() {
+            constexpr int64_t block = 2048;
+            T partial[block];
+            T* out = static_cast<T*>(data);
+            for (int64_t b = 0; b < count; b += block) {
+                const int64_t m = std::min(block, count - b);
+                std::memcpy(partial, static_cast<const T*>(inputs[0]) + b, size_t(m) * sizeof(T));
+                for (int q = 1; q < world(); ++q)
+                    combine(partial, static_cast<const T*>(inputs[size_t(q)]) + b, m, op);
+                if (op == ReduceOp::average) divide(partial, m, world());
+                std::memcpy(out + b, partial, size_t(m) * sizeof(T));
+            }
+        });
+        tick();
+    }
+
+    void scatter_impl(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
+                      int root) override {
+        m_state.check_aborted();
+        const size_t esize = dtype_size(dtype);
+        const size_t mine = size_t(counts[size_t(rank())]) * esize;
+        const size_t offset = size_t(offset_of(counts, rank())) * esize;
+        if (rank() == root) {
+            if (mine > 0 && recv != static_cast<const std::byte*>(send) + offset)
+                std::memmove(recv, static_cast<const std::byte*>(send) + offset, mine);
+            if (world() == 1) return;
+            enter(send);
+            tick();
+            for (int q = 0; q < world(); ++q)
+                if (q != root) wait_for(q, 2);
+        } else {
+            const void* src = enter_and_read(nullptr, root);
+            if (mine > 0) std::memcpy(recv, static_cast<const std::byte*>(src) + offset, mine);
+            tick();
+        }
+    }
+
+    void gather_impl(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
+                     int root) override {
+        m_state.check_aborted();
+        const size_t esize = dtype_size(dtype);
+        if (rank() != root) {
+            if (world() == 1) return;
+            enter(send);
+            tick();
+            wait_for(root, 2);
+            return;
+        }
+        enter(send);
+        for (int q = 0; q < world(); ++q) {
+            const size_t bytes = size_t(counts[size_t(q)]) * esize;
+            std::byte* dst = static_cast<std::byte*>(recv) + size_t(offset_of(counts, q)) * esize;
+            const void* src = q == rank() ? send : read_buffer(q);
+            if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+        }
+        tick();
+    }
+
+    void send_impl(const void* data, int64_t count, DType dtype, int peer, int tag) override {
+        m_state.check_aborted();
+        LocalGroup::State::Message message;
+        message.count = count;
+        message.dtype = dtype;
+        message.bytes.resize(size_t(count) * dtype_size(dtype));
+        if (!message.bytes.empty()) std::memcpy(message.bytes.data(), data, message.bytes.size());
+        {
+            std::lock_guard lock(m_state.mail_mutex);
+            m_state.mail[{rank(), peer, tag}].push_back(std::move(message));
+        }
+        m_state.mail_cv.notify_all();
+    }
+
+    void recv_impl(void* data, int64_t count, DType dtype, int peer, int tag) override {
+        m_state.check_aborted();
+        const LocalGroup::State::MailKey key{peer, rank(), tag};
+        LocalGroup::State::Message message;
+        {
+            std::unique_lock lock(m_state.mail_mutex);
+            m_state.mail_cv.wait(lock, [&] {
+                if (m_state.aborted.load(std::memory_order_acquire)) return true;
+                auto it = m_state.mail.find(key);
+                return it != m_state.mail.end() && !it->second.empty();
+            });
+            if (!m_state.aborted.load(std::memory_order_acquire)) {
+                auto it = m_state.mail.find(key);
+                const auto& front = it->second.front();
+                if (front.count != count || front.dtype != dtype)
+                    throw Error("Communicator::recv: rank " + std::to_string(rank()) + " expects " +
+                                std::to_string(count) + " " + std::string(dtype_name(dtype)) +
+                                " from rank " + std::to_string(peer) + " (tag " +
+                                std::to_string(tag) + "), but the message holds " +
+                                std::to_string(front.count) + " " +
+                                std::string(dtype_name(front.dtype)));
+                message = std::move(it->second.front());
+                it->second.pop_front();
+                if (it->second.empty()) m_state.mail.erase(it);
+            }
+        }
+        m_state.check_aborted();
+        if (!message.bytes.empty()) std::memcpy(data, message.bytes.data(), message.bytes.size());
+    }
+
+    void barrier_impl() override {
+        m_state.check_aborted();
+        if (world() == 1) return;
+        enter(nullptr);
+        for (int q = 0; q < world(); ++q)
+            if (q != rank()) wait_for(q, 1);
+    }
+
+private:
+    int prev_rank() const { return wrap(rank() - 1, world()); }
+    int next_rank() const { return wrap(rank() + 1, world()); }
+
+    static int64_t offset_of(const std::vector<int64_t>& counts, int r) {
+        int64_t offset = 0;
+        for (int q = 0; q < r; ++q) offset += counts[size_t(q)];
+        return offset;
+    }
+
+    // Starts a call: publishes `buffer` for the peers, then ticks "entered" (base + 1).
+    void enter(const void* buffer) {
+        m_base = m_ticks;
+        m_state.slots[size_t(rank())].buffer.store(buffer, std::memory_order_relaxed);
+        tick();  // release: the pointer is visible to whoever sees the tick
+    }
+
+    void tick() {
+        ++m_ticks;
+        auto& progress = m_state.slots[size_t(rank())].progress;
+        progress.fetch_add(1, std::memory_order_release);
+        progress.notify_all();
+    }
+
+    // Waits until `peer` has made tick `call_tick` of this call (1 = entered, 2 + k = step k
+    // done); throws CommAborted once the group is aborted.
+    void wait_for(int peer, int64_t call_tick) {
+        const int64_t target = m_base + call_tick;
+        auto& progress = m_state.slots[size_t(peer)].progress;
+        int64_t seen = progress.load(std::memory_order_acquire);
+        for (int i = 0; seen < target && i < k_spin_polls; ++i) {
+            cpu_pause();
+            seen = progress.load(std::memory_order_acquire);
+        }
+        while (seen < target && !m_state.aborted.load(std::memory_order_acquire)) {
+            progress.wait(seen, std::memory_order_acquire);
+            seen = progress.load(std::memory_order_acquire);
+        }
+        m_state.check_aborted();
+    }
+
+    // `peer`'s published pointer of this call (valid: peer returns only after we are done).
+    const void* read_buffer(int peer) {
+        wait_for(peer, 1);
+        return m_state.slots[size_t(peer)].buffer.load(std::memory_order_relaxed);
+    }
+
+    const void* enter_and_read(const void* own, int peer) {
+        enter(own);
+        return read_buffer(peer);
+    }
+
+    // Steps 0..N-2 of a ring call; rank r ends with the reduction of chunk (r+1-shift).
+    template <class T>
+    void ring_reduce_scatter(T* own, const T* prev, int64_t count, ReduceOp op, int shift) {
+        const int n = world();
+        for (int k = 0; k <= n - 2; ++k) {
+            wait_for(prev_rank(), 1 + k);
+            const auto chunk = data::shard_of_dataset(count, wrap(rank() - k - 1 - shift, n), n);
+            combine(own + chunk.offset, prev + chunk.offset, chunk.count, op);
+            // The finished chunk is divided before anyone can read it: deterministic average.
+            if (k == n - 2 && op == ReduceOp::average) divide(own + chunk.offset, chunk.count, n);
+            tick();
+        }
+    }
+
+    // Steps first_step .. first_step + N-2: rank r copies chunk (r-k-shift) of rank r-1.
+    template <class T>
+    void ring_all_gather(T* own, const T* prev, int64_t count, int first_step, int shift) {
+        const int n = world();
+        for (int k = 0; k <= n - 2; ++k) {
+            wait_for(prev_rank(), 1 + first_step + k);
+            const auto chunk = data::shard_of_dataset(count, wrap(rank() - k - shift, n), n);
+            if (chunk.count > 0)
+                std::memcpy(own + chunk.offset, prev + chunk.offset,
+                            size_t(chunk.count) * sizeof(T));
+            tick();
+        }
+    }
+
+    LocalGroup::State& m_state;
+    int64_t m_ticks = 0;  // ticks this rank made (its progress counter less abort bumps)
+    int64_t m_base = 0;   // m_ticks when the current call entered
+};
+
+}  // namespace
+
+LocalGroup::LocalGroup(int world) {
+    if (world < 1) throw Error("LocalGroup: world must be >= 1, got " + std::to_string(world));
+    m_state = std::make_unique<State>(world);
+    m_ranks.reserve(size_t(world));
+    for (int r = 0; r < world; ++r)
+        m_ranks.push_back(std::make_unique<LocalCommunicator>(*m_state, r));
+}
+
+LocalGroup::~LocalGroup() = default;
+
+int LocalGroup::world() const {
+    return m_state->world;
+}
+
+Communicator& LocalGroup::rank(int r) {
+    if (r < 0 || r >= world())
+        throw Error("LocalGroup::rank: " + std::to_string(r) + " is not a rank of a world of " +
+                    std::to_string(world()));
+    return *m_ranks[size_t(r)];
+}
+
+void LocalGroup::abort(const std::string& reason) {
+    m_state->abort(reason);
+}
+
+}  // namespace paralab::comm
