@@ -115,10 +115,12 @@ public:
     explicit ProgressLine(bool tty) : m_tty(tty) {}
     void on_start(const run::Experiment& e, int64_t total) override {
         m_total = total;
+        std::string devices;
+        for (const auto& d : e.devices) devices += (devices.empty() ? "" : ",") + d;
         std::fprintf(stderr, "%s: %lld steps on %s (%s)\n", e.name.c_str(),
-                     static_cast<long long>(total), e.devices[0].c_str(), e.strategy.type.c_str());
+                     static_cast<long long>(total), devices.c_str(), e.strategy.type.c_str());
     }
-    void on_step(const run::StepRecord& r) override {
+    void on_step_end(const run::StepRecord& r) override {
         m_samples += r.samples;
         if (r.wall_s - m_last_print < (m_tty ? 0.1 : 2.0) && r.step != m_total) return;
         m_last_print = r.wall_s;
@@ -162,6 +164,7 @@ public:
     void on_start(const run::Experiment& e, int64_t n) override { for (auto* o : m_all) o->on_start(e, n); }
     void on_span(const run::Span& s) override { for (auto* o : m_all) o->on_span(s); }
     void on_step(const run::StepRecord& r) override { for (auto* o : m_all) o->on_step(r); }
+    void on_step_end(const run::StepRecord& r) override { for (auto* o : m_all) o->on_step_end(r); }
     void on_eval(const run::EvalResult& r) override { for (auto* o : m_all) o->on_eval(r); }
     void on_finish(const run::RunSummary& s) override { for (auto* o : m_all) o->on_finish(s); }
 

@@ -102,4 +102,10 @@ std::vector<DeviceInfo> discover_devices() {
     return out;
 }
 
+Device& detached_host_device() {
+    // Never destroyed: tensors on it may be released during static destruction.
+    static Device* device = make_cpu_device(0).release();
+    return *device;
+}
+
 }  // namespace paralab

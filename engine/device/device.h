@@ -55,6 +55,10 @@ private:
 // A virtual CPU device: host memory with its own accounting.
 std::unique_ptr<Device> make_cpu_device(int index, int compute_threads = 1);
 
+// A host device that lives as long as the process, for tensors that outlive a run (the
+// trained parameters a run hands back). Not one of any run's devices.
+Device& detached_host_device();
+
 // What `paralab devices` lists.
 struct DeviceInfo {
     std::string name;         // "cpu" or "cuda:0"

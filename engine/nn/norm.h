@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -29,6 +30,12 @@ public:
     const Tensor& running_mean() const { return m_running_mean; }
     const Tensor& running_var() const { return m_running_var; }
 
+    // SyncBatchNorm without a subclass: a data-parallel strategy installs a reducer that sums
+    // `stats` and `count` over its ranks (see reduce_channel_stats); the layer then normalises
+    // with the statistics of the global batch. Empty: local statistics.
+    using StatsReducer = std::function<void(std::span<double> stats, int64_t& count)>;
+    void set_stats_reducer(StatsReducer reducer) { m_stats_reducer = std::move(reducer); }
+
 protected:
     Shape build_impl(const Shape& input) override;
     void reset_parameters_impl(Rng& rng) override;
@@ -44,10 +51,11 @@ protected:
     // taken from the local sums before the backward call, so that the usual gradient
     // all-reduce of data parallelism stays correct.
     virtual void reduce_channel_stats(std::span<double> stats, int64_t& count) {
-        (void)stats, (void)count;
+        if (m_stats_reducer) m_stats_reducer(stats, count);
     }
 
 private:
+    StatsReducer m_stats_reducer;
     double m_eps;
     double m_momentum;
     int64_t m_channels = 0;

@@ -137,6 +137,8 @@ StrategyConfig parse_strategy(const json& j) {
     JsonObjectReader r(j, "strategy");
     StrategyConfig s;
     s.type = r.choice("type", "single", strategy_types());
+    if (s.type == "data_parallel" || s.type == "ddp" || s.type == "zero")
+        s.sync_batchnorm = r.boolean("sync_batchnorm", true);
     if (s.type == "ddp") {
         s.bucket_mb = r.number("bucket_mb", 25.0, 0.0, INFINITY, false);
         s.overlap = r.boolean("overlap", true);
@@ -168,7 +170,7 @@ StrategyConfig parse_strategy(const json& j) {
         r.raw("straggler");
     }
     r.finish({"bucket_mb", "overlap", "stage", "mode", "staleness", "split", "micro_batches",
-              "schedule"},
+              "schedule", "sync_batchnorm", "straggler"},
              "the " + s.type + " strategy");
     return s;
 }
@@ -402,6 +404,7 @@ json to_json(const Experiment& e) {
     j["devices"] = e.devices;
     const auto& s = e.strategy;
     json st{{"type", s.type}};
+    if (s.type == "data_parallel" || s.type == "ddp" || s.type == "zero") st["sync_batchnorm"] = s.sync_batchnorm;
     if (s.type == "ddp") st["bucket_mb"] = s.bucket_mb, st["overlap"] = s.overlap;
     if (s.type == "zero") st["stage"] = s.zero_stage;
     if (s.type == "param_server") st["mode"] = s.ps_mode, st["staleness"] = s.staleness;

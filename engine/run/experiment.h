@@ -30,6 +30,7 @@ struct StrategyConfig {
     std::vector<int64_t> split;   // model_parallel / pipeline: first layer index of each stage
     int64_t micro_batches = 4;    // pipeline
     std::string schedule = "gpipe";  // pipeline: gpipe | 1f1b
+    bool sync_batchnorm = true;      // data_parallel, ddp, zero: batchnorm statistics over all devices
     std::string straggler_device;    // teaching: one slow device ("" = none)
     double straggler_delay_ms = 0.0;
 };

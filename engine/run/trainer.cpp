@@ -2,12 +2,14 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
+#include <exception>
+#include <thread>
 
 #include "engine/data/loader.h"
 #include "engine/device/device.h"
 #include "engine/nn/model.h"
-#include "engine/optim/clip.h"
+#include "engine/run/metrics_bus.h"
+#include "engine/strategy/strategy.h"
 
 namespace paralab::run {
 
@@ -16,30 +18,11 @@ RunObserver::~RunObserver() = default;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-}
+using strategy::Rank;
+using strategy::RunContext;
 
 double ms_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-// Rows [offset, offset+count) of a host batch as device tensors.
-struct DeviceBatch {
-    Tensor x, y;
-};
-
-DeviceBatch to_device(const data::Batch& b, int64_t offset, int64_t count, const data::Dataset& ds,
-                      const Shape& input, Device& device) {
-    DeviceBatch out;
-    out.x = Tensor::empty(input.with_batch(count), DType::f32, device, MemCategory::activations);
-    std::memcpy(out.x.raw(), b.inputs.data() + offset * ds.sample_numel(), out.x.nbytes());
-    const Shape target = ds.target_shape.empty() ? Shape{count}
-                                                 : Shape(ds.target_shape).with_batch(count);
-    out.y = Tensor::empty(target, DType::f32, device, MemCategory::activations);
-    std::memcpy(out.y.raw(), b.targets.data() + offset * ds.target_numel(), out.y.nbytes());
-    return out;
 }
 
 // Refuses, before any step runs, a model whose output cannot meet the data and the loss.
@@ -69,8 +52,59 @@ void check_model_fits_data(const nn::Model& model, const data::Dataset& ds, cons
     }
 }
 
-EvalResult evaluate(nn::Model& model, const data::Dataset& test, int64_t batch_size,
-                    const Shape& input, Device& device) {
+// The devices of the run, one per rank; refuses what this build cannot run.
+std::vector<std::unique_ptr<Device>> make_devices(const Experiment& e, int compute_threads) {
+    std::vector<std::unique_ptr<Device>> devices;
+    for (size_t i = 0; i < e.devices.size(); ++i) {
+        const std::string path = "devices[" + std::to_string(i) + "]";
+        const DeviceId id = parse_device_id(e.devices[i]);
+        if (id.kind != DeviceKind::cpu)
+            throw ConfigError(path + ": " + e.devices[i] +
+                              " is a GPU, and this build has no CUDA training backend; use cpu:" +
+                              std::to_string(i));
+        for (size_t j = 0; j < i; ++j)
+            if (e.devices[j] == e.devices[i])
+                throw ConfigError(path + ": " + e.devices[i] + " is listed twice (devices[" +
+                                  std::to_string(j) + "]); virtual CPU devices are cpu:0, cpu:1, ...");
+        devices.push_back(make_cpu_device(id.index, compute_threads));
+    }
+    if (!e.strategy.straggler_device.empty() &&
+        std::find(e.devices.begin(), e.devices.end(), e.strategy.straggler_device) == e.devices.end())
+        throw ConfigError("strategy.straggler.device: " + e.strategy.straggler_device +
+                          " is not one of the run's devices");
+    return devices;
+}
+
+// Decides, once per step for all ranks, whether the step runs: a stop request ends the run at
+// a step boundary that every rank agrees on, so that no rank waits in a collective for a rank
+// that has stopped, and every step that any rank started is finished by all.
+class StepGate {
+public:
+    explicit StepGate(RunControl* control) : m_control(control) {}
+    bool begin(int64_t step) {
+        std::lock_guard lock(m_mutex);
+        if (m_stop_from == kNever && m_control && m_control->stop.load())
+            m_stop_from = std::max(m_max_started + 1, step);
+        if (step >= m_stop_from) return false;
+        m_max_started = std::max(m_max_started, step);
+        return true;
+    }
+    bool stopped() const {
+        std::lock_guard lock(m_mutex);
+        return m_stop_from != kNever;
+    }
+
+private:
+    static constexpr int64_t kNever = INT64_MAX;
+    RunControl* m_control;
+    mutable std::mutex m_mutex;
+    int64_t m_stop_from = kNever;  // guarded by m_mutex: the first step no rank may start
+    int64_t m_max_started = 0;     // guarded by m_mutex
+};
+
+// One pass over the test split on the calling thread, through the strategy's trained model.
+EvalResult evaluate(strategy::Strategy& s, nn::Loss& loss, const data::Dataset& test,
+                    int64_t batch_size, const RunContext& ctx) {
     EvalResult r;
     if (test.size() == 0) return r;
     data::DataLoader::Options opt;
@@ -82,9 +116,9 @@ EvalResult evaluate(nn::Model& model, const data::Dataset& test, int64_t batch_s
     double loss_sum = 0;
     int64_t correct = 0;
     while (loader.next(b)) {
-        DeviceBatch db = to_device(b, 0, b.size, test, input, device);
-        Tensor out = model.forward(db.x, nn::Mode::eval);
-        loss_sum += model.loss().forward(out, db.y, 1);  // a sum over the batch
+        auto db = strategy::to_device(b, 0, b.size, ctx.input, ctx.target, *ctx.devices[0]);
+        Tensor out = s.predict(db.x);
+        loss_sum += loss.forward(out, db.y, 1);  // a sum over the batch
         if (test.num_classes > 0) correct += nn::count_correct(out, db.y);
         r.samples += b.size;
     }
@@ -93,29 +127,180 @@ EvalResult evaluate(nn::Model& model, const data::Dataset& test, int64_t batch_s
     return r;
 }
 
+// What the rank threads share besides the strategy's context.
+struct Shared {
+    Shared(const Experiment& e_, const data::DataSplits& splits_, strategy::Strategy& strategy_,
+           RunContext& ctx_, MetricsBus& bus_, RunControl* control, nn::Loss& eval_loss_,
+           const optim::Schedule& schedule_, int64_t steps_per_epoch_)
+        : e(e_), splits(splits_), strategy(strategy_), ctx(ctx_), bus(bus_), gate(control),
+          eval_loss(eval_loss_), schedule(schedule_), steps_per_epoch(steps_per_epoch_) {}
+
+    const Experiment& e;
+    const data::DataSplits& splits;
+    strategy::Strategy& strategy;
+    RunContext& ctx;
+    MetricsBus& bus;
+    StepGate gate;
+    nn::Loss& eval_loss;
+    const optim::Schedule& schedule;
+    const int64_t steps_per_epoch;
+    std::mutex mutex;
+    std::exception_ptr error;          // guarded by mutex: the first failure of any rank...
+    std::exception_ptr aborted;        // guarded by mutex: ...or, if none, the first abort seen
+    double eval_s = 0;                 // guarded by mutex: evaluation time inside training
+    int64_t epochs_started = 0;        // guarded by mutex
+};
+
+// A rank failed: remember why (a rank woken by the abort is not the cause) and wake the others.
+void fail_run(Shared& sh, std::exception_ptr err, const std::string& reason) {
+    bool is_abort = false;
+    try {
+        std::rethrow_exception(err);
+    } catch (const comm::CommAborted&) {
+        is_abort = true;
+    } catch (...) {
+    }
+    {
+        std::lock_guard lock(sh.mutex);
+        std::exception_ptr& slot = is_abort ? sh.aborted : sh.error;
+        if (!slot) slot = err;
+    }
+    if (is_abort) return;
+    sh.ctx.group->abort(reason);
+    sh.strategy.abort(reason);
+}
+
+void rank_main(Shared& sh, int index) {
+    Rank rank(index, sh.ctx);
+    const Experiment& e = sh.e;
+    bool started = false;
+    try {
+        rank.device().make_current();
+        sh.strategy.start_rank(rank);
+        started = true;
+        const strategy::DataRole role = sh.strategy.data_role(index);
+        data::DataLoader::Options lopt;
+        lopt.batch_size = e.data.batch_size;
+        lopt.shuffle = e.data.shuffle;
+        lopt.seed = e.seed;
+        lopt.workers = role.needs_data ? e.data.workers : 0;
+        lopt.shard = role.shard;
+        lopt.num_shards = role.num_shards;
+        std::unique_ptr<data::DataLoader> loader;
+        if (role.needs_data) loader = std::make_unique<data::DataLoader>(sh.splits.train, lopt);
+        const int64_t train_size = sh.splits.train.size();
+
+        int64_t step = 0;
+        data::Batch batch;
+        for (int64_t epoch = 0; epoch < e.train.epochs && step < sh.ctx.total_steps; ++epoch) {
+            if (loader) loader->start_epoch(epoch);
+            {
+                std::lock_guard lock(sh.mutex);
+                sh.epochs_started = std::max(sh.epochs_started, epoch + 1);
+            }
+            for (int64_t i = 0; i < sh.steps_per_epoch && step < sh.ctx.total_steps; ++i) {
+                if (!sh.gate.begin(step + 1)) return sh.strategy.finish_rank(rank);
+                const auto t_wait = Clock::now();
+                if (loader) {
+                    PARALAB_CHECK(loader->next(batch), "the loader ended an epoch early");
+                } else {
+                    batch.size = 0;
+                    batch.global_size = std::min(e.data.batch_size, train_size - i * e.data.batch_size);
+                    batch.index_in_epoch = i;
+                    batch.epoch = epoch;
+                }
+                const auto t_start = Clock::now();
+                rank.begin_step(step + 1);
+                const int64_t offset =
+                    role.needs_data ? data::shard_of_batch(batch.global_size, role.shard, role.num_shards).offset : 0;
+                const strategy::StepResult res =
+                    sh.strategy.step(rank, batch, offset, sh.schedule.lr_at(step));
+                ++step;
+                const auto t_end = Clock::now();
+                if (res.loss_samples > 0 && !std::isfinite(res.loss_sum))
+                    throw Error("the training loss became " +
+                                std::string(std::isnan(res.loss_sum) ? "NaN" : "infinite") + " at step " +
+                                std::to_string(step) + " (epoch " + std::to_string(epoch + 1) + ") on " +
+                                rank.device().name() +
+                                "; the model diverged: lower optimizer.lr or set train.clip_norm");
+                const auto times = rank.end_step();
+                StepRecord rec;
+                rec.step = step;
+                rec.epoch = epoch;
+                rec.steps_per_epoch = sh.steps_per_epoch;
+                rec.total_steps = sh.ctx.total_steps;
+                rec.device = rank.device().name();
+                rec.loss = res.loss_samples > 0 ? res.loss_sum / static_cast<double>(res.loss_samples)
+                                                : std::numeric_limits<double>::quiet_NaN();
+                rec.samples = res.samples;
+                rec.lr = sh.schedule.lr_at(step - 1);
+                {
+                    std::lock_guard lock(sh.mutex);
+                    rec.wall_s = rank.seconds_since_t0(t_end) - sh.eval_s;
+                }
+                rec.compute_ms = times.compute_ms;
+                rec.comm_ms = times.comm_ms;
+                rec.data_wait_ms = ms_between(t_wait, t_start);
+                // Waiting recorded as such, plus whatever the step spent outside compute and
+                // its own communication calls (a collective waiting for a slower peer).
+                rec.idle_ms = std::max(times.idle_ms, ms_between(t_start, t_end) - times.compute_ms - times.comm_ms);
+                rec.grad_norm = res.grad_norm;
+                rec.memory = rank.device().allocator().stats();
+                std::vector<Span> spans = rank.take_spans();
+                Span wait;
+                wait.step = step;
+                wait.device = rec.device;
+                wait.phase = "data_wait";
+                wait.t_begin = rank.seconds_since_t0(t_wait);
+                wait.t_end = rank.seconds_since_t0(t_start);
+                spans.insert(spans.begin(), wait);
+                sh.bus.publish(std::move(spans), rec, res.loss_sum, res.loss_samples);
+
+                if (e.train.eval_every > 0 && step % e.train.eval_every == 0 && step < sh.ctx.total_steps &&
+                    sh.splits.test.size() > 0) {
+                    // Every rank stops here; rank 0 evaluates the model as it is.
+                    rank.comm().barrier();
+                    if (index == 0) {
+                        const auto te = Clock::now();
+                        EvalResult ev = evaluate(sh.strategy, sh.eval_loss, sh.splits.test,
+                                                 std::max<int64_t>(256, e.data.batch_size), sh.ctx);
+                        ev.step = step;
+                        std::lock_guard lock(sh.mutex);
+                        sh.eval_s += std::chrono::duration<double>(Clock::now() - te).count();
+                        sh.bus.publish_eval(ev);
+                    }
+                    rank.comm().barrier();
+                }
+            }
+        }
+        sh.strategy.finish_rank(rank);
+    } catch (const std::bad_alloc&) {
+        fail_run(sh, std::make_exception_ptr(OutOfMemoryError(rank.device().name() + ": out of host memory")),
+                 rank.device().name() + " ran out of host memory");
+        if (started) sh.strategy.finish_rank(rank);
+    } catch (const std::exception& err) {
+        fail_run(sh, std::current_exception(), rank.device().name() + " failed: " + err.what());
+        if (started) sh.strategy.finish_rank(rank);
+    }
+}
+
 }  // namespace
 
 RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl* control,
-                          int compute_threads) {
+                          int compute_threads, RunArtifacts* artifacts) {
     RunSummary summary;
     summary.name = e.name;
     summary.strategy = e.strategy.type;
     summary.devices = e.devices;
 
     // ---- what this build can run --------------------------------------------------------
-    if (e.strategy.type != "single" || e.devices.size() != 1)
-        throw ConfigError("strategy: this build runs the single strategy on one device; \"" +
-                          e.strategy.type + "\" on " + std::to_string(e.devices.size()) +
-                          " device(s) is not available yet");
-    const DeviceId device_id = parse_device_id(e.devices[0]);
-    if (device_id.kind != DeviceKind::cpu)
-        throw ConfigError("devices[0]: " + e.devices[0] +
-                          " is a GPU, and this build has no CUDA training backend; use cpu:0");
     if (e.train.precision != "fp32")
         throw ConfigError("train.precision: " + e.train.precision +
                           " mixed precision needs CUDA devices; CPU devices train in fp32");
+    auto devices = make_devices(e, compute_threads);
+    auto strat = strategy::make_strategy(e);
 
-    // ---- data, model, optimizer ---------------------------------------------------------
+    // ---- data, model, strategy ----------------------------------------------------------
     data::DataSplits splits = data::load_data(e.data, e.seed);
     const data::Dataset& train = splits.train;
     if (train.size() == 0) throw ConfigError("data: the training split is empty");
@@ -125,142 +310,64 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         throw ConfigError("model.input: " + input.to_string() + " does not match the " + train.name +
                           " examples, which are " + data_shape.to_string());
 
-    auto device = make_cpu_device(device_id.index, compute_threads);
-    device->make_current();
-    nn::Model model(e.layers, input, e.loss, DType::f32, *device);
-    check_model_fits_data(model, train, e.loss);
-    Rng init_rng(e.seed);
-    model.reset_parameters(init_rng);
-    auto params = model.parameters();
-    summary.parameters = model.parameter_count();
-
-    auto optimizer = optim::make_optimizer(e.optimizer);
-    data::DataLoader::Options lopt;
-    lopt.batch_size = e.data.batch_size;
-    lopt.shuffle = e.data.shuffle;
-    lopt.seed = e.seed;
-    lopt.workers = e.data.workers;
-    data::DataLoader loader(train, lopt);
-    const int64_t steps_per_epoch = loader.batches_per_epoch();
-    int64_t total_steps = steps_per_epoch * e.train.epochs;
-    if (e.train.max_steps) total_steps = std::min(total_steps, *e.train.max_steps);
-    auto schedule = optim::make_schedule(e.schedule, e.optimizer.lr, total_steps);
-    if (observer) observer->on_start(e, total_steps);
-
-    // ---- the loop -------------------------------------------------------------------------
-    const auto t0 = Clock::now();
-    double eval_s = 0;  // evaluation time inside the loop, excluded from throughput
-    int64_t step = 0, samples = 0;
-    data::Batch batch;
-    try {
-        for (int64_t epoch = 0; epoch < e.train.epochs && step < total_steps; ++epoch) {
-            summary.epochs = epoch + 1;
-            loader.start_epoch(epoch);
-            while (step < total_steps) {
-                if (control && control->stop.load()) {
-                    summary.status = "stopped";
-                    break;
-                }
-                const auto t_wait = Clock::now();
-                if (!loader.next(batch)) break;
-                const auto t_start = Clock::now();
-
-                // One optimizer step over the whole batch, in grad_accum micro-batches whose
-                // gradients sum to the full batch's (the loss is divided by the full batch).
-                // Forward (with the loss) and backward of every micro-batch add up to one span each.
-                double forward_s = 0, backward_s = 0;
-                model.zero_grad();
-                double loss_sum = 0;
-                const int64_t parts = std::min<int64_t>(e.train.grad_accum, batch.size);
-                for (int64_t k = 0; k < parts; ++k) {
-                    const auto shard = data::shard_of_batch(batch.size, static_cast<int>(k),
-                                                            static_cast<int>(parts));
-                    DeviceBatch db = to_device(batch, shard.offset, shard.count, train, input, *device);
-                    model.set_random_state(e.seed, static_cast<uint64_t>(step), shard.offset);
-                    const auto t_f = Clock::now();
-                    Tensor out = model.forward(db.x, nn::Mode::train);
-                    loss_sum += model.loss().forward(out, db.y, batch.size) * batch.size;
-                    const auto t_b = Clock::now();
-                    model.backward(model.loss().backward());
-                    forward_s += seconds_between(t_f, t_b);
-                    backward_s += seconds_between(t_b, Clock::now());
-                }
-                const double loss = loss_sum / static_cast<double>(batch.size);
-                if (!std::isfinite(loss))
-                    throw Error("the training loss became " + std::string(std::isnan(loss) ? "NaN" : "infinite") +
-                                " at step " + std::to_string(step + 1) + " (epoch " +
-                                std::to_string(epoch + 1) +
-                                "); the model diverged: lower optimizer.lr or set train.clip_norm");
-                double grad_norm = 0;
-                if (e.train.clip_norm) grad_norm = optim::clip_grad_norm(params, *e.train.clip_norm);
-                const double lr = schedule->lr_at(step);
-                const auto t_opt = Clock::now();
-                optimizer->step(params, lr);
-                ++step;
-                samples += batch.size;
-                const auto t_end = Clock::now();
-
-                StepRecord rec;
-                rec.step = step;
-                rec.epoch = epoch;
-                rec.steps_per_epoch = steps_per_epoch;
-                rec.total_steps = total_steps;
-                rec.device = device->name();
-                rec.loss = loss;
-                rec.samples = batch.size;
-                rec.lr = lr;
-                rec.wall_s = std::chrono::duration<double>(t_end - t0).count() - eval_s;
-                rec.compute_ms = ms_between(t_start, t_end);
-                rec.data_wait_ms = ms_between(t_wait, t_start);
-                rec.grad_norm = grad_norm;
-                rec.memory = device->allocator().stats();
-                summary.final_loss = loss;
-                if (observer) {
-                    const double base = seconds_between(t0, t_wait) - eval_s;
-                    const double start = base + seconds_between(t_wait, t_start);
-                    const double opt_begin = rec.wall_s - seconds_between(t_opt, t_end);
-                    auto span = [&](const char* phase, double b, double e) {
-                        Span sp;
-                        sp.step = step;
-                        sp.device = rec.device;
-                        sp.phase = phase;
-                        sp.t_begin = b;
-                        sp.t_end = e;
-                        observer->on_span(sp);
-                    };
-                    span("data_wait", base, start);
-                    span("forward", start, start + forward_s);
-                    span("backward", start + forward_s, start + forward_s + backward_s);
-                    span("optimizer", opt_begin, rec.wall_s);
-                    observer->on_step(rec);
-                }
-
-                if (e.train.eval_every > 0 && step % e.train.eval_every == 0 && step < total_steps &&
-                    splits.test.size() > 0) {
-                    const auto te = Clock::now();
-                    EvalResult ev = evaluate(model, splits.test, std::max<int64_t>(256, e.data.batch_size), input, *device);
-                    ev.step = step;
-                    eval_s += std::chrono::duration<double>(Clock::now() - te).count();
-                    if (observer) observer->on_eval(ev);
-                }
-            }
-            if (summary.status == "stopped") break;
-        }
-    } catch (const Error& err) {
-        summary.status = "failed";
-        summary.error = err.what();
-    } catch (const std::bad_alloc&) {
-        summary.status = "failed";
-        summary.error = device->name() + ": out of host memory";
+    RunContext ctx;
+    ctx.experiment = &e;
+    ctx.input = input;
+    ctx.target = Shape(train.target_shape);
+    ctx.num_classes = train.num_classes;
+    for (auto& d : devices) ctx.devices.push_back(d.get());
+    comm::LocalGroup group(static_cast<int>(devices.size()));
+    ctx.group = &group;
+    {
+        // The reference model: built and initialised from the seed on a scratch host device,
+        // so that every strategy starts from the single device's parameters.
+        auto scratch = make_cpu_device(0, compute_threads);
+        nn::Model reference(e.layers, input, e.loss, DType::f32, *scratch);
+        check_model_fits_data(reference, train, e.loss);
+        Rng init_rng(e.seed);
+        reference.reset_parameters(init_rng);
+        summary.parameters = reference.parameter_count();
+        const int64_t steps_per_epoch = (train.size() + e.data.batch_size - 1) / e.data.batch_size;
+        ctx.total_steps = steps_per_epoch * e.train.epochs;
+        if (e.train.max_steps) ctx.total_steps = std::min(ctx.total_steps, *e.train.max_steps);
+        strat->setup(ctx, reference);
     }
-    summary.steps = step;
-    summary.wall_s = std::chrono::duration<double>(Clock::now() - t0).count() - eval_s;
-    summary.samples_per_s = summary.wall_s > 0 ? samples / summary.wall_s : 0;
+    auto schedule = optim::make_schedule(e.schedule, e.optimizer.lr, ctx.total_steps);
+    auto eval_loss = nn::make_loss(e.loss);
+    MetricsBus bus(observer, static_cast<int>(devices.size()));
+    Shared sh(e, splits, *strat, ctx, bus, control, *eval_loss, *schedule,
+              (train.size() + e.data.batch_size - 1) / e.data.batch_size);
+    if (observer) observer->on_start(e, ctx.total_steps);
+
+    // ---- the rank threads -------------------------------------------------------------------
+    ctx.t0 = Clock::now();
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < static_cast<int>(devices.size()); ++r) ranks.emplace_back(rank_main, std::ref(sh), r);
+    for (auto& t : ranks) t.join();
+    const auto t_end = Clock::now();
+
+    summary.epochs = sh.epochs_started;
+    if (!sh.error) sh.error = sh.aborted;
+    if (sh.error) {
+        summary.status = "failed";
+        try {
+            std::rethrow_exception(sh.error);
+        } catch (const std::exception& err) {
+            summary.error = err.what();
+        }
+    } else if (sh.gate.stopped()) {
+        summary.status = "stopped";
+    }
+    summary.final_loss = bus.last_step_loss();
+    const int64_t steps = bus.steps_ended();
+    summary.steps = steps;
+    summary.wall_s = std::chrono::duration<double>(t_end - ctx.t0).count() - sh.eval_s;
+    summary.samples_per_s = summary.wall_s > 0 ? static_cast<double>(bus.samples_ended()) / summary.wall_s : 0;
 
     if (summary.status == "finished" && splits.test.size() > 0) {
         try {
-            EvalResult ev = evaluate(model, splits.test, std::max<int64_t>(256, e.data.batch_size), input, *device);
-            ev.step = step;
+            EvalResult ev = evaluate(*strat, *eval_loss, splits.test, std::max<int64_t>(256, e.data.batch_size), ctx);
+            ev.step = steps;
             summary.test_loss = ev.loss;
             summary.test_accuracy = ev.accuracy;
             if (observer) observer->on_eval(ev);
@@ -269,7 +376,12 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
             summary.error = std::string("evaluation failed: ") + err.what();
         }
     }
-    summary.peak_memory_bytes[device->name()] = device->allocator().stats().peak_total;
+    for (auto& d : devices) summary.peak_memory_bytes[d->name()] = d->allocator().stats().peak_total;
+    if (artifacts) {
+        artifacts->parameters = strat->parameters();
+        artifacts->buffers = strat->buffers();
+        for (auto& d : devices) artifacts->memory[d->name()] = d->allocator().stats();
+    }
     if (observer) observer->on_finish(summary);
     return summary;
 }

@@ -10,6 +10,7 @@
 
 #include "engine/run/experiment.h"
 #include "engine/tensor/allocator.h"
+#include "engine/tensor/tensor.h"
 
 namespace paralab::run {
 
@@ -24,7 +25,9 @@ struct StepRecord {
     int64_t samples = 0;
     double lr = 0;
     double wall_s = 0;       // since training started
-    double compute_ms = 0;   // forward, backward and optimizer
+    double compute_ms = 0;   // forward, backward, optimizer (and other compute) on the rank thread
+    double comm_ms = 0;      // communication calls (also those overlapped on a second thread)
+    double idle_ms = 0;      // waiting for a peer, a communication thread or a server
     double data_wait_ms = 0; // waiting for the batch
     double grad_norm = 0;    // before clipping (0 when not computed)
     MemoryStats memory;
@@ -67,9 +70,13 @@ class RunObserver {
 public:
     virtual ~RunObserver();
     virtual void on_start(const Experiment& e, int64_t total_steps) { (void)e, (void)total_steps; }
-    // The step's spans come just before its record.
+    // The step's spans come just before its record; one record per device per step.
     virtual void on_span(const Span& s) { (void)s; }
     virtual void on_step(const StepRecord& r) { (void)r; }
+    // Once every device has reported step r.step: the step over all devices (device "all",
+    // loss the mean over the global batch, samples the global batch, times the slowest
+    // device's, memory device 0's). Steps end in order.
+    virtual void on_step_end(const StepRecord& r) { (void)r; }
     virtual void on_eval(const EvalResult& r) { (void)r; }
     virtual void on_finish(const RunSummary& s) { (void)s; }
 };
@@ -78,11 +85,19 @@ struct RunControl {
     std::atomic<bool> stop{false};  // honoured between steps: status "stopped"
 };
 
-// Runs `e` to the end, to its step cap, or until `control.stop`. Problems found before the
-// first step (bad data files, a model that does not fit the data, an unsupported device or
-// strategy) throw ConfigError; failures during training (a NaN loss, out of memory) end the
-// run with status "failed" and the reason in `error`.
+// What tests and tools may ask a run to hand back besides its summary.
+struct RunArtifacts {
+    std::vector<Tensor> parameters;  // trained, in the model's order, host copies
+    std::vector<Tensor> buffers;     // batchnorm running statistics, likewise
+    std::map<std::string, MemoryStats> memory;  // per device, at the end (peaks by category)
+};
+
+// Runs `e` to the end, to its step cap, or until `control.stop`, with one rank thread per
+// device and the experiment's strategy. Problems found before the first step (bad data
+// files, a model that does not fit the data, an unsupported device or strategy) throw
+// ConfigError; failures during training (a NaN loss, out of memory, on any rank) end the run
+// with status "failed" and the reason in `error`.
 RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl* control,
-                          int compute_threads = 1);
+                          int compute_threads = 1, RunArtifacts* artifacts = nullptr);
 
 }  // namespace paralab::run

@@ -255,14 +255,14 @@ void RunStore::add_records(int64_t run_id, const std::vector<run::StepRecord>& r
         Statement s(m_db,
                     "INSERT OR REPLACE INTO records (run_id, step, device, epoch, wall_s, loss, samples, "
                     "compute_ms, comm_ms, idle_ms, data_wait_ms, memory_bytes, lr) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?)",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     m_path);
         for (const auto& r : records) {
             s.bind(1, run_id).bind(2, r.step).bind(3, r.device).bind(4, r.epoch).bind(5, r.wall_s);
             if (std::isfinite(r.loss)) s.bind(6, r.loss);
             else s.bind_null(6);
-            s.bind(7, r.samples).bind(8, r.compute_ms).bind(9, r.data_wait_ms);
-            s.bind(10, r.memory.current_total).bind(11, r.lr);
+            s.bind(7, r.samples).bind(8, r.compute_ms).bind(9, r.comm_ms).bind(10, r.idle_ms);
+            s.bind(11, r.data_wait_ms).bind(12, r.memory.current_total).bind(13, r.lr);
             s.step();
             s.reset();
         }

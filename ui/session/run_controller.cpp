@@ -31,8 +31,9 @@ public:
         m_shared.totalSteps = total;
     }
     void on_span(const run::Span& s) override { m_recorder.on_span(s); }
-    void on_step(const run::StepRecord& r) override {
-        m_recorder.on_step(r);
+    void on_step(const run::StepRecord& r) override { m_recorder.on_step(r); }
+    // The window plots the step over all devices.
+    void on_step_end(const run::StepRecord& r) override {
         std::lock_guard lock(m_shared.m_mutex);
         m_shared.steps.push_back(r);
     }

@@ -1,0 +1,69 @@
+#include "engine/run/metrics_bus.h"
+
+#include <algorithm>
+
+namespace paralab::run {
+
+void MetricsBus::publish(std::vector<Span> spans, const StepRecord& r, double loss_sum, int64_t loss_samples) {
+    std::lock_guard lock(m_mutex);
+    if (m_observer) {
+        for (const Span& s : spans) m_observer->on_span(s);
+        m_observer->on_step(r);
+    }
+    Pending& p = m_pending[r.step];
+    StepRecord& t = p.total;
+    if (p.reported == 0) {
+        t = r;
+        t.device = "all";
+        t.samples = 0;
+        t.grad_norm = 0;
+        t.compute_ms = t.comm_ms = t.idle_ms = t.data_wait_ms = 0;
+    }
+    ++p.reported;
+    // Times of the slowest device; memory as the first device reports it (device 0 for every
+    // synchronous strategy); samples counted where the loss is, else where the data went.
+    t.wall_s = std::max(t.wall_s, r.wall_s);
+    t.compute_ms = std::max(t.compute_ms, r.compute_ms);
+    t.comm_ms = std::max(t.comm_ms, r.comm_ms);
+    t.idle_ms = std::max(t.idle_ms, r.idle_ms);
+    t.data_wait_ms = std::max(t.data_wait_ms, r.data_wait_ms);
+    t.grad_norm = std::max(t.grad_norm, r.grad_norm);
+    p.loss_sum += loss_sum;
+    p.loss_samples += loss_samples;
+    if (r.device == "cpu:0" || r.device == "cuda:0") t.memory = r.memory;
+
+    while (!m_pending.empty() && m_pending.begin()->first == m_next_end &&
+           m_pending.begin()->second.reported == m_world) {
+        Pending done = std::move(m_pending.begin()->second);
+        m_pending.erase(m_pending.begin());
+        ++m_next_end;
+        done.total.loss = done.loss_samples > 0 ? done.loss_sum / static_cast<double>(done.loss_samples)
+                                                : std::numeric_limits<double>::quiet_NaN();
+        done.total.samples = done.loss_samples;
+        m_last_loss = done.total.loss;
+        m_samples_ended += done.total.samples;
+        if (m_observer) m_observer->on_step_end(done.total);
+    }
+}
+
+void MetricsBus::publish_eval(const EvalResult& r) {
+    std::lock_guard lock(m_mutex);
+    if (m_observer) m_observer->on_eval(r);
+}
+
+int64_t MetricsBus::steps_ended() const {
+    std::lock_guard lock(m_mutex);
+    return m_next_end - 1;
+}
+
+int64_t MetricsBus::samples_ended() const {
+    std::lock_guard lock(m_mutex);
+    return m_samples_ended;
+}
+
+double MetricsBus::last_step_loss() const {
+    std::lock_guard lock(m_mutex);
+    return m_last_loss;
+}
+
+}  // namespace paralab::run

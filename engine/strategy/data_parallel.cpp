@@ -1,0 +1,124 @@
+// data_parallel: torch.nn.DataParallel's semantics. Device 0 is the master: every step it
+// replicates its parameters (and buffers) to the other devices, scatters the batch's inputs,
+// each device runs forward on its rows, the outputs are gathered on device 0, the loss and its
+// gradient are computed there over the whole batch, the output gradients are scattered back,
+// each device runs backward, the parameter gradients are reduced onto device 0, and device 0
+// alone takes the optimizer step. Device 0 therefore carries the whole batch's outputs, the
+// optimizer state and the reduced gradients, and the others wait for it: the picture of why
+// DDP replaced it.
+//
+// Rows are split by shard_of_batch; with grad_accum the global batch is cut into micro-batches
+// first, each going through the whole scatter/forward/gather/backward round.
+#include "engine/strategy/replicas.h"
+#include "engine/strategy/strategies.h"
+
+namespace paralab::strategy {
+
+namespace {
+
+comm::CommRecord named(comm::CommRecord r, const char* op) {
+    r.op = op;
+    return r;
+}
+
+class DataParallel final : public ReplicaStrategy {
+public:
+    DataParallel() : ReplicaStrategy("data_parallel") {}
+
+    DataRole data_role(int rank) const override { return {rank == 0, 0, 1}; }
+
+    void start_rank(Rank& rank) override { m_rank_slots[static_cast<size_t>(rank.index())] = &rank; }
+
+    StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
+        (void)offset;  // rank 0 holds the whole global batch
+        const run::Experiment& e = rank.experiment();
+        const RunContext& ctx = rank.context();
+        const int r = rank.index(), world = rank.world();
+        comm::Communicator& comm = rank.comm();
+        nn::Model& model = replica(r);
+        const int64_t B = batch.global_size;
+        const int64_t in_numel = ctx.input.numel();
+        const int64_t out_numel = model.output_shape().numel();
+
+        // Replicate from device 0.
+        broadcast_parameters(rank);
+        model.zero_grad();
+
+        StepResult res;
+        const int64_t parts = std::min<int64_t>(e.train.grad_accum, B);
+        for (int64_t k = 0; k < parts; ++k) {
+            const auto mb = data::shard_of_batch(B, static_cast<int>(k), static_cast<int>(parts));
+            std::vector<int64_t> in_counts(static_cast<size_t>(world)), out_counts(in_counts.size());
+            for (int q = 0; q < world; ++q) {
+                const int64_t rows = data::shard_of_batch(mb.count, q, world).count;
+                in_counts[static_cast<size_t>(q)] = rows * in_numel;
+                out_counts[static_cast<size_t>(q)] = rows * out_numel;
+            }
+            const auto mine = data::shard_of_batch(mb.count, r, world);
+
+            Tensor x = Tensor::empty(ctx.input.with_batch(mine.count), DType::f32, rank.device(), MemCategory::activations);
+            const float* all_inputs = r == 0 ? batch.inputs.data() + mb.offset * in_numel : nullptr;
+            rank.record_comm(named(comm.scatter(all_inputs, x.raw(), in_counts, DType::f32, 0), "scatter_inputs"));
+
+            Tensor out;
+            if (mine.count > 0) {
+                model.set_random_state(e.seed, static_cast<uint64_t>(rank.step() - 1), mb.offset + mine.offset);
+                out = rank.compute("forward", [&] {
+                    rank.straggle();
+                    return model.forward(x, nn::Mode::train);
+                });
+            }
+            Tensor all_out;
+            if (r == 0)
+                all_out = Tensor::empty(model.output_shape().with_batch(mb.count), DType::f32, rank.device(), MemCategory::activations);
+            rank.record_comm(named(comm.gather(mine.count > 0 ? out.raw() : nullptr, r == 0 ? all_out.raw() : nullptr,
+                                               out_counts, DType::f32, 0), "gather_outputs"));
+
+            Tensor all_dy;
+            if (r == 0) {
+                rank.compute("loss", [&] {
+                    DeviceBatch db = to_device(batch, mb.offset, mb.count, ctx.input, ctx.target, rank.device());
+                    res.loss_sum += model.loss().forward(all_out, db.y, B) * static_cast<double>(B);
+                    all_dy = model.loss().backward();
+                });
+                res.loss_samples += mb.count;
+            }
+            Tensor dy = Tensor::empty(model.output_shape().with_batch(mine.count), DType::f32, rank.device(), MemCategory::activations);
+            rank.record_comm(named(comm.scatter(r == 0 ? all_dy.raw() : nullptr, dy.raw(), out_counts, DType::f32, 0),
+                                   "scatter_output_grads"));
+            if (mine.count > 0) rank.compute("backward", [&] { model.backward(dy); });
+            res.samples += mine.count;
+        }
+
+        // Gradients onto device 0; device 0 steps.
+        const auto& ps = params(r);
+        Tensor flat = Tensor::empty(Shape{total_numel(ps)}, DType::f32, rank.device(), MemCategory::communication);
+        pack_grads(ps, flat.data<float>());
+        rank.record_comm(named(comm.reduce(flat.raw(), flat.numel(), DType::f32, comm::ReduceOp::sum, 0), "reduce_grads"));
+        if (r == 0) {
+            unpack_grads(flat.data<float>(), ps);
+            if (e.train.clip_norm) res.grad_norm = clip_gradients(rank, ps, *e.train.clip_norm, false);
+            rank.compute("optimizer", [&] { m_optimizers[0]->step(ps, lr); });
+        }
+        return res;
+    }
+
+protected:
+    void setup_impl(RunContext& ctx, nn::Model& reference) override {
+        const run::Experiment& e = *ctx.experiment;
+        build_replicas(ctx, reference, true);
+        m_optimizers.push_back(optim::make_optimizer(e.optimizer));  // device 0's only
+        m_rank_slots.assign(static_cast<size_t>(m_world), nullptr);
+        if (e.strategy.sync_batchnorm && m_world > 1)
+            for (int r = 0; r < m_world; ++r) install_sync_batchnorm(m_rank_slots[static_cast<size_t>(r)], replica(r));
+    }
+
+private:
+    std::vector<Rank*> m_rank_slots;  // each rank's own slot, set by its thread in start_rank
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_data_parallel() { return std::make_unique<DataParallel>(); }
+
+}  // namespace paralab::strategy

@@ -1,0 +1,123 @@
+#include "engine/strategy/replicas.h"
+
+#include <cstring>
+
+#include "engine/nn/norm.h"
+
+namespace paralab::strategy {
+
+namespace {
+
+void for_each_layer(nn::Layer& layer, const std::function<void(nn::Layer&)>& fn) {
+    fn(layer);
+    for (nn::Layer* child : layer.children()) for_each_layer(*child, fn);
+}
+
+}  // namespace
+
+void ReplicaStrategy::build_replicas(RunContext& ctx, nn::Model& reference, bool broadcast_at_start) {
+    const run::Experiment& e = *ctx.experiment;
+    for (int r = 0; r < m_world; ++r) {
+        Device& device = *ctx.devices[static_cast<size_t>(r)];
+        if (r == 0 || !broadcast_at_start)
+            m_replicas.push_back(make_replica(e, ctx.input, reference, device));
+        else
+            m_replicas.push_back(std::make_unique<nn::Model>(e.layers, ctx.input, e.loss, DType::f32, device));
+        m_params.push_back(m_replicas.back()->parameters());
+    }
+    // Which parameters each top-level layer owns: parameters() lists them layer by layer.
+    nn::Sequential& net = m_replicas[0]->net();
+    size_t next = 0;
+    for (size_t i = 0; i < net.size(); ++i) {
+        std::vector<size_t> own;
+        for (size_t k = 0; k < net.at(i).parameters().size(); ++k) own.push_back(next++);
+        m_params_of_layer.push_back(std::move(own));
+    }
+    PARALAB_CHECK(next == m_params[0].size(), "parameters not listed layer by layer");
+}
+
+void ReplicaStrategy::broadcast_parameters(Rank& rank) {
+    if (rank.world() == 1) return;
+    nn::Model& model = replica(rank.index());
+    auto ps = model.parameters();
+    auto bufs = model.buffers();
+    int64_t n = total_numel(ps);
+    for (const Tensor& b : bufs) n += b.numel();
+    Tensor flat = Tensor::empty(Shape{n}, DType::f32, rank.device(), MemCategory::communication);
+    float* f = flat.data<float>();
+    if (rank.index() == 0) {
+        pack_values(ps, f);
+        int64_t at = total_numel(ps);
+        for (const Tensor& b : bufs) {
+            std::memcpy(f + at, b.raw(), b.nbytes());
+            at += b.numel();
+        }
+    }
+    rank.record_comm(rank.comm().broadcast(flat, 0));
+    if (rank.index() != 0) {
+        unpack_values(f, ps);
+        int64_t at = total_numel(ps);
+        for (const Tensor& b : bufs) {
+            std::memcpy(b.raw(), f + at, b.nbytes());
+            at += b.numel();
+        }
+    }
+}
+
+Tensor ReplicaStrategy::predict(const Tensor& x) { return replica(0).forward(x, nn::Mode::eval); }
+
+std::vector<Tensor> ReplicaStrategy::parameters() { return host_copies(params(0)); }
+
+std::vector<Tensor> ReplicaStrategy::buffers() { return host_copies(replica(0).buffers()); }
+
+void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model) {
+    for_each_layer(model.net(), [&](nn::Layer& layer) {
+        auto* bn = dynamic_cast<nn::BatchNorm*>(&layer);
+        if (!bn) return;
+        bn->set_stats_reducer([&rank_slot](std::span<double> stats, int64_t& count) {
+            Rank& rank = *rank_slot;
+            std::vector<double> buf(stats.begin(), stats.end());
+            buf.push_back(static_cast<double>(count));
+            rank.record_comm(rank.comm().all_reduce(buf.data(), static_cast<int64_t>(buf.size()),
+                                                    DType::f64, comm::ReduceOp::sum));
+            std::copy(buf.begin(), buf.end() - 1, stats.begin());
+            count = static_cast<int64_t>(buf.back());
+        });
+    });
+}
+
+int64_t total_numel(const std::vector<nn::Param*>& params) {
+    int64_t n = 0;
+    for (const nn::Param* p : params) n += p->value.numel();
+    return n;
+}
+
+void pack_values(const std::vector<nn::Param*>& params, float* flat) {
+    for (const nn::Param* p : params) {
+        std::memcpy(flat, p->value.raw(), p->value.nbytes());
+        flat += p->value.numel();
+    }
+}
+
+void unpack_values(const float* flat, const std::vector<nn::Param*>& params) {
+    for (const nn::Param* p : params) {
+        std::memcpy(p->value.raw(), flat, p->value.nbytes());
+        flat += p->value.numel();
+    }
+}
+
+void pack_grads(const std::vector<nn::Param*>& params, float* flat) {
+    for (const nn::Param* p : params) {
+        std::memcpy(flat, p->grad.raw(), p->grad.nbytes());
+        flat += p->grad.numel();
+    }
+}
+
+void unpack_grads(const float* flat, const std::vector<nn::Param*>& params) {
+    for (const nn::Param* p : params) {
+        std::memcpy(p->grad.raw(), flat, p->grad.nbytes());
+        flat += p->grad.numel();
+    }
+}
+
+}  // namespace paralab::strategy

@@ -1,0 +1,53 @@
+// The base of the strategies that keep a whole model on every device (single, data_parallel,
+// ddp, zero): one replica and one optimizer per rank, evaluation on device 0's replica, and the
+// flat-buffer packing their gradient and parameter collectives share.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/strategy/strategy.h"
+
+namespace paralab::strategy {
+
+class ReplicaStrategy : public Strategy {
+public:
+    Tensor predict(const Tensor& x) override;
+    std::vector<Tensor> parameters() override;
+    std::vector<Tensor> buffers() override;
+
+protected:
+    using Strategy::Strategy;
+
+    // Builds a replica per device: rank 0's with the reference's parameters, the others' too
+    // unless `broadcast_at_start` (then zero until start_rank broadcasts rank 0's: the real
+    // start of a DDP run). Installs SyncBatchNorm when `sync_batchnorm` and world > 1.
+    void build_replicas(RunContext& ctx, nn::Model& reference, bool broadcast_at_start);
+    // Rank thread: rank 0's parameters and buffers to every rank, one flat broadcast.
+    void broadcast_parameters(Rank& rank);
+
+    nn::Model& replica(int rank) { return *m_replicas[static_cast<size_t>(rank)]; }
+    std::vector<nn::Param*>& params(int rank) { return m_params[static_cast<size_t>(rank)]; }
+    // The parameters each top-level layer owns, by layer index (the same on every replica).
+    const std::vector<std::vector<size_t>>& params_of_layer() const { return m_params_of_layer; }
+
+    std::vector<std::unique_ptr<nn::Model>> m_replicas;
+    std::vector<std::vector<nn::Param*>> m_params;
+    std::vector<std::unique_ptr<optim::Optimizer>> m_optimizers;  // empty where a rank has none
+
+private:
+    std::vector<std::vector<size_t>> m_params_of_layer;
+};
+
+// SyncBatchNorm: every batchnorm of `model` sums its statistics over the ranks of `rank`'s
+// communicator (recorded as communication).
+void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model);
+
+// Flat packing: params (or their grads) laid end to end in order, f32.
+int64_t total_numel(const std::vector<nn::Param*>& params);
+void pack_values(const std::vector<nn::Param*>& params, float* flat);
+void unpack_values(const float* flat, const std::vector<nn::Param*>& params);
+void pack_grads(const std::vector<nn::Param*>& params, float* flat);
+void unpack_grads(const float* flat, const std::vector<nn::Param*>& params);
+
+}  // namespace paralab::strategy

@@ -1,0 +1,37 @@
+// single: one device, the baseline every other strategy is held to (DESIGN.md §3).
+#include "engine/strategy/replicas.h"
+#include "engine/strategy/strategies.h"
+
+namespace paralab::strategy {
+
+namespace {
+
+class Single final : public ReplicaStrategy {
+public:
+    Single() : ReplicaStrategy("single") {}
+
+protected:
+    void setup_impl(RunContext& ctx, nn::Model& reference) override {
+        if (m_world != 1)
+            throw ConfigError("devices: the single strategy runs on one device, got " +
+                              std::to_string(m_world) + " (choose a parallel strategy)");
+        build_replicas(ctx, reference, false);
+        m_optimizers.push_back(optim::make_optimizer(ctx.experiment->optimizer));
+    }
+
+    StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
+        const run::Experiment& e = rank.experiment();
+        nn::Model& model = replica(0);
+        LocalPass pass = forward_backward(rank, model, batch, offset);
+        StepResult r{pass.loss_sum, pass.samples, pass.samples, 0};
+        if (e.train.clip_norm) r.grad_norm = clip_gradients(rank, params(0), *e.train.clip_norm, false);
+        rank.compute("optimizer", [&] { m_optimizers[0]->step(params(0), lr); });
+        return r;
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_single() { return std::make_unique<Single>(); }
+
+}  // namespace paralab::strategy

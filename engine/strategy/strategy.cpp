@@ -1,0 +1,222 @@
+#include "engine/strategy/strategy.h"
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "engine/optim/clip.h"
+#include "engine/strategy/strategies.h"
+
+namespace paralab::strategy {
+
+// ---- Rank -----------------------------------------------------------------------------------
+
+Rank::Rank(int index, const RunContext& ctx) : m_index(index), m_ctx(ctx) {
+    const auto& s = ctx.experiment->strategy;
+    if (!s.straggler_device.empty() && s.straggler_device == device().name())
+        m_straggle_ms = s.straggler_delay_ms;
+}
+
+double Rank::seconds_since_t0(Clock::time_point t) const {
+    return std::chrono::duration<double>(t - m_ctx.t0).count();
+}
+
+void Rank::add_span(const char* phase, double b, double e, int64_t bytes) {
+    run::Span s;
+    s.step = m_step;
+    s.device = device().name();
+    s.phase = phase;
+    s.t_begin = b;
+    s.t_end = e;
+    s.bytes = bytes;
+    std::lock_guard lock(m_mutex);
+    m_spans.push_back(std::move(s));
+}
+
+void Rank::add_compute(const char* phase, Clock::time_point b, Clock::time_point e) {
+    m_compute_ms += std::chrono::duration<double, std::milli>(e - b).count();
+    add_span(phase, seconds_since_t0(b), seconds_since_t0(e), 0);
+}
+
+namespace {
+// CommRecord times are seconds on the steady clock's own epoch.
+double steady_seconds(Clock::time_point t) {
+    return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+}  // namespace
+
+void Rank::record_comm(const comm::CommRecord& r, bool waiting) {
+    const double ms = (r.t_end - r.t_begin) * 1e3;
+    (waiting ? m_idle_ms : m_comm_ms) += ms;
+    const double base = steady_seconds(m_ctx.t0);
+    add_span(r.op, r.t_begin - base, r.t_end - base, r.bytes);
+}
+
+void Rank::record_async_comm(const comm::CommRecord& r) {
+    const double base = steady_seconds(m_ctx.t0);
+    add_span(r.op, r.t_begin - base, r.t_end - base, r.bytes);
+    std::lock_guard lock(m_mutex);
+    m_async_comm_ms += (r.t_end - r.t_begin) * 1e3;
+}
+
+void Rank::record_idle(const char* phase, Clock::time_point b, Clock::time_point e) {
+    m_idle_ms += std::chrono::duration<double, std::milli>(e - b).count();
+    add_span(phase, seconds_since_t0(b), seconds_since_t0(e), 0);
+}
+
+void Rank::straggle() const {
+    if (m_straggle_ms > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(m_straggle_ms));
+}
+
+void Rank::begin_step(int64_t step) {
+    m_step = step;
+    m_compute_ms = m_comm_ms = m_idle_ms = 0;
+}
+
+Rank::StepTimes Rank::end_step() {
+    StepTimes t{m_compute_ms, m_comm_ms, m_idle_ms};
+    std::lock_guard lock(m_mutex);
+    t.comm_ms += m_async_comm_ms;
+    m_async_comm_ms = 0;
+    return t;
+}
+
+std::vector<run::Span> Rank::take_spans() {
+    std::lock_guard lock(m_mutex);
+    std::vector<run::Span> out;
+    out.swap(m_spans);
+    return out;
+}
+
+// ---- Strategy -------------------------------------------------------------------------------
+
+Strategy::~Strategy() = default;
+
+void Strategy::setup(RunContext& ctx, nn::Model& reference) {
+    m_ctx = &ctx;
+    m_world = static_cast<int>(ctx.devices.size());
+    setup_impl(ctx, reference);
+}
+
+std::unique_ptr<Strategy> make_strategy(const run::Experiment& e) {
+    const std::string& t = e.strategy.type;
+    if (t == "single") return make_single();
+    if (t == "data_parallel") return make_data_parallel();
+    if (t == "ddp") return make_ddp();
+    if (t == "zero") return make_zero();
+    if (t == "hogwild") return make_hogwild();
+    if (t == "param_server") return make_param_server();
+    if (t == "model_parallel") return make_model_parallel();
+    if (t == "pipeline") return make_pipeline();
+    throw ConfigError("strategy.type: unknown strategy '" + t + "'");
+}
+
+// ---- building blocks ------------------------------------------------------------------------
+
+void copy_parameters(const std::vector<nn::Param*>& from, const std::vector<nn::Param*>& to) {
+    PARALAB_CHECK(from.size() == to.size(), "parameter lists of different lengths");
+    for (size_t i = 0; i < from.size(); ++i) to[i]->value.copy_from(from[i]->value);
+}
+
+std::unique_ptr<nn::Model> make_replica(const run::Experiment& e, const Shape& input,
+                                        nn::Model& reference, Device& device) {
+    auto model = std::make_unique<nn::Model>(e.layers, input, e.loss, DType::f32, device);
+    copy_parameters(reference.parameters(), model->parameters());
+    auto from = reference.buffers();
+    auto to = model->buffers();
+    for (size_t i = 0; i < from.size(); ++i) to[i].copy_from(from[i]);
+    return model;
+}
+
+std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors) {
+    std::vector<Tensor> out;
+    out.reserve(tensors.size());
+    for (const Tensor& t : tensors) {
+        Tensor c = Tensor::empty(t.shape(), t.dtype(), detached_host_device(), MemCategory::workspace);
+        c.copy_from(t);
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+std::vector<Tensor> host_copies(const std::vector<nn::Param*>& params) {
+    std::vector<Tensor> values;
+    values.reserve(params.size());
+    for (const nn::Param* p : params) values.push_back(p->value);
+    return host_copies(values);
+}
+
+DeviceBatch to_device(const data::Batch& b, int64_t offset, int64_t count, const Shape& input,
+                      const Shape& target, Device& device) {
+    DeviceBatch out;
+    out.x = Tensor::empty(input.with_batch(count), DType::f32, device, MemCategory::activations);
+    const int64_t in_numel = input.numel();
+    std::memcpy(out.x.raw(), b.inputs.data() + offset * in_numel, out.x.nbytes());
+    const Shape t = target.rank() == 0 ? Shape{count} : target.with_batch(count);
+    const int64_t t_numel = target.rank() == 0 ? 1 : target.numel();
+    out.y = Tensor::empty(t, DType::f32, device, MemCategory::activations);
+    std::memcpy(out.y.raw(), b.targets.data() + offset * t_numel, out.y.nbytes());
+    return out;
+}
+
+// The Sequential's backward, a top-level layer at a time, so that DDP can start a bucket as
+// soon as the layers that fill it are done.
+static void backward_by_layer(nn::Model& model, const Tensor& dy,
+                              const std::function<void(size_t)>& layer_done) {
+    nn::Sequential& net = model.net();
+    Tensor g = dy;
+    for (size_t i = net.size(); i-- > 0;) {
+        g = net.at(i).backward(g);
+        if (layer_done) layer_done(i);
+        if (!g.defined()) {
+            for (size_t j = i; j-- > 0;)  // layers before an embedding: none by construction
+                if (layer_done) layer_done(j);
+            break;
+        }
+    }
+}
+
+LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batch,
+                           int64_t global_offset, const std::function<void(size_t)>& layer_done) {
+    const run::Experiment& e = rank.experiment();
+    const RunContext& ctx = rank.context();
+    LocalPass pass;
+    model.zero_grad();
+    if (batch.size == 0) {  // a shard of a small last batch: no rows, zero gradients
+        if (layer_done)
+            for (size_t i = model.net().size(); i-- > 0;) layer_done(i);
+        return pass;
+    }
+    const int64_t parts = std::min<int64_t>(e.train.grad_accum, batch.size);
+    for (int64_t k = 0; k < parts; ++k) {
+        const auto shard = data::shard_of_batch(batch.size, static_cast<int>(k), static_cast<int>(parts));
+        DeviceBatch db = to_device(batch, shard.offset, shard.count, ctx.input, ctx.target, rank.device());
+        model.set_random_state(e.seed, static_cast<uint64_t>(rank.step() - 1), global_offset + shard.offset);
+        Tensor out = rank.compute("forward", [&] {
+            rank.straggle();
+            Tensor o = model.forward(db.x, nn::Mode::train);
+            pass.loss_sum += model.loss().forward(o, db.y, batch.global_size) * static_cast<double>(batch.global_size);
+            return o;
+        });
+        rank.compute("backward", [&] {
+            Tensor dy = model.loss().backward();
+            if (k + 1 == parts) backward_by_layer(model, dy, layer_done);
+            else model.backward(dy);
+        });
+    }
+    pass.samples = batch.size;
+    return pass;
+}
+
+double clip_gradients(Rank& rank, const std::vector<nn::Param*>& params, double max_norm,
+                      bool sum_over_ranks) {
+    double sq = rank.compute("clip", [&] { return optim::grad_sq_norm(params); });
+    if (sum_over_ranks && rank.world() > 1)
+        rank.record_comm(rank.comm().all_reduce(&sq, 1, DType::f64, comm::ReduceOp::sum));
+    const double norm = std::sqrt(sq);
+    rank.compute("clip", [&] { optim::clip_grads_with_norm(params, norm, max_norm); });
+    return norm;
+}
+
+}  // namespace paralab::strategy

@@ -1,0 +1,209 @@
+// Parallel strategies (DESIGN.md §3) behind one interface. A strategy is written as the code
+// one rank runs for one optimizer step, plus collectives — the shape of a DDP script. The run
+// (engine/run/trainer.cpp) owns the rank threads, the loaders, the stop gate and the records;
+// the strategy owns the replicas or stages, the optimizers and the communication.
+//
+// Lifetime: make_strategy (main thread) -> setup (main thread: builds replicas on the devices
+// and loads the initial parameters) -> per rank thread: start_rank, step()*, finish_rank ->
+// predict / parameters (any one thread, while no rank steps).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/data/loader.h"
+#include "engine/device/device.h"
+#include "engine/nn/model.h"
+#include "engine/optim/optimizer.h"
+#include "engine/run/experiment.h"
+#include "engine/run/trainer.h"
+
+namespace paralab::strategy {
+
+using Clock = std::chrono::steady_clock;
+
+// What a rank's loader serves it: rows shard_of_batch(B, shard, num_shards) of every global
+// batch, or no rows at all (a rank that receives its data from another, or needs none).
+struct DataRole {
+    bool needs_data = true;
+    int shard = 0;
+    int num_shards = 1;
+};
+
+// One rank's part of one optimizer step.
+struct StepResult {
+    double loss_sum = 0;       // sum of the per-example losses this rank computed
+    int64_t loss_samples = 0;  // examples in loss_sum (0: this rank computes no loss)
+    int64_t samples = 0;       // examples this rank ran forward
+    double grad_norm = 0;      // before clipping, when clip_norm is set
+};
+
+// What the run shares with the strategy; valid from setup until the run ends.
+struct RunContext {
+    const run::Experiment* experiment = nullptr;
+    Shape input;                   // per-example model input
+    Shape target;                  // per-example target shape ({} for class ids)
+    int64_t num_classes = 0;       // of the training set (0: regression)
+    std::vector<Device*> devices;  // one per rank, in rank order
+    comm::LocalGroup* group = nullptr;
+    int64_t total_steps = 0;
+    Clock::time_point t0;          // spans are seconds since t0
+};
+
+// The handle a rank thread passes to its strategy: its device, its communicator, and the
+// recorder of its timeline. Compute and communication are timed here, so that every strategy
+// reports them the same way. Spans may be recorded from a second thread of the rank (DDP's
+// communication thread): the span list is locked.
+class Rank {
+public:
+    Rank(int index, const RunContext& ctx);
+
+    int index() const { return m_index; }
+    int world() const { return static_cast<int>(m_ctx.devices.size()); }
+    Device& device() const { return *m_ctx.devices[static_cast<size_t>(m_index)]; }
+    comm::Communicator& comm() const { return m_ctx.group->rank(m_index); }
+    const run::Experiment& experiment() const { return *m_ctx.experiment; }
+    const RunContext& context() const { return m_ctx; }
+    int64_t step() const { return m_step; }  // 1-based step being run
+
+    // Runs fn as a compute phase ("forward", "backward", "optimizer", ...) on this thread.
+    template <class F>
+    decltype(auto) compute(const char* phase, F&& fn) {
+        const auto b = Clock::now();
+        struct Done {
+            Rank& r;
+            const char* phase;
+            Clock::time_point b;
+            ~Done() { r.add_compute(phase, b, Clock::now()); }
+        } done{*this, phase, b};
+        return fn();
+    }
+    // A communication call made on this thread (its time counts as communication), or, with
+    // waiting = true, a call whose time is mostly waiting for a peer (a pipeline's recv), which
+    // counts as idle.
+    void record_comm(const comm::CommRecord& r, bool waiting = false);
+    // A communication call made on another thread of this rank (overlapped with compute).
+    void record_async_comm(const comm::CommRecord& r);
+    // Time this thread waited for another (its communication thread, a server).
+    void record_idle(const char* phase, Clock::time_point b, Clock::time_point e);
+    // Sleeps `ms` inside the current phase when this rank is the experiment's straggler.
+    void straggle() const;
+
+    // ---- for the run ------------------------------------------------------------------------
+    void begin_step(int64_t step);
+    struct StepTimes {
+        double compute_ms = 0, comm_ms = 0, idle_ms = 0;
+    };
+    StepTimes end_step();
+    // The spans recorded since begin_step (and async ones that arrived meanwhile).
+    std::vector<run::Span> take_spans();
+    double seconds_since_t0(Clock::time_point t) const;
+
+private:
+    void add_compute(const char* phase, Clock::time_point b, Clock::time_point e);
+    void add_span(const char* phase, double b, double e, int64_t bytes);
+
+    int m_index;
+    const RunContext& m_ctx;
+    int64_t m_step = 0;
+    double m_straggle_ms = 0;
+    // Times of the current step on the rank thread (ms).
+    double m_compute_ms = 0, m_comm_ms = 0, m_idle_ms = 0;
+    std::mutex m_mutex;
+    double m_async_comm_ms = 0;       // guarded by m_mutex
+    std::vector<run::Span> m_spans;   // guarded by m_mutex
+};
+
+class Strategy {
+public:
+    virtual ~Strategy();
+    Strategy(const Strategy&) = delete;
+    Strategy& operator=(const Strategy&) = delete;
+
+    const std::string& name() const { return m_name; }
+
+    // Main thread, before any rank starts: builds what the ranks use from `reference` (the
+    // model built on a scratch host device and initialised from the seed, which every strategy
+    // must start from). Throws ConfigError naming the experiment key when the strategy cannot
+    // run this model on these devices.
+    void setup(RunContext& ctx, nn::Model& reference);
+    virtual DataRole data_role(int rank) const { return {true, rank, m_world}; }
+
+    // Rank thread, once before its first step (after the device is current) and once after
+    // its last (also after a failure of another rank: must not block then).
+    virtual void start_rank(Rank& rank) { (void)rank; }
+    virtual void finish_rank(Rank& rank) { (void)rank; }
+    // Rank thread: one optimizer step. `batch` holds this rank's rows (DataRole) of the global
+    // batch `batch.global_size`; `offset` is the first row's index in the global batch.
+    virtual StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) = 0;
+
+    // Eval-mode output for x [B, ...input] on device 0 (any one thread, no rank stepping):
+    // the model as trained so far.
+    virtual Tensor predict(const Tensor& x) = 0;
+    // The trained parameters in the model's order, as host copies (for the tests of §3).
+    virtual std::vector<Tensor> parameters() = 0;
+    virtual std::vector<Tensor> buffers() { return {}; }
+
+    // Another rank failed: wake this strategy's own waits (a communication thread, a second
+    // communicator) so that every rank thread ends. Any thread; idempotent.
+    virtual void abort(const std::string& reason) { (void)reason; }
+
+protected:
+    explicit Strategy(std::string name) : m_name(std::move(name)) {}
+    virtual void setup_impl(RunContext& ctx, nn::Model& reference) = 0;
+
+    int m_world = 1;
+    const RunContext* m_ctx = nullptr;
+
+private:
+    std::string m_name;
+};
+
+// For experiment.strategy.type; throws ConfigError for an unknown type.
+std::unique_ptr<Strategy> make_strategy(const run::Experiment& e);
+
+// ---- building blocks the strategies share ---------------------------------------------------
+
+// A model of the experiment built on `device` with the parameters of `reference` copied in
+// (the reference's buffers too).
+std::unique_ptr<nn::Model> make_replica(const run::Experiment& e, const Shape& input,
+                                        nn::Model& reference, Device& device);
+// Copies values param by param (same layout); host memory.
+void copy_parameters(const std::vector<nn::Param*>& from, const std::vector<nn::Param*>& to);
+// Copies on detached_host_device(), valid after the run and its devices are gone.
+std::vector<Tensor> host_copies(const std::vector<nn::Param*>& params);
+std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors);
+
+// Rows [offset, offset + count) of a host batch as device tensors (x: [count, ...input],
+// y: [count] class ids or [count, ...target]).
+struct DeviceBatch {
+    Tensor x, y;
+};
+DeviceBatch to_device(const data::Batch& b, int64_t offset, int64_t count, const Shape& input,
+                      const Shape& target, Device& device);
+
+// Forward + loss + backward of rows [0, batch.size) of `batch` on `model` in grad_accum
+// micro-batches, with the loss divided by the global batch, so that gradients summed over all
+// ranks are the single-device gradient of the global batch. `global_offset` is the first row's
+// index in the global batch (dropout masks follow the global index). Records forward and
+// backward spans. `layer_done(i)` is called after top-level layer i's backward in the last
+// micro-batch, when layer i's gradients are final (DDP starts its buckets from there).
+struct LocalPass {
+    double loss_sum = 0;
+    int64_t samples = 0;
+};
+LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batch,
+                           int64_t global_offset, const std::function<void(size_t)>& layer_done = {});
+
+// Sets train.clip_norm's scaling on `params`, with the squared norm summed over the ranks
+// when `sum_over_ranks` (ranks that each hold a part of the gradients). Returns the norm.
+double clip_gradients(Rank& rank, const std::vector<nn::Param*>& params, double max_norm,
+                      bool sum_over_ranks);
+
+}  // namespace paralab::strategy

@@ -1,0 +1,152 @@
+// zero: ZeRO data parallelism (Rajbhandari et al.), stages 1 and 2, on top of DDP's replicas.
+// The parameters, laid end to end in model order ([T] floats), are cut into one contiguous
+// shard per rank (shard_of_dataset(T, r, N)). Each rank keeps the optimizer state of its shard
+// only, and updates only its shard; an all-gather then gives every rank the whole new
+// parameters.
+//   stage 1: after backward, the flat gradient [T] is reduce-scattered: each rank receives
+//            the sum of its shard.
+//   stage 2: gradients are sharded too: as soon as a top-level layer's backward is done, its
+//            gradients are reduced onto the ranks that own them (one reduce per owner of the
+//            layer's range) and freed on the others, so no rank holds the whole reduced
+//            gradient and no rank needs a [T] communication buffer.
+// Optimizers are element-wise, so updating shards gives the single-device step exactly.
+#include <cstring>
+
+#include "engine/strategy/replicas.h"
+#include "engine/strategy/strategies.h"
+
+namespace paralab::strategy {
+
+namespace {
+
+comm::CommRecord named(comm::CommRecord r, const char* op) {
+    r.op = op;
+    return r;
+}
+
+class Zero final : public ReplicaStrategy {
+public:
+    Zero() : ReplicaStrategy("zero") {}
+
+    void start_rank(Rank& rank) override {
+        const size_t r = static_cast<size_t>(rank.index());
+        m_rank_slots[r] = &rank;
+        RankState& s = m_state[r];
+        s.shard = data::shard_of_dataset(m_total, rank.index(), rank.world());
+        // The shard the optimizer sees: a parameter of its own, so that its state is 1/N. Its
+        // value is scratch (the shard is copied in and out around the update).
+        s.shard_param.name = "zero_shard";
+        s.shard_param.value = Tensor::empty(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::workspace);
+        s.shard_param.grad = Tensor::zeros(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::gradients);
+        broadcast_parameters(rank);
+    }
+
+    StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
+        const run::Experiment& e = rank.experiment();
+        const int r = rank.index();
+        RankState& s = m_state[static_cast<size_t>(r)];
+        auto& ps = params(r);
+        comm::Communicator& comm = rank.comm();
+        float* shard_grad = s.shard_param.grad.data<float>();
+
+        LocalPass pass;
+        if (m_stage == 1) {
+            pass = forward_backward(rank, replica(r), batch, offset);
+            Tensor flat = Tensor::empty(Shape{m_total}, DType::f32, rank.device(), MemCategory::communication);
+            pack_grads(ps, flat.data<float>());
+            rank.record_comm(named(comm.reduce_scatter(flat.raw(), m_total, DType::f32, comm::ReduceOp::sum),
+                                   "reduce_scatter_grads"));
+            std::memcpy(shard_grad, flat.data<float>() + s.shard.offset, static_cast<size_t>(s.shard.count) * 4);
+        } else {
+            // Gradients exist only from here to the end of backward.
+            for (nn::Param* p : ps)
+                if (!p->grad.defined())
+                    p->grad = Tensor::zeros(p->value.shape(), DType::f32, rank.device(), MemCategory::gradients);
+            auto layer_done = [&](size_t layer) { reduce_layer_to_owners(rank, s, layer); };
+            pass = forward_backward(rank, replica(r), batch, offset, layer_done);
+        }
+
+        StepResult res{pass.loss_sum, pass.samples, pass.samples, 0};
+        std::vector<nn::Param*> shard{&s.shard_param};
+        if (e.train.clip_norm) res.grad_norm = clip_gradients(rank, shard, *e.train.clip_norm, true);
+
+        // Update the own shard, then gather everyone's.
+        Tensor flat = Tensor::empty(Shape{m_total}, DType::f32, rank.device(), MemCategory::communication);
+        float* f = flat.data<float>();
+        rank.compute("optimizer", [&] {
+            pack_values(ps, f);  // (only the shard's part is read)
+            std::memcpy(s.shard_param.value.raw(), f + s.shard.offset, static_cast<size_t>(s.shard.count) * 4);
+            m_optimizers[static_cast<size_t>(r)]->step(shard, lr);
+            std::memcpy(f + s.shard.offset, s.shard_param.value.raw(), static_cast<size_t>(s.shard.count) * 4);
+        });
+        rank.record_comm(named(comm.all_gather(f, m_total, DType::f32), "all_gather_params"));
+        unpack_values(f, ps);
+        return res;
+    }
+
+protected:
+    void setup_impl(RunContext& ctx, nn::Model& reference) override {
+        const run::Experiment& e = *ctx.experiment;
+        m_stage = e.strategy.zero_stage;
+        build_replicas(ctx, reference, true);
+        m_total = total_numel(params(0));
+        m_rank_slots.assign(static_cast<size_t>(m_world), nullptr);
+        m_state.resize(static_cast<size_t>(m_world));
+        for (int r = 0; r < m_world; ++r) {
+            m_optimizers.push_back(optim::make_optimizer(e.optimizer));
+            if (e.strategy.sync_batchnorm && m_world > 1)
+                install_sync_batchnorm(m_rank_slots[static_cast<size_t>(r)], replica(r));
+        }
+        // Where each parameter starts in the flat layout.
+        int64_t at = 0;
+        for (const nn::Param* p : params(0)) {
+            m_offset.push_back(at);
+            at += p->value.numel();
+        }
+    }
+
+private:
+    struct RankState {
+        data::ShardRange shard;  // this rank's rows of the flat parameter vector
+        nn::Param shard_param;   // value and gradient of the shard
+    };
+
+    // Stage 2: layer `layer`'s gradients are final. Its parameters cover the flat range
+    // [a, b); each owner q of part of it receives the sum of that part, which it copies into
+    // its shard gradient; then the layer's gradients are freed.
+    void reduce_layer_to_owners(Rank& rank, RankState& s, size_t layer) {
+        const auto& own = params_of_layer()[layer];
+        if (own.empty()) return;
+        auto& ps = params(rank.index());
+        std::vector<nn::Param*> part;
+        for (size_t i : own) part.push_back(ps[i]);
+        const int64_t a = m_offset[own.front()];
+        const int64_t n = total_numel(part);
+        Tensor buf = Tensor::empty(Shape{n}, DType::f32, rank.device(), MemCategory::communication);
+        float* f = buf.data<float>();
+        pack_grads(part, f);
+        for (int q = 0; q < rank.world(); ++q) {
+            const auto sq = data::shard_of_dataset(m_total, q, rank.world());
+            const int64_t lo = std::max(a, sq.offset), hi = std::min(a + n, sq.offset + sq.count);
+            if (lo >= hi) continue;
+            rank.record_comm(named(rank.comm().reduce(f + (lo - a), hi - lo, DType::f32, comm::ReduceOp::sum, q),
+                                   "reduce_grads_to_owner"));
+            if (q == rank.index())
+                std::memcpy(s.shard_param.grad.data<float>() + (lo - s.shard.offset), f + (lo - a),
+                            static_cast<size_t>(hi - lo) * 4);
+        }
+        for (nn::Param* p : part) p->grad = Tensor();
+    }
+
+    int m_stage = 1;
+    int64_t m_total = 0;
+    std::vector<int64_t> m_offset;      // flat offset of each parameter
+    std::vector<RankState> m_state;     // per rank; each touched by its own thread only
+    std::vector<Rank*> m_rank_slots;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_zero() { return std::make_unique<Zero>(); }
+
+}  // namespace paralab::strategy
