@@ -315,6 +315,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     ctx.input = input;
     ctx.target = Shape(train.target_shape);
     ctx.num_classes = train.num_classes;
+    ctx.train_size = train.size();
     for (auto& d : devices) ctx.devices.push_back(d.get());
     comm::LocalGroup group(static_cast<int>(devices.size()));
     ctx.group = &group;

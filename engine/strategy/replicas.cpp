@@ -34,6 +34,21 @@ void ReplicaStrategy::build_replicas(RunContext& ctx, nn::Model& reference, bool
         m_params_of_layer.push_back(std::move(own));
     }
     PARALAB_CHECK(next == m_params[0].size(), "parameters not listed layer by layer");
+
+    // SyncBatchNorm is a collective in forward and backward: a device with no rows of some
+    // batch would skip it and leave the others waiting. Refuse such runs up front.
+    bool has_batchnorm = false;
+    for_each_layer(net, [&](nn::Layer& l) { has_batchnorm |= dynamic_cast<nn::BatchNorm*>(&l) != nullptr; });
+    if (has_batchnorm && e.strategy.sync_batchnorm && m_world > 1) {
+        const int64_t B = e.data.batch_size;
+        const int64_t last = ctx.train_size % B == 0 ? B : ctx.train_size % B;
+        const int64_t smallest = std::min(B, last) / std::min<int64_t>(e.train.grad_accum, std::min(B, last));
+        if (smallest < m_world)
+            throw ConfigError("data.batch_size: with batchnorm synchronised over " + std::to_string(m_world) +
+                              " devices, every device needs rows of every batch, but the smallest (micro-)batch has " +
+                              std::to_string(smallest) + " rows; use a larger batch, fewer devices, or "
+                              "strategy.sync_batchnorm: false");
+    }
 }
 
 void ReplicaStrategy::broadcast_parameters(Rank& rank) {
