@@ -1,0 +1,80 @@
+// hogwild: torch.multiprocessing's Hogwild (Recht et al. 2011). One parameter set, on device
+// 0, shared by every rank: each rank's replica has its Param.value tensors replaced by rank 0's
+// (same storage) and keeps its own gradients and its own optimizer (own momentum or Adam
+// moments). Each rank runs its shard of the global batch as a mini-batch of its own — the loss
+// averaged over its own rows — and steps the shared values whenever it is done, with no lock
+// and no communication at all. What a student sees: no comm spans, fast steps, a noisier loss
+// (the updates of one global step are N small-batch steps taken on slightly stale weights).
+//
+// The deliberate data race: while one rank's optimizer writes the shared values, the others
+// read them in forward and backward, and two optimizers may write the same element at once
+// (the later store wins; an update can be lost). As in the Hogwild paper this is accepted,
+// not prevented: the updates are sparse or small, and the lost or mixed ones act as noise.
+// Strictly, concurrent non-atomic float access is undefined behaviour in C++ (ThreadSanitizer
+// reports it); on the machines this runs on (x86-64, aarch64) aligned 4-byte float loads and
+// stores are single instructions that never tear, so a reader sees either the old or the new
+// value of each element, which is all Hogwild assumes. Do not "fix" this with a mutex: the
+// point of the strategy is to show what lock-free updates cost and gain.
+#include "engine/optim/clip.h"
+#include "engine/strategy/replicas.h"
+#include "engine/strategy/strategies.h"
+
+namespace paralab::strategy {
+
+namespace {
+
+class Hogwild final : public ReplicaStrategy {
+public:
+    Hogwild() : ReplicaStrategy("hogwild") {}
+
+    StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
+        const run::Experiment& e = rank.experiment();
+        const int r = rank.index();
+        auto& ps = params(r);
+        // forward_backward divides by the global batch (the data-parallel convention); a Hogwild
+        // update is an SGD step of this rank's own mini-batch, so its gradient is the mean over
+        // its own rows: rescale by global / own.
+        LocalPass pass = forward_backward(rank, replica(r), batch, offset);
+        StepResult res{pass.loss_sum, pass.samples, pass.samples, 0};
+        if (pass.samples == 0) return res;  // no rows this step (a small last batch): no update
+        if (pass.samples != batch.global_size) {
+            const double to_own_mean =
+                static_cast<double>(batch.global_size) / static_cast<double>(pass.samples);
+            rank.compute("backward", [&] { optim::scale_grads(ps, to_own_mean); });
+        }
+        if (e.train.clip_norm) res.grad_norm = clip_gradients(rank, ps, *e.train.clip_norm, false);
+        // Unlocked write of the shared values (see the top of this file).
+        rank.compute("optimizer", [&] { m_optimizers[static_cast<size_t>(r)]->step(ps, lr); });
+        return res;
+    }
+
+protected:
+    void setup_impl(RunContext& ctx, nn::Model& reference) override {
+        build_replicas(ctx, reference, false);
+        // Rank 0's values are the shared set; every other replica views them. The values those
+        // replicas were built with go back to their devices' allocators, and their peaks are
+        // reset so that the memory picture shows the one parameter set on device 0 only (nothing
+        // else lives on those devices yet).
+        const auto& shared = params(0);
+        for (int r = 1; r < m_world; ++r) {
+            auto& own = params(r);
+            for (size_t i = 0; i < own.size(); ++i) own[i]->value = shared[i]->value;
+            Device& device = *ctx.devices[static_cast<size_t>(r)];
+            if (&device != ctx.devices[0]) device.allocator().reset_peak();
+        }
+        // Each rank's own optimizer; its state goes where the optimizer puts it, beside the values
+        // it updates, so every rank's momentum or moments are accounted on device 0.
+        for (int r = 0; r < m_world; ++r)
+            m_optimizers.push_back(optim::make_optimizer(ctx.experiment->optimizer));
+    }
+    // predict, parameters and buffers: ReplicaStrategy's, on rank 0's replica, whose values are
+    // the shared ones (its batchnorm running statistics are rank 0's own).
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_hogwild() {
+    return std::make_unique<Hogwild>();
+}
+
+}  // namespace paralab::strategy

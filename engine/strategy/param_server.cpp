@@ -1,0 +1,418 @@
+// param_server: a parameter server (Li et al. 2014; DistBelief's "Downpour"). Rank 0 is the
+// server: it holds the parameters and the optimizer and computes no gradients (its data role is
+// none). Ranks 1..N-1 are workers over shards of the global batch (worker r takes shard r-1 of
+// N-1); each step a worker runs forward and backward on the weights it last pulled, pushes its
+// gradients to the server and pulls the weights back.
+//
+//   sync   the server receives every worker's gradients (in rank order), sums them in rank
+//          order, steps once and sends the weights to every worker. Each worker's loss is
+//          divided by the GLOBAL batch, so the sum is the single-device gradient of the global
+//          batch and a sync run equals `single` to float rounding. Everyone waits for the
+//          slowest worker: a straggler shows as idle time ("pull_weights") on all the others.
+//   async  the server applies each worker's gradient as it arrives, alone (a step of the
+//          optimizer per push), and answers that worker with the weights right after its own
+//          update; a worker then runs on, ahead of the slowest worker by at most
+//          strategy.staleness steps (stale-synchronous parallel; staleness 0 still applies the
+//          pushes one at a time, each to weights the others' pushes of the step may have moved).
+//          Gradients are computed on stale weights: the noise the staleness bound limits.
+//
+// Async plumbing. Communicators have no receive-from-any, so the server has one service thread
+// per worker, each with its own two-rank group (server end 0, worker end 1): the service thread
+// receives that worker's pushes and queues them in arrival order; the server's rank thread
+// applies them (inside its step(), as "server_update" compute on device 0) and hands the new
+// weights back to the service thread, which sends them. The rank thread's step s returns once
+// every worker's s-th push is served; between its steps pushes wait in the queue.
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <thread>
+
+#include "engine/strategy/replicas.h"
+#include "engine/strategy/strategies.h"
+
+namespace paralab::strategy {
+
+namespace {
+
+constexpr int kPushTag = 1;  // worker -> server: gradients (async: plus a trailing flag)
+constexpr int kPullTag = 2;  // server -> worker: weights
+
+// Async pushes carry one float after the gradients: 0 for a gradient, 1 for "this worker is
+// done" (its finish_rank), which ends its service thread.
+constexpr float kPushGradient = 0.0f;
+constexpr float kPushDone = 1.0f;
+
+class ParamServer final : public ReplicaStrategy {
+public:
+    ParamServer() : ReplicaStrategy("param_server") {}
+
+    ~ParamServer() override {
+        abort("param_server: the strategy is being destroyed");
+        for (std::thread& t : m_service)
+            if (t.joinable()) t.join();
+    }
+
+    DataRole data_role(int rank) const override {
+        if (rank == 0) return {false, 0, 1};
+        return {true, rank - 1, m_world - 1};
+    }
+
+    void start_rank(Rank& rank) override {
+        if (!m_async || rank.index() != 0) return;
+        for (int w = 1; w < m_world; ++w)
+            m_service[static_cast<size_t>(w)] = std::thread([this, w] { service_loop(w); });
+    }
+
+    void finish_rank(Rank& rank) override {
+        if (!m_async) return;
+        const int r = rank.index();
+        if (r != 0) {
+            float* f = m_worker_flat[static_cast<size_t>(r)].data<float>();
+            f[m_numel] = kPushDone;
+            try {
+                pair(r).send(f, m_numel + 1, DType::f32, 0, kPushTag);
+            } catch (const comm::CommAborted&) {  // the run failed: the service thread is gone
+            }
+            return;
+        }
+        // Serves what is still queued (nothing, when every rank ran the same steps) until every
+        // worker has said it is done, then ends the service threads. After an abort, at once.
+        serve(nullptr, m_last_lr, [&] {
+            return std::all_of(m_server.done.begin() + 1, m_server.done.end(),
+                               [](bool d) { return d; });
+        });
+        for (std::thread& t : m_service)
+            if (t.joinable()) t.join();
+    }
+
+    StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
+        if (rank.index() == 0)
+            return m_async ? server_step_async(rank, lr) : server_step_sync(rank, lr);
+        return worker_step(rank, batch, offset);
+    }
+
+    void abort(const std::string& reason) override {
+        {
+            std::lock_guard lock(m_server.mutex);
+            if (!m_server.aborted) {
+                m_server.aborted = true;
+                m_server.reason = reason;
+            }
+        }
+        m_server.cv.notify_all();
+        for (auto& g : m_pairs) g->abort(reason);
+    }
+
+    Tensor predict(const Tensor& x) override {
+        gather_buffers();
+        return ReplicaStrategy::predict(x);
+    }
+    std::vector<Tensor> buffers() override {
+        gather_buffers();
+        return ReplicaStrategy::buffers();
+    }
+    // parameters(): ReplicaStrategy's, the server's (rank 0's replica).
+
+protected:
+    void setup_impl(RunContext& ctx, nn::Model& reference) override {
+        const run::Experiment& e = *ctx.experiment;
+        if (m_world < 2)
+            throw ConfigError(
+                "devices: param_server needs at least 2 devices (the first is the server, "
+                "the others are workers), got " +
+                std::to_string(m_world));
+        m_async = e.strategy.ps_mode == "async";
+        m_staleness = e.strategy.staleness;
+        // Rank 0's replica is the server's copy (values, and gradients as the sum buffer); the
+        // workers' replicas hold the weights they last pulled.
+        build_replicas(ctx, reference, false);
+        m_optimizers.push_back(optim::make_optimizer(e.optimizer));  // the server's only
+        m_numel = total_numel(params(0));
+
+        const auto W = static_cast<size_t>(m_world);
+        Device& server = *ctx.devices[0];
+        auto comm_buffer = [](int64_t n, Device& d) {
+            return Tensor::empty(Shape{n}, DType::f32, d, MemCategory::communication);
+        };
+        const int64_t push_numel = m_numel + (m_async ? 1 : 0);
+        m_worker_steps.assign(W, 0);
+        m_worker_flat.resize(W);
+        m_server_in.resize(W);
+        for (int w = 1; w < m_world; ++w) {
+            m_worker_flat[static_cast<size_t>(w)] =
+                comm_buffer(push_numel, *ctx.devices[static_cast<size_t>(w)]);
+            m_server_in[static_cast<size_t>(w)] = comm_buffer(push_numel, server);
+        }
+        if (m_async) {
+            m_server_out.resize(W);
+            for (int w = 1; w < m_world; ++w) {
+                m_server_out[static_cast<size_t>(w)] = comm_buffer(m_numel, server);
+                m_pairs.push_back(std::make_unique<comm::LocalGroup>(2));
+            }
+            m_service.resize(W);
+            m_server.served.assign(W, 0);
+            m_server.reply_ready.assign(W, false);
+            m_server.done.assign(W, false);
+        } else {
+            m_server_out.push_back(comm_buffer(m_numel, server));
+        }
+    }
+
+private:
+    // ---- workers ------------------------------------------------------------------------------
+
+    StepResult worker_step(Rank& rank, const data::Batch& batch, int64_t offset) {
+        const run::Experiment& e = rank.experiment();
+        const int r = rank.index();
+        const int64_t s = ++m_worker_steps[static_cast<size_t>(r)];
+        if (m_async) wait_staleness(rank, s);
+
+        auto& ps = params(r);
+        LocalPass pass = forward_backward(rank, replica(r), batch, offset);
+        StepResult res{pass.loss_sum, pass.samples, pass.samples, 0};
+        // Async: each push is one update, clipped alone (here, where it is made). Sync: the
+        // server clips the sum.
+        if (m_async && e.train.clip_norm)
+            res.grad_norm = clip_gradients(rank, ps, *e.train.clip_norm, false);
+
+        float* f = m_worker_flat[static_cast<size_t>(r)].data<float>();
+        pack_grads(ps, f);
+        comm::Communicator& c = m_async ? pair(r) : rank.comm();
+        if (m_async) f[m_numel] = kPushGradient;
+        comm::CommRecord push = c.send(f, m_async ? m_numel + 1 : m_numel, DType::f32, 0, kPushTag);
+        push.op = "push_grad";
+        rank.record_comm(push);
+        // Mostly waiting: for the server's update, and in sync mode for the slowest worker.
+        comm::CommRecord pull = c.recv(f, m_numel, DType::f32, 0, kPullTag);
+        pull.op = "pull_weights";
+        rank.record_comm(pull, true);
+        unpack_values(f, ps);
+        return res;
+    }
+
+    // Stale-synchronous bound: a worker starting its step s has done s-1 steps and may be at
+    // most `staleness` ahead of the slowest worker, so it waits until every worker has had at
+    // least s-1-staleness pushes served.
+    void wait_staleness(Rank& rank, int64_t s) {
+        const int64_t need = s - 1 - m_staleness;
+        if (need <= 0) return;
+        std::unique_lock lock(m_server.mutex);
+        auto ready = [&] {
+            if (m_server.aborted) return true;
+            for (int w = 1; w < m_world; ++w)
+                if (!m_server.done[static_cast<size_t>(w)] &&
+                    m_server.served[static_cast<size_t>(w)] < need)
+                    return false;
+            return true;
+        };
+        if (!ready()) {
+            const auto b = Clock::now();
+            m_server.cv.wait(lock, ready);
+            rank.record_idle("wait_staleness", b, Clock::now());
+        }
+        if (m_server.aborted) throw comm::CommAborted(m_server.reason);
+    }
+
+    // Async: worker w's two-rank group; rank 1 is the worker's end, rank 0 the server's.
+    comm::Communicator& pair(int worker) {
+        return m_pairs[static_cast<size_t>(worker - 1)]->rank(1);
+    }
+    comm::Communicator& server_end(int worker) {
+        return m_pairs[static_cast<size_t>(worker - 1)]->rank(0);
+    }
+
+    // ---- the server, sync ---------------------------------------------------------------------
+
+    StepResult server_step_sync(Rank& rank, double lr) {
+        const run::Experiment& e = rank.experiment();
+        auto& ps = params(0);
+        for (int w = 1; w < m_world; ++w) {
+            comm::CommRecord rec =
+                rank.comm().recv(m_server_in[static_cast<size_t>(w)].data<float>(), m_numel,
+                                 DType::f32, w, kPushTag);
+            rec.op = "push_grad";
+            rank.record_comm(rec, true);  // mostly waiting for that worker's backward
+        }
+        // The sum in rank order, whatever order the pushes arrived in: bit-identical run to run.
+        rank.compute("server_update", [&] {
+            unpack_grads(m_server_in[1].data<float>(), ps);
+            for (int w = 2; w < m_world; ++w)
+                add_grads(m_server_in[static_cast<size_t>(w)].data<float>(), ps);
+        });
+        StepResult res;
+        if (e.train.clip_norm) res.grad_norm = clip_gradients(rank, ps, *e.train.clip_norm, false);
+        float* out = m_server_out[0].data<float>();
+        rank.compute("server_update", [&] {
+            m_optimizers[0]->step(ps, lr);
+            pack_values(ps, out);
+        });
+        for (int w = 1; w < m_world; ++w) {
+            comm::CommRecord rec = rank.comm().send(out, m_numel, DType::f32, w, kPullTag);
+            rec.op = "pull_weights";
+            rank.record_comm(rec);
+        }
+        return res;
+    }
+
+    static void add_grads(const float* flat, const std::vector<nn::Param*>& params) {
+        for (const nn::Param* p : params) {
+            float* g = p->grad.data<float>();
+            const int64_t n = p->grad.numel();
+            for (int64_t i = 0; i < n; ++i) g[i] += flat[i];
+            flat += n;
+        }
+    }
+
+    // ---- the server, async --------------------------------------------------------------------
+
+    StepResult server_step_async(Rank& rank, double lr) {
+        m_last_lr = lr;
+        const int64_t s = ++m_server_steps;
+        serve(&rank, lr, [&] {
+            for (int w = 1; w < m_world; ++w)
+                if (!m_server.done[static_cast<size_t>(w)] &&
+                    m_server.served[static_cast<size_t>(w)] < s)
+                    return false;
+            return true;
+        });
+        std::vector<comm::CommRecord> log;
+        {
+            std::lock_guard lock(m_server.mutex);
+            log.swap(m_server.log);
+            if (m_server.error) std::rethrow_exception(m_server.error);
+            if (m_server.aborted) throw comm::CommAborted(m_server.reason);
+        }
+        for (const auto& rec : log) rank.record_async_comm(rec);
+        return {};
+    }
+
+    // The server's rank thread: applies queued pushes, in arrival order, until `until()` (called
+    // under the lock) holds or the run is aborted. `rank` null: record nothing (finish_rank).
+    void serve(Rank* rank, double lr, const std::function<bool()>& until) {
+        std::unique_lock lock(m_server.mutex);
+        for (;;) {
+            if (m_server.aborted || until()) return;
+            if (m_server.arrivals.empty()) {
+                const auto b = Clock::now();
+                m_server.cv.wait(lock, [&] {
+                    return m_server.aborted || !m_server.arrivals.empty() || until();
+                });
+                if (rank) rank->record_idle("wait_push", b, Clock::now());
+                continue;
+            }
+            const int w = m_server.arrivals.front();
+            m_server.arrivals.pop_front();
+            lock.unlock();
+            auto apply = [&] {
+                auto& ps = params(0);
+                unpack_grads(m_server_in[static_cast<size_t>(w)].data<float>(), ps);
+                m_optimizers[0]->step(ps, lr);
+                pack_values(ps, m_server_out[static_cast<size_t>(w)].data<float>());
+            };
+            if (rank)
+                rank->compute("server_update", apply);
+            else
+                apply();
+            lock.lock();
+            ++m_server.served[static_cast<size_t>(w)];
+            m_server.reply_ready[static_cast<size_t>(w)] = true;
+            m_server.cv.notify_all();
+        }
+    }
+
+    // Worker w's service thread: receive a push, queue it, wait for the update, send the
+    // weights back; until the worker says it is done or the run is aborted.
+    void service_loop(int w) {
+        const auto wi = static_cast<size_t>(w);
+        comm::Communicator& c = server_end(w);
+        float* in = m_server_in[wi].data<float>();
+        const float* out = m_server_out[wi].data<float>();
+        try {
+            for (;;) {
+                // Not recorded: its time is mostly waiting for the worker, whose own "push_grad"
+                // span is the message on the timeline.
+                c.recv(in, m_numel + 1, DType::f32, 1, kPushTag);
+                {
+                    std::unique_lock lock(m_server.mutex);
+                    if (in[m_numel] == kPushDone) {
+                        m_server.done[wi] = true;
+                        m_server.cv.notify_all();
+                        return;
+                    }
+                    m_server.arrivals.push_back(w);
+                    m_server.cv.notify_all();
+                    m_server.cv.wait(lock,
+                                     [&] { return m_server.aborted || m_server.reply_ready[wi]; });
+                    if (m_server.aborted) return;
+                    m_server.reply_ready[wi] = false;
+                }
+                comm::CommRecord rec = c.send(out, m_numel, DType::f32, 1, kPullTag);
+                rec.op = "pull_weights";
+                std::lock_guard lock(m_server.mutex);
+                m_server.log.push_back(rec);
+            }
+        } catch (const comm::CommAborted&) {
+        } catch (const std::exception& ex) {
+            // The server's rank thread rethrows it as the run's failure (see server_step_async).
+            {
+                std::lock_guard lock(m_server.mutex);
+                if (!m_server.error) m_server.error = std::current_exception();
+            }
+            abort("param_server: the server's service thread for worker " + std::to_string(w) +
+                  " failed: " + ex.what());
+        }
+    }
+
+    // Batchnorm running statistics: the workers ran every forward, the server none, so the
+    // server's model takes the mean of the workers' (their shards are random draws of one batch).
+    void gather_buffers() {
+        auto to = replica(0).buffers();
+        if (to.empty()) return;
+        for (size_t i = 0; i < to.size(); ++i) {
+            float* t = to[i].data<float>();
+            const int64_t n = to[i].numel();
+            std::fill(t, t + n, 0.0f);
+            for (int w = 1; w < m_world; ++w) {
+                const float* f = replica(w).buffers()[i].data<float>();
+                for (int64_t k = 0; k < n; ++k) t[k] += f[k] / static_cast<float>(m_world - 1);
+            }
+        }
+    }
+
+    bool m_async = false;
+    int64_t m_staleness = 0;
+    int64_t m_numel = 0;
+    std::vector<Tensor> m_worker_flat;    // per worker, on its device: grads out, weights in
+    std::vector<Tensor> m_server_in;      // per worker, on device 0: its last push
+    std::vector<Tensor> m_server_out;     // async: per worker, its reply; sync: [0] for all
+    std::vector<int64_t> m_worker_steps;  // per rank: steps run (each by its own rank thread)
+    int64_t m_server_steps = 0;           // the server's rank thread only
+    double m_last_lr = 0;                 // likewise
+
+    std::vector<std::unique_ptr<comm::LocalGroup>> m_pairs;  // async: per worker w at [w-1]
+    std::vector<std::thread> m_service;                      // async: per worker w at [w]
+
+    // What the server's rank thread and the service threads share (indexed by worker rank).
+    struct ServerState {
+        std::mutex mutex;
+        std::condition_variable cv;
+        std::deque<int> arrivals;           // guarded by mutex: workers whose push waits
+        std::vector<int64_t> served;        // guarded by mutex: pushes applied, per worker
+        std::vector<bool> reply_ready;      // guarded by mutex: weights packed for the reply
+        std::vector<bool> done;             // guarded by mutex: the worker has finished
+        std::vector<comm::CommRecord> log;  // guarded by mutex: service threads' sends
+        std::exception_ptr error;           // guarded by mutex: a service thread's failure
+        bool aborted = false;               // guarded by mutex
+        std::string reason;                 // guarded by mutex
+    } m_server;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_param_server() {
+    return std::make_unique<ParamServer>();
+}
+
+}  // namespace paralab::strategy
