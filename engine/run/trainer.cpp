@@ -365,6 +365,12 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     summary.wall_s = std::chrono::duration<double>(t_end - ctx.t0).count() - sh.eval_s;
     summary.samples_per_s = summary.wall_s > 0 ? static_cast<double>(bus.samples_ended()) / summary.wall_s : 0;
 
+    // Memory as training left it: the evaluation below runs on device 0 and would add its own
+    // activations to that device's peak only.
+    for (auto& d : devices) summary.peak_memory_bytes[d->name()] = d->allocator().stats().peak_total;
+    if (artifacts)
+        for (auto& d : devices) artifacts->memory[d->name()] = d->allocator().stats();
+
     if (summary.status == "finished" && splits.test.size() > 0) {
         try {
             EvalResult ev = evaluate(*strat, *eval_loss, splits.test, std::max<int64_t>(256, e.data.batch_size), ctx);
@@ -377,11 +383,9 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
             summary.error = std::string("evaluation failed: ") + err.what();
         }
     }
-    for (auto& d : devices) summary.peak_memory_bytes[d->name()] = d->allocator().stats().peak_total;
     if (artifacts) {
         artifacts->parameters = strat->parameters();
         artifacts->buffers = strat->buffers();
-        for (auto& d : devices) artifacts->memory[d->name()] = d->allocator().stats();
     }
     if (observer) observer->on_finish(summary);
     return summary;
