@@ -142,6 +142,7 @@ StrategyConfig parse_strategy(const json& j) {
     if (s.type == "ddp") {
         s.bucket_mb = r.number("bucket_mb", 25.0, 0.0, INFINITY, false);
         s.overlap = r.boolean("overlap", true);
+        s.balance = r.choice("balance", "even", {"even", "speed"});
     } else if (s.type == "zero") {
         s.zero_stage = static_cast<int>(r.integer("stage", 1, 1, 2));
     } else if (s.type == "param_server") {
@@ -170,7 +171,7 @@ StrategyConfig parse_strategy(const json& j) {
         r.raw("straggler");
     }
     r.finish({"bucket_mb", "overlap", "stage", "mode", "staleness", "split", "micro_batches",
-              "schedule", "sync_batchnorm", "straggler"},
+              "schedule", "sync_batchnorm", "straggler", "balance"},
              "the " + s.type + " strategy");
     return s;
 }
@@ -405,7 +406,7 @@ json to_json(const Experiment& e) {
     const auto& s = e.strategy;
     json st{{"type", s.type}};
     if (s.type == "data_parallel" || s.type == "ddp" || s.type == "zero") st["sync_batchnorm"] = s.sync_batchnorm;
-    if (s.type == "ddp") st["bucket_mb"] = s.bucket_mb, st["overlap"] = s.overlap;
+    if (s.type == "ddp") st["bucket_mb"] = s.bucket_mb, st["overlap"] = s.overlap, st["balance"] = s.balance;
     if (s.type == "zero") st["stage"] = s.zero_stage;
     if (s.type == "param_server") st["mode"] = s.ps_mode, st["staleness"] = s.staleness;
     if ((s.type == "model_parallel" || s.type == "pipeline") && !s.split.empty()) st["split"] = s.split;

@@ -24,6 +24,7 @@ struct StrategyConfig {
                                   // model_parallel, pipeline
     double bucket_mb = 25.0;      // ddp
     bool overlap = true;          // ddp
+    std::string balance = "even"; // ddp: "even" (shard_of_batch) | "speed" (rows by measured speed)
     int zero_stage = 1;           // zero
     std::string ps_mode = "sync"; // param_server
     int64_t staleness = 0;        // param_server async

@@ -7,6 +7,14 @@
 //
 // The loss of each rank is divided by the GLOBAL batch, so the summed gradients are the
 // single-device gradient of the global batch, and every replica takes the same step.
+//
+// balance: "speed" splits each global batch unevenly, in proportion to each device's measured
+// speed (rows per millisecond of forward and backward, averaged over recent steps and agreed
+// with an all-gather every step), so that a slow device (a straggler) gets fewer rows and the
+// others stop waiting for it. The split changes only which rows each device runs: the summed
+// gradient is still the global batch's.
+#include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -37,8 +45,15 @@ public:
         }
     }
 
+    // Balanced by speed, every rank reads the whole global batch and runs its agreed rows.
+    DataRole data_role(int rank) const override {
+        if (m_balance) return {true, 0, 1};
+        return {true, rank, m_world};
+    }
+
     void start_rank(Rank& rank) override {
         RankState& s = state(rank);
+        s.weights.assign(static_cast<size_t>(rank.world()), 1.0 / rank.world());
         s.rank = &rank;
         for (const Bucket& b : m_buckets)
             s.flat.push_back(Tensor::empty(Shape{b.numel}, DType::f32, rank.device(), MemCategory::communication));
@@ -56,10 +71,20 @@ public:
         if (s.thread.joinable()) s.thread.join();
     }
 
-    StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
+    StepResult step(Rank& rank, const data::Batch& full, int64_t offset, double lr) override {
         const run::Experiment& e = rank.experiment();
         const int r = rank.index();
         RankState& s = state(rank);
+        data::Batch own;
+        const data::Batch* batch_ptr = &full;
+        if (m_balance) {
+            const auto rows = split_by_weights(full.global_size, s.weights);
+            offset = rows[static_cast<size_t>(r)].offset;
+            own = rows_of(full, offset, rows[static_cast<size_t>(r)].count);
+            batch_ptr = &own;
+        }
+        const data::Batch& batch = *batch_ptr;
+        const auto t_pass = Clock::now();
         std::vector<int> pending(m_buckets.size());
         for (size_t b = 0; b < m_buckets.size(); ++b)
             pending[b] = static_cast<int>(m_buckets[b].last - m_buckets[b].first);
@@ -78,6 +103,7 @@ public:
             }
         };
         LocalPass pass = forward_backward(rank, replica(r), batch, offset, layer_done);
+        const double pass_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_pass).count();
 
         if (m_overlap) {
             const auto t0 = Clock::now();
@@ -94,6 +120,7 @@ public:
         StepResult res{pass.loss_sum, pass.samples, pass.samples, 0};
         if (e.train.clip_norm) res.grad_norm = clip_gradients(rank, params(r), *e.train.clip_norm, false);
         rank.compute("optimizer", [&] { m_optimizers[static_cast<size_t>(r)]->step(params(r), lr); });
+        if (m_balance) update_weights(rank, s, batch.size, pass_ms);
         return res;
     }
 
@@ -101,6 +128,7 @@ protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
         const run::Experiment& e = *ctx.experiment;
         m_overlap = e.strategy.overlap;
+        m_balance = e.strategy.balance == "speed";
         build_replicas(ctx, reference, true);
         for (int r = 0; r < m_world; ++r) {
             m_optimizers.push_back(optim::make_optimizer(e.optimizer));
@@ -131,7 +159,71 @@ protected:
     }
 
 private:
+    struct RankState;
+
+    // Rows [offset, offset + count) of each rank for weights w (summing to 1): largest
+    // remainders, and at least one row each while the batch has enough rows.
+    static std::vector<data::ShardRange> split_by_weights(int64_t B, const std::vector<double>& w) {
+        const size_t n = w.size();
+        std::vector<int64_t> count(n, 0);
+        const int64_t floor_rows = B >= static_cast<int64_t>(n) ? 1 : 0;
+        const int64_t spare = B - floor_rows * static_cast<int64_t>(n);
+        std::vector<std::pair<double, size_t>> remainders;
+        int64_t given = 0;
+        for (size_t i = 0; i < n; ++i) {
+            const double exact = static_cast<double>(spare) * w[i];
+            count[i] = floor_rows + static_cast<int64_t>(std::floor(exact));
+            given += count[i];
+            remainders.push_back({exact - std::floor(exact), i});
+        }
+        std::stable_sort(remainders.begin(), remainders.end(), [](auto& a, auto& b) { return a.first > b.first; });
+        for (size_t k = 0; given < B; ++k, ++given) ++count[remainders[k % n].second];
+        std::vector<data::ShardRange> out(n);
+        int64_t at = 0;
+        for (size_t i = 0; i < n; ++i) {
+            out[i] = {at, count[i]};
+            at += count[i];
+        }
+        return out;
+    }
+
+    static data::Batch rows_of(const data::Batch& b, int64_t offset, int64_t count) {
+        data::Batch out;
+        out.size = count;
+        out.global_size = b.global_size;
+        out.index_in_epoch = b.index_in_epoch;
+        out.epoch = b.epoch;
+        const size_t in = b.size > 0 ? b.inputs.size() / static_cast<size_t>(b.size) : 0;
+        const size_t tg = b.size > 0 ? b.targets.size() / static_cast<size_t>(b.size) : 0;
+        const auto o = static_cast<size_t>(offset), c = static_cast<size_t>(count);
+        out.inputs.assign(b.inputs.begin() + static_cast<long>(o * in), b.inputs.begin() + static_cast<long>((o + c) * in));
+        out.targets.assign(b.targets.begin() + static_cast<long>(o * tg), b.targets.begin() + static_cast<long>((o + c) * tg));
+        if (!b.sample_ids.empty())
+            out.sample_ids.assign(b.sample_ids.begin() + static_cast<long>(o), b.sample_ids.begin() + static_cast<long>(o + c));
+        return out;
+    }
+
+    // Every rank's milliseconds per row (a moving average), all-gathered: the same weights on
+    // every rank, proportional to speed.
+    void update_weights(Rank& rank, RankState& s, int64_t rows, double ms) {
+        if (rows > 0) {
+            const double per_row = ms / static_cast<double>(rows);
+            s.ms_per_row = s.ms_per_row > 0 ? 0.7 * s.ms_per_row + 0.3 * per_row : per_row;
+        }
+        std::vector<double> all(static_cast<size_t>(rank.world()), 0.0);
+        all[static_cast<size_t>(rank.index())] = s.ms_per_row;
+        comm::CommRecord rec = rank.comm().all_gather(all.data(), rank.world(), DType::f64);
+        rec.op = "all_gather_speeds";
+        rank.record_comm(rec);
+        double total = 0;
+        for (double v : all) total += v > 0 ? 1.0 / v : 0;
+        if (total <= 0) return;
+        for (size_t i = 0; i < all.size(); ++i) s.weights[i] = all[i] > 0 ? (1.0 / all[i]) / total : 0;
+    }
+
     struct RankState {
+        std::vector<double> weights;  // share of the global batch per rank (balance: speed)
+        double ms_per_row = 0;
         Rank* rank = nullptr;
         std::vector<Tensor> flat;  // one communication buffer per bucket
         std::thread thread;
@@ -183,6 +275,7 @@ private:
     }
 
     bool m_overlap = true;
+    bool m_balance = false;
     std::vector<Bucket> m_buckets;  // in the order they are reduced
     std::vector<size_t> m_bucket_of;
     std::vector<std::unique_ptr<RankState>> m_state;

@@ -155,6 +155,7 @@ std::vector<Case> cases() {
         R"({"type":"ddp","overlap":false})",
         R"({"type":"ddp","bucket_mb":0.001})",  // a bucket per parameter or two
         R"({"type":"ddp","bucket_mb":0.001,"overlap":false})",
+        R"({"type":"ddp","balance":"speed"})",  // uneven rows, agreed by all-gathered speeds
         R"({"type":"zero","stage":1})",
         R"({"type":"zero","stage":2})",
     };
@@ -334,6 +335,32 @@ TEST(DataParallelRuns, StopEndsEveryDeviceAtTheSameStep) {
     EXPECT_GE(r->summary.steps, 3);
     EXPECT_LT(r->summary.steps, 1000);
     for (int d = 0; d < 4; ++d) EXPECT_EQ(rec.steps_by_device["cpu:" + std::to_string(d)], r->summary.steps);
+}
+
+// A straggler gets fewer rows once the speeds are measured; without balancing, rows are even.
+TEST(DataParallelRuns, SpeedBalancingGivesTheStragglerFewerRows) {
+    struct Samples : run::RunObserver {
+        std::map<std::string, std::vector<int64_t>> rows;
+        void on_step(const run::StepRecord& r) override { rows[r.device].push_back(r.samples); }
+    };
+    json j = mlp();
+    j["data"]["batch_size"] = 60;
+    j["train"]["max_steps"] = 8;
+    j["train"]["epochs"] = 3;  // 4 batches of 60 per epoch
+    j["devices"] = devices(3);
+    j["strategy"] = {{"type", "ddp"}, {"balance", "speed"}, {"straggler", {{"device", "cpu:1"}, {"delay_ms", 15}}}};
+    Samples balanced;
+    ASSERT_EQ(run_it(j, &balanced)->summary.status, "finished");
+    EXPECT_EQ(balanced.rows["cpu:1"].front(), 20);  // even until the first measurement
+    EXPECT_LT(balanced.rows["cpu:1"].back(), 10);
+    EXPECT_GT(balanced.rows["cpu:0"].back(), 20);
+    ASSERT_EQ(balanced.rows["cpu:0"].size(), 8u);
+    for (size_t k = 0; k < 8; ++k)
+        EXPECT_EQ(balanced.rows["cpu:0"][k] + balanced.rows["cpu:1"][k] + balanced.rows["cpu:2"][k], 60);
+    j["strategy"].erase("balance");
+    Samples even;
+    ASSERT_EQ(run_it(j, &even)->summary.status, "finished");
+    EXPECT_EQ(even.rows["cpu:1"].back(), 20);
 }
 
 TEST(DataParallelRuns, DivergenceOnSeveralDevicesFailsWithoutHanging) {
