@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/run/experiment.h"
+#include "engine/run/live_metrics.h"
 #include "engine/run/trainer.h"
 
 using namespace paralab;
@@ -187,3 +188,40 @@ TEST(Training, RegressionWithMse) {
 }
 
 }  // namespace
+
+// The live view's buffer: everything arrives in order; past its capacity the oldest entries
+// are dropped and counted, and a drain empties it.
+TEST(LiveMetrics, KeepsTheNewestAndCountsWhatItDropped) {
+    run::LiveMetrics live(5);
+    run::StepRecord r;
+    for (int i = 1; i <= 8; ++i) {
+        r.step = i;
+        live.on_step(r);
+    }
+    live.on_step_end(r);
+    auto f = live.drain();
+    ASSERT_EQ(f.device_steps.size(), 5u);
+    EXPECT_EQ(f.device_steps.front().step, 4);
+    EXPECT_EQ(f.device_steps.back().step, 8);
+    EXPECT_EQ(f.steps.size(), 1u);
+    EXPECT_EQ(f.dropped, 3);
+    EXPECT_TRUE(live.drain().empty());
+}
+
+TEST(LiveMetrics, SeesEveryDeviceOfARun) {
+    json j = spirals_mlp();
+    j["train"]["max_steps"] = 5;
+    j["devices"] = {"cpu:0", "cpu:1"};
+    j["strategy"] = {{"type", "ddp"}};
+    run::LiveMetrics live;
+    const auto s = run::run_experiment(run::parse_experiment(j), &live, nullptr);
+    ASSERT_EQ(s.status, "finished") << s.error;
+    const auto f = live.drain();
+    EXPECT_EQ(f.total_steps, 5);
+    EXPECT_EQ(f.device_steps.size(), 10u);
+    ASSERT_EQ(f.steps.size(), 5u);
+    EXPECT_EQ(f.steps.back().device, "all");
+    EXPECT_DOUBLE_EQ(f.steps.back().loss, s.final_loss);
+    EXPECT_EQ(f.evals.size(), 1u);
+    EXPECT_FALSE(f.spans.empty());
+}

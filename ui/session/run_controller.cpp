@@ -5,47 +5,47 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/run/live_metrics.h"
 #include "engine/store/run_store.h"
 
 namespace paralab::ui {
 
 struct RunController::Shared {
     run::RunControl control;  // stop is an atomic: no lock
+    run::LiveMetrics live;    // locks inside: the rank threads push, the drain timer takes
 
     std::mutex m_mutex;
-    std::vector<run::StepRecord> steps;  // guarded by m_mutex
-    std::vector<run::EvalResult> evals;  // guarded by m_mutex
-    qint64 totalSteps = -1;              // guarded by m_mutex; -1 = not announced since drained
-    run::RunSummary summary;             // guarded by m_mutex
-    QString error;                       // guarded by m_mutex; set when the run could not start
+    run::RunSummary summary;  // guarded by m_mutex
+    QString error;            // guarded by m_mutex; set when the run could not start
 };
 
-// Called on the rank thread: everything it does is a push under the lock, so training never
-// waits on the window. The store's recorder sees every step too (it batches its own writes).
+// Called on the rank threads (through the engine's metrics bus, one call at a time): pushes
+// only, so training never waits on the window. The store's recorder sees every step too (it
+// batches its own writes).
 class RunController::Observer : public run::RunObserver {
 public:
-    Observer(Shared& shared, store::RunRecorder& recorder) : m_shared(shared), m_recorder(recorder) {}
+    Observer(Shared& shared, store::RunRecorder& recorder) : m_live(shared.live), m_recorder(recorder) {}
     void on_start(const run::Experiment& e, int64_t total) override {
         m_recorder.on_start(e, total);
-        std::lock_guard lock(m_shared.m_mutex);
-        m_shared.totalSteps = total;
+        m_live.on_start(e, total);
     }
-    void on_span(const run::Span& s) override { m_recorder.on_span(s); }
-    void on_step(const run::StepRecord& r) override { m_recorder.on_step(r); }
-    // The window plots the step over all devices.
-    void on_step_end(const run::StepRecord& r) override {
-        std::lock_guard lock(m_shared.m_mutex);
-        m_shared.steps.push_back(r);
+    void on_span(const run::Span& s) override {
+        m_recorder.on_span(s);
+        m_live.on_span(s);
     }
+    void on_step(const run::StepRecord& r) override {
+        m_recorder.on_step(r);
+        m_live.on_step(r);
+    }
+    void on_step_end(const run::StepRecord& r) override { m_live.on_step_end(r); }
     void on_eval(const run::EvalResult& r) override {
         m_recorder.on_eval(r);
-        std::lock_guard lock(m_shared.m_mutex);
-        m_shared.evals.push_back(r);
+        m_live.on_eval(r);
     }
     void on_finish(const run::RunSummary& s) override { m_recorder.on_finish(s); }
 
 private:
-    Shared& m_shared;
+    run::LiveMetrics& m_live;
     store::RunRecorder& m_recorder;
 };
 
@@ -54,6 +54,7 @@ RunController::RunController(QObject* parent, QString storePath)
     qRegisterMetaType<paralab::run::StepRecord>();
     qRegisterMetaType<paralab::run::EvalResult>();
     qRegisterMetaType<paralab::run::RunSummary>();
+    qRegisterMetaType<paralab::run::Span>();
     m_drainTimer.setInterval(33);  // ~30 Hz: smooth to the eye, cheap for the GUI thread
     connect(&m_drainTimer, &QTimer::timeout, this, &RunController::drain);
 }
@@ -104,20 +105,14 @@ void RunController::stop() {
 
 void RunController::drain() {
     if (!m_shared) return;
-    QVector<run::StepRecord> steps;
-    std::vector<run::EvalResult> evals;
-    qint64 total = -1;
-    {
-        std::lock_guard lock(m_shared->m_mutex);
-        steps.reserve(static_cast<qsizetype>(m_shared->steps.size()));
-        for (auto& s : m_shared->steps) steps.push_back(std::move(s));
-        m_shared->steps.clear();
-        evals.swap(m_shared->evals);
-        std::swap(total, m_shared->totalSteps);
-    }
-    if (total >= 0) emit started(total);
-    if (!steps.isEmpty()) emit stepsArrived(steps);
-    for (const auto& e : evals) emit evalArrived(e);  // a few per run: one signal each is fine
+    run::LiveMetrics::Frame f = m_shared->live.drain();
+    if (f.empty()) return;
+    if (f.total_steps >= 0) emit started(f.total_steps);
+    if (!f.steps.empty()) emit stepsArrived(QVector<run::StepRecord>(f.steps.begin(), f.steps.end()));
+    if (!f.device_steps.empty())
+        emit deviceStepsArrived(QVector<run::StepRecord>(f.device_steps.begin(), f.device_steps.end()));
+    if (!f.spans.empty()) emit spansArrived(QVector<run::Span>(f.spans.begin(), f.spans.end()));
+    for (const auto& e : f.evals) emit evalArrived(e);  // a few per run: one signal each is fine
 }
 
 void RunController::onThreadFinished() {

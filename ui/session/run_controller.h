@@ -1,6 +1,6 @@
 // The engine on a QThread, for the window (STYLE.md 9). The experiment is handed over by
-// value; the rank thread's observer fills a buffer guarded by a mutex; a 30 Hz timer on the
-// GUI thread drains it and emits one batched signal, never one signal per step.
+// value; the run's observer fills the engine's LiveMetrics buffer; a 30 Hz timer on the GUI
+// thread drains it and emits batched signals, never one signal per step.
 #pragma once
 
 #include <QObject>
@@ -39,7 +39,11 @@ public slots:
 signals:
     void stateChanged(paralab::ui::RunController::State state);
     void started(qint64 totalSteps);
+    // The steps over all devices (one record per step, device "all").
     void stepsArrived(const QVector<paralab::run::StepRecord>& steps);
+    // One record per device per step, and the timeline's spans, for the per-device views.
+    void deviceStepsArrived(const QVector<paralab::run::StepRecord>& steps);
+    void spansArrived(const QVector<paralab::run::Span>& spans);
     void evalArrived(const paralab::run::EvalResult& eval);
     // The run ended with status finished, stopped, or failed during training (a NaN loss...);
     // the summary says which and why.
@@ -68,3 +72,4 @@ private:
 Q_DECLARE_METATYPE(paralab::run::StepRecord)
 Q_DECLARE_METATYPE(paralab::run::EvalResult)
 Q_DECLARE_METATYPE(paralab::run::RunSummary)
+Q_DECLARE_METATYPE(paralab::run::Span)
