@@ -373,6 +373,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
 
     if (summary.status == "finished" && splits.test.size() > 0) {
         try {
+            ctx.devices[0]->make_current();  // device 0's compute threads on this thread
             EvalResult ev = evaluate(*strat, *eval_loss, splits.test, std::max<int64_t>(256, e.data.batch_size), ctx);
             ev.step = steps;
             summary.test_loss = ev.loss;
