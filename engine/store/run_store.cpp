@@ -328,8 +328,8 @@ std::vector<run::Span> RunStore::spans(int64_t run_id, int64_t first_step, int64
 std::vector<RunRow> RunStore::list_runs() {
     std::lock_guard lock(m_mutex);
     Statement q(m_db,
-                "SELECT run_id, name, status, strategy, devices, created_at, finished_at, summary, config "
-                "FROM runs ORDER BY run_id",
+                "SELECT run_id, name, status, strategy, devices, created_at, finished_at, summary, config, "
+                "notes FROM runs ORDER BY run_id",
                 m_path);
     std::vector<RunRow> rows;
     while (q.step()) {
@@ -345,6 +345,7 @@ std::vector<RunRow> RunStore::list_runs() {
         r.finished_at = q.text(6);
         r.summary = parse_or_null(q.text(7));
         r.config = parse_or_null(q.text(8));
+        r.notes = q.text(9);
         rows.push_back(std::move(r));
     }
     return rows;
@@ -394,6 +395,78 @@ bool RunStore::export_csv(int64_t run_id, std::ostream& out) {
             << q.integer(10) << ',' << q.real(11) << '\n';
     }
     return true;
+}
+
+std::vector<LossPoint> RunStore::loss_curve(int64_t run_id) {
+    std::lock_guard lock(m_mutex);
+    // Weighted like the engine's step over all devices: a pipeline's first stages compute no
+    // loss (NULL), and an uneven split gives devices different sample counts.
+    Statement q(m_db,
+                "SELECT step, MAX(wall_s), SUM(loss * samples), "
+                "SUM(CASE WHEN loss IS NULL THEN 0 ELSE samples END), AVG(loss) "
+                "FROM records WHERE run_id = ? GROUP BY step ORDER BY step",
+                m_path);
+    q.bind(1, run_id);
+    std::vector<LossPoint> out;
+    while (q.step()) {
+        LossPoint p;
+        p.step = q.integer(0);
+        p.wall_s = q.real(1);
+        if (q.is_null(4)) p.loss = std::nan("");
+        else if (q.integer(3) > 0) p.loss = q.real(2) / static_cast<double>(q.integer(3));
+        else p.loss = q.real(4);
+        out.push_back(p);
+    }
+    return out;
+}
+
+std::vector<DeviceStats> RunStore::device_stats(int64_t run_id) {
+    std::lock_guard lock(m_mutex);
+    Statement q(m_db,
+                "SELECT device, COUNT(*), SUM(samples), MAX(wall_s), MAX(memory_bytes) FROM records "
+                "WHERE run_id = ? GROUP BY device ORDER BY device",
+                m_path);
+    q.bind(1, run_id);
+    std::vector<DeviceStats> out;
+    while (q.step()) {
+        DeviceStats d;
+        d.device = q.text(0);
+        d.steps = q.integer(1);
+        d.samples = q.integer(2);
+        d.wall_s = q.real(3);
+        d.samples_per_s = d.wall_s > 0 ? static_cast<double>(d.samples) / d.wall_s : 0.0;
+        d.max_memory_bytes = q.integer(4);
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
+bool RunStore::set_notes(int64_t run_id, const std::string& notes) {
+    std::lock_guard lock(m_mutex);
+    Statement s(m_db, "UPDATE runs SET notes = ? WHERE run_id = ?", m_path);
+    s.bind(1, notes).bind(2, run_id).step();
+    return sqlite3_changes(m_db) > 0;
+}
+
+bool RunStore::delete_run(int64_t run_id) {
+    std::lock_guard lock(m_mutex);
+    // Every table by hand: a store migrated from schema 1 has no ON DELETE CASCADE on records.
+    exec("BEGIN IMMEDIATE");
+    try {
+        for (const char* sql : {"DELETE FROM spans WHERE run_id = ?", "DELETE FROM evaluations WHERE run_id = ?",
+                                "DELETE FROM records WHERE run_id = ?"}) {
+            Statement s(m_db, sql, m_path);
+            s.bind(1, run_id).step();
+        }
+        Statement s(m_db, "DELETE FROM runs WHERE run_id = ?", m_path);
+        s.bind(1, run_id).step();
+        const bool found = sqlite3_changes(m_db) > 0;
+        exec("COMMIT");
+        return found;
+    } catch (...) {
+        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
 }
 
 // ---- RunRecorder -----------------------------------------------------------------------------

@@ -35,6 +35,25 @@ struct RunRow {
     std::vector<std::string> devices;
     nlohmann::json summary;  // the --json summary as far as the run got (null while running)
     nlohmann::json config;   // the experiment it ran
+    std::string notes;       // the user's, edited in the window's runs table
+};
+
+// One point of a run's loss curve: the step over all its devices.
+struct LossPoint {
+    int64_t step = 0;
+    double wall_s = 0;  // when the slowest device ended the step, seconds since training started
+    double loss = 0;    // mean over the samples of the devices that computed a loss (NaN: none did,
+                        // or the step diverged)
+};
+
+// One device's share of a run, from its recorded steps.
+struct DeviceStats {
+    std::string device;
+    int64_t steps = 0;
+    int64_t samples = 0;
+    double wall_s = 0;             // the end of its last step
+    double samples_per_s = 0;      // samples / wall_s
+    int64_t max_memory_bytes = 0;  // the most it held at the end of a step
 };
 
 class RunStore {
@@ -64,6 +83,17 @@ public:
     std::optional<RunRow> get_run(int64_t run_id);
     // One CSV row per step per device (EXPERIMENT.md's columns); false when the run is unknown.
     bool export_csv(int64_t run_id, std::ostream& out);
+
+    // Queries for the window's runs view.
+    // The run's training loss per step, ordered by step (empty when the run is unknown).
+    std::vector<LossPoint> loss_curve(int64_t run_id);
+    // Per device, ordered by device name (empty when the run is unknown or has no steps yet).
+    std::vector<DeviceStats> device_stats(int64_t run_id);
+    // False when the run is unknown.
+    bool set_notes(int64_t run_id, const std::string& notes);
+    // The run with its records, evaluations and spans, in one transaction (all or nothing);
+    // false when the run is unknown.
+    bool delete_run(int64_t run_id);
 
 private:
     void exec(const char* sql);
