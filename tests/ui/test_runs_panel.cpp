@@ -1,0 +1,358 @@
+// The runs panel on a store filled by real short runs of one spirals experiment (single, ddp
+// on 2 devices, zero on 2 devices), offscreen: the table lists them with their strategies, the
+// filter narrows, a comparison overlays the selected loss curves, scaling efficiency is taken
+// against the single-device run, notes and delete reach the store, CSV and plot exports write
+// files, and a damaged or locked store shows a message while the panel stays usable.
+#include <QFile>
+#include <QSignalSpy>
+#include <QSortFilterProxyModel>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <sqlite3.h>
+
+#include <cmath>
+
+#include "engine/run/experiment.h"
+#include "engine/run/trainer.h"
+#include "engine/store/run_store.h"
+#include "ui/panels/runs/runs_panel.h"
+#include "ui/session/runs_model.h"
+
+using namespace paralab;
+using paralab::ui::RunsModel;
+using paralab::ui::RunsPanel;
+
+namespace {
+
+run::Experiment spirals(const std::string& strategy, int devices, int64_t steps) {
+    nlohmann::json device_list = nlohmann::json::array();
+    for (int d = 0; d < devices; ++d) device_list.push_back("cpu:" + std::to_string(d));
+    const nlohmann::json j = {
+        {"paralab", 1},
+        {"name", "spirals"},
+        {"seed", 7},
+        {"data", {{"dataset", "spirals"}, {"samples", 1200}, {"classes", 3}, {"noise", 0.2}, {"batch_size", 64}}},
+        {"model",
+         {{"input", {2}},
+          {"layers", nlohmann::json::array({{{"type", "linear"}, {"out", 32}},
+                                            {{"type", "relu"}},
+                                            {{"type", "linear"}, {"out", 3}}})}}},
+        {"devices", device_list},
+        {"strategy", {{"type", strategy}}},
+        {"optimizer", {{"type", "adam"}, {"lr", 0.01}}},
+        {"train", {{"epochs", 100}, {"max_steps", steps}}},
+    };
+    return run::parse_experiment(j);
+}
+
+// A real run, recorded the way the window and the CLI record theirs.
+qint64 recordRun(store::RunStore& db, const run::Experiment& e) {
+    store::RunRecorder recorder(db, run::to_json(e));
+    const auto summary = run::run_experiment(e, &recorder, nullptr);
+    if (summary.status != "finished") qFatal("run %s did not finish: %s", e.strategy.type.c_str(), summary.error.c_str());
+    return recorder.run_id();
+}
+
+struct Filled {
+    qint64 single = 0, ddp = 0, zero = 0;
+};
+
+// Different step counts, so that a curve's point count says which run it is.
+constexpr int kSingleSteps = 30, kDdpSteps = 24, kZeroSteps = 20;
+
+Filled fillStore(const QString& path) {
+    store::RunStore db(path.toStdString());
+    Filled f;
+    f.single = recordRun(db, spirals("single", 1, kSingleSteps));
+    f.ddp = recordRun(db, spirals("ddp", 2, kDdpSteps));
+    f.zero = recordRun(db, spirals("zero", 2, kZeroSteps));
+    return f;
+}
+
+// Waits for the panel's first load (started by its constructor, answered on the GUI thread).
+bool waitLoaded(RunsPanel& panel) {
+    if (!panel.model()->isRefreshing()) return true;
+    QSignalSpy spy(panel.model(), &RunsModel::refreshed);
+    return spy.wait(15000);
+}
+
+bool waitCompared(RunsPanel& panel, const QList<qint64>& ids) {
+    QSignalSpy spy(&panel, &RunsPanel::comparisonUpdated);
+    panel.selectRuns(ids);
+    while (spy.wait(10000))
+        if (panel.comparedRunIds().size() == ids.size()) return true;
+    return false;
+}
+
+}  // namespace
+
+class TestRunsPanel : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void listsTheRunsWithTheirStrategies();
+    void filterNarrowsTheTable_data();
+    void filterNarrowsTheTable();
+    void comparisonOverlaysTheSelectedLossCurves();
+    void scalingEfficiencyIsAgainstTheSingleRun();
+    void notesRoundTripToTheStore();
+    void csvExportWritesTheTable();
+    void deleteRemovesTheRunAndItsRecords();
+    void aDamagedStoreShowsAnErrorNotACrash();
+    void aLockedStoreRefusesANoteWithAClearMessage();
+
+private:
+    QTemporaryDir m_dir;
+    QString m_path;
+    Filled m_runs;
+};
+
+void TestRunsPanel::initTestCase() {
+    QVERIFY(m_dir.isValid());
+    m_path = m_dir.filePath("runs.db");
+    m_runs = fillStore(m_path);
+}
+
+void TestRunsPanel::listsTheRunsWithTheirStrategies() {
+    RunsPanel panel(m_path);
+    QVERIFY(waitLoaded(panel));
+    QCOMPARE(panel.model()->errorMessage(), QString());
+    QCOMPARE(panel.proxy()->rowCount(), 3);
+    QStringList strategies;
+    for (int row = 0; row < panel.proxy()->rowCount(); ++row)
+        strategies << panel.proxy()->index(row, RunsModel::Strategy).data().toString();
+    strategies.sort();
+    QCOMPARE(strategies, QStringList({"ddp", "single", "zero"}));
+    const auto* ddp = panel.model()->run(m_runs.ddp);
+    QVERIFY(ddp);
+    QCOMPARE(ddp->devices, QStringList({"cpu:0", "cpu:1"}));
+    QCOMPARE(ddp->status, QString("finished"));
+    QVERIFY(ddp->samplesPerS > 0);
+    QVERIFY(ddp->peakMemoryBytes > 0);
+    QVERIFY(std::isfinite(ddp->finalLoss));
+    const QModelIndex devices = panel.model()->index(panel.model()->rowOfRun(m_runs.ddp), RunsModel::Devices);
+    QCOMPARE(devices.data().toString(), QString("2 × cpu"));
+    const QModelIndex memory = panel.model()->index(panel.model()->rowOfRun(m_runs.ddp), RunsModel::PeakMemory);
+    QVERIFY2(memory.data().toString().contains("iB"), qPrintable(memory.data().toString()));
+    // Newest first.
+    QCOMPARE(panel.proxy()->index(0, 0).data(RunsModel::RunIdRole).toLongLong(), m_runs.zero);
+}
+
+void TestRunsPanel::filterNarrowsTheTable_data() {
+    QTest::addColumn<QString>("text");
+    QTest::addColumn<int>("rows");
+    QTest::newRow("everything") << QString() << 3;
+    QTest::newRow("one strategy") << "ddp" << 1;
+    QTest::newRow("case-insensitive") << "ZERO" << 1;
+    QTest::newRow("experiment name") << "spirals" << 3;
+    QTest::newRow("nothing") << "resnet" << 0;
+}
+
+void TestRunsPanel::filterNarrowsTheTable() {
+    QFETCH(QString, text);
+    QFETCH(int, rows);
+    RunsPanel panel(m_path);
+    QVERIFY(waitLoaded(panel));
+    panel.setFilterText(text);
+    QCOMPARE(panel.proxy()->rowCount(), rows);
+}
+
+void TestRunsPanel::comparisonOverlaysTheSelectedLossCurves() {
+    RunsPanel panel(m_path);
+    panel.resize(1400, 900);
+    QVERIFY(waitLoaded(panel));
+    QVERIFY(waitCompared(panel, {m_runs.single, m_runs.ddp}));
+    QCOMPARE(panel.comparedRunIds(), QList<qint64>({m_runs.single, m_runs.ddp}));
+    QCOMPARE(panel.curvePointCount(m_runs.single), kSingleSteps);
+    QCOMPARE(panel.curvePointCount(m_runs.ddp), kDdpSteps);
+    QCOMPARE(panel.curvePointCount(m_runs.zero), -1);
+    // A strategy has its colour in every comparison.
+    QCOMPARE(panel.curveColor(m_runs.single), RunsPanel::strategyColor("single"));
+    QCOMPARE(panel.curveColor(m_runs.ddp), RunsPanel::strategyColor("ddp"));
+    QVERIFY(RunsPanel::strategyColor("single") != RunsPanel::strategyColor("ddp"));
+    // By wall time: the same points on another axis.
+    panel.setXAxisIsTime(true);
+    QVERIFY(panel.xAxisIsTime());
+    QCOMPARE(panel.curvePointCount(m_runs.ddp), kDdpSteps);
+    // Three at once, and exports of the comparison.
+    QVERIFY(waitCompared(panel, {m_runs.single, m_runs.ddp, m_runs.zero}));
+    QCOMPARE(panel.curvePointCount(m_runs.zero), kZeroSteps);
+    QTemporaryDir out;
+    for (const char* name : {"compare.png", "compare.pdf"}) {
+        const QString file = out.filePath(name);
+        QVERIFY(panel.exportPlot(file));
+        QVERIFY2(QFileInfo(file).size() > 1000, name);
+    }
+    QVERIFY(!panel.exportPlot("/proc/nowhere/compare.png"));
+}
+
+void TestRunsPanel::scalingEfficiencyIsAgainstTheSingleRun() {
+    RunsPanel panel(m_path);
+    QVERIFY(waitLoaded(panel));
+    const auto* single = panel.model()->run(m_runs.single);
+    const auto* ddp = panel.model()->run(m_runs.ddp);
+    QVERIFY(single && ddp);
+    const auto eff = panel.model()->scalingEfficiency(m_runs.ddp);
+    QVERIFY(eff.has_value());
+    QCOMPARE(eff->baselineRunId, m_runs.single);
+    QCOMPARE(eff->value, ddp->samplesPerS / (2 * single->samplesPerS));
+    const auto self = panel.model()->scalingEfficiency(m_runs.single);
+    QVERIFY(self.has_value());
+    QCOMPARE(self->value, 1.0);
+    QCOMPARE(panel.model()->scalingEfficiency(m_runs.zero)->baselineRunId, m_runs.single);
+    // Another experiment with another model has no baseline here...
+    ui::RunInfo other = *ddp;
+    other.id = 999;
+    other.name = "fashion";
+    other.modelKey = "{\"layers\":[]}";
+    QVERIFY(!ui::scalingEfficiency(other, panel.model()->runs()).has_value());
+    // ...and a renamed experiment of the same model does.
+    other.modelKey = ddp->modelKey;
+    QCOMPARE(ui::scalingEfficiency(other, panel.model()->runs())->baselineRunId, m_runs.single);
+    // The comparison says so.
+    QVERIFY(waitCompared(panel, {m_runs.single, m_runs.ddp}));
+    QVERIFY2(panel.efficiencyText().contains(QString("2 × single #%1").arg(m_runs.single)),
+             qPrintable(panel.efficiencyText()));
+}
+
+void TestRunsPanel::notesRoundTripToTheStore() {
+    const QString note = "ddp, 2 devices — lr 0.01, \"quoted\"";
+    {
+        RunsPanel panel(m_path);
+        QVERIFY(waitLoaded(panel));
+        int row = -1;
+        for (int r = 0; r < panel.proxy()->rowCount(); ++r)
+            if (panel.proxy()->index(r, 0).data(RunsModel::RunIdRole).toLongLong() == m_runs.ddp) row = r;
+        QVERIFY(row >= 0);
+        const QModelIndex notes = panel.proxy()->index(row, RunsModel::Notes);
+        QVERIFY(notes.flags() & Qt::ItemIsEditable);
+        QVERIFY(!(panel.proxy()->index(row, RunsModel::Name).flags() & Qt::ItemIsEditable));
+        QSignalSpy saved(panel.model(), &RunsModel::notesSaved);
+        QVERIFY(panel.proxy()->setData(notes, note));
+        QCOMPARE(notes.data().toString(), note);  // at once, before the store has it
+        QVERIFY(saved.wait(10000));
+        QCOMPARE(saved.at(0).at(0).toLongLong(), m_runs.ddp);
+    }
+    store::RunStore db(m_path.toStdString());
+    QCOMPARE(QString::fromStdString(db.get_run(m_runs.ddp)->notes), note);
+    RunsPanel again(m_path);
+    QVERIFY(waitLoaded(again));
+    QCOMPARE(again.model()->run(m_runs.ddp)->notes, note);
+    again.setFilterText("quoted");  // notes are filtered on too
+    QCOMPARE(again.proxy()->rowCount(), 1);
+}
+
+void TestRunsPanel::csvExportWritesTheTable() {
+    RunsPanel panel(m_path);
+    QVERIFY(waitLoaded(panel));
+    QTemporaryDir out;
+    const QString file = out.filePath("runs.csv");
+    QSignalSpy written(panel.model(), &RunsModel::fileWritten);
+    panel.exportTableCsv(file);
+    QVERIFY(written.wait(10000));
+    QCOMPARE(written.at(0).at(1).toString(), QString());
+    QFile f(file);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QList<QByteArray> lines = f.readAll().trimmed().split('\n');
+    QCOMPARE(lines.size(), 4);
+    QVERIFY(lines[0].startsWith("run_id,name,strategy,devices,status,final_loss,test_accuracy,samples_per_s,"
+                                "peak_memory_bytes,created_at,notes"));
+    QVERIFY(lines[1].startsWith(QByteArray::number(m_runs.zero) + ",spirals,zero,cpu:0 cpu:1,finished,"));
+    // What is shown is what is exported.
+    panel.setFilterText("single");
+    written.clear();
+    panel.exportTableCsv(file);
+    QVERIFY(written.wait(10000));
+    f.close();
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(f.readAll().trimmed().split('\n').size(), 2);
+    // A file that cannot be written is reported.
+    QSignalSpy failed(panel.model(), &RunsModel::operationFailed);
+    panel.exportTableCsv("/proc/nowhere/runs.csv");
+    QVERIFY(failed.wait(10000));
+    QVERIFY(panel.messageText().contains("/proc/nowhere/runs.csv"));
+}
+
+void TestRunsPanel::deleteRemovesTheRunAndItsRecords() {
+    QTemporaryDir dir;  // a store of its own: the other tests keep all three runs
+    const QString path = dir.filePath("runs.db");
+    const Filled runs = fillStore(path);
+    RunsPanel panel(path);
+    QVERIFY(waitLoaded(panel));
+    QVERIFY(waitCompared(panel, {runs.ddp, runs.zero}));
+    QSignalSpy deleted(panel.model(), &RunsModel::runsDeleted);
+    panel.selectRuns({runs.ddp});
+    panel.deleteSelected(false);  // no confirmation dialog offscreen
+    QVERIFY(deleted.wait(10000));
+    QCOMPARE(deleted.at(0).at(0).value<QList<qint64>>(), QList<qint64>({runs.ddp}));
+    QCOMPARE(panel.proxy()->rowCount(), 2);
+    QVERIFY(!panel.model()->run(runs.ddp));
+    store::RunStore db(path.toStdString());
+    QVERIFY(!db.get_run(runs.ddp));
+    QVERIFY(db.loss_curve(runs.ddp).empty());
+    QVERIFY(db.device_stats(runs.ddp).empty());
+    QVERIFY(db.spans(runs.ddp, 0, 1000000).empty());
+    QCOMPARE(static_cast<int>(db.loss_curve(runs.zero).size()), kZeroSteps);  // the others keep theirs
+    QCOMPARE(static_cast<int>(db.loss_curve(runs.single).size()), kSingleSteps);
+}
+
+void TestRunsPanel::aDamagedStoreShowsAnErrorNotACrash() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("runs.db");
+    {
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray("SQLite format 3\0", 16) + QByteArray(4096, '\x5a'));  // a damaged header
+    }
+    RunsPanel panel(path);
+    QVERIFY(waitLoaded(panel));
+    QVERIFY2(panel.messageText().contains("not a ParaLab run store"), qPrintable(panel.messageText()));
+    QCOMPARE(panel.proxy()->rowCount(), 0);
+    // Still usable: refresh, filter and compare do nothing harmful...
+    QSignalSpy refreshed(panel.model(), &RunsModel::refreshed);
+    panel.refresh();
+    QVERIFY(refreshed.wait(10000));
+    QVERIFY(!panel.messageText().isEmpty());
+    panel.setFilterText("ddp");
+    panel.selectRuns({1});
+    QVERIFY(panel.comparedRunIds().isEmpty());
+    // ...and once the file is replaced by a good store, the next refresh reads it.
+    QVERIFY(QFile::remove(path));
+    fillStore(path);
+    panel.setFilterText({});
+    refreshed.clear();
+    panel.refresh();
+    QVERIFY(refreshed.wait(10000));
+    QCOMPARE(panel.messageText(), QString());
+    QCOMPARE(panel.proxy()->rowCount(), 3);
+}
+
+void TestRunsPanel::aLockedStoreRefusesANoteWithAClearMessage() {
+    RunsPanel panel(m_path);
+    QVERIFY(waitLoaded(panel));
+    const int row = panel.model()->rowOfRun(m_runs.zero);
+    const QString before = panel.model()->run(m_runs.zero)->notes;
+    // Another program holds the write lock for longer than SQLite waits (5 s).
+    sqlite3* other = nullptr;
+    QCOMPARE(sqlite3_open(m_path.toUtf8().constData(), &other), SQLITE_OK);
+    QCOMPARE(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+    QSignalSpy failed(panel.model(), &RunsModel::operationFailed);
+    QElapsedTimer gui;
+    gui.start();
+    QVERIFY(panel.model()->setData(panel.model()->index(row, RunsModel::Notes), "never saved"));
+    QVERIFY(gui.elapsed() < 1000);  // the GUI thread does not wait for the lock
+    QVERIFY(failed.wait(15000));
+    sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close(other);
+    QVERIFY2(panel.messageText().contains("busy"), qPrintable(panel.messageText()));
+    QCOMPARE(panel.model()->run(m_runs.zero)->notes, before);  // what the store holds
+    // Usable again once the lock is gone.
+    QSignalSpy saved(panel.model(), &RunsModel::notesSaved);
+    QVERIFY(panel.model()->setData(panel.model()->index(row, RunsModel::Notes), "saved now"));
+    QVERIFY(saved.wait(10000));
+}
+
+QTEST_MAIN(TestRunsPanel)
+#include "test_runs_panel.moc"
