@@ -12,11 +12,14 @@
 #include <QSplitter>
 #include <QStatusBar>
 #include <QStyle>
+#include <QTabWidget>
 #include <QToolBar>
 
 #include "engine/util/error.h"
+#include "ui/panels/dashboard/device_dashboard.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/experiment/experiment_panel.h"
+#include "ui/panels/timeline/timeline_panel.h"
 #include "ui/session/run_controller.h"
 
 // The examples are compiled into this static library; Qt needs telling once (and outside any
@@ -45,13 +48,21 @@ MainWindow::MainWindow(QWidget* parent)
     : QMainWindow(parent),
       m_panel(new ExperimentPanel),
       m_plot(new LossPlotPanel),
+      m_devices(new DeviceDashboard),
+      m_timeline(new TimelinePanel),
+      m_tabs(new QTabWidget),
       m_controller(new RunController(this)),
       m_status(new QLabel),
       m_progress(new QProgressBar) {
     initParalabResources();
     auto* splitter = new QSplitter;
     splitter->addWidget(m_panel);
-    splitter->addWidget(m_plot);
+    m_tabs->setObjectName(QStringLiteral("viewTabs"));
+    m_tabs->setDocumentMode(true);
+    m_tabs->addTab(m_plot, tr("Training"));
+    m_tabs->addTab(m_devices, tr("Devices"));
+    m_tabs->addTab(m_timeline, tr("Timeline"));
+    splitter->addWidget(m_tabs);
     splitter->setStretchFactor(1, 1);
     splitter->setSizes({460, 940});
     setCentralWidget(splitter);
@@ -83,6 +94,9 @@ MainWindow::MainWindow(QWidget* parent)
                                       .arg(QLocale().toString(rate, 'f', 0)));
             });
     connect(m_controller, &RunController::evalArrived, m_plot, &LossPlotPanel::addEval);
+    connect(m_controller, &RunController::stepsArrived, m_devices, &DeviceDashboard::addSteps);
+    connect(m_controller, &RunController::deviceStepsArrived, m_devices, &DeviceDashboard::addDeviceSteps);
+    connect(m_controller, &RunController::spansArrived, m_timeline, &TimelinePanel::addSpans);
     connect(m_controller, &RunController::stateChanged, this, &MainWindow::updateActions);
     connect(m_controller, &RunController::finished, this, [this](const run::RunSummary& s) {
         QString text = tr("Run %1 after %2 steps in %3 s").arg(QString::fromStdString(s.status)).arg(s.steps).arg(s.wall_s, 0, 'f', 1);
@@ -158,6 +172,8 @@ void MainWindow::setExperiment(const run::Experiment& e) {
     m_panel->showExperiment(e);  // throws if the model does not build; nothing changes then
     m_experiment = e;
     m_plot->clear();
+    m_devices->clear();
+    m_timeline->clear();
     setWindowTitle(tr("ParaLab — %1").arg(QString::fromStdString(e.name)));
     m_status->setText(tr("Ready: press Start to train %1").arg(QString::fromStdString(e.name)));
     updateActions();
@@ -166,6 +182,8 @@ void MainWindow::setExperiment(const run::Experiment& e) {
 void MainWindow::startRun() {
     if (!m_experiment || m_controller->isRunning()) return;
     m_plot->clear();
+    m_devices->clear();
+    m_timeline->clear();
     m_samples = 0;
     m_status->setText(tr("Loading data…"));
     m_controller->start(*m_experiment);

@@ -1,5 +1,6 @@
-// The ParaLab window: wiring only (STYLE.md 11). The experiment panel on the left, the plot
-// in the centre, Start/Stop, and progress in the status bar.
+// The ParaLab window: wiring only (STYLE.md 11). The experiment panel on the left, the views in
+// tabs in the centre (training loss, every device, the timeline), Start/Stop, and progress in
+// the status bar.
 #pragma once
 
 #include <QMainWindow>
@@ -10,12 +11,15 @@
 class QAction;
 class QLabel;
 class QProgressBar;
+class QTabWidget;
 
 namespace paralab::ui {
 
+class DeviceDashboard;
 class ExperimentPanel;
 class LossPlotPanel;
 class RunController;
+class TimelinePanel;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -31,6 +35,10 @@ public:
 
     RunController* controller() const { return m_controller; }
     LossPlotPanel* plot() const { return m_plot; }
+    DeviceDashboard* deviceDashboard() const { return m_devices; }
+    TimelinePanel* timeline() const { return m_timeline; }
+    // The central tabs: training, devices, timeline (others add theirs).
+    QTabWidget* viewTabs() const { return m_tabs; }
     ExperimentPanel* experimentPanel() const { return m_panel; }
     QString statusText() const;
 
@@ -46,6 +54,9 @@ private:
     std::optional<run::Experiment> m_experiment;
     ExperimentPanel* m_panel;
     LossPlotPanel* m_plot;
+    DeviceDashboard* m_devices;
+    TimelinePanel* m_timeline;
+    QTabWidget* m_tabs;
     RunController* m_controller;
     QAction* m_openAction = nullptr;
     QAction* m_startAction = nullptr;

@@ -1,0 +1,423 @@
+// The per-device dashboard and the timeline, offscreen: synthetic records of three devices give
+// one curve per device with every point, TensorBoard's smoothing starts at the raw value, the
+// memory stacks add up to each device's total, the timeline keeps only the last K steps and
+// colours spans by phase family, exports write files, and a real 2-device DDP run started from
+// the window fills both.
+#include <QFile>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+
+#include "ui/mainwindow/main_window.h"
+#include "ui/panels/common/palette.h"
+#include "ui/panels/dashboard/device_dashboard.h"
+#include "ui/panels/timeline/timeline_panel.h"
+#include "ui/session/run_controller.h"
+
+using paralab::run::Span;
+using paralab::run::StepRecord;
+using paralab::ui::DeviceDashboard;
+using paralab::ui::MainWindow;
+using paralab::ui::RunController;
+using paralab::ui::TimelinePanel;
+namespace palette = paralab::ui::palette;
+using Family = palette::PhaseFamily;
+
+namespace {
+
+const QStringList kDevices = {"cpu:0", "cpu:1", "cpu:2"};
+
+double lossOf(int device, int64_t step) { return 2.0 / (1.0 + 0.1 * static_cast<double>(step)) + 0.01 * device; }
+
+// Step `step` of `device`: 32 samples in (10 + device) ms, memory growing with the device.
+StepRecord deviceRecord(int device, int64_t step) {
+    StepRecord r;
+    r.step = step;
+    r.device = kDevices[device].toStdString();
+    r.loss = lossOf(device, step);
+    r.samples = 32;
+    r.wall_s = 0.001 * static_cast<double>(step) * (10 + device);
+    r.compute_ms = static_cast<double>(step);
+    r.comm_ms = 2.0 + device;
+    r.idle_ms = 0.5;
+    r.data_wait_ms = 0.25;
+    for (size_t c = 0; c < paralab::kMemCategoryCount; ++c) {
+        r.memory.current[c] = static_cast<int64_t>((c + 1) * 1000 * (device + 1) + step);
+        r.memory.current_total += r.memory.current[c];
+    }
+    return r;
+}
+
+// Steps first..last of every device, in batches of 10 steps, devices out of order in a batch.
+void feed(DeviceDashboard& d, int64_t first, int64_t last) {
+    QVector<StepRecord> batch;
+    for (int64_t s = first; s <= last; ++s) {
+        for (int device : {2, 0, 1}) batch.append(deviceRecord(device, s));
+        if (s % 10 == 0 || s == last) {
+            d.addDeviceSteps(batch);
+            batch.clear();
+        }
+    }
+}
+
+QVector<StepRecord> globalRecords(int64_t first, int64_t last) {
+    QVector<StepRecord> out;
+    for (int64_t s = first; s <= last; ++s) {
+        StepRecord r = deviceRecord(0, s);
+        r.device = "all";
+        r.samples = 96;
+        r.wall_s = 0.012 * static_cast<double>(s);
+        out.append(r);
+    }
+    return out;
+}
+
+Span span(const QString& device, int64_t step, const QString& phase, double begin, double end, int64_t bytes = 0) {
+    Span s;
+    s.device = device.toStdString();
+    s.step = step;
+    s.phase = phase.toStdString();
+    s.t_begin = begin;
+    s.t_end = end;
+    s.bytes = bytes;
+    return s;
+}
+
+// A DDP-like step on each device: data wait, forward, backward with an overlapping all-reduce,
+// a wait for it, the optimizer.
+QVector<Span> ddpSpans(int64_t first, int64_t last) {
+    QVector<Span> out;
+    for (int64_t s = first; s <= last; ++s) {
+        for (int d = 0; d < kDevices.size(); ++d) {
+            const double t = 0.01 * static_cast<double>(s) + 0.0001 * d;
+            out.append(span(kDevices[d], s, "data_wait", t, t + 0.0005));
+            out.append(span(kDevices[d], s, "forward", t + 0.0005, t + 0.003));
+            out.append(span(kDevices[d], s, "backward", t + 0.003, t + 0.007));
+            out.append(span(kDevices[d], s, "all_reduce_bucket", t + 0.005, t + 0.008, 4096));
+            out.append(span(kDevices[d], s, "wait_all_reduce", t + 0.007, t + 0.008));
+            out.append(span(kDevices[d], s, "optimizer", t + 0.008, t + 0.009));
+        }
+    }
+    return out;
+}
+
+QStringList readLines(const QString& path) {
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly | QIODevice::Text)) return {};
+    return QString::fromUtf8(f.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+}
+
+}  // namespace
+
+class TestDashboard : public QObject {
+    Q_OBJECT
+private slots:
+    void oneCurvePerDeviceWithEveryPoint();
+    void deviceWithoutLossHasNoLossPoints();
+    void smoothingStartsAtTheRawValue_data();
+    void smoothingStartsAtTheRawValue();
+    void xAxisSwitchKeepsThePoints();
+    void memoryStacksAddUpToTheDeviceTotal();
+    void breakdownIsTheMeanOfTheLastSteps();
+    void phaseFamilies_data();
+    void phaseFamilies();
+    void timelineKeepsTheLastSteps();
+    void timelineColoursByPhaseFamily();
+    void timelineDescribesTheSpanUnderThePointer();
+    void csvHasAHeaderAndOneRowPerRecord();
+    void plotsExportAsPngAndPdf();
+    void realDdpRunFillsBothDevices();
+};
+
+void TestDashboard::oneCurvePerDeviceWithEveryPoint() {
+    DeviceDashboard d;
+    feed(d, 1, 47);
+    d.addSteps(globalRecords(1, 47));
+    QCOMPARE(d.devices(), kDevices);  // palette order, whatever the arrival order
+    for (int i = 0; i < kDevices.size(); ++i) {
+        QCOMPARE(d.lossPointCount(kDevices[i]), 47);
+        QCOMPARE(d.throughputPointCount(kDevices[i]), 47);
+        QCOMPARE(d.memoryPointCount(kDevices[i]), 47);
+        QCOMPARE(d.colorOf(kDevices[i]), palette::deviceColor(i));
+    }
+    QCOMPARE(d.lossPointCount("all"), 47);
+    QCOMPARE(d.throughputPointCount("all"), 47);
+    QCOMPARE(d.lossPointCount("cpu:7"), 0);
+    QCOMPARE(d.recordCount(), 4 * 47);
+    QCOMPARE(d.lossAt("cpu:1", 46, false), lossOf(1, 47));
+    d.clear();
+    QVERIFY(d.devices().isEmpty());
+    QCOMPARE(d.lossPointCount("cpu:0"), 0);
+    QCOMPARE(d.lossPointCount("all"), 0);
+    QCOMPARE(d.recordCount(), 0);
+}
+
+void TestDashboard::deviceWithoutLossHasNoLossPoints() {
+    // The first stages of a pipeline compute no loss: NaN, not a point at 0.
+    DeviceDashboard d;
+    QVector<StepRecord> batch;
+    for (int64_t s = 1; s <= 12; ++s) {
+        StepRecord first = deviceRecord(0, s);
+        first.loss = std::numeric_limits<double>::quiet_NaN();
+        batch << first << deviceRecord(1, s);
+    }
+    d.addDeviceSteps(batch);
+    QCOMPARE(d.lossPointCount("cpu:0"), 0);
+    QCOMPARE(d.lossPointCount("cpu:1"), 12);
+    QCOMPARE(d.memoryPointCount("cpu:0"), 12);
+    QCOMPARE(d.throughputPointCount("cpu:0"), 12);
+}
+
+void TestDashboard::smoothingStartsAtTheRawValue_data() {
+    QTest::addColumn<double>("weight");
+    QTest::newRow("raw") << 0.0;
+    QTest::newRow("tensorboard default") << 0.6;
+    QTest::newRow("heaviest") << 0.99;
+}
+
+void TestDashboard::smoothingStartsAtTheRawValue() {
+    QFETCH(double, weight);
+    DeviceDashboard d;
+    d.setSmoothing(weight);
+    QCOMPARE(d.smoothing(), weight);
+    feed(d, 1, 30);
+    for (const QString& device : kDevices) {
+        const double v1 = d.lossAt(device, 0, false), v2 = d.lossAt(device, 1, false);
+        QCOMPARE(d.lossAt(device, 0, true), v1);  // debiased: not (1 - w) * v1
+        // The second point weighs the first w times as much as itself: (w v1 + v2) / (w + 1).
+        QVERIFY(std::abs(d.lossAt(device, 1, true) - (weight * v1 + v2) / (weight + 1)) < 1e-12);
+    }
+    // Moving the slider recomputes every curve from its raw points.
+    d.setSmoothing(0.0);
+    for (const QString& device : kDevices)
+        for (int i = 0; i < 30; ++i) QCOMPARE(d.lossAt(device, i, true), d.lossAt(device, i, false));
+}
+
+void TestDashboard::xAxisSwitchKeepsThePoints() {
+    DeviceDashboard d;
+    feed(d, 1, 25);
+    d.setXAxis(DeviceDashboard::XAxis::WallTime);
+    QCOMPARE(d.xAxis(), DeviceDashboard::XAxis::WallTime);
+    for (const QString& device : kDevices) QCOMPARE(d.lossPointCount(device), 25);
+    feed(d, 26, 30);  // appended by wall time now
+    for (const QString& device : kDevices) QCOMPARE(d.memoryPointCount(device), 30);
+    d.setXAxis(DeviceDashboard::XAxis::Step);
+    d.setLogarithmicLoss(true);
+    QVERIFY(d.logarithmicLoss());
+    for (const QString& device : kDevices) QCOMPARE(d.lossPointCount(device), 30);
+}
+
+void TestDashboard::memoryStacksAddUpToTheDeviceTotal() {
+    DeviceDashboard d;
+    feed(d, 1, 13);
+    for (int i = 0; i < kDevices.size(); ++i) {
+        const StepRecord latest = deviceRecord(i, 13);
+        double sum = 0;
+        for (int c = 0; c < static_cast<int>(paralab::kMemCategoryCount); ++c) {
+            QCOMPARE(d.memoryBar(kDevices[i], c), static_cast<double>(latest.memory.current[static_cast<size_t>(c)]));
+            sum += d.memoryBar(kDevices[i], c);
+        }
+        QCOMPARE(sum, static_cast<double>(latest.memory.current_total));
+    }
+}
+
+void TestDashboard::breakdownIsTheMeanOfTheLastSteps() {
+    DeviceDashboard d;
+    d.setBreakdownWindow(10);
+    feed(d, 1, 30);
+    using Part = DeviceDashboard::TimePart;
+    // compute_ms is the step number: the mean of steps 21..30 is 25.5.
+    QCOMPARE(d.breakdownMs("cpu:0", Part::Compute), 25.5);
+    QCOMPARE(d.breakdownMs("cpu:2", Part::Communication), 4.0);
+    QCOMPARE(d.breakdownMs("cpu:1", Part::Idle), 0.5);
+    QCOMPARE(d.breakdownMs("cpu:1", Part::DataWait), 0.25);
+    d.setBreakdownWindow(2);
+    QCOMPARE(d.breakdownMs("cpu:0", Part::Compute), 29.5);
+}
+
+void TestDashboard::phaseFamilies_data() {
+    QTest::addColumn<QString>("phase");
+    QTest::addColumn<qint64>("bytes");
+    QTest::addColumn<int>("family");
+    const auto row = [](const char* phase, Family f, qint64 bytes = 0) {
+        QTest::newRow(phase) << QString(phase) << bytes << static_cast<int>(f);
+    };
+    row("forward", Family::forward);
+    row("backward", Family::backward);
+    for (const char* p : {"optimizer", "clip", "loss", "server_update"}) row(p, Family::compute);
+    for (const char* p : {"all_reduce_bucket", "all_reduce", "reduce_scatter_grads", "all_gather_params", "broadcast",
+                          "scatter_inputs", "gather_outputs", "reduce_grads", "send_activation", "send_grad",
+                          "push_grad", "pull_weights"})
+        row(p, Family::communication, 1024);
+    for (const char* p : {"wait_all_reduce", "wait_staleness", "recv_activation", "recv_grad"}) row(p, Family::idle);
+    row("data_wait", Family::data_wait);
+    QTest::newRow("unknown, no bytes") << QString("mystery") << qint64(0) << static_cast<int>(Family::compute);
+    QTest::newRow("unknown, bytes") << QString("mystery") << qint64(64) << static_cast<int>(Family::communication);
+}
+
+void TestDashboard::phaseFamilies() {
+    QFETCH(QString, phase);
+    QFETCH(qint64, bytes);
+    QFETCH(int, family);
+    QCOMPARE(static_cast<int>(palette::phaseFamilyOf(phase, bytes)), family);
+}
+
+void TestDashboard::timelineKeepsTheLastSteps() {
+    TimelinePanel t;
+    QCOMPARE(t.stepsShown(), 5);
+    // Two batches, and a straggling span of an old step after them: not kept.
+    t.addSpans(ddpSpans(1, 6));
+    t.addSpans(ddpSpans(7, 12));
+    t.addSpans({span("cpu:1", 3, "forward", 0.03, 0.031)});
+    QCOMPARE(t.keptSteps(), (QVector<qint64>{8, 9, 10, 11, 12}));
+    for (const QString& device : kDevices) QCOMPARE(t.keptSteps(device), (QVector<qint64>{8, 9, 10, 11, 12}));
+    QCOMPARE(t.devices(), kDevices);
+    QCOMPARE(t.spans().size(), 5 * 3 * 6);
+    t.setStepsShown(2);
+    QCOMPARE(t.keptSteps(), (QVector<qint64>{11, 12}));
+    QCOMPARE(t.spans().size(), 2 * 3 * 6);
+    t.clear();
+    QVERIFY(t.keptSteps().isEmpty());
+    QVERIFY(t.spans().isEmpty());
+}
+
+void TestDashboard::timelineColoursByPhaseFamily() {
+    TimelinePanel t;
+    t.addSpans(ddpSpans(1, 3));
+    t.addSpans({span("cpu:0", 3, "recv_activation", 0.5, 0.6, 2048)});
+    bool sawComm = false;
+    for (const auto& s : t.spans()) {
+        const Family family = palette::phaseFamilyOf(s.phase, s.bytes);
+        QCOMPARE(s.color, palette::phaseFamilyColor(family));
+        QCOMPARE(s.commLane, family == Family::communication);
+        QCOMPARE(s.row, static_cast<int>(kDevices.indexOf(s.device)));
+        if (s.phase == "forward") QCOMPARE(s.color, palette::phaseFamilyColor(Family::forward));
+        if (s.phase == "wait_all_reduce" || s.phase == "recv_activation")
+            QCOMPARE(s.color, palette::phaseFamilyColor(Family::idle));
+        if (s.phase == "all_reduce_bucket") {
+            QCOMPARE(s.color, palette::phaseFamilyColor(Family::communication));
+            sawComm = true;
+        }
+    }
+    QVERIFY(sawComm);
+    // The families' colours are distinct, so the legend can tell them apart.
+    QSet<QRgb> colors;
+    for (int f = 0; f < palette::kPhaseFamilyCount; ++f) colors.insert(palette::phaseFamilyColor(Family(f)).rgb());
+    QCOMPARE(colors.size(), palette::kPhaseFamilyCount);
+}
+
+void TestDashboard::timelineDescribesTheSpanUnderThePointer() {
+    TimelinePanel t;
+    t.addSpans(ddpSpans(1, 1));
+    // Device cpu:1 starts at 0.0101 s; the window starts at cpu:0's 0.01 s. Its backward runs
+    // 3.1..7.1 ms into the window, its all-reduce 5.1..8.1 ms in the lower lane.
+    const QString backward = t.describeAt(4.0, 1.0 - 0.1);
+    QVERIFY2(backward.contains("cpu:1") && backward.contains("step 1") && backward.contains("backward") &&
+                 backward.contains("4.000 ms"),
+             qPrintable(backward));
+    const QString comm = t.describeAt(6.0, 1.0 + 0.3);
+    QVERIFY2(comm.contains("all_reduce_bucket") && comm.contains("communication") && comm.contains("4 KiB"),
+             qPrintable(comm));
+    QVERIFY(t.describeAt(-5.0, 0).isEmpty());
+    QVERIFY(t.describeAt(1.0, 7).isEmpty());
+}
+
+void TestDashboard::csvHasAHeaderAndOneRowPerRecord() {
+    QTemporaryDir dir;
+    DeviceDashboard d;
+    feed(d, 1, 20);
+    d.addSteps(globalRecords(1, 20));
+    const QString devicesCsv = dir.filePath("devices.csv");
+    QVERIFY(d.exportCsv(devicesCsv));
+    const QStringList lines = readLines(devicesCsv);
+    QCOMPARE(lines.size(), 1 + 4 * 20);
+    QVERIFY2(lines[0].startsWith("device,step,epoch,wall_s,loss,samples,samples_per_s,compute_ms"), qPrintable(lines[0]));
+    QVERIFY(lines[0].contains("mem_optimizer_state_bytes"));
+    const int columns = static_cast<int>(lines[0].split(',').size());
+    for (const QString& line : lines) QCOMPARE(static_cast<int>(line.split(',').size()), columns);
+    QVERIFY(lines[1].startsWith("cpu:0,1,"));
+    QVERIFY(lines.last().startsWith("all,20,"));
+
+    TimelinePanel t;
+    t.addSpans(ddpSpans(1, 9));
+    const QString spansCsv = dir.filePath("spans.csv");
+    QVERIFY(t.exportCsv(spansCsv));
+    const QStringList spanLines = readLines(spansCsv);
+    QCOMPARE(spanLines.size(), 1 + t.spans().size());
+    QCOMPARE(spanLines[0], QString("device,step,phase,family,t_begin_s,t_end_s,duration_ms,bytes"));
+    QVERIFY(spanLines.filter(",all_reduce_bucket,communication,").size() == 5 * 3);
+    QVERIFY(!d.exportCsv(dir.filePath("no/such/folder/x.csv")));
+}
+
+void TestDashboard::plotsExportAsPngAndPdf() {
+    QTemporaryDir dir;
+    DeviceDashboard d;
+    feed(d, 1, 30);
+    TimelinePanel t;
+    t.addSpans(ddpSpans(1, 9));
+    for (const QString name : {"devices.png", "devices.pdf"}) {
+        QVERIFY2(d.exportTo(dir.filePath(name)), qPrintable(name));
+        QVERIFY(QFileInfo(dir.filePath(name)).size() > 1000);
+    }
+    for (const QString name : {"timeline.png", "timeline.pdf"}) {
+        QVERIFY2(t.exportTo(dir.filePath(name)), qPrintable(name));
+        QVERIFY(QFileInfo(dir.filePath(name)).size() > 1000);
+    }
+    QImage image(dir.filePath("devices.png"));
+    QVERIFY(image.width() >= 1200 && image.height() >= 700);  // laid out even though never shown
+}
+
+void TestDashboard::realDdpRunFillsBothDevices() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(":/examples/spirals-mlp.paralab.json", false), QString());
+    auto e = *w.experiment();
+    e.devices = {"cpu:0", "cpu:1"};
+    e.strategy.type = "ddp";
+    e.train.max_steps = 30;
+    w.setExperiment(e);
+    QSignalSpy finished(w.controller(), &RunController::finished);
+    w.startRun();
+    QVERIFY(finished.wait(30000));
+    const auto summary = finished.at(0).at(0).value<paralab::run::RunSummary>();
+    QCOMPARE(QString::fromStdString(summary.status), QString("finished"));
+
+    DeviceDashboard* d = w.deviceDashboard();
+    QCOMPARE(d->devices(), (QStringList{"cpu:0", "cpu:1"}));
+    for (const QString& device : d->devices()) {
+        QCOMPARE(d->lossPointCount(device), 30);
+        QCOMPARE(d->throughputPointCount(device), 30);
+        QCOMPARE(d->memoryPointCount(device), 30);
+        QVERIFY(d->memoryBar(device, static_cast<int>(paralab::MemCategory::parameters)) > 0);
+        QVERIFY(d->breakdownMs(device, DeviceDashboard::TimePart::Compute) > 0);
+    }
+    QCOMPARE(d->lossPointCount("all"), 30);
+
+    TimelinePanel* t = w.timeline();
+    QCOMPARE(t->devices(), (QStringList{"cpu:0", "cpu:1"}));
+    QCOMPARE(t->keptSteps(), (QVector<qint64>{26, 27, 28, 29, 30}));
+    bool forward = false, comm = false;
+    for (const auto& s : t->spans()) {
+        forward |= s.phase == "forward";
+        comm |= palette::phaseFamilyOf(s.phase, s.bytes) == Family::communication;
+    }
+    QVERIFY(forward);
+    QVERIFY(comm);  // DDP's all-reduce
+
+    // A new run starts from empty plots.
+    e.train.max_steps = 4;
+    w.setExperiment(e);
+    QCOMPARE(d->lossPointCount("cpu:0"), 0);
+    QVERIFY(t->spans().isEmpty());
+}
+
+// Runs go to a store in a temporary folder, never into the user's own.
+static void useTemporaryStore() {
+    static QTemporaryDir dir;
+    qputenv("XDG_DATA_HOME", dir.path().toUtf8());
+}
+Q_CONSTRUCTOR_FUNCTION(useTemporaryStore)
+
+QTEST_MAIN(TestDashboard)
+#include "test_dashboard.moc"

@@ -1,0 +1,65 @@
+#include "ui/panels/common/plot_style.h"
+
+#include <QFileDialog>
+#include <QMessageBox>
+#include <qcustomplot.h>
+
+namespace paralab::ui::plotstyle {
+
+QCPTextElement* addTitle(QCustomPlot* plot, const QString& title) {
+    plot->plotLayout()->insertRow(0);
+    QFont font = plot->font();
+    font.setPointSizeF(font.pointSizeF() * 1.1);
+    font.setBold(true);
+    auto* element = new QCPTextElement(plot, title, font);
+    element->setMargins(QMargins(0, 4, 0, 0));
+    plot->plotLayout()->addElement(0, 0, element);
+    return element;
+}
+
+void styleGrid(QCustomPlot* plot) {
+    for (QCPAxis* axis : {plot->xAxis, plot->yAxis}) {
+        axis->grid()->setPen(QPen(QColor(225, 225, 225), 1, Qt::SolidLine));
+        axis->grid()->setZeroLinePen(Qt::NoPen);
+    }
+}
+
+void putLegendBelow(QCustomPlot* plot, int columns) {
+    QCPLegend* legend = plot->legend;
+    legend->setVisible(true);
+    plot->axisRect()->insetLayout()->take(legend);
+    const int row = plot->plotLayout()->rowCount();
+    plot->plotLayout()->addElement(row, 0, legend);
+    plot->plotLayout()->setRowStretchFactor(row, 0.001);  // as small as its items allow
+    legend->setFillOrder(QCPLegend::foColumnsFirst);
+    legend->setWrap(columns);
+    legend->setBorderPen(Qt::NoPen);
+    legend->setBrush(Qt::NoBrush);
+    legend->setMargins(QMargins(4, 0, 4, 2));
+    legend->setRowSpacing(0);
+    legend->setColumnSpacing(10);
+    QFont font = plot->font();
+    font.setPointSizeF(font.pointSizeF() * 0.9);
+    legend->setFont(font);
+    legend->setIconSize(18, 10);
+}
+
+QString askExportPath(QWidget* parent, const QString& suggestedName, ExportKind kind) {
+    const bool csv = kind == ExportKind::Csv;
+    QString path = QFileDialog::getSaveFileName(
+        parent, csv ? QObject::tr("Export data") : QObject::tr("Export plot"),
+        suggestedName + (csv ? QLatin1String(".csv") : QLatin1String(".png")),
+        csv ? QObject::tr("CSV (*.csv)") : QObject::tr("PNG image (*.png);;PDF document (*.pdf)"));
+    if (path.isEmpty()) return path;
+    const QStringList known = csv ? QStringList{QStringLiteral(".csv")}
+                                  : QStringList{QStringLiteral(".png"), QStringLiteral(".pdf")};
+    for (const QString& suffix : known)
+        if (path.endsWith(suffix, Qt::CaseInsensitive)) return path;
+    return path + known.front();
+}
+
+void reportExportFailure(QWidget* parent, const QString& path) {
+    QMessageBox::warning(parent, QObject::tr("Export failed"), QObject::tr("Could not write %1").arg(path));
+}
+
+}  // namespace paralab::ui::plotstyle

@@ -1,0 +1,734 @@
+#include "ui/panels/dashboard/device_dashboard.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFile>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QMenu>
+#include <QPrinter>
+#include <QSlider>
+#include <QSpinBox>
+#include <QTextStream>
+#include <QToolButton>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "ui/panels/common/palette.h"
+#include "ui/panels/common/plot_style.h"
+
+namespace paralab::ui {
+
+namespace {
+
+constexpr int kCategories = static_cast<int>(kMemCategoryCount);
+constexpr int kTimeParts = 4;
+const QString kAll = QStringLiteral("all");
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// TensorBoard's smoothing: an exponential moving average whose start is debiased by dividing
+// by the total weight given so far (1 - w^n), so the first smoothed point is the first value
+// rather than (1 - w) times it.
+struct DebiasedEma {
+    double sum = 0, weight = 0;
+    double add(double value, double w) {
+        sum = w * sum + (1 - w) * value;
+        weight = w * weight + (1 - w);
+        return sum / weight;
+    }
+};
+
+// Byte counts in binary units: the unit follows the range (B, KiB, MiB, GiB), and the ticks are
+// round numbers of that unit rather than of bytes.
+class ByteTicker : public QCPAxisTicker {
+protected:
+    double getTickStep(const QCPRange& range) override {
+        const double largest = std::max(std::abs(range.lower), std::abs(range.upper));
+        m_unit = 1;
+        m_suffix = 0;
+        while (largest / m_unit >= 1024 && m_suffix < 3) {
+            m_unit *= 1024;
+            ++m_suffix;
+        }
+        return cleanMantissa(range.size() / m_unit / (mTickCount + 1e-10)) * m_unit;
+    }
+    QString getTickLabel(double tick, const QLocale& locale, QChar, int) override {
+        static const char* const kSuffix[] = {"B", "KiB", "MiB", "GiB"};
+        return locale.toString(tick / m_unit, 'g', 4) + QLatin1Char(' ') + QLatin1String(kSuffix[m_suffix]);
+    }
+
+private:
+    double m_unit = 1;
+    int m_suffix = 0;
+};
+
+QString timePartName(int part) {
+    static const char* const kNames[] = {"compute", "communication", "idle", "data wait"};
+    return QString::fromLatin1(kNames[part]);
+}
+
+QColor timePartColor(int part) {
+    using palette::PhaseFamily;
+    switch (part) {
+        case 0: return palette::computeColor();
+        case 1: return palette::phaseFamilyColor(PhaseFamily::communication);
+        case 2: return palette::phaseFamilyColor(PhaseFamily::idle);
+        default: return palette::phaseFamilyColor(PhaseFamily::data_wait);
+    }
+}
+
+QString memoryCategoryLabel(int category) {
+    return QString::fromLatin1(mem_category_name(static_cast<MemCategory>(category)).data())
+        .replace(QLatin1Char('_'), QLatin1Char(' '));
+}
+
+QCPBars* addStackedBars(QCustomPlot* plot, QCPBars* below, const QString& name, const QColor& color) {
+    auto* bars = new QCPBars(plot->xAxis, plot->yAxis);
+    bars->setName(name);
+    bars->setWidth(0.6);
+    bars->setPen(QPen(color.darker(130), 1));
+    bars->setBrush(color);
+    bars->setStackingGap(0);
+    if (below) bars->moveAbove(below);
+    return bars;
+}
+
+}  // namespace
+
+struct DeviceDashboard::Series {
+    struct Row {
+        qint64 step = 0, epoch = 0;
+        double wall = 0, loss = 0, samples = 0;
+        double rate = kNaN;  // samples per second over this step
+        std::array<double, kTimeParts> ms{};
+        std::array<qint64, kCategories> memory{};
+        qint64 memoryTotal = 0;
+    };
+    QString device;
+    std::vector<Row> rows;
+    DebiasedEma lossEma, rateEma;
+    QCPGraph* lossRaw = nullptr;     // faint, behind the smoothed curve
+    QCPGraph* lossSmooth = nullptr;
+    QCPGraph* rate = nullptr;        // smoothed like the loss
+    QCPGraph* memory = nullptr;      // current total; none for "all"
+};
+
+struct DeviceDashboard::Plots {
+    QCustomPlot* loss = nullptr;
+    QCustomPlot* rate = nullptr;
+    QCustomPlot* memory = nullptr;      // stacked by category, one stack per device
+    QCustomPlot* memoryTime = nullptr;  // total per device over time
+    QCustomPlot* breakdown = nullptr;   // stacked compute / comm / idle / data wait
+    QCPTextElement* breakdownTitle = nullptr;
+    std::array<QCPBars*, kCategories> memoryBars{};
+    std::array<QCPBars*, kTimeParts> timeBars{};
+    QList<QCPItemRect*> deviceMarks;  // a device-coloured strip under each stack
+    // What the axes must show, kept as the data arrive (a rescale that walks every point of
+    // every curve 30 times a second would cost more than drawing them).
+    double maxStep = 0, maxWall = 0, maxLoss = 0, minLoss = kNaN, maxRate = 0, maxMemory = 0;
+
+    QList<QCustomPlot*> all() const { return {loss, rate, memory, memoryTime, breakdown}; }
+};
+
+DeviceDashboard::DeviceDashboard(QWidget* parent)
+    : QWidget(parent),
+      m_plots(std::make_unique<Plots>()),
+      m_plotArea(new QWidget),
+      m_xAxisBox(new QComboBox),
+      m_logBox(new QCheckBox(tr("Log loss"))),
+      m_smoothingSlider(new QSlider(Qt::Horizontal)),
+      m_smoothingLabel(new QLabel),
+      m_windowBox(new QSpinBox) {
+    // ---- controls ---------------------------------------------------------------------------
+    auto* controls = new QHBoxLayout;
+    controls->setContentsMargins(6, 4, 6, 0);
+    m_xAxisBox->addItem(tr("optimizer step"));
+    m_xAxisBox->addItem(tr("wall time (s)"));
+    m_xAxisBox->setObjectName(QStringLiteral("xAxisBox"));
+    controls->addWidget(new QLabel(tr("X axis:")));
+    controls->addWidget(m_xAxisBox);
+    controls->addSpacing(12);
+    m_logBox->setObjectName(QStringLiteral("logLossBox"));
+    controls->addWidget(m_logBox);
+    controls->addSpacing(12);
+    controls->addWidget(new QLabel(tr("Smoothing:")));
+    m_smoothingSlider->setRange(0, 99);
+    m_smoothingSlider->setValue(static_cast<int>(std::lround(m_smoothing * 100)));
+    m_smoothingSlider->setMaximumWidth(160);
+    m_smoothingSlider->setObjectName(QStringLiteral("smoothingSlider"));
+    m_smoothingSlider->setToolTip(tr("TensorBoard's debiased exponential moving average of loss and throughput"));
+    controls->addWidget(m_smoothingSlider);
+    m_smoothingLabel->setMinimumWidth(m_smoothingLabel->fontMetrics().horizontalAdvance(QStringLiteral("0.00 ")));
+    controls->addWidget(m_smoothingLabel);
+    controls->addSpacing(12);
+    controls->addWidget(new QLabel(tr("Time breakdown over the last")));
+    m_windowBox->setRange(1, 10000);
+    m_windowBox->setValue(m_breakdownWindow);
+    m_windowBox->setSuffix(tr(" steps"));
+    m_windowBox->setObjectName(QStringLiteral("breakdownWindowBox"));
+    controls->addWidget(m_windowBox);
+    controls->addStretch(1);
+    auto* exportButton = new QToolButton;
+    exportButton->setText(tr("Export"));
+    exportButton->setPopupMode(QToolButton::InstantPopup);
+    auto* exportMenu = new QMenu(exportButton);
+    exportMenu->addAction(tr("Plots as PNG or PDF…"), this, &DeviceDashboard::exportWithDialog);
+    exportMenu->addAction(tr("Data as CSV…"), this, &DeviceDashboard::exportCsvWithDialog);
+    exportButton->setMenu(exportMenu);
+    controls->addWidget(exportButton);
+
+    // ---- plots --------------------------------------------------------------------------------
+    Plots& p = *m_plots;
+    auto makePlot = [this](const QString& title) {
+        auto* plot = new QCustomPlot;
+        plot->setAntialiasedElements(QCP::aePlottables | QCP::aeLegendItems);
+        plot->setMinimumSize(260, 200);
+        plotstyle::addTitle(plot, title);
+        plotstyle::styleGrid(plot);
+        plot->setContextMenuPolicy(Qt::CustomContextMenu);
+        connect(plot, &QWidget::customContextMenuRequested, this,
+                [this, plot](const QPoint& pos) { showPlotMenu(plot, pos); });
+        return plot;
+    };
+    p.loss = makePlot(tr("Training loss per device"));
+    p.loss->yAxis->setLabel(tr("loss"));
+    p.rate = makePlot(tr("Throughput"));
+    p.rate->yAxis->setLabel(tr("samples/s"));
+    p.memory = makePlot(tr("Memory by category (latest step)"));
+    p.memoryTime = makePlot(tr("Memory in use over time"));
+    p.breakdown = makePlot(QString());
+    p.breakdownTitle = qobject_cast<QCPTextElement*>(p.breakdown->plotLayout()->element(0, 0));
+    p.breakdown->yAxis->setLabel(tr("ms per step"));
+    for (QCustomPlot* plot : {p.loss, p.rate, p.memoryTime}) {
+        plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+        plotstyle::putLegendBelow(plot, 5);
+    }
+    p.memory->yAxis->setTicker(QSharedPointer<ByteTicker>::create());
+    p.memoryTime->yAxis->setTicker(QSharedPointer<ByteTicker>::create());
+    for (QCustomPlot* plot : {p.memory, p.breakdown}) {
+        auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+        plot->xAxis->setTicker(ticker);
+        plot->xAxis->setTickLength(0, 3);
+        plot->xAxis->setSubTicks(false);
+        plot->xAxis->grid()->setVisible(false);
+    }
+    QCPBars* below = nullptr;
+    for (int c = 0; c < kCategories; ++c)
+        below = p.memoryBars[static_cast<size_t>(c)] =
+            addStackedBars(p.memory, below, memoryCategoryLabel(c), palette::memoryCategoryColor(c));
+    plotstyle::putLegendBelow(p.memory, 3);
+    below = nullptr;
+    for (int k = 0; k < kTimeParts; ++k)
+        below = p.timeBars[static_cast<size_t>(k)] = addStackedBars(p.breakdown, below, timePartName(k), timePartColor(k));
+    plotstyle::putLegendBelow(p.breakdown, 4);
+
+    auto* grid = new QGridLayout(m_plotArea);
+    grid->setContentsMargins(0, 0, 0, 0);
+    grid->setSpacing(2);
+    grid->addWidget(p.loss, 0, 0, 1, 3);
+    grid->addWidget(p.rate, 0, 3, 1, 3);
+    grid->addWidget(p.memory, 1, 0, 1, 2);
+    grid->addWidget(p.memoryTime, 1, 2, 1, 2);
+    grid->addWidget(p.breakdown, 1, 4, 1, 2);
+    grid->setRowStretch(0, 3);
+    grid->setRowStretch(1, 2);
+
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addLayout(controls);
+    layout->addWidget(m_plotArea, 1);
+
+    connect(m_xAxisBox, &QComboBox::currentIndexChanged, this,
+            [this](int index) { setXAxis(index == 1 ? XAxis::WallTime : XAxis::Step); });
+    connect(m_logBox, &QCheckBox::toggled, this, &DeviceDashboard::setLogarithmicLoss);
+    connect(m_smoothingSlider, &QSlider::valueChanged, this, [this](int v) { setSmoothing(v / 100.0); });
+    connect(m_windowBox, &QSpinBox::valueChanged, this, &DeviceDashboard::setBreakdownWindow);
+    clear();
+}
+
+DeviceDashboard::~DeviceDashboard() = default;
+
+// ---- data ---------------------------------------------------------------------------------
+
+DeviceDashboard::Series* DeviceDashboard::series(const QString& device) const {
+    if (device == kAll) return m_global.get();
+    const qsizetype i = m_devices.indexOf(device);
+    return i < 0 ? nullptr : m_series[static_cast<size_t>(i)].get();
+}
+
+DeviceDashboard::Series& DeviceDashboard::seriesFor(const QString& device) {
+    if (Series* s = series(device)) return *s;
+    Plots& p = *m_plots;
+    auto s = std::make_unique<Series>();
+    s->device = device;
+    s->lossRaw = p.loss->addGraph();
+    s->lossRaw->removeFromLegend();
+    s->lossSmooth = p.loss->addGraph();
+    s->rate = p.rate->addGraph();
+    if (device == kAll) {
+        s->lossSmooth->setName(tr("all devices"));
+        s->rate->setName(tr("total"));
+        m_global = std::move(s);
+        recolor();
+        return *m_global;
+    }
+    s->lossSmooth->setName(device);
+    s->rate->setName(device);
+    s->memory = p.memoryTime->addGraph();
+    s->memory->setName(device);
+    const int position = palette::insertDevice(m_devices, device);
+    m_series.insert(m_series.begin() + position, std::move(s));
+    recolor();
+    return *m_series[static_cast<size_t>(position)];
+}
+
+void DeviceDashboard::recolor() {
+    auto paint = [](Series& s, const QColor& color) {
+        QColor faint = color;
+        faint.setAlpha(60);
+        s.lossRaw->setPen(QPen(faint, 1));
+        s.lossSmooth->setPen(QPen(color, 2));
+        s.rate->setPen(QPen(color, 2));
+        if (s.memory) s.memory->setPen(QPen(color, 2));
+    };
+    for (size_t i = 0; i < m_series.size(); ++i) paint(*m_series[i], palette::deviceColor(static_cast<int>(i)));
+    if (m_global) paint(*m_global, palette::globalColor());
+}
+
+QColor DeviceDashboard::colorOf(const QString& device) const {
+    if (device == kAll) return palette::globalColor();
+    const qsizetype i = m_devices.indexOf(device);
+    return i < 0 ? QColor() : palette::deviceColor(static_cast<int>(i));
+}
+
+void DeviceDashboard::append(Series& s, const run::StepRecord& r) {
+    Series::Row row;
+    row.step = r.step;
+    row.epoch = r.epoch;
+    row.wall = r.wall_s;
+    row.loss = r.loss;
+    row.samples = static_cast<double>(r.samples);
+    const double previousWall = s.rows.empty() ? 0.0 : s.rows.back().wall;
+    if (r.wall_s > previousWall) row.rate = row.samples / (r.wall_s - previousWall);
+    row.ms = {r.compute_ms, r.comm_ms, r.idle_ms, r.data_wait_ms};
+    for (int c = 0; c < kCategories; ++c) row.memory[static_cast<size_t>(c)] = r.memory.current[static_cast<size_t>(c)];
+    row.memoryTotal = r.memory.current_total;
+    s.rows.push_back(row);
+
+    Plots& p = *m_plots;
+    const double x = m_xAxis == XAxis::Step ? static_cast<double>(row.step) : row.wall;
+    p.maxStep = std::max(p.maxStep, static_cast<double>(row.step));
+    p.maxWall = std::max(p.maxWall, row.wall);
+    // NaN: a device that computes no loss (an early pipeline stage); inf: a diverging step.
+    if (std::isfinite(row.loss)) {
+        s.lossRaw->addData(x, row.loss);
+        s.lossSmooth->addData(x, s.lossEma.add(row.loss, m_smoothing));
+        p.maxLoss = std::max(p.maxLoss, row.loss);
+        if (row.loss > 0 && !(row.loss >= p.minLoss)) p.minLoss = row.loss;
+    }
+    if (std::isfinite(row.rate)) {
+        const double smoothed = s.rateEma.add(row.rate, m_smoothing);
+        s.rate->addData(x, smoothed);
+        p.maxRate = std::max(p.maxRate, smoothed);
+    }
+    if (s.memory) {
+        s.memory->addData(x, static_cast<double>(row.memoryTotal));
+        p.maxMemory = std::max(p.maxMemory, static_cast<double>(row.memoryTotal));
+    }
+}
+
+void DeviceDashboard::addDeviceSteps(const QVector<run::StepRecord>& steps) {
+    if (steps.isEmpty()) return;
+    for (const auto& r : steps) append(seriesFor(QString::fromStdString(r.device)), r);
+    updateBars();
+    updateRanges();
+    replotAll();
+}
+
+void DeviceDashboard::addSteps(const QVector<run::StepRecord>& steps) {
+    if (steps.isEmpty()) return;
+    Series& global = seriesFor(kAll);
+    for (const auto& r : steps) append(global, r);
+    updateRanges();
+    replotAll();
+}
+
+void DeviceDashboard::clear() {
+    Plots& p = *m_plots;
+    auto drop = [](Series& s) {
+        for (QCPGraph* g : {s.lossRaw, s.lossSmooth, s.rate, s.memory})
+            if (g) g->parentPlot()->removeGraph(g);
+    };
+    for (auto& s : m_series) drop(*s);
+    if (m_global) drop(*m_global);
+    m_series.clear();
+    m_global.reset();
+    m_devices.clear();
+    p.maxStep = p.maxWall = p.maxLoss = p.maxRate = p.maxMemory = 0;
+    p.minLoss = kNaN;
+    updateBars();
+    updateRanges();
+    replotAll();
+}
+
+void DeviceDashboard::rebuildCurves() {
+    Plots& p = *m_plots;
+    p.maxRate = 0;
+    auto rebuild = [&](Series& s) {
+        s.lossEma = s.rateEma = DebiasedEma{};
+        QVector<QCPGraphData> raw, smooth, rate, memory;
+        raw.reserve(static_cast<qsizetype>(s.rows.size()));
+        smooth.reserve(raw.capacity());
+        rate.reserve(raw.capacity());
+        if (s.memory) memory.reserve(raw.capacity());
+        for (const auto& row : s.rows) {
+            const double x = m_xAxis == XAxis::Step ? static_cast<double>(row.step) : row.wall;
+            if (std::isfinite(row.loss)) {
+                raw.append({x, row.loss});
+                smooth.append({x, s.lossEma.add(row.loss, m_smoothing)});
+            }
+            if (std::isfinite(row.rate)) {
+                rate.append({x, s.rateEma.add(row.rate, m_smoothing)});
+                p.maxRate = std::max(p.maxRate, rate.back().value);
+            }
+            if (s.memory) memory.append({x, static_cast<double>(row.memoryTotal)});
+        }
+        const bool sorted = m_xAxis == XAxis::Step;
+        s.lossRaw->data()->set(raw, sorted);
+        s.lossSmooth->data()->set(smooth, sorted);
+        s.rate->data()->set(rate, sorted);
+        if (s.memory) s.memory->data()->set(memory, sorted);
+    };
+    for (auto& s : m_series) rebuild(*s);
+    if (m_global) rebuild(*m_global);
+    updateRanges();
+    replotAll();
+}
+
+void DeviceDashboard::updateBars() {
+    Plots& p = *m_plots;
+    const int n = static_cast<int>(m_series.size());
+    QVector<double> keys;
+    for (int d = 0; d < n; ++d) keys.append(d + 1);
+
+    double top = 0;
+    for (int c = 0; c < kCategories; ++c) {
+        QVector<double> values;
+        for (const auto& s : m_series)
+            values.append(s->rows.empty() ? 0.0 : static_cast<double>(s->rows.back().memory[static_cast<size_t>(c)]));
+        p.memoryBars[static_cast<size_t>(c)]->setData(keys, values, true);
+    }
+    for (const auto& s : m_series) {
+        double total = 0;
+        if (!s->rows.empty())
+            for (qint64 bytes : s->rows.back().memory) total += static_cast<double>(bytes);
+        top = std::max(top, total);
+    }
+
+    double timeTop = 0;
+    std::vector<std::array<double, kTimeParts>> means(m_series.size());
+    for (size_t d = 0; d < m_series.size(); ++d) {
+        const auto& rows = m_series[d]->rows;
+        const size_t count = std::min(rows.size(), static_cast<size_t>(m_breakdownWindow));
+        for (size_t i = rows.size() - count; i < rows.size(); ++i)
+            for (int k = 0; k < kTimeParts; ++k) means[d][static_cast<size_t>(k)] += rows[i].ms[static_cast<size_t>(k)];
+        double sum = 0;
+        for (double& m : means[d]) {
+            if (count) m /= static_cast<double>(count);
+            sum += m;
+        }
+        timeTop = std::max(timeTop, sum);
+    }
+    for (int k = 0; k < kTimeParts; ++k) {
+        QVector<double> values;
+        for (const auto& m : means) values.append(m[static_cast<size_t>(k)]);
+        p.timeBars[static_cast<size_t>(k)]->setData(keys, values, true);
+    }
+    if (p.breakdownTitle)
+        p.breakdownTitle->setText(tr("Step time per device (mean of the last %n step(s))", nullptr, m_breakdownWindow));
+
+    // Device names under the stacks, and a strip of the device's colour between the stacks and
+    // the axis: the link to the same device's curves.
+    const bool devicesChanged = p.deviceMarks.size() != 2 * n;
+    if (devicesChanged) {
+        for (QCPItemRect* mark : std::as_const(p.deviceMarks)) mark->parentPlot()->removeItem(mark);
+        p.deviceMarks.clear();
+        for (QCustomPlot* plot : {p.memory, p.breakdown}) {
+            auto ticker = plot->xAxis->ticker().dynamicCast<QCPAxisTickerText>();
+            ticker->clear();
+            for (int d = 0; d < n; ++d) {
+                ticker->addTick(d + 1, m_devices[d]);
+                auto* mark = new QCPItemRect(plot);
+                mark->topLeft->setTypeY(QCPItemPosition::ptAxisRectRatio);
+                mark->bottomRight->setTypeY(QCPItemPosition::ptAxisRectRatio);
+                mark->topLeft->setCoords(d + 1 - 0.3, 0.965);
+                mark->bottomRight->setCoords(d + 1 + 0.3, 0.995);
+                mark->setPen(Qt::NoPen);
+                mark->setBrush(palette::deviceColor(d));
+                p.deviceMarks.append(mark);
+            }
+        }
+    }
+    // Room under zero for the strips (5 % of the axis), and above the tallest stack.
+    auto fit = [n](QCustomPlot* plot, double highest) {
+        const double t = highest > 0 ? highest * 1.12 : 1.0;
+        plot->yAxis->setRange(-t * 0.05 / 0.95, t);
+        plot->xAxis->setRange(0.4, std::max(n, 1) + 0.6);
+    };
+    fit(p.memory, top);
+    fit(p.breakdown, timeTop);
+}
+
+void DeviceDashboard::updateRanges() {
+    Plots& p = *m_plots;
+    const bool byStep = m_xAxis == XAxis::Step;
+    const double xMax = byStep ? std::max(10.0, p.maxStep * 1.02) : std::max(1.0, p.maxWall * 1.02);
+    for (QCustomPlot* plot : {p.loss, p.rate, p.memoryTime}) {
+        plot->xAxis->setRange(0, xMax);
+        plot->xAxis->setLabel(byStep ? tr("optimizer step") : tr("wall time (s)"));
+    }
+    const double top = p.maxLoss > 0 ? p.maxLoss : 1.0;
+    if (m_logLoss) {
+        const double bottom = std::isfinite(p.minLoss) ? p.minLoss : top / 100;
+        p.loss->yAxis->setRange(bottom / 1.5, top * 1.5);
+    } else {
+        p.loss->yAxis->setRange(0, top * 1.05);
+    }
+    p.rate->yAxis->setRange(0, p.maxRate > 0 ? p.maxRate * 1.1 : 1.0);
+    p.memoryTime->yAxis->setRange(0, p.maxMemory > 0 ? p.maxMemory * 1.1 : 1024.0);
+}
+
+void DeviceDashboard::replotAll() {
+    // A hidden tab is not drawn: showEvent draws it when it is next shown.
+    if (!isVisible()) {
+        m_dirty = true;
+        return;
+    }
+    m_dirty = false;
+    for (QCustomPlot* plot : m_plots->all()) plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void DeviceDashboard::showEvent(QShowEvent* event) {
+    QWidget::showEvent(event);
+    if (m_dirty) replotAll();
+}
+
+void DeviceDashboard::fitToData() {
+    updateBars();
+    updateRanges();
+    replotAll();
+}
+
+// ---- settings -----------------------------------------------------------------------------
+
+void DeviceDashboard::setSmoothing(double weight) {
+    weight = std::clamp(weight, 0.0, 0.99);
+    m_smoothingLabel->setText(QString::number(weight, 'f', 2));
+    const int slider = static_cast<int>(std::lround(weight * 100));
+    if (m_smoothingSlider->value() != slider) {
+        const QSignalBlocker block(m_smoothingSlider);
+        m_smoothingSlider->setValue(slider);
+    }
+    if (weight == m_smoothing) return;
+    m_smoothing = weight;
+    rebuildCurves();
+}
+
+void DeviceDashboard::setXAxis(XAxis axis) {
+    if (m_xAxisBox->currentIndex() != (axis == XAxis::WallTime ? 1 : 0)) {
+        const QSignalBlocker block(m_xAxisBox);
+        m_xAxisBox->setCurrentIndex(axis == XAxis::WallTime ? 1 : 0);
+    }
+    if (axis == m_xAxis) return;
+    m_xAxis = axis;
+    rebuildCurves();
+}
+
+void DeviceDashboard::setLogarithmicLoss(bool on) {
+    if (m_logBox->isChecked() != on) {
+        const QSignalBlocker block(m_logBox);
+        m_logBox->setChecked(on);
+    }
+    m_logLoss = on;
+    QCPAxis* axis = m_plots->loss->yAxis;
+    axis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+    if (on) axis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+    else axis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    updateRanges();
+    replotAll();
+}
+
+void DeviceDashboard::setBreakdownWindow(int steps) {
+    steps = std::max(1, steps);
+    if (m_windowBox->value() != steps) {
+        const QSignalBlocker block(m_windowBox);
+        m_windowBox->setValue(steps);
+    }
+    m_breakdownWindow = steps;
+    updateBars();
+    replotAll();
+}
+
+// ---- queries (tests, exports) -----------------------------------------------------------
+
+int DeviceDashboard::lossPointCount(const QString& device) const {
+    const Series* s = series(device);
+    return s ? s->lossSmooth->dataCount() : 0;
+}
+
+int DeviceDashboard::throughputPointCount(const QString& device) const {
+    const Series* s = series(device);
+    return s ? s->rate->dataCount() : 0;
+}
+
+int DeviceDashboard::memoryPointCount(const QString& device) const {
+    const Series* s = series(device);
+    return s && s->memory ? s->memory->dataCount() : 0;
+}
+
+double DeviceDashboard::lossAt(const QString& device, int i, bool smoothed) const {
+    const Series* s = series(device);
+    if (!s) return kNaN;
+    const QCPGraph* graph = smoothed ? s->lossSmooth : s->lossRaw;
+    if (i < 0 || i >= graph->dataCount()) return kNaN;
+    return graph->data()->at(i)->value;
+}
+
+double DeviceDashboard::memoryBar(const QString& device, int category) const {
+    const qsizetype d = m_devices.indexOf(device);
+    if (d < 0 || category < 0 || category >= kCategories) return kNaN;
+    const auto data = m_plots->memoryBars[static_cast<size_t>(category)]->data();
+    const auto it = data->findBegin(static_cast<double>(d + 1), false);
+    return it != data->constEnd() && it->key == d + 1 ? it->value : kNaN;
+}
+
+double DeviceDashboard::breakdownMs(const QString& device, TimePart part) const {
+    const qsizetype d = m_devices.indexOf(device);
+    if (d < 0) return kNaN;
+    const auto data = m_plots->timeBars[static_cast<size_t>(part)]->data();
+    const auto it = data->findBegin(static_cast<double>(d + 1), false);
+    return it != data->constEnd() && it->key == d + 1 ? it->value : kNaN;
+}
+
+int DeviceDashboard::recordCount() const {
+    size_t n = m_global ? m_global->rows.size() : 0;
+    for (const auto& s : m_series) n += s->rows.size();
+    return static_cast<int>(n);
+}
+
+// ---- export -------------------------------------------------------------------------------
+
+bool DeviceDashboard::exportTo(const QString& path) {
+    // Each plot drawn at its place on screen, into one picture: PDF stays vector, PNG is drawn
+    // at twice the screen's pixels (sharp in slides).
+    m_plotArea->ensurePolished();
+    if (m_plotArea->layout()) m_plotArea->layout()->activate();
+    QSize size = m_plotArea->size();
+    if (!isVisible() || size.width() < 100 || size.height() < 100) {
+        // Never shown (a test, a script): lay the plots out at a readable size first.
+        m_plotArea->resize(1200, 760);
+        m_plotArea->layout()->setGeometry(QRect(0, 0, 1200, 760));
+        size = m_plotArea->size();
+    }
+    updateRanges();
+    auto drawAll = [this](QCPPainter& painter) {
+        for (QCustomPlot* plot : m_plots->all()) {
+            painter.save();
+            painter.translate(plot->geometry().topLeft());
+            plot->toPainter(&painter, plot->width(), plot->height());
+            painter.restore();
+        }
+    };
+    if (path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)) {
+        QPrinter printer(QPrinter::ScreenResolution);
+        printer.setOutputFileName(path);
+        printer.setOutputFormat(QPrinter::PdfFormat);
+        printer.setColorMode(QPrinter::Color);
+        QPageLayout layout;
+        layout.setMode(QPageLayout::FullPageMode);
+        layout.setOrientation(QPageLayout::Portrait);
+        layout.setMargins(QMarginsF(0, 0, 0, 0));
+        layout.setPageSize(QPageSize(size, QPageSize::Point, QString(), QPageSize::ExactMatch));
+        printer.setPageLayout(layout);
+        QCPPainter painter;
+        if (!painter.begin(&printer)) return false;
+        painter.setMode(QCPPainter::pmVectorized);
+        painter.setMode(QCPPainter::pmNoCaching);
+        painter.setWindow(QRect(QPoint(0, 0), size));
+        drawAll(painter);
+        painter.end();
+        return QFileInfo(path).size() > 0;
+    }
+    constexpr int kScale = 2;
+    QImage image(size * kScale, QImage::Format_ARGB32);
+    image.fill(Qt::white);
+    {
+        QCPPainter painter(&image);
+        painter.setRenderHint(QPainter::Antialiasing);
+        painter.scale(kScale, kScale);
+        drawAll(painter);
+    }
+    return image.save(path);
+}
+
+bool DeviceDashboard::exportCsv(const QString& path) const {
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text)) return false;
+    QTextStream out(&file);
+    out << "device,step,epoch,wall_s,loss,samples,samples_per_s,compute_ms,comm_ms,idle_ms,data_wait_ms";
+    for (int c = 0; c < kCategories; ++c)
+        out << ",mem_" << mem_category_name(static_cast<MemCategory>(c)).data() << "_bytes";
+    out << ",mem_total_bytes\n";
+    auto number = [](double v) { return std::isfinite(v) ? QString::number(v, 'g', 10) : QString(); };
+    auto write = [&](const Series& s) {
+        for (const auto& row : s.rows) {
+            out << s.device << ',' << row.step << ',' << row.epoch << ',' << number(row.wall) << ','
+                << number(row.loss) << ',' << row.samples << ',' << number(row.rate);
+            for (double ms : row.ms) out << ',' << number(ms);
+            for (qint64 bytes : row.memory) out << ',' << bytes;
+            out << ',' << row.memoryTotal << '\n';
+        }
+    };
+    for (const auto& s : m_series) write(*s);
+    if (m_global) write(*m_global);
+    out.flush();
+    return file.error() == QFileDevice::NoError;
+}
+
+void DeviceDashboard::exportWithDialog() {
+    const QString path = plotstyle::askExportPath(this, QStringLiteral("paralab-devices"), plotstyle::ExportKind::Image);
+    if (!path.isEmpty() && !exportTo(path)) plotstyle::reportExportFailure(this, path);
+}
+
+void DeviceDashboard::exportCsvWithDialog() {
+    const QString path = plotstyle::askExportPath(this, QStringLiteral("paralab-devices"), plotstyle::ExportKind::Csv);
+    if (!path.isEmpty() && !exportCsv(path)) plotstyle::reportExportFailure(this, path);
+}
+
+void DeviceDashboard::showPlotMenu(QCustomPlot* plot, const QPoint& pos) {
+    QMenu menu(this);
+    menu.addAction(tr("Export this plot…"), this, [this, plot] {
+        const QString path = plotstyle::askExportPath(this, QStringLiteral("paralab-plot"), plotstyle::ExportKind::Image);
+        if (path.isEmpty()) return;
+        const bool ok = path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive) ? plot->savePdf(path)
+                                                                                 : plot->savePng(path, 0, 0, 2.0);
+        if (!ok) plotstyle::reportExportFailure(this, path);
+    });
+    menu.addAction(tr("Export all plots…"), this, &DeviceDashboard::exportWithDialog);
+    menu.addAction(tr("Export data as CSV…"), this, &DeviceDashboard::exportCsvWithDialog);
+    menu.addSeparator();
+    menu.addAction(tr("Fit to data"), this, &DeviceDashboard::fitToData);
+    QAction* log = menu.addAction(tr("Logarithmic loss axis"));
+    log->setCheckable(true);
+    log->setChecked(m_logLoss);
+    connect(log, &QAction::toggled, this, &DeviceDashboard::setLogarithmicLoss);
+    menu.exec(plot->mapToGlobal(pos));
+}
+
+}  // namespace paralab::ui

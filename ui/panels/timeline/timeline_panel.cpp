@@ -1,0 +1,381 @@
+#include "ui/panels/timeline/timeline_panel.h"
+
+#include <QFile>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QMenu>
+#include <QSpinBox>
+#include <QTextStream>
+#include <QToolButton>
+#include <QToolTip>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "ui/panels/common/palette.h"
+#include "ui/panels/common/plot_style.h"
+
+namespace paralab::ui {
+
+namespace {
+// A device's row is 1 high, centred on its index (the y axis is reversed: the first device on
+// top). The rank thread's lane is the upper part, communication the lower part.
+constexpr double kRankLaneTop = -0.40, kRankLaneBottom = 0.04;
+constexpr double kCommLaneTop = 0.10, kCommLaneBottom = 0.40;
+constexpr double kLaneSplit = (kRankLaneBottom + kCommLaneTop) / 2;
+
+const QString kHoverHint = QStringLiteral(
+    "Upper lane of a device: its rank thread · lower lane: communication (also when it overlaps "
+    "compute) · hover a span for its details");
+
+QString formatBytes(qint64 bytes) {
+    static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB"};
+    double v = static_cast<double>(bytes);
+    int unit = 0;
+    while (v >= 1024 && unit < 3) {
+        v /= 1024;
+        ++unit;
+    }
+    return QStringLiteral("%1 %2").arg(v, 0, 'g', unit ? 4 : 10).arg(QLatin1String(kUnits[unit]));
+}
+}  // namespace
+
+// The rectangles of the chart as one plottable: hundreds of spans per batch drawn in one pass,
+// rather than hundreds of QCPItemRects created and destroyed 30 times a second.
+class GanttPlottable : public QCPAbstractPlottable {
+public:
+    struct Rect {
+        double x0, x1, y0, y1;  // plot coordinates
+        QColor color;
+    };
+    GanttPlottable(QCPAxis* keyAxis, QCPAxis* valueAxis) : QCPAbstractPlottable(keyAxis, valueAxis) {
+        setAntialiased(false);  // crisp edges between adjacent spans
+    }
+    void setRects(std::vector<Rect> rects) { m_rects = std::move(rects); }
+    void setRowColors(QVector<QColor> colors) { m_rowColors = std::move(colors); }
+    size_t rectCount() const { return m_rects.size(); }
+
+    double selectTest(const QPointF&, bool, QVariant*) const override { return -1; }
+    QCPRange getKeyRange(bool& foundRange, QCP::SignDomain) const override {
+        foundRange = !m_rects.empty();
+        QCPRange range(0, 0);
+        for (const Rect& r : m_rects) range.expand(QCPRange(r.x0, r.x1));
+        return range;
+    }
+    QCPRange getValueRange(bool& foundRange, QCP::SignDomain, const QCPRange&) const override {
+        foundRange = !m_rowColors.isEmpty();
+        return QCPRange(-0.5, std::max<double>(0.5, m_rowColors.size() - 0.5));
+    }
+
+protected:
+    void draw(QCPPainter* painter) override {
+        QCPAxis* x = mKeyAxis.data();
+        QCPAxis* y = mValueAxis.data();
+        if (!x || !y) return;
+        const QRect clip = clipRect();
+        for (const Rect& r : m_rects) {
+            double left = x->coordToPixel(r.x0), right = x->coordToPixel(r.x1);
+            if (right < clip.left() || left > clip.right()) continue;
+            const double top = y->coordToPixel(r.y0), bottom = y->coordToPixel(r.y1);
+            if (right - left < 1) right = left + 1;  // a short span stays visible
+            const QRectF rect(QPointF(left, std::min(top, bottom)), QPointF(right, std::max(top, bottom)));
+            painter->fillRect(rect, r.color);
+            if (rect.width() > 4) {  // a thin border separates back-to-back spans of one colour
+                painter->setPen(QPen(r.color.darker(135), 0));
+                painter->setBrush(Qt::NoBrush);
+                painter->drawRect(rect);
+            }
+        }
+        // The device's colour down the left edge of its row: the link to its curves.
+        for (int row = 0; row < m_rowColors.size(); ++row) {
+            const double top = y->coordToPixel(row - 0.45), bottom = y->coordToPixel(row + 0.45);
+            painter->fillRect(QRectF(QPointF(clip.left(), std::min(top, bottom)), QPointF(clip.left() + 5, std::max(top, bottom))),
+                              m_rowColors[row]);
+        }
+    }
+    void drawLegendIcon(QCPPainter*, const QRectF&) const override {}
+
+private:
+    std::vector<Rect> m_rects;
+    QVector<QColor> m_rowColors;
+};
+
+TimelinePanel::TimelinePanel(QWidget* parent)
+    : QWidget(parent), m_plot(new QCustomPlot), m_hover(new QLabel(kHoverHint)), m_stepsBox(new QSpinBox) {
+    auto* controls = new QHBoxLayout;
+    controls->setContentsMargins(6, 4, 6, 0);
+    controls->addWidget(new QLabel(tr("Steps shown:")));
+    m_stepsBox->setRange(1, 50);
+    m_stepsBox->setValue(m_stepsShown);
+    m_stepsBox->setObjectName(QStringLiteral("stepsShownBox"));
+    controls->addWidget(m_stepsBox);
+    controls->addStretch(1);
+    auto* exportButton = new QToolButton;
+    exportButton->setText(tr("Export"));
+    exportButton->setPopupMode(QToolButton::InstantPopup);
+    auto* menu = new QMenu(exportButton);
+    menu->addAction(tr("Timeline as PNG or PDF…"), this, &TimelinePanel::exportWithDialog);
+    menu->addAction(tr("Spans as CSV…"), this, &TimelinePanel::exportCsvWithDialog);
+    exportButton->setMenu(menu);
+    controls->addWidget(exportButton);
+
+    m_plot->setMinimumSize(300, 160);
+    plotstyle::addTitle(m_plot, tr("Timeline of the last steps"));
+    m_gantt = new GanttPlottable(m_plot->xAxis, m_plot->yAxis);
+    m_gantt->removeFromLegend();
+    // The legend: one empty bar series per phase family, for its swatch.
+    for (int f = 0; f < palette::kPhaseFamilyCount; ++f) {
+        const auto family = static_cast<palette::PhaseFamily>(f);
+        auto* swatch = new QCPBars(m_plot->xAxis, m_plot->yAxis);
+        swatch->setName(palette::phaseFamilyName(family));
+        swatch->setBrush(palette::phaseFamilyColor(family));
+        swatch->setPen(QPen(palette::phaseFamilyColor(family).darker(135)));
+    }
+    plotstyle::putLegendBelow(m_plot, palette::kPhaseFamilyCount);
+    m_plot->xAxis->grid()->setPen(QPen(QColor(235, 235, 235)));
+    m_plot->yAxis->grid()->setVisible(false);
+    m_plot->yAxis->setRangeReversed(true);
+    m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
+    m_plot->yAxis->setSubTicks(false);
+    m_plot->yAxis->setTickLength(0, 0);
+    // The top axis marks where each step starts (on its earliest device).
+    m_plot->xAxis2->setVisible(true);
+    m_plot->xAxis2->setTicker(QSharedPointer<QCPAxisTickerText>::create());
+    m_plot->xAxis2->setSubTicks(false);
+    m_plot->xAxis2->grid()->setVisible(true);
+    m_plot->xAxis2->grid()->setPen(QPen(QColor(120, 120, 120), 1, Qt::DashLine));
+    connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), m_plot->xAxis2,
+            qOverload<const QCPRange&>(&QCPAxis::setRange));
+    m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    m_plot->axisRect()->setRangeDrag(Qt::Horizontal);
+    m_plot->axisRect()->setRangeZoom(Qt::Horizontal);
+    m_plot->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(m_plot, &QWidget::customContextMenuRequested, this, [this](const QPoint& pos) {
+        QMenu context(this);
+        context.addAction(tr("Export timeline…"), this, &TimelinePanel::exportWithDialog);
+        context.addAction(tr("Export spans as CSV…"), this, &TimelinePanel::exportCsvWithDialog);
+        context.addAction(tr("Fit to data"), this, &TimelinePanel::refresh);
+        context.exec(m_plot->mapToGlobal(pos));
+    });
+    connect(m_plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent* e) { onMouseMove(e->pos()); });
+
+    m_hover->setContentsMargins(8, 0, 8, 4);
+    m_hover->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addLayout(controls);
+    layout->addWidget(m_plot, 1);
+    layout->addWidget(m_hover);
+    connect(m_stepsBox, &QSpinBox::valueChanged, this, &TimelinePanel::setStepsShown);
+    refresh();
+}
+
+void TimelinePanel::addSpans(const QVector<run::Span>& spans) {
+    if (spans.isEmpty()) return;
+    for (const auto& s : spans) {
+        const QString device = QString::fromStdString(s.device);
+        Steps& steps = m_kept[device];
+        // A span of a step older than the device's window is not kept (nor the window moved).
+        if (static_cast<int>(steps.size()) >= m_stepsShown && s.step < steps.begin()->first) continue;
+        if (!m_devices.contains(device)) palette::insertDevice(m_devices, device);
+        steps[s.step].push_back({QString::fromStdString(s.phase), s.t_begin, s.t_end, s.bytes});
+        dropOldSteps(steps);
+    }
+    refresh();
+}
+
+void TimelinePanel::dropOldSteps(Steps& steps) const {
+    while (static_cast<int>(steps.size()) > m_stepsShown) steps.erase(steps.begin());
+}
+
+void TimelinePanel::clear() {
+    m_kept.clear();
+    m_devices.clear();
+    m_hover->setText(kHoverHint);
+    refresh();
+}
+
+void TimelinePanel::setStepsShown(int steps) {
+    steps = std::clamp(steps, 1, 50);
+    if (m_stepsBox->value() != steps) {
+        const QSignalBlocker block(m_stepsBox);
+        m_stepsBox->setValue(steps);
+    }
+    m_stepsShown = steps;
+    for (auto& [device, kept] : m_kept) dropOldSteps(kept);
+    refresh();
+}
+
+TimelinePanel::SpanView TimelinePanel::view(const QString& device, qint64 step, const Kept& k) const {
+    SpanView v;
+    v.device = device;
+    v.phase = k.phase;
+    v.step = step;
+    v.t_begin = k.t_begin;
+    v.t_end = k.t_end;
+    v.bytes = k.bytes;
+    v.row = static_cast<int>(m_devices.indexOf(device));
+    const auto family = palette::phaseFamilyOf(k.phase, k.bytes);
+    v.commLane = family == palette::PhaseFamily::communication;
+    v.color = palette::phaseFamilyColor(family);
+    return v;
+}
+
+QVector<TimelinePanel::SpanView> TimelinePanel::spans() const {
+    QVector<SpanView> out;
+    for (const QString& device : m_devices) {
+        const auto it = m_kept.find(device);
+        if (it == m_kept.end()) continue;
+        for (const auto& [step, kept] : it->second)
+            for (const Kept& k : kept) out.append(view(device, step, k));
+    }
+    return out;
+}
+
+QVector<qint64> TimelinePanel::keptSteps() const {
+    std::set<qint64> steps;
+    for (const auto& [device, kept] : m_kept)
+        for (const auto& [step, spans] : kept) steps.insert(step);
+    return QVector<qint64>(steps.begin(), steps.end());
+}
+
+QVector<qint64> TimelinePanel::keptSteps(const QString& device) const {
+    QVector<qint64> out;
+    const auto it = m_kept.find(device);
+    if (it != m_kept.end())
+        for (const auto& [step, spans] : it->second) out.append(step);
+    return out;
+}
+
+void TimelinePanel::refresh() {
+    const QVector<SpanView> all = spans();
+    m_origin = std::numeric_limits<double>::infinity();
+    double end = -std::numeric_limits<double>::infinity();
+    std::map<qint64, double> stepStart;  // the earliest begin of each step over the devices
+    for (const SpanView& s : all) {
+        m_origin = std::min(m_origin, s.t_begin);
+        end = std::max(end, s.t_end);
+        auto [it, inserted] = stepStart.emplace(s.step, s.t_begin);
+        if (!inserted) it->second = std::min(it->second, s.t_begin);
+    }
+    if (all.isEmpty()) m_origin = end = 0;
+
+    std::vector<GanttPlottable::Rect> rects;
+    rects.reserve(static_cast<size_t>(all.size()));
+    for (const SpanView& s : all) {
+        const double y0 = s.row + (s.commLane ? kCommLaneTop : kRankLaneTop);
+        const double y1 = s.row + (s.commLane ? kCommLaneBottom : kRankLaneBottom);
+        rects.push_back({(s.t_begin - m_origin) * 1000, (s.t_end - m_origin) * 1000, y0, y1, s.color});
+    }
+    m_gantt->setRects(std::move(rects));
+    QVector<QColor> rowColors;
+    auto rows = m_plot->yAxis->ticker().dynamicCast<QCPAxisTickerText>();
+    rows->clear();
+    for (int d = 0; d < m_devices.size(); ++d) {
+        rowColors.append(palette::deviceColor(d));
+        rows->addTick(d, m_devices[d]);
+    }
+    m_gantt->setRowColors(rowColors);
+
+    auto steps = m_plot->xAxis2->ticker().dynamicCast<QCPAxisTickerText>();
+    steps->clear();
+    for (const auto& [step, start] : stepStart) steps->addTick((start - m_origin) * 1000, tr("step %1").arg(step));
+
+    const double widthMs = std::max((end - m_origin) * 1000, 1e-3);
+    m_plot->xAxis->setRange(-widthMs * 0.01, widthMs * 1.01);
+    m_plot->yAxis->setRange(-0.5, std::max<qsizetype>(1, m_devices.size()) - 0.5);
+    m_plot->xAxis->setLabel(stepStart.empty() ? tr("time (ms)")
+                                              : tr("time (ms) from the start of step %1").arg(stepStart.begin()->first));
+    if (!isVisible()) {
+        m_dirty = true;
+        return;
+    }
+    m_dirty = false;
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimelinePanel::showEvent(QShowEvent* event) {
+    QWidget::showEvent(event);
+    if (m_dirty) refresh();
+}
+
+bool TimelinePanel::spanAt(double timeMs, double row, SpanView* found) const {
+    const int r = static_cast<int>(std::lround(row));
+    if (r < 0 || r >= m_devices.size()) return false;
+    const auto it = m_kept.find(m_devices[r]);
+    if (it == m_kept.end()) return false;
+    const bool commLane = row - r > kLaneSplit;
+    const double t = m_origin + timeMs / 1000;
+    // The lane under the pointer first; a span in the other lane of the row will do.
+    for (const bool lane : {commLane, !commLane}) {
+        for (const auto& [step, kept] : it->second) {
+            for (const Kept& k : kept) {
+                if (t < k.t_begin || t > k.t_end) continue;
+                const SpanView v = view(m_devices[r], step, k);
+                if (v.commLane != lane) continue;
+                if (found) *found = v;
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+QString TimelinePanel::describeAt(double timeMs, double row) const {
+    SpanView s;
+    if (!spanAt(timeMs, row, &s)) return {};
+    QString text = tr("%1 · step %2 · %3 (%4) · %5 ms")
+                       .arg(s.device)
+                       .arg(s.step)
+                       .arg(s.phase, palette::phaseFamilyName(palette::phaseFamilyOf(s.phase, s.bytes)))
+                       .arg((s.t_end - s.t_begin) * 1000, 0, 'f', 3);
+    if (s.bytes > 0) text += tr(" · %1").arg(formatBytes(s.bytes));
+    return text;
+}
+
+void TimelinePanel::onMouseMove(const QPoint& pos) {
+    const QString text = describeAt(m_plot->xAxis->pixelToCoord(pos.x()), m_plot->yAxis->pixelToCoord(pos.y()));
+    m_hover->setText(text.isEmpty() ? kHoverHint : text);
+    if (text.isEmpty()) QToolTip::hideText();
+    else QToolTip::showText(m_plot->mapToGlobal(pos), text, m_plot);
+}
+
+bool TimelinePanel::exportTo(const QString& path) {
+    // A panel never shown (a test, a script) has no size of its own yet.
+    const bool sized = isVisible() && m_plot->width() >= 100;
+    const int w = sized ? 0 : 1200, h = sized ? 0 : 200 + 70 * static_cast<int>(m_devices.size());
+    refresh();
+    if (path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)) return m_plot->savePdf(path, w, h);
+    return m_plot->savePng(path, w, h, 2.0);
+}
+
+bool TimelinePanel::exportCsv(const QString& path) const {
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text)) return false;
+    QTextStream out(&file);
+    out << "device,step,phase,family,t_begin_s,t_end_s,duration_ms,bytes\n";
+    for (const SpanView& s : spans()) {
+        out << s.device << ',' << s.step << ',' << s.phase << ','
+            << palette::phaseFamilyName(palette::phaseFamilyOf(s.phase, s.bytes)).replace(QLatin1String(" / "), QLatin1String("/"))
+            << ',' << QString::number(s.t_begin, 'f', 6) << ',' << QString::number(s.t_end, 'f', 6) << ','
+            << QString::number((s.t_end - s.t_begin) * 1000, 'f', 4) << ',' << s.bytes << '\n';
+    }
+    out.flush();
+    return file.error() == QFileDevice::NoError;
+}
+
+void TimelinePanel::exportWithDialog() {
+    const QString path = plotstyle::askExportPath(this, QStringLiteral("paralab-timeline"), plotstyle::ExportKind::Image);
+    if (!path.isEmpty() && !exportTo(path)) plotstyle::reportExportFailure(this, path);
+}
+
+void TimelinePanel::exportCsvWithDialog() {
+    const QString path = plotstyle::askExportPath(this, QStringLiteral("paralab-timeline"), plotstyle::ExportKind::Csv);
+    if (!path.isEmpty() && !exportCsv(path)) plotstyle::reportExportFailure(this, path);
+}
+
+}  // namespace paralab::ui

@@ -1,0 +1,98 @@
+// The timeline (issue 5): a Gantt chart of the last K steps (default 5) of each device, one row
+// per device,
+// one rectangle per span coloured by its phase family (forward, backward, other compute,
+// communication, idle, data wait). Each device row has two lanes: the rank thread's phases
+// above, communication below, so that DDP's all-reduce overlapping backward is seen as
+// overlap. Hovering a rectangle names its phase, step, duration and bytes.
+//
+// Only the spans of each device's last K steps are kept (older ones are dropped on arrival;
+// per device, because asynchronous strategies let devices drift steps apart): memory is
+// bounded by K, whatever the length of the run. Spans arrive in batches (~30 Hz); each batch
+// queues one replot, none while the panel is hidden.
+#pragma once
+
+#include <QColor>
+#include <QString>
+#include <QStringList>
+#include <QVector>
+#include <QWidget>
+
+#include <map>
+#include <vector>
+
+#include "engine/run/trainer.h"
+
+class QCustomPlot;
+class QLabel;
+class QSpinBox;
+
+namespace paralab::ui {
+
+class GanttPlottable;
+
+class TimelinePanel : public QWidget {
+    Q_OBJECT
+public:
+    explicit TimelinePanel(QWidget* parent = nullptr);
+
+    // One kept span, as drawn.
+    struct SpanView {
+        QString device, phase;
+        qint64 step = 0;
+        double t_begin = 0, t_end = 0;  // seconds since training started
+        qint64 bytes = 0;
+        int row = 0;                    // the device's row (palette order)
+        bool commLane = false;          // drawn in the communication lane
+        QColor color;
+    };
+
+    int stepsShown() const { return m_stepsShown; }
+    QVector<qint64> keptSteps() const;  // over all devices, ascending
+    QVector<qint64> keptSteps(const QString& device) const;
+    QVector<SpanView> spans() const;    // by device, step, then arrival
+    QStringList devices() const { return m_devices; }
+    // What the hover shows for the span under (time in ms from the window's start, row).
+    QString describeAt(double timeMs, double row) const;
+
+    bool exportTo(const QString& path);  // PNG or PDF by the suffix
+    // One row per kept span: device, step, phase, family, times, duration, bytes.
+    bool exportCsv(const QString& path) const;
+
+    // Connected to RunController::spansArrived (a plain member: see DeviceDashboard).
+    void addSpans(const QVector<run::Span>& spans);
+
+public slots:
+    void clear();
+    void setStepsShown(int steps);
+    void exportWithDialog();
+    void exportCsvWithDialog();
+
+protected:
+    void showEvent(QShowEvent* event) override;
+
+private:
+    struct Kept {
+        QString phase;
+        double t_begin, t_end;
+        qint64 bytes;
+    };
+    using Steps = std::map<qint64, std::vector<Kept>>;  // by step
+    void dropOldSteps(Steps& steps) const;
+    void refresh();  // hands the kept spans to the plot, fits the axes, queues a replot
+    SpanView view(const QString& device, qint64 step, const Kept& k) const;
+    // The span under (time in ms from the window's start, row); false when there is none.
+    bool spanAt(double timeMs, double row, SpanView* found) const;
+    void onMouseMove(const QPoint& pos);
+
+    QCustomPlot* m_plot;
+    GanttPlottable* m_gantt;
+    QLabel* m_hover;
+    QSpinBox* m_stepsBox;
+    int m_stepsShown = 5;
+    QStringList m_devices;              // palette order
+    std::map<QString, Steps> m_kept;    // by device: its last m_stepsShown steps
+    double m_origin = 0;                // t of the earliest kept span: x = 0 ms
+    bool m_dirty = false;
+};
+
+}  // namespace paralab::ui
