@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
+#include "engine/comm/mpi.h"
 
 namespace paralab::bench {
 namespace {
@@ -79,6 +80,34 @@ AllReduceBench bench_all_reduce(int world, int64_t bytes, int iterations) {
     result.iterations = iterations;
     result.seconds_per_call =
         *std::max_element(rank_seconds.begin(), rank_seconds.end()) / iterations;
+    if (result.seconds_per_call > 0)
+        result.algbw_gbps = static_cast<double>(result.bytes) / result.seconds_per_call / 1e9;
+    result.busbw_gbps = result.algbw_gbps * 2.0 * (world - 1) / world;
+    return result;
+}
+
+AllReduceBench bench_mpi_all_reduce(int64_t bytes, int iterations) {
+    if (bytes < 0 || iterations <= 0)
+        throw Error("bench_mpi_all_reduce: bytes " + std::to_string(bytes) + ", iterations " +
+                    std::to_string(iterations));
+    comm::Communicator& comm = comm::MpiGroup::world().communicator();
+    const int world = comm.world();
+    const int64_t count = bytes / static_cast<int64_t>(sizeof(float));
+    // As in bench_all_reduce: small values, touched before timing.
+    std::vector<float> data(static_cast<size_t>(count), 1e-3f * float(comm.rank() + 1));
+    comm.all_reduce(data.data(), count, DType::f32, comm::ReduceOp::sum);
+    comm.barrier();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < iterations; ++i)
+        comm.all_reduce(data.data(), count, DType::f32, comm::ReduceOp::sum);
+    double slowest = seconds_since(t0);
+    comm.all_reduce(&slowest, 1, DType::f64, comm::ReduceOp::max);
+
+    AllReduceBench result;
+    result.world = world;
+    result.bytes = count * static_cast<int64_t>(sizeof(float));
+    result.iterations = iterations;
+    result.seconds_per_call = slowest / iterations;
     if (result.seconds_per_call > 0)
         result.algbw_gbps = static_cast<double>(result.bytes) / result.seconds_per_call / 1e9;
     result.busbw_gbps = result.algbw_gbps * 2.0 * (world - 1) / world;

@@ -26,4 +26,10 @@ struct AllReduceBench {
 // LocalGroup of `world` ranks, each rank on its own std::thread.
 AllReduceBench bench_all_reduce(int world, int64_t bytes, int iterations);
 
+// The same measurement on MpiGroup::world()'s communicator (engine/comm/mpi.h): every rank of
+// an MPI job (one process per rank, under mpirun) calls it with the same arguments; `world` is
+// the job's size, and seconds_per_call the slowest rank's (agreed by an all-reduce), so every
+// rank returns the same result. Throws Error in a build without MPI.
+AllReduceBench bench_mpi_all_reduce(int64_t bytes, int iterations);
+
 }  // namespace paralab::bench

@@ -1,0 +1,52 @@
+// MpiGroup in a build without MPI (configured with PARALAB_MPI=OFF, or no Open MPI found): the
+// same interface as mpi.cpp, so that callers build unchanged; asking for the group says why it
+// cannot be had (DESIGN.md §1: optional parts have a stub).
+#include <memory>
+
+#include "engine/comm/mpi.h"
+
+namespace paralab::comm {
+namespace {
+
+[[noreturn]] void throw_no_mpi(const char* what) {
+    throw Error(std::string("MpiGroup::") + what +
+                ": this build has no MPI support (rebuild with Open MPI installed, e.g. Debian's "
+                "libopenmpi-dev, and PARALAB_MPI=ON)");
+}
+
+}  // namespace
+
+struct MpiGroup::State {};
+
+bool MpiGroup::available() {
+    return false;
+}
+
+MpiGroup& MpiGroup::world() {
+    throw_no_mpi("world");
+}
+
+// Unreachable: no MpiGroup is ever made without MPI.
+MpiGroup::MpiGroup() {
+    throw_no_mpi("MpiGroup");
+}
+
+MpiGroup::~MpiGroup() = default;
+
+int MpiGroup::rank() const {
+    throw_no_mpi("rank");
+}
+
+int MpiGroup::size() const {
+    throw_no_mpi("size");
+}
+
+Communicator& MpiGroup::communicator() {
+    throw_no_mpi("communicator");
+}
+
+std::unique_ptr<Communicator> MpiGroup::split_communicator() {
+    throw_no_mpi("split_communicator");
+}
+
+}  // namespace paralab::comm

@@ -1,0 +1,511 @@
+// The MPI communicator, run as N processes by `mpirun -np N` (tests/mpi/run_mpi_test.sh; CTest
+// label `mpi`): every collective against the same double-precision reference as
+// tests/engine/test_comm.cpp (sizes 0, 1, 7, 101, 2^20 + 3; f32 and f64), all_reduce
+// bit-identical across ranks and run to run and equal to the local backend's result to float
+// rounding, send/recv ordering and eagerness, a second communicator used by a second thread,
+// and a long mixed sequence of calls. Each rank runs every test; rank 0 prints the usual report
+// and names any other rank that failed a test, the others print only their failures. In a build
+// without MPI the program reports SKIPPED (and checks the stub's message).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+#include "engine/comm/mpi.h"
+#include "engine/data/loader.h"
+
+using namespace paralab;
+using namespace paralab::comm;
+
+namespace {
+
+// ---- the reference of tests/engine/test_comm.cpp (same inputs, same bounds) ----------------
+
+double input_value(uint64_t salt, int rank, int64_t i) {
+    uint64_t z =
+        salt * 0x9E3779B97F4A7C15ull + uint64_t(rank) * 0xBF58476D1CE4E5B9ull + uint64_t(i);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return double(z >> 11) * 0x1.0p-52 - 1.0;
+}
+
+// inputs[r][i]: element i of rank r, in [-1, 1). Every rank makes all ranks' inputs, so that it
+// can compute the reference itself.
+template <class T>
+std::vector<std::vector<T>> make_inputs(uint64_t salt, int world, int64_t count) {
+    std::vector<std::vector<T>> inputs(static_cast<size_t>(world),
+                                       std::vector<T>(static_cast<size_t>(count)));
+    for (int r = 0; r < world; ++r)
+        for (int64_t i = 0; i < count; ++i)
+            inputs[size_t(r)][size_t(i)] = T(input_value(salt, r, i));
+    return inputs;
+}
+
+template <class T>
+void reference(const std::vector<std::vector<T>>& inputs, int64_t i, ReduceOp op, double* value,
+               double* magnitude) {
+    double sum = 0, abs_sum = 0, max = -INFINITY;
+    for (const auto& in : inputs) {
+        sum += double(in[size_t(i)]);
+        abs_sum += std::fabs(double(in[size_t(i)]));
+        max = std::max(max, double(in[size_t(i)]));
+    }
+    const double n = double(inputs.size());
+    *value = op == ReduceOp::max ? max : op == ReduceOp::average ? sum / n : sum;
+    *magnitude = op == ReduceOp::average ? abs_sum / n : abs_sum;
+}
+
+constexpr double epsilon_of(DType dtype) {
+    return dtype == DType::f32 ? 0x1.0p-23 : 0x1.0p-52;
+}
+
+// result[i] within the rounding of N additions in T of the exact reduction (slack 1), or of
+// another backend's result, itself that close (slack 2).
+template <class T>
+void expect_reduced(const std::vector<T>& result, const std::vector<std::vector<T>>& inputs,
+                    ReduceOp op, int64_t first = 0, int64_t last = -1,
+                    const std::vector<T>* other = nullptr, double slack = 1) {
+    if (last < 0) last = int64_t(result.size());
+    const double n = double(inputs.size());
+    int failures = 0;
+    for (int64_t i = first; i < last && failures < 5; ++i) {
+        double want, magnitude;
+        reference(inputs, i, op, &want, &magnitude);
+        if (other != nullptr) want = double((*other)[size_t(i)]);
+        const double tol =
+            op == ReduceOp::max ? 0.0 : slack * (n + 1) * epsilon_of(dtype_of<T>()) * magnitude;
+        if (std::fabs(double(result[size_t(i)]) - want) > tol) {
+            ++failures;
+            ADD_FAILURE() << "element " << i << ": got " << result[size_t(i)] << ", want " << want;
+        }
+    }
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+int64_t chunk(int64_t count, int c, int world) {
+    return data::shard_of_dataset(count, ((c % world) + world) % world, world).count;
+}
+
+const char* op_name(ReduceOp op) {
+    return op == ReduceOp::sum ? "sum" : op == ReduceOp::average ? "average" : "max";
+}
+
+// ---- the group, and a fixture that agrees on failures --------------------------------------
+
+Communicator& comm() {
+    return MpiGroup::world().communicator();
+}
+
+// True on every rank when `data` is bit for bit rank 0's (root 0 broadcasts its copy).
+template <class T>
+bool same_bits_as_rank0(const std::vector<T>& data) {
+    std::vector<T> root = data;
+    comm().broadcast(root.data(), int64_t(root.size()), dtype_of<T>(), 0);
+    return same_bits(root, data);
+}
+
+class MpiCommTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (!MpiGroup::available()) GTEST_SKIP() << "this build has no MPI support";
+    }
+
+    // Every rank learns which ranks failed this test, so that rank 0's report names them.
+    void TearDown() override {
+        if (!MpiGroup::available()) return;
+        const int world = comm().world();
+        std::vector<double> failed(static_cast<size_t>(world), 0.0);
+        failed[size_t(comm().rank())] = HasFailure() ? 1.0 : 0.0;
+        comm().all_gather(failed.data(), world, DType::f64);  // rank r's shard is element r
+        for (int r = 0; r < world; ++r)
+            if (r != comm().rank() && failed[size_t(r)] != 0)
+                ADD_FAILURE() << "rank " << r << " failed this test (see its [rank " << r
+                              << "] lines)";
+    }
+};
+
+// ---- collectives x sizes --------------------------------------------------------------------
+
+class MpiCollectiveTest : public MpiCommTest, public ::testing::WithParamInterface<int64_t> {};
+
+template <class T>
+void check_all_reduce(int64_t count) {
+    Communicator& c = comm();
+    const int world = c.world(), r = c.rank();
+    const auto inputs = make_inputs<T>(17, world, count);
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::average, ReduceOp::max}) {
+        SCOPED_TRACE(std::string(op_name(op)) + (std::is_same_v<T, float> ? " f32" : " f64"));
+        std::vector<T> first;
+        for (int run = 0; run < 2; ++run) {
+            std::vector<T> data = inputs[size_t(r)];
+            const CommRecord rec = c.all_reduce(data.data(), count, dtype_of<T>(), op);
+            EXPECT_STREQ(rec.op, "all_reduce");
+            EXPECT_EQ(
+                rec.bytes,
+                (world == 1 ? 0 : 2 * count - chunk(count, r, world) - chunk(count, r + 1, world)) *
+                    int64_t(sizeof(T)));
+            EXPECT_TRUE(same_bits_as_rank0(data)) << "rank " << r << " differs from rank 0";
+            if (run == 0) {
+                expect_reduced(data, inputs, op);
+                first = data;
+            } else {
+                EXPECT_TRUE(same_bits(data, first)) << "not bit-identical run to run";
+            }
+        }
+        if (r == 0) {  // the local backend on the same inputs, as threads of this process
+            auto local = inputs;
+            LocalGroup group(world);
+            std::vector<std::thread> threads;
+            for (int q = 0; q < world; ++q)
+                threads.emplace_back([&, q] {
+                    group.rank(q).all_reduce(local[size_t(q)].data(), count, dtype_of<T>(), op);
+                });
+            for (auto& t : threads) t.join();
+            expect_reduced(first, inputs, op, 0, -1, &local[0], 2);
+        }
+    }
+}
+
+TEST_P(MpiCollectiveTest, AllReduceMatchesReferenceLocalBackendAndIsBitIdentical) {
+    check_all_reduce<float>(GetParam());
+    check_all_reduce<double>(GetParam());
+}
+
+template <class T>
+void check_reduce_scatter_all_gather(int64_t count) {
+    Communicator& c = comm();
+    const int world = c.world(), r = c.rank();
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::average, ReduceOp::max}) {
+        SCOPED_TRACE(op_name(op));
+        const auto inputs = make_inputs<T>(29, world, count);
+        std::vector<T> data = inputs[size_t(r)];
+        const auto rs = c.reduce_scatter(data.data(), count, dtype_of<T>(), op);
+        EXPECT_EQ(rs.bytes,
+                  (world == 1 ? 0 : count - chunk(count, r - 1, world)) * int64_t(sizeof(T)));
+        const auto shard = data::shard_of_dataset(count, r, world);
+        expect_reduced(data, inputs, op, shard.offset, shard.offset + shard.count);
+        const auto ag = c.all_gather(data.data(), count, dtype_of<T>());
+        EXPECT_EQ(ag.bytes, (world == 1 ? 0 : count - chunk(count, r, world)) * int64_t(sizeof(T)));
+        expect_reduced(data, inputs, op);
+        EXPECT_TRUE(same_bits_as_rank0(data));
+    }
+}
+
+TEST_P(MpiCollectiveTest, ReduceScatterThenAllGatherRoundTrip) {
+    check_reduce_scatter_all_gather<float>(GetParam());
+    check_reduce_scatter_all_gather<double>(GetParam());
+}
+
+template <class T>
+void check_all_gather(int64_t count) {
+    Communicator& c = comm();
+    const int world = c.world();
+    const auto inputs = make_inputs<T>(31, world, count);
+    std::vector<T> want(static_cast<size_t>(count));
+    for (int r = 0; r < world; ++r) {
+        const auto s = data::shard_of_dataset(count, r, world);
+        for (int64_t i = s.offset; i < s.offset + s.count; ++i)
+            want[size_t(i)] = inputs[size_t(r)][size_t(i)];
+    }
+    std::vector<T> data = inputs[size_t(c.rank())];  // rows outside the shard: overwritten
+    c.all_gather(data.data(), count, dtype_of<T>());
+    EXPECT_TRUE(same_bits(data, want));
+}
+
+TEST_P(MpiCollectiveTest, AllGatherCollectsEveryShard) {
+    check_all_gather<float>(GetParam());
+    check_all_gather<double>(GetParam());
+}
+
+template <class T>
+void check_broadcast_and_reduce(int64_t count) {
+    Communicator& c = comm();
+    const int world = c.world(), r = c.rank();
+    for (int root = 0; root < world; ++root) {
+        SCOPED_TRACE("root " + std::to_string(root));
+        const auto inputs = make_inputs<T>(uint64_t(41 + root), world, count);
+        std::vector<T> data = inputs[size_t(r)];
+        const auto rec = c.broadcast(data.data(), count, dtype_of<T>(), root);
+        EXPECT_EQ(rec.bytes, r == root ? 0 : count * int64_t(sizeof(T)));
+        EXPECT_TRUE(same_bits(data, inputs[size_t(root)]));
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::average, ReduceOp::max}) {
+            data = inputs[size_t(r)];
+            c.reduce(data.data(), count, dtype_of<T>(), op, root);
+            if (r == root) expect_reduced(data, inputs, op);
+        }
+    }
+}
+
+TEST_P(MpiCollectiveTest, BroadcastAndReduceWithEveryRoot) {
+    check_broadcast_and_reduce<float>(GetParam());
+    check_broadcast_and_reduce<double>(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, MpiCollectiveTest,
+                         ::testing::Values<int64_t>(0, 1, 7, 101, (1 << 20) + 3),
+                         [](const auto& info) { return "count" + std::to_string(info.param); });
+
+// ---- rooted variable counts, messages, threads, sequences -----------------------------------
+
+TEST_F(MpiCommTest, ScatterThenGatherWithUnevenCountsFromEveryRoot) {
+    Communicator& c = comm();
+    const int world = c.world(), r = c.rank();
+    std::vector<int64_t> counts(static_cast<size_t>(world));
+    for (int q = 0; q < world; ++q) counts[size_t(q)] = (3 * q + 1) % 4 * 5;  // 5, 0, 15, ...
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t(0));
+    const int64_t offset = std::accumulate(counts.begin(), counts.begin() + r, int64_t(0));
+    for (int root = 0; root < world; ++root) {
+        std::vector<double> send(static_cast<size_t>(total)),
+            gathered(static_cast<size_t>(total), -1.0);
+        for (int64_t i = 0; i < total; ++i) send[size_t(i)] = double(i) + 0.25;
+        std::vector<double> mine(static_cast<size_t>(counts[static_cast<size_t>(r)]), -1.0);
+        c.scatter(r == root ? send.data() : nullptr, mine.data(), counts, DType::f64, root);
+        for (int64_t i = 0; i < counts[size_t(r)]; ++i)
+            EXPECT_EQ(mine[size_t(i)], double(offset + i) + 0.25) << "root " << root;
+        for (auto& x : mine) x *= 2;
+        const auto rec =
+            c.gather(mine.data(), r == root ? gathered.data() : nullptr, counts, DType::f64, root);
+        EXPECT_EQ(rec.bytes, r == root ? (total - counts[size_t(root)]) * 8 : 0);
+        if (r == root) {
+            for (int64_t i = 0; i < total; ++i)
+                EXPECT_EQ(gathered[size_t(i)], 2 * (double(i) + 0.25)) << "root " << root;
+        }
+    }
+    // The root's own rows may alias its send/recv buffers, as with the local backend.
+    std::vector<float> rows(static_cast<size_t>(total), 0.0f);
+    for (int64_t i = 0; i < total; ++i) rows[size_t(i)] = float(i);
+    std::vector<float> mine(static_cast<size_t>(counts[static_cast<size_t>(r)]));
+    float* own = r == 0 ? rows.data() + offset : mine.data();
+    c.scatter(rows.data(), own, counts, DType::f32, 0);
+    for (int64_t i = 0; i < counts[size_t(r)]; ++i) EXPECT_EQ(own[i], float(offset + i));
+    c.gather(own, rows.data(), counts, DType::f32, 0);
+    if (r == 0) {
+        for (int64_t i = 0; i < total; ++i) EXPECT_EQ(rows[size_t(i)], float(i));
+    }
+}
+
+TEST_F(MpiCommTest, MessagesArriveInOrderPerPeerAndTag) {
+    Communicator& c = comm();
+    if (c.rank() == 0) {
+        for (int peer = 1; peer < c.world(); ++peer) {
+            for (float v : {1.0f, 2.0f}) c.send(&v, 1, DType::f32, peer, /*tag=*/1);
+            const double pair[2] = {3, double(peer)};
+            EXPECT_EQ(c.send(pair, 2, DType::f64, peer, /*tag=*/2).bytes, 16);
+        }
+    } else {
+        double pair[2] = {};
+        EXPECT_EQ(c.recv(pair, 2, DType::f64, 0, 2).bytes, 0);  // tag 2 first: not blocked
+        EXPECT_EQ(pair[0], 3);
+        EXPECT_EQ(pair[1], c.rank());
+        float v = 0;
+        c.recv(&v, 1, DType::f32, 0, 1);
+        EXPECT_EQ(v, 1.0f);
+        c.recv(&v, 1, DType::f32, 0, 1);
+        EXPECT_EQ(v, 2.0f);
+    }
+    c.barrier();
+}
+
+TEST_F(MpiCommTest, LargeRingExchangeIsEager) {
+    // Every rank sends 4 MB to the next before receiving from the previous: a blocking send of
+    // that size would wait for a receiver that is itself sending, so this deadlocks unless send
+    // returns once its data is copied out.
+    Communicator& c = comm();
+    const int world = c.world(), r = c.rank();
+    const int64_t count = (1 << 20) + 3;
+    for (int round = 0; round < 3; ++round) {
+        std::vector<float> out(static_cast<size_t>(count), float(r + round)),
+            in(static_cast<size_t>(count), -1.0f);
+        c.send(out.data(), count, DType::f32, (r + 1) % world, 7);
+        out.assign(out.size(), -2.0f);  // the message was copied when send returned
+        c.recv(in.data(), count, DType::f32, (r + world - 1) % world, 7);
+        EXPECT_EQ(in.front(), float((r + world - 1) % world + round));
+        EXPECT_EQ(in.back(), float((r + world - 1) % world + round));
+    }
+    c.barrier();
+}
+
+TEST_F(MpiCommTest, RecvOfAMismatchedMessageNamesBothAndLeavesIt) {
+    Communicator& c = comm();
+    if (c.world() < 2) GTEST_SKIP() << "needs 2 ranks";
+    if (c.rank() == 0) {
+        const float v[3] = {1, 2, 3};
+        c.send(v, 3, DType::f32, 1, 5);
+    } else if (c.rank() == 1) {
+        double d[3];
+        std::string message;
+        try {
+            c.recv(d, 3, DType::f64, 0, 5);
+        } catch (const Error& e) {
+            message = e.what();
+        }
+        EXPECT_NE(message.find("expects 3 f64 from rank 0 (tag 5)"), std::string::npos) << message;
+        EXPECT_NE(message.find("holds 12 bytes"), std::string::npos) << message;
+        float got[3] = {};
+        c.recv(got, 3, DType::f32, 0, 5);
+        EXPECT_EQ(got[2], 3.0f);
+    }
+    c.barrier();
+}
+
+TEST_F(MpiCommTest, ArgumentErrorsAreThrownBeforeAnyMpiCall) {
+    Communicator& c = comm();
+    float buf[4] = {};
+    const auto message_of = [](auto&& fn) -> std::string {
+        try {
+            fn();
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "no exception";
+    };
+    const int world = c.world();
+    EXPECT_NE(message_of([&] { c.broadcast(buf, 4, DType::f32, world); }).find("root"),
+              std::string::npos);
+    EXPECT_NE(message_of([&] { c.send(buf, 1, DType::f32, 0, -1); }).find("tag -1 is outside"),
+              std::string::npos);
+    EXPECT_NE(message_of([&] { c.all_gather(buf, 4, DType::bf16); }).find("bf16"),
+              std::string::npos);
+    EXPECT_EQ(c.backend(), "mpi");
+    EXPECT_EQ(c.rank(), MpiGroup::world().rank());
+    EXPECT_EQ(c.world(), MpiGroup::world().size());
+    if (const char* size = std::getenv("OMPI_COMM_WORLD_SIZE")) {  // set by Open MPI's mpirun
+        EXPECT_EQ(c.world(), std::atoi(size));
+    }
+}
+
+TEST_F(MpiCommTest, SplitCommunicatorWorksBesideTheFirstOnAnotherThread) {
+    auto second = MpiGroup::world().split_communicator();
+    Communicator& first = comm();
+    const int world = first.world(), r = first.rank();
+    const int64_t count = 10007;
+    const auto inputs_a = make_inputs<float>(51, world, count);
+    const auto inputs_b = make_inputs<double>(52, world, count);
+    std::vector<float> a = inputs_a[size_t(r)];
+    std::vector<double> b = inputs_b[size_t(r)];
+    std::thread bucket_thread([&] {
+        for (int i = 0; i < 20; ++i) {
+            b = inputs_b[size_t(r)];
+            second->all_reduce(b.data(), count, DType::f64, ReduceOp::sum);
+        }
+    });
+    for (int i = 0; i < 20; ++i) {
+        a = inputs_a[size_t(r)];
+        first.all_reduce(a.data(), count, DType::f32, ReduceOp::max);
+    }
+    bucket_thread.join();
+    expect_reduced(a, inputs_a, ReduceOp::max);
+    expect_reduced(b, inputs_b, ReduceOp::sum);
+    EXPECT_EQ(second->backend(), "mpi");
+    EXPECT_EQ(second->totals().calls, 20);
+}
+
+TEST_F(MpiCommTest, TwoHundredMixedCallsInOneSequence) {
+    Communicator& c = comm();
+    const int world = c.world(), r = c.rank();
+    std::mt19937 pick(1234);  // the same sequence on every rank
+    for (int call = 0; call < 200; ++call) {
+        const int kind = int(pick() % 7), root = int(pick() % uint32_t(world));
+        const int64_t count = int64_t(pick() % 300);
+        SCOPED_TRACE("call " + std::to_string(call) + " kind " + std::to_string(kind));
+        const auto inputs = make_inputs<double>(uint64_t(call), world, count);
+        auto mine = inputs[size_t(r)];
+        if (kind == 0 || kind == 1) {
+            const ReduceOp op = kind == 0 ? ReduceOp::sum : ReduceOp::max;
+            c.all_reduce(mine.data(), count, DType::f64, op);
+            expect_reduced(mine, inputs, op);
+        } else if (kind == 2) {
+            c.reduce_scatter(mine.data(), count, DType::f64, ReduceOp::average);
+            c.all_gather(mine.data(), count, DType::f64);
+            expect_reduced(mine, inputs, ReduceOp::average);
+        } else if (kind == 3) {
+            c.broadcast(mine.data(), count, DType::f64, root);
+            EXPECT_TRUE(same_bits(mine, inputs[size_t(root)]));
+        } else if (kind == 4) {
+            c.reduce(mine.data(), count, DType::f64, ReduceOp::sum, root);
+            if (r == root) expect_reduced(mine, inputs, ReduceOp::sum);
+        } else if (kind == 5) {
+            c.send(mine.data(), count, DType::f64, root, call);
+            if (r == root)
+                for (int q = 0; q < world; ++q) {
+                    c.recv(mine.data(), count, DType::f64, q, call);
+                    EXPECT_TRUE(same_bits(mine, inputs[size_t(q)]));
+                }
+        } else {
+            c.barrier();
+        }
+    }
+    EXPECT_GE(c.totals().calls, 200);
+}
+
+// ---- the build's MPI support ----------------------------------------------------------------
+
+TEST(MpiBuild, AvailabilityMatchesTheBuild) {
+#ifdef PARALAB_HAVE_MPI
+    EXPECT_TRUE(MpiGroup::available());
+    EXPECT_GE(MpiGroup::world().size(), 1);
+#else
+    EXPECT_FALSE(MpiGroup::available());
+    std::string message;
+    try {
+        MpiGroup::world();
+    } catch (const Error& e) {
+        message = e.what();
+    }
+    EXPECT_NE(message.find("this build has no MPI support"), std::string::npos) << message;
+#endif
+}
+
+// Ranks other than 0 print only what failed, prefixed with their rank.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+public:
+    explicit FailurePrinter(int rank) : m_rank(rank) {}
+    void OnTestPartResult(const ::testing::TestPartResult& result) override {
+        if (!result.failed()) return;
+        std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", m_rank,
+                     result.file_name() ? result.file_name() : "?", result.line_number(),
+                     result.summary());
+    }
+    void OnTestEnd(const ::testing::TestInfo& info) override {
+        if (info.result()->Failed())
+            std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", m_rank, info.test_suite_name(),
+                         info.name());
+    }
+
+private:
+    int m_rank;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    if (MpiGroup::available()) {
+        try {
+            const MpiGroup& group = MpiGroup::world();  // MPI is initialised before any test
+            if (group.rank() != 0) {
+                auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+                delete listeners.Release(listeners.default_result_printer());
+                listeners.Append(new FailurePrinter(group.rank()));
+            }
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "test_mpi_comm: %s\n", e.what());
+            return 1;
+        }
+    }
+    return RUN_ALL_TESTS();
+}
