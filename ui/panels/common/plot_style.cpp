@@ -31,8 +31,8 @@ void putLegendBelow(QCustomPlot* plot, int columns) {
     const int row = plot->plotLayout()->rowCount();
     plot->plotLayout()->addElement(row, 0, legend);
     plot->plotLayout()->setRowStretchFactor(row, 0.001);  // as small as its items allow
-    legend->setFillOrder(QCPLegend::foColumnsFirst);
     legend->setWrap(columns);
+    legend->setFillOrder(QCPLegend::foColumnsFirst, true);  // rearranges the items already there
     legend->setBorderPen(Qt::NoPen);
     legend->setBrush(Qt::NoBrush);
     legend->setMargins(QMargins(4, 0, 4, 2));

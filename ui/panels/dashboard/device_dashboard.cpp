@@ -207,7 +207,7 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
     p.breakdown->yAxis->setLabel(tr("ms per step"));
     for (QCustomPlot* plot : {p.loss, p.rate, p.memoryTime}) {
         plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
-        plotstyle::putLegendBelow(plot, 5);
+        plotstyle::putLegendBelow(plot, plot == p.memoryTime ? 4 : 5);
     }
     p.memory->yAxis->setTicker(QSharedPointer<ByteTicker>::create());
     p.memoryTime->yAxis->setTicker(QSharedPointer<ByteTicker>::create());
@@ -226,7 +226,7 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
     below = nullptr;
     for (int k = 0; k < kTimeParts; ++k)
         below = p.timeBars[static_cast<size_t>(k)] = addStackedBars(p.breakdown, below, timePartName(k), timePartColor(k));
-    plotstyle::putLegendBelow(p.breakdown, 4);
+    plotstyle::putLegendBelow(p.breakdown, 2);
 
     auto* grid = new QGridLayout(m_plotArea);
     grid->setContentsMargins(0, 0, 0, 0);
@@ -299,6 +299,15 @@ void DeviceDashboard::recolor() {
     };
     for (size_t i = 0; i < m_series.size(); ++i) paint(*m_series[i], palette::deviceColor(static_cast<int>(i)));
     if (m_global) paint(*m_global, palette::globalColor());
+    // The legends in the same order: all devices first, then the devices in palette order.
+    Plots& p = *m_plots;
+    for (QCustomPlot* plot : {p.loss, p.rate, p.memoryTime}) plot->legend->clearItems();
+    auto list = [](Series& s) {
+        for (QCPGraph* g : {s.lossSmooth, s.rate, s.memory})
+            if (g) g->addToLegend();
+    };
+    if (m_global) list(*m_global);
+    for (auto& s : m_series) list(*s);
 }
 
 QColor DeviceDashboard::colorOf(const QString& device) const {
@@ -451,7 +460,7 @@ void DeviceDashboard::updateBars() {
         p.timeBars[static_cast<size_t>(k)]->setData(keys, values, true);
     }
     if (p.breakdownTitle)
-        p.breakdownTitle->setText(tr("Step time per device (mean of the last %n step(s))", nullptr, m_breakdownWindow));
+        p.breakdownTitle->setText(tr("Time per step (mean of last %n)", nullptr, m_breakdownWindow));
 
     // Device names under the stacks, and a strip of the device's colour between the stacks and
     // the axis: the link to the same device's curves.
