@@ -5,6 +5,7 @@
 // the window fills both.
 #include <QFile>
 #include <QSignalSpy>
+#include <QTabWidget>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -129,6 +130,7 @@ private slots:
     void csvHasAHeaderAndOneRowPerRecord();
     void plotsExportAsPngAndPdf();
     void realDdpRunFillsBothDevices();
+    void screenshots();
 };
 
 void TestDashboard::oneCurvePerDeviceWithEveryPoint() {
@@ -410,6 +412,43 @@ void TestDashboard::realDdpRunFillsBothDevices() {
     w.setExperiment(e);
     QCOMPARE(d->lossPointCount("cpu:0"), 0);
     QVERIFY(t->spans().isEmpty());
+}
+
+// Not a check: the README's screenshots, taken from the real window during a 4-device DDP run on
+// Fashion-MNIST. Run under a display (xvfb-run -s "-screen 0 1600x1000x24" ui_dashboard_test
+// screenshots -platform xcb) with PARALAB_SCREENSHOT_DIR set to the folder to write them into.
+void TestDashboard::screenshots() {
+    const QString dir = qEnvironmentVariable("PARALAB_SCREENSHOT_DIR");
+    if (dir.isEmpty()) QSKIP("set PARALAB_SCREENSHOT_DIR to take the README's screenshots");
+    MainWindow w;
+    QCOMPARE(w.openExperiment(":/examples/fashion-mlp-ddp.paralab.json", false), QString());
+    auto e = *w.experiment();
+    e.devices = {"cpu:0", "cpu:1", "cpu:2", "cpu:3"};
+    w.setExperiment(e);
+    w.resize(1600, 1000);
+    w.move(0, 0);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.viewTabs()->setCurrentWidget(w.deviceDashboard());
+    const int steps = qEnvironmentVariableIntValue("PARALAB_SCREENSHOT_STEPS") > 0
+                          ? qEnvironmentVariableIntValue("PARALAB_SCREENSHOT_STEPS")
+                          : 250;
+    QSignalSpy finished(w.controller(), &RunController::finished);
+    w.startRun();
+    QTRY_VERIFY_WITH_TIMEOUT(w.deviceDashboard()->lossPointCount("all") >= steps || finished.count() > 0, 600000);
+    QCOMPARE(finished.count(), 0);  // still running: the picture is of a live run
+    QTest::qWait(300);
+    QVERIFY(w.grab().save(QDir(dir).filePath("screenshot-dashboard.png")));
+    w.viewTabs()->setCurrentWidget(w.timeline());
+    QTest::qWait(300);
+    QVERIFY(w.grab().save(QDir(dir).filePath("screenshot-timeline.png")));
+    // The panels' own exports, to look at too.
+    QVERIFY(w.deviceDashboard()->exportTo(QDir(dir).filePath("export-devices.png")));
+    QVERIFY(w.timeline()->exportTo(QDir(dir).filePath("export-timeline.png")));
+    QVERIFY(w.timeline()->exportTo(QDir(dir).filePath("export-timeline.pdf")));
+    QVERIFY(w.deviceDashboard()->exportTo(QDir(dir).filePath("export-devices.pdf")));
+    w.stopRun();
+    QVERIFY(finished.count() == 1 || finished.wait(10000));
 }
 
 // Runs go to a store in a temporary folder, never into the user's own.
