@@ -17,7 +17,9 @@
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
 #include "engine/store/run_store.h"
+#include "ui/mainwindow/main_window.h"
 #include "ui/panels/runs/runs_panel.h"
+#include "ui/session/run_controller.h"
 #include "ui/session/runs_model.h"
 
 using namespace paralab;
@@ -102,6 +104,7 @@ private slots:
     void deleteRemovesTheRunAndItsRecords();
     void aDamagedStoreShowsAnErrorNotACrash();
     void aLockedStoreRefusesANoteWithAClearMessage();
+    void theWindowsRunsTabShowsARunWhenItFinishes();
 
 private:
     QTemporaryDir m_dir;
@@ -352,6 +355,23 @@ void TestRunsPanel::aLockedStoreRefusesANoteWithAClearMessage() {
     QSignalSpy saved(panel.model(), &RunsModel::notesSaved);
     QVERIFY(panel.model()->setData(panel.model()->index(row, RunsModel::Notes), "saved now"));
     QVERIFY(saved.wait(10000));
+}
+
+void TestRunsPanel::theWindowsRunsTabShowsARunWhenItFinishes() {
+    QTemporaryDir home;  // the window records into the default store: a fresh one here
+    qputenv("XDG_DATA_HOME", home.path().toUtf8());
+    ui::MainWindow w;
+    QVERIFY(waitLoaded(*w.runsPanel()));
+    QCOMPARE(w.runsPanel()->model()->rowCount(), 0);
+    QCOMPARE(w.runsPanel()->model()->storePath(), home.filePath("ParaLab/runs.db"));
+    w.setExperiment(spirals("ddp", 2, 12));
+    QSignalSpy finished(w.controller(), &ui::RunController::finished);
+    w.startRun();
+    QVERIFY(finished.wait(20000));
+    QTRY_COMPARE_WITH_TIMEOUT(w.runsPanel()->model()->rowCount(), 1, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(w.runsPanel()->model()->runs().at(0).status, QString("finished"), 10000);
+    QCOMPARE(w.runsPanel()->model()->runs().at(0).strategy, QString("ddp"));
+    qunsetenv("XDG_DATA_HOME");
 }
 
 QTEST_MAIN(TestRunsPanel)

@@ -19,6 +19,7 @@
 #include "ui/panels/dashboard/device_dashboard.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/experiment/experiment_panel.h"
+#include "ui/panels/runs/runs_panel.h"
 #include "ui/panels/timeline/timeline_panel.h"
 #include "ui/session/run_controller.h"
 
@@ -50,6 +51,7 @@ MainWindow::MainWindow(QWidget* parent)
       m_plot(new LossPlotPanel),
       m_devices(new DeviceDashboard),
       m_timeline(new TimelinePanel),
+      m_runs(new RunsPanel),
       m_tabs(new QTabWidget),
       m_controller(new RunController(this)),
       m_status(new QLabel),
@@ -62,6 +64,7 @@ MainWindow::MainWindow(QWidget* parent)
     m_tabs->addTab(m_plot, tr("Training"));
     m_tabs->addTab(m_devices, tr("Devices"));
     m_tabs->addTab(m_timeline, tr("Timeline"));
+    m_tabs->addTab(m_runs, tr("Runs"));
     splitter->addWidget(m_tabs);
     splitter->setStretchFactor(1, 1);
     splitter->setSizes({460, 940});
@@ -98,6 +101,13 @@ MainWindow::MainWindow(QWidget* parent)
     connect(m_controller, &RunController::deviceStepsArrived, m_devices, &DeviceDashboard::addDeviceSteps);
     connect(m_controller, &RunController::spansArrived, m_timeline, &TimelinePanel::addSpans);
     connect(m_controller, &RunController::stateChanged, this, &MainWindow::updateActions);
+    // The runs table shows a run from its start (running) to its end (its summary); runs that
+    // `paralab run` added meanwhile appear when the tab is opened.
+    connect(m_controller, &RunController::started, m_runs, &RunsPanel::refresh);
+    connect(m_controller, &RunController::finished, m_runs, &RunsPanel::refresh);
+    connect(m_tabs, &QTabWidget::currentChanged, this, [this](int index) {
+        if (m_tabs->widget(index) == m_runs) m_runs->refresh();
+    });
     connect(m_controller, &RunController::finished, this, [this](const run::RunSummary& s) {
         QString text = tr("Run %1 after %2 steps in %3 s").arg(QString::fromStdString(s.status)).arg(s.steps).arg(s.wall_s, 0, 'f', 1);
         if (s.test_accuracy) text += tr(" · test accuracy %1").arg(*s.test_accuracy, 0, 'f', 4);

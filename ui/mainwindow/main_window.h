@@ -1,6 +1,6 @@
 // The ParaLab window: wiring only (STYLE.md 11). The experiment panel on the left, the views in
-// tabs in the centre (training loss, every device, the timeline), Start/Stop, and progress in
-// the status bar.
+// tabs in the centre (training loss, every device, the timeline, the stored runs), Start/Stop,
+// and progress in the status bar.
 #pragma once
 
 #include <QMainWindow>
@@ -19,6 +19,7 @@ class DeviceDashboard;
 class ExperimentPanel;
 class LossPlotPanel;
 class RunController;
+class RunsPanel;
 class TimelinePanel;
 
 class MainWindow : public QMainWindow {
@@ -37,6 +38,7 @@ public:
     LossPlotPanel* plot() const { return m_plot; }
     DeviceDashboard* deviceDashboard() const { return m_devices; }
     TimelinePanel* timeline() const { return m_timeline; }
+    RunsPanel* runsPanel() const { return m_runs; }
     // The central tabs: training, devices, timeline (others add theirs).
     QTabWidget* viewTabs() const { return m_tabs; }
     ExperimentPanel* experimentPanel() const { return m_panel; }
@@ -56,6 +58,7 @@ private:
     LossPlotPanel* m_plot;
     DeviceDashboard* m_devices;
     TimelinePanel* m_timeline;
+    RunsPanel* m_runs;
     QTabWidget* m_tabs;
     RunController* m_controller;
     QAction* m_openAction = nullptr;

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace paralab::ui {
 
@@ -41,8 +42,9 @@ const StrategyColor kStrategyColors[] = {
 const Qt::PenStyle kPenStyles[] = {Qt::SolidLine, Qt::DashLine, Qt::DotLine, Qt::DashDotLine};
 // Bars stay readable up to about this many runs side by side.
 constexpr int kMaxCompared = 10;
-// Loss curves are noisy per step; the comparison is about the trend (TensorBoard's debiased EMA).
-constexpr double kSmoothing = 0.8;
+// Loss curves are noisy per step; the comparison is about the trend (TensorBoard's debiased EMA,
+// with the dashboard's weight).
+constexpr double kSmoothing = 0.9;
 
 // The table's strategy cell carries the strategy's colour: the key to every comparison plot.
 class RunsProxy : public QSortFilterProxyModel {
@@ -111,6 +113,7 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
       m_deleteButton(new QPushButton(tr("Delete…"))),
       m_xAxis(new QComboBox),
       m_smooth(new QCheckBox(tr("Smoothed"))),
+      m_logLoss(new QCheckBox(tr("Log scale"))),
       m_efficiency(new QLabel),
       m_plot(new QCustomPlot),
       m_compareTimer(new QTimer(this)) {
@@ -176,12 +179,15 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     connect(plotButton, &QPushButton::clicked, this, &RunsPanel::exportPlotWithDialog);
     connect(m_xAxis, &QComboBox::currentIndexChanged, this, &RunsPanel::redraw);
     connect(m_smooth, &QCheckBox::toggled, this, &RunsPanel::redraw);
+    m_logLoss->setToolTip(tr("Logarithmic loss axis: differences late in training stay visible"));
+    connect(m_logLoss, &QCheckBox::toggled, this, &RunsPanel::redraw);
     auto* compareBar = new QHBoxLayout;
     auto* compareTitle = new QLabel(tr("<b>Compare</b> the selected runs (Ctrl/Shift+click for several)"));
     compareBar->addWidget(compareTitle);
     compareBar->addStretch(1);
     compareBar->addWidget(m_xAxis);
     compareBar->addWidget(m_smooth);
+    compareBar->addWidget(m_logLoss);
     compareBar->addWidget(plotButton);
     m_efficiency->setObjectName(QStringLiteral("efficiencyLabel"));
     m_efficiency->setWordWrap(true);
@@ -344,7 +350,7 @@ void RunsPanel::redraw() {
 
     // ---- loss curves ----
     QHash<QString, int> seen;  // runs per strategy so far: the line style
-    double maxX = 0, maxLoss = 0;
+    double maxX = 0, maxLoss = 0, minLoss = std::numeric_limits<double>::infinity();
     for (int i = 0; i < runs.size(); ++i) {
         const RunInfo& r = *runs[i];
         const QColor color = strategyColor(r.strategy);
@@ -354,16 +360,33 @@ void RunsPanel::redraw() {
                        .arg(r.devices.size())
                        .arg(r.devices.size() == 1 ? QString() : QStringLiteral("s"))
                        .arg(r.id));
-        g->setPen(QPen(color, 2, kPenStyles[seen[r.strategy]++ % 4]));
+        // Deterministic strategies follow the single device's curve step for step (DESIGN.md
+        // §3): earlier runs are drawn wider, so that curves on top of each other all show.
+        const double width = std::min(1.6 + 1.2 * static_cast<double>(runs.size() - 1 - i), 5.2);
+        g->setPen(QPen(color, width, kPenStyles[seen[r.strategy]++ % 4]));
         const QVector<double>& keys = byTime ? curves[i]->wallS : curves[i]->steps;
         const QVector<double> values = m_smooth->isChecked() ? smoothed(curves[i]->loss) : curves[i]->loss;
         g->setData(keys, values, !byTime);  // steps are sorted; wall times almost always
         for (double v : values)
-            if (std::isfinite(v)) maxLoss = std::max(maxLoss, v);
+            if (std::isfinite(v)) {
+                maxLoss = std::max(maxLoss, v);
+                if (v > 0) minLoss = std::min(minLoss, v);
+            }
         if (!keys.isEmpty()) maxX = std::max(maxX, keys.back());
     }
     lossX->setRange(0, maxX > 0 ? maxX * 1.02 : (byTime ? 1.0 : 10.0));
-    lossY->setRange(0, maxLoss > 0 ? maxLoss * 1.05 : 1.0);
+    if (m_logLoss->isChecked()) {
+        lossY->setScaleType(QCPAxis::stLogarithmic);
+        if (!qSharedPointerDynamicCast<QCPAxisTickerLog>(lossY->ticker()))
+            lossY->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+        const double top = maxLoss > 0 ? maxLoss : 1.0;
+        lossY->setRange(std::isfinite(minLoss) ? minLoss / 1.5 : top / 100, top * 1.5);
+    } else {
+        lossY->setScaleType(QCPAxis::stLinear);
+        if (qSharedPointerDynamicCast<QCPAxisTickerLog>(lossY->ticker()))
+            lossY->setTicker(QSharedPointer<QCPAxisTicker>::create());
+        lossY->setRange(0, maxLoss > 0 ? maxLoss * 1.05 : 1.0);
+    }
     m_plot->legend->setVisible(!runs.isEmpty());
     if (runs.isEmpty()) {
         auto* hint = new QCPItemText(m_plot);
@@ -449,7 +472,7 @@ void RunsPanel::redraw() {
         line->setPen(QPen(QColor(120, 120, 120), 1, Qt::DashLine));
     }
     m_efficiency->setText(efficiencyLines.isEmpty() ? QString()
-                                                    : tr("Scaling efficiency — %1").arg(efficiencyLines.join(QLatin1String(" · "))));
+                                                    : tr("Scaling efficiency — %1").arg(efficiencyLines.join(QStringLiteral(" · "))));
     m_efficiency->setVisible(!efficiencyLines.isEmpty());
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
@@ -475,6 +498,7 @@ QColor RunsPanel::curveColor(qint64 runId) const {
 
 bool RunsPanel::xAxisIsTime() const { return m_xAxis->currentIndex() == 1; }
 void RunsPanel::setXAxisIsTime(bool byTime) { m_xAxis->setCurrentIndex(byTime ? 1 : 0); }
+void RunsPanel::setLogarithmicLoss(bool on) { m_logLoss->setChecked(on); }
 QString RunsPanel::efficiencyText() const { return m_efficiency->text(); }
 QString RunsPanel::messageText() const { return m_message->isHidden() ? QString() : m_message->text(); }
 

@@ -48,6 +48,7 @@ public:
     QColor curveColor(qint64 runId) const;
     bool xAxisIsTime() const;
     void setXAxisIsTime(bool byTime);
+    void setLogarithmicLoss(bool on);
     QString efficiencyText() const;
     QString messageText() const;  // the message bar ("" when hidden)
 
@@ -82,6 +83,7 @@ private:
     QPushButton* m_deleteButton;
     QComboBox* m_xAxis;
     QCheckBox* m_smooth;
+    QCheckBox* m_logLoss;
     QLabel* m_efficiency;
     QCustomPlot* m_plot;
     QCPAxisRect* m_lossRect = nullptr;
