@@ -57,9 +57,11 @@ public:
     }
 };
 
-QString shortLabel(const RunInfo& r) {
-    return r.devices.size() > 1 ? QStringLiteral("%1 ×%2  #%3").arg(r.strategy).arg(r.devices.size()).arg(r.id)
-                                : QStringLiteral("%1  #%2").arg(r.strategy).arg(r.id);
+// "ddp ×2 #5"; for a bar's tick, on two lines (narrow bars side by side stay apart).
+QString shortLabel(const RunInfo& r, bool twoLines = false) {
+    const QString sep = twoLines ? QStringLiteral("\n") : QStringLiteral(" ");
+    return r.devices.size() > 1 ? QStringLiteral("%1 ×%2%3#%4").arg(r.strategy).arg(r.devices.size()).arg(sep).arg(r.id)
+                                : QStringLiteral("%1%2#%3").arg(r.strategy, sep).arg(r.id);
 }
 
 QVector<double> smoothed(const QVector<double>& values) {
@@ -277,8 +279,8 @@ void RunsPanel::buildPlot() {
     }
     bars->setRowStretchFactor(0, 0.001);
     layout->setRowStretchFactor(0, 0.001);
-    layout->setRowStretchFactor(1, 3);
-    layout->setRowStretchFactor(2, 2.2);
+    layout->setRowStretchFactor(1, 5);
+    layout->setRowStretchFactor(2, 4);
     // The loss plot's left edge lines up with the first bar chart's.
     auto* margins = new QCPMarginGroup(m_plot);
     m_lossRect->setMarginGroup(QCP::msLeft, margins);
@@ -418,7 +420,7 @@ void RunsPanel::redraw() {
     for (QCPAxisRect* rect : {m_throughputRect, m_memoryRect, m_efficiencyRect}) {
         auto ticker = qSharedPointerDynamicCast<QCPAxisTickerText>(rect->axis(QCPAxis::atBottom)->ticker());
         ticker->clear();
-        for (int i = 0; i < runs.size(); ++i) ticker->addTick(i + 1, shortLabel(*runs[i]));
+        for (int i = 0; i < runs.size(); ++i) ticker->addTick(i + 1, shortLabel(*runs[i], true));
         rect->axis(QCPAxis::atBottom)->setRange(0.4, std::max<qsizetype>(runs.size(), 1) + 0.6);
     }
     auto addBar = [&](QCPAxisRect* rect, int i, double value, const QString& label) {
@@ -442,15 +444,20 @@ void RunsPanel::redraw() {
         if (eff) {
             addBar(m_efficiencyRect, i, 100 * eff->value, QStringLiteral("%1 %").arg(locale.toString(100 * eff->value, 'f', 0)));
             maxEfficiency = std::max(maxEfficiency, eff->value);
+            QString line;
             if (eff->baselineRunId == r.id)
-                efficiencyLines << tr("%1: the single-device baseline (%2 samples/s)")
-                                       .arg(shortLabel(r), locale.toString(r.samplesPerS, 'f', 0));
+                line = tr("%1 is the baseline (%2 samples/s)").arg(shortLabel(r), locale.toString(r.samplesPerS, 'f', 0));
             else
-                efficiencyLines << tr("%1: %2 % of %3 × single #%4 (%5 samples/s)")
-                                       .arg(shortLabel(r), locale.toString(100 * eff->value, 'f', 0))
-                                       .arg(r.devices.size())
-                                       .arg(eff->baselineRunId)
-                                       .arg(locale.toString(eff->baselineSamplesPerS, 'f', 0));
+                line = tr("%1: %2 % of %3 × single #%4").arg(shortLabel(r), locale.toString(100 * eff->value, 'f', 0))
+                           .arg(r.devices.size())
+                           .arg(eff->baselineRunId);
+            // The baseline's throughput once, unless it is among the runs compared.
+            const bool baselineShown = std::any_of(runs.begin(), runs.end(), [&](const RunInfo* c) {
+                return c->id == eff->baselineRunId;
+            });
+            if (!baselineShown)
+                line += tr(" (%1 samples/s)").arg(locale.toString(eff->baselineSamplesPerS, 'f', 0));
+            efficiencyLines << line;
         } else {
             QCPItemText* text = addText(m_plot, m_efficiencyRect, tr("no single-device\nbaseline"), i + 1, 4);
             text->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
@@ -472,7 +479,7 @@ void RunsPanel::redraw() {
         line->setPen(QPen(QColor(120, 120, 120), 1, Qt::DashLine));
     }
     m_efficiency->setText(efficiencyLines.isEmpty() ? QString()
-                                                    : tr("Scaling efficiency — %1").arg(efficiencyLines.join(QStringLiteral(" · "))));
+                                                    : tr("Scaling efficiency: %1").arg(efficiencyLines.join(QStringLiteral(" · "))));
     m_efficiency->setVisible(!efficiencyLines.isEmpty());
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
