@@ -7,6 +7,9 @@
 // and names any other rank that failed a test, the others print only their failures. In a build
 // without MPI the program reports SKIPPED (and checks the stub's message).
 #include <gtest/gtest.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -493,6 +496,12 @@ private:
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(__GLIBC__)
+    // As in tests/engine/test_comm.cpp: keep freed blocks of 4-16 MB (the inputs, and Open MPI's
+    // per-call temporary buffers) instead of mapping them afresh, each page a fault, every time.
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
     ::testing::InitGoogleTest(&argc, argv);
     if (MpiGroup::available()) {
         try {
