@@ -34,8 +34,8 @@ run::Experiment experiment(const std::string& name, std::vector<std::string> dev
     return e;
 }
 
-run::StepRecord record(int64_t step, const std::string& device, double loss, int64_t samples, double wall_s,
-                       int64_t memory = 0) {
+run::StepRecord record(int64_t step, const std::string& device, double loss, int64_t samples,
+                       double wall_s, int64_t memory = 0) {
     run::StepRecord r;
     r.step = step;
     r.device = device;
@@ -50,7 +50,8 @@ int64_t count_rows(const std::string& path, const std::string& table, int64_t ru
     sqlite3* raw = nullptr;
     EXPECT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
     sqlite3_stmt* q = nullptr;
-    const std::string sql = "SELECT COUNT(*) FROM " + table + " WHERE run_id = " + std::to_string(run_id);
+    const std::string sql =
+        "SELECT COUNT(*) FROM " + table + " WHERE run_id = " + std::to_string(run_id);
     EXPECT_EQ(sqlite3_prepare_v2(raw, sql.c_str(), -1, &q, nullptr), SQLITE_OK);
     EXPECT_EQ(sqlite3_step(q), SQLITE_ROW);
     const int64_t n = sqlite3_column_int64(q, 0);
@@ -87,14 +88,22 @@ TEST(RunStoreQueries, LossCurveIsTheStepOverAllDevices) {
     store::RunStore db((dir.path / "runs.db").string());
     const int64_t id = db.create_run(experiment("curve", {"cpu:0", "cpu:1", "cpu:2"}), {});
     const double nan = std::nan("");
-    db.add_records(id, {
-        // step 1: an uneven split (48 + 16 rows) and a pipeline-like first stage with no loss
-        record(1, "cpu:0", 1.0, 48, 0.10), record(1, "cpu:1", 2.0, 16, 0.12), record(1, "cpu:2", nan, 64, 0.11),
-        // step 2: even
-        record(2, "cpu:0", 0.5, 32, 0.20), record(2, "cpu:1", 0.7, 32, 0.19), record(2, "cpu:2", nan, 64, 0.25),
-        // step 3: no device computed a loss (a diverged step is stored as NULL)
-        record(3, "cpu:0", nan, 32, 0.30), record(3, "cpu:1", nan, 32, 0.30), record(3, "cpu:2", nan, 64, 0.31),
-    });
+    db.add_records(
+        id,
+        {
+            // step 1: an uneven split (48 + 16 rows) and a pipeline-like first stage with no loss
+            record(1, "cpu:0", 1.0, 48, 0.10),
+            record(1, "cpu:1", 2.0, 16, 0.12),
+            record(1, "cpu:2", nan, 64, 0.11),
+            // step 2: even
+            record(2, "cpu:0", 0.5, 32, 0.20),
+            record(2, "cpu:1", 0.7, 32, 0.19),
+            record(2, "cpu:2", nan, 64, 0.25),
+            // step 3: no device computed a loss (a diverged step is stored as NULL)
+            record(3, "cpu:0", nan, 32, 0.30),
+            record(3, "cpu:1", nan, 32, 0.30),
+            record(3, "cpu:2", nan, 64, 0.31),
+        });
     const auto curve = db.loss_curve(id);
     ASSERT_EQ(curve.size(), 3u);
     EXPECT_EQ(curve[0].step, 1);
@@ -110,8 +119,9 @@ TEST(RunStoreQueries, DeviceStatsGiveThroughputAndMemoryPerDevice) {
     TempDir dir;
     store::RunStore db((dir.path / "runs.db").string());
     const int64_t id = db.create_run(experiment("devices", {"cpu:0", "cpu:1"}), {});
-    db.add_records(id, {record(1, "cpu:0", 1.0, 32, 0.5, 1000), record(2, "cpu:0", 1.0, 32, 1.0, 3000),
-                        record(1, "cpu:1", 1.0, 16, 0.4, 500), record(2, "cpu:1", 1.0, 16, 0.8, 400)});
+    db.add_records(id,
+                   {record(1, "cpu:0", 1.0, 32, 0.5, 1000), record(2, "cpu:0", 1.0, 32, 1.0, 3000),
+                    record(1, "cpu:1", 1.0, 16, 0.4, 500), record(2, "cpu:1", 1.0, 16, 0.8, 400)});
     const auto stats = db.device_stats(id);
     ASSERT_EQ(stats.size(), 2u);
     EXPECT_EQ(stats[0].device, "cpu:0");
@@ -151,7 +161,8 @@ TEST(RunStoreQueries, DeleteRunRemovesItsRowsAndNoOthers) {
     ASSERT_EQ(count_rows(path, "records", gone), 40);
     EXPECT_TRUE(db.delete_run(gone));
     EXPECT_FALSE(db.get_run(gone));
-    for (const char* table : {"records", "evaluations", "spans"}) EXPECT_EQ(count_rows(path, table, gone), 0) << table;
+    for (const char* table : {"records", "evaluations", "spans"})
+        EXPECT_EQ(count_rows(path, table, gone), 0) << table;
     EXPECT_EQ(count_rows(path, "records", kept), 20);
     EXPECT_EQ(count_rows(path, "spans", kept), 10);
     EXPECT_EQ(count_rows(path, "evaluations", kept), 1);
@@ -166,25 +177,27 @@ TEST(RunStoreQueries, DeleteRunInAStoreMigratedFromSchema1) {
     sqlite3* raw = nullptr;
     ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
     // Schema 1 as the first ParaLab wrote it: no foreign keys, so nothing cascades.
-    ASSERT_EQ(sqlite3_exec(raw,
-                           "CREATE TABLE runs (run_id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, "
-                           "status TEXT NOT NULL, strategy TEXT NOT NULL, devices TEXT NOT NULL, config TEXT "
-                           "NOT NULL, created_at TEXT NOT NULL, finished_at TEXT, summary TEXT, notes TEXT NOT "
-                           "NULL DEFAULT '', pid INTEGER, host TEXT);"
-                           "CREATE TABLE records (run_id INTEGER NOT NULL, step INTEGER NOT NULL, device TEXT "
-                           "NOT NULL, epoch INTEGER NOT NULL, wall_s REAL NOT NULL, loss REAL, samples INTEGER "
-                           "NOT NULL, compute_ms REAL NOT NULL, comm_ms REAL NOT NULL, idle_ms REAL NOT NULL, "
-                           "data_wait_ms REAL NOT NULL, memory_bytes INTEGER NOT NULL, lr REAL, PRIMARY KEY "
-                           "(run_id, step, device));"
-                           "CREATE TABLE evaluations (run_id INTEGER NOT NULL, step INTEGER NOT NULL, loss REAL "
-                           "NOT NULL, accuracy REAL, samples INTEGER NOT NULL);"
-                           "INSERT INTO runs (name, status, strategy, devices, config, created_at) VALUES "
-                           "('old', 'finished', 'single', '[\"cpu:0\"]', '{}', '2026-01-01T00:00:00Z');"
-                           "INSERT INTO records VALUES (1, 1, 'cpu:0', 0, 0.1, 0.9, 32, 1, 0, 0, 0, 0, 0.01);"
-                           "INSERT INTO evaluations VALUES (1, 1, 0.8, 0.5, 100);"
-                           "PRAGMA user_version = 1;",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
+    ASSERT_EQ(
+        sqlite3_exec(
+            raw,
+            "CREATE TABLE runs (run_id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, "
+            "status TEXT NOT NULL, strategy TEXT NOT NULL, devices TEXT NOT NULL, config TEXT "
+            "NOT NULL, created_at TEXT NOT NULL, finished_at TEXT, summary TEXT, notes TEXT NOT "
+            "NULL DEFAULT '', pid INTEGER, host TEXT);"
+            "CREATE TABLE records (run_id INTEGER NOT NULL, step INTEGER NOT NULL, device TEXT "
+            "NOT NULL, epoch INTEGER NOT NULL, wall_s REAL NOT NULL, loss REAL, samples INTEGER "
+            "NOT NULL, compute_ms REAL NOT NULL, comm_ms REAL NOT NULL, idle_ms REAL NOT NULL, "
+            "data_wait_ms REAL NOT NULL, memory_bytes INTEGER NOT NULL, lr REAL, PRIMARY KEY "
+            "(run_id, step, device));"
+            "CREATE TABLE evaluations (run_id INTEGER NOT NULL, step INTEGER NOT NULL, loss REAL "
+            "NOT NULL, accuracy REAL, samples INTEGER NOT NULL);"
+            "INSERT INTO runs (name, status, strategy, devices, config, created_at) VALUES "
+            "('old', 'finished', 'single', '[\"cpu:0\"]', '{}', '2026-01-01T00:00:00Z');"
+            "INSERT INTO records VALUES (1, 1, 'cpu:0', 0, 0.1, 0.9, 32, 1, 0, 0, 0, 0, 0.01);"
+            "INSERT INTO evaluations VALUES (1, 1, 0.8, 0.5, 100);"
+            "PRAGMA user_version = 1;",
+            nullptr, nullptr, nullptr),
+        SQLITE_OK);
     sqlite3_close(raw);
     store::RunStore db(path);
     ASSERT_EQ(db.loss_curve(1).size(), 1u);

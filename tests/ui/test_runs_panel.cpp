@@ -35,7 +35,12 @@ run::Experiment spirals(const std::string& strategy, int devices, int64_t steps)
         {"paralab", 1},
         {"name", "spirals"},
         {"seed", 7},
-        {"data", {{"dataset", "spirals"}, {"samples", 1200}, {"classes", 3}, {"noise", 0.2}, {"batch_size", 64}}},
+        {"data",
+         {{"dataset", "spirals"},
+          {"samples", 1200},
+          {"classes", 3},
+          {"noise", 0.2},
+          {"batch_size", 64}}},
         {"model",
          {{"input", {2}},
           {"layers", nlohmann::json::array({{{"type", "linear"}, {"out", 32}},
@@ -53,7 +58,8 @@ run::Experiment spirals(const std::string& strategy, int devices, int64_t steps)
 qint64 recordRun(store::RunStore& db, const run::Experiment& e) {
     store::RunRecorder recorder(db, run::to_json(e));
     const auto summary = run::run_experiment(e, &recorder, nullptr);
-    if (summary.status != "finished") qFatal("run %s did not finish: %s", e.strategy.type.c_str(), summary.error.c_str());
+    if (summary.status != "finished")
+        qFatal("run %s did not finish: %s", e.strategy.type.c_str(), summary.error.c_str());
     return recorder.run_id();
 }
 
@@ -135,9 +141,11 @@ void TestRunsPanel::listsTheRunsWithTheirStrategies() {
     QVERIFY(ddp->samplesPerS > 0);
     QVERIFY(ddp->peakMemoryBytes > 0);
     QVERIFY(std::isfinite(ddp->finalLoss));
-    const QModelIndex devices = panel.model()->index(panel.model()->rowOfRun(m_runs.ddp), RunsModel::Devices);
+    const QModelIndex devices =
+        panel.model()->index(panel.model()->rowOfRun(m_runs.ddp), RunsModel::Devices);
     QCOMPARE(devices.data().toString(), QString("2 × cpu"));
-    const QModelIndex memory = panel.model()->index(panel.model()->rowOfRun(m_runs.ddp), RunsModel::PeakMemory);
+    const QModelIndex memory =
+        panel.model()->index(panel.model()->rowOfRun(m_runs.ddp), RunsModel::PeakMemory);
     QVERIFY2(memory.data().toString().contains("iB"), qPrintable(memory.data().toString()));
     // Newest first.
     QCOMPARE(panel.proxy()->index(0, 0).data(RunsModel::RunIdRole).toLongLong(), m_runs.zero);
@@ -227,7 +235,8 @@ void TestRunsPanel::notesRoundTripToTheStore() {
         QVERIFY(waitLoaded(panel));
         int row = -1;
         for (int r = 0; r < panel.proxy()->rowCount(); ++r)
-            if (panel.proxy()->index(r, 0).data(RunsModel::RunIdRole).toLongLong() == m_runs.ddp) row = r;
+            if (panel.proxy()->index(r, 0).data(RunsModel::RunIdRole).toLongLong() == m_runs.ddp)
+                row = r;
         QVERIFY(row >= 0);
         const QModelIndex notes = panel.proxy()->index(row, RunsModel::Notes);
         QVERIFY(notes.flags() & Qt::ItemIsEditable);
@@ -245,6 +254,15 @@ void TestRunsPanel::notesRoundTripToTheStore() {
     QCOMPARE(again.model()->run(m_runs.ddp)->notes, note);
     again.setFilterText("quoted");  // notes are filtered on too
     QCOMPARE(again.proxy()->rowCount(), 1);
+    // A note typed just before the window closes is written all the same.
+    {
+        RunsPanel closing(m_path);
+        QVERIFY(waitLoaded(closing));
+        const int row = closing.model()->rowOfRun(m_runs.single);
+        QVERIFY(
+            closing.model()->setData(closing.model()->index(row, RunsModel::Notes), "last words"));
+    }
+    QCOMPARE(QString::fromStdString(db.get_run(m_runs.single)->notes), QString("last words"));
 }
 
 void TestRunsPanel::csvExportWritesTheTable() {
@@ -260,9 +278,11 @@ void TestRunsPanel::csvExportWritesTheTable() {
     QVERIFY(f.open(QIODevice::ReadOnly));
     const QList<QByteArray> lines = f.readAll().trimmed().split('\n');
     QCOMPARE(lines.size(), 4);
-    QVERIFY(lines[0].startsWith("run_id,name,strategy,devices,status,final_loss,test_accuracy,samples_per_s,"
-                                "peak_memory_bytes,created_at,notes"));
-    QVERIFY(lines[1].startsWith(QByteArray::number(m_runs.zero) + ",spirals,zero,cpu:0 cpu:1,finished,"));
+    QVERIFY(lines[0].startsWith(
+        "run_id,name,strategy,devices,status,final_loss,test_accuracy,samples_per_s,"
+        "peak_memory_bytes,created_at,notes"));
+    QVERIFY(lines[1].startsWith(QByteArray::number(m_runs.zero) +
+                                ",spirals,zero,cpu:0 cpu:1,finished,"));
     // What is shown is what is exported.
     panel.setFilterText("single");
     written.clear();
@@ -297,7 +317,8 @@ void TestRunsPanel::deleteRemovesTheRunAndItsRecords() {
     QVERIFY(db.loss_curve(runs.ddp).empty());
     QVERIFY(db.device_stats(runs.ddp).empty());
     QVERIFY(db.spans(runs.ddp, 0, 1000000).empty());
-    QCOMPARE(static_cast<int>(db.loss_curve(runs.zero).size()), kZeroSteps);  // the others keep theirs
+    QCOMPARE(static_cast<int>(db.loss_curve(runs.zero).size()),
+             kZeroSteps);  // the others keep theirs
     QCOMPARE(static_cast<int>(db.loss_curve(runs.single).size()), kSingleSteps);
 }
 
@@ -307,11 +328,13 @@ void TestRunsPanel::aDamagedStoreShowsAnErrorNotACrash() {
     {
         QFile f(path);
         QVERIFY(f.open(QIODevice::WriteOnly));
-        f.write(QByteArray("SQLite format 3\0", 16) + QByteArray(4096, '\x5a'));  // a damaged header
+        f.write(QByteArray("SQLite format 3\0", 16) +
+                QByteArray(4096, '\x5a'));  // a damaged header
     }
     RunsPanel panel(path);
     QVERIFY(waitLoaded(panel));
-    QVERIFY2(panel.messageText().contains("not a ParaLab run store"), qPrintable(panel.messageText()));
+    QVERIFY2(panel.messageText().contains("not a ParaLab run store"),
+             qPrintable(panel.messageText()));
     QCOMPARE(panel.proxy()->rowCount(), 0);
     // Still usable: refresh, filter and compare do nothing harmful...
     QSignalSpy refreshed(panel.model(), &RunsModel::refreshed);
@@ -369,7 +392,8 @@ void TestRunsPanel::theWindowsRunsTabShowsARunWhenItFinishes() {
     w.startRun();
     QVERIFY(finished.wait(20000));
     QTRY_COMPARE_WITH_TIMEOUT(w.runsPanel()->model()->rowCount(), 1, 10000);
-    QTRY_COMPARE_WITH_TIMEOUT(w.runsPanel()->model()->runs().at(0).status, QString("finished"), 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(w.runsPanel()->model()->runs().at(0).status, QString("finished"),
+                              10000);
     QCOMPARE(w.runsPanel()->model()->runs().at(0).strategy, QString("ddp"));
     qunsetenv("XDG_DATA_HOME");
 }

@@ -32,14 +32,17 @@ private:
 
 namespace {
 
-QString fromStd(const std::string& s) { return QString::fromStdString(s); }
+QString fromStd(const std::string& s) {
+    return QString::fromStdString(s);
+}
 
 // The store's messages name the file and the cause; a locked database gets the plain reading.
 QString storeMessage(const std::exception& e) {
     const QString what = QString::fromUtf8(e.what());
     if (what.contains(QLatin1String("locked")) || what.contains(QLatin1String("busy")))
-        return RunsModel::tr("The run store is busy: another program holds a lock on it. Try again in a "
-                             "moment. (%1)")
+        return RunsModel::tr(
+                   "The run store is busy: another program holds a lock on it. Try again in a "
+                   "moment. (%1)")
             .arg(what);
     return RunsModel::tr("Cannot read the run store: %1").arg(what);
 }
@@ -68,10 +71,12 @@ RunInfo toInfo(const store::RunRow& r) {
             info.error = fromStd(it->get<std::string>());
         if (auto it = r.summary.find("peak_memory_bytes"); it != r.summary.end() && it->is_object())
             for (const auto& [device, bytes] : it->items())
-                if (bytes.is_number()) info.peakMemoryBytes = std::max(info.peakMemoryBytes, bytes.get<qint64>());
+                if (bytes.is_number())
+                    info.peakMemoryBytes = std::max(info.peakMemoryBytes, bytes.get<qint64>());
     }
     if (r.config.is_object())
-        if (auto it = r.config.find("model"); it != r.config.end()) info.modelKey = fromStd(it->dump());
+        if (auto it = r.config.find("model"); it != r.config.end())
+            info.modelKey = fromStd(it->dump());
     return info;
 }
 
@@ -116,7 +121,8 @@ QString devicesText(const QStringList& devices) {
 
 QByteArray csvField(const QString& s) {
     QByteArray bytes = s.toUtf8();
-    if (!bytes.contains(',') && !bytes.contains('"') && !bytes.contains('\n') && !bytes.contains('\r'))
+    if (!bytes.contains(',') && !bytes.contains('"') && !bytes.contains('\n') &&
+        !bytes.contains('\r'))
         return bytes;
     bytes.replace("\"", "\"\"");
     return '"' + bytes + '"';
@@ -137,10 +143,13 @@ QString formatBytes(qint64 bytes) {
         ++u;
     }
     return u == 0 ? QStringLiteral("%1 B").arg(bytes)
-                  : QStringLiteral("%1 %2").arg(v, 0, 'f', v < 10 ? 1 : 0).arg(QLatin1String(units[u]));
+                  : QStringLiteral("%1 %2")
+                        .arg(v, 0, 'f', v < 10 ? 1 : 0)
+                        .arg(QLatin1String(units[u]));
 }
 
-std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run, const QVector<RunInfo>& runs) {
+std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run,
+                                                   const QVector<RunInfo>& runs) {
     if (run.samplesPerS <= 0 || run.devices.isEmpty()) return std::nullopt;
     if (run.devices.size() == 1 && run.strategy == QLatin1String("single"))
         return ScalingEfficiency{run.id, run.samplesPerS, 1.0};
@@ -150,20 +159,23 @@ std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run, const QVe
         return std::tuple(c.name == run.name, c.strategy == QLatin1String("single"), c.id);
     };
     for (const RunInfo& c : runs) {
-        if (c.id == run.id || c.devices.size() != 1 || c.status != QLatin1String("finished") || c.samplesPerS <= 0)
+        if (c.id == run.id || c.devices.size() != 1 || c.status != QLatin1String("finished") ||
+            c.samplesPerS <= 0)
             continue;
         const bool sameModel = !run.modelKey.isEmpty() && c.modelKey == run.modelKey;
         if (c.name != run.name && !sameModel) continue;
         if (!best || rank(c) > rank(*best)) best = &c;
     }
     if (!best) return std::nullopt;
-    return ScalingEfficiency{best->id, best->samplesPerS,
-                             run.samplesPerS / (static_cast<double>(run.devices.size()) * best->samplesPerS)};
+    return ScalingEfficiency{
+        best->id, best->samplesPerS,
+        run.samplesPerS / (static_cast<double>(run.devices.size()) * best->samplesPerS)};
 }
 
 RunsModel::RunsModel(QString storePath, QObject* parent)
     : QAbstractTableModel(parent),
-      m_storePath(storePath.isEmpty() ? fromStd(store::RunStore::default_path()) : std::move(storePath)),
+      m_storePath(storePath.isEmpty() ? fromStd(store::RunStore::default_path())
+                                      : std::move(storePath)),
       m_thread(new QThread(this)),
       m_worker(new Worker(m_storePath.toStdString())) {
     qRegisterMetaType<paralab::ui::LossCurve>();
@@ -175,7 +187,9 @@ RunsModel::RunsModel(QString storePath, QObject* parent)
 }
 
 RunsModel::~RunsModel() {
-    m_thread->quit();
+    // Behind the jobs already queued: a note typed just before the window closes is written.
+    QMetaObject::invokeMethod(
+        m_worker, [thread = m_thread] { thread->quit(); }, Qt::QueuedConnection);
     // A query waits at most SQLite's busy timeout (5 s); a wedged one would block here forever.
     // Past the limit the thread (and the worker on it) is left behind rather than destroyed
     // while it runs.
@@ -186,7 +200,8 @@ RunsModel::~RunsModel() {
 }
 
 void RunsModel::post(std::function<void(Worker&)> job) {
-    QMetaObject::invokeMethod(m_worker, [w = m_worker, job = std::move(job)] { job(*w); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, job = std::move(job)] { job(*w); }, Qt::QueuedConnection);
 }
 
 void RunsModel::refresh() {
@@ -206,7 +221,8 @@ void RunsModel::refresh() {
         }
         // Queued to the model: dropped by Qt if the model is gone by then.
         QMetaObject::invokeMethod(
-            this, [this, runs = std::move(runs), error]() mutable { applyRuns(std::move(runs), error); },
+            this,
+            [this, runs = std::move(runs), error]() mutable { applyRuns(std::move(runs), error); },
             Qt::QueuedConnection);
     });
 }
@@ -232,8 +248,10 @@ void RunsModel::deleteRuns(const QList<qint64>& ids) {
     QStringList running;
     for (qint64 id : ids) {
         const RunInfo* r = run(id);
-        if (r && r->status == QLatin1String("running")) running << QStringLiteral("#%1").arg(id);
-        else deletable << id;
+        if (r && r->status == QLatin1String("running"))
+            running << QStringLiteral("#%1").arg(id);
+        else
+            deletable << id;
     }
     if (!running.isEmpty())
         emit operationFailed(tr("Run %1 is still being recorded: stop it before deleting it.")
@@ -320,22 +338,35 @@ int RunsModel::rowCount(const QModelIndex& parent) const {
     return parent.isValid() ? 0 : static_cast<int>(m_runs.size());
 }
 
-int RunsModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : ColumnCount; }
+int RunsModel::columnCount(const QModelIndex& parent) const {
+    return parent.isValid() ? 0 : ColumnCount;
+}
 
 QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int role) const {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
     switch (section) {
-    case Name: return tr("Name");
-    case Strategy: return tr("Strategy");
-    case Devices: return tr("Devices");
-    case Status: return tr("Status");
-    case FinalLoss: return tr("Final loss");
-    case TestAccuracy: return tr("Test accuracy");
-    case SamplesPerS: return tr("Samples/s");
-    case PeakMemory: return tr("Peak memory");
-    case Date: return tr("Date");
-    case Notes: return tr("Notes");
-    default: return {};
+        case Name:
+            return tr("Name");
+        case Strategy:
+            return tr("Strategy");
+        case Devices:
+            return tr("Devices");
+        case Status:
+            return tr("Status");
+        case FinalLoss:
+            return tr("Final loss");
+        case TestAccuracy:
+            return tr("Test accuracy");
+        case SamplesPerS:
+            return tr("Samples/s");
+        case PeakMemory:
+            return tr("Peak memory");
+        case Date:
+            return tr("Date");
+        case Notes:
+            return tr("Notes");
+        default:
+            return {};
     }
 }
 
@@ -350,43 +381,68 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     }
     if (role == SortRole) {
         switch (index.column()) {
-        case Devices: return static_cast<int>(r.devices.size());
-        case FinalLoss: return std::isfinite(r.finalLoss) ? r.finalLoss : 1e300;  // unknown last
-        case TestAccuracy: return std::isfinite(r.testAccuracy) ? r.testAccuracy : -1.0;
-        case SamplesPerS: return r.samplesPerS;
-        case PeakMemory: return r.peakMemoryBytes;
-        case Date: return r.id;  // the store's order: created_at has one-second resolution
-        default: return data(index, Qt::DisplayRole).toString().toLower();
+            case Devices:
+                return static_cast<int>(r.devices.size());
+            case FinalLoss:
+                return std::isfinite(r.finalLoss) ? r.finalLoss : 1e300;  // unknown last
+            case TestAccuracy:
+                return std::isfinite(r.testAccuracy) ? r.testAccuracy : -1.0;
+            case SamplesPerS:
+                return r.samplesPerS;
+            case PeakMemory:
+                return r.peakMemoryBytes;
+            case Date:
+                return r.id;  // the store's order: created_at has one-second resolution
+            default:
+                return data(index, Qt::DisplayRole).toString().toLower();
         }
     }
     if (role == Qt::ToolTipRole) {
         switch (index.column()) {
-        case Devices: return r.devices.join(QLatin1String(", "));
-        case Status: return r.error.isEmpty() ? QVariant() : r.error;
-        case SamplesPerS:
-        case PeakMemory:
-            return r.fromSteps ? tr("from the steps recorded so far (the run has no summary)") : QVariant();
-        case Notes: return r.notes.isEmpty() ? tr("Double-click to write a note") : r.notes;
-        default: return {};
+            case Devices:
+                return r.devices.join(QLatin1String(", "));
+            case Status:
+                return r.error.isEmpty() ? QVariant() : r.error;
+            case SamplesPerS:
+            case PeakMemory:
+                return r.fromSteps ? tr("from the steps recorded so far (the run has no summary)")
+                                   : QVariant();
+            case Notes:
+                return r.notes.isEmpty() ? tr("Double-click to write a note") : r.notes;
+            default:
+                return {};
         }
     }
     if (role == Qt::EditRole && index.column() == Notes) return r.notes;
     if (role != Qt::DisplayRole) return {};
     const QLocale locale;
     switch (index.column()) {
-    case Name: return QStringLiteral("%1  #%2").arg(r.name).arg(r.id);
-    case Strategy: return r.strategy;
-    case Devices: return devicesText(r.devices);
-    case Status: return r.status;
-    case FinalLoss: return std::isfinite(r.finalLoss) ? locale.toString(r.finalLoss, 'f', 4) : QString();
-    case TestAccuracy:
-        return std::isfinite(r.testAccuracy) ? QStringLiteral("%1 %").arg(locale.toString(100 * r.testAccuracy, 'f', 1))
-                                             : QString();
-    case SamplesPerS: return r.samplesPerS > 0 ? locale.toString(r.samplesPerS, 'f', 0) : QString();
-    case PeakMemory: return r.peakMemoryBytes > 0 ? formatBytes(r.peakMemoryBytes) : QString();
-    case Date: return r.createdAt.isValid() ? r.createdAt.toLocalTime().toString(QStringLiteral("yyyy-MM-dd HH:mm")) : QString();
-    case Notes: return r.notes;
-    default: return {};
+        case Name:
+            return QStringLiteral("%1  #%2").arg(r.name).arg(r.id);
+        case Strategy:
+            return r.strategy;
+        case Devices:
+            return devicesText(r.devices);
+        case Status:
+            return r.status;
+        case FinalLoss:
+            return std::isfinite(r.finalLoss) ? locale.toString(r.finalLoss, 'f', 4) : QString();
+        case TestAccuracy:
+            return std::isfinite(r.testAccuracy)
+                       ? QStringLiteral("%1 %").arg(locale.toString(100 * r.testAccuracy, 'f', 1))
+                       : QString();
+        case SamplesPerS:
+            return r.samplesPerS > 0 ? locale.toString(r.samplesPerS, 'f', 0) : QString();
+        case PeakMemory:
+            return r.peakMemoryBytes > 0 ? formatBytes(r.peakMemoryBytes) : QString();
+        case Date:
+            return r.createdAt.isValid()
+                       ? r.createdAt.toLocalTime().toString(QStringLiteral("yyyy-MM-dd HH:mm"))
+                       : QString();
+        case Notes:
+            return r.notes;
+        default:
+            return {};
     }
 }
 
@@ -397,7 +453,8 @@ Qt::ItemFlags RunsModel::flags(const QModelIndex& index) const {
 }
 
 bool RunsModel::setData(const QModelIndex& index, const QVariant& value, int role) {
-    if (!index.isValid() || index.column() != Notes || role != Qt::EditRole || index.row() >= m_runs.size())
+    if (!index.isValid() || index.column() != Notes || role != Qt::EditRole ||
+        index.row() >= m_runs.size())
         return false;
     RunInfo& r = m_runs[index.row()];
     const QString notes = value.toString();
@@ -452,17 +509,18 @@ std::optional<ScalingEfficiency> RunsModel::scalingEfficiency(qint64 runId) cons
 }
 
 QByteArray RunsModel::csv(const QList<int>& rows) const {
-    QByteArray out = "run_id,name,strategy,devices,status,final_loss,test_accuracy,samples_per_s,"
-                     "peak_memory_bytes,created_at,notes\n";
+    QByteArray out =
+        "run_id,name,strategy,devices,status,final_loss,test_accuracy,samples_per_s,"
+        "peak_memory_bytes,created_at,notes\n";
     for (int row : rows) {
         if (row < 0 || row >= m_runs.size()) continue;
         const RunInfo& r = m_runs[row];
-        out += QByteArray::number(r.id) + ',' + csvField(r.name) + ',' + csvField(r.strategy) + ',' +
-               csvField(r.devices.join(QLatin1Char(' '))) + ',' + csvField(r.status) + ',' +
+        out += QByteArray::number(r.id) + ',' + csvField(r.name) + ',' + csvField(r.strategy) +
+               ',' + csvField(r.devices.join(QLatin1Char(' '))) + ',' + csvField(r.status) + ',' +
                csvNumber(r.finalLoss) + ',' + csvNumber(r.testAccuracy) + ',' +
                (r.samplesPerS > 0 ? csvNumber(r.samplesPerS) : QByteArray()) + ',' +
-               (r.peakMemoryBytes > 0 ? QByteArray::number(r.peakMemoryBytes) : QByteArray()) + ',' +
-               csvField(r.createdAt.toString(Qt::ISODate)) + ',' + csvField(r.notes) + '\n';
+               (r.peakMemoryBytes > 0 ? QByteArray::number(r.peakMemoryBytes) : QByteArray()) +
+               ',' + csvField(r.createdAt.toString(Qt::ISODate)) + ',' + csvField(r.notes) + '\n';
     }
     return out;
 }

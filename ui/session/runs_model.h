@@ -51,7 +51,8 @@ struct ScalingEfficiency {
 // The newest finished single-device run among `runs` with `run`'s name, else with its model;
 // a single-device run of strategy "single" is its own baseline. Empty when there is none or
 // `run` has no throughput.
-std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run, const QVector<RunInfo>& runs);
+std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run,
+                                                   const QVector<RunInfo>& runs);
 
 // 1536 -> "1.5 KiB", 3 << 20 -> "3.0 MiB".
 QString formatBytes(qint64 bytes);
@@ -59,8 +60,19 @@ QString formatBytes(qint64 bytes);
 class RunsModel : public QAbstractTableModel {
     Q_OBJECT
 public:
-    enum Column { Name, Strategy, Devices, Status, FinalLoss, TestAccuracy, SamplesPerS, PeakMemory, Date, Notes,
-                  ColumnCount };
+    enum Column {
+        Name,
+        Strategy,
+        Devices,
+        Status,
+        FinalLoss,
+        TestAccuracy,
+        SamplesPerS,
+        PeakMemory,
+        Date,
+        Notes,
+        ColumnCount
+    };
     // Raw values (numbers, dates) for sorting; the run's id.
     static constexpr int SortRole = Qt::UserRole;
     static constexpr int RunIdRole = Qt::UserRole + 1;
@@ -73,7 +85,8 @@ public:
     int rowCount(const QModelIndex& parent = {}) const override;
     int columnCount(const QModelIndex& parent = {}) const override;
     QVariant data(const QModelIndex& index, int role = Qt::DisplayRole) const override;
-    QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+    QVariant headerData(int section, Qt::Orientation orientation,
+                        int role = Qt::DisplayRole) const override;
     Qt::ItemFlags flags(const QModelIndex& index) const override;
     // Notes only: shown at once, written to the store on the worker (notesSaved, or
     // operationFailed and the old text back).
@@ -104,8 +117,8 @@ public slots:
     void writeFile(const QString& path, const QByteArray& bytes);
 
 signals:
-    void refreshed();                        // after every refresh, also a failed one
-    void errorChanged(const QString& message);  // the load error; "" when it is gone
+    void refreshed();                              // after every refresh, also a failed one
+    void errorChanged(const QString& message);     // the load error; "" when it is gone
     void operationFailed(const QString& message);  // notes, delete, curves, export
     void notesSaved(qint64 runId);
     void runsDeleted(const QList<qint64>& ids);

@@ -1,5 +1,6 @@
 #include "ui/panels/runs/runs_panel.h"
 
+#include <qcustomplot.h>
 #include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
@@ -17,7 +18,6 @@
 #include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
-#include <qcustomplot.h>
 
 #include <algorithm>
 #include <cmath>
@@ -33,10 +33,14 @@ struct StrategyColor {
     QColor color;
 };
 const StrategyColor kStrategyColors[] = {
-    {"single", QColor(31, 119, 180)},        {"data_parallel", QColor(255, 127, 14)},
-    {"ddp", QColor(44, 160, 44)},            {"zero", QColor(214, 39, 40)},
-    {"hogwild", QColor(148, 103, 189)},      {"param_server", QColor(140, 86, 75)},
-    {"model_parallel", QColor(227, 119, 194)}, {"pipeline", QColor(23, 190, 207)},
+    {"single", QColor(31, 119, 180)},
+    {"data_parallel", QColor(255, 127, 14)},
+    {"ddp", QColor(44, 160, 44)},
+    {"zero", QColor(214, 39, 40)},
+    {"hogwild", QColor(148, 103, 189)},
+    {"param_server", QColor(140, 86, 75)},
+    {"model_parallel", QColor(227, 119, 194)},
+    {"pipeline", QColor(23, 190, 207)},
 };
 // Two runs of one strategy share its colour; the line style tells them apart.
 const Qt::PenStyle kPenStyles[] = {Qt::SolidLine, Qt::DashLine, Qt::DotLine, Qt::DashDotLine};
@@ -52,7 +56,8 @@ public:
     using QSortFilterProxyModel::QSortFilterProxyModel;
     QVariant data(const QModelIndex& index, int role) const override {
         if (role == Qt::DecorationRole && index.column() == RunsModel::Strategy)
-            return RunsPanel::strategyColor(QSortFilterProxyModel::data(index, Qt::DisplayRole).toString());
+            return RunsPanel::strategyColor(
+                QSortFilterProxyModel::data(index, Qt::DisplayRole).toString());
         return QSortFilterProxyModel::data(index, role);
     }
 };
@@ -60,7 +65,11 @@ public:
 // "ddp ×2 #5"; for a bar's tick, on two lines (narrow bars side by side stay apart).
 QString shortLabel(const RunInfo& r, bool twoLines = false) {
     const QString sep = twoLines ? QStringLiteral("\n") : QStringLiteral(" ");
-    return r.devices.size() > 1 ? QStringLiteral("%1 ×%2%3#%4").arg(r.strategy).arg(r.devices.size()).arg(sep).arg(r.id)
+    return r.devices.size() > 1 ? QStringLiteral("%1 ×%2%3#%4")
+                                      .arg(r.strategy)
+                                      .arg(r.devices.size())
+                                      .arg(sep)
+                                      .arg(r.id)
                                 : QStringLiteral("%1%2#%3").arg(r.strategy, sep).arg(r.id);
 }
 
@@ -87,7 +96,8 @@ void styleAxisRect(QCPAxisRect* rect) {
     }
 }
 
-QCPItemText* addText(QCustomPlot* plot, QCPAxisRect* rect, const QString& text, double x, double y) {
+QCPItemText* addText(QCustomPlot* plot, QCPAxisRect* rect, const QString& text, double x,
+                     double y) {
     auto* item = new QCPItemText(plot);
     item->setClipAxisRect(rect);
     item->setClipToAxisRect(true);
@@ -128,7 +138,8 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     m_filter->setPlaceholderText(tr("Filter: name, strategy, status, notes…"));
     m_filter->setClearButtonEnabled(true);
     m_filter->setObjectName(QStringLiteral("runsFilter"));
-    connect(m_filter, &QLineEdit::textChanged, m_proxy, &QSortFilterProxyModel::setFilterFixedString);
+    connect(m_filter, &QLineEdit::textChanged, m_proxy,
+            &QSortFilterProxyModel::setFilterFixedString);
     auto* refreshButton = new QPushButton(tr("Refresh"));
     auto* csvButton = new QPushButton(tr("Export CSV…"));
     connect(refreshButton, &QPushButton::clicked, this, &RunsPanel::refresh);
@@ -143,8 +154,9 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     m_message->setObjectName(QStringLiteral("runsMessage"));
     m_message->setWordWrap(true);
     m_message->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    m_message->setStyleSheet(QStringLiteral(
-        "QLabel { background: #fdecea; color: #8a1c1c; border: 1px solid #f5c2c0; padding: 6px; }"));
+    m_message->setStyleSheet(
+        QStringLiteral("QLabel { background: #fdecea; color: #8a1c1c; border: 1px solid #f5c2c0; "
+                       "padding: 6px; }"));
     m_message->hide();
 
     m_table->setModel(m_proxy);
@@ -176,7 +188,8 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     m_xAxis->addItem(tr("x: wall time"));
     m_xAxis->setObjectName(QStringLiteral("compareXAxis"));
     m_smooth->setChecked(true);
-    m_smooth->setToolTip(tr("Exponential moving average of the per-step loss (weight %1)").arg(kSmoothing));
+    m_smooth->setToolTip(
+        tr("Exponential moving average of the per-step loss (weight %1)").arg(kSmoothing));
     auto* plotButton = new QPushButton(tr("Export plot…"));
     connect(plotButton, &QPushButton::clicked, this, &RunsPanel::exportPlotWithDialog);
     connect(m_xAxis, &QComboBox::currentIndexChanged, this, &RunsPanel::redraw);
@@ -184,7 +197,8 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     m_logLoss->setToolTip(tr("Logarithmic loss axis: differences late in training stay visible"));
     connect(m_logLoss, &QCheckBox::toggled, this, &RunsPanel::redraw);
     auto* compareBar = new QHBoxLayout;
-    auto* compareTitle = new QLabel(tr("<b>Compare</b> the selected runs (Ctrl/Shift+click for several)"));
+    auto* compareTitle =
+        new QLabel(tr("<b>Compare</b> the selected runs (Ctrl/Shift+click for several)"));
     compareBar->addWidget(compareTitle);
     compareBar->addStretch(1);
     compareBar->addWidget(m_xAxis);
@@ -214,14 +228,20 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
 
     // ---- wiring ----
     // The selection is kept across a reload by run id (a reset model forgets it).
-    connect(m_model, &QAbstractItemModel::modelAboutToBeReset, this, [this] { m_keepSelection = selectedRunIds(); });
+    connect(m_model, &QAbstractItemModel::modelAboutToBeReset, this,
+            [this] { m_keepSelection = selectedRunIds(); });
     connect(m_model, &QAbstractItemModel::modelReset, this, [this] {
-        m_table->resizeColumnsToContents();
-        m_table->horizontalHeader()->setStretchLastSection(true);
+        // Fitted to the first runs shown; afterwards the user's column widths stay.
+        if (!m_columnsFitted && m_model->rowCount() > 0) {
+            m_columnsFitted = true;
+            m_table->resizeColumnsToContents();
+            m_table->horizontalHeader()->setStretchLastSection(true);
+        }
         selectRuns(m_keepSelection);
         scheduleComparison();  // runs gone, or numbers changed
     });
-    connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunsPanel::scheduleComparison);
+    connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this,
+            &RunsPanel::scheduleComparison);
     // A rubber-band or shift-click selection changes many times in a row: one query at the end.
     m_compareTimer->setSingleShot(true);
     m_compareTimer->setInterval(60);
@@ -241,7 +261,9 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     redraw();
 }
 
-QSortFilterProxyModel* RunsPanel::proxy() const { return m_proxy; }
+QSortFilterProxyModel* RunsPanel::proxy() const {
+    return m_proxy;
+}
 
 void RunsPanel::buildPlot() {
     m_plot->setAntialiasedElements(QCP::aePlottables | QCP::aeLegendItems | QCP::aeItems);
@@ -251,7 +273,10 @@ void RunsPanel::buildPlot() {
     auto* layout = m_plot->plotLayout();
     m_lossRect = m_plot->axisRect();  // the default one: it holds the legend
     layout->insertRow(0);
-    layout->addElement(0, 0, new QCPTextElement(m_plot, tr("Training loss (mean over each step's global batch)"), titleFont));
+    layout->addElement(
+        0, 0,
+        new QCPTextElement(m_plot, tr("Training loss (mean over each step's global batch)"),
+                           titleFont));
     styleAxisRect(m_lossRect);
     m_lossRect->axis(QCPAxis::atLeft)->setLabel(tr("loss"));
     m_plot->legend->setVisible(true);
@@ -295,9 +320,13 @@ void RunsPanel::buildPlot() {
     m_plot->addAction(exportAction);
 }
 
-void RunsPanel::refresh() { m_model->refresh(); }
+void RunsPanel::refresh() {
+    m_model->refresh();
+}
 
-void RunsPanel::setFilterText(const QString& text) { m_filter->setText(text); }
+void RunsPanel::setFilterText(const QString& text) {
+    m_filter->setText(text);
+}
 
 void RunsPanel::selectRuns(const QList<qint64>& ids) {
     QItemSelection selection;
@@ -306,18 +335,22 @@ void RunsPanel::selectRuns(const QList<qint64>& ids) {
         if (ids.contains(index.data(RunsModel::RunIdRole).toLongLong()))
             selection.select(index, m_proxy->index(row, RunsModel::ColumnCount - 1));
     }
-    m_table->selectionModel()->select(selection, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+    m_table->selectionModel()->select(
+        selection, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
 }
 
 QList<qint64> RunsPanel::selectedRunIds() const {
     QList<qint64> ids;
     QModelIndexList rows = m_table->selectionModel()->selectedRows();
-    std::sort(rows.begin(), rows.end(), [](const QModelIndex& a, const QModelIndex& b) { return a.row() < b.row(); });
+    std::sort(rows.begin(), rows.end(),
+              [](const QModelIndex& a, const QModelIndex& b) { return a.row() < b.row(); });
     for (const QModelIndex& index : rows) ids << index.data(RunsModel::RunIdRole).toLongLong();
     return ids;
 }
 
-void RunsPanel::scheduleComparison() { m_compareTimer->start(); }
+void RunsPanel::scheduleComparison() {
+    m_compareTimer->start();
+}
 
 void RunsPanel::requestComparison() {
     QList<qint64> ids = selectedRunIds();
@@ -367,7 +400,8 @@ void RunsPanel::redraw() {
         const double width = std::min(1.6 + 1.2 * static_cast<double>(runs.size() - 1 - i), 5.2);
         g->setPen(QPen(color, width, kPenStyles[seen[r.strategy]++ % 4]));
         const QVector<double>& keys = byTime ? curves[i]->wallS : curves[i]->steps;
-        const QVector<double> values = m_smooth->isChecked() ? smoothed(curves[i]->loss) : curves[i]->loss;
+        const QVector<double> values =
+            m_smooth->isChecked() ? smoothed(curves[i]->loss) : curves[i]->loss;
         g->setData(keys, values, !byTime);  // steps are sorted; wall times almost always
         for (double v : values)
             if (std::isfinite(v)) {
@@ -397,8 +431,9 @@ void RunsPanel::redraw() {
         hint->position->setAxisRect(m_lossRect);
         hint->position->setCoords(0.5, 0.5);
         hint->setColor(QColor(110, 110, 110));
-        hint->setText(m_model->rowCount() == 0 ? tr("No runs in the store yet: runs started in this window appear here")
-                                               : tr("Select runs in the table to compare them"));
+        hint->setText(m_model->rowCount() == 0
+                          ? tr("No runs in the store yet: runs started in this window appear here")
+                          : tr("Select runs in the table to compare them"));
     }
 
     // ---- bars: one per run, in the run's strategy colour ----
@@ -409,16 +444,19 @@ void RunsPanel::redraw() {
         maxRate = std::max(maxRate, r->samplesPerS);
     }
     int unitPower = 0;
-    while (unitPower < 3 && static_cast<double>(maxBytes) >= std::pow(1024.0, unitPower + 1)) ++unitPower;
+    while (unitPower < 3 && static_cast<double>(maxBytes) >= std::pow(1024.0, unitPower + 1))
+        ++unitPower;
     const double unit = std::pow(1024.0, unitPower);
     const char* unitNames[] = {"B", "KiB", "MiB", "GiB"};
-    m_memoryRect->axis(QCPAxis::atLeft)->setLabel(tr("peak memory (%1)").arg(QLatin1String(unitNames[unitPower])));
+    m_memoryRect->axis(QCPAxis::atLeft)
+        ->setLabel(tr("peak memory (%1)").arg(QLatin1String(unitNames[unitPower])));
 
     const QLocale locale;
     QStringList efficiencyLines;
     double maxEfficiency = 1.0;
     for (QCPAxisRect* rect : {m_throughputRect, m_memoryRect, m_efficiencyRect}) {
-        auto ticker = qSharedPointerDynamicCast<QCPAxisTickerText>(rect->axis(QCPAxis::atBottom)->ticker());
+        auto ticker =
+            qSharedPointerDynamicCast<QCPAxisTickerText>(rect->axis(QCPAxis::atBottom)->ticker());
         ticker->clear();
         for (int i = 0; i < runs.size(); ++i) ticker->addTick(i + 1, shortLabel(*runs[i], true));
         rect->axis(QCPAxis::atBottom)->setRange(0.4, std::max<qsizetype>(runs.size(), 1) + 0.6);
@@ -437,18 +475,23 @@ void RunsPanel::redraw() {
     };
     for (int i = 0; i < runs.size(); ++i) {
         const RunInfo& r = *runs[i];
-        if (r.samplesPerS > 0) addBar(m_throughputRect, i, r.samplesPerS, locale.toString(r.samplesPerS, 'f', 0));
+        if (r.samplesPerS > 0)
+            addBar(m_throughputRect, i, r.samplesPerS, locale.toString(r.samplesPerS, 'f', 0));
         if (r.peakMemoryBytes > 0)
-            addBar(m_memoryRect, i, static_cast<double>(r.peakMemoryBytes) / unit, formatBytes(r.peakMemoryBytes));
+            addBar(m_memoryRect, i, static_cast<double>(r.peakMemoryBytes) / unit,
+                   formatBytes(r.peakMemoryBytes));
         const auto eff = m_model->scalingEfficiency(r.id);
         if (eff) {
-            addBar(m_efficiencyRect, i, 100 * eff->value, QStringLiteral("%1 %").arg(locale.toString(100 * eff->value, 'f', 0)));
+            addBar(m_efficiencyRect, i, 100 * eff->value,
+                   QStringLiteral("%1 %").arg(locale.toString(100 * eff->value, 'f', 0)));
             maxEfficiency = std::max(maxEfficiency, eff->value);
             QString line;
             if (eff->baselineRunId == r.id)
-                line = tr("%1 is the baseline (%2 samples/s)").arg(shortLabel(r), locale.toString(r.samplesPerS, 'f', 0));
+                line = tr("%1 is the baseline (%2 samples/s)")
+                           .arg(shortLabel(r), locale.toString(r.samplesPerS, 'f', 0));
             else
-                line = tr("%1: %2 % of %3 × single #%4").arg(shortLabel(r), locale.toString(100 * eff->value, 'f', 0))
+                line = tr("%1: %2 % of %3 × single #%4")
+                           .arg(shortLabel(r), locale.toString(100 * eff->value, 'f', 0))
                            .arg(r.devices.size())
                            .arg(eff->baselineRunId);
             // The baseline's throughput once, unless it is among the runs compared.
@@ -456,10 +499,12 @@ void RunsPanel::redraw() {
                 return c->id == eff->baselineRunId;
             });
             if (!baselineShown)
-                line += tr(" (%1 samples/s)").arg(locale.toString(eff->baselineSamplesPerS, 'f', 0));
+                line +=
+                    tr(" (%1 samples/s)").arg(locale.toString(eff->baselineSamplesPerS, 'f', 0));
             efficiencyLines << line;
         } else {
-            QCPItemText* text = addText(m_plot, m_efficiencyRect, tr("no single-device\nbaseline"), i + 1, 4);
+            QCPItemText* text =
+                addText(m_plot, m_efficiencyRect, tr("no single-device\nbaseline"), i + 1, 4);
             text->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
             text->setColor(QColor(120, 120, 120));
             efficiencyLines << tr("%1: no single-device baseline").arg(shortLabel(r));
@@ -467,19 +512,23 @@ void RunsPanel::redraw() {
     }
     // Headroom for the value labels above the bars.
     m_throughputRect->axis(QCPAxis::atLeft)->setRange(0, maxRate > 0 ? maxRate * 1.18 : 1.0);
-    m_memoryRect->axis(QCPAxis::atLeft)->setRange(0, maxBytes > 0 ? static_cast<double>(maxBytes) / unit * 1.18 : 1.0);
+    m_memoryRect->axis(QCPAxis::atLeft)
+        ->setRange(0, maxBytes > 0 ? static_cast<double>(maxBytes) / unit * 1.18 : 1.0);
     m_efficiencyRect->axis(QCPAxis::atLeft)->setRange(0, 100 * maxEfficiency * 1.18);
     if (!runs.isEmpty()) {  // perfect scaling
         auto* line = new QCPItemStraightLine(m_plot);
         line->setClipAxisRect(m_efficiencyRect);
         for (QCPItemPosition* p : {line->point1, line->point2})
-            p->setAxes(m_efficiencyRect->axis(QCPAxis::atBottom), m_efficiencyRect->axis(QCPAxis::atLeft));
+            p->setAxes(m_efficiencyRect->axis(QCPAxis::atBottom),
+                       m_efficiencyRect->axis(QCPAxis::atLeft));
         line->point1->setCoords(0, 100);
         line->point2->setCoords(1, 100);
         line->setPen(QPen(QColor(120, 120, 120), 1, Qt::DashLine));
     }
-    m_efficiency->setText(efficiencyLines.isEmpty() ? QString()
-                                                    : tr("Scaling efficiency: %1").arg(efficiencyLines.join(QStringLiteral(" · "))));
+    m_efficiency->setText(
+        efficiencyLines.isEmpty()
+            ? QString()
+            : tr("Scaling efficiency: %1").arg(efficiencyLines.join(QStringLiteral(" · "))));
     m_efficiency->setVisible(!efficiencyLines.isEmpty());
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
@@ -503,11 +552,21 @@ QColor RunsPanel::curveColor(qint64 runId) const {
     return i < 0 || i >= m_plot->graphCount() ? QColor() : m_plot->graph(i)->pen().color();
 }
 
-bool RunsPanel::xAxisIsTime() const { return m_xAxis->currentIndex() == 1; }
-void RunsPanel::setXAxisIsTime(bool byTime) { m_xAxis->setCurrentIndex(byTime ? 1 : 0); }
-void RunsPanel::setLogarithmicLoss(bool on) { m_logLoss->setChecked(on); }
-QString RunsPanel::efficiencyText() const { return m_efficiency->text(); }
-QString RunsPanel::messageText() const { return m_message->isHidden() ? QString() : m_message->text(); }
+bool RunsPanel::xAxisIsTime() const {
+    return m_xAxis->currentIndex() == 1;
+}
+void RunsPanel::setXAxisIsTime(bool byTime) {
+    m_xAxis->setCurrentIndex(byTime ? 1 : 0);
+}
+void RunsPanel::setLogarithmicLoss(bool on) {
+    m_logLoss->setChecked(on);
+}
+QString RunsPanel::efficiencyText() const {
+    return m_efficiency->text();
+}
+QString RunsPanel::messageText() const {
+    return m_message->isHidden() ? QString() : m_message->text();
+}
 
 void RunsPanel::showMessage(const QString& message) {
     m_message->setText(message);
@@ -520,13 +579,16 @@ void RunsPanel::deleteSelected(bool confirm) {
     if (confirm) {
         QStringList names;
         for (qint64 id : ids)
-            if (const RunInfo* r = m_model->run(id)) names << QStringLiteral("%1 #%2").arg(r->name).arg(id);
-        const auto answer = QMessageBox::question(
-            this, tr("Delete runs"),
-            tr("Delete %n run(s) and all their recorded steps, evaluations and timeline from the store?\n\n%1\n\n"
-               "This cannot be undone.", nullptr, static_cast<int>(ids.size()))
-                .arg(names.join(QLatin1Char('\n'))),
-            QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
+            if (const RunInfo* r = m_model->run(id))
+                names << QStringLiteral("%1 #%2").arg(r->name).arg(id);
+        const auto answer =
+            QMessageBox::question(this, tr("Delete runs"),
+                                  tr("Delete %n run(s) and all their recorded steps, evaluations "
+                                     "and timeline from the store?\n\n%1\n\n"
+                                     "This cannot be undone.",
+                                     nullptr, static_cast<int>(ids.size()))
+                                      .arg(names.join(QLatin1Char('\n'))),
+                                  QMessageBox::Yes | QMessageBox::Cancel, QMessageBox::Cancel);
         if (answer != QMessageBox::Yes) return;
     }
     m_model->deleteRuns(ids);
@@ -539,12 +601,14 @@ bool RunsPanel::exportPlot(const QString& path) {
 
 void RunsPanel::exportTableCsv(const QString& path) {
     QList<int> rows;
-    for (int row = 0; row < m_proxy->rowCount(); ++row) rows << m_proxy->mapToSource(m_proxy->index(row, 0)).row();
+    for (int row = 0; row < m_proxy->rowCount(); ++row)
+        rows << m_proxy->mapToSource(m_proxy->index(row, 0)).row();
     m_model->writeFile(path, m_model->csv(rows));
 }
 
 void RunsPanel::exportPlotWithDialog() {
-    QString path = QFileDialog::getSaveFileName(this, tr("Export comparison"), QStringLiteral("paralab-comparison.png"),
+    QString path = QFileDialog::getSaveFileName(this, tr("Export comparison"),
+                                                QStringLiteral("paralab-comparison.png"),
                                                 tr("PNG image (*.png);;PDF document (*.pdf)"));
     if (path.isEmpty()) return;
     if (!path.endsWith(QLatin1String(".png"), Qt::CaseInsensitive) &&
@@ -554,8 +618,8 @@ void RunsPanel::exportPlotWithDialog() {
 }
 
 void RunsPanel::exportTableWithDialog() {
-    QString path = QFileDialog::getSaveFileName(this, tr("Export runs table"), QStringLiteral("paralab-runs.csv"),
-                                                tr("CSV (*.csv)"));
+    QString path = QFileDialog::getSaveFileName(
+        this, tr("Export runs table"), QStringLiteral("paralab-runs.csv"), tr("CSV (*.csv)"));
     if (path.isEmpty()) return;
     if (!path.endsWith(QLatin1String(".csv"), Qt::CaseInsensitive)) path += QLatin1String(".csv");
     exportTableCsv(path);

@@ -95,6 +95,7 @@ private:
     quint64 m_curveRequest = 0;     // the newest request; older answers are dropped
     QVector<LossCurve> m_curves;    // the runs compared, as loaded
     bool m_loadErrorShown = false;
+    bool m_columnsFitted = false;
 };
 
 }  // namespace paralab::ui
