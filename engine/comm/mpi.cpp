@@ -142,7 +142,7 @@ public:
 
 protected:
     void all_reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
-        check_not_aborted();
+        begin_call();
         if (world() == 1 || count == 0) return;
         for_each_piece(count, [&](int64_t offset, int n) {
             PARALAB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, at(data, offset, dtype), n,
@@ -152,7 +152,7 @@ protected:
     }
 
     void reduce_scatter_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
-        check_not_aborted();
+        begin_call();
         if (world() == 1 || count == 0) return;
         const IntLayout layout = shard_layout("reduce_scatter", count, world());
         PARALAB_MPI_CHECK(MPI_Reduce_scatter(MPI_IN_PLACE, data, layout.counts.data(),
@@ -166,7 +166,7 @@ protected:
     }
 
     void all_gather_impl(void* data, int64_t count, DType dtype) override {
-        check_not_aborted();
+        begin_call();
         if (world() == 1 || count == 0) return;
         const IntLayout layout = shard_layout("all_gather", count, world());
         PARALAB_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data,
@@ -175,7 +175,7 @@ protected:
     }
 
     void broadcast_impl(void* data, int64_t count, DType dtype, int root) override {
-        check_not_aborted();
+        begin_call();
         if (world() == 1 || count == 0) return;
         for_each_piece(count, [&](int64_t offset, int n) {
             PARALAB_MPI_CHECK(MPI_Bcast(at(data, offset, dtype), n, mpi_type(dtype), root, m_comm));
@@ -183,7 +183,7 @@ protected:
     }
 
     void reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op, int root) override {
-        check_not_aborted();
+        begin_call();
         if (world() == 1 || count == 0) return;
         const bool is_root = rank() == root;
         for_each_piece(count, [&](int64_t offset, int n) {
@@ -196,7 +196,7 @@ protected:
 
     void scatter_impl(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
                       int root) override {
-        check_not_aborted();
+        begin_call();
         int64_t total = 0;
         for (int64_t c : counts) total += c;
         const IntLayout layout = int_layout("scatter", counts, total);
@@ -218,7 +218,7 @@ protected:
 
     void gather_impl(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
                      int root) override {
-        check_not_aborted();
+        begin_call();
         int64_t total = 0;
         for (int64_t c : counts) total += c;
         const IntLayout layout = int_layout("gather", counts, total);
@@ -238,9 +238,8 @@ protected:
     }
 
     void send_impl(const void* data, int64_t count, DType dtype, int peer, int tag) override {
-        check_not_aborted();
+        begin_call();
         check_tag("send", tag);
-        reap_completed_sends();
         PendingSend pending;
         pending.bytes.resize(size_t(count) * dtype_size(dtype));
         if (!pending.bytes.empty()) std::memcpy(pending.bytes.data(), data, pending.bytes.size());
@@ -254,9 +253,8 @@ protected:
     }
 
     void recv_impl(void* data, int64_t count, DType dtype, int peer, int tag) override {
-        check_not_aborted();
+        begin_call();
         check_tag("recv", tag);
-        reap_completed_sends();
         MPI_Status status;
         PARALAB_MPI_CHECK(MPI_Probe(peer, tag, m_comm, &status));
         int bytes = 0;
@@ -274,7 +272,7 @@ protected:
     }
 
     void barrier_impl() override {
-        check_not_aborted();
+        begin_call();
         if (world() == 1) return;
         PARALAB_MPI_CHECK(MPI_Barrier(m_comm));
     }
@@ -291,8 +289,11 @@ private:
         return *buffers;
     }
 
-    void check_not_aborted() const {
+    // Every call: refuses to start after abort(), and frees the copies of sends that completed
+    // (a rank that sends once and then only joins collectives still gets its memory back).
+    void begin_call() {
         if (m_aborted.load()) throw CommAborted("communicator aborted (MPI_Abort was called)");
+        if (!m_pending.empty()) reap_completed_sends();
     }
 
     void check_tag(const char* op, int tag) const {
