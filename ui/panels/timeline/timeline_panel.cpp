@@ -148,8 +148,10 @@ TimelinePanel::TimelinePanel(QWidget* parent)
     m_plot->xAxis2->setSubTicks(false);
     m_plot->xAxis2->grid()->setVisible(true);
     m_plot->xAxis2->grid()->setPen(QPen(QColor(120, 120, 120), 1, Qt::DashLine));
-    connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), m_plot->xAxis2,
-            qOverload<const QCPRange&>(&QCPAxis::setRange));
+    connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this](const QCPRange& range) {
+        m_plot->xAxis2->setRange(range);
+        updateStepLabels();  // zooming in makes room for more of them
+    });
     m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     m_plot->axisRect()->setRangeDrag(Qt::Horizontal);
     m_plot->axisRect()->setRangeZoom(Qt::Horizontal);
@@ -281,12 +283,12 @@ void TimelinePanel::refresh() {
     }
     m_gantt->setRowColors(rowColors);
 
-    auto steps = m_plot->xAxis2->ticker().dynamicCast<QCPAxisTickerText>();
-    steps->clear();
-    for (const auto& [step, start] : stepStart) steps->addTick((start - m_origin) * 1000, tr("step %1").arg(step));
+    m_stepStarts.clear();
+    for (const auto& [step, start] : stepStart) m_stepStarts.emplace_back(step, (start - m_origin) * 1000);
 
     const double widthMs = std::max((end - m_origin) * 1000, 1e-3);
     m_plot->xAxis->setRange(-widthMs * 0.01, widthMs * 1.01);
+    updateStepLabels();
     m_plot->yAxis->setRange(-0.5, std::max<qsizetype>(1, m_devices.size()) - 0.5);
     m_plot->xAxis->setLabel(stepStart.empty() ? tr("time (ms)")
                                               : tr("time (ms) from the start of step %1").arg(stepStart.begin()->first));
@@ -296,6 +298,22 @@ void TimelinePanel::refresh() {
     }
     m_dirty = false;
     m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimelinePanel::updateStepLabels() {
+    auto ticker = m_plot->xAxis2->ticker().dynamicCast<QCPAxisTickerText>();
+    ticker->clear();
+    // Before the first layout the axis rect has no width yet: assume an export's 1200 pixels.
+    const int widthPx = m_plot->axisRect()->width() > 50 ? m_plot->axisRect()->width() : 1080;
+    const double pxPerMs = widthPx / std::max(m_plot->xAxis->range().size(), 1e-9);
+    const double gapPx = m_plot->fontMetrics().horizontalAdvance(QStringLiteral("step 000000")) + 6;
+    double lastPx = -std::numeric_limits<double>::infinity();
+    for (const auto& [step, ms] : m_stepStarts) {
+        const double px = ms * pxPerMs;
+        const bool room = px - lastPx >= gapPx;
+        if (room) lastPx = px;
+        ticker->addTick(ms, room ? tr("step %1").arg(step) : QString());  // its line stays
+    }
 }
 
 void TimelinePanel::showEvent(QShowEvent* event) {

@@ -83,6 +83,9 @@ private:
     // The span under (time in ms from the window's start, row); false when there is none.
     bool spanAt(double timeMs, double row, SpanView* found) const;
     void onMouseMove(const QPoint& pos);
+    // "step N" over where each step starts, leaving out labels that would overlap the one before
+    // (asynchronous strategies start steps of different devices close together).
+    void updateStepLabels();
 
     QCustomPlot* m_plot;
     GanttPlottable* m_gantt;
@@ -92,6 +95,7 @@ private:
     QStringList m_devices;              // palette order
     std::map<QString, Steps> m_kept;    // by device: its last m_stepsShown steps
     double m_origin = 0;                // t of the earliest kept span: x = 0 ms
+    std::vector<std::pair<qint64, double>> m_stepStarts;  // step, ms: its earliest span
     bool m_dirty = false;
 };
 
