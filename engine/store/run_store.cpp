@@ -10,6 +10,7 @@
 #include <ctime>
 #include <filesystem>
 #include <ostream>
+#include <thread>
 #include <unistd.h>
 
 namespace paralab::store {
@@ -99,7 +100,15 @@ RunStore::RunStore(const std::string& path) : m_path(path) {
     }
     try {
         sqlite3_busy_timeout(m_db, 5000);
-        exec("PRAGMA journal_mode=WAL");
+        // Switching a new file to WAL takes a lock that the busy timeout does not wait for: two
+        // openers of a store that does not exist yet (the window's runs view and a run) could
+        // fail here at once. Retry for as long as the busy timeout would have waited.
+        for (int attempt = 0;; ++attempt) {
+            const int rc = sqlite3_exec(m_db, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+            if (rc == SQLITE_OK) break;
+            if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || attempt >= 500) exec("PRAGMA journal_mode=WAL");
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
         exec("PRAGMA synchronous=NORMAL");
         exec("PRAGMA foreign_keys=ON");
         migrate();
@@ -128,15 +137,23 @@ void RunStore::exec(const char* sql) {
 
 void RunStore::migrate() {
     std::lock_guard lock(m_mutex);
-    Statement v(m_db, "PRAGMA user_version", m_path);
-    v.step();
-    const int64_t version = v.integer(0);
+    // Read in a statement of its own that is done before any write transaction begins: an open
+    // read would make BEGIN IMMEDIATE fail at once (not wait) when another opener writes first.
+    auto read_version = [this] {
+        Statement v(m_db, "PRAGMA user_version", m_path);
+        v.step();
+        return v.integer(0);
+    };
+    int64_t version = read_version();
     if (version > kSchemaVersion)
         throw StoreError(m_path + ": this run store has schema version " + std::to_string(version) +
                          ", written by a newer ParaLab (this one reads up to " +
                          std::to_string(kSchemaVersion) + "); update ParaLab or choose another file");
     if (version < 1) {
         exec("BEGIN IMMEDIATE");
+        version = read_version();  // another opener may have migrated meanwhile
+    }
+    if (version < 1) {
         try {
             exec(R"(
 CREATE TABLE IF NOT EXISTS runs (
@@ -185,7 +202,12 @@ PRAGMA user_version = 1;
         }
     }
     if (version < 2) {
-        exec("BEGIN IMMEDIATE");
+        if (sqlite3_get_autocommit(m_db)) exec("BEGIN IMMEDIATE");
+        version = read_version();
+        if (version >= 2) {
+            exec("COMMIT");
+            return;
+        }
         try {
             exec(R"(
 CREATE TABLE IF NOT EXISTS spans (

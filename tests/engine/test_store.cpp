@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -227,3 +230,31 @@ TEST(RunStore, UnwritableLocationIsAClearError) {
 }
 
 }  // namespace
+
+// Two openers of a store that does not exist yet (the window's runs view and a run starting at
+// the same moment) both get it: the switch to WAL waits for the other instead of failing.
+TEST(RunStore, ConcurrentFirstOpensOfANewStoreBothSucceed) {
+    for (int round = 0; round < 30; ++round) {
+        const std::string path = ::testing::TempDir() + "/race-" + std::to_string(::getpid()) + "-" +
+                                 std::to_string(round) + ".db";
+        std::remove(path.c_str());
+        std::atomic<int> opened{0};
+        std::string errors;
+        std::mutex m;
+        auto open_it = [&] {
+            try {
+                store::RunStore db(path);
+                ++opened;
+            } catch (const std::exception& e) {
+                std::lock_guard lock(m);
+                errors += e.what();
+            }
+        };
+        std::thread a(open_it), b(open_it), c(open_it);
+        a.join(), b.join(), c.join();
+        EXPECT_EQ(opened.load(), 3) << errors;
+        std::remove(path.c_str());
+        std::remove((path + "-wal").c_str());
+        std::remove((path + "-shm").c_str());
+    }
+}
