@@ -82,6 +82,10 @@ class StepGate {
 public:
     explicit StepGate(RunControl* control) : m_control(control) {}
     bool begin(int64_t step) {
+        // Paused: wait here, before the step, until resumed or stopped. (A rank that has already
+        // started a later step finishes it; the others wait at their own boundary.)
+        while (m_control && m_control->pause.load() && !m_control->stop.load())
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
         std::lock_guard lock(m_mutex);
         if (m_stop_from == kNever && m_control && m_control->stop.load())
             m_stop_from = std::max(m_max_started + 1, step);

@@ -82,7 +82,10 @@ public:
 };
 
 struct RunControl {
-    std::atomic<bool> stop{false};  // honoured between steps: status "stopped"
+    std::atomic<bool> stop{false};   // honoured between steps: status "stopped"
+    // While set, every device waits before its next step (a step already started finishes, so
+    // the devices pause at one step boundary). Stop ends a paused run too.
+    std::atomic<bool> pause{false};
 };
 
 // What tests and tools may ask a run to hand back besides its summary.

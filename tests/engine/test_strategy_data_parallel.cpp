@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
@@ -361,6 +362,40 @@ TEST(DataParallelRuns, SpeedBalancingGivesTheStragglerFewerRows) {
     Samples even;
     ASSERT_EQ(run_it(j, &even)->summary.status, "finished");
     EXPECT_EQ(even.rows["cpu:1"].back(), 20);
+}
+
+// Pause holds every device at a step boundary (no step ends while paused); resume goes on;
+// stop ends a paused run.
+TEST(DataParallelRuns, PauseHoldsEveryDeviceAndResumeGoesOn) {
+    struct Steps : run::RunObserver {
+        std::atomic<int> ends{0};
+        void on_step_end(const run::StepRecord&) override { ++ends; }
+    } rec;
+    json j = mlp();
+    j["devices"] = devices(3);
+    j["strategy"] = {{"type", "ddp"}};
+    j["train"]["max_steps"] = 1000000;
+    j["train"]["epochs"] = 100000;
+    run::RunControl control;
+    control.pause = true;
+    run::RunSummary summary;
+    std::thread t([&] { summary = run::run_experiment(run::parse_experiment(j), &rec, &control); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    EXPECT_EQ(rec.ends.load(), 0);  // paused from the start
+    control.pause = false;
+    while (rec.ends.load() < 5) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    control.pause = true;
+    int held = 0;
+    do {  // until the steps in flight have ended
+        held = rec.ends.load();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (rec.ends.load() != held);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    EXPECT_EQ(rec.ends.load(), held);
+    control.stop = true;
+    t.join();
+    EXPECT_EQ(summary.status, "stopped");
+    EXPECT_EQ(summary.steps, held);
 }
 
 TEST(DataParallelRuns, DivergenceOnSeveralDevicesFailsWithoutHanging) {
