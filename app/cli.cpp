@@ -1,4 +1,5 @@
 #include "cli.h"
+#include "bench.h"
 
 #include <CLI/CLI.hpp>
 
@@ -318,6 +319,13 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     auto* devices = app.add_subcommand("devices", "list the devices found (GPUs, CPU)");
     devices->add_flag("--json", devices_json, "print JSON");
 
+    BenchArgs bench_args;
+    auto* bench = app.add_subcommand("bench", "the benchmark suite: all-reduce, strategies, pipeline bubble");
+    bench->add_flag("--json", bench_args.json, "print one JSON object with every table");
+    bench->add_flag("--quick", bench_args.quick, "a ~20 s version");
+    bench->add_flag("--smoke", bench_args.smoke, "a few seconds, one case per table (for tests)");
+    bench->add_option("--data", bench_args.data_path, "Fashion-MNIST folder (blobs when missing)");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -327,6 +335,7 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
 
     try {
         if (devices->parsed()) return cmd_devices(devices_json);
+        if (bench->parsed()) return cmd_bench(bench_args);
         if (validate->parsed()) return cmd_validate(validate_file);
         if (run->parsed()) return cmd_run(run_args);
         if (runs_list->parsed()) return cmd_runs_list(store_path(runs_db), runs_json);

@@ -99,6 +99,14 @@ echo "notes, not a database" >"$tmp/notes.db"
 check corrupt_db 2 'not a ParaLab run store' -- "$paralab" runs list --db "$tmp/notes.db"
 grep -q "notes, not a database" "$tmp/notes.db" || { echo "FAIL corrupt_db: file changed"; failed=$((failed + 1)); }
 
+# paralab bench: the smallest suite runs and prints one JSON object with every table (timings
+# are recorded in docs/benchmarks.md, never asserted).
+check bench_smoke_json 0 '"all_reduce":' -- "$paralab" bench --smoke --json
+for key in mode machine data all_reduce strategies ddp pipeline_idle; do
+    grep -q "\"$key\":" "$tmp/out" || { echo "FAIL bench_smoke_json: missing key $key"; failed=$((failed + 1)); }
+done
+[ "$(grep -c '^{' "$tmp/out")" = 1 ] || { echo "FAIL bench_smoke_json: not exactly one JSON line"; failed=$((failed + 1)); }
+
 # Every shipped example validates and runs a few steps (Fashion-MNIST ones when it is installed).
 for f in "$examples"/*.paralab.json; do
     n=$(basename "$f" .paralab.json)

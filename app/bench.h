@@ -1,0 +1,19 @@
+// `paralab bench`: the project's benchmark suite (README "Benchmarks", docs/benchmarks.md).
+#pragma once
+
+#include <string>
+
+namespace paralab::app {
+
+struct BenchArgs {
+    bool json = false;   // one JSON object with every table on stdout
+    bool quick = false;  // ~20 s: fewer steps, sizes and micro-batch counts
+    bool smoke = false;  // a few seconds: one case of each table, for the CLI test
+    std::string data_path = "/usr/share/datasets/fashion-mnist";
+};
+
+// Runs the suite, prints aligned text tables (or JSON) on stdout and progress on stderr.
+// Returns the exit code (0; configuration problems throw).
+int cmd_bench(const BenchArgs& args);
+
+}  // namespace paralab::app
