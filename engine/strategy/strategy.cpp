@@ -1,5 +1,6 @@
 #include "engine/strategy/strategy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -33,8 +34,8 @@ void Rank::add_span(const char* phase, double b, double e, int64_t bytes) {
     m_spans.push_back(std::move(s));
 }
 
-void Rank::add_compute(const char* phase, Clock::time_point b, Clock::time_point e) {
-    m_compute_ms += std::chrono::duration<double, std::milli>(e - b).count();
+void Rank::add_compute(const char* phase, Clock::time_point b, Clock::time_point e, double inner_ms) {
+    m_compute_ms += std::max(0.0, std::chrono::duration<double, std::milli>(e - b).count() - inner_ms);
     add_span(phase, seconds_since_t0(b), seconds_since_t0(e), 0);
 }
 

@@ -74,6 +74,8 @@ public:
     int64_t step() const { return m_step; }  // 1-based step being run
 
     // Runs fn as a compute phase ("forward", "backward", "optimizer", ...) on this thread.
+    // Communication or waiting recorded inside it (SyncBatchNorm's all-reduce in forward,
+    // ZeRO-2's reduces in backward) counts as such, not as compute too.
     template <class F>
     decltype(auto) compute(const char* phase, F&& fn) {
         const auto b = Clock::now();
@@ -81,8 +83,9 @@ public:
             Rank& r;
             const char* phase;
             Clock::time_point b;
-            ~Done() { r.add_compute(phase, b, Clock::now()); }
-        } done{*this, phase, b};
+            double other_ms;  // communication + idle recorded before fn ran
+            ~Done() { r.add_compute(phase, b, Clock::now(), r.m_comm_ms + r.m_idle_ms - other_ms); }
+        } done{*this, phase, b, m_comm_ms + m_idle_ms};
         return fn();
     }
     // A communication call made on this thread (its time counts as communication), or, with
@@ -107,7 +110,8 @@ public:
     double seconds_since_t0(Clock::time_point t) const;
 
 private:
-    void add_compute(const char* phase, Clock::time_point b, Clock::time_point e);
+    // `inner_ms`: communication and idle time recorded inside the phase, not compute.
+    void add_compute(const char* phase, Clock::time_point b, Clock::time_point e, double inner_ms);
     void add_span(const char* phase, double b, double e, int64_t bytes);
 
     int m_index;

@@ -398,6 +398,27 @@ TEST(DataParallelRuns, PauseHoldsEveryDeviceAndResumeGoesOn) {
     EXPECT_EQ(summary.steps, held);
 }
 
+// Waiting inside a compute phase (SyncBatchNorm's all-reduce inside forward, for a straggler)
+// is communication on the timeline and in the records, not compute as well.
+TEST(DataParallelRuns, CommunicationInsideComputeIsNotCountedTwice) {
+    struct Times : run::RunObserver {
+        double compute = 0, comm = 0;
+        int n = 0;
+        void on_step(const run::StepRecord& r) override {
+            if (r.device != "cpu:0" || r.step == 1) return;
+            compute += r.compute_ms, comm += r.comm_ms, ++n;
+        }
+    } rec;
+    json j = mlp();
+    j["model"]["layers"][1] = {{"type", "batchnorm"}};
+    j["devices"] = devices(2);
+    j["strategy"] = {{"type", "ddp"}, {"straggler", {{"device", "cpu:1"}, {"delay_ms", 30}}}};
+    ASSERT_EQ(run_it(j, &rec)->summary.status, "finished");
+    ASSERT_GT(rec.n, 0);
+    EXPECT_LT(rec.compute / rec.n, 15.0);  // cpu:0's own work is well under a millisecond
+    EXPECT_GT(rec.comm / rec.n, 15.0);     // it waits ~30 ms for cpu:1 in the statistics' all-reduce
+}
+
 TEST(DataParallelRuns, DivergenceOnSeveralDevicesFailsWithoutHanging) {
     for (const char* s : {"ddp", "zero", "data_parallel"}) {
         json j = mlp();
