@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/bench/comm_bench.h"
+#include "engine/bench/model_bench.h"
 #include "engine/bench/strategy_bench.h"
 
 namespace paralab::app {
@@ -165,9 +166,67 @@ struct AllReduceRow {
     double percent = 0;  // busbw / memcpy
 };
 
+bench::ModelBenchOptions model_options(const BenchArgs& a) {
+    bench::ModelBenchOptions o;
+    o.data_path = a.data_path;
+    if (a.smoke) {
+        o.rounds = 1;
+        o.step_scale = 0.15;
+        o.threads = {1};
+    } else if (a.quick) {
+        o.rounds = 1;
+        o.step_scale = 0.5;
+    }
+    return o;
+}
+
+// The CPU-speed table (issue 7): the three models on one CPU device at 1 and 2 threads.
+void print_models(const std::vector<bench::ModelTiming>& rows, int rounds) {
+    std::printf("\nModels: one CPU device, SGD momentum, optimizer step included, warm-up steps left out, "
+                "fastest of %d round%s;\nGFLOP/s = 3 x forward FLOPs x samples/s; sgemm = a 1024^3 "
+                "cblas_sgemm at the same thread count (OpenBLAS kernel %s)\n\n",
+                rounds, rounds == 1 ? "" : "s", bench::blas_kernel().c_str());
+    TextTable t({"model", "threads", "batch", "steps", "ms/step", "samples/s", "GFLOP/s", "sgemm GFLOP/s",
+                 "of sgemm", "note"},
+                "lrrrrrrrrl");
+    for (const auto& r : rows) {
+        const bool ok = r.status == "finished";
+        t.add({r.model, std::to_string(r.threads), std::to_string(r.batch),
+               std::to_string(r.steps - r.warmup_steps) + "+" + std::to_string(r.warmup_steps),
+               ok ? fmt("%.2f", r.ms_per_step) : "-", ok ? fmt("%.0f", r.samples_per_s) : "-",
+               ok ? fmt("%.1f", r.gflops) : "-", fmt("%.1f", r.sgemm_gflops),
+               ok && r.sgemm_gflops > 0 ? fmt("%.0f%%", 100 * r.gflops / r.sgemm_gflops) : "-",
+               ok ? r.description : r.status + ": " + r.error});
+    }
+    t.print();
+}
+
 }  // namespace
 
 int cmd_bench(const BenchArgs& a) {
+    if (a.models_only) {
+        const bool tty_models = isatty(fileno(stderr));
+        const bench::ModelBenchOptions mo = model_options(a);
+        const auto rows = bench::bench_models(mo, [tty_models](const std::string& what) {
+            std::fprintf(stderr, tty_models ? "\r\033[Kbench: %s" : "bench: %s\n", what.c_str());
+            std::fflush(stderr);
+        });
+        if (tty_models) std::fprintf(stderr, "\r\033[K");
+        if (a.json) {
+            json out;
+            out["machine"] = {{"cpu", cpu_model()}, {"hardware_threads", std::thread::hardware_concurrency()},
+                              {"openblas_kernel", bench::blas_kernel()}};
+            json m = json::array();
+            for (const auto& r : rows) m.push_back(bench::to_json(r));
+            out["models"] = m;
+            std::cout << out.dump() << std::endl;
+            return 0;
+        }
+        std::printf("paralab bench (models): %s, %u hardware threads\n", cpu_model().c_str(),
+                    std::thread::hardware_concurrency());
+        print_models(rows, mo.rounds);
+        return 0;
+    }
     const Plan plan = make_plan(a);
     const auto t_start = std::chrono::steady_clock::now();
     const bool tty = isatty(fileno(stderr));
@@ -213,6 +272,8 @@ int cmd_bench(const BenchArgs& a) {
     const auto& strategies = suite.strategies;
     const auto& ddp = suite.ddp;
     const auto& pipeline = suite.pipeline;
+    const bench::ModelBenchOptions model_opts = model_options(a);
+    const std::vector<bench::ModelTiming> models = bench::bench_models(model_opts, progress);
     const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     const double other_load = other_processes_load(cpu_start, read_cpu_clock(), hw);
     if (tty) std::fprintf(stderr, "\r\033[K");
@@ -247,6 +308,10 @@ int cmd_bench(const BenchArgs& a) {
         out["strategies"] = s;
         out["ddp"] = d;
         out["pipeline_idle"] = pi;
+        json mj = json::array();
+        for (const auto& r : models) mj.push_back(bench::to_json(r));
+        out["models"] = mj;
+        out["openblas_kernel"] = bench::blas_kernel();
         std::cout << out.dump() << std::endl;
         return 0;
     }
@@ -318,6 +383,7 @@ int cmd_bench(const BenchArgs& a) {
                 ok ? per_stage : r.error});
     }
     pt.print();
+    print_models(models, model_opts.rounds);
     std::printf("\n%.0f s in all\n", total_s);
     return 0;
 }

@@ -9,6 +9,7 @@ struct BenchArgs {
     bool json = false;   // one JSON object with every table on stdout
     bool quick = false;  // ~20 s: fewer steps, sizes and micro-batch counts
     bool smoke = false;  // a few seconds: one case of each table, for the CLI test
+    bool models_only = false;  // only the models table (issue 7: MLP, LeNet, LSTM at 1 and 2 threads)
     std::string data_path = "/usr/share/datasets/fashion-mnist";
 };
 

@@ -324,6 +324,7 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     bench->add_flag("--json", bench_args.json, "print one JSON object with every table");
     bench->add_flag("--quick", bench_args.quick, "a ~20 s version");
     bench->add_flag("--smoke", bench_args.smoke, "a few seconds, one case per table (for tests)");
+    bench->add_flag("--models-only", bench_args.models_only, "only the models table (MLP, LeNet, LSTM; 1 and 2 threads)");
     bench->add_option("--data", bench_args.data_path, "Fashion-MNIST folder (blobs when missing)");
 
     try {

@@ -1,0 +1,210 @@
+#include "engine/bench/model_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include <kernels/cpu/gemm.h>
+#include <kernels/cpu/threads.h>
+
+#include "engine/device/device.h"
+#include "engine/nn/model.h"
+#include "engine/util/error.h"
+
+// OpenBLAS's own (cblas.h declares it; the engine does not include cblas.h).
+extern "C" char* openblas_get_corename(void);
+
+namespace paralab::bench {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kTest = 64;  // the end-of-run evaluation is not timed; keep it short
+
+struct ModelCase {
+    const char* name;
+    const char* description;
+    int64_t batch;
+    int64_t steps, warmup;  // at step_scale 1
+};
+
+const std::vector<ModelCase>& cases() {
+    static const std::vector<ModelCase> c = {
+        {"mlp", "MLP 784-512-512-10 relu, blobs 784", 128, 80, 8},
+        {"lenet", "LeNet conv5x5 16 / conv5x5 32 / linear 10, Fashion-MNIST 1x28x28", 64, 30, 4},
+        {"lstm", "LSTM 32->128, 50 steps, linear 10 on the last, seqclass", 64, 24, 3},
+    };
+    return c;
+}
+
+const ModelCase& find_case(const std::string& model) {
+    for (const auto& c : cases())
+        if (model == c.name) return c;
+    throw ConfigError("model bench: unknown model '" + model + "' (mlp, lenet, lstm)");
+}
+
+json layer(const char* type) { return {{"type", type}}; }
+
+json synthetic(const char* dataset, int64_t train, int64_t batch, json extra) {
+    json d{{"dataset", dataset}, {"samples", train + kTest}, {"classes", 10},
+           {"test_fraction", static_cast<double>(kTest) / static_cast<double>(train + kTest)},
+           {"train_limit", train}, {"test_limit", kTest}, {"batch_size", batch},
+           {"workers", 0}, {"shuffle", false}};
+    d.update(extra);
+    return d;
+}
+
+}  // namespace
+
+json model_bench_experiment(const std::string& model, const std::string& data_path, int64_t steps) {
+    const ModelCase& c = find_case(model);
+    const int64_t train = c.batch * steps;
+    json data, layers;
+    if (model == "mlp") {
+        data = synthetic("blobs", train, c.batch, {{"features", 784}});
+        layers = json::array({{{"type", "linear"}, {"out", 512}}, layer("relu"),
+                              {{"type", "linear"}, {"out", 512}}, layer("relu"),
+                              {{"type", "linear"}, {"out", 10}}});
+    } else if (model == "lenet") {
+        data = {{"dataset", "fashion-mnist"}, {"path", data_path}, {"train_limit", train},
+                {"test_limit", kTest}, {"batch_size", c.batch}, {"workers", 0}, {"shuffle", false}};
+        layers = json::array({{{"type", "conv2d"}, {"out_channels", 16}, {"kernel", 5}, {"padding", 2}},
+                              layer("relu"),
+                              {{"type", "maxpool2d"}, {"kernel", 2}},
+                              {{"type", "conv2d"}, {"out_channels", 32}, {"kernel", 5}, {"padding", 2}},
+                              layer("relu"),
+                              {{"type", "maxpool2d"}, {"kernel", 2}},
+                              layer("flatten"),
+                              {{"type", "linear"}, {"out", 10}}});
+    } else {
+        data = synthetic("seqclass", train, c.batch, {{"seq_len", 50}, {"features", 32}});
+        layers = json::array({{{"type", "lstm"}, {"hidden", 128}, {"num_layers", 1}, {"return", "last"}},
+                              {{"type", "linear"}, {"out", 10}}});
+    }
+    return {{"paralab", 1},
+            {"name", "bench-model-" + model},
+            {"seed", 7},
+            {"data", data},
+            {"model", {{"layers", layers}, {"loss", "cross_entropy"}}},
+            {"devices", json::array({"cpu:0"})},
+            {"strategy", {{"type", "single"}}},
+            {"optimizer", {{"type", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}}},
+            {"schedule", {{"type", "constant"}}},
+            {"train", {{"epochs", 1}, {"max_steps", steps}}}};
+}
+
+std::string blas_kernel() {
+    const char* name = openblas_get_corename();
+    return name ? name : "unknown";
+}
+
+double measure_sgemm_gflops(int64_t n, int threads) {
+    // A is n x n, B is n x n, C = A B is n x n; 2 n^3 FLOPs a call.
+    const int saved = kernels::cpu::num_threads();
+    kernels::cpu::set_num_threads(threads);
+    const size_t nn = static_cast<size_t>(n * n);
+    std::vector<float> a(nn), b(nn), c(nn, 0.0f);
+    for (size_t i = 0; i < nn; ++i) {
+        a[i] = static_cast<float>((i * 7) % 13) * 0.01f;
+        b[i] = static_cast<float>((i * 5) % 11) * 0.01f;
+    }
+    double best = 0;
+    for (int call = 0; call < 6; ++call) {
+        const auto t0 = std::chrono::steady_clock::now();
+        kernels::cpu::gemm<float>(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (call > 0 && s > 0) best = std::max(best, 2.0 * static_cast<double>(n) * n * n / s / 1e9);
+    }
+    kernels::cpu::set_num_threads(saved);
+    return best;
+}
+
+std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress& progress) {
+    std::vector<ModelTiming> rows;
+    std::vector<run::Experiment> experiments;
+    std::vector<bool> built;  // false: the experiment could not be built (the row says why)
+    for (const auto& c : cases())
+        for (int threads : o.threads) {
+            ModelTiming t;
+            t.model = c.name;
+            t.description = c.description;
+            t.threads = threads;
+            t.batch = c.batch;
+            t.steps = std::max<int64_t>(2, std::llround(static_cast<double>(c.steps) * o.step_scale));
+            t.warmup_steps = std::max<int64_t>(1, std::llround(static_cast<double>(c.warmup) * o.step_scale));
+            if (t.warmup_steps >= t.steps) t.warmup_steps = t.steps - 1;
+            t.status = "not run";
+            try {
+                run::Experiment e = run::parse_experiment(model_bench_experiment(c.name, o.data_path, t.steps));
+                auto device = make_cpu_device(0, threads);
+                nn::Model m(e.layers, run::model_input_shape(e), e.loss, DType::f32, *device);
+                t.forward_flops_per_sample = m.flops_per_sample();
+                experiments.push_back(std::move(e));
+                built.push_back(true);
+            } catch (const Error& err) {  // e.g. Fashion-MNIST missing for lenet
+                t.status = "failed";
+                t.error = err.what();
+                experiments.push_back({});
+                built.push_back(false);
+            }
+            rows.push_back(std::move(t));
+        }
+
+    const int rounds = std::max(1, o.rounds);
+    std::vector<double> sgemm(o.threads.size(), 0.0);
+    for (int round = 0; round < rounds; ++round) {
+        const std::string of_round =
+            rounds > 1 ? " (round " + std::to_string(round + 1) + "/" + std::to_string(rounds) + ")" : "";
+        for (size_t k = 0; k < o.threads.size(); ++k) {
+            if (progress) progress("sgemm 1024 on " + std::to_string(o.threads[k]) + " threads" + of_round);
+            sgemm[k] = std::max(sgemm[k], measure_sgemm_gflops(1024, o.threads[k]));
+        }
+        for (size_t i = 0; i < rows.size(); ++i) {
+            ModelTiming& t = rows[i];
+            if (!built[i]) continue;
+            if (progress)
+                progress("model " + t.model + " on " + std::to_string(t.threads) + " thread" +
+                         (t.threads == 1 ? "" : "s") + of_round);
+            const StrategyTiming s = time_experiment(experiments[i], t.warmup_steps, t.threads);
+            if (s.status != "finished") {
+                if (t.samples_per_s_rounds.empty()) {
+                    t.status = s.status;
+                    t.error = s.error;
+                }
+                continue;
+            }
+            t.samples_per_s_rounds.push_back(s.samples_per_s);
+            if (s.samples_per_s > t.samples_per_s) {
+                t.samples_per_s = s.samples_per_s;
+                t.ms_per_step = s.ms_per_step;
+            }
+            t.status = "finished";
+            t.error.clear();
+        }
+    }
+    for (auto& t : rows) {
+        for (size_t k = 0; k < o.threads.size(); ++k)
+            if (o.threads[k] == t.threads) t.sgemm_gflops = sgemm[k];
+        t.gflops = 3.0 * static_cast<double>(t.forward_flops_per_sample) * t.samples_per_s / 1e9;
+    }
+    return rows;
+}
+
+json to_json(const ModelTiming& t) {
+    json j{{"model", t.model}, {"description", t.description}, {"threads", t.threads},
+           {"batch", t.batch}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
+           {"status", t.status}, {"forward_flops_per_sample", t.forward_flops_per_sample},
+           {"sgemm_gflops", t.sgemm_gflops}};
+    if (t.status == "finished") {
+        j["ms_per_step"] = t.ms_per_step;
+        j["samples_per_s"] = t.samples_per_s;
+        j["gflops"] = t.gflops;
+        j["samples_per_s_rounds"] = t.samples_per_s_rounds;
+    } else {
+        j["error"] = t.error;
+    }
+    return j;
+}
+
+}  // namespace paralab::bench

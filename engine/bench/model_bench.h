@@ -1,0 +1,67 @@
+// Single-device training speed on the CPU-speed issue's three models (issue 7), for the
+// "models" table of `paralab bench` and the comparison with PyTorch
+// (tests/bench/compare_torch.py runs the same models, batches and optimizer).
+//
+//   mlp     784-512-512-10, ReLU, batch 128, on `blobs` with 784 features
+//   lenet   conv 5x5 16 pad 2 - relu - maxpool 2 - conv 5x5 32 pad 2 - relu - maxpool 2 -
+//           linear 10, batch 64, on Fashion-MNIST ([1, 28, 28], the first images)
+//   lstm    LSTM input 32, hidden 128, 50 steps, classifier (linear 10) on the last step,
+//           batch 64, on `seqclass` (seq_len 50, features 32)
+// All three: SGD lr 0.01, momentum 0.9, constant schedule, cross entropy, one CPU device
+// (cpu:0) with `threads` compute threads; the optimizer step is in the step time.
+//
+// Figures (per model and thread count, the fastest of `rounds` runs):
+//   ms_per_step    median wall time of the timed steps (warm-up steps left out)
+//   samples_per_s  samples of the timed steps over their wall time
+//   gflops         achieved: 3 x forward FLOPs (Model::flops_per_sample) x samples/s / 1e9
+//                  (forward + backward ~ 3 x forward)
+//   sgemm_gflops   a 1024 x 1024 x 1024 cblas_sgemm at the same thread count, for scale
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/bench/strategy_bench.h"
+
+namespace paralab::bench {
+
+struct ModelBenchOptions {
+    std::string data_path = "/usr/share/datasets/fashion-mnist";  // for lenet
+    std::vector<int> threads{1, 2};
+    int rounds = 3;
+    double step_scale = 1.0;  // multiplies every model's step counts (smoke: small)
+};
+
+struct ModelTiming {
+    std::string model;   // mlp | lenet | lstm
+    std::string description;
+    int threads = 1;
+    int64_t batch = 0;
+    int64_t steps = 0, warmup_steps = 0;
+    std::string status, error;  // status "finished", else no timings
+    double ms_per_step = 0;
+    double samples_per_s = 0;
+    int64_t forward_flops_per_sample = 0;
+    double gflops = 0;
+    double sgemm_gflops = 0;
+    std::vector<double> samples_per_s_rounds;
+};
+
+// The experiment of one of the three models (name as above), capped at `steps`.
+nlohmann::json model_bench_experiment(const std::string& model, const std::string& data_path, int64_t steps);
+
+// OpenBLAS's kernel (core) name, e.g. "Haswell": OPENBLAS_CORETYPE changes it.
+std::string blas_kernel();
+
+// GFLOP/s of C = A B with M = N = K = n, float, on `threads` threads (best of a few calls).
+double measure_sgemm_gflops(int64_t n, int threads);
+
+// Every model at every thread count, `rounds` times round-robin, the fastest round kept.
+std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress& progress = {});
+
+nlohmann::json to_json(const ModelTiming& t);
+
+}  // namespace paralab::bench

@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""PyTorch's side of the CPU-speed comparison (issue 7, docs/benchmarks.md).
+
+The three models of `paralab bench --models-only` (engine/bench/model_bench.h), with the same
+batch, optimizer (SGD lr 0.01, momentum 0.9) and thread count, on synthetic tensors of the
+same shapes; the optimizer step is in the step time, warm-up steps are left out, and each case
+runs in `--rounds` rounds round-robin with the fastest kept. Prints samples/s and ms/step
+(median of the timed steps) per model and thread count, and which BLAS kernel ran.
+
+Run with Debian's python3-torch (1.13, CPU). OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, where the
+machine sets them, change OpenBLAS's kernel choice; docs/benchmarks.md says which were used:
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 tests/bench/compare_torch.py
+"""
+import argparse
+import ctypes
+import ctypes.util
+import json
+import os
+import platform
+import statistics
+import time
+
+import torch
+from torch import nn
+
+# model -> (batch, steps, warm-up), as in engine/bench/model_bench.cpp
+CASES = {
+    "mlp": (128, 80, 8),
+    "lenet": (64, 30, 4),
+    "lstm": (64, 24, 3),
+}
+
+
+class LastStep(nn.Module):
+    """LSTM 32 -> 128 over 50 steps, linear 10 on the last step's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(input_size=32, hidden_size=128, num_layers=1, batch_first=True)
+        self.fc = nn.Linear(128, 10)
+
+    def forward(self, x):  # x is (B, T=50, F=32); out is (B, 10)
+        y, _ = self.lstm(x)
+        return self.fc(y[:, -1, :])
+
+
+def make(model):
+    """(module, input shape per sample)"""
+    if model == "mlp":
+        return (nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                              nn.Linear(512, 10)), (784,))
+    if model == "lenet":
+        return (nn.Sequential(nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(32 * 7 * 7, 10)), (1, 28, 28))
+    if model == "lstm":
+        return LastStep(), (50, 32)
+    raise ValueError(model)
+
+
+def run_case(model, threads, scale):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    batch, steps, warmup = CASES[model]
+    steps = max(2, round(steps * scale))
+    warmup = min(max(1, round(warmup * scale)), steps - 1)
+    net, shape = make(model)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    # A fresh batch per step, made before timing (paralab's batches come from its loader).
+    xs = [torch.randn(batch, *shape) for _ in range(min(steps, 8))]
+    ys = [torch.randint(0, 10, (batch,)) for _ in range(len(xs))]
+    ends = []
+    start = None
+    for step in range(steps):
+        if step == warmup:
+            start = time.perf_counter()
+        x, y = xs[step % len(xs)], ys[step % len(ys)]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+        if step >= warmup:
+            ends.append(time.perf_counter())
+    wall = ends[-1] - start
+    per_step = [b - a for a, b in zip([start] + ends[:-1], ends)]
+    timed = steps - warmup
+    return {"model": model, "threads": threads, "batch": batch, "steps": timed, "warmup": warmup,
+            "ms_per_step": 1e3 * statistics.median(per_step), "samples_per_s": timed * batch / wall}
+
+
+def openblas_core():
+    for name in ("libopenblas.so.0", ctypes.util.find_library("openblas") or ""):
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            lib.openblas_get_config.restype = ctypes.c_char_p
+            return f"{lib.openblas_get_corename().decode()} ({lib.openblas_get_config().decode()})"
+        except (OSError, AttributeError):
+            continue
+    return "unknown"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--scale", type=float, default=1.0, help="multiplies the step counts")
+    ap.add_argument("--models", default="mlp,lenet,lstm")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    threads = [int(t) for t in a.threads.split(",")]
+    models = a.models.split(",")
+    best = {}
+    for _ in range(max(1, a.rounds)):
+        for m in models:
+            for t in threads:
+                r = run_case(m, t, a.scale)
+                key = (m, t)
+                best.setdefault(key, {**r, "rounds": []})
+                best[key]["rounds"].append(r["samples_per_s"])
+                if r["samples_per_s"] > best[key]["samples_per_s"]:
+                    best[key].update(r)
+    rows = [best[(m, t)] for m in models for t in threads]
+    info = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+            "openblas_core": openblas_core(),
+            "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+            "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE"),
+            "mkldnn": torch.backends.mkldnn.is_available(), "rounds": a.rounds}
+    if a.json:
+        print(json.dumps({"info": info, "models": rows}))
+        return
+    print(f"PyTorch {info['torch']}, OpenBLAS kernel {info['openblas_core']}, "
+          f"OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']} OPENBLAS_L2_SIZE={info['OPENBLAS_L2_SIZE']}, "
+          f"mkldnn {info['mkldnn']}; fastest of {a.rounds} round(s)\n")
+    print(f"{'model':6} {'threads':>7} {'batch':>5} {'steps':>6} {'ms/step':>8} {'samples/s':>10}")
+    print("-" * 48)
+    for r in rows:
+        print(f"{r['model']:6} {r['threads']:>7} {r['batch']:>5} {str(r['steps']) + '+' + str(r['warmup']):>6} "
+              f"{r['ms_per_step']:>8.2f} {r['samples_per_s']:>10.0f}")
+
+
+if __name__ == "__main__":
+    main()
