@@ -82,14 +82,23 @@ class StepGate {
 public:
     explicit StepGate(RunControl* control) : m_control(control) {}
     bool begin(int64_t step) {
-        // Paused: wait here, before the step, until resumed or stopped. (A rank that has already
-        // started a later step finishes it; the others wait at their own boundary.)
-        while (m_control && m_control->pause.load() && !m_control->stop.load())
+        std::unique_lock lock(m_mutex);
+        for (;;) {
+            if (m_stop_from == kNever && m_control && m_control->stop.load())
+                m_stop_from = std::max(m_max_started + 1, step);
+            if (step >= m_stop_from) return false;
+            // Paused: like stop, at a boundary every rank agrees on (steps already started by
+            // any rank are finished by all), then wait until resumed or stopped.
+            if (!m_control || !m_control->pause.load()) {
+                m_pause_from = kNever;
+                break;
+            }
+            if (m_pause_from == kNever) m_pause_from = std::max(m_max_started + 1, step);
+            if (step < m_pause_from) break;
+            lock.unlock();
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        std::lock_guard lock(m_mutex);
-        if (m_stop_from == kNever && m_control && m_control->stop.load())
-            m_stop_from = std::max(m_max_started + 1, step);
-        if (step >= m_stop_from) return false;
+            lock.lock();
+        }
         m_max_started = std::max(m_max_started, step);
         return true;
     }
@@ -103,6 +112,7 @@ private:
     RunControl* m_control;
     mutable std::mutex m_mutex;
     int64_t m_stop_from = kNever;  // guarded by m_mutex: the first step no rank may start
+    int64_t m_pause_from = kNever; // guarded by m_mutex: while paused, the first step that waits
     int64_t m_max_started = 0;     // guarded by m_mutex
 };
 

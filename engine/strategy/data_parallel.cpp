@@ -16,11 +16,6 @@ namespace paralab::strategy {
 
 namespace {
 
-comm::CommRecord named(comm::CommRecord r, const char* op) {
-    r.op = op;
-    return r;
-}
-
 class DataParallel final : public ReplicaStrategy {
 public:
     DataParallel() : ReplicaStrategy("data_parallel") {}

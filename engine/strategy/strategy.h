@@ -179,6 +179,12 @@ std::unique_ptr<Strategy> make_strategy(const run::Experiment& e);
 // (the reference's buffers too).
 std::unique_ptr<nn::Model> make_replica(const run::Experiment& e, const Shape& input,
                                         nn::Model& reference, Device& device);
+// The record of a communication call under the name the timeline shows ("reduce_grads").
+inline comm::CommRecord named(comm::CommRecord r, const char* op) {
+    r.op = op;
+    return r;
+}
+
 // Copies values param by param (same layout); host memory.
 void copy_parameters(const std::vector<nn::Param*>& from, const std::vector<nn::Param*>& to);
 // Copies on detached_host_device(), valid after the run and its devices are gone.

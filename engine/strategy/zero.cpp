@@ -19,11 +19,6 @@ namespace paralab::strategy {
 
 namespace {
 
-comm::CommRecord named(comm::CommRecord r, const char* op) {
-    r.op = op;
-    return r;
-}
-
 class Zero final : public ReplicaStrategy {
 public:
     Zero() : ReplicaStrategy("zero") {}

@@ -16,9 +16,11 @@
 
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
+#include "strategy_testing.h"
 
 using namespace paralab;
 using nlohmann::json;
+using namespace strategy_testing;
 
 namespace {
 
@@ -72,50 +74,8 @@ bool fashion_installed() {
            std::filesystem::exists(std::string(kFashionDir) + "/train-images-idx3-ubyte");
 }
 
-json devices(int n) {
-    json d = json::array();
-    for (int i = 0; i < n; ++i) d.push_back("cpu:" + std::to_string(i));
-    return d;
-}
-
-json with_strategy(json j, int n, json strategy) {
-    j["devices"] = devices(n);
-    j["strategy"] = std::move(strategy);
-    return j;
-}
-
 json param_server(const std::string& mode, int64_t staleness = 0) {
     return {{"type", "param_server"}, {"mode", mode}, {"staleness", staleness}};
-}
-
-struct Result {
-    run::RunSummary summary;
-    run::RunArtifacts artifacts;
-};
-
-Result run_it(const json& j, run::RunObserver* observer = nullptr,
-              run::RunControl* control = nullptr) {
-    Result r;
-    r.summary = run::run_experiment(run::parse_experiment(j), observer, control, 1, &r.artifacts);
-    return r;
-}
-
-// Largest |a - b| over all elements, relative to 1 + the largest |a|.
-double max_rel_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-    EXPECT_FALSE(a.empty());
-    EXPECT_EQ(a.size(), b.size());
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-        EXPECT_EQ(a[i].shape(), b[i].shape()) << "tensor " << i;
-        if (a[i].shape() != b[i].shape()) return INFINITY;
-        const float* x = a[i].data<float>();
-        const float* y = b[i].data<float>();
-        for (int64_t k = 0; k < a[i].numel(); ++k) {
-            diff = std::max(diff, std::abs(static_cast<double>(x[k]) - y[k]));
-            scale = std::max(scale, std::abs(static_cast<double>(x[k])));
-        }
-    }
-    return diff / (1 + scale);
 }
 
 // Every step record and span, by device (on_step runs on the rank threads).

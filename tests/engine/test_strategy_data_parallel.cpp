@@ -15,9 +15,11 @@
 
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
+#include "strategy_testing.h"
 
 using namespace paralab;
 using nlohmann::json;
+using namespace strategy_testing;
 
 namespace {
 
@@ -71,51 +73,17 @@ json model_named(const std::string& name) {
     return lstm();
 }
 
-json devices(int n) {
-    json d = json::array();
-    for (int i = 0; i < n; ++i) d.push_back("cpu:" + std::to_string(i));
-    return d;
-}
-
-struct Result {
-    run::RunSummary summary;
-    run::RunArtifacts artifacts;
-};
-
-std::unique_ptr<Result> run_it(const json& j, run::RunObserver* observer = nullptr,
-                               run::RunControl* control = nullptr) {
-    auto r = std::make_unique<Result>();
-    r->summary = run::run_experiment(run::parse_experiment(j), observer, control, 1, &r->artifacts);
-    return r;
-}
-
-// Largest |a - b| over all elements, relative to 1 + the largest |a|.
-double max_rel_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-        if (a[i].shape() != b[i].shape()) return INFINITY;
-        const float* x = a[i].data<float>();
-        const float* y = b[i].data<float>();
-        for (int64_t k = 0; k < a[i].numel(); ++k) {
-            diff = std::max(diff, static_cast<double>(std::fabs(x[k] - y[k])));
-            scale = std::max(scale, static_cast<double>(std::fabs(x[k])));
-        }
-    }
-    return diff / (1 + scale);
-}
-
 // The single-device run of each model, computed once.
 const Result& single_of(const std::string& model, const json& j) {
-    static std::map<std::string, std::unique_ptr<Result>> cache;
-    auto& slot = cache[model + j.dump()];
-    if (!slot) {
+    static std::map<std::string, Result> cache;
+    const std::string key = model + j.dump();
+    if (!cache.count(key)) {
         json s = j;
         s["devices"] = devices(1);
         s["strategy"] = {{"type", "single"}};
-        slot = run_it(s);
+        cache[key] = run_it(s);
     }
-    return *slot;
+    return cache.at(key);
 }
 
 struct Case {
@@ -138,14 +106,14 @@ TEST_P(MatchesSingle, Parameters) {
     j["strategy"] = json::parse(c.strategy);
     const auto got = run_it(j);
     ASSERT_EQ(want.summary.status, "finished") << want.summary.error;
-    ASSERT_EQ(got->summary.status, "finished") << got->summary.error;
+    ASSERT_EQ(got.summary.status, "finished") << got.summary.error;
     ASSERT_FALSE(want.artifacts.parameters.empty());
-    EXPECT_LE(max_rel_diff(want.artifacts.parameters, got->artifacts.parameters), 1e-5);
-    EXPECT_LE(max_rel_diff(want.artifacts.buffers, got->artifacts.buffers), 1e-5);
-    EXPECT_NEAR(want.summary.final_loss, got->summary.final_loss, 1e-5 * (1 + want.summary.final_loss));
-    EXPECT_EQ(want.summary.steps, got->summary.steps);
-    ASSERT_TRUE(want.summary.test_accuracy && got->summary.test_accuracy);
-    EXPECT_NEAR(*want.summary.test_accuracy, *got->summary.test_accuracy, 1e-9);
+    EXPECT_LE(max_rel_diff(want.artifacts.parameters, got.artifacts.parameters), 1e-5);
+    EXPECT_LE(max_rel_diff(want.artifacts.buffers, got.artifacts.buffers), 1e-5);
+    EXPECT_NEAR(want.summary.final_loss, got.summary.final_loss, 1e-5 * (1 + want.summary.final_loss));
+    EXPECT_EQ(want.summary.steps, got.summary.steps);
+    ASSERT_TRUE(want.summary.test_accuracy && got.summary.test_accuracy);
+    EXPECT_NEAR(*want.summary.test_accuracy, *got.summary.test_accuracy, 1e-9);
 }
 
 std::vector<Case> cases() {
@@ -187,8 +155,8 @@ TEST(DataParallelOptions, AccumulationAndClippingMatchSingle) {
         j["devices"] = devices(3);
         j["strategy"] = json::parse(s);
         const auto got = run_it(j);
-        ASSERT_EQ(got->summary.status, "finished") << s << ": " << got->summary.error;
-        EXPECT_LE(max_rel_diff(want.artifacts.parameters, got->artifacts.parameters), 1e-5) << s;
+        ASSERT_EQ(got.summary.status, "finished") << s << ": " << got.summary.error;
+        EXPECT_LE(max_rel_diff(want.artifacts.parameters, got.artifacts.parameters), 1e-5) << s;
     }
 }
 
@@ -202,8 +170,8 @@ TEST(DataParallelOptions, LocalBatchNormDiffersFromSingle) {
     j["devices"] = devices(2);
     j["strategy"] = {{"type", "ddp"}, {"sync_batchnorm", false}};
     const auto got = run_it(j);
-    ASSERT_EQ(got->summary.status, "finished") << got->summary.error;
-    EXPECT_GT(max_rel_diff(want.artifacts.buffers, got->artifacts.buffers), 1e-4);
+    ASSERT_EQ(got.summary.status, "finished") << got.summary.error;
+    EXPECT_GT(max_rel_diff(want.artifacts.buffers, got.artifacts.buffers), 1e-4);
 }
 
 // ---- memory pictures -----------------------------------------------------------------------
@@ -217,11 +185,11 @@ TEST(DataParallelMemory, DeviceZeroCarriesMoreUnderDataParallel) {
     j["devices"] = devices(3);
     j["strategy"] = {{"type", "data_parallel"}};
     const auto r = run_it(j);
-    ASSERT_EQ(r->summary.status, "finished") << r->summary.error;
+    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
     for (const char* other : {"cpu:1", "cpu:2"}) {
-        EXPECT_GT(r->summary.peak_memory_bytes.at("cpu:0"), r->summary.peak_memory_bytes.at(other));
-        EXPECT_GT(peak(*r, "cpu:0", MemCategory::optimizer_state), 0);
-        EXPECT_EQ(peak(*r, other, MemCategory::optimizer_state), 0) << "only device 0 steps";
+        EXPECT_GT(r.summary.peak_memory_bytes.at("cpu:0"), r.summary.peak_memory_bytes.at(other));
+        EXPECT_GT(peak(r, "cpu:0", MemCategory::optimizer_state), 0);
+        EXPECT_EQ(peak(r, other, MemCategory::optimizer_state), 0) << "only device 0 steps";
     }
 }
 
@@ -238,11 +206,11 @@ TEST(DataParallelMemory, ZeroShardsTheOptimizerState) {
         const auto ddp = run_it(j);
         j["strategy"] = {{"type", "zero"}, {"stage", 1}};
         const auto zero = run_it(j);
-        ASSERT_EQ(zero->summary.status, "finished") << zero->summary.error;
+        ASSERT_EQ(zero.summary.status, "finished") << zero.summary.error;
         for (int r = 0; r < n; ++r) {
             const std::string d = "cpu:" + std::to_string(r);
-            const double ratio = static_cast<double>(peak(*zero, d, MemCategory::optimizer_state)) /
-                                 static_cast<double>(peak(*ddp, d, MemCategory::optimizer_state));
+            const double ratio = static_cast<double>(peak(zero, d, MemCategory::optimizer_state)) /
+                                 static_cast<double>(peak(ddp, d, MemCategory::optimizer_state));
             EXPECT_NEAR(ratio, 1.0 / n, 0.02) << d << " on " << n << " devices";
         }
     }
@@ -258,14 +226,14 @@ TEST(DataParallelMemory, ZeroStageTwoKeepsOnlyTheGradientShard) {
     const auto one = run_it(j);
     j["strategy"] = {{"type", "zero"}, {"stage", 2}};
     const auto two = run_it(j);
-    ASSERT_EQ(two->summary.status, "finished") << two->summary.error;
+    ASSERT_EQ(two.summary.status, "finished") << two.summary.error;
     const auto grads = static_cast<size_t>(MemCategory::gradients);
     for (int r = 0; r < 4; ++r) {
         const std::string d = "cpu:" + std::to_string(r);
         // Between steps stage 2 holds a quarter of the gradients (its shard), stage 1 all of
         // them and its shard again.
-        const double ratio = static_cast<double>(two->artifacts.memory.at(d).current[grads]) /
-                             static_cast<double>(one->artifacts.memory.at(d).current[grads]);
+        const double ratio = static_cast<double>(two.artifacts.memory.at(d).current[grads]) /
+                             static_cast<double>(one.artifacts.memory.at(d).current[grads]);
         EXPECT_NEAR(ratio, 0.25 / 1.25, 0.02) << d;
     }
 }
@@ -310,7 +278,7 @@ TEST(DataParallelRuns, EveryDeviceReportsEveryStepAndEveryBucket) {
     j["strategy"] = {{"type", "ddp"}, {"bucket_mb", 0.001}};
     Records rec;
     const auto r = run_it(j, &rec);
-    ASSERT_EQ(r->summary.status, "finished");
+    ASSERT_EQ(r.summary.status, "finished");
     EXPECT_EQ(rec.step_ends, 4);
     for (int d = 0; d < 3; ++d) {
         const std::string dev = "cpu:" + std::to_string(d);
@@ -332,10 +300,10 @@ TEST(DataParallelRuns, StopEndsEveryDeviceAtTheSameStep) {
     rec.stop_flag = &control.stop;
     rec.stop_at = 3;
     const auto r = run_it(j, &rec, &control);
-    EXPECT_EQ(r->summary.status, "stopped");
-    EXPECT_GE(r->summary.steps, 3);
-    EXPECT_LT(r->summary.steps, 1000);
-    for (int d = 0; d < 4; ++d) EXPECT_EQ(rec.steps_by_device["cpu:" + std::to_string(d)], r->summary.steps);
+    EXPECT_EQ(r.summary.status, "stopped");
+    EXPECT_GE(r.summary.steps, 3);
+    EXPECT_LT(r.summary.steps, 1000);
+    for (int d = 0; d < 4; ++d) EXPECT_EQ(rec.steps_by_device["cpu:" + std::to_string(d)], r.summary.steps);
 }
 
 // A straggler gets fewer rows once the speeds are measured; without balancing, rows are even.
@@ -351,7 +319,7 @@ TEST(DataParallelRuns, SpeedBalancingGivesTheStragglerFewerRows) {
     j["devices"] = devices(3);
     j["strategy"] = {{"type", "ddp"}, {"balance", "speed"}, {"straggler", {{"device", "cpu:1"}, {"delay_ms", 15}}}};
     Samples balanced;
-    ASSERT_EQ(run_it(j, &balanced)->summary.status, "finished");
+    ASSERT_EQ(run_it(j, &balanced).summary.status, "finished");
     EXPECT_EQ(balanced.rows["cpu:1"].front(), 20);  // even until the first measurement
     EXPECT_LT(balanced.rows["cpu:1"].back(), 10);
     EXPECT_GT(balanced.rows["cpu:0"].back(), 20);
@@ -360,7 +328,7 @@ TEST(DataParallelRuns, SpeedBalancingGivesTheStragglerFewerRows) {
         EXPECT_EQ(balanced.rows["cpu:0"][k] + balanced.rows["cpu:1"][k] + balanced.rows["cpu:2"][k], 60);
     j["strategy"].erase("balance");
     Samples even;
-    ASSERT_EQ(run_it(j, &even)->summary.status, "finished");
+    ASSERT_EQ(run_it(j, &even).summary.status, "finished");
     EXPECT_EQ(even.rows["cpu:1"].back(), 20);
 }
 
@@ -413,7 +381,7 @@ TEST(DataParallelRuns, CommunicationInsideComputeIsNotCountedTwice) {
     j["model"]["layers"][1] = {{"type", "batchnorm"}};
     j["devices"] = devices(2);
     j["strategy"] = {{"type", "ddp"}, {"straggler", {{"device", "cpu:1"}, {"delay_ms", 30}}}};
-    ASSERT_EQ(run_it(j, &rec)->summary.status, "finished");
+    ASSERT_EQ(run_it(j, &rec).summary.status, "finished");
     ASSERT_GT(rec.n, 0);
     EXPECT_LT(rec.compute / rec.n, 15.0);  // cpu:0's own work is well under a millisecond
     EXPECT_GT(rec.comm / rec.n, 15.0);     // it waits ~30 ms for cpu:1 in the statistics' all-reduce
@@ -427,10 +395,10 @@ TEST(DataParallelRuns, DivergenceOnSeveralDevicesFailsWithoutHanging) {
         j["optimizer"] = {{"type", "sgd"}, {"lr", 1e30}};
         j["train"]["max_steps"] = 50;
         const auto r = run_it(j);
-        EXPECT_EQ(r->summary.status, "failed") << s;
-        EXPECT_TRUE(r->summary.error.find("NaN") != std::string::npos ||
-                    r->summary.error.find("infinite") != std::string::npos)
-            << s << ": " << r->summary.error;
+        EXPECT_EQ(r.summary.status, "failed") << s;
+        EXPECT_TRUE(r.summary.error.find("NaN") != std::string::npos ||
+                    r.summary.error.find("infinite") != std::string::npos)
+            << s << ": " << r.summary.error;
     }
 }
 

@@ -11,10 +11,12 @@
 
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
+#include "strategy_testing.h"
 #include "engine/strategy/stages.h"
 
 using namespace paralab;
 using nlohmann::json;
+using namespace strategy_testing;
 namespace st = paralab::strategy::stages;
 
 namespace {
@@ -46,49 +48,6 @@ json seqclass_lstm() {
       "optimizer": {"type": "adam", "lr": 0.01},
       "train": {"epochs": 1, "max_steps": 3}
     })");
-}
-
-json devices(int n) {
-    json d = json::array();
-    for (int i = 0; i < n; ++i) d.push_back("cpu:" + std::to_string(i));
-    return d;
-}
-
-json with_strategy(json j, int n, json strategy) {
-    j["devices"] = devices(n);
-    j["strategy"] = std::move(strategy);
-    return j;
-}
-
-struct Result {
-    run::RunSummary summary;
-    run::RunArtifacts artifacts;
-};
-
-// Leaked on purpose: RunArtifacts' tensors are clones on the run's devices (strategy.cpp's
-// host_copies), which run_experiment destroys on return, so destroying them would free into a
-// dead allocator. Return by value once host_copies clones onto a device that outlives the run.
-const Result& run_it(const json& j, run::RunObserver* observer = nullptr) {
-    Result& r = *new Result;
-    r.summary = run::run_experiment(run::parse_experiment(j), observer, nullptr, 1, &r.artifacts);
-    return r;
-}
-
-// Largest |a - b| over all elements, relative to 1 + the largest |a|.
-double max_rel_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-        EXPECT_EQ(a[i].shape(), b[i].shape()) << "tensor " << i;
-        if (a[i].shape() != b[i].shape()) return INFINITY;
-        const float* x = a[i].data<float>();
-        const float* y = b[i].data<float>();
-        for (int64_t k = 0; k < a[i].numel(); ++k) {
-            diff = std::max(diff, static_cast<double>(std::fabs(x[k] - y[k])));
-            scale = std::max(scale, static_cast<double>(std::fabs(x[k])));
-        }
-    }
-    return diff / (1 + scale);
 }
 
 void expect_matches_single(const json& parallel, double tol = 1e-5) {
