@@ -8,7 +8,11 @@
 #include <QLocale>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QFileInfo>
+#include <QMenu>
 #include <QProgressBar>
+#include <QSaveFile>
+#include <QSettings>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QStyle>
@@ -18,6 +22,7 @@
 #include "engine/util/error.h"
 #include "ui/panels/dashboard/device_dashboard.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
+#include "ui/panels/designer/model_designer.h"
 #include "ui/panels/experiment/experiment_panel.h"
 #include "ui/panels/runs/runs_panel.h"
 #include "ui/panels/timeline/timeline_panel.h"
@@ -58,7 +63,7 @@ MainWindow::MainWindow(QWidget* parent)
       m_progress(new QProgressBar) {
     initParalabResources();
     auto* splitter = new QSplitter;
-    splitter->addWidget(m_panel);
+    splitter->addWidget(buildDesignerTabs());
     m_tabs->setObjectName(QStringLiteral("viewTabs"));
     m_tabs->setDocumentMode(true);
     m_tabs->addTab(m_plot, tr("Training"));
@@ -135,6 +140,7 @@ void MainWindow::buildMenus() {
                                                           tr("ParaLab experiments (*.paralab.json);;JSON (*.json)"));
         if (!path.isEmpty()) openExperiment(path);
     });
+    buildDesignerMenus(file);
     auto* exportPlot = file->addAction(style()->standardIcon(QStyle::SP_DialogSaveButton), tr("&Export plot…"));
     exportPlot->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
     connect(exportPlot, &QAction::triggered, m_plot, &LossPlotPanel::exportWithDialog);
@@ -168,6 +174,7 @@ QString MainWindow::openExperiment(const QString& path, bool interactive) {
         run::Experiment e = readExperiment(path);
         try {
             setExperiment(e);
+            rememberFile(path);
         } catch (const std::exception& err) {  // a model that does not fit its data
             message = QStringLiteral("%1: %2").arg(path, QString::fromUtf8(err.what()));
         }
@@ -180,6 +187,7 @@ QString MainWindow::openExperiment(const QString& path, bool interactive) {
 
 void MainWindow::setExperiment(const run::Experiment& e) {
     m_panel->showExperiment(e);  // throws if the model does not build; nothing changes then
+    m_designer->setExperiment(e);
     m_experiment = e;
     m_plot->clear();
     m_devices->clear();
@@ -208,7 +216,7 @@ void MainWindow::stopRun() {
 void MainWindow::updateActions() {
     // Another experiment may be opened only between runs: the plot belongs to the one running.
     m_openAction->setEnabled(!m_controller->isRunning());
-    m_startAction->setEnabled(!m_controller->isRunning() && m_experiment.has_value());
+    m_startAction->setEnabled(!m_controller->isRunning() && m_experiment.has_value() && m_modelValid);
     m_stopAction->setEnabled(m_controller->state() == RunController::State::Running);
 }
 
@@ -217,6 +225,114 @@ QString MainWindow::statusText() const { return m_status->text(); }
 void MainWindow::showError(const QString& title, const QString& message, bool interactive) {
     m_status->setText(message);
     if (interactive) QMessageBox::warning(this, title, message);
+}
+
+// --- the model designer: its tab, Save / Save As / Open Recent, Edit ▸ Undo / Redo ---------------
+
+QWidget* MainWindow::buildDesignerTabs() {
+    m_designer = new ModelDesigner;
+    auto* tabs = new QTabWidget;
+    tabs->setObjectName(QStringLiteral("experimentTabs"));
+    tabs->setDocumentMode(true);
+    tabs->addTab(m_designer, tr("Model"));
+    tabs->addTab(m_panel, tr("Summary"));
+    connect(m_designer, &ModelDesigner::modelEdited, this, &MainWindow::applyModelEdit);
+    connect(m_designer, &ModelDesigner::presetRequested, this, [this](const QString& path) { openExperiment(path); });
+    connect(m_designer, &ModelDesigner::validityChanged, this, [this](bool ok, const QString& message) {
+        m_modelValid = ok;
+        if (!ok) m_status->setText(tr("The model does not fit: %1").arg(message));
+        else if (m_experiment && !m_controller->isRunning())
+            m_status->setText(tr("Ready: press Start to train %1").arg(QString::fromStdString(m_experiment->name)));
+        updateActions();
+    });
+    return tabs;
+}
+
+void MainWindow::buildDesignerMenus(QMenu* file) {
+    auto* save = file->addAction(style()->standardIcon(QStyle::SP_DialogSaveButton), tr("&Save"));
+    save->setObjectName(QStringLiteral("saveAction"));
+    save->setShortcut(QKeySequence::Save);
+    auto* saveAs = file->addAction(tr("Save &As…"));
+    saveAs->setObjectName(QStringLiteral("saveAsAction"));
+    saveAs->setShortcut(QKeySequence::SaveAs);
+    const auto askAndSave = [this] {
+        if (!m_experiment) return;
+        QString path = QFileDialog::getSaveFileName(this, tr("Save experiment"),
+                                                    QString::fromStdString(m_experiment->name) + QStringLiteral(".paralab.json"),
+                                                    tr("ParaLab experiments (*.paralab.json)"));
+        if (path.isEmpty()) return;
+        if (!path.endsWith(QLatin1String(".json"))) path += QStringLiteral(".paralab.json");
+        saveExperiment(path);
+    };
+    connect(saveAs, &QAction::triggered, this, askAndSave);
+    connect(save, &QAction::triggered, this, [this, askAndSave] {
+        if (m_currentPath.isEmpty() || m_currentPath.startsWith(QLatin1String(":/"))) askAndSave();
+        else saveExperiment(m_currentPath);
+    });
+    m_recentMenu = file->addMenu(tr("Open &Recent"));
+    m_recentMenu->setObjectName(QStringLiteral("recentMenu"));
+    connect(m_recentMenu, &QMenu::aboutToShow, this, &MainWindow::rebuildRecentMenu);
+    rebuildRecentMenu();
+
+    auto* edit = menuBar()->addMenu(tr("&Edit"));
+    edit->addAction(m_designer->undoAction());
+    edit->addAction(m_designer->redoAction());
+}
+
+void MainWindow::applyModelEdit(const run::Experiment& e) {
+    // The designer's experiment is the one Start runs. The summary tab follows while the model
+    // builds; a model that does not fit leaves the last good summary there.
+    m_experiment = e;
+    try {
+        m_panel->showExperiment(e);
+    } catch (const std::exception&) {
+    }
+    setWindowTitle(tr("ParaLab — %1[*]").arg(QString::fromStdString(e.name)));
+    setWindowModified(true);
+    updateActions();
+}
+
+QString MainWindow::saveExperiment(const QString& path, bool interactive) {
+    if (!m_experiment) return tr("no experiment to save");
+    QSaveFile file(path);
+    const std::string text = run::to_json(*m_experiment).dump(2) + "\n";
+    QString message;
+    if (!file.open(QIODevice::WriteOnly) || file.write(text.data(), static_cast<qint64>(text.size())) < 0 || !file.commit())
+        message = tr("%1: cannot save: %2").arg(path, file.errorString());
+    if (!message.isEmpty()) {
+        showError(tr("Cannot save experiment"), message, interactive);
+        return message;
+    }
+    rememberFile(path);
+    m_status->setText(tr("Saved %1").arg(path));
+    return {};
+}
+
+QStringList MainWindow::recentFiles() const {
+    return QSettings(QStringLiteral("ParaLab"), QStringLiteral("ParaLab")).value(QStringLiteral("recentFiles")).toStringList();
+}
+
+void MainWindow::rememberFile(const QString& path) {
+    m_currentPath = path;
+    setWindowModified(false);
+    if (path.startsWith(QLatin1String(":/"))) return;  // the examples are in the preset box
+    QStringList files = recentFiles();
+    files.removeAll(path);
+    files.prepend(path);
+    while (files.size() > 8) files.removeLast();
+    QSettings(QStringLiteral("ParaLab"), QStringLiteral("ParaLab")).setValue(QStringLiteral("recentFiles"), files);
+}
+
+void MainWindow::rebuildRecentMenu() {
+    m_recentMenu->clear();
+    const QStringList files = recentFiles();
+    for (const QString& path : files) {
+        auto* action = m_recentMenu->addAction(QFileInfo(path).fileName());
+        action->setToolTip(path);
+        action->setStatusTip(path);
+        connect(action, &QAction::triggered, this, [this, path] { openExperiment(path); });
+    }
+    if (files.isEmpty()) m_recentMenu->addAction(tr("No recent files"))->setEnabled(false);
 }
 
 }  // namespace paralab::ui

@@ -10,6 +10,7 @@
 
 class QAction;
 class QLabel;
+class QMenu;
 class QProgressBar;
 class QTabWidget;
 
@@ -18,6 +19,7 @@ namespace paralab::ui {
 class DeviceDashboard;
 class ExperimentPanel;
 class LossPlotPanel;
+class ModelDesigner;
 class RunController;
 class RunsPanel;
 class TimelinePanel;
@@ -42,6 +44,15 @@ public:
     // The central tabs: training, devices, timeline (others add theirs).
     QTabWidget* viewTabs() const { return m_tabs; }
     ExperimentPanel* experimentPanel() const { return m_panel; }
+
+    // The model designer (left, first tab): its edits become the experiment Start runs; Start
+    // is disabled while its model does not fit.
+    ModelDesigner* designer() const { return m_designer; }
+    // File ▸ Save: the current experiment as pretty-printed canonical JSON (run::to_json). On an
+    // error the message is returned (and shown when `interactive`).
+    QString saveExperiment(const QString& path, bool interactive = true);
+    // File ▸ Open Recent: newest first, at most 8 (QSettings).
+    QStringList recentFiles() const;
     QString statusText() const;
 
 public slots:
@@ -52,6 +63,12 @@ private:
     void buildMenus();
     void updateActions();
     void showError(const QString& title, const QString& message, bool interactive);
+    // The designer's side of the window: its tab, its File and Edit menu entries, its edits.
+    QWidget* buildDesignerTabs();
+    void buildDesignerMenus(QMenu* file);
+    void applyModelEdit(const run::Experiment& e);
+    void rememberFile(const QString& path);
+    void rebuildRecentMenu();
 
     std::optional<run::Experiment> m_experiment;
     ExperimentPanel* m_panel;
@@ -62,6 +79,10 @@ private:
     QTabWidget* m_tabs;
     RunController* m_controller;
     QAction* m_openAction = nullptr;
+    ModelDesigner* m_designer = nullptr;
+    QMenu* m_recentMenu = nullptr;
+    QString m_currentPath;     // where Save writes; empty or ":/..." (an example): Save As
+    bool m_modelValid = true;  // the designer's verdict; Start waits for true
     QAction* m_startAction = nullptr;
     QAction* m_stopAction = nullptr;
     QLabel* m_status;

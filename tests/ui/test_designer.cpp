@@ -1,0 +1,284 @@
+// The model designer as a user drives it, offscreen: layers added from the palette get shapes,
+// a layer that does not fit turns red and disables Start, every edit undoes and redoes, the
+// property editor refuses what the file format refuses (with its message), a saved file opens
+// to the same experiment, and a preset loads.
+#include <QAction>
+#include <QComboBox>
+#include <QFile>
+#include <QPushButton>
+#include <QSettings>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QTemporaryDir>
+#include <QUndoStack>
+#include <QtTest>
+
+#include "engine/nn/factory.h"
+#include "ui/mainwindow/main_window.h"
+#include "ui/panels/designer/layer_property_editor.h"
+#include "ui/panels/designer/layer_views.h"
+#include "ui/panels/designer/model_designer.h"
+
+using paralab::ui::LayerPath;
+using paralab::ui::LayerStackView;
+using paralab::ui::MainWindow;
+using paralab::ui::ModelDesigner;
+
+class TestDesigner : public QObject {
+    Q_OBJECT
+private slots:
+    void paletteListsEveryLayerType();
+    void addingLayersUpdatesShapes_data();
+    void addingLayersUpdatesShapes();
+    void shapeErrorMarksTheRowAndDisablesStart();
+    void undoRedoRestores();
+    void moveDeleteWrap_data();
+    void moveDeleteWrap();
+    void propertyEditorRejectsWhatTheFileRejects();
+    void propertyEditorAppliesAndUndoes();
+    void saveThenOpenRoundTrips();
+    void presetLoads();
+};
+
+static const char* kMlp = ":/examples/spirals-mlp.paralab.json";
+static const char* kCnn = ":/examples/fashion-cnn.paralab.json";
+
+static paralab::run::Experiment experimentFrom(const char* resource) {
+    QFile file(resource);
+    if (!file.open(QIODevice::ReadOnly)) qFatal("cannot open %s", resource);
+    return paralab::run::parse_experiment(nlohmann::json::parse(file.readAll().toStdString()));
+}
+
+static QStringList types(const std::vector<paralab::nn::LayerSpec>& layers) {
+    QStringList out;
+    for (const auto& l : layers) {
+        QString t = QString::fromStdString(l.type);
+        if (l.type == "residual") t += "{" + types(l.layers).join(",") + "}";
+        out << t;
+    }
+    return out;
+}
+
+static QString modelJson(const ModelDesigner& d) {
+    return QString::fromStdString(paralab::run::to_json(d.experiment())["model"].dump());
+}
+
+void TestDesigner::paletteListsEveryLayerType() {
+    MainWindow w;  // initialises the embedded examples
+    ModelDesigner d;
+    QCOMPARE(d.palette()->count(), static_cast<int>(paralab::nn::layer_types().size()));
+    QVERIFY(d.presetBox()->count() >= 8 + 1);  // the examples, after "Load a preset…"
+}
+
+void TestDesigner::addingLayersUpdatesShapes_data() {
+    QTest::addColumn<QStringList>("added");
+    QTest::addColumn<QString>("lastOutput");
+    QTest::addColumn<qint64>("lastParams");
+    // spirals-mlp: linear 64, relu, linear 64, relu, linear 3.
+    QTest::newRow("linear") << QStringList{"linear"} << "[10]" << qint64(3 * 10 + 10);
+    QTest::newRow("linear, relu") << QStringList{"linear", "relu"} << "[10]" << qint64(0);
+    QTest::newRow("layernorm") << QStringList{"layernorm"} << "[3]" << qint64(6);
+    QTest::newRow("residual") << QStringList{"residual"} << "[3]" << qint64(0);
+}
+
+void TestDesigner::addingLayersUpdatesShapes() {
+    QFETCH(QStringList, added);
+    QFETCH(QString, lastOutput);
+    QFETCH(qint64, lastParams);
+    ModelDesigner d;
+    d.setExperiment(experimentFrom(kMlp));
+    const int before = d.stackView()->topLevelItemCount();
+    QSignalSpy edited(&d, &ModelDesigner::modelEdited);
+    for (const QString& type : added) {
+        d.selectLayer({d.stackView()->topLevelItemCount() - 1});
+        // As a double-click in the palette does: after the selected layer.
+        emit d.palette()->itemActivated(d.palette()->findItems(type, Qt::MatchExactly).front());
+    }
+    QCOMPARE(edited.count(), added.size());
+    QVERIFY(d.isValid());
+    QCOMPARE(d.stackView()->topLevelItemCount(), before + added.size());
+    auto* last = d.stackView()->topLevelItem(d.stackView()->topLevelItemCount() - 1);
+    QCOMPARE(last->text(LayerStackView::OutputColumn), lastOutput);
+    QCOMPARE(last->text(LayerStackView::ParamsColumn), QLocale().toString(lastParams));
+    QVERIFY(!last->text(LayerStackView::MemoryColumn).isEmpty());
+    // The new layer is selected, and the experiment handed out carries it.
+    QCOMPARE(d.selectedPath(), LayerPath{d.stackView()->topLevelItemCount() - 1});
+    const auto e = edited.last().at(0).value<paralab::run::Experiment>();
+    QCOMPARE(static_cast<int>(e.layers.size()), before + added.size());
+    QCOMPARE(e.name, experimentFrom(kMlp).name);
+}
+
+void TestDesigner::shapeErrorMarksTheRowAndDisablesStart() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kMlp, false), QString());
+    auto* start = w.findChild<QAction*>("startAction");
+    QVERIFY(start->isEnabled());
+    ModelDesigner* d = w.designer();
+    QSignalSpy validity(d, &ModelDesigner::validityChanged);
+    // conv2d on the flat [2] input of an MLP.
+    QVERIFY(d->addLayer("conv2d", {}, 1));
+    QVERIFY(!d->isValid());
+    QCOMPARE(validity.count(), 1);
+    QCOMPARE(validity.at(0).at(0).toBool(), false);
+    const QString message = validity.at(0).at(1).toString();
+    QVERIFY2(message.startsWith("model.layers[1] (conv2d)"), qPrintable(message));
+    auto* row = d->stackView()->topLevelItem(1);
+    QCOMPARE(row->foreground(0).color(), QColor(0xc6, 0x28, 0x28));
+    QCOMPARE(row->toolTip(0), message);
+    QCOMPARE(row->text(LayerStackView::OutputColumn), QString("shape error"));
+    // The layer above still has its shape; the one below has none.
+    QCOMPARE(d->stackView()->topLevelItem(0)->text(LayerStackView::OutputColumn), QString("[64]"));
+    QCOMPARE(d->stackView()->topLevelItem(2)->text(LayerStackView::OutputColumn), QString("—"));
+    QVERIFY(!start->isEnabled());
+    d->undoAction()->trigger();
+    QVERIFY(d->isValid());
+    QCOMPARE(validity.last().at(0).toBool(), true);
+    QVERIFY(start->isEnabled());
+    QCOMPARE(d->stackView()->topLevelItem(1)->foreground(0).color(), d->stackView()->palette().text().color());
+}
+
+void TestDesigner::undoRedoRestores() {
+    ModelDesigner d;
+    d.setExperiment(experimentFrom(kCnn));
+    const QString original = modelJson(d);
+    QVERIFY(d.addLayer("dropout", {}, 3));
+    QCOMPARE(d.setLayerOption({0}, "out_channels", "8"), QString());
+    QVERIFY(d.wrapInResidual({4}));
+    QVERIFY(d.moveLayerBy({1}, +1));
+    QVERIFY(d.removeLayer({2}));
+    QCOMPARE(d.setInputText("1, 32, 32"), QString());
+    QCOMPARE(d.setLoss("mse"), QString());
+    const QString edited = modelJson(d);
+    QCOMPARE(d.undoStack()->count(), 7);
+    for (int i = 0; i < 7; ++i) d.undoAction()->trigger();
+    QCOMPARE(modelJson(d), original);
+    for (int i = 0; i < 7; ++i) d.redoAction()->trigger();
+    QCOMPARE(modelJson(d), edited);
+    QCOMPARE(d.stackView()->topLevelItem(0)->text(0), QString("conv2d  8 ch, 3×3, pad 1"));
+}
+
+void TestDesigner::moveDeleteWrap_data() {
+    QTest::addColumn<QString>("op");
+    QTest::addColumn<QStringList>("expected");
+    // spirals-mlp: linear, relu, linear, relu, linear
+    QTest::newRow("up") << "up 1" << QStringList{"relu", "linear", "linear", "relu", "linear"};
+    QTest::newRow("down") << "down 0" << QStringList{"relu", "linear", "linear", "relu", "linear"};
+    QTest::newRow("down the last: no") << "down 4" << QStringList{"linear", "relu", "linear", "relu", "linear"};
+    QTest::newRow("delete") << "delete 1" << QStringList{"linear", "linear", "relu", "linear"};
+    QTest::newRow("wrap") << "wrap 1" << QStringList{"linear", "residual{relu}", "linear", "relu", "linear"};
+    QTest::newRow("drag into a block") << "wrap 1; move 3 into 1" << QStringList{"linear", "residual{relu,relu}", "linear", "linear"};
+    QTest::newRow("drag to the end") << "move 0 to 5" << QStringList{"relu", "linear", "relu", "linear", "linear"};
+}
+
+void TestDesigner::moveDeleteWrap() {
+    QFETCH(QString, op);
+    QFETCH(QStringList, expected);
+    ModelDesigner d;
+    d.setExperiment(experimentFrom(kMlp));
+    for (const QString& step : op.split("; ")) {
+        const QStringList w = step.split(' ');
+        const int i = w[1].toInt();
+        d.selectLayer({i});
+        if (w[0] == "up") d.findChild<QPushButton*>("moveUpButton")->click();
+        if (w[0] == "down") d.findChild<QPushButton*>("moveDownButton")->click();
+        if (w[0] == "delete") d.findChild<QPushButton*>("deleteButton")->click();
+        if (w[0] == "wrap") d.findChild<QPushButton*>("wrapButton")->click();
+        if (w[0] == "move" && w.value(2) == "into") emit d.stackView()->moveRequested({i}, {w.value(3).toInt()}, 1);
+        if (w[0] == "move" && w.value(2) == "to") emit d.stackView()->moveRequested({i}, {}, w.value(3).toInt());
+    }
+    QCOMPARE(types(d.model().layers), expected);
+    // The tree mirrors the model.
+    QCOMPARE(d.stackView()->topLevelItemCount(), expected.size());
+}
+
+void TestDesigner::propertyEditorRejectsWhatTheFileRejects() {
+    ModelDesigner d;
+    d.setExperiment(experimentFrom(kMlp));
+    const QString before = modelJson(d);
+    d.selectLayer({2});  // linear out 64
+    auto* out = d.propertyEditor()->findChild<QSpinBox*>("option_out");
+    QVERIFY(out);
+    out->setValue(-4);
+    QCOMPARE(d.propertyEditor()->errorText(), QString("model.layers[2].out: expected a positive integer, got -4"));
+    QCOMPARE(modelJson(d), before);
+    QCOMPARE(d.undoStack()->count(), 0);
+    // Dropout's p must be in [0, 1); a word is not a number.
+    QCOMPARE(d.setLayerOption({1}, "p", "0.5").isEmpty(), false);  // relu has no p
+    QVERIFY(d.addLayer("dropout", {}, 1));
+    QCOMPARE(d.setLayerOption({1}, "p", "1"), QString("model.layers[1].p: expected a number in [0, 1), got 1.0"));
+    QVERIFY(d.setLayerOption({1}, "p", "\"half\"").startsWith("model.layers[1].p: expected a number"));
+}
+
+void TestDesigner::propertyEditorAppliesAndUndoes() {
+    ModelDesigner d;
+    d.setExperiment(experimentFrom(kMlp));
+    d.selectLayer({0});
+    auto* out = d.propertyEditor()->findChild<QSpinBox*>("option_out");
+    out->setValue(48);
+    QCOMPARE(d.propertyEditor()->errorText(), QString());
+    QCOMPARE(d.model().layers[0].out, 48);
+    QCOMPARE(d.stackView()->topLevelItem(0)->text(LayerStackView::OutputColumn), QString("[48]"));
+    QCOMPARE(d.selectedPath(), LayerPath{0});
+    d.undoAction()->trigger();
+    QCOMPARE(d.model().layers[0].out, 64);
+    QCOMPARE(d.propertyEditor()->findChild<QSpinBox*>("option_out")->value(), 64);
+}
+
+void TestDesigner::saveThenOpenRoundTrips() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("edited.paralab.json");
+    nlohmann::json saved;
+    {
+        MainWindow w;
+        QCOMPARE(w.openExperiment(kCnn, false), QString());
+        QVERIFY(w.designer()->addLayer("dropout", {}, 9));
+        QCOMPARE(w.designer()->setLayerOption({10}, "p", "0.25"), QString());
+        // The window holds the edited experiment: Start would run it.
+        QCOMPARE(w.experiment()->layers.size(), size_t(14));
+        QCOMPARE(w.saveExperiment(path, false), QString());
+        saved = paralab::run::to_json(*w.experiment());
+        QCOMPARE(w.recentFiles().value(0), path);
+    }
+    QFile file(path);
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    const QByteArray bytes = file.readAll();
+    QCOMPARE(bytes, QByteArray::fromStdString(saved.dump(2) + "\n"));
+
+    MainWindow w;
+    QCOMPARE(w.openExperiment(path, false), QString());
+    QCOMPARE(paralab::run::to_json(*w.experiment()), saved);
+    QCOMPARE(paralab::run::to_json(w.designer()->experiment()), saved);
+    // Saved again, byte for byte the same file.
+    QCOMPARE(w.saveExperiment(path, false), QString());
+    QVERIFY(file.seek(0));
+    QFile again(path);
+    QVERIFY(again.open(QIODevice::ReadOnly));
+    QCOMPARE(again.readAll(), bytes);
+}
+
+void TestDesigner::presetLoads() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kMlp, false), QString());
+    ModelDesigner* d = w.designer();
+    QSignalSpy requested(d, &ModelDesigner::presetRequested);
+    const int index = d->presetBox()->findText("resnet-small");
+    QVERIFY(index > 0);
+    emit d->presetBox()->activated(index);
+    QCOMPARE(requested.count(), 1);
+    QCOMPARE(requested.at(0).at(0).toString(), QString(":/examples/resnet-small.paralab.json"));
+    QCOMPARE(QString::fromStdString(w.experiment()->name), QString("resnet-small"));
+    QCOMPARE(types(d->model().layers).size(), 9);
+    QVERIFY(d->isValid());
+    QCOMPARE(d->stackView()->topLevelItem(3)->childCount(), 5);  // the first residual block's body
+    QCOMPARE(d->undoStack()->count(), 0);
+}
+
+static void useTemporaryStoreAndSettings() {
+    static QTemporaryDir dir;
+    qputenv("XDG_DATA_HOME", dir.path().toUtf8());
+    qputenv("XDG_CONFIG_HOME", dir.path().toUtf8());
+}
+Q_CONSTRUCTOR_FUNCTION(useTemporaryStoreAndSettings)
+
+QTEST_MAIN(TestDesigner)
+#include "test_designer.moc"

@@ -1,0 +1,129 @@
+#include "ui/panels/designer/designed_model.h"
+
+#include <QRegularExpression>
+#include <map>
+
+#include "engine/device/device.h"
+#include "engine/nn/model.h"
+
+namespace paralab::ui {
+
+QString layerPathString(const LayerPath& path) {
+    QString s = QStringLiteral("model");
+    for (int i : path) s += QStringLiteral(".layers[%1]").arg(i);
+    return s;
+}
+
+LayerPath layerPathInMessage(const QString& message) {
+    static const QRegularExpression head(QStringLiteral("^model((?:\\.layers\\[\\d+\\])+)"));
+    static const QRegularExpression index(QStringLiteral("\\[(\\d+)\\]"));
+    LayerPath path;
+    const auto m = head.match(message);
+    if (!m.hasMatch()) return path;
+    auto it = index.globalMatch(m.captured(1));
+    while (it.hasNext()) path << it.next().captured(1).toInt();
+    return path;
+}
+
+std::vector<nn::LayerSpec>* parentList(std::vector<nn::LayerSpec>& layers, const LayerPath& path) {
+    if (path.isEmpty()) return nullptr;
+    std::vector<nn::LayerSpec>* list = &layers;
+    for (int depth = 0; depth + 1 < path.size(); ++depth) {
+        const int i = path[depth];
+        if (i < 0 || i >= static_cast<int>(list->size())) return nullptr;
+        list = &(*list)[static_cast<size_t>(i)].layers;
+    }
+    return list;
+}
+
+nn::LayerSpec* layerAt(std::vector<nn::LayerSpec>& layers, const LayerPath& path) {
+    auto* list = parentList(layers, path);
+    if (!list || path.back() < 0 || path.back() >= static_cast<int>(list->size())) return nullptr;
+    return &(*list)[static_cast<size_t>(path.back())];
+}
+
+const nn::LayerSpec* layerAt(const std::vector<nn::LayerSpec>& layers, const LayerPath& path) {
+    return layerAt(const_cast<std::vector<nn::LayerSpec>&>(layers), path);
+}
+
+nn::LayerSpec defaultLayer(const std::string& type) {
+    nn::LayerSpec s;
+    s.type = type;
+    if (type == "linear") s.out = 10;
+    if (type == "conv2d") s.out_channels = 16, s.kernel = 3, s.stride = 1, s.padding = 1;
+    if (type == "maxpool2d" || type == "avgpool2d") s.kernel = 2;
+    if (type == "dropout") s.p = 0.5;
+    if (type == "embedding") s.vocab = 1000, s.dim = 32;
+    if (type == "lstm" || type == "gru") s.hidden = 32;
+    if (type == "residual") s.layers.push_back(defaultLayer("relu"));
+    return s;
+}
+
+QString layerOptionsText(const nn::LayerSpec& s) {
+    const std::string& t = s.type;
+    if (t == "linear") return QStringLiteral("out %1%2").arg(s.out).arg(s.bias ? "" : ", no bias");
+    if (t == "conv2d")
+        return QStringLiteral("%1 ch, %2×%2%3%4")
+            .arg(s.out_channels)
+            .arg(s.kernel)
+            .arg(s.stride > 1 ? QStringLiteral(", stride %1").arg(s.stride) : QString())
+            .arg(s.padding ? QStringLiteral(", pad %1").arg(s.padding) : QString());
+    if (t == "maxpool2d" || t == "avgpool2d")
+        return QStringLiteral("%1×%1%2").arg(s.kernel).arg(s.stride ? QStringLiteral(", stride %1").arg(s.stride) : QString());
+    if (t == "dropout") return QStringLiteral("p %1").arg(s.p);
+    if (t == "embedding") return QStringLiteral("%1 → %2").arg(s.vocab).arg(s.dim);
+    if (t == "lstm" || t == "gru")
+        return QStringLiteral("hidden %1%2, %3")
+            .arg(s.hidden)
+            .arg(s.num_layers > 1 ? QStringLiteral(" ×%1").arg(s.num_layers) : QString())
+            .arg(s.return_sequence ? "sequence" : "last");
+    if (t == "residual") return QStringLiteral("%1 layers").arg(s.layers.size());
+    return {};
+}
+
+namespace {
+
+void collectRows(nn::Model& model, ShapeReport& report) {
+    for (const auto& row : model.summary()) {
+        LayerShapeInfo info;
+        info.output = row.output;
+        info.parameters = row.parameters;
+        info.flops = row.flops;
+        info.activationBytes = row.output.numel() * 4;
+        report.rows.emplace_back(row.path, info);
+    }
+}
+
+}  // namespace
+
+ShapeReport inferShapes(const DesignedModel& m, const Shape& input) {
+    ShapeReport report;
+    auto device = make_cpu_device(0);
+    try {
+        nn::Model model(m.layers, input, m.loss, DType::f32, *device);
+        collectRows(model, report);
+        report.ok = true;
+        report.parameters = model.parameter_count();
+        report.flops = model.flops_per_sample();
+        report.output = model.output_shape();
+        for (const auto& [path, info] : report.rows)
+            if (path.find('.', 6) == std::string::npos) report.activationBytes += info.activationBytes;
+        return report;
+    } catch (const std::exception& err) {
+        report.message = QString::fromUtf8(err.what());
+        report.errorPath = layerPathInMessage(report.message);
+    }
+    // The layers above the failing one still have shapes: build that prefix.
+    const int failing = report.errorPath.isEmpty() ? 0 : report.errorPath.front();
+    if (failing > 0 && failing <= static_cast<int>(m.layers.size())) {
+        try {
+            std::vector<nn::LayerSpec> prefix(m.layers.begin(), m.layers.begin() + failing);
+            nn::Model model(prefix, input, m.loss, DType::f32, *device);
+            collectRows(model, report);
+        } catch (const std::exception&) {  // the prefix has its own error: show none of it
+        }
+    }
+    return report;
+}
+
+}  // namespace paralab::ui

@@ -1,0 +1,148 @@
+#include "ui/panels/designer/layer_property_editor.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QFormLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QSpinBox>
+#include <QVBoxLayout>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+namespace paralab::ui {
+
+LayerPropertyEditor::LayerPropertyEditor(QWidget* parent)
+    : QWidget(parent), m_title(new QLabel), m_form(new QWidget), m_formLayout(new QFormLayout(m_form)),
+      m_error(new QLabel) {
+    auto* layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    m_title->setTextFormat(Qt::RichText);
+    m_formLayout->setContentsMargins(0, 0, 0, 0);
+    m_formLayout->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+    m_error->setObjectName(QStringLiteral("propertyError"));
+    m_error->setWordWrap(true);
+    m_error->setStyleSheet(QStringLiteral("color: #c62828;"));
+    m_error->hide();
+    layout->addWidget(m_title);
+    layout->addWidget(m_form);
+    layout->addWidget(m_error);
+    showLayer(nullptr, {});
+}
+
+void LayerPropertyEditor::showLayer(const nn::LayerSpec* spec, const QString& path) {
+    // deleteLater: this runs from inside an editor's own signal (an edit applied, the layer shown
+    // again), and that editor must outlive its emit.
+    while (m_formLayout->rowCount() > 0) {
+        const auto row = m_formLayout->takeRow(0);
+        for (QLayoutItem* item : {row.labelItem, row.fieldItem}) {
+            if (!item) continue;
+            if (QWidget* w = item->widget()) {
+                w->hide();
+                w->setParent(nullptr);  // gone from the form (and findChild) at once
+                w->deleteLater();
+            }
+            delete item;
+        }
+    }
+    showError({});
+    if (!spec) {
+        m_title->setText(tr("<i>Select a layer to edit its options</i>"));
+        return;
+    }
+    m_title->setText(tr("<b>%1</b> &nbsp;<span style='color:gray'>%2</span>")
+                         .arg(QString::fromStdString(spec->type), path.toHtmlEscaped()));
+    const std::string& t = spec->type;
+    if (t == "linear") {
+        addIntEditor("out", spec->out, tr("output features"));
+        addBoolEditor("bias", spec->bias, tr("add a bias"));
+    } else if (t == "conv2d") {
+        addIntEditor("out_channels", spec->out_channels, tr("output channels"));
+        addIntEditor("kernel", spec->kernel, tr("square kernel size"));
+        addIntEditor("stride", spec->stride == 0 ? 1 : spec->stride, tr("stride"));
+        addIntEditor("padding", spec->padding, tr("zero padding on every side"));
+        addBoolEditor("bias", spec->bias, tr("add a bias"));
+    } else if (t == "maxpool2d" || t == "avgpool2d") {
+        addIntEditor("kernel", spec->kernel, tr("window size"));
+        addIntEditor("stride", spec->stride, tr("stride; 0: the kernel size"));
+    } else if (t == "batchnorm") {
+        addFloatEditor("eps", spec->eps, tr("added to the variance"));
+        addFloatEditor("momentum", spec->momentum, tr("running statistics update rate"));
+    } else if (t == "layernorm") {
+        addFloatEditor("eps", spec->eps, tr("added to the variance"));
+    } else if (t == "dropout") {
+        addFloatEditor("p", spec->p, tr("probability of zeroing an element, in [0, 1)"));
+    } else if (t == "embedding") {
+        addIntEditor("vocab", spec->vocab, tr("number of tokens"));
+        addIntEditor("dim", spec->dim, tr("vector size"));
+    } else if (t == "lstm" || t == "gru") {
+        addIntEditor("hidden", spec->hidden, tr("hidden size"));
+        addIntEditor("num_layers", spec->num_layers, tr("stacked layers"));
+        addChoiceEditor("return", {"last", "sequence"}, spec->return_sequence ? "sequence" : "last");
+    } else if (t == "residual") {
+        auto* note = new QLabel(tr("output = input + body(input); a projection is added when the "
+                                   "shapes differ. Drop layers onto the block to add them to its body."));
+        note->setWordWrap(true);
+        m_formLayout->addRow(note);
+    } else {
+        m_formLayout->addRow(new QLabel(tr("no options")));
+    }
+}
+
+void LayerPropertyEditor::showError(const QString& message) {
+    m_error->setText(message);
+    m_error->setVisible(!message.isEmpty());
+}
+
+QString LayerPropertyEditor::errorText() const { return m_error->text(); }
+
+void LayerPropertyEditor::addIntEditor(const QString& key, qint64 value, const QString& tip) {
+    auto* spin = new QSpinBox;
+    spin->setObjectName(QStringLiteral("option_") + key);
+    // The full int range: the file format's parser, not the widget, says what is allowed.
+    spin->setRange(std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+    spin->setValue(static_cast<int>(value));
+    spin->setKeyboardTracking(false);
+    spin->setToolTip(tip);
+    connect(spin, &QSpinBox::valueChanged, this,
+            [this, key](int v) { emit optionEdited(key, QString::number(v)); });
+    m_formLayout->addRow(key, spin);
+}
+
+void LayerPropertyEditor::addFloatEditor(const QString& key, double value, const QString& tip) {
+    auto* edit = new QLineEdit(QString::number(value, 'g', 8));
+    edit->setObjectName(QStringLiteral("option_") + key);
+    edit->setToolTip(tip);
+    connect(edit, &QLineEdit::editingFinished, this, [this, key, edit] {
+        bool ok = false;
+        const double v = edit->text().trimmed().toDouble(&ok);
+        // Not a number: hand the text over as a JSON string; the parser says what it expected.
+        emit optionEdited(key, ok ? QString::fromStdString(nlohmann::json(v).dump())
+                                  : QString::fromStdString(nlohmann::json(edit->text().toStdString()).dump()));
+    });
+    m_formLayout->addRow(key, edit);
+}
+
+void LayerPropertyEditor::addBoolEditor(const QString& key, bool value, const QString& tip) {
+    auto* box = new QCheckBox;
+    box->setObjectName(QStringLiteral("option_") + key);
+    box->setChecked(value);
+    box->setToolTip(tip);
+    connect(box, &QCheckBox::toggled, this,
+            [this, key](bool on) { emit optionEdited(key, on ? QStringLiteral("true") : QStringLiteral("false")); });
+    m_formLayout->addRow(key, box);
+}
+
+void LayerPropertyEditor::addChoiceEditor(const QString& key, const QStringList& choices, const QString& value) {
+    auto* combo = new QComboBox;
+    combo->setObjectName(QStringLiteral("option_") + key);
+    combo->addItems(choices);
+    combo->setCurrentText(value);
+    connect(combo, &QComboBox::currentTextChanged, this, [this, key](const QString& text) {
+        emit optionEdited(key, QString::fromStdString(nlohmann::json(text.toStdString()).dump()));
+    });
+    m_formLayout->addRow(key, combo);
+}
+
+}  // namespace paralab::ui
