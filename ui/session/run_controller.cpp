@@ -11,7 +11,7 @@
 namespace paralab::ui {
 
 struct RunController::Shared {
-    run::RunControl control;  // stop is an atomic: no lock
+    run::RunControl control;  // stop and pause are atomics: no lock
     run::LiveMetrics live;    // locks inside: the rank threads push, the drain timer takes
 
     std::mutex m_mutex;
@@ -98,9 +98,21 @@ void RunController::start(run::Experiment experiment) {
 }
 
 void RunController::stop() {
-    if (m_state != State::Running) return;
+    if (m_state != State::Running && m_state != State::Paused) return;
     m_shared->control.stop = true;
     setState(State::Stopping);
+}
+
+void RunController::pause() {
+    if (m_state != State::Running) return;
+    m_shared->control.pause = true;  // the ranks wait before their next step
+    setState(State::Paused);
+}
+
+void RunController::resume() {
+    if (m_state != State::Paused) return;
+    m_shared->control.pause = false;
+    setState(State::Running);
 }
 
 void RunController::drain() {

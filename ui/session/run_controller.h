@@ -21,8 +21,9 @@ class RunController : public QObject {
     Q_OBJECT
 public:
     // Idle until the first start; Running -> Stopping (after stop()) -> Finished, Stopped or
-    // Failed, from any of which start() runs again.
-    enum class State { Idle, Running, Stopping, Finished, Stopped, Failed };
+    // Failed, from any of which start() runs again. Running <-> Paused (pause(), resume()):
+    // the devices wait at the next step boundary; stop() ends a paused run too.
+    enum class State { Idle, Running, Paused, Stopping, Finished, Stopped, Failed };
     Q_ENUM(State)
 
     // Runs are recorded in the run store at `storePath` (the default store when empty).
@@ -30,11 +31,15 @@ public:
     ~RunController() override;  // stops a run and waits for it (with a time limit)
 
     State state() const { return m_state; }
-    bool isRunning() const { return m_state == State::Running || m_state == State::Stopping; }
+    bool isRunning() const {
+        return m_state == State::Running || m_state == State::Paused || m_state == State::Stopping;
+    }
 
 public slots:
     void start(paralab::run::Experiment experiment);
     void stop();
+    void pause();
+    void resume();
 
 signals:
     void stateChanged(paralab::ui::RunController::State state);
