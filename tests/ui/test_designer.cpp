@@ -9,6 +9,8 @@
 #include <QSettings>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QSplitter>
+#include <QTabWidget>
 #include <QTemporaryDir>
 #include <QUndoStack>
 #include <QtTest>
@@ -38,6 +40,7 @@ private slots:
     void propertyEditorAppliesAndUndoes();
     void saveThenOpenRoundTrips();
     void presetLoads();
+    void screenshot();
 };
 
 static const char* kMlp = ":/examples/spirals-mlp.paralab.json";
@@ -271,6 +274,25 @@ void TestDesigner::presetLoads() {
     QVERIFY(d->isValid());
     QCOMPARE(d->stackView()->topLevelItem(3)->childCount(), 5);  // the first residual block's body
     QCOMPARE(d->undoStack()->count(), 0);
+}
+
+// Not a check: the README's screenshot of the designer (fashion-cnn, its second conv2d selected).
+// Run under a display (xvfb-run -s "-screen 0 1600x1000x24" ui_designer_test screenshot
+// -platform xcb) with PARALAB_SCREENSHOT_DIR set to the folder to write it into.
+void TestDesigner::screenshot() {
+    const QString dir = qEnvironmentVariable("PARALAB_SCREENSHOT_DIR");
+    if (dir.isEmpty()) QSKIP("set PARALAB_SCREENSHOT_DIR to take the README's screenshot");
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kCnn, false), QString());
+    w.resize(1600, 1000);
+    w.move(0, 0);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    if (auto* tabs = w.findChild<QTabWidget*>("experimentTabs")) tabs->setCurrentWidget(w.designer());
+    if (auto* split = qobject_cast<QSplitter*>(w.centralWidget())) split->setSizes({860, 740});
+    w.designer()->selectLayer({4});
+    QTest::qWait(300);
+    QVERIFY(w.grab().save(QDir(dir).filePath("screenshot-designer.png")));
 }
 
 static void useTemporaryStoreAndSettings() {

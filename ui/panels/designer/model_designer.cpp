@@ -11,7 +11,6 @@
 #include <QLocale>
 #include <QPushButton>
 #include <QRegularExpression>
-#include <QSplitter>
 #include <QToolButton>
 #include <QUndoStack>
 #include <QVBoxLayout>
@@ -97,16 +96,16 @@ ModelDesigner::ModelDesigner(QWidget* parent)
     auto* redoButton = new QToolButton;
     redoButton->setDefaultAction(m_redoAction);
     auto* header = new QHBoxLayout;
-    header->addWidget(new QLabel(tr("<b>Model</b>")));
-    header->addStretch(1);
+    header->addWidget(new QLabel(tr("Preset")));
     header->addWidget(m_presets);
+    header->addStretch(1);
     header->addWidget(undoButton);
     header->addWidget(redoButton);
 
     // Palette | stack with its buttons.
     m_palette->setObjectName(QStringLiteral("layerPalette"));
     for (const auto& type : nn::layer_types()) m_palette->addItem(QString::fromStdString(type));
-    m_palette->setMaximumWidth(130);
+    m_palette->setFixedWidth(120);
     m_stack->setObjectName(QStringLiteral("layerStack"));
     m_up->setObjectName(QStringLiteral("moveUpButton"));
     m_down->setObjectName(QStringLiteral("moveDownButton"));
@@ -120,11 +119,14 @@ ModelDesigner::ModelDesigner(QWidget* parent)
     stackLayout->setContentsMargins(0, 0, 0, 0);
     stackLayout->addWidget(m_stack, 1);
     stackLayout->addLayout(buttons);
-    auto* split = new QSplitter;
-    split->addWidget(m_palette);
-    split->addWidget(stackBox);
-    split->setStretchFactor(1, 1);
-    split->setChildrenCollapsible(false);
+    auto* paletteBox = new QVBoxLayout;
+    paletteBox->addWidget(new QLabel(tr("Layer types")));
+    paletteBox->addWidget(m_palette, 1);
+    auto* stackTitle = new QLabel(tr("Layers (drop here; per example)"));
+    stackLayout->insertWidget(0, stackTitle);
+    auto* split = new QHBoxLayout;
+    split->addLayout(paletteBox);
+    split->addWidget(stackBox, 1);
 
     // The model's input and loss, then the selected layer's options.
     m_input->setObjectName(QStringLiteral("inputEdit"));
@@ -151,7 +153,7 @@ ModelDesigner::ModelDesigner(QWidget* parent)
 
     auto* layout = new QVBoxLayout(this);
     layout->addLayout(header);
-    layout->addWidget(split, 1);
+    layout->addLayout(split, 1);
     layout->addWidget(m_totals);
     layout->addWidget(m_error);
     layout->addLayout(editors);
