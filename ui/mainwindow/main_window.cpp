@@ -1,6 +1,7 @@
 #include "ui/mainwindow/main_window.h"
 
 #include <QAction>
+#include <QCloseEvent>
 #include <QApplication>
 #include <QFile>
 #include <QFileDialog>
@@ -21,6 +22,9 @@
 
 #include "engine/util/error.h"
 #include "ui/panels/dashboard/device_dashboard.h"
+#include "ui/panels/data/data_panel.h"
+#include "ui/panels/devices/devices_panel.h"
+#include "ui/panels/strategy/strategy_panel.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/designer/model_designer.h"
 #include "ui/panels/experiment/experiment_panel.h"
@@ -64,6 +68,8 @@ MainWindow::MainWindow(QWidget* parent)
     initParalabResources();
     auto* splitter = new QSplitter;
     splitter->addWidget(buildDesignerTabs());
+    m_splitter = splitter;
+    buildSetupTabs(qobject_cast<QTabWidget*>(splitter->widget(0)));
     m_tabs->setObjectName(QStringLiteral("viewTabs"));
     m_tabs->setDocumentMode(true);
     m_tabs->addTab(m_plot, tr("Training"));
@@ -94,18 +100,23 @@ MainWindow::MainWindow(QWidget* parent)
                 for (const auto& s : steps) m_samples += s.samples;
                 m_progress->setValue(static_cast<int>(last.step));
                 const double rate = last.wall_s > 0 ? m_samples / last.wall_s : 0;
-                m_status->setText(tr("Epoch %1 · step %2 of %3 · loss %4 · %5 samples/s")
+                // ETA from the mean step time so far (pauses included: a rough guide).
+                const double eta = last.step > 0 ? (m_totalSteps - last.step) * last.wall_s / last.step : 0;
+                m_status->setText(tr("Epoch %1 · step %2 of %3 · loss %4 · %5 samples/s · ETA %6")
                                       .arg(last.epoch + 1)
                                       .arg(last.step)
                                       .arg(m_totalSteps)
                                       .arg(last.loss, 0, 'f', 4)
-                                      .arg(QLocale().toString(rate, 'f', 0)));
+                                      .arg(QLocale().toString(rate, 'f', 0))
+                                      .arg(eta >= 60 ? tr("%1 min %2 s").arg(int(eta) / 60).arg(int(eta) % 60)
+                                                     : tr("%1 s").arg(eta, 0, 'f', 0)));
             });
     connect(m_controller, &RunController::evalArrived, m_plot, &LossPlotPanel::addEval);
     connect(m_controller, &RunController::stepsArrived, m_devices, &DeviceDashboard::addSteps);
     connect(m_controller, &RunController::deviceStepsArrived, m_devices, &DeviceDashboard::addDeviceSteps);
     connect(m_controller, &RunController::spansArrived, m_timeline, &TimelinePanel::addSpans);
     connect(m_controller, &RunController::stateChanged, this, &MainWindow::updateActions);
+    restoreSettings();
     // The runs table shows a run from its start (running) to its end (its summary); runs that
     // `paralab run` added meanwhile appear when the tab is opened.
     connect(m_controller, &RunController::started, m_runs, &RunsPanel::refresh);
@@ -166,6 +177,7 @@ void MainWindow::buildMenus() {
     toolbar->addSeparator();
     toolbar->addAction(m_startAction);
     toolbar->addAction(m_stopAction);
+    buildPauseActions(runMenu, toolbar);
 }
 
 QString MainWindow::openExperiment(const QString& path, bool interactive) {
@@ -189,6 +201,7 @@ void MainWindow::setExperiment(const run::Experiment& e) {
     m_panel->showExperiment(e);  // throws if the model does not build; nothing changes then
     m_designer->setExperiment(e);
     m_experiment = e;
+    showInSetupPanels(e);
     m_plot->clear();
     m_devices->clear();
     m_timeline->clear();
@@ -208,7 +221,9 @@ void MainWindow::startRun() {
 }
 
 void MainWindow::stopRun() {
-    if (m_controller->state() != RunController::State::Running) return;
+    if (m_controller->state() != RunController::State::Running &&
+        m_controller->state() != RunController::State::Paused)
+        return;
     m_controller->stop();
     m_status->setText(tr("Stopping after the current step…"));
 }
@@ -217,7 +232,12 @@ void MainWindow::updateActions() {
     // Another experiment may be opened only between runs: the plot belongs to the one running.
     m_openAction->setEnabled(!m_controller->isRunning());
     m_startAction->setEnabled(!m_controller->isRunning() && m_experiment.has_value() && m_modelValid);
-    m_stopAction->setEnabled(m_controller->state() == RunController::State::Running);
+    m_stopAction->setEnabled(m_controller->state() == RunController::State::Running ||
+                             m_controller->state() == RunController::State::Paused);
+    if (m_pauseAction) {
+        m_pauseAction->setEnabled(m_controller->state() == RunController::State::Running);
+        m_resumeAction->setEnabled(m_controller->state() == RunController::State::Paused);
+    }
 }
 
 QString MainWindow::statusText() const { return m_status->text(); }
@@ -333,6 +353,127 @@ void MainWindow::rebuildRecentMenu() {
         connect(action, &QAction::triggered, this, [this, path] { openExperiment(path); });
     }
     if (files.isEmpty()) m_recentMenu->addAction(tr("No recent files"))->setEnabled(false);
+}
+
+// --- the setup tabs (Data, Devices, Strategy), Pause / Resume, settings ---------------------------
+
+void MainWindow::buildSetupTabs(QTabWidget* tabs) {
+    m_experimentTabs = tabs;
+    m_dataPanel = new DataPanel;
+    m_devicesPanel = new DevicesPanel;
+    m_strategyPanel = new StrategyPanel;
+    if (tabs) {
+        tabs->addTab(m_dataPanel, tr("Data"));
+        tabs->addTab(m_devicesPanel, tr("Devices"));
+        tabs->addTab(m_strategyPanel, tr("Strategy"));
+    }
+    connect(m_dataPanel, &DataPanel::experimentEdited, this, [this](const run::Experiment& e) { applySetupEdit(e, m_dataPanel); });
+    connect(m_devicesPanel, &DevicesPanel::experimentEdited, this,
+            [this](const run::Experiment& e) { applySetupEdit(e, m_devicesPanel); });
+    connect(m_strategyPanel, &StrategyPanel::experimentEdited, this,
+            [this](const run::Experiment& e) { applySetupEdit(e, m_strategyPanel); });
+    // Connected after the designer's own handler: that one takes the designer's copy of the
+    // experiment, whose data, devices and strategy may be older than the setup panels' edits.
+    connect(m_designer, &ModelDesigner::modelEdited, this, &MainWindow::mergeModelEdit);
+}
+
+void MainWindow::showInSetupPanels(const run::Experiment& e, QWidget* except) {
+    m_setup = e;
+    // Each panel shows without emitting, so handing an edit on starts no loop.
+    if (except != m_dataPanel) m_dataPanel->setExperiment(e);
+    if (except != m_devicesPanel) m_devicesPanel->setExperiment(e);
+    if (except != m_strategyPanel) m_strategyPanel->setExperiment(e);
+}
+
+void MainWindow::applySetupEdit(const run::Experiment& e, QWidget* from) {
+    m_experiment = e;
+    showInSetupPanels(e, from);
+    try {
+        m_panel->showExperiment(e);
+    } catch (const std::exception&) {  // the designer shows why the model does not build
+    }
+    updateActions();
+}
+
+void MainWindow::mergeModelEdit(const run::Experiment& e) {
+    run::Experiment merged = m_setup ? *m_setup : e;
+    merged.layers = e.layers;
+    merged.input = e.input;
+    merged.loss = e.loss;
+    m_experiment = merged;
+    showInSetupPanels(merged);
+    try {
+        m_panel->showExperiment(merged);
+    } catch (const std::exception&) {
+    }
+}
+
+void MainWindow::buildPauseActions(QMenu* runMenu, QToolBar* toolbar) {
+    m_pauseAction = new QAction(style()->standardIcon(QStyle::SP_MediaPause), tr("&Pause"), this);
+    m_pauseAction->setObjectName(QStringLiteral("pauseAction"));
+    m_pauseAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_P));
+    m_resumeAction = new QAction(style()->standardIcon(QStyle::SP_MediaSeekForward), tr("Res&ume"), this);
+    m_resumeAction->setObjectName(QStringLiteral("resumeAction"));
+    m_resumeAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
+    // Between Start and Stop, as on a media player.
+    runMenu->insertAction(m_stopAction, m_pauseAction);
+    runMenu->insertAction(m_stopAction, m_resumeAction);
+    toolbar->insertAction(m_stopAction, m_pauseAction);
+    toolbar->insertAction(m_stopAction, m_resumeAction);
+    connect(m_pauseAction, &QAction::triggered, this, &MainWindow::pauseRun);
+    connect(m_resumeAction, &QAction::triggered, this, &MainWindow::resumeRun);
+}
+
+void MainWindow::pauseRun() {
+    if (m_controller->state() != RunController::State::Running) return;
+    m_controller->pause();
+    m_status->setText(tr("Paused at the next step boundary: Resume goes on, Stop ends the run"));
+}
+
+void MainWindow::resumeRun() {
+    if (m_controller->state() != RunController::State::Paused) return;
+    m_controller->resume();
+    m_status->setText(tr("Resumed"));
+}
+
+void MainWindow::saveSettings() const {
+    QSettings settings;
+    settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    settings.setValue(QStringLiteral("window/state"), saveState());
+    if (m_splitter) settings.setValue(QStringLiteral("window/splitter"), m_splitter->saveState());
+    settings.setValue(QStringLiteral("window/viewTab"), m_tabs->currentIndex());
+    if (m_experimentTabs) settings.setValue(QStringLiteral("window/experimentTab"), m_experimentTabs->currentIndex());
+    const QString last = m_currentPath.startsWith(QLatin1String(":/")) ? QString() : m_currentPath;
+    if (!last.isEmpty()) settings.setValue(QStringLiteral("lastFile"), last);
+}
+
+void MainWindow::restoreSettings() {
+    QSettings settings;
+    if (settings.contains(QStringLiteral("window/geometry")))
+        restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
+    restoreState(settings.value(QStringLiteral("window/state")).toByteArray());
+    if (m_splitter) m_splitter->restoreState(settings.value(QStringLiteral("window/splitter")).toByteArray());
+    m_tabs->setCurrentIndex(settings.value(QStringLiteral("window/viewTab"), 0).toInt());
+    if (m_experimentTabs)
+        m_experimentTabs->setCurrentIndex(settings.value(QStringLiteral("window/experimentTab"), 0).toInt());
+    m_lastFile = settings.value(QStringLiteral("lastFile")).toString();
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+    saveSettings();
+    QMainWindow::closeEvent(event);
+}
+
+void MainWindow::showEvent(QShowEvent* event) {
+    QMainWindow::showEvent(event);
+    if (m_shownOnce) return;
+    m_shownOnce = true;
+    // Only the application's own window reopens the last file (main sets the organisation);
+    // test programs and tools that embed the window start from what they open.
+    if (QCoreApplication::organizationName() != QLatin1String("ParaLab") || m_lastFile.isEmpty() ||
+        !QFileInfo::exists(m_lastFile) || m_controller->isRunning())
+        return;
+    openExperiment(m_lastFile, false);
 }
 
 }  // namespace paralab::ui

@@ -12,16 +12,21 @@ class QAction;
 class QLabel;
 class QMenu;
 class QProgressBar;
+class QSplitter;
 class QTabWidget;
+class QToolBar;
 
 namespace paralab::ui {
 
+class DataPanel;
 class DeviceDashboard;
+class DevicesPanel;
 class ExperimentPanel;
 class LossPlotPanel;
 class ModelDesigner;
 class RunController;
 class RunsPanel;
+class StrategyPanel;
 class TimelinePanel;
 
 class MainWindow : public QMainWindow {
@@ -55,9 +60,30 @@ public:
     QStringList recentFiles() const;
     QString statusText() const;
 
+    // The setup tabs beside the model (Data, Devices, Strategy): each shows the current
+    // experiment and reports its edits; the window keeps the one experiment and hands it on.
+    DataPanel* dataPanel() const { return m_dataPanel; }
+    DevicesPanel* devicesPanel() const { return m_devicesPanel; }
+    StrategyPanel* strategyPanel() const { return m_strategyPanel; }
+    QTabWidget* experimentTabs() const { return m_experimentTabs; }
+    QAction* pauseAction() const { return m_pauseAction; }
+    QAction* resumeAction() const { return m_resumeAction; }
+    // Window geometry, toolbar, splitter and tab state and the last opened file, in QSettings
+    // (the application's organisation and name). Saved on close, restored on construction; the
+    // last file is reopened when the application's window is first shown.
+    void saveSettings() const;
+    void restoreSettings();
+    QString lastOpenedFile() const { return m_lastFile; }
+
 public slots:
     void startRun();
     void stopRun();
+    void pauseRun();
+    void resumeRun();
+
+protected:
+    void closeEvent(QCloseEvent* event) override;
+    void showEvent(QShowEvent* event) override;
 
 private:
     void buildMenus();
@@ -69,6 +95,12 @@ private:
     void applyModelEdit(const run::Experiment& e);
     void rememberFile(const QString& path);
     void rebuildRecentMenu();
+    // The setup panels' side: their tabs, their edits, Pause / Resume.
+    void buildSetupTabs(QTabWidget* tabs);
+    void showInSetupPanels(const run::Experiment& e, QWidget* except = nullptr);
+    void applySetupEdit(const run::Experiment& e, QWidget* from);
+    void mergeModelEdit(const run::Experiment& e);
+    void buildPauseActions(QMenu* runMenu, QToolBar* toolbar);
 
     std::optional<run::Experiment> m_experiment;
     ExperimentPanel* m_panel;
@@ -85,6 +117,16 @@ private:
     bool m_modelValid = true;  // the designer's verdict; Start waits for true
     QAction* m_startAction = nullptr;
     QAction* m_stopAction = nullptr;
+    DataPanel* m_dataPanel = nullptr;
+    DevicesPanel* m_devicesPanel = nullptr;
+    StrategyPanel* m_strategyPanel = nullptr;
+    QTabWidget* m_experimentTabs = nullptr;
+    QSplitter* m_splitter = nullptr;
+    QAction* m_pauseAction = nullptr;
+    QAction* m_resumeAction = nullptr;
+    std::optional<run::Experiment> m_setup;  // the experiment as the setup panels last had it
+    QString m_lastFile;
+    bool m_shownOnce = false;
     QLabel* m_status;
     QProgressBar* m_progress;
     qint64 m_totalSteps = 0;
