@@ -23,15 +23,26 @@ constexpr T kInvSqrt2Pi = T(0.39894228040143267794);
 // x: [n] -> y: [n]
 template <class T>
 void relu_forward(int64_t n, const T* x, T* y) {
+    // Written as a select, not std::max (which returns a reference and compiles to a compare
+    // and a branch per element: on random signs half of them mispredicted, ~15 cycles each);
+    // the select vectorizes. NaN < 0 is false, so NaN stays NaN as with std::max(NaN, 0).
 #pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) y[i] = std::max(x[i], T(0));  // max(NaN, 0) stays NaN
+    for (int64_t i = 0; i < n; ++i) {
+        const T v = x[i];
+        y[i] = v < T(0) ? T(0) : v;
+    }
 }
 
 // x, dy: [n] -> dx: [n]
 template <class T>
 void relu_backward(int64_t n, const T* x, const T* dy, T* dx) {
+    // dy is read unconditionally so that the loop is a select and vectorizes (a conditional
+    // read is a branch per element).
 #pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > T(0) ? dy[i] : T(0);
+    for (int64_t i = 0; i < n; ++i) {
+        const T g = dy[i];
+        dx[i] = x[i] > T(0) ? g : T(0);
+    }
 }
 
 // x: [n] -> y: [n]
