@@ -9,7 +9,9 @@
 #include <QDoubleSpinBox>
 #include <QLabel>
 #include <QLineEdit>
+#include <QScrollArea>
 #include <QSettings>
+#include <QSplitter>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QTabWidget>
@@ -22,6 +24,7 @@
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/data/data_panel.h"
 #include "ui/panels/devices/devices_panel.h"
+#include "ui/panels/strategy/strategy_diagram.h"
 #include "ui/panels/strategy/strategy_panel.h"
 #include "ui/session/memory_estimate.h"
 #include "ui/session/run_controller.h"
@@ -334,9 +337,19 @@ void TestSetupPanels::screenshot() {
     w.move(0, 0);
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.findChild<QSplitter*>()->setSizes({720, 880});
     QTest::qWait(400);
-    QVERIFY(static_cast<QWidget*>(w.strategyPanel())->grab().save(QDir(dir).filePath("screenshot-strategy.png")));
+    // The whole panel, also what lies below the scroll area's fold.
+    QWidget* content = w.strategyPanel()->findChild<QScrollArea*>()->widget();
+    QVERIFY(content->grab().save(QDir(dir).filePath("screenshot-strategy.png")));
     QVERIFY(w.grab().save(QDir(dir).filePath("screenshot-strategy-window.png")));
+    // Every strategy's diagram, to look at.
+    for (const auto& type : paralab::run::strategy_types()) {
+        w.strategyPanel()->strategyBox()->setCurrentText(QString::fromStdString(type));
+        QVERIFY(static_cast<QWidget*>(w.strategyPanel()->diagram())
+                    ->grab()
+                    .save(QDir(dir).filePath(QStringLiteral("diagram-%1.png").arg(QString::fromStdString(type)))));
+    }
 }
 
 QTEST_MAIN(TestSetupPanels)

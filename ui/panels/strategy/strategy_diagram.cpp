@@ -64,7 +64,12 @@ void drawArrow(QPainter& p, QPointF a, QPointF b, const QColor& color, const QSt
         p.setFont(f);
         p.setPen(color.darker(130));
         const QPointF mid = (a + b) / 2;
-        p.drawText(QRectF(mid.x() + 4, mid.y() - 9, 160, 18), Qt::AlignLeft | Qt::AlignVCenter, label);
+        const QRectF box = QFontMetricsF(f).boundingRect(label).adjusted(-3, -1, 3, 1);
+        const QRectF at(mid.x() + 6, mid.y() - box.height() / 2, box.width(), box.height());
+        QColor back = Qt::white;
+        back.setAlpha(225);
+        p.fillRect(at, back);  // readable where it crosses another arrow
+        p.drawText(at, Qt::AlignCenter, label);
     }
     p.restore();
 }
@@ -192,10 +197,10 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
             drawArrow(p, edge(a, u), edge(b, -u), kUp);
         }
         for (int i = 0; i < n; ++i) drawBox(p, boxes[i], name(i), tr("full replica"), color(i));
-        drawCaption(p, QRectF(c.x() - 110, c.y() - 26, 220, 52),
-                    tr("ring all-reduce of gradient buckets (%1 MB)%2")
+        drawCaption(p, QRectF(c.x() - 130, c.y() - 26, 260, 52),
+                    tr("ring all-reduce of the gradients\nin %1 MiB buckets%2")
                         .arg(m_strategy.bucket_mb)
-                        .arg(m_strategy.overlap ? tr(",\noverlapping backward") : QString()),
+                        .arg(m_strategy.overlap ? tr(", during backward") : QString()),
                     kUp.darker(130));
         drawCaption(p, QRectF(area.left(), area.bottom() - 36, area.width(), 34),
                     tr("Every device ends the step with the same summed gradients and takes the same step."));
@@ -204,7 +209,8 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
 
     if (type == QLatin1String("zero")) {
         // Devices in a row; each box shows the flat parameters cut into N shards, its own filled.
-        const double top = area.top() + 40;
+        // centred: caption, bus, boxes with their shards, bus, caption, note (~190 px)
+        const double top = area.top() + std::max(40.0, (area.height() - 190) / 2 + 40);
         QVector<QRectF> boxes = rowOfBoxes(QRectF(area.left(), top, area.width(), 80), n, 80, 150);
         const double busUp = top - 22, busDown = top + 80 + 24;
         for (int i = 0; i < n; ++i) {
@@ -225,11 +231,11 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
         p.drawLine(QPointF(boxes.first().left(), busDown), QPointF(boxes.last().right(), busDown));
         p.setPen(QPen(kDown, 2.5));
         p.drawLine(QPointF(boxes.first().left(), busUp), QPointF(boxes.last().right(), busUp));
-        drawCaption(p, QRectF(area.left(), area.top(), area.width(), busUp - area.top() - 2),
+        drawCaption(p, QRectF(area.left(), busUp - 24, area.width(), 22),
                     tr("all-gather: every device sends its updated shard to all"), kDown.darker(130));
         drawCaption(p, QRectF(area.left(), busDown + 2, area.width(), 22),
                     tr("reduce-scatter: shard k of the summed gradients goes to device k"), kUp.darker(130));
-        drawCaption(p, QRectF(area.left(), busDown + 24, area.width(), area.bottom() - busDown - 24),
+        drawCaption(p, QRectF(area.left(), busDown + 26, area.width(), 22),
                     tr("Coloured cell: the shard of optimizer state%1 a device keeps (stage %2).")
                         .arg(m_strategy.zero_stage == 2 ? tr(" and gradients") : QString())
                         .arg(m_strategy.zero_stage),

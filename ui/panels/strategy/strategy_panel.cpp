@@ -178,7 +178,7 @@ StrategyPanel::StrategyPanel(QWidget* parent)
     plotstyle::putLegendBelow(m_memoryPlot, 3);
     layout->addWidget(m_memoryPlot);
     m_memoryNote->setWordWrap(true);
-    m_memoryNote->setStyleSheet(QStringLiteral("color: palette(mid)"));
+    m_memoryNote->setStyleSheet(QStringLiteral("color: #555555"));
     m_memoryNote->setObjectName(QStringLiteral("memoryNote"));
     layout->addWidget(m_memoryNote);
     layout->addStretch(1);
