@@ -23,6 +23,7 @@
 #include "engine/run/trainer.h"
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/data/data_panel.h"
+#include "ui/panels/designer/model_designer.h"
 #include "ui/panels/devices/devices_panel.h"
 #include "ui/panels/strategy/strategy_diagram.h"
 #include "ui/panels/strategy/strategy_panel.h"
@@ -49,6 +50,8 @@ class TestSetupPanels : public QObject {
 private slots:
     void initTestCase();
     void fourCpuDevicesAndDdpUpdateTheExperiment();
+    void modelEditsKeepTheSetup();
+    void runControlsFollowTheRun();
     void optionsAppearPerStrategy_data();
     void optionsAppearPerStrategy();
     void badValueShowsTheParsersMessage_data();
@@ -92,6 +95,55 @@ void TestSetupPanels::fourCpuDevicesAndDdpUpdateTheExperiment() {
     QCOMPARE(w.experiment()->devices.size(), size_t(4));
     QCOMPARE(QString::fromStdString(w.experiment()->strategy.type), QString("ddp"));
     QVERIFY(w.findChild<QAction*>("startAction")->isEnabled());
+}
+
+// The designer keeps its own copy of the experiment; an edit there changes only the model.
+void TestSetupPanels::modelEditsKeepTheSetup() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    w.devicesPanel()->cpuCountBox()->setValue(4);
+    w.strategyPanel()->strategyBox()->setCurrentText("zero");
+    const auto before = w.strategyPanel()->memoryEstimate();
+    const size_t layers = w.experiment()->layers.size();
+    QVERIFY(w.designer()->addLayer("dropout"));
+    QCOMPARE(w.experiment()->layers.size(), layers + 1);
+    QCOMPARE(w.experiment()->devices.size(), size_t(4));
+    QCOMPARE(QString::fromStdString(w.experiment()->strategy.type), QString("zero"));
+    QCOMPARE(w.strategyPanel()->memoryEstimate().size(), size_t(4));
+    // a dropout adds activations (its output), no parameters
+    QCOMPARE(w.strategyPanel()->memoryEstimate()[0].bytes[cat(MemCategory::parameters)],
+             before[0].bytes[cat(MemCategory::parameters)]);
+    QVERIFY(w.strategyPanel()->memoryEstimate()[0].bytes[cat(MemCategory::activations)] >
+            before[0].bytes[cat(MemCategory::activations)]);
+}
+
+// Start is disabled while a run goes; Pause, Resume and Stop are enabled when they apply.
+void TestSetupPanels::runControlsFollowTheRun() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    auto e = *w.experiment();
+    e.train.epochs = 100000;
+    w.setExperiment(e);
+    auto* start = w.findChild<QAction*>("startAction");
+    auto* stop = w.findChild<QAction*>("stopAction");
+    QVERIFY(start->isEnabled() && !w.pauseAction()->isEnabled() && !w.resumeAction()->isEnabled());
+    QSignalSpy steps(w.controller(), &RunController::stepsArrived);
+    QSignalSpy finished(w.controller(), &RunController::finished);
+    start->trigger();
+    QVERIFY(!start->isEnabled());
+    QVERIFY(w.pauseAction()->isEnabled() && stop->isEnabled() && !w.resumeAction()->isEnabled());
+    QTRY_VERIFY_WITH_TIMEOUT(steps.count() > 0, 20000);
+    QTRY_VERIFY(w.statusText().contains("ETA"));
+    w.pauseAction()->trigger();
+    QCOMPARE(w.controller()->state(), RunController::State::Paused);
+    QVERIFY(!start->isEnabled() && !w.pauseAction()->isEnabled() && w.resumeAction()->isEnabled() && stop->isEnabled());
+    w.resumeAction()->trigger();
+    QCOMPARE(w.controller()->state(), RunController::State::Running);
+    w.pauseAction()->trigger();
+    stop->trigger();  // a paused run stops too
+    QVERIFY(finished.wait(20000));
+    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::run::RunSummary>().status), QString("stopped"));
+    QVERIFY(start->isEnabled() && !w.pauseAction()->isEnabled() && !stop->isEnabled());
 }
 
 void TestSetupPanels::optionsAppearPerStrategy_data() {
