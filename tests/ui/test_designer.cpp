@@ -5,6 +5,8 @@
 #include <QAction>
 #include <QComboBox>
 #include <QFile>
+#include <QMimeData>
+#include <chrono>
 #include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
@@ -40,6 +42,9 @@ private slots:
     void propertyEditorAppliesAndUndoes();
     void saveThenOpenRoundTrips();
     void presetLoads();
+    void dropFromThePaletteAppends();
+    void shapeInferenceIsCheapForTheGuiThread();
+    void slowInferenceArrivesLaterAndOnlyIfCurrent();
     void screenshot();
 };
 
@@ -69,6 +74,7 @@ static QString modelJson(const ModelDesigner& d) {
 void TestDesigner::paletteListsEveryLayerType() {
     MainWindow w;  // initialises the embedded examples
     ModelDesigner d;
+    d.setSynchronousBudget(60000);
     QCOMPARE(d.palette()->count(), static_cast<int>(paralab::nn::layer_types().size()));
     QVERIFY(d.presetBox()->count() >= 8 + 1);  // the examples, after "Load a preset…"
 }
@@ -89,6 +95,7 @@ void TestDesigner::addingLayersUpdatesShapes() {
     QFETCH(QString, lastOutput);
     QFETCH(qint64, lastParams);
     ModelDesigner d;
+    d.setSynchronousBudget(60000);
     d.setExperiment(experimentFrom(kMlp));
     const int before = d.stackView()->topLevelItemCount();
     QSignalSpy edited(&d, &ModelDesigner::modelEdited);
@@ -113,6 +120,7 @@ void TestDesigner::addingLayersUpdatesShapes() {
 
 void TestDesigner::shapeErrorMarksTheRowAndDisablesStart() {
     MainWindow w;
+    w.designer()->setSynchronousBudget(60000);
     QCOMPARE(w.openExperiment(kMlp, false), QString());
     auto* start = w.findChild<QAction*>("startAction");
     QVERIFY(start->isEnabled());
@@ -142,6 +150,7 @@ void TestDesigner::shapeErrorMarksTheRowAndDisablesStart() {
 
 void TestDesigner::undoRedoRestores() {
     ModelDesigner d;
+    d.setSynchronousBudget(60000);
     d.setExperiment(experimentFrom(kCnn));
     const QString original = modelJson(d);
     QVERIFY(d.addLayer("dropout", {}, 3));
@@ -177,6 +186,7 @@ void TestDesigner::moveDeleteWrap() {
     QFETCH(QString, op);
     QFETCH(QStringList, expected);
     ModelDesigner d;
+    d.setSynchronousBudget(60000);
     d.setExperiment(experimentFrom(kMlp));
     for (const QString& step : op.split("; ")) {
         const QStringList w = step.split(' ');
@@ -196,6 +206,7 @@ void TestDesigner::moveDeleteWrap() {
 
 void TestDesigner::propertyEditorRejectsWhatTheFileRejects() {
     ModelDesigner d;
+    d.setSynchronousBudget(60000);
     d.setExperiment(experimentFrom(kMlp));
     const QString before = modelJson(d);
     d.selectLayer({2});  // linear out 64
@@ -214,6 +225,7 @@ void TestDesigner::propertyEditorRejectsWhatTheFileRejects() {
 
 void TestDesigner::propertyEditorAppliesAndUndoes() {
     ModelDesigner d;
+    d.setSynchronousBudget(60000);
     d.setExperiment(experimentFrom(kMlp));
     d.selectLayer({0});
     auto* out = d.propertyEditor()->findChild<QSpinBox*>("option_out");
@@ -233,6 +245,7 @@ void TestDesigner::saveThenOpenRoundTrips() {
     nlohmann::json saved;
     {
         MainWindow w;
+        w.designer()->setSynchronousBudget(60000);
         QCOMPARE(w.openExperiment(kCnn, false), QString());
         QVERIFY(w.designer()->addLayer("dropout", {}, 9));
         QCOMPARE(w.designer()->setLayerOption({10}, "p", "0.25"), QString());
@@ -248,6 +261,7 @@ void TestDesigner::saveThenOpenRoundTrips() {
     QCOMPARE(bytes, QByteArray::fromStdString(saved.dump(2) + "\n"));
 
     MainWindow w;
+    w.designer()->setSynchronousBudget(60000);
     QCOMPARE(w.openExperiment(path, false), QString());
     QCOMPARE(paralab::run::to_json(*w.experiment()), saved);
     QCOMPARE(paralab::run::to_json(w.designer()->experiment()), saved);
@@ -261,6 +275,7 @@ void TestDesigner::saveThenOpenRoundTrips() {
 
 void TestDesigner::presetLoads() {
     MainWindow w;
+    w.designer()->setSynchronousBudget(60000);
     QCOMPARE(w.openExperiment(kMlp, false), QString());
     ModelDesigner* d = w.designer();
     QSignalSpy requested(d, &ModelDesigner::presetRequested);
@@ -276,6 +291,78 @@ void TestDesigner::presetLoads() {
     QCOMPARE(d->undoStack()->count(), 0);
 }
 
+void TestDesigner::dropFromThePaletteAppends() {
+    ModelDesigner d;
+    d.setSynchronousBudget(60000);
+    d.setExperiment(experimentFrom(kMlp));
+    d.resize(800, 600);
+    d.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&d));
+    QMimeData mime;
+    mime.setData(paralab::ui::kLayerTypeMime, "dropout");
+    // Below the last row: onto the empty part of the stack.
+    const QPoint below(10, d.stackView()->viewport()->height() - 5);
+    QDragEnterEvent enter(below, Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(d.stackView()->viewport(), &enter);
+    QVERIFY(enter.isAccepted());
+    QDragMoveEvent move(below, Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(d.stackView()->viewport(), &move);
+    QVERIFY(move.isAccepted());
+    QDropEvent drop(below, Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(d.stackView()->viewport(), &drop);
+    QCOMPARE(types(d.model().layers), (QStringList{"linear", "relu", "linear", "relu", "linear", "dropout"}));
+    QCOMPARE(d.undoStack()->count(), 1);
+}
+
+// The designer infers shapes on the GUI thread after every edit (model_designer.h says why):
+// this holds that to a budget for the presets and a large convolution stack.
+void TestDesigner::shapeInferenceIsCheapForTheGuiThread() {
+    using Clock = std::chrono::steady_clock;
+    auto timeMs = [](const paralab::ui::DesignedModel& m, const paralab::Shape& input) {
+        paralab::ui::inferShapes(m, input);  // warm
+        const auto t0 = Clock::now();
+        const auto report = paralab::ui::inferShapes(m, input);
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (!report.ok) qWarning() << report.message;
+        return ms;
+    };
+    for (const char* preset : {kCnn, ":/examples/resnet-small.paralab.json"}) {
+        const auto e = experimentFrom(preset);
+        const double ms = timeMs({e.layers, e.input, e.loss}, *e.input);
+        qInfo("%s: %.2f ms", preset, ms);
+        QVERIFY2(ms < 50, preset);
+    }
+    // 3x224x224 through eight 256-channel 3x3 convolutions: ~4.7 M parameters.
+    paralab::ui::DesignedModel big;
+    for (int i = 0; i < 8; ++i) {
+        auto conv = paralab::ui::defaultLayer("conv2d");
+        conv.out_channels = 256;
+        big.layers.push_back(conv);
+        big.layers.push_back(paralab::ui::defaultLayer("relu"));
+    }
+    big.layers.push_back(paralab::ui::defaultLayer("global_avgpool"));
+    big.layers.push_back(paralab::ui::defaultLayer("linear"));
+    qInfo("8 x conv2d 256 on 3x224x224: %.2f ms (past the budget: on the worker)", timeMs(big, paralab::Shape{3, 224, 224}));
+}
+
+void TestDesigner::slowInferenceArrivesLaterAndOnlyIfCurrent() {
+    ModelDesigner d;
+    d.setSynchronousBudget(0);  // every inference goes past the budget
+    d.setExperiment(experimentFrom(kCnn));
+    QSignalSpy validity(&d, &ModelDesigner::validityChanged);
+    QTRY_VERIFY(!d.shapesPending());
+    QCOMPARE(validity.count(), 1);  // the experiment's first verdict, when its shapes arrived
+    QVERIFY(d.isValid());
+    // Two edits in a row: the first one's result is stale by the time it arrives.
+    QCOMPARE(d.setLayerOption({10}, "out", "100"), QString());
+    QVERIFY(d.shapesPending() || d.isValid());
+    QCOMPARE(d.setLayerOption({12}, "out", "7"), QString());
+    QTRY_VERIFY(!d.shapesPending());
+    QCOMPARE(d.stackView()->topLevelItem(10)->text(LayerStackView::OutputColumn), QString("[100]"));
+    QCOMPARE(d.stackView()->topLevelItem(12)->text(LayerStackView::OutputColumn), QString("[7]"));
+    QCOMPARE(d.shapeReport().output, paralab::Shape({7}));
+}
+
 // Not a check: the README's screenshot of the designer (fashion-cnn, its second conv2d selected).
 // Run under a display (xvfb-run -s "-screen 0 1600x1000x24" ui_designer_test screenshot
 // -platform xcb) with PARALAB_SCREENSHOT_DIR set to the folder to write it into.
@@ -283,6 +370,7 @@ void TestDesigner::screenshot() {
     const QString dir = qEnvironmentVariable("PARALAB_SCREENSHOT_DIR");
     if (dir.isEmpty()) QSKIP("set PARALAB_SCREENSHOT_DIR to take the README's screenshot");
     MainWindow w;
+    w.designer()->setSynchronousBudget(60000);
     QCOMPARE(w.openExperiment(kCnn, false), QString());
     w.resize(1600, 1000);
     w.move(0, 0);

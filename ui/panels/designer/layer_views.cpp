@@ -31,6 +31,7 @@ LayerStackView::LayerStackView(QWidget* parent) : QTreeWidget(parent) {
     setSelectionMode(QAbstractItemView::SingleSelection);
     setDragEnabled(true);
     setAcceptDrops(true);
+    viewport()->setAcceptDrops(true);  // drops are delivered to the viewport
     setDropIndicatorShown(true);
     setDragDropMode(QAbstractItemView::DragDrop);
     setAlternatingRowColors(true);

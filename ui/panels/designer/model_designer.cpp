@@ -11,9 +11,13 @@
 #include <QLocale>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QTimer>
 #include <QToolButton>
 #include <QUndoStack>
 #include <QVBoxLayout>
+#include <algorithm>
+#include <chrono>
+#include <future>
 #include <map>
 
 #include "engine/nn/factory.h"
@@ -64,8 +68,17 @@ json* layerJson(json& experiment, const LayerPath& path) {
 
 }  // namespace
 
+// The shape inference in flight: the current one, and those an edit made stale (kept until they
+// finish, because a std::async future's destructor waits for its task).
+struct ModelDesigner::InferenceJobs {
+    std::future<ShapeReport> current;
+    std::vector<std::future<ShapeReport>> stale;
+};
+
 ModelDesigner::ModelDesigner(QWidget* parent)
     : QWidget(parent),
+      m_jobs(std::make_unique<InferenceJobs>()),
+      m_poll(new QTimer(this)),
       m_undo(new QUndoStack(this)),
       m_presets(new QComboBox),
       m_palette(new LayerPalette),
@@ -79,6 +92,8 @@ ModelDesigner::ModelDesigner(QWidget* parent)
       m_down(new QPushButton(tr("Down"))),
       m_delete(new QPushButton(tr("Delete"))),
       m_wrap(new QPushButton(tr("Wrap in residual"))) {
+    m_poll->setInterval(20);
+    connect(m_poll, &QTimer::timeout, this, &ModelDesigner::pollInference);
     m_undoAction = m_undo->createUndoAction(this, tr("&Undo"));
     m_undoAction->setShortcut(QKeySequence::Undo);
     m_undoAction->setObjectName(QStringLiteral("undoAction"));
@@ -199,6 +214,7 @@ ModelDesigner::ModelDesigner(QWidget* parent)
         "data": {"dataset": "spirals"}, "model": {"input": [2], "layers": [{"type": "linear", "out": 2}]}})")));
 }
 
+// Waits for inference still in flight (the futures' destructors): at most one model build.
 ModelDesigner::~ModelDesigner() = default;
 
 void ModelDesigner::setExperiment(const run::Experiment& e) {
@@ -214,13 +230,8 @@ void ModelDesigner::setExperiment(const run::Experiment& e) {
         }
     }
     m_undo->clear();
-    m_applying = true;
-    refresh();
-    rebuildTree({});
-    m_applying = false;
-    showSelection();
-    m_wasValid = m_report.ok;
-    emit validityChanged(m_report.ok, m_report.message);
+    m_announceValidity = true;  // whatever it is: a new experiment's first verdict
+    startInference({});
 }
 
 run::Experiment ModelDesigner::experiment() const {
@@ -399,24 +410,62 @@ QString ModelDesigner::setLoss(const QString& loss) {
 
 void ModelDesigner::apply(const DesignedModel& m, const LayerPath& select) {
     m_model = m;
+    startInference(select);
+    emit modelEdited(experiment());
+}
+
+// Inference runs on a worker (std::async) and the GUI thread waits for it up to the synchronous
+// budget: a small model's shapes appear within the edit, as if computed in place. A bigger one
+// (a few hundred ms for 224x224 convolution stacks: the build allocates every parameter and
+// workspace) leaves the stack showing "…" and the GUI responsive; a 20 ms timer picks the result
+// up, and a result for a model that has been edited since is dropped.
+void ModelDesigner::startInference(const LayerPath& select) {
+    if (m_jobs->current.valid()) m_jobs->stale.push_back(std::move(m_jobs->current));
+    const std::optional<Shape> input = m_model.input ? m_model.input : m_dataInput;
+    if (!input) {
+        m_report = ShapeReport{};
+        m_report.message = m_dataInputError;
+        showReport(select);
+        return;
+    }
+    m_jobs->current = std::async(std::launch::async, [model = m_model, in = *input] { return inferShapes(model, in); });
+    if (m_jobs->current.wait_for(std::chrono::milliseconds(m_syncBudgetMs)) == std::future_status::ready) {
+        m_report = m_jobs->current.get();
+    } else {
+        m_report = ShapeReport{};
+        m_poll->start();
+    }
+    showReport(select);
+}
+
+void ModelDesigner::pollInference() {
+    auto& stale = m_jobs->stale;
+    stale.erase(std::remove_if(stale.begin(), stale.end(),
+                               [](auto& f) { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }),
+                stale.end());
+    if (m_jobs->current.valid() && m_jobs->current.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        m_report = m_jobs->current.get();
+        showReport(selectedPath());
+    }
+    if (stale.empty() && !m_jobs->current.valid()) m_poll->stop();
+}
+
+bool ModelDesigner::shapesPending() const { return m_jobs->current.valid(); }
+
+void ModelDesigner::showReport(const LayerPath& select) {
     m_applying = true;
     refresh();
     rebuildTree(select);
     m_applying = false;
     showSelection();
-    emit modelEdited(experiment());
-    if (m_report.ok != m_wasValid || !m_report.ok) emit validityChanged(m_report.ok, m_report.message);
+    if (shapesPending()) return;  // the verdict comes with the result
+    if (m_announceValidity || m_report.ok != m_wasValid || !m_report.ok) emit validityChanged(m_report.ok, m_report.message);
+    m_announceValidity = false;
     m_wasValid = m_report.ok;
 }
 
 void ModelDesigner::refresh() {
     const std::optional<Shape> input = m_model.input ? m_model.input : m_dataInput;
-    if (input) {
-        m_report = inferShapes(m_model, *input);
-    } else {
-        m_report = ShapeReport{};
-        m_report.message = m_dataInputError;
-    }
     m_input->setText(m_model.input ? QString::fromStdString(m_model.input->to_string()).mid(1).chopped(1) : QString());
     m_input->setPlaceholderText(m_dataInput ? tr("from the data set: %1").arg(shapeText(*m_dataInput)) : tr("from the data set"));
     m_loss->setCurrentText(QString::fromStdString(m_model.loss));
@@ -429,11 +478,13 @@ void ModelDesigner::refresh() {
                                    bytesText(4.0 * static_cast<double>(m_report.parameters)),
                                    siCount(static_cast<double>(m_report.flops), QStringLiteral("FLOP")),
                                    bytesText(static_cast<double>(m_report.activationBytes))));
+    } else if (shapesPending()) {
+        m_totals->setText(tr("Inferring shapes…"));
     } else {
         m_totals->setText(input ? tr("Input %1").arg(shapeText(*input)) : QString());
     }
     m_error->setText(m_report.ok ? QString() : m_report.message);
-    m_error->setVisible(!m_report.ok);
+    m_error->setVisible(!m_report.ok && !m_report.message.isEmpty());
 }
 
 void ModelDesigner::rebuildTree(const LayerPath& select) {
@@ -463,7 +514,7 @@ void ModelDesigner::rebuildTree(const LayerPath& select) {
                     item->setText(LayerStackView::FlopsColumn, siCount(static_cast<double>(r.flops), QString()).trimmed());
                     item->setText(LayerStackView::MemoryColumn, bytesText(static_cast<double>(r.activationBytes)));
                 } else {
-                    item->setText(LayerStackView::OutputColumn, QStringLiteral("—"));
+                    item->setText(LayerStackView::OutputColumn, shapesPending() ? QStringLiteral("…") : QStringLiteral("—"));
                 }
                 if (path == errorPath) {
                     for (int c = 0; c < LayerStackView::ColumnCount; ++c) {
