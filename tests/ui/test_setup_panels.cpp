@@ -11,9 +11,9 @@
 #include <QLineEdit>
 #include <QScrollArea>
 #include <QSettings>
-#include <QSplitter>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QSplitter>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -36,7 +36,9 @@ using paralab::ui::RunController;
 
 namespace {
 const char* kDefault = ":/examples/spirals-mlp.paralab.json";
-constexpr auto cat(MemCategory c) { return static_cast<size_t>(c); }
+constexpr auto cat(MemCategory c) {
+    return static_cast<size_t>(c);
+}
 
 paralab::run::Experiment defaultExperiment() {
     QFile f(kDefault);
@@ -136,13 +138,15 @@ void TestSetupPanels::runControlsFollowTheRun() {
     QTRY_VERIFY(w.statusText().contains("ETA"));
     w.pauseAction()->trigger();
     QCOMPARE(w.controller()->state(), RunController::State::Paused);
-    QVERIFY(!start->isEnabled() && !w.pauseAction()->isEnabled() && w.resumeAction()->isEnabled() && stop->isEnabled());
+    QVERIFY(!start->isEnabled() && !w.pauseAction()->isEnabled() && w.resumeAction()->isEnabled() &&
+            stop->isEnabled());
     w.resumeAction()->trigger();
     QCOMPARE(w.controller()->state(), RunController::State::Running);
     w.pauseAction()->trigger();
     stop->trigger();  // a paused run stops too
     QVERIFY(finished.wait(20000));
-    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::run::RunSummary>().status), QString("stopped"));
+    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::run::RunSummary>().status),
+             QString("stopped"));
     QVERIFY(start->isEnabled() && !w.pauseAction()->isEnabled() && !stop->isEnabled());
 }
 
@@ -150,9 +154,9 @@ void TestSetupPanels::optionsAppearPerStrategy_data() {
     QTest::addColumn<QString>("strategy");
     QTest::addColumn<QStringList>("shown");
     QTest::addColumn<QStringList>("hidden");
-    const QStringList all{"strategy.bucket_mb", "strategy.overlap", "strategy.balance", "strategy.stage",
-                          "strategy.mode", "strategy.micro_batches", "strategy.schedule", "strategy.split",
-                          "strategy.sync_batchnorm"};
+    const QStringList all{"strategy.bucket_mb", "strategy.overlap", "strategy.balance",
+                          "strategy.stage",     "strategy.mode",    "strategy.micro_batches",
+                          "strategy.schedule",  "strategy.split",   "strategy.sync_batchnorm"};
     auto row = [&](const char* name, QStringList shown) {
         QStringList hidden;
         for (const auto& k : all)
@@ -162,7 +166,8 @@ void TestSetupPanels::optionsAppearPerStrategy_data() {
     };
     row("single", {});
     row("data_parallel", {"strategy.sync_batchnorm"});
-    row("ddp", {"strategy.bucket_mb", "strategy.overlap", "strategy.balance", "strategy.sync_batchnorm"});
+    row("ddp",
+        {"strategy.bucket_mb", "strategy.overlap", "strategy.balance", "strategy.sync_batchnorm"});
     row("zero", {"strategy.stage", "strategy.sync_batchnorm"});
     row("hogwild", {});
     row("param_server", {"strategy.mode"});
@@ -180,7 +185,8 @@ void TestSetupPanels::optionsAppearPerStrategy() {
     w.strategyPanel()->strategyBox()->setCurrentText(strategy);
     QCOMPARE(QString::fromStdString(w.experiment()->strategy.type), strategy);
     for (const auto& key : shown) QVERIFY2(w.strategyPanel()->isOptionShown(key), qPrintable(key));
-    for (const auto& key : hidden) QVERIFY2(!w.strategyPanel()->isOptionShown(key), qPrintable(key));
+    for (const auto& key : hidden)
+        QVERIFY2(!w.strategyPanel()->isOptionShown(key), qPrintable(key));
     QVERIFY(!w.strategyPanel()->explanation().isEmpty());
     QCOMPARE(w.strategyPanel()->memoryEstimate().size(), size_t(3));
 }
@@ -190,12 +196,26 @@ void TestSetupPanels::badValueShowsTheParsersMessage_data() {
     QTest::addColumn<QString>("key");
     QTest::addColumn<QString>("value");
     QTest::addColumn<QString>("message");
-    QTest::newRow("bucket 0") << "ddp" << "strategy.bucket_mb" << "0" << "strategy.bucket_mb: expected a positive";
-    QTest::newRow("micro-batches 0") << "pipeline" << "strategy.micro_batches" << "0"
+    QTest::newRow("bucket 0") << "ddp"
+                              << "strategy.bucket_mb"
+                              << "0"
+                              << "strategy.bucket_mb: expected a positive";
+    QTest::newRow("micro-batches 0") << "pipeline"
+                                     << "strategy.micro_batches"
+                                     << "0"
                                      << "strategy.micro_batches: expected";
-    QTest::newRow("split not increasing") << "pipeline" << "strategy.split" << "3, 1" << "strategy.split: expected 2";
-    QTest::newRow("split not numbers") << "model_parallel" << "strategy.split" << "two" << "strategy.split: expected";
-    QTest::newRow("batch 0") << "single" << "data.batch_size" << "0" << "data.batch_size: expected a positive integer";
+    QTest::newRow("split not increasing") << "pipeline"
+                                          << "strategy.split"
+                                          << "3, 1"
+                                          << "strategy.split: expected 2";
+    QTest::newRow("split not numbers") << "model_parallel"
+                                       << "strategy.split"
+                                       << "two"
+                                       << "strategy.split: expected";
+    QTest::newRow("batch 0") << "single"
+                             << "data.batch_size"
+                             << "0"
+                             << "data.batch_size: expected a positive integer";
 }
 
 void TestSetupPanels::badValueShowsTheParsersMessage() {
@@ -218,8 +238,10 @@ void TestSetupPanels::badValueShowsTheParsersMessage() {
     } else {
         QWidget* editor = w.strategyPanel()->optionEditor(key);
         QVERIFY(editor);
-        if (auto* d = qobject_cast<QDoubleSpinBox*>(editor)) d->setValue(value.toDouble());
-        else if (auto* i = qobject_cast<QSpinBox*>(editor)) i->setValue(value.toInt());
+        if (auto* d = qobject_cast<QDoubleSpinBox*>(editor))
+            d->setValue(value.toDouble());
+        else if (auto* i = qobject_cast<QSpinBox*>(editor))
+            i->setValue(value.toInt());
         else if (auto* line = qobject_cast<QLineEdit*>(editor)) {
             line->setText(value);
             emit line->editingFinished();
@@ -250,25 +272,29 @@ void TestSetupPanels::memoryEstimateShardsZeroOptimizerState() {
     for (size_t r = 0; r < 4; ++r) {
         QCOMPARE(ddp[r].bytes[cat(MemCategory::optimizer_state)], 2 * p * 4);
         QCOMPARE(zero1[r].bytes[cat(MemCategory::optimizer_state)], (2 * p + 3) / 4 * 4);
-        QCOMPARE(zero1[r].bytes[cat(MemCategory::parameters)], ddp[r].bytes[cat(MemCategory::parameters)]);
+        QCOMPARE(zero1[r].bytes[cat(MemCategory::parameters)],
+                 ddp[r].bytes[cat(MemCategory::parameters)]);
         // stage 1: every gradient and the reduced shard; stage 2: the shard and one layer's
         QCOMPARE(zero1[r].bytes[cat(MemCategory::gradients)], p * 4 + (p + 3) / 4 * 4);
         QCOMPARE(zero2[r].bytes[cat(MemCategory::gradients)], (p + 3) / 4 * 4 + (64 * 64 + 64) * 4);
-        QCOMPARE(zero1[r].bytes[cat(MemCategory::activations)], ddp[r].bytes[cat(MemCategory::activations)]);
+        QCOMPARE(zero1[r].bytes[cat(MemCategory::activations)],
+                 ddp[r].bytes[cat(MemCategory::activations)]);
     }
     // And the panel shows the same numbers.
     MainWindow w;
     QCOMPARE(w.openExperiment(kDefault, false), QString());
     w.devicesPanel()->cpuCountBox()->setValue(4);
     w.strategyPanel()->strategyBox()->setCurrentText("zero");
-    QCOMPARE(w.strategyPanel()->memoryEstimate()[1].bytes[cat(MemCategory::optimizer_state)], (2 * p + 3) / 4 * 4);
+    QCOMPARE(w.strategyPanel()->memoryEstimate()[1].bytes[cat(MemCategory::optimizer_state)],
+             (2 * p + 3) / 4 * 4);
 }
 
 void TestSetupPanels::memoryEstimateIsNearARealRun_data() {
     QTest::addColumn<QString>("strategy");
     QTest::addColumn<int>("devices");
     QTest::addColumn<int>("stage");
-    for (const char* s : {"single", "data_parallel", "ddp", "zero", "param_server", "model_parallel", "pipeline"})
+    for (const char* s :
+         {"single", "data_parallel", "ddp", "zero", "param_server", "model_parallel", "pipeline"})
         QTest::newRow(s) << QString(s) << (QString(s) == "single" ? 1 : 3) << 1;
     QTest::newRow("zero stage 2") << "zero" << 3 << 2;
     QTest::newRow("pipeline 1f1b") << "pipeline" << 4 << 1;
@@ -304,17 +330,21 @@ void TestSetupPanels::memoryEstimateIsNearARealRun() {
             const bool activations = c == cat(MemCategory::activations);
             const double factor = activations ? 2.5 : 1.35;
             // Small absolute slack: a few scalars (the loss, a norm) cost 64-byte blocks.
-            const bool near = std::abs(want - got) <= 1024 || (want > 0 && got / want <= factor && want / got <= factor);
+            const bool near = std::abs(want - got) <= 1024 ||
+                              (want > 0 && got / want <= factor && want / got <= factor);
             table += QStringLiteral("%1 %2: estimate %3, run %4%5\n")
                          .arg(QString::fromStdString(d.device))
-                         .arg(QString::fromLatin1(paralab::mem_category_name(static_cast<MemCategory>(c)).data()), -16)
+                         .arg(QString::fromLatin1(
+                                  paralab::mem_category_name(static_cast<MemCategory>(c)).data()),
+                              -16)
                          .arg(want, 9, 'f', 0)
                          .arg(got, 9, 'f', 0)
                          .arg(near ? "" : "   <-- off");
             ok = ok && near;
         }
     }
-    if (!ok || qEnvironmentVariableIsSet("PARALAB_PRINT_ESTIMATES")) qInfo().noquote() << strategy << "\n" << table;
+    if (!ok || qEnvironmentVariableIsSet("PARALAB_PRINT_ESTIMATES"))
+        qInfo().noquote() << strategy << "\n" << table;
     QVERIFY2(ok, qPrintable(table));
 }
 
@@ -337,7 +367,8 @@ void TestSetupPanels::pauseHoldsARunAndResumeFinishesIt() {
     QTest::qWait(300);  // the steps already under way arrive and are drained
     auto received = [&] {
         qsizetype n = 0;
-        for (const auto& args : steps) n += args.at(0).value<QVector<paralab::run::StepRecord>>().size();
+        for (const auto& args : steps)
+            n += args.at(0).value<QVector<paralab::run::StepRecord>>().size();
         return n;
     };
     const qsizetype held = received();
@@ -400,7 +431,8 @@ void TestSetupPanels::screenshot() {
         w.strategyPanel()->strategyBox()->setCurrentText(QString::fromStdString(type));
         QVERIFY(static_cast<QWidget*>(w.strategyPanel()->diagram())
                     ->grab()
-                    .save(QDir(dir).filePath(QStringLiteral("diagram-%1.png").arg(QString::fromStdString(type)))));
+                    .save(QDir(dir).filePath(
+                        QStringLiteral("diagram-%1.png").arg(QString::fromStdString(type)))));
     }
 }
 

@@ -12,7 +12,9 @@ namespace paralab::ui {
 namespace {
 
 constexpr int64_t kF32 = 4;
-constexpr auto idx(MemCategory c) { return static_cast<size_t>(c); }
+constexpr auto idx(MemCategory c) {
+    return static_cast<size_t>(c);
+}
 
 // Rows of a global batch of `batch` over `shards` devices for shard `r`: batch / shards, the
 // first batch % shards one more (docs/strategies.md, "Batch split").
@@ -21,11 +23,15 @@ int64_t rows_of(int64_t batch, int r, int shards) {
     return batch / shards + (r < batch % shards ? 1 : 0);
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return b > 0 ? (a + b - 1) / b : 0; }
+int64_t ceil_div(int64_t a, int64_t b) {
+    return b > 0 ? (a + b - 1) / b : 0;
+}
 
 }  // namespace
 
-int64_t DeviceMemoryEstimate::total() const { return std::accumulate(bytes.begin(), bytes.end(), int64_t{0}); }
+int64_t DeviceMemoryEstimate::total() const {
+    return std::accumulate(bytes.begin(), bytes.end(), int64_t{0});
+}
 
 int64_t ModelCost::parameters() const {
     return std::accumulate(layer_parameters.begin(), layer_parameters.end(), int64_t{0});
@@ -61,14 +67,19 @@ std::vector<DeviceMemoryEstimate> estimate_memory(const run::Experiment& e, cons
     const int64_t p = m.parameters();
     const int64_t k = optimizer_state_per_parameter(e.optimizer);
     const int64_t largestLayer =
-        m.layer_parameters.empty() ? 0 : *std::max_element(m.layer_parameters.begin(), m.layer_parameters.end());
+        m.layer_parameters.empty()
+            ? 0
+            : *std::max_element(m.layer_parameters.begin(), m.layer_parameters.end());
     const int64_t perExample =
         m.input_numel + std::accumulate(m.layer_outputs.begin(), m.layer_outputs.end(), int64_t{0});
 
     std::vector<DeviceMemoryEstimate> out(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r)
-        out[r].device = r < static_cast<int>(e.devices.size()) ? e.devices[r] : "cpu:" + std::to_string(r);
-    auto set = [&](int r, MemCategory c, int64_t numbers) { out[r].bytes[idx(c)] = numbers * kF32; };
+        out[r].device =
+            r < static_cast<int>(e.devices.size()) ? e.devices[r] : "cpu:" + std::to_string(r);
+    auto set = [&](int r, MemCategory c, int64_t numbers) {
+        out[r].bytes[idx(c)] = numbers * kF32;
+    };
 
     const std::string& t = s.type;
     if (t == "single" || n == 1) {
@@ -93,7 +104,8 @@ std::vector<DeviceMemoryEstimate> estimate_memory(const run::Experiment& e, cons
                 set(r, MemCategory::optimizer_state, ceil_div(k * p, n));
                 // stage 1: the full gradients and the reduced shard; stage 2: the shard and the
                 // gradients of the layer whose backward is running (the largest, at the peak)
-                set(r, MemCategory::gradients, s.zero_stage == 2 ? ceil_div(p, n) + largestLayer : p + ceil_div(p, n));
+                set(r, MemCategory::gradients,
+                    s.zero_stage == 2 ? ceil_div(p, n) + largestLayer : p + ceil_div(p, n));
                 set(r, MemCategory::communication, p);  // the flat parameters all-gathered
             }
             if (t == "data_parallel") {
@@ -101,7 +113,8 @@ std::vector<DeviceMemoryEstimate> estimate_memory(const run::Experiment& e, cons
                 if (r == 0) {
                     out[r].role = "device 0: gathers, steps";
                     // the whole batch's outputs and their gradients live on device 0
-                    set(r, MemCategory::activations, perExample * rows + 2 * m.output_numel * batch);
+                    set(r, MemCategory::activations,
+                        perExample * rows + 2 * m.output_numel * batch);
                     set(r, MemCategory::communication, p + m.output_numel * batch);
                 } else {
                     set(r, MemCategory::optimizer_state, 0);
@@ -119,7 +132,8 @@ std::vector<DeviceMemoryEstimate> estimate_memory(const run::Experiment& e, cons
         set(0, MemCategory::parameters, p);
         set(0, MemCategory::gradients, p);  // the pushes summed
         set(0, MemCategory::optimizer_state, k * p);
-        set(0, MemCategory::communication, (workers + 1) * p);  // a buffer per worker, and one to send
+        set(0, MemCategory::communication,
+            (workers + 1) * p);  // a buffer per worker, and one to send
         for (int r = 1; r < n; ++r) {
             out[r].role = "worker";
             set(r, MemCategory::parameters, p);
@@ -142,11 +156,16 @@ std::vector<DeviceMemoryEstimate> estimate_memory(const run::Experiment& e, cons
         for (int r = 0; r < n; ++r) {
             // The stage's input (received, and its gradient sent back) and its layers' outputs;
             // what crosses devices is accounted as activations, not communication.
-            const int64_t stageInput = bounds[r] == 0 ? m.input_numel : m.layer_outputs[bounds[r] - 1];
+            const int64_t stageInput =
+                bounds[r] == 0 ? m.input_numel : m.layer_outputs[bounds[r] - 1];
             int64_t params = 0, acts = 2 * stageInput;
-            for (int64_t l = bounds[r]; l < bounds[r + 1]; ++l) params += m.layer_parameters[l], acts += m.layer_outputs[l];
-            const int64_t inFlight = !pipe ? 1 : s.schedule == "1f1b" ? std::min<int64_t>(micro, n - r) : micro;
-            out[r].role = "stage " + std::to_string(r + 1) + ": layers " + std::to_string(bounds[r]) + "–" +
+            for (int64_t l = bounds[r]; l < bounds[r + 1]; ++l)
+                params += m.layer_parameters[l], acts += m.layer_outputs[l];
+            const int64_t inFlight = !pipe                  ? 1
+                                     : s.schedule == "1f1b" ? std::min<int64_t>(micro, n - r)
+                                                            : micro;
+            out[r].role = "stage " + std::to_string(r + 1) + ": layers " +
+                          std::to_string(bounds[r]) + "–" +
                           std::to_string(std::max<int64_t>(bounds[r], bounds[r + 1] - 1));
             set(r, MemCategory::parameters, params);
             set(r, MemCategory::gradients, params);

@@ -12,7 +12,8 @@ inline QString fieldOfMessage(const QString& message, const QStringList& keys) {
     const QString path = message.section(QLatin1Char(':'), 0, 0);
     QString best;
     for (const QString& key : keys) {
-        if ((path == key || path.startsWith(key + QLatin1Char('[')) || path.startsWith(key + QLatin1Char('.'))) &&
+        if ((path == key || path.startsWith(key + QLatin1Char('[')) ||
+             path.startsWith(key + QLatin1Char('.'))) &&
             key.size() > best.size())
             best = key;
     }

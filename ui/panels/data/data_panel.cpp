@@ -28,7 +28,9 @@ QSpinBox* spinBox(int min, int max, const QString& special = {}) {
     return box;
 }
 
-bool usesPath(const std::string& d) { return d == "mnist" || d == "fashion-mnist" || d == "csv"; }
+bool usesPath(const std::string& d) {
+    return d == "mnist" || d == "fashion-mnist" || d == "csv";
+}
 
 }  // namespace
 
@@ -82,9 +84,10 @@ DataPanel::DataPanel(QWidget* parent)
     connect(folder, &QToolButton::clicked, this, &DataPanel::chooseFolder);
 
     auto* layout = new QVBoxLayout(this);
-    auto* title = new QLabel(tr("<b>Data</b> — what one optimizer step reads. The batch is the "
-                                "<i>global</i> batch: N data-parallel devices get about batch / N "
-                                "rows each."));
+    auto* title =
+        new QLabel(tr("<b>Data</b> — what one optimizer step reads. The batch is the "
+                      "<i>global</i> batch: N data-parallel devices get about batch / N "
+                      "rows each."));
     title->setWordWrap(true);
     layout->addWidget(title);
     layout->addLayout(m_form);
@@ -114,7 +117,8 @@ DataPanel::DataPanel(QWidget* parent)
     });
     connect(m_path, &QLineEdit::editingFinished, this, &DataPanel::edited);
     connect(m_labelColumn, &QLineEdit::editingFinished, this, &DataPanel::edited);
-    for (QSpinBox* box : {m_trainLimit, m_testLimit, m_batch, m_workers, m_samples, m_classes, m_seqLen, m_features})
+    for (QSpinBox* box : {m_trainLimit, m_testLimit, m_batch, m_workers, m_samples, m_classes,
+                          m_seqLen, m_features})
         connect(box, &QSpinBox::valueChanged, this, &DataPanel::edited);
     for (QDoubleSpinBox* box : {m_noise, m_testFraction})
         connect(box, &QDoubleSpinBox::valueChanged, this, &DataPanel::edited);
@@ -134,8 +138,10 @@ void DataPanel::addField(const QString& key, const QString& label, QWidget* edit
     v->setSpacing(2);
     v->addWidget(editor);
     v->addWidget(error);
-    if (label.isEmpty()) m_form->addRow(cell);
-    else m_form->addRow(label, cell);
+    if (label.isEmpty())
+        m_form->addRow(cell);
+    else
+        m_form->addRow(label, cell);
     m_editors.insert(key, cell);
     m_errors.insert(key, error);
 }
@@ -154,9 +160,10 @@ void DataPanel::updateVisibility() {
     show("data.features", d == "blobs" || d == "seqclass");
     show("data.label_column", d == "csv");
     show("data.test_fraction", synthetic || d == "csv");
-    m_path->setPlaceholderText(d == "fashion-mnist" ? QStringLiteral("/usr/share/datasets/fashion-mnist")
-                               : d == "mnist"       ? QStringLiteral("/usr/share/datasets/mnist")
-                                                    : tr("a CSV file with a header row"));
+    m_path->setPlaceholderText(d == "fashion-mnist"
+                                   ? QStringLiteral("/usr/share/datasets/fashion-mnist")
+                               : d == "mnist" ? QStringLiteral("/usr/share/datasets/mnist")
+                                              : tr("a CSV file with a header row"));
 }
 
 void DataPanel::setExperiment(const run::Experiment& e) {
@@ -199,12 +206,16 @@ void DataPanel::edited() {
     // Options that do not apply to the chosen set are left at their defaults (the parser
     // refuses, say, seq_len for spirals); a new data set starts from its own defaults.
     const bool synthetic = data::is_synthetic_dataset(name);
-    auto keep = [&](bool applies, auto value, auto none) { return applies && !changedSet ? value : none; };
+    auto keep = [&](bool applies, auto value, auto none) {
+        return applies && !changedSet ? value : none;
+    };
     d.samples = keep(synthetic, int64_t{m_samples->value()}, int64_t{0});
-    d.classes = keep(name == "spirals" || name == "blobs" || name == "seqclass", int64_t{m_classes->value()}, int64_t{0});
+    d.classes = keep(name == "spirals" || name == "blobs" || name == "seqclass",
+                     int64_t{m_classes->value()}, int64_t{0});
     d.noise = keep(synthetic, m_noise->value() < 0 ? -1.0 : m_noise->value(), -1.0);
     d.seq_len = keep(name == "sine" || name == "seqclass", int64_t{m_seqLen->value()}, int64_t{0});
-    d.features = keep(name == "blobs" || name == "seqclass", int64_t{m_features->value()}, int64_t{0});
+    d.features =
+        keep(name == "blobs" || name == "seqclass", int64_t{m_features->value()}, int64_t{0});
     d.label_column = name == "csv" ? m_labelColumn->text().trimmed().toStdString() : std::string();
     d.test_fraction = (synthetic || name == "csv") && !changedSet ? m_testFraction->value() : 0.2;
 
@@ -235,16 +246,21 @@ void DataPanel::chooseFile() {
                                                       tr("CSV files (*.csv);;All files (*)"));
     if (path.isEmpty()) return;
     m_path->setText(path);
-    if (m_dataset->currentText() != QLatin1String("csv")) m_dataset->setCurrentText(QStringLiteral("csv"));
-    else edited();
+    if (m_dataset->currentText() != QLatin1String("csv"))
+        m_dataset->setCurrentText(QStringLiteral("csv"));
+    else
+        edited();
 }
 
 void DataPanel::chooseFolder() {
-    const QString path = QFileDialog::getExistingDirectory(this, tr("Folder of IDX files"), m_path->text());
+    const QString path =
+        QFileDialog::getExistingDirectory(this, tr("Folder of IDX files"), m_path->text());
     if (path.isEmpty()) return;
     m_path->setText(path);
-    if (m_dataset->currentText() == QLatin1String("csv")) m_dataset->setCurrentText(QStringLiteral("fashion-mnist"));
-    else edited();
+    if (m_dataset->currentText() == QLatin1String("csv"))
+        m_dataset->setCurrentText(QStringLiteral("fashion-mnist"));
+    else
+        edited();
 }
 
 }  // namespace paralab::ui

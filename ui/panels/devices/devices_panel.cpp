@@ -15,7 +15,9 @@
 namespace paralab::ui {
 
 namespace {
-QString memoryText(int64_t bytes) { return QLocale().formattedDataSize(bytes, 1, QLocale::DataSizeTraditionalFormat); }
+QString memoryText(int64_t bytes) {
+    return QLocale().formattedDataSize(bytes, 1, QLocale::DataSizeTraditionalFormat);
+}
 }  // namespace
 
 DevicesPanel::DevicesPanel(QWidget* parent)
@@ -28,9 +30,10 @@ DevicesPanel::DevicesPanel(QWidget* parent)
       m_error(new QLabel) {
     setObjectName(QStringLiteral("devicesPanel"));
     auto* layout = new QVBoxLayout(this);
-    auto* intro = new QLabel(tr("<b>Devices</b> — every device runs one rank thread. Virtual CPU "
-                                "devices let every strategy run on a laptop: each is a thread with "
-                                "its own memory accounting."));
+    auto* intro =
+        new QLabel(tr("<b>Devices</b> — every device runs one rank thread. Virtual CPU "
+                      "devices let every strategy run on a laptop: each is a thread with "
+                      "its own memory accounting."));
     intro->setWordWrap(true);
     layout->addWidget(intro);
 
@@ -73,9 +76,12 @@ DevicesPanel::DevicesPanel(QWidget* parent)
             devices = discover_devices();
         } catch (const std::exception&) {  // no devices is an answer too: the CPU is always there
         }
-        QMetaObject::invokeMethod(qApp, [self, devices] {
-            if (self) self->showDiscovered(devices);
-        }, Qt::QueuedConnection);
+        QMetaObject::invokeMethod(
+            qApp,
+            [self, devices] {
+                if (self) self->showDiscovered(devices);
+            },
+            Qt::QueuedConnection);
     });
     connect(worker, &QThread::finished, worker, &QObject::deleteLater);
     worker->start();
@@ -96,14 +102,15 @@ void DevicesPanel::showDiscovered(const std::vector<DeviceInfo>& devices) {
         }
         ++gpus;
         auto* item = new QListWidgetItem(tr("%1 — %2, %3, compute capability %4.%5")
-                                             .arg(QString::fromStdString(d.name), QString::fromStdString(d.description),
+                                             .arg(QString::fromStdString(d.name),
+                                                  QString::fromStdString(d.description),
                                                   memoryText(d.memory_bytes))
                                              .arg(d.cc_major)
                                              .arg(d.cc_minor));
         item->setData(Qt::UserRole, QString::fromStdString(d.name));
         item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
-        const bool used = std::find(m_experiment.devices.begin(), m_experiment.devices.end(), d.name) !=
-                          m_experiment.devices.end();
+        const bool used = std::find(m_experiment.devices.begin(), m_experiment.devices.end(),
+                                    d.name) != m_experiment.devices.end();
         item->setCheckState(used ? Qt::Checked : Qt::Unchecked);
         m_gpus->addItem(item);
     }
@@ -135,8 +142,9 @@ void DevicesPanel::setExperiment(const run::Experiment& e) {
     for (int i = 0; i < m_gpus->count(); ++i) {
         auto* item = m_gpus->item(i);
         const std::string name = item->data(Qt::UserRole).toString().toStdString();
-        item->setCheckState(std::find(e.devices.begin(), e.devices.end(), name) != e.devices.end() ? Qt::Checked
-                                                                                                   : Qt::Unchecked);
+        item->setCheckState(std::find(e.devices.begin(), e.devices.end(), name) != e.devices.end()
+                                ? Qt::Checked
+                                : Qt::Unchecked);
     }
     QStringList names;
     for (const auto& d : e.devices) names << QString::fromStdString(d);
@@ -155,13 +163,16 @@ void DevicesPanel::edited() {
     for (int k = 0; k < m_cpuCount->value(); ++k) e.devices.push_back("cpu:" + std::to_string(k));
     // A straggler on a device that is gone would fail the run: drop it with the device.
     if (!e.strategy.straggler_device.empty() &&
-        std::find(e.devices.begin(), e.devices.end(), e.strategy.straggler_device) == e.devices.end()) {
+        std::find(e.devices.begin(), e.devices.end(), e.strategy.straggler_device) ==
+            e.devices.end()) {
         e.strategy.straggler_device.clear();
         e.strategy.straggler_delay_ms = 0;
     }
     QStringList names;
     for (const auto& d : e.devices) names << QString::fromStdString(d);
-    m_chosen->setText(tr("This run: %1").arg(names.isEmpty() ? tr("no device") : names.join(QStringLiteral(", "))));
+    m_chosen->setText(
+        tr("This run: %1")
+            .arg(names.isEmpty() ? tr("no device") : names.join(QStringLiteral(", "))));
     try {
         run::parse_experiment(run::to_json(e));
     } catch (const std::exception& err) {
@@ -174,6 +185,8 @@ void DevicesPanel::edited() {
     emit experimentEdited(e);
 }
 
-QString DevicesPanel::errorText() const { return m_error->isHidden() ? QString() : m_error->text(); }
+QString DevicesPanel::errorText() const {
+    return m_error->isHidden() ? QString() : m_error->text();
+}
 
 }  // namespace paralab::ui

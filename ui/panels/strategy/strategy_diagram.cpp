@@ -11,11 +11,12 @@ namespace paralab::ui {
 namespace {
 
 const QColor kInk(0x33, 0x33, 0x33);
-const QColor kDown(0x1f, 0x77, 0xb4);   // parameters / inputs going out
-const QColor kUp(0xd6, 0x27, 0x28);     // gradients / outputs coming back
+const QColor kDown(0x1f, 0x77, 0xb4);  // parameters / inputs going out
+const QColor kUp(0xd6, 0x27, 0x28);    // gradients / outputs coming back
 const QColor kMuted(0x88, 0x88, 0x88);
 
-void drawBox(QPainter& p, const QRectF& r, const QString& title, const QString& subtitle, const QColor& accent) {
+void drawBox(QPainter& p, const QRectF& r, const QString& title, const QString& subtitle,
+             const QColor& accent) {
     p.save();
     p.setPen(QPen(accent.darker(120), 1.5));
     QColor fill = accent;
@@ -95,7 +96,9 @@ QVector<QRectF> rowOfBoxes(const QRectF& area, int n, double height, double maxW
     return boxes;
 }
 
-QPointF topOf(const QRectF& r) { return {r.center().x(), r.top()}; }
+QPointF topOf(const QRectF& r) {
+    return {r.center().x(), r.top()};
+}
 
 }  // namespace
 
@@ -117,7 +120,9 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
     const QRectF area = QRectF(rect()).adjusted(12, 10, -12, -10);
     const QString& type = QString::fromStdString(m_strategy.type);
     const int n = std::max<int>(1, static_cast<int>(m_devices.size()));
-    auto name = [&](int i) { return i < m_devices.size() ? m_devices[i] : QStringLiteral("cpu:%1").arg(i); };
+    auto name = [&](int i) {
+        return i < m_devices.size() ? m_devices[i] : QStringLiteral("cpu:%1").arg(i);
+    };
     auto color = [](int i) { return palette::deviceColor(i); };
     const double boxH = 52;
 
@@ -138,34 +143,46 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
         const bool ps = type == QLatin1String("param_server");
         const bool hog = type == QLatin1String("hogwild");
         const QRectF hub(area.center().x() - 110, area.top() + 4, 220, boxH + 6);
-        const QString hubTitle = ps ? tr("%1 · server").arg(name(0)) : hog ? tr("shared parameters") : tr("%1 · device 0").arg(name(0));
-        const QString hubSub = ps    ? tr("parameters + optimizer, %1").arg(QString::fromStdString(m_strategy.ps_mode))
-                               : hog ? tr("one set, in %1's memory").arg(name(0))
-                                     : tr("loss, gathered outputs, optimizer");
+        const QString hubTitle = ps    ? tr("%1 · server").arg(name(0))
+                                 : hog ? tr("shared parameters")
+                                       : tr("%1 · device 0").arg(name(0));
+        const QString hubSub =
+            ps    ? tr("parameters + optimizer, %1").arg(QString::fromStdString(m_strategy.ps_mode))
+            : hog ? tr("one set, in %1's memory").arg(name(0))
+                  : tr("loss, gathered outputs, optimizer");
         drawBox(p, hub, hubTitle, hubSub, hog ? kMuted : color(0));
         const int first = ps ? 1 : 0;
-        QVector<QRectF> boxes = rowOfBoxes(QRectF(area.left(), area.bottom() - boxH - 44, area.width(), boxH),
-                                           n - first, boxH);
+        QVector<QRectF> boxes = rowOfBoxes(
+            QRectF(area.left(), area.bottom() - boxH - 44, area.width(), boxH), n - first, boxH);
         for (int i = first; i < n; ++i) {
             const QRectF& b = boxes[i - first];
-            drawBox(p, b, name(i), ps ? tr("worker") : hog ? tr("own rows, own steps") : tr("replica"), color(i));
-            const QPointF hubPoint(hub.left() + hub.width() * (i - first + 1) / (n - first + 1), hub.bottom());
+            drawBox(p, b, name(i),
+                    ps    ? tr("worker")
+                    : hog ? tr("own rows, own steps")
+                          : tr("replica"),
+                    color(i));
+            const QPointF hubPoint(hub.left() + hub.width() * (i - first + 1) / (n - first + 1),
+                                   hub.bottom());
             const QPointF off(5, 0);
             const bool labelled = i == first;
             if (hog) {
-                drawArrow(p, topOf(b), hubPoint, kMuted, labelled ? tr("read, write (no locks)") : QString(), true, true);
+                drawArrow(p, topOf(b), hubPoint, kMuted,
+                          labelled ? tr("read, write (no locks)") : QString(), true, true);
             } else {
                 drawArrow(p, hubPoint - off, topOf(b) - off, kDown,
-                          labelled ? (ps ? tr("pull weights") : tr("replicate, scatter rows")) : QString());
+                          labelled ? (ps ? tr("pull weights") : tr("replicate, scatter rows"))
+                                   : QString());
                 drawArrow(p, topOf(b) + off, hubPoint + off, kUp, QString());
             }
         }
-        QString caption = ps    ? tr("↑ push gradients   ↓ pull weights") +
-                                   (m_strategy.ps_mode == "async"
-                                        ? tr(" · async: at most %1 steps ahead").arg(m_strategy.staleness)
-                                        : tr(" · sync: waits for every worker"))
-                          : hog ? tr("No communication: every device updates the same values whenever it likes.")
-                                : tr("↓ parameters and input rows   ↑ outputs, then gradients (reduced on device 0)");
+        QString caption =
+            ps ? tr("↑ push gradients   ↓ pull weights") +
+                     (m_strategy.ps_mode == "async"
+                          ? tr(" · async: at most %1 steps ahead").arg(m_strategy.staleness)
+                          : tr(" · sync: waits for every worker"))
+            : hog ? tr("No communication: every device updates the same values whenever it likes.")
+                  : tr("↓ parameters and input rows   ↑ outputs, then gradients (reduced on device "
+                       "0)");
         drawCaption(p, QRectF(area.left(), area.bottom() - 38, area.width(), 36), caption);
         return;
     }
@@ -173,7 +190,8 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
     if (type == QLatin1String("ddp")) {
         // A ring: each device sends a chunk to the next, N-1 times to reduce, N-1 to share.
         const QPointF c(area.center().x(), area.top() + (area.height() - 40) / 2);
-        const double rx = std::min(area.width() / 2 - 75, 200.0), ry = (area.height() - 40) / 2 - 30;
+        const double rx = std::min(area.width() / 2 - 75, 200.0),
+                     ry = (area.height() - 40) / 2 - 30;
         QVector<QRectF> boxes;
         const double w = n > 8 ? 72 : 100, h = n > 8 ? 40 : 46;
         for (int i = 0; i < n; ++i) {
@@ -190,8 +208,10 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
             if (len < 1) continue;
             const QPointF u = d / len;
             auto edge = [&](const QRectF& r, QPointF dir) {
-                const double tx = std::abs(dir.x()) > 1e-6 ? (r.width() / 2 + 4) / std::abs(dir.x()) : 1e9;
-                const double ty = std::abs(dir.y()) > 1e-6 ? (r.height() / 2 + 4) / std::abs(dir.y()) : 1e9;
+                const double tx =
+                    std::abs(dir.x()) > 1e-6 ? (r.width() / 2 + 4) / std::abs(dir.x()) : 1e9;
+                const double ty =
+                    std::abs(dir.y()) > 1e-6 ? (r.height() / 2 + 4) / std::abs(dir.y()) : 1e9;
                 return r.center() + dir * std::min(tx, ty);
             };
             drawArrow(p, edge(a, u), edge(b, -u), kUp);
@@ -203,7 +223,8 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
                         .arg(m_strategy.overlap ? tr(", during backward") : QString()),
                     kUp.darker(130));
         drawCaption(p, QRectF(area.left(), area.bottom() - 36, area.width(), 34),
-                    tr("Every device ends the step with the same summed gradients and takes the same step."));
+                    tr("Every device ends the step with the same summed gradients and takes the "
+                       "same step."));
         return;
     }
 
@@ -215,8 +236,10 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
         const double busUp = top - 22, busDown = top + 80 + 24;
         for (int i = 0; i < n; ++i) {
             const QRectF& b = boxes[i];
-            drawBox(p, QRectF(b.left(), b.top(), b.width(), 44), name(i),
-                    m_strategy.zero_stage == 2 ? tr("own optimizer + grads") : tr("owns 1/%1").arg(n), color(i));
+            drawBox(
+                p, QRectF(b.left(), b.top(), b.width(), 44), name(i),
+                m_strategy.zero_stage == 2 ? tr("own optimizer + grads") : tr("owns 1/%1").arg(n),
+                color(i));
             // the shards
             const double sw = (b.width() - 8) / n;
             for (int s = 0; s < n; ++s) {
@@ -224,17 +247,21 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
                 QColor fill = s == i ? color(i) : QColor(0xdd, 0xdd, 0xdd);
                 p.fillRect(cell, fill);
             }
-            drawArrow(p, QPointF(b.center().x() - 6, b.top() + 72), QPointF(b.center().x() - 6, busDown - 2), kUp);
-            drawArrow(p, QPointF(b.center().x() + 6, busUp + 2), QPointF(b.center().x() + 6, b.top() - 2), kDown);
+            drawArrow(p, QPointF(b.center().x() - 6, b.top() + 72),
+                      QPointF(b.center().x() - 6, busDown - 2), kUp);
+            drawArrow(p, QPointF(b.center().x() + 6, busUp + 2),
+                      QPointF(b.center().x() + 6, b.top() - 2), kDown);
         }
         p.setPen(QPen(kUp, 2.5));
         p.drawLine(QPointF(boxes.first().left(), busDown), QPointF(boxes.last().right(), busDown));
         p.setPen(QPen(kDown, 2.5));
         p.drawLine(QPointF(boxes.first().left(), busUp), QPointF(boxes.last().right(), busUp));
         drawCaption(p, QRectF(area.left(), busUp - 24, area.width(), 22),
-                    tr("all-gather: every device sends its updated shard to all"), kDown.darker(130));
+                    tr("all-gather: every device sends its updated shard to all"),
+                    kDown.darker(130));
         drawCaption(p, QRectF(area.left(), busDown + 2, area.width(), 22),
-                    tr("reduce-scatter: shard k of the summed gradients goes to device k"), kUp.darker(130));
+                    tr("reduce-scatter: shard k of the summed gradients goes to device k"),
+                    kUp.darker(130));
         drawCaption(p, QRectF(area.left(), busDown + 26, area.width(), 22),
                     tr("Coloured cell: the shard of optimizer state%1 a device keeps (stage %2).")
                         .arg(m_strategy.zero_stage == 2 ? tr(" and gradients") : QString())
@@ -252,17 +279,20 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
         if (i + 1 < n) {
             const QRectF& a = boxes[i];
             const QRectF& b = boxes[i + 1];
-            drawArrow(p, QPointF(a.right() + 2, a.center().y() - 9), QPointF(b.left() - 2, b.center().y() - 9), kDown);
-            drawArrow(p, QPointF(b.left() - 2, b.center().y() + 9), QPointF(a.right() + 2, a.center().y() + 9), kUp);
+            drawArrow(p, QPointF(a.right() + 2, a.center().y() - 9),
+                      QPointF(b.left() - 2, b.center().y() - 9), kDown);
+            drawArrow(p, QPointF(b.left() - 2, b.center().y() + 9),
+                      QPointF(a.right() + 2, a.center().y() + 9), kUp);
         }
     }
     drawCaption(p, QRectF(area.left(), top - 36, area.width(), 32),
                 tr("→ activations forward      ← their gradients back"));
-    const QString below = pipe ? tr("The batch is cut into %1 micro-batches (%2): stages work on different "
-                                    "micro-batches at once; the idle start and end are the bubble.")
-                                     .arg(m_strategy.micro_batches)
-                                     .arg(m_strategy.schedule == "1f1b" ? tr("1F1B") : tr("GPipe"))
-                               : tr("One batch at a time: while one stage works, the others wait.");
+    const QString below =
+        pipe ? tr("The batch is cut into %1 micro-batches (%2): stages work on different "
+                  "micro-batches at once; the idle start and end are the bubble.")
+                   .arg(m_strategy.micro_batches)
+                   .arg(m_strategy.schedule == "1f1b" ? tr("1F1B") : tr("GPipe"))
+             : tr("One batch at a time: while one stage works, the others wait.");
     drawCaption(p, QRectF(area.left(), top + boxH + 8, area.width(), 48), below);
 }
 

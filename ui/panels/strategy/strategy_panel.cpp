@@ -29,8 +29,12 @@ QComboBox* choices(const QStringList& items) {
     return box;
 }
 
-bool isDataParallel(const std::string& t) { return t == "data_parallel" || t == "ddp" || t == "zero"; }
-bool isStaged(const std::string& t) { return t == "model_parallel" || t == "pipeline"; }
+bool isDataParallel(const std::string& t) {
+    return t == "data_parallel" || t == "ddp" || t == "zero";
+}
+bool isStaged(const std::string& t) {
+    return t == "model_parallel" || t == "pipeline";
+}
 
 QStringList deviceNames(const run::Experiment& e) {
     QStringList names;
@@ -41,7 +45,8 @@ QStringList deviceNames(const run::Experiment& e) {
 // "2, 4" -> {2, 4}; a token that is not a whole number -> false.
 bool parseSplit(const QString& text, std::vector<int64_t>& out) {
     out.clear();
-    for (const QString& token : text.split(QRegularExpression(QStringLiteral("[,;\\s]+")), Qt::SkipEmptyParts)) {
+    for (const QString& token :
+         text.split(QRegularExpression(QStringLiteral("[,;\\s]+")), Qt::SkipEmptyParts)) {
         bool ok = false;
         const qlonglong v = token.toLongLong(&ok);
         if (!ok) return false;
@@ -54,50 +59,58 @@ bool parseSplit(const QString& text, std::vector<int64_t>& out) {
 
 QString StrategyPanel::explain(const std::string& t) {
     if (t == "single")
-        return tr("One device runs forward, backward and the optimizer step on the whole batch. It is "
-                  "the baseline: every other strategy is compared with it, and the deterministic ones "
-                  "must end with its parameters.");
+        return tr(
+            "One device runs forward, backward and the optimizer step on the whole batch. It is "
+            "the baseline: every other strategy is compared with it, and the deterministic ones "
+            "must end with its parameters.");
     if (t == "data_parallel")
-        return tr("torch's <i>nn.DataParallel</i>: every step device 0 copies its parameters to every "
-                  "device and scatters the batch's rows. Each device runs forward on its rows; the "
-                  "outputs are gathered on device 0, which computes the loss and sends the output "
-                  "gradients back. After backward the gradients are reduced onto device 0, which alone "
-                  "steps the optimizer — watch its extra memory and the others' idle time.");
+        return tr(
+            "torch's <i>nn.DataParallel</i>: every step device 0 copies its parameters to every "
+            "device and scatters the batch's rows. Each device runs forward on its rows; the "
+            "outputs are gathered on device 0, which computes the loss and sends the output "
+            "gradients back. After backward the gradients are reduced onto device 0, which alone "
+            "steps the optimizer — watch its extra memory and the others' idle time.");
     if (t == "ddp")
-        return tr("Distributed data parallel: every device keeps a full replica (broadcast from "
-                  "device 0 once, at the start) and runs forward and backward on its share of the "
-                  "batch. Gradients are summed across devices by all-reduce in buckets of "
-                  "<i>bucket_mb</i> MiB, last layers first; with <i>overlap</i> a bucket is sent as "
-                  "soon as the layers that fill it are done, while backward goes on. Every device "
-                  "then takes the same optimizer step.");
+        return tr(
+            "Distributed data parallel: every device keeps a full replica (broadcast from "
+            "device 0 once, at the start) and runs forward and backward on its share of the "
+            "batch. Gradients are summed across devices by all-reduce in buckets of "
+            "<i>bucket_mb</i> MiB, last layers first; with <i>overlap</i> a bucket is sent as "
+            "soon as the layers that fill it are done, while backward goes on. Every device "
+            "then takes the same optimizer step.");
     if (t == "zero")
-        return tr("ZeRO: like DDP, but each device keeps the optimizer state of only 1/N of the "
-                  "parameters and updates only that shard. Gradients are reduce-scattered (each "
-                  "device receives the sum for its shard) and the updated parameters are "
-                  "all-gathered. Stage 2 shards the gradients too: each layer's gradients go to their "
-                  "owners as soon as its backward is done, then are freed.");
+        return tr(
+            "ZeRO: like DDP, but each device keeps the optimizer state of only 1/N of the "
+            "parameters and updates only that shard. Gradients are reduce-scattered (each "
+            "device receives the sum for its shard) and the updated parameters are "
+            "all-gathered. Stage 2 shards the gradients too: each layer's gradients go to their "
+            "owners as soon as its backward is done, then are freed.");
     if (t == "hogwild")
-        return tr("Hogwild: one parameter set, on device 0, shared by all. Each device trains on its "
-                  "rows as a mini-batch of its own and updates the shared values with its own "
-                  "optimizer, without locks and without any communication. Fast, but not "
-                  "deterministic: updates overwrite each other and the loss is noisier.");
+        return tr(
+            "Hogwild: one parameter set, on device 0, shared by all. Each device trains on its "
+            "rows as a mini-batch of its own and updates the shared values with its own "
+            "optimizer, without locks and without any communication. Fast, but not "
+            "deterministic: updates overwrite each other and the loss is noisier.");
     if (t == "param_server")
-        return tr("A parameter server: device 0 holds the parameters and the optimizer and computes "
-                  "no gradients; the other devices are workers that push gradients and pull weights. "
-                  "<i>sync</i>: the server sums every worker's push and steps once, so everyone waits "
-                  "for the slowest. <i>async</i>: each push is applied as it arrives, and a worker may "
-                  "run at most <i>staleness</i> steps ahead of the slowest.");
+        return tr(
+            "A parameter server: device 0 holds the parameters and the optimizer and computes "
+            "no gradients; the other devices are workers that push gradients and pull weights. "
+            "<i>sync</i>: the server sums every worker's push and steps once, so everyone waits "
+            "for the slowest. <i>async</i>: each push is applied as it arrives, and a worker may "
+            "run at most <i>staleness</i> steps ahead of the slowest.");
     if (t == "model_parallel")
-        return tr("Model parallel: consecutive top-level layers are placed on consecutive devices "
-                  "(balanced by parameter count unless <i>split</i> says where stages begin). "
-                  "Activations travel forward from stage to stage and their gradients come back. Only "
-                  "one stage works at a time: the others wait.");
+        return tr(
+            "Model parallel: consecutive top-level layers are placed on consecutive devices "
+            "(balanced by parameter count unless <i>split</i> says where stages begin). "
+            "Activations travel forward from stage to stage and their gradients come back. Only "
+            "one stage works at a time: the others wait.");
     if (t == "pipeline")
-        return tr("Pipeline: the stages of model parallel, with the batch cut into "
-                  "<i>micro_batches</i> so that stages work on different micro-batches at once. GPipe "
-                  "runs all forwards, then all backwards; 1F1B alternates one forward and one backward "
-                  "after a warm-up. The idle bubble is (p−1)/(m+p−1) of the step; GPipe holds every "
-                  "micro-batch's activations, 1F1B at most as many as there are stages.");
+        return tr(
+            "Pipeline: the stages of model parallel, with the batch cut into "
+            "<i>micro_batches</i> so that stages work on different micro-batches at once. GPipe "
+            "runs all forwards, then all backwards; 1F1B alternates one forward and one backward "
+            "after a warm-up. The idle bubble is (p−1)/(m+p−1) of the step; GPipe holds every "
+            "micro-batch's activations, 1F1B at most as many as there are stages.");
     return {};
 }
 
@@ -144,7 +157,8 @@ StrategyPanel::StrategyPanel(QWidget* parent)
     m_explanation->setWordWrap(true);
     m_explanation->setTextFormat(Qt::RichText);
     m_explanation->setObjectName(QStringLiteral("strategyExplanation"));
-    m_explanation->setStyleSheet(QStringLiteral("QLabel { background: palette(alternate-base); padding: 6px; border-radius: 4px; }"));
+    m_explanation->setStyleSheet(QStringLiteral(
+        "QLabel { background: palette(alternate-base); padding: 6px; border-radius: 4px; }"));
     layout->addWidget(m_explanation);
     layout->addLayout(m_form);
     addOption(QStringLiteral("strategy.bucket_mb"), tr("Bucket size"), m_bucketMb);
@@ -158,9 +172,12 @@ StrategyPanel::StrategyPanel(QWidget* parent)
     addOption(QStringLiteral("strategy.split"), tr("Stages start at layers"), m_split);
     addOption(QStringLiteral("strategy.sync_batchnorm"), QString(), m_syncBatchnorm);
     addOption(QStringLiteral("strategy.straggler"), tr("Straggler"), m_straggler);
-    addOption(QStringLiteral("strategy.straggler.delay_ms"), tr("Straggler delay"), m_stragglerDelay);
-    m_balance->setToolTip(tr("even: batch / N rows each; speed: rows in proportion to each device's measured speed"));
-    m_straggler->setToolTip(tr("A device that sleeps inside each forward: a slow device to teach with"));
+    addOption(QStringLiteral("strategy.straggler.delay_ms"), tr("Straggler delay"),
+              m_stragglerDelay);
+    m_balance->setToolTip(
+        tr("even: batch / N rows each; speed: rows in proportion to each device's measured speed"));
+    m_straggler->setToolTip(
+        tr("A device that sleeps inside each forward: a slow device to teach with"));
     m_generalError->setWordWrap(true);
     m_generalError->setStyleSheet(QStringLiteral("color: #c0392b"));
     m_generalError->hide();
@@ -197,10 +214,12 @@ StrategyPanel::StrategyPanel(QWidget* parent)
     });
     connect(m_bucketMb, &QDoubleSpinBox::valueChanged, this, &StrategyPanel::edited);
     connect(m_stragglerDelay, &QDoubleSpinBox::valueChanged, this, &StrategyPanel::edited);
-    for (QSpinBox* box : {m_staleness, m_microBatches}) connect(box, &QSpinBox::valueChanged, this, &StrategyPanel::edited);
+    for (QSpinBox* box : {m_staleness, m_microBatches})
+        connect(box, &QSpinBox::valueChanged, this, &StrategyPanel::edited);
     for (QComboBox* box : {m_balance, m_stage, m_mode, m_schedule, m_straggler})
         connect(box, &QComboBox::currentIndexChanged, this, &StrategyPanel::edited);
-    for (QCheckBox* box : {m_overlap, m_syncBatchnorm}) connect(box, &QCheckBox::toggled, this, &StrategyPanel::edited);
+    for (QCheckBox* box : {m_overlap, m_syncBatchnorm})
+        connect(box, &QCheckBox::toggled, this, &StrategyPanel::edited);
     connect(m_split, &QLineEdit::editingFinished, this, &StrategyPanel::edited);
     showOptionsFor("single");
     refreshViews();
@@ -218,15 +237,19 @@ void StrategyPanel::addOption(const QString& key, const QString& label, QWidget*
     v->setSpacing(2);
     v->addWidget(editor);
     v->addWidget(error);
-    if (label.isEmpty()) m_form->addRow(cell);
-    else m_form->addRow(label, cell);
+    if (label.isEmpty())
+        m_form->addRow(cell);
+    else
+        m_form->addRow(label, cell);
     editor->setObjectName(key);
     m_rows.insert(key, cell);
     m_editor.insert(key, editor);
     m_errors.insert(key, error);
 }
 
-QWidget* StrategyPanel::optionEditor(const QString& key) const { return m_editor.value(key); }
+QWidget* StrategyPanel::optionEditor(const QString& key) const {
+    return m_editor.value(key);
+}
 
 bool StrategyPanel::isOptionShown(const QString& key) const {
     QWidget* row = m_rows.value(key);
@@ -234,13 +257,16 @@ bool StrategyPanel::isOptionShown(const QString& key) const {
 }
 
 void StrategyPanel::showOptionsFor(const std::string& t) {
-    auto show = [this](const char* key, bool visible) { m_form->setRowVisible(m_rows.value(QString::fromLatin1(key)), visible); };
+    auto show = [this](const char* key, bool visible) {
+        m_form->setRowVisible(m_rows.value(QString::fromLatin1(key)), visible);
+    };
     show("strategy.bucket_mb", t == "ddp");
     show("strategy.overlap", t == "ddp");
     show("strategy.balance", t == "ddp");
     show("strategy.stage", t == "zero");
     show("strategy.mode", t == "param_server");
-    show("strategy.staleness", t == "param_server" && m_mode->currentText() == QLatin1String("async"));
+    show("strategy.staleness",
+         t == "param_server" && m_mode->currentText() == QLatin1String("async"));
     show("strategy.micro_batches", t == "pipeline");
     show("strategy.schedule", t == "pipeline");
     show("strategy.split", isStaged(t));
@@ -269,7 +295,8 @@ void StrategyPanel::setExperiment(const run::Experiment& e) {
     m_straggler->clear();
     m_straggler->addItem(tr("none"));
     m_straggler->addItems(deviceNames(e));
-    m_straggler->setCurrentText(s.straggler_device.empty() ? tr("none") : QString::fromStdString(s.straggler_device));
+    m_straggler->setCurrentText(
+        s.straggler_device.empty() ? tr("none") : QString::fromStdString(s.straggler_device));
     m_stragglerDelay->setValue(s.straggler_delay_ms);
     for (QLabel* l : std::as_const(m_errors)) l->hide();
     m_generalError->hide();
@@ -292,7 +319,8 @@ void StrategyPanel::edited() {
     s.micro_batches = m_microBatches->value();
     s.schedule = m_schedule->currentText().toStdString();
     s.sync_batchnorm = m_syncBatchnorm->isChecked();
-    s.straggler_device = m_straggler->currentIndex() > 0 ? m_straggler->currentText().toStdString() : std::string();
+    s.straggler_device =
+        m_straggler->currentIndex() > 0 ? m_straggler->currentText().toStdString() : std::string();
     s.straggler_delay_ms = s.straggler_device.empty() ? 0.0 : m_stragglerDelay->value();
     showOptionsFor(s.type);
 
@@ -305,7 +333,8 @@ void StrategyPanel::edited() {
     };
     std::vector<int64_t> split;
     if (!parseSplit(m_split->text(), split)) {
-        fail(tr("strategy.split: expected layer indices such as \"2, 4\", got \"%1\"").arg(m_split->text()));
+        fail(tr("strategy.split: expected layer indices such as \"2, 4\", got \"%1\"")
+                 .arg(m_split->text()));
         return;
     }
     s.split = isStaged(s.type) ? split : std::vector<int64_t>{};
@@ -324,7 +353,8 @@ void StrategyPanel::edited() {
         for (size_t i = 0; ok && i < s.split.size(); ++i)
             ok = s.split[i] > 0 && s.split[i] < layers && (i == 0 || s.split[i] > s.split[i - 1]);
         if (!ok) {
-            fail(tr("strategy.split: expected %1 strictly increasing layer indices in (0, %2) for %3 devices, got %4")
+            fail(tr("strategy.split: expected %1 strictly increasing layer indices in (0, %2) for "
+                    "%3 devices, got %4")
                      .arg(n - 1)
                      .arg(layers)
                      .arg(n)
@@ -343,7 +373,9 @@ QString StrategyPanel::errorText() const {
     return m_generalError->isHidden() ? QString() : m_generalError->text();
 }
 
-QString StrategyPanel::explanation() const { return m_explanation->text(); }
+QString StrategyPanel::explanation() const {
+    return m_explanation->text();
+}
 
 void StrategyPanel::refreshViews() {
     const auto& e = m_experiment;
@@ -363,7 +395,8 @@ void StrategyPanel::refreshViews() {
             m_costError = QString::fromUtf8(err.what());
         }
     }
-    m_estimate = m_costError.isEmpty() ? estimate_memory(e, m_cost) : std::vector<DeviceMemoryEstimate>{};
+    m_estimate =
+        m_costError.isEmpty() ? estimate_memory(e, m_cost) : std::vector<DeviceMemoryEstimate>{};
     plotMemory();
 }
 
@@ -380,9 +413,12 @@ void StrategyPanel::plotMemory() {
     // One unit for the whole chart, the largest that keeps the tallest bar above 1.
     double unit = 1;
     QString unitName = tr("bytes");
-    if (most >= (int64_t{1} << 30)) unit = double(int64_t{1} << 30), unitName = tr("GiB");
-    else if (most >= (1 << 20)) unit = double(1 << 20), unitName = tr("MiB");
-    else if (most >= (1 << 10)) unit = 1024, unitName = tr("KiB");
+    if (most >= (int64_t{1} << 30))
+        unit = double(int64_t{1} << 30), unitName = tr("GiB");
+    else if (most >= (1 << 20))
+        unit = double(1 << 20), unitName = tr("MiB");
+    else if (most >= (1 << 10))
+        unit = 1024, unitName = tr("KiB");
 
     QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
     for (int i = 0; i < static_cast<int>(m_estimate.size()); ++i)
@@ -394,8 +430,9 @@ void StrategyPanel::plotMemory() {
     for (int c = 0; c < static_cast<int>(kMemCategoryCount); ++c) {
         if (c == static_cast<int>(MemCategory::workspace)) continue;  // not predicted
         auto* bars = new QCPBars(plot->xAxis, plot->yAxis);
-        bars->setName(QString::fromLatin1(mem_category_name(static_cast<MemCategory>(c)).data(),
-                                          static_cast<int>(mem_category_name(static_cast<MemCategory>(c)).size()))
+        bars->setName(QString::fromLatin1(
+                          mem_category_name(static_cast<MemCategory>(c)).data(),
+                          static_cast<int>(mem_category_name(static_cast<MemCategory>(c)).size()))
                           .replace(QLatin1Char('_'), QLatin1Char(' ')));
         const QColor color = palette::memoryCategoryColor(c);
         bars->setBrush(color);
@@ -412,16 +449,19 @@ void StrategyPanel::plotMemory() {
     QStringList roles;
     for (const auto& d : m_estimate)
         if (!d.role.empty() && d.role != "replica" && d.role != "single")
-            roles << QStringLiteral("%1: %2").arg(QString::fromStdString(d.device), QString::fromStdString(d.role));
+            roles << QStringLiteral("%1: %2").arg(QString::fromStdString(d.device),
+                                                  QString::fromStdString(d.role));
     const QLocale locale;
     m_memoryNote->setText(
         tr("An estimate before the run, from the model's shapes (%1 parameters, f32): parameters, "
            "gradients, optimizer state (%2 per parameter), activations for each device's rows, and "
-           "communication buffers. Not predicted: per-layer workspace and backward's temporaries, so "
+           "communication buffers. Not predicted: per-layer workspace and backward's temporaries, "
+           "so "
            "real activations run higher for convolutions and recurrent layers.%3")
             .arg(locale.toString(static_cast<qlonglong>(m_cost.parameters())))
             .arg(optimizer_state_per_parameter(m_experiment.optimizer))
-            .arg(roles.isEmpty() ? QString() : QStringLiteral("<br>") + roles.join(QStringLiteral(" · "))));
+            .arg(roles.isEmpty() ? QString()
+                                 : QStringLiteral("<br>") + roles.join(QStringLiteral(" · "))));
 }
 
 }  // namespace paralab::ui
