@@ -45,6 +45,7 @@ private slots:
     void dropFromThePaletteAppends();
     void shapeInferenceIsCheapForTheGuiThread();
     void slowInferenceArrivesLaterAndOnlyIfCurrent();
+    void inputFromTheDataSetFollowsItsSection();
     void screenshot();
 };
 
@@ -361,6 +362,27 @@ void TestDesigner::slowInferenceArrivesLaterAndOnlyIfCurrent() {
     QCOMPARE(d.stackView()->topLevelItem(10)->text(LayerStackView::OutputColumn), QString("[100]"));
     QCOMPARE(d.stackView()->topLevelItem(12)->text(LayerStackView::OutputColumn), QString("[7]"));
     QCOMPARE(d.shapeReport().output, paralab::Shape({7}));
+}
+
+void TestDesigner::inputFromTheDataSetFollowsItsSection() {
+    ModelDesigner d;
+    d.setSynchronousBudget(60000);
+    auto e = experimentFrom(kMlp);  // spirals: 2 features
+    d.setExperiment(e);
+    QCOMPARE(d.setInputText(""), QString());  // from the data set
+    QVERIFY(d.isValid());
+    QCOMPARE(d.stackView()->topLevelItem(0)->text(LayerStackView::OutputColumn), QString("[64]"));
+    // The data panel switches to 5-feature blobs: the designer keeps its model and history.
+    e.data.dataset = "blobs";
+    e.data.features = 5;
+    e.data.classes = 3;
+    d.updateContext(e);
+    QCOMPARE(d.undoStack()->count(), 1);
+    QVERIFY(d.isValid());
+    QVERIFY2(d.shapeReport().rows.size() == 5, "all five layers inferred");
+    QCOMPARE(d.shapeReport().rows[0].second.parameters, qint64(5 * 64 + 64));
+    QCOMPARE(d.experiment().data.dataset, std::string("blobs"));
+    QVERIFY(!d.experiment().input);
 }
 
 // Not a check: the README's screenshot of the designer (fashion-cnn, its second conv2d selected).

@@ -222,16 +222,29 @@ void ModelDesigner::setExperiment(const run::Experiment& e) {
     m_model = DesignedModel{e.layers, e.input, e.loss};
     m_dataInput.reset();
     m_dataInputError.clear();
-    if (!e.input) {  // read once: for an IDX set this opens the file
-        try {
-            m_dataInput = run::model_input_shape(e);
-        } catch (const std::exception& err) {
-            m_dataInputError = tr("model.input: cannot read the data set's example shape: %1").arg(QString::fromUtf8(err.what()));
-        }
-    }
     m_undo->clear();
     m_announceValidity = true;  // whatever it is: a new experiment's first verdict
     startInference({});
+}
+
+void ModelDesigner::updateContext(const run::Experiment& e) {
+    const bool dataChanged = run::to_json(e)["data"] != run::to_json(m_base)["data"];
+    m_base = e;
+    if (!dataChanged) return;
+    m_dataInput.reset();
+    m_dataInputError.clear();
+    if (!m_model.input) startInference(selectedPath());
+}
+
+void ModelDesigner::readDataInput() {
+    // Once per experiment (or data section), when first needed: for an IDX set this opens the file.
+    run::Experiment probe = m_base;
+    probe.input.reset();
+    try {
+        m_dataInput = run::model_input_shape(probe);
+    } catch (const std::exception& err) {
+        m_dataInputError = tr("model.input: cannot read the data set's example shape: %1").arg(QString::fromUtf8(err.what()));
+    }
 }
 
 run::Experiment ModelDesigner::experiment() const {
@@ -421,6 +434,7 @@ void ModelDesigner::apply(const DesignedModel& m, const LayerPath& select) {
 // up, and a result for a model that has been edited since is dropped.
 void ModelDesigner::startInference(const LayerPath& select) {
     if (m_jobs->current.valid()) m_jobs->stale.push_back(std::move(m_jobs->current));
+    if (!m_model.input && !m_dataInput && m_dataInputError.isEmpty()) readDataInput();
     const std::optional<Shape> input = m_model.input ? m_model.input : m_dataInput;
     if (!input) {
         m_report = ShapeReport{};

@@ -41,6 +41,11 @@ public:
 
     // Starts editing `e`'s model: clears the undo history, emits validityChanged (not modelEdited).
     void setExperiment(const run::Experiment& e);
+    // The other sections of the experiment changed elsewhere (data, devices, strategy panels):
+    // takes them, keeps the designed model and the undo history; re-infers the shapes when the
+    // model's input comes from the data set and the data section changed. Emits nothing but
+    // validityChanged (when the verdict changes).
+    void updateContext(const run::Experiment& e);
     // The experiment given, with the designed model in it.
     run::Experiment experiment() const;
     const DesignedModel& model() const { return m_model; }
@@ -93,6 +98,7 @@ private:
     void pollInference();
     void showReport(const LayerPath& select);
     void refresh();           // labels from m_report
+    void readDataInput();     // m_dataInput from m_base's data section when model.input is absent
     void rebuildTree(const LayerPath& select);
     void showSelection();
     void updateButtons();
