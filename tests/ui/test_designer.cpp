@@ -6,7 +6,6 @@
 #include <QComboBox>
 #include <QFile>
 #include <QMimeData>
-#include <chrono>
 #include <QPushButton>
 #include <QSettings>
 #include <QSignalSpy>
@@ -16,6 +15,7 @@
 #include <QTemporaryDir>
 #include <QUndoStack>
 #include <QtTest>
+#include <chrono>
 
 #include "engine/nn/factory.h"
 #include "ui/mainwindow/main_window.h"
@@ -146,7 +146,8 @@ void TestDesigner::shapeErrorMarksTheRowAndDisablesStart() {
     QVERIFY(d->isValid());
     QCOMPARE(validity.last().at(0).toBool(), true);
     QVERIFY(start->isEnabled());
-    QCOMPARE(d->stackView()->topLevelItem(1)->foreground(0).color(), d->stackView()->palette().text().color());
+    QCOMPARE(d->stackView()->topLevelItem(1)->foreground(0).color(),
+             d->stackView()->palette().text().color());
 }
 
 void TestDesigner::undoRedoRestores() {
@@ -176,11 +177,16 @@ void TestDesigner::moveDeleteWrap_data() {
     // spirals-mlp: linear, relu, linear, relu, linear
     QTest::newRow("up") << "up 1" << QStringList{"relu", "linear", "linear", "relu", "linear"};
     QTest::newRow("down") << "down 0" << QStringList{"relu", "linear", "linear", "relu", "linear"};
-    QTest::newRow("down the last: no") << "down 4" << QStringList{"linear", "relu", "linear", "relu", "linear"};
+    QTest::newRow("down the last: no")
+        << "down 4" << QStringList{"linear", "relu", "linear", "relu", "linear"};
     QTest::newRow("delete") << "delete 1" << QStringList{"linear", "linear", "relu", "linear"};
-    QTest::newRow("wrap") << "wrap 1" << QStringList{"linear", "residual{relu}", "linear", "relu", "linear"};
-    QTest::newRow("drag into a block") << "wrap 1; move 3 into 1" << QStringList{"linear", "residual{relu,relu}", "linear", "linear"};
-    QTest::newRow("drag to the end") << "move 0 to 5" << QStringList{"relu", "linear", "relu", "linear", "linear"};
+    QTest::newRow("wrap") << "wrap 1"
+                          << QStringList{"linear", "residual{relu}", "linear", "relu", "linear"};
+    QTest::newRow("drag into a block")
+        << "wrap 1; move 3 into 1"
+        << QStringList{"linear", "residual{relu,relu}", "linear", "linear"};
+    QTest::newRow("drag to the end")
+        << "move 0 to 5" << QStringList{"relu", "linear", "relu", "linear", "linear"};
 }
 
 void TestDesigner::moveDeleteWrap() {
@@ -197,8 +203,10 @@ void TestDesigner::moveDeleteWrap() {
         if (w[0] == "down") d.findChild<QPushButton*>("moveDownButton")->click();
         if (w[0] == "delete") d.findChild<QPushButton*>("deleteButton")->click();
         if (w[0] == "wrap") d.findChild<QPushButton*>("wrapButton")->click();
-        if (w[0] == "move" && w.value(2) == "into") emit d.stackView()->moveRequested({i}, {w.value(3).toInt()}, 1);
-        if (w[0] == "move" && w.value(2) == "to") emit d.stackView()->moveRequested({i}, {}, w.value(3).toInt());
+        if (w[0] == "move" && w.value(2) == "into")
+            emit d.stackView()->moveRequested({i}, {w.value(3).toInt()}, 1);
+        if (w[0] == "move" && w.value(2) == "to")
+            emit d.stackView()->moveRequested({i}, {}, w.value(3).toInt());
     }
     QCOMPARE(types(d.model().layers), expected);
     // The tree mirrors the model.
@@ -214,14 +222,17 @@ void TestDesigner::propertyEditorRejectsWhatTheFileRejects() {
     auto* out = d.propertyEditor()->findChild<QSpinBox*>("option_out");
     QVERIFY(out);
     out->setValue(-4);
-    QCOMPARE(d.propertyEditor()->errorText(), QString("model.layers[2].out: expected a positive integer, got -4"));
+    QCOMPARE(d.propertyEditor()->errorText(),
+             QString("model.layers[2].out: expected a positive integer, got -4"));
     QCOMPARE(modelJson(d), before);
     QCOMPARE(d.undoStack()->count(), 0);
     // Dropout's p must be in [0, 1); a word is not a number.
     QCOMPARE(d.setLayerOption({1}, "p", "0.5").isEmpty(), false);  // relu has no p
     QVERIFY(d.addLayer("dropout", {}, 1));
-    QCOMPARE(d.setLayerOption({1}, "p", "1"), QString("model.layers[1].p: expected a number in [0, 1), got 1.0"));
-    QVERIFY(d.setLayerOption({1}, "p", "\"half\"").startsWith("model.layers[1].p: expected a number"));
+    QCOMPARE(d.setLayerOption({1}, "p", "1"),
+             QString("model.layers[1].p: expected a number in [0, 1), got 1.0"));
+    QVERIFY(
+        d.setLayerOption({1}, "p", "\"half\"").startsWith("model.layers[1].p: expected a number"));
 }
 
 void TestDesigner::propertyEditorAppliesAndUndoes() {
@@ -235,6 +246,10 @@ void TestDesigner::propertyEditorAppliesAndUndoes() {
     QCOMPARE(d.model().layers[0].out, 48);
     QCOMPARE(d.stackView()->topLevelItem(0)->text(LayerStackView::OutputColumn), QString("[48]"));
     QCOMPARE(d.selectedPath(), LayerPath{0});
+    // Three more arrow steps on the same option: still one undo step.
+    for (int i = 0; i < 3; ++i) d.propertyEditor()->findChild<QSpinBox*>("option_out")->stepUp();
+    QCOMPARE(d.model().layers[0].out, 51);
+    QCOMPARE(d.undoStack()->count(), 1);
     d.undoAction()->trigger();
     QCOMPARE(d.model().layers[0].out, 64);
     QCOMPARE(d.propertyEditor()->findChild<QSpinBox*>("option_out")->value(), 64);
@@ -311,7 +326,8 @@ void TestDesigner::dropFromThePaletteAppends() {
     QVERIFY(move.isAccepted());
     QDropEvent drop(below, Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
     QApplication::sendEvent(d.stackView()->viewport(), &drop);
-    QCOMPARE(types(d.model().layers), (QStringList{"linear", "relu", "linear", "relu", "linear", "dropout"}));
+    QCOMPARE(types(d.model().layers),
+             (QStringList{"linear", "relu", "linear", "relu", "linear", "dropout"}));
     QCOMPARE(d.undoStack()->count(), 1);
 }
 
@@ -343,7 +359,8 @@ void TestDesigner::shapeInferenceIsCheapForTheGuiThread() {
     }
     big.layers.push_back(paralab::ui::defaultLayer("global_avgpool"));
     big.layers.push_back(paralab::ui::defaultLayer("linear"));
-    qInfo("8 x conv2d 256 on 3x224x224: %.2f ms (past the budget: on the worker)", timeMs(big, paralab::Shape{3, 224, 224}));
+    qInfo("8 x conv2d 256 on 3x224x224: %.2f ms (past the budget: on the worker)",
+          timeMs(big, paralab::Shape{3, 224, 224}));
 }
 
 void TestDesigner::slowInferenceArrivesLaterAndOnlyIfCurrent() {
@@ -398,7 +415,8 @@ void TestDesigner::screenshot() {
     w.move(0, 0);
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
-    if (auto* tabs = w.findChild<QTabWidget*>("experimentTabs")) tabs->setCurrentWidget(w.designer());
+    if (auto* tabs = w.findChild<QTabWidget*>("experimentTabs"))
+        tabs->setCurrentWidget(w.designer());
     if (auto* split = qobject_cast<QSplitter*>(w.centralWidget())) split->setSizes({860, 740});
     w.designer()->selectLayer({4});
     QTest::qWait(300);

@@ -69,7 +69,8 @@ QString layerOptionsText(const nn::LayerSpec& s) {
             .arg(s.stride > 1 ? QStringLiteral(", stride %1").arg(s.stride) : QString())
             .arg(s.padding ? QStringLiteral(", pad %1").arg(s.padding) : QString());
     if (t == "maxpool2d" || t == "avgpool2d")
-        return QStringLiteral("%1×%1%2").arg(s.kernel).arg(s.stride ? QStringLiteral(", stride %1").arg(s.stride) : QString());
+        return QStringLiteral("%1×%1%2").arg(s.kernel).arg(
+            s.stride ? QStringLiteral(", stride %1").arg(s.stride) : QString());
     if (t == "dropout") return QStringLiteral("p %1").arg(s.p);
     if (t == "embedding") return QStringLiteral("%1 → %2").arg(s.vocab).arg(s.dim);
     if (t == "lstm" || t == "gru")
@@ -107,7 +108,8 @@ ShapeReport inferShapes(const DesignedModel& m, const Shape& input) {
         report.flops = model.flops_per_sample();
         report.output = model.output_shape();
         for (const auto& [path, info] : report.rows)
-            if (path.find('.', 6) == std::string::npos) report.activationBytes += info.activationBytes;
+            if (path.find('.', 6) == std::string::npos)
+                report.activationBytes += info.activationBytes;
         return report;
     } catch (const std::exception& err) {
         report.message = QString::fromUtf8(err.what());

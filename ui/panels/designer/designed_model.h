@@ -50,10 +50,10 @@ struct LayerShapeInfo {
 
 struct ShapeReport {
     bool ok = false;
-    QString message;                    // the engine's error when !ok
-    LayerPath errorPath;                // the layer the message names (may be empty)
+    QString message;      // the engine's error when !ok
+    LayerPath errorPath;  // the layer the message names (may be empty)
     std::vector<std::pair<std::string, LayerShapeInfo>> rows;  // by JSON path, "model.layers[0]"
-    int64_t parameters = 0;             // whole model, when ok
+    int64_t parameters = 0;                                    // whole model, when ok
     int64_t flops = 0;
     int64_t activationBytes = 0;
     Shape output;

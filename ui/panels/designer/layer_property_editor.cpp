@@ -14,7 +14,10 @@
 namespace paralab::ui {
 
 LayerPropertyEditor::LayerPropertyEditor(QWidget* parent)
-    : QWidget(parent), m_title(new QLabel), m_form(new QWidget), m_formLayout(new QFormLayout(m_form)),
+    : QWidget(parent),
+      m_title(new QLabel),
+      m_form(new QWidget),
+      m_formLayout(new QFormLayout(m_form)),
       m_error(new QLabel) {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
@@ -79,10 +82,12 @@ void LayerPropertyEditor::showLayer(const nn::LayerSpec* spec, const QString& pa
     } else if (t == "lstm" || t == "gru") {
         addIntEditor("hidden", spec->hidden, tr("hidden size"));
         addIntEditor("num_layers", spec->num_layers, tr("stacked layers"));
-        addChoiceEditor("return", {"last", "sequence"}, spec->return_sequence ? "sequence" : "last");
+        addChoiceEditor("return", {"last", "sequence"},
+                        spec->return_sequence ? "sequence" : "last");
     } else if (t == "residual") {
-        auto* note = new QLabel(tr("output = input + body(input); a projection is added when the "
-                                   "shapes differ. Drop layers onto the block to add them to its body."));
+        auto* note =
+            new QLabel(tr("output = input + body(input); a projection is added when the "
+                          "shapes differ. Drop layers onto the block to add them to its body."));
         note->setWordWrap(true);
         m_formLayout->addRow(note);
     } else {
@@ -95,7 +100,9 @@ void LayerPropertyEditor::showError(const QString& message) {
     m_error->setVisible(!message.isEmpty());
 }
 
-QString LayerPropertyEditor::errorText() const { return m_error->text(); }
+QString LayerPropertyEditor::errorText() const {
+    return m_error->text();
+}
 
 void LayerPropertyEditor::addIntEditor(const QString& key, qint64 value, const QString& tip) {
     auto* spin = new QSpinBox;
@@ -118,8 +125,9 @@ void LayerPropertyEditor::addFloatEditor(const QString& key, double value, const
         bool ok = false;
         const double v = edit->text().trimmed().toDouble(&ok);
         // Not a number: hand the text over as a JSON string; the parser says what it expected.
-        emit optionEdited(key, ok ? QString::fromStdString(nlohmann::json(v).dump())
-                                  : QString::fromStdString(nlohmann::json(edit->text().toStdString()).dump()));
+        emit optionEdited(
+            key, ok ? QString::fromStdString(nlohmann::json(v).dump())
+                    : QString::fromStdString(nlohmann::json(edit->text().toStdString()).dump()));
     });
     m_formLayout->addRow(key, edit);
 }
@@ -129,12 +137,14 @@ void LayerPropertyEditor::addBoolEditor(const QString& key, bool value, const QS
     box->setObjectName(QStringLiteral("option_") + key);
     box->setChecked(value);
     box->setToolTip(tip);
-    connect(box, &QCheckBox::toggled, this,
-            [this, key](bool on) { emit optionEdited(key, on ? QStringLiteral("true") : QStringLiteral("false")); });
+    connect(box, &QCheckBox::toggled, this, [this, key](bool on) {
+        emit optionEdited(key, on ? QStringLiteral("true") : QStringLiteral("false"));
+    });
     m_formLayout->addRow(key, box);
 }
 
-void LayerPropertyEditor::addChoiceEditor(const QString& key, const QStringList& choices, const QString& value) {
+void LayerPropertyEditor::addChoiceEditor(const QString& key, const QStringList& choices,
+                                          const QString& value) {
     auto* combo = new QComboBox;
     combo->setObjectName(QStringLiteral("option_") + key);
     combo->addItems(choices);

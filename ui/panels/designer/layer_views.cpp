@@ -86,21 +86,24 @@ bool LayerStackView::dropTarget(const QPoint& pos, LayerPath& parent, int& index
     parent = at.mid(0, at.size() - 1);
     index = at.back();
     switch (dropIndicatorPosition()) {
-    case AboveItem: break;
-    case BelowItem: ++index; break;
-    case OnItem:
-        // Onto a residual block: into its body, at the end; onto a layer: after it.
-        if (target->data(LayerColumn, Qt::UserRole).toString() == QLatin1String("residual")) {
-            parent = at;
-            index = target->childCount();
-        } else {
+        case AboveItem:
+            break;
+        case BelowItem:
             ++index;
-        }
-        break;
-    case OnViewport:
-        parent.clear();
-        index = topLevelItemCount();
-        break;
+            break;
+        case OnItem:
+            // Onto a residual block: into its body, at the end; onto a layer: after it.
+            if (target->data(LayerColumn, Qt::UserRole).toString() == QLatin1String("residual")) {
+                parent = at;
+                index = target->childCount();
+            } else {
+                ++index;
+            }
+            break;
+        case OnViewport:
+            parent.clear();
+            index = topLevelItemCount();
+            break;
     }
     return true;
 }
@@ -111,7 +114,8 @@ void LayerStackView::dropEvent(QDropEvent* event) {
     const QPoint pos = event->position().toPoint();
     if (!dropTarget(pos, parent, index)) return event->ignore();
     if (event->mimeData()->hasFormat(kLayerTypeMime)) {
-        emit insertRequested(QString::fromUtf8(event->mimeData()->data(kLayerTypeMime)), parent, index);
+        emit insertRequested(QString::fromUtf8(event->mimeData()->data(kLayerTypeMime)), parent,
+                             index);
     } else if (event->source() == this && currentItem()) {
         emit moveRequested(pathOf(currentItem()), parent, index);
     }

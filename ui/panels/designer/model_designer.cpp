@@ -38,7 +38,10 @@ QString siCount(double v, const QString& unit) {
     const char* prefixes[] = {"", "K", "M", "G", "T"};
     int i = 0;
     while (std::abs(v) >= 1000 && i < 4) v /= 1000, ++i;
-    return QStringLiteral("%1 %2%3").arg(v, 0, 'f', i == 0 ? 0 : (v < 10 ? 2 : 1)).arg(prefixes[i]).arg(unit);
+    return QStringLiteral("%1 %2%3")
+        .arg(v, 0, 'f', i == 0 ? 0 : (v < 10 ? 2 : 1))
+        .arg(prefixes[i])
+        .arg(unit);
 }
 
 QString bytesText(double b) {
@@ -48,7 +51,9 @@ QString bytesText(double b) {
     return QStringLiteral("%1 %2").arg(b, 0, 'f', i == 0 ? 0 : 1).arg(units[i]);
 }
 
-QString shapeText(const Shape& s) { return QString::fromStdString(s.to_string()); }
+QString shapeText(const Shape& s) {
+    return QString::fromStdString(s.to_string());
+}
 
 // The JSON object of the layer at `path` inside an experiment's JSON.
 json* layerJson(json& experiment, const LayerPath& path) {
@@ -104,8 +109,10 @@ ModelDesigner::ModelDesigner(QWidget* parent)
     // Header: presets, undo, redo.
     m_presets->setObjectName(QStringLiteral("presetBox"));
     m_presets->addItem(tr("Load a preset…"));
-    for (const QString& name : QDir(QStringLiteral(":/examples")).entryList({QStringLiteral("*.paralab.json")}))
-        m_presets->addItem(QString(name).remove(QStringLiteral(".paralab.json")), QStringLiteral(":/examples/") + name);
+    for (const QString& name :
+         QDir(QStringLiteral(":/examples")).entryList({QStringLiteral("*.paralab.json")}))
+        m_presets->addItem(QString(name).remove(QStringLiteral(".paralab.json")),
+                           QStringLiteral(":/examples/") + name);
     auto* undoButton = new QToolButton;
     undoButton->setDefaultAction(m_undoAction);
     auto* redoButton = new QToolButton;
@@ -187,11 +194,15 @@ ModelDesigner::ModelDesigner(QWidget* parent)
     connect(m_palette, &LayerPalette::layerTypeActivated, this, [this](const QString& type) {
         // After the selected layer, in its list; at the end when none is selected.
         const LayerPath at = selectedPath();
-        if (at.isEmpty()) addLayer(type);
-        else addLayer(type, at.mid(0, at.size() - 1), at.back() + 1);
+        if (at.isEmpty())
+            addLayer(type);
+        else
+            addLayer(type, at.mid(0, at.size() - 1), at.back() + 1);
     });
     connect(m_stack, &LayerStackView::insertRequested, this,
-            [this](const QString& type, const LayerPath& parent, int index) { addLayer(type, parent, index); });
+            [this](const QString& type, const LayerPath& parent, int index) {
+                addLayer(type, parent, index);
+            });
     connect(m_stack, &LayerStackView::moveRequested, this, &ModelDesigner::moveLayer);
     connect(m_stack, &QTreeWidget::currentItemChanged, this, [this] {
         if (!m_applying) showSelection();
@@ -200,9 +211,10 @@ ModelDesigner::ModelDesigner(QWidget* parent)
     connect(m_down, &QPushButton::clicked, this, [this] { moveLayerBy(selectedPath(), +1); });
     connect(m_delete, &QPushButton::clicked, this, [this] { removeLayer(selectedPath()); });
     connect(m_wrap, &QPushButton::clicked, this, [this] { wrapInResidual(selectedPath()); });
-    connect(m_properties, &LayerPropertyEditor::optionEdited, this, [this](const QString& key, const QString& value) {
-        m_properties->showError(setLayerOption(selectedPath(), key, value));
-    });
+    connect(m_properties, &LayerPropertyEditor::optionEdited, this,
+            [this](const QString& key, const QString& value) {
+                m_properties->showError(setLayerOption(selectedPath(), key, value));
+            });
     connect(m_input, &QLineEdit::editingFinished, this, [this] {
         const QString message = setInputText(m_input->text());
         if (!message.isEmpty()) m_error->setText(message);
@@ -243,7 +255,8 @@ void ModelDesigner::readDataInput() {
     try {
         m_dataInput = run::model_input_shape(probe);
     } catch (const std::exception& err) {
-        m_dataInputError = tr("model.input: cannot read the data set's example shape: %1").arg(QString::fromUtf8(err.what()));
+        m_dataInputError = tr("model.input: cannot read the data set's example shape: %1")
+                               .arg(QString::fromUtf8(err.what()));
     }
 }
 
@@ -259,11 +272,14 @@ LayerPath ModelDesigner::selectedPath() const {
     return m_stack->currentItem() ? m_stack->pathOf(m_stack->currentItem()) : LayerPath{};
 }
 
-void ModelDesigner::selectLayer(const LayerPath& path) { m_stack->setCurrentItem(m_stack->itemAt(path)); }
+void ModelDesigner::selectLayer(const LayerPath& path) {
+    m_stack->setCurrentItem(m_stack->itemAt(path));
+}
 
 // --- edits ------------------------------------------------------------------------------------
 
-QString ModelDesigner::commit(const QString& text, DesignedModel next, const LayerPath& selectAfter) {
+QString ModelDesigner::commit(const QString& text, DesignedModel next, const LayerPath& selectAfter,
+                              const QString& mergeKey) {
     // The file format's parser is the one judge of options: what it refuses, the designer refuses
     // with the same message (EXPERIMENT.md: the JSON path, what was expected, what was given).
     run::Experiment e = m_base;
@@ -276,13 +292,15 @@ QString ModelDesigner::commit(const QString& text, DesignedModel next, const Lay
     } catch (const std::exception& err) {
         return QString::fromUtf8(err.what());
     }
-    m_undo->push(new ModelEditCommand(text, m_model, selectedPath(), std::move(next), selectAfter,
-                                      [this](const DesignedModel& m, const LayerPath& s) { apply(m, s); }));
+    m_undo->push(new ModelEditCommand(
+        text, m_model, selectedPath(), std::move(next), selectAfter,
+        [this](const DesignedModel& m, const LayerPath& s) { apply(m, s); }, mergeKey));
     return {};
 }
 
 bool ModelDesigner::addLayer(const QString& type, const LayerPath& parent, int index) {
-    if (std::find(nn::layer_types().begin(), nn::layer_types().end(), type.toStdString()) == nn::layer_types().end())
+    if (std::find(nn::layer_types().begin(), nn::layer_types().end(), type.toStdString()) ==
+        nn::layer_types().end())
         return false;
     DesignedModel next = m_model;
     std::vector<nn::LayerSpec>* list = &next.layers;
@@ -293,7 +311,8 @@ bool ModelDesigner::addLayer(const QString& type, const LayerPath& parent, int i
     }
     if (index < 0 || index > static_cast<int>(list->size())) index = static_cast<int>(list->size());
     list->insert(list->begin() + index, defaultLayer(type.toStdString()));
-    const QString message = commit(tr("Add %1").arg(type), std::move(next), LayerPath(parent) << index);
+    const QString message =
+        commit(tr("Add %1").arg(type), std::move(next), LayerPath(parent) << index);
     m_properties->showError(message);
     return message.isEmpty();
 }
@@ -323,7 +342,8 @@ bool ModelDesigner::moveLayer(const LayerPath& from, const LayerPath& parentIn, 
     const int depth = static_cast<int>(fromParent.size());
     // Removing `from` shifts what follows it in its list: the destination list's path, or the
     // index in it when it is the same list.
-    if (parent.size() > depth && parent.mid(0, depth) == fromParent && parent[depth] > from.back()) --parent[depth];
+    if (parent.size() > depth && parent.mid(0, depth) == fromParent && parent[depth] > from.back())
+        --parent[depth];
     if (parent == fromParent && index > from.back()) --index;
 
     nn::LayerSpec moved = (*fromList)[static_cast<size_t>(from.back())];
@@ -346,7 +366,8 @@ bool ModelDesigner::moveLayer(const LayerPath& from, const LayerPath& parentIn, 
 bool ModelDesigner::moveLayerBy(const LayerPath& path, int delta) {
     if (path.isEmpty() || delta == 0) return false;
     // moveLayer takes the index before removal: one down is two places on.
-    return moveLayer(path, path.mid(0, path.size() - 1), path.back() + (delta > 0 ? delta + 1 : delta));
+    return moveLayer(path, path.mid(0, path.size() - 1),
+                     path.back() + (delta > 0 ? delta + 1 : delta));
 }
 
 bool ModelDesigner::wrapInResidual(const LayerPath& path) {
@@ -362,7 +383,8 @@ bool ModelDesigner::wrapInResidual(const LayerPath& path) {
     return message.isEmpty();
 }
 
-QString ModelDesigner::setLayerOption(const LayerPath& path, const QString& key, const QString& value) {
+QString ModelDesigner::setLayerOption(const LayerPath& path, const QString& key,
+                                      const QString& value) {
     if (!layerAt(m_model.layers, path)) return tr("no layer selected");
     json j = run::to_json(experiment());
     json* layer = layerJson(j, path);
@@ -373,10 +395,13 @@ QString ModelDesigner::setLayerOption(const LayerPath& path, const QString& key,
     } catch (const std::exception&) {
         v = value.toStdString();
     }
-    if (v.is_null()) layer->erase(key.toStdString());
-    else (*layer)[key.toStdString()] = v;
+    if (v.is_null())
+        layer->erase(key.toStdString());
+    else
+        (*layer)[key.toStdString()] = v;
     // pool stride 0 means "the kernel size", which the file says by leaving stride out.
-    if (key == QLatin1String("stride") && v == 0 && (layer->value("type", "") == "maxpool2d" || layer->value("type", "") == "avgpool2d"))
+    if (key == QLatin1String("stride") && v == 0 &&
+        (layer->value("type", "") == "maxpool2d" || layer->value("type", "") == "avgpool2d"))
         layer->erase("stride");
     run::Experiment parsed;
     try {
@@ -384,12 +409,14 @@ QString ModelDesigner::setLayerOption(const LayerPath& path, const QString& key,
     } catch (const std::exception& err) {
         return QString::fromUtf8(err.what());
     }
-    return commit(tr("Set %1").arg(key), DesignedModel{parsed.layers, parsed.input, parsed.loss}, path);
+    return commit(tr("Set %1").arg(key), DesignedModel{parsed.layers, parsed.input, parsed.loss},
+                  path, layerPathString(path) + QLatin1Char('.') + key);
 }
 
 QString ModelDesigner::setInputText(const QString& text) {
     DesignedModel next = m_model;
-    const QStringList parts = text.split(QRegularExpression(QStringLiteral("[,\\s\\[\\]]+")), Qt::SkipEmptyParts);
+    const QStringList parts =
+        text.split(QRegularExpression(QStringLiteral("[,\\s\\[\\]]+")), Qt::SkipEmptyParts);
     if (parts.isEmpty()) {
         if (!m_model.input) return {};
         next.input.reset();
@@ -442,8 +469,10 @@ void ModelDesigner::startInference(const LayerPath& select) {
         showReport(select);
         return;
     }
-    m_jobs->current = std::async(std::launch::async, [model = m_model, in = *input] { return inferShapes(model, in); });
-    if (m_jobs->current.wait_for(std::chrono::milliseconds(m_syncBudgetMs)) == std::future_status::ready) {
+    m_jobs->current = std::async(std::launch::async,
+                                 [model = m_model, in = *input] { return inferShapes(model, in); });
+    if (m_jobs->current.wait_for(std::chrono::milliseconds(m_syncBudgetMs)) ==
+        std::future_status::ready) {
         m_report = m_jobs->current.get();
     } else {
         m_report = ShapeReport{};
@@ -455,16 +484,22 @@ void ModelDesigner::startInference(const LayerPath& select) {
 void ModelDesigner::pollInference() {
     auto& stale = m_jobs->stale;
     stale.erase(std::remove_if(stale.begin(), stale.end(),
-                               [](auto& f) { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }),
+                               [](auto& f) {
+                                   return f.wait_for(std::chrono::seconds(0)) ==
+                                          std::future_status::ready;
+                               }),
                 stale.end());
-    if (m_jobs->current.valid() && m_jobs->current.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    if (m_jobs->current.valid() &&
+        m_jobs->current.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
         m_report = m_jobs->current.get();
         showReport(selectedPath());
     }
     if (stale.empty() && !m_jobs->current.valid()) m_poll->stop();
 }
 
-bool ModelDesigner::shapesPending() const { return m_jobs->current.valid(); }
+bool ModelDesigner::shapesPending() const {
+    return m_jobs->current.valid();
+}
 
 void ModelDesigner::showReport(const LayerPath& select) {
     m_applying = true;
@@ -473,25 +508,31 @@ void ModelDesigner::showReport(const LayerPath& select) {
     m_applying = false;
     showSelection();
     if (shapesPending()) return;  // the verdict comes with the result
-    if (m_announceValidity || m_report.ok != m_wasValid || !m_report.ok) emit validityChanged(m_report.ok, m_report.message);
+    if (m_announceValidity || m_report.ok != m_wasValid || !m_report.ok)
+        emit validityChanged(m_report.ok, m_report.message);
     m_announceValidity = false;
     m_wasValid = m_report.ok;
 }
 
 void ModelDesigner::refresh() {
     const std::optional<Shape> input = m_model.input ? m_model.input : m_dataInput;
-    m_input->setText(m_model.input ? QString::fromStdString(m_model.input->to_string()).mid(1).chopped(1) : QString());
-    m_input->setPlaceholderText(m_dataInput ? tr("from the data set: %1").arg(shapeText(*m_dataInput)) : tr("from the data set"));
+    m_input->setText(m_model.input
+                         ? QString::fromStdString(m_model.input->to_string()).mid(1).chopped(1)
+                         : QString());
+    m_input->setPlaceholderText(m_dataInput
+                                    ? tr("from the data set: %1").arg(shapeText(*m_dataInput))
+                                    : tr("from the data set"));
     m_loss->setCurrentText(QString::fromStdString(m_model.loss));
     const QLocale locale;
     if (m_report.ok) {
-        m_totals->setText(tr("Input %1 → output %2 · %3 parameters (%4) · %5 per example forward · "
-                             "activations %6 per example")
-                              .arg(shapeText(*input), shapeText(m_report.output),
-                                   locale.toString(static_cast<qlonglong>(m_report.parameters)),
-                                   bytesText(4.0 * static_cast<double>(m_report.parameters)),
-                                   siCount(static_cast<double>(m_report.flops), QStringLiteral("FLOP")),
-                                   bytesText(static_cast<double>(m_report.activationBytes))));
+        m_totals->setText(
+            tr("Input %1 → output %2 · %3 parameters (%4) · %5 per example forward · "
+               "activations %6 per example")
+                .arg(shapeText(*input), shapeText(m_report.output),
+                     locale.toString(static_cast<qlonglong>(m_report.parameters)),
+                     bytesText(4.0 * static_cast<double>(m_report.parameters)),
+                     siCount(static_cast<double>(m_report.flops), QStringLiteral("FLOP")),
+                     bytesText(static_cast<double>(m_report.activationBytes))));
     } else if (shapesPending()) {
         m_totals->setText(tr("Inferring shapes…"));
     } else {
@@ -505,30 +546,38 @@ void ModelDesigner::rebuildTree(const LayerPath& select) {
     std::map<std::string, const LayerShapeInfo*> rows;
     for (const auto& [path, info] : m_report.rows) rows[path] = &info;
     const QLocale locale;
-    const QString errorPath = m_report.errorPath.isEmpty() ? QString() : layerPathString(m_report.errorPath);
+    const QString errorPath =
+        m_report.errorPath.isEmpty() ? QString() : layerPathString(m_report.errorPath);
 
     m_stack->clear();
     std::function<void(const std::vector<nn::LayerSpec>&, QTreeWidgetItem*, const QString&)> add =
-        [&](const std::vector<nn::LayerSpec>& layers, QTreeWidgetItem* parent, const QString& prefix) {
+        [&](const std::vector<nn::LayerSpec>& layers, QTreeWidgetItem* parent,
+            const QString& prefix) {
             for (size_t i = 0; i < layers.size(); ++i) {
                 const auto& spec = layers[i];
                 const QString path = prefix + QStringLiteral(".layers[%1]").arg(i);
                 auto* item = parent ? new QTreeWidgetItem(parent) : new QTreeWidgetItem(m_stack);
                 const QString options = layerOptionsText(spec);
                 item->setText(LayerStackView::LayerColumn,
-                              QString::fromStdString(spec.type) + (options.isEmpty() ? QString() : QStringLiteral("  ") + options));
-                item->setData(LayerStackView::LayerColumn, Qt::UserRole, QString::fromStdString(spec.type));
+                              QString::fromStdString(spec.type) +
+                                  (options.isEmpty() ? QString() : QStringLiteral("  ") + options));
+                item->setData(LayerStackView::LayerColumn, Qt::UserRole,
+                              QString::fromStdString(spec.type));
                 item->setToolTip(LayerStackView::LayerColumn, path);
                 for (int c = LayerStackView::ParamsColumn; c < LayerStackView::ColumnCount; ++c)
                     item->setTextAlignment(c, Qt::AlignRight | Qt::AlignVCenter);
                 if (auto it = rows.find(path.toStdString()); it != rows.end()) {
                     const LayerShapeInfo& r = *it->second;
                     item->setText(LayerStackView::OutputColumn, shapeText(r.output));
-                    item->setText(LayerStackView::ParamsColumn, locale.toString(static_cast<qlonglong>(r.parameters)));
-                    item->setText(LayerStackView::FlopsColumn, siCount(static_cast<double>(r.flops), QString()).trimmed());
-                    item->setText(LayerStackView::MemoryColumn, bytesText(static_cast<double>(r.activationBytes)));
+                    item->setText(LayerStackView::ParamsColumn,
+                                  locale.toString(static_cast<qlonglong>(r.parameters)));
+                    item->setText(LayerStackView::FlopsColumn,
+                                  siCount(static_cast<double>(r.flops), QString()).trimmed());
+                    item->setText(LayerStackView::MemoryColumn,
+                                  bytesText(static_cast<double>(r.activationBytes)));
                 } else {
-                    item->setText(LayerStackView::OutputColumn, shapesPending() ? QStringLiteral("…") : QStringLiteral("—"));
+                    item->setText(LayerStackView::OutputColumn,
+                                  shapesPending() ? QStringLiteral("…") : QStringLiteral("—"));
                 }
                 if (path == errorPath) {
                     for (int c = 0; c < LayerStackView::ColumnCount; ++c) {

@@ -92,13 +92,14 @@ signals:
 
 private:
     // Validates `next` through the experiment file's parser, then pushes it as one undo step.
-    QString commit(const QString& text, DesignedModel next, const LayerPath& selectAfter);
+    QString commit(const QString& text, DesignedModel next, const LayerPath& selectAfter,
+                   const QString& mergeKey = {});
     void apply(const DesignedModel& m, const LayerPath& select);  // from the undo stack
     void startInference(const LayerPath& select);
     void pollInference();
     void showReport(const LayerPath& select);
-    void refresh();           // labels from m_report
-    void readDataInput();     // m_dataInput from m_base's data section when model.input is absent
+    void refresh();        // labels from m_report
+    void readDataInput();  // m_dataInput from m_base's data section when model.input is absent
     void rebuildTree(const LayerPath& select);
     void showSelection();
     void updateButtons();

@@ -14,11 +14,16 @@ class ModelEditCommand : public QUndoCommand {
 public:
     using Apply = std::function<void(const DesignedModel&, const LayerPath& selection)>;
 
+    // `mergeKey`: edits with the same non-empty key in a row become one step (a spin box's
+    // arrow pressed ten times on one option is one undo).
     ModelEditCommand(const QString& text, DesignedModel before, LayerPath selectedBefore,
-                     DesignedModel after, LayerPath selectedAfter, Apply apply);
+                     DesignedModel after, LayerPath selectedAfter, Apply apply,
+                     QString mergeKey = {});
 
     void undo() override { m_apply(m_before, m_selectedBefore); }
     void redo() override { m_apply(m_after, m_selectedAfter); }
+    int id() const override { return m_mergeKey.isEmpty() ? -1 : 1; }
+    bool mergeWith(const QUndoCommand* other) override;
 
 private:
     DesignedModel m_before;
@@ -26,6 +31,7 @@ private:
     DesignedModel m_after;
     LayerPath m_selectedAfter;
     Apply m_apply;
+    QString m_mergeKey;
 };
 
 }  // namespace paralab::ui
