@@ -112,6 +112,7 @@ void TestSetupPanels::modelEditsKeepTheSetup() {
     QCOMPARE(w.experiment()->devices.size(), size_t(4));
     QCOMPARE(QString::fromStdString(w.experiment()->strategy.type), QString("zero"));
     QCOMPARE(w.strategyPanel()->memoryEstimate().size(), size_t(4));
+    QCOMPARE(w.designer()->experiment().devices.size(), size_t(4));  // the designer was told
     // a dropout adds activations (its output), no parameters
     QCOMPARE(w.strategyPanel()->memoryEstimate()[0].bytes[cat(MemCategory::parameters)],
              before[0].bytes[cat(MemCategory::parameters)]);

@@ -388,6 +388,7 @@ void MainWindow::showInSetupPanels(const run::Experiment& e, QWidget* except) {
 void MainWindow::applySetupEdit(const run::Experiment& e, QWidget* from) {
     m_experiment = e;
     showInSetupPanels(e, from);
+    m_designer->updateContext(e);  // its model and undo history stay; a new data set re-infers
     try {
         m_panel->showExperiment(e);
     } catch (const std::exception&) {  // the designer shows why the model does not build
