@@ -68,7 +68,10 @@ std::vector<Tensor> Layer::buffers() {
 }
 
 void Layer::zero_grad() {
-    for (Param* p : parameters()) p->grad.zero();
+    // A strategy may free gradients between steps and create them just before a layer's
+    // backward (ZeRO stage 2): those have nothing to zero.
+    for (Param* p : parameters())
+        if (p->grad.defined()) p->grad.zero();
 }
 
 int64_t Layer::parameter_count() {

@@ -164,29 +164,36 @@ DeviceBatch to_device(const data::Batch& b, int64_t offset, int64_t count, const
 // The Sequential's backward, a top-level layer at a time, so that DDP can start a bucket as
 // soon as the layers that fill it are done.
 static void backward_by_layer(nn::Model& model, const Tensor& dy,
-                              const std::function<void(size_t)>& layer_done) {
+                              const std::function<void(size_t)>& layer_done,
+                              const std::function<void(size_t)>& layer_begin) {
     nn::Sequential& net = model.net();
     Tensor g = dy;
     for (size_t i = net.size(); i-- > 0;) {
+        if (layer_begin) layer_begin(i);
         g = net.at(i).backward(g);
         if (layer_done) layer_done(i);
         if (!g.defined()) {
-            for (size_t j = i; j-- > 0;)  // layers before an embedding: none by construction
+            for (size_t j = i; j-- > 0;) {  // layers before an embedding: none by construction
+                if (layer_begin) layer_begin(j);
                 if (layer_done) layer_done(j);
+            }
             break;
         }
     }
 }
 
 LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batch,
-                           int64_t global_offset, const std::function<void(size_t)>& layer_done) {
+                           int64_t global_offset, const std::function<void(size_t)>& layer_done,
+                           const std::function<void(size_t)>& layer_begin) {
     const run::Experiment& e = rank.experiment();
     const RunContext& ctx = rank.context();
     LocalPass pass;
     model.zero_grad();
     if (batch.size == 0) {  // a shard of a small last batch: no rows, zero gradients
-        if (layer_done)
-            for (size_t i = model.net().size(); i-- > 0;) layer_done(i);
+        for (size_t i = model.net().size(); i-- > 0;) {
+            if (layer_begin) layer_begin(i);
+            if (layer_done) layer_done(i);
+        }
         return pass;
     }
     const int64_t parts = std::min<int64_t>(e.train.grad_accum, batch.size);
@@ -202,7 +209,7 @@ LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batc
         });
         rank.compute("backward", [&] {
             Tensor dy = model.loss().backward();
-            if (k + 1 == parts) backward_by_layer(model, dy, layer_done);
+            if (k + 1 == parts) backward_by_layer(model, dy, layer_done, layer_begin);
             else model.backward(dy);
         });
     }

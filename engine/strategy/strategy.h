@@ -204,13 +204,15 @@ DeviceBatch to_device(const data::Batch& b, int64_t offset, int64_t count, const
 // ranks are the single-device gradient of the global batch. `global_offset` is the first row's
 // index in the global batch (dropout masks follow the global index). Records forward and
 // backward spans. `layer_done(i)` is called after top-level layer i's backward in the last
-// micro-batch, when layer i's gradients are final (DDP starts its buckets from there).
+// micro-batch, when layer i's gradients are final (DDP starts its buckets from there);
+// `layer_begin(i)` just before it (ZeRO-2 creates layer i's gradients there).
 struct LocalPass {
     double loss_sum = 0;
     int64_t samples = 0;
 };
 LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batch,
-                           int64_t global_offset, const std::function<void(size_t)>& layer_done = {});
+                           int64_t global_offset, const std::function<void(size_t)>& layer_done = {},
+                           const std::function<void(size_t)>& layer_begin = {});
 
 // Sets train.clip_norm's scaling on `params`, with the squared norm summed over the ranks
 // when `sum_over_ranks` (ranks that each hold a part of the gradients). Returns the norm.

@@ -5,10 +5,10 @@
 // parameters.
 //   stage 1: after backward, the flat gradient [T] is reduce-scattered: each rank receives
 //            the sum of its shard.
-//   stage 2: gradients are sharded too: as soon as a top-level layer's backward is done, its
-//            gradients are reduced onto the ranks that own them (one reduce per owner of the
-//            layer's range) and freed on the others, so no rank holds the whole reduced
-//            gradient and no rank needs a [T] communication buffer.
+//   stage 2: gradients are sharded too: a top-level layer's gradients are created just before
+//            its backward and, as soon as it is done, reduced onto the ranks that own them
+//            (one reduce per owner of the layer's range) and freed, so a rank holds at most
+//            one layer's gradients besides its shard, never the whole gradient.
 // Optimizers are element-wise, so updating shards gives the single-device step exactly.
 #include <cstring>
 
@@ -34,6 +34,11 @@ public:
         s.shard_param.value = Tensor::empty(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::workspace);
         s.shard_param.grad = Tensor::zeros(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::gradients);
         broadcast_parameters(rank);
+        if (m_stage == 2) {
+            // Between steps a rank holds only its shard of the gradients.
+            for (nn::Param* p : params(rank.index())) p->grad = Tensor();
+            rank.device().allocator().reset_peak();
+        }
     }
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
@@ -53,12 +58,19 @@ public:
                                    "reduce_scatter_grads"));
             std::memcpy(shard_grad, flat.data<float>() + s.shard.offset, static_cast<size_t>(s.shard.count) * 4);
         } else {
-            // Gradients exist only from here to the end of backward.
-            for (nn::Param* p : ps)
-                if (!p->grad.defined())
-                    p->grad = Tensor::zeros(p->value.shape(), DType::f32, rank.device(), MemCategory::gradients);
+            // A layer's gradients exist only from just before its backward until they are
+            // reduced to their owners. (With grad_accum they must exist through every
+            // micro-batch's backward: all are made up front.)
+            auto make_grads = [&](const std::vector<size_t>& which) {
+                for (size_t i : which)
+                    if (!ps[i]->grad.defined())
+                        ps[i]->grad = Tensor::zeros(ps[i]->value.shape(), DType::f32, rank.device(), MemCategory::gradients);
+            };
+            if (e.train.grad_accum > 1)
+                for (const auto& own : params_of_layer()) make_grads(own);
+            auto layer_begin = [&](size_t layer) { make_grads(params_of_layer()[layer]); };
             auto layer_done = [&](size_t layer) { reduce_layer_to_owners(rank, s, layer); };
-            pass = forward_backward(rank, replica(r), batch, offset, layer_done);
+            pass = forward_backward(rank, replica(r), batch, offset, layer_done, layer_begin);
         }
 
         StepResult res{pass.loss_sum, pass.samples, pass.samples, 0};

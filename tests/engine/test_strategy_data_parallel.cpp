@@ -238,6 +238,30 @@ TEST(DataParallelMemory, ZeroStageTwoKeepsOnlyTheGradientShard) {
     }
 }
 
+// Stage 2's gradient peak: its shard and one layer's gradients, not the whole gradient (stage 1
+// holds the whole gradient and its shard). Four equal layers, four devices.
+TEST(DataParallelMemory, ZeroStageTwoNeverHoldsTheWholeGradient) {
+    json j = mlp();
+    j["model"]["layers"] = json::parse(R"([{"type": "linear", "out": 128}, {"type": "relu"},
+        {"type": "linear", "out": 128}, {"type": "relu"}, {"type": "linear", "out": 128},
+        {"type": "relu"}, {"type": "linear", "out": 128}, {"type": "relu"}, {"type": "linear", "out": 3}])");
+    j["train"]["max_steps"] = 2;
+    j["devices"] = devices(4);
+    j["strategy"] = {{"type", "zero"}, {"stage", 1}};
+    const auto one = run_it(j);
+    j["strategy"] = {{"type", "zero"}, {"stage", 2}};
+    const auto two = run_it(j);
+    ASSERT_EQ(two.summary.status, "finished") << two.summary.error;
+    const auto grads = static_cast<size_t>(MemCategory::gradients);
+    for (int r = 0; r < 4; ++r) {
+        const std::string d = "cpu:" + std::to_string(r);
+        const double ratio = static_cast<double>(two.artifacts.memory.at(d).peak[grads]) /
+                             static_cast<double>(one.artifacts.memory.at(d).peak[grads]);
+        // ~ (1/4 + 1/4) / (1 + 1/4) = 0.4 of stage 1's peak
+        EXPECT_LT(ratio, 0.5) << d;
+    }
+}
+
 TEST(DataParallelMemory, SyncBatchNormNeedsRowsOnEveryDevice) {
     if (!std::filesystem::exists(std::string(kFashion) + "/train-images-idx3-ubyte.gz"))
         GTEST_SKIP() << "Fashion-MNIST is not installed at " << kFashion;
