@@ -22,9 +22,11 @@
 
 #include "engine/comm/communicator.h"
 #include "engine/data/loader.h"
+#include "comm_reference.h"
 
 using namespace paralab;
 using namespace paralab::comm;
+using namespace comm_reference;
 
 namespace {
 
@@ -97,73 +99,6 @@ void run_ranks(LocalGroup& group, const std::function<void(Communicator&)>& fn) 
 void run_ranks(int world, const std::function<void(Communicator&)>& fn) {
     LocalGroup group(world);
     run_ranks(group, fn);
-}
-
-// Deterministic inputs in [-1, 1): element i of rank r, for test case `salt`.
-double input_value(uint64_t salt, int rank, int64_t i) {
-    uint64_t z =
-        salt * 0x9E3779B97F4A7C15ull + uint64_t(rank) * 0xBF58476D1CE4E5B9ull + uint64_t(i);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return double(z >> 11) * 0x1.0p-52 - 1.0;
-}
-
-template <class T>
-std::vector<std::vector<T>> make_inputs(uint64_t salt, int world, int64_t count) {
-    std::vector<std::vector<T>> inputs(static_cast<size_t>(world),
-                                       std::vector<T>(static_cast<size_t>(count)));
-    for (int r = 0; r < world; ++r)
-        for (int64_t i = 0; i < count; ++i)
-            inputs[size_t(r)][size_t(i)] = T(input_value(salt, r, i));
-    return inputs;
-}
-
-// The reduction of inputs[*][i] in double, and sum |inputs[*][i]| for the rounding bound.
-template <class T>
-void reference(const std::vector<std::vector<T>>& inputs, int64_t i, ReduceOp op, double* value,
-               double* magnitude) {
-    double sum = 0, abs_sum = 0, max = -INFINITY;
-    for (const auto& in : inputs) {
-        sum += double(in[size_t(i)]);
-        abs_sum += std::fabs(double(in[size_t(i)]));
-        max = std::max(max, double(in[size_t(i)]));
-    }
-    const double n = double(inputs.size());
-    *value = op == ReduceOp::max ? max : op == ReduceOp::average ? sum / n : sum;
-    *magnitude = op == ReduceOp::average ? abs_sum / n : abs_sum;
-}
-
-// Expects result[i] to match the reference within the rounding of N additions in T.
-template <class T>
-void expect_reduced(const std::vector<T>& result, const std::vector<std::vector<T>>& inputs,
-                    ReduceOp op, int64_t first = 0, int64_t last = -1) {
-    if (last < 0) last = int64_t(result.size());
-    const double eps = std::is_same_v<T, float> ? 0x1.0p-23 : 0x1.0p-52;
-    const double n = double(inputs.size());
-    int failures = 0;
-    for (int64_t i = first; i < last && failures < 5; ++i) {
-        double want, magnitude;
-        reference(inputs, i, op, &want, &magnitude);
-        const double tol = op == ReduceOp::max ? 0.0 : (n + 1) * eps * magnitude;
-        if (std::fabs(double(result[size_t(i)]) - want) > tol) {
-            ++failures;
-            ADD_FAILURE() << "element " << i << ": got " << result[size_t(i)] << ", want " << want;
-        }
-    }
-}
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-int64_t chunk(int64_t count, int c, int world) {
-    return data::shard_of_dataset(count, ((c % world) + world) % world, world).count;
-}
-
-const char* op_name(ReduceOp op) {
-    return op == ReduceOp::sum ? "sum" : op == ReduceOp::average ? "average" : "max";
 }
 
 // ---- all_reduce, reduce_scatter + all_gather: worlds 1..8 x sizes ---------------------------
