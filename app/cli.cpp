@@ -279,6 +279,13 @@ int cmd_runs_export(const std::string& path, int64_t id, const std::string& file
 }  // namespace
 
 int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
+    // `paralab FILE.paralab.json` opens the file in the window (Qt's own options may follow).
+    if (argc >= 2 && std::string_view(argv[1]).ends_with(".json")) {
+        if (open_gui) return open_gui(argc, argv);
+        std::cerr << "paralab: this build has no window; run the experiment with `paralab run "
+                  << argv[1] << "`\n";
+        return 2;
+    }
     CLI::App app{"ParaLab: a laboratory for parallel neural-network training"};
     app.require_subcommand(0, 1);
 
