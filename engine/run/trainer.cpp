@@ -328,11 +328,11 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     ctx.experiment = &e;
     ctx.input = input;
     ctx.target = Shape(train.target_shape);
-    ctx.num_classes = train.num_classes;
     ctx.train_size = train.size();
     for (auto& d : devices) ctx.devices.push_back(d.get());
     comm::LocalGroup group(static_cast<int>(devices.size()));
     ctx.group = &group;
+    const int64_t steps_per_epoch = (train.size() + e.data.batch_size - 1) / e.data.batch_size;
     {
         // The reference model: built and initialised from the seed on a scratch host device,
         // so that every strategy starts from the single device's parameters.
@@ -342,7 +342,6 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         Rng init_rng(e.seed);
         reference.reset_parameters(init_rng);
         summary.parameters = reference.parameter_count();
-        const int64_t steps_per_epoch = (train.size() + e.data.batch_size - 1) / e.data.batch_size;
         ctx.total_steps = steps_per_epoch * e.train.epochs;
         if (e.train.max_steps) ctx.total_steps = std::min(ctx.total_steps, *e.train.max_steps);
         strat->setup(ctx, reference);
@@ -350,8 +349,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     auto schedule = optim::make_schedule(e.schedule, e.optimizer.lr, ctx.total_steps);
     auto eval_loss = nn::make_loss(e.loss);
     MetricsBus bus(observer, static_cast<int>(devices.size()));
-    Shared sh(e, splits, *strat, ctx, bus, control, *eval_loss, *schedule,
-              (train.size() + e.data.batch_size - 1) / e.data.batch_size);
+    Shared sh(e, splits, *strat, ctx, bus, control, *eval_loss, *schedule, steps_per_epoch);
     if (observer) observer->on_start(e, ctx.total_steps);
 
     // ---- the rank threads -------------------------------------------------------------------

@@ -49,7 +49,6 @@ struct RunContext {
     const run::Experiment* experiment = nullptr;
     Shape input;                   // per-example model input
     Shape target;                  // per-example target shape ({} for class ids)
-    int64_t num_classes = 0;       // of the training set (0: regression)
     int64_t train_size = 0;        // examples in the training split
     std::vector<Device*> devices;  // one per rank, in rank order
     comm::LocalGroup* group = nullptr;

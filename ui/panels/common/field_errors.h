@@ -4,7 +4,10 @@
 #pragma once
 
 #include <QHash>
+#include <QLabel>
 #include <QString>
+#include <QVBoxLayout>
+#include <QWidget>
 
 namespace paralab::ui {
 
@@ -18,6 +21,24 @@ inline QString fieldOfMessage(const QString& message, const QStringList& keys) {
             best = key;
     }
     return best;
+}
+
+// A form cell: `editor` with a red error line under it (hidden until a message is shown),
+// named "<key>.error" for tests. Returns the cell; the error label through `error`.
+inline QWidget* fieldCell(const QString& key, QWidget* editor, QLabel** error) {
+    auto* label = new QLabel;
+    label->setWordWrap(true);
+    label->setStyleSheet(QStringLiteral("color: #c0392b"));
+    label->setObjectName(key + QStringLiteral(".error"));
+    label->hide();
+    auto* cell = new QWidget;
+    auto* v = new QVBoxLayout(cell);
+    v->setContentsMargins(0, 0, 0, 0);
+    v->setSpacing(2);
+    v->addWidget(editor);
+    v->addWidget(label);
+    *error = label;
+    return cell;
 }
 
 }  // namespace paralab::ui

@@ -127,17 +127,8 @@ DataPanel::DataPanel(QWidget* parent)
 }
 
 void DataPanel::addField(const QString& key, const QString& label, QWidget* editor) {
-    auto* error = new QLabel;
-    error->setWordWrap(true);
-    error->setStyleSheet(QStringLiteral("color: #c0392b"));
-    error->setObjectName(key + QStringLiteral(".error"));
-    error->hide();
-    auto* cell = new QWidget;
-    auto* v = new QVBoxLayout(cell);
-    v->setContentsMargins(0, 0, 0, 0);
-    v->setSpacing(2);
-    v->addWidget(editor);
-    v->addWidget(error);
+    QLabel* error = nullptr;
+    QWidget* cell = fieldCell(key, editor, &error);
     if (label.isEmpty())
         m_form->addRow(cell);
     else
