@@ -278,10 +278,24 @@ int cmd_runs_export(const std::string& path, int64_t id, const std::string& file
 
 }  // namespace
 
+namespace {
+// The window needs a display (or a Qt platform chosen by hand, such as offscreen): without one
+// Qt aborts, so say what to do instead.
+int open_window(int argc, char** argv, int (*open_gui)(int, char**)) {
+    const auto set = [](const char* name) { return std::getenv(name) && *std::getenv(name); };
+    if (!set("DISPLAY") && !set("WAYLAND_DISPLAY") && !set("QT_QPA_PLATFORM")) {
+        std::cerr << "paralab: no display to open the window on; run an experiment headless with "
+                     "`paralab run FILE`, or see `paralab --help`\n";
+        return 2;
+    }
+    return open_gui(argc, argv);
+}
+}  // namespace
+
 int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     // `paralab FILE.paralab.json` opens the file in the window (Qt's own options may follow).
     if (argc >= 2 && std::string_view(argv[1]).ends_with(".json")) {
-        if (open_gui) return open_gui(argc, argv);
+        if (open_gui) return open_window(argc, argv, open_gui);
         std::cerr << "paralab: this build has no window; run the experiment with `paralab run "
                   << argv[1] << "`\n";
         return 2;
@@ -349,7 +363,7 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
         if (runs_list->parsed()) return cmd_runs_list(store_path(runs_db), runs_json);
         if (runs_show->parsed()) return cmd_runs_show(store_path(runs_db), run_id, runs_json);
         if (runs_export->parsed()) return cmd_runs_export(store_path(runs_db), run_id, csv_file);
-        if (open_gui) return open_gui(argc, argv);
+        if (open_gui) return open_window(argc, argv, open_gui);
         std::cout << app.help();
         return 0;
     } catch (const std::exception& e) {
