@@ -3,7 +3,8 @@
 
 The three models of `paralab bench --models-only` (engine/bench/model_bench.h), with the same
 batch, optimizer (SGD lr 0.01, momentum 0.9) and thread count, on synthetic tensors of the
-same shapes; the optimizer step is in the step time, warm-up steps are left out, and each case
+same shapes and the same threads (torch's intra-op threads and OpenBLAS's pool, which
+torch.set_num_threads does not set); the optimizer step is in the step time, warm-up steps are left out, and each case
 runs in `--rounds` rounds round-robin with the fastest kept. Prints samples/s and ms/step
 (median of the timed steps) per model and thread count, and which BLAS kernel ran.
 
@@ -59,8 +60,35 @@ def make(model):
     raise ValueError(model)
 
 
-def run_case(model, threads, scale):
+def openblas():
+    """The OpenBLAS that torch calls (the same library file, so the same instance)."""
+    for name in ("libopenblas.so.0", ctypes.util.find_library("openblas") or ""):
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            lib.openblas_get_config.restype = ctypes.c_char_p
+            return lib
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def set_threads(threads):
+    """Same threads as ParaLab: torch's intra-op threads AND OpenBLAS's. torch.set_num_threads
+    leaves OpenBLAS's own pool (all cores by default) alone, so a "1-thread" torch run would
+    otherwise do its GEMMs on 2 cores."""
     torch.set_num_threads(threads)
+    lib = openblas()
+    if lib is not None:
+        lib.openblas_set_num_threads(threads)
+        return lib.openblas_get_num_threads()
+    return None
+
+
+def run_case(model, threads, scale):
+    blas_threads = set_threads(threads)
     torch.manual_seed(0)
     batch, steps, warmup = CASES[model]
     steps = max(2, round(steps * scale))
@@ -87,21 +115,15 @@ def run_case(model, threads, scale):
     per_step = [b - a for a, b in zip([start] + ends[:-1], ends)]
     timed = steps - warmup
     return {"model": model, "threads": threads, "batch": batch, "steps": timed, "warmup": warmup,
-            "ms_per_step": 1e3 * statistics.median(per_step), "samples_per_s": timed * batch / wall}
+            "ms_per_step": 1e3 * statistics.median(per_step), "samples_per_s": timed * batch / wall,
+            "openblas_threads": blas_threads}
 
 
 def openblas_core():
-    for name in ("libopenblas.so.0", ctypes.util.find_library("openblas") or ""):
-        if not name:
-            continue
-        try:
-            lib = ctypes.CDLL(name)
-            lib.openblas_get_corename.restype = ctypes.c_char_p
-            lib.openblas_get_config.restype = ctypes.c_char_p
-            return f"{lib.openblas_get_corename().decode()} ({lib.openblas_get_config().decode()})"
-        except (OSError, AttributeError):
-            continue
-    return "unknown"
+    lib = openblas()
+    if lib is None:
+        return "unknown"
+    return f"{lib.openblas_get_corename().decode()} ({lib.openblas_get_config().decode()})"
 
 
 def main():
@@ -136,10 +158,10 @@ def main():
     print(f"PyTorch {info['torch']}, OpenBLAS kernel {info['openblas_core']}, "
           f"OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']} OPENBLAS_L2_SIZE={info['OPENBLAS_L2_SIZE']}, "
           f"mkldnn {info['mkldnn']}; fastest of {a.rounds} round(s)\n")
-    print(f"{'model':6} {'threads':>7} {'batch':>5} {'steps':>6} {'ms/step':>8} {'samples/s':>10}")
-    print("-" * 48)
+    print(f"{'model':6} {'threads':>7} {'blas':>4} {'batch':>5} {'steps':>6} {'ms/step':>8} {'samples/s':>10}")
+    print("-" * 53)
     for r in rows:
-        print(f"{r['model']:6} {r['threads']:>7} {r['batch']:>5} {str(r['steps']) + '+' + str(r['warmup']):>6} "
+        print(f"{r['model']:6} {r['threads']:>7} {str(r['openblas_threads']):>4} {r['batch']:>5} {str(r['steps']) + '+' + str(r['warmup']):>6} "
               f"{r['ms_per_step']:>8.2f} {r['samples_per_s']:>10.0f}")
 
 
