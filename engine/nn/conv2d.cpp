@@ -1,6 +1,7 @@
 #include "engine/nn/conv2d.h"
 
 #include <kernels/cpu/gemm.h>
+#include <kernels/cpu/threads.h>
 
 #include <algorithm>
 #include <cmath>
@@ -54,33 +55,41 @@ void Conv2d::reset_parameters_impl(Rng& rng) {
 
 // x: [B, C, H, W] -> y: [B, K, OH, OW]; per sample y_b [K, OH*OW] = W [K, C*k*k] · col_b
 // [C*k*k, OH*OW] (+ bias). One GEMM per sample writes y_b in place, where a batched GEMM would
-// produce [K, B*OH*OW] and need a transposing copy.
+// produce [K, B*OH*OW] and need a transposing copy. The batch is split into one contiguous
+// chunk of samples per compute thread (kc::parallel_chunks), each with its own col buffer and
+// single-threaded GEMMs: one parallel region per pass, not one per sample and kernel.
 Tensor Conv2d::forward_impl(const Tensor& x, Mode mode) {
     (void)mode;
     const kc::Conv2dGeometry& g = m_geometry;
     const int64_t batch = x.dim(0), K = m_out_channels;
     const int64_t rows = g.col_rows(), plane = g.col_cols();
     const int64_t in_size = input_shape().numel(), out_size = K * plane;
+    const int chunks = kc::chunk_count(batch);
     Tensor y = new_activation(output_shape().with_batch(batch));
     // A pointwise conv reads x directly: its col would be a copy of x.
-    Tensor col = g.is_pointwise() ? Tensor() : new_workspace(Shape{rows, plane});
+    Tensor col = g.is_pointwise() ? Tensor() : new_workspace(Shape{chunks, rows, plane});
     dispatch_float(x.dtype(), [&]<class T>() {
         const T* w = m_weight->value.data<T>();
-        for (int64_t b = 0; b < batch; ++b) {
-            const T* xb = x.data<T>() + b * in_size;
-            T* yb = y.data<T>() + b * out_size;
-            const T* cb = xb;
-            if (col.defined()) {
-                kc::im2col<T>(g, xb, col.data<T>());
-                cb = col.data<T>();
+        const T* bias = m_bias ? m_bias->value.data<T>() : nullptr;
+        T* cols = col.defined() ? col.data<T>() : nullptr;
+        kc::parallel_chunks(batch, [&](int64_t lo, int64_t hi, int chunk) {
+            for (int64_t b = lo; b < hi; ++b) {
+                const T* xb = x.data<T>() + b * in_size;
+                T* yb = y.data<T>() + b * out_size;
+                const T* cb = xb;
+                if (cols) {
+                    T* own = cols + chunk * rows * plane;
+                    kc::im2col<T>(g, xb, own);
+                    cb = own;
+                }
+                T beta = T(0);
+                if (bias) {
+                    kc::channel_broadcast<T>(K, plane, bias, yb);
+                    beta = T(1);
+                }
+                kc::gemm<T>(false, false, K, plane, rows, T(1), w, cb, beta, yb);
             }
-            T beta = T(0);
-            if (m_bias) {
-                kc::channel_broadcast<T>(K, plane, m_bias->value.data<T>(), yb);
-                beta = T(1);
-            }
-            kc::gemm<T>(false, false, K, plane, rows, T(1), w, cb, beta, yb);
-        }
+        });
     });
     m_x = x;
     return y;
@@ -88,7 +97,9 @@ Tensor Conv2d::forward_impl(const Tensor& x, Mode mode) {
 
 // dy: [B, K, OH, OW] -> dx: [B, C, H, W]. Per sample: dW [K, C*k*k] += dy_b · col_b^T,
 // db += row sums of dy_b, dcol_b = W^T · dy_b, dx_b = col2im(dcol_b). col_b is rebuilt from x
-// rather than kept from the forward: B columns buffers would cost k*k times the input.
+// rather than kept from the forward: B columns buffers would cost k*k times the input. The
+// batch is split over the compute threads as in the forward; chunk 0 adds into dW and db, the
+// others into partials that are added after, in chunk order (deterministic for a thread count).
 Tensor Conv2d::backward_impl(const Tensor& dy) {
     PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
     const kc::Conv2dGeometry& g = m_geometry;
@@ -96,33 +107,54 @@ Tensor Conv2d::backward_impl(const Tensor& dy) {
     const int64_t rows = g.col_rows(), plane = g.col_cols();
     const int64_t in_size = input_shape().numel(), out_size = K * plane;
     const bool pointwise = g.is_pointwise();
-    Tensor dx, col, dcol;
+    const int chunks = kc::chunk_count(batch);
+    const int64_t part_size = K * rows + K;  // one chunk's dW then db
+    Tensor dx, col, dcol, parts;
     if (needs_input_grad()) {
         dx = new_activation(input_shape().with_batch(batch));
-        if (!pointwise) dcol = new_workspace(Shape{rows, plane});
+        if (!pointwise) dcol = new_workspace(Shape{chunks, rows, plane});
     }
-    if (!pointwise) col = new_workspace(Shape{rows, plane});
+    if (!pointwise) col = new_workspace(Shape{chunks, rows, plane});
+    if (chunks > 1) {
+        parts = new_workspace(Shape{chunks - 1, part_size});
+        parts.zero();
+    }
     dispatch_float(dy.dtype(), [&]<class T>() {
         const T* w = m_weight->value.data<T>();
         T* dw = m_weight->grad.data<T>();
-        for (int64_t b = 0; b < batch; ++b) {
-            const T* xb = m_x.data<T>() + b * in_size;
-            const T* gb = dy.data<T>() + b * out_size;
-            const T* cb = xb;
-            if (col.defined()) {
-                kc::im2col<T>(g, xb, col.data<T>());
-                cb = col.data<T>();
+        T* db = m_bias ? m_bias->grad.data<T>() : nullptr;
+        T* cols = col.defined() ? col.data<T>() : nullptr;
+        T* dcols = dcol.defined() ? dcol.data<T>() : nullptr;
+        kc::parallel_chunks(batch, [&](int64_t lo, int64_t hi, int chunk) {
+            T* dw_c = chunk == 0 ? dw : parts.data<T>() + (chunk - 1) * part_size;
+            T* db_c = chunk == 0 ? db : parts.data<T>() + (chunk - 1) * part_size + K * rows;
+            for (int64_t b = lo; b < hi; ++b) {
+                const T* xb = m_x.data<T>() + b * in_size;
+                const T* gb = dy.data<T>() + b * out_size;
+                const T* cb = xb;
+                if (cols) {
+                    T* own = cols + chunk * rows * plane;
+                    kc::im2col<T>(g, xb, own);
+                    cb = own;
+                }
+                kc::gemm<T>(false, true, K, rows, plane, T(1), gb, cb, T(1), dw_c);
+                if (db) kc::channel_sums_accumulate<T>(K, plane, gb, db_c);
+                if (!dx.defined()) continue;
+                T* dxb = dx.data<T>() + b * in_size;
+                if (pointwise) {
+                    kc::gemm<T>(true, false, rows, plane, K, T(1), w, gb, T(0), dxb);
+                } else {
+                    T* own = dcols + chunk * rows * plane;
+                    kc::gemm<T>(true, false, rows, plane, K, T(1), w, gb, T(0), own);
+                    kc::col2im<T>(g, own, dxb);
+                }
             }
-            kc::gemm<T>(false, true, K, rows, plane, T(1), gb, cb, T(1), dw);
-            if (m_bias) kc::channel_sums_accumulate<T>(K, plane, gb, m_bias->grad.data<T>());
-            if (!dx.defined()) continue;
-            T* dxb = dx.data<T>() + b * in_size;
-            if (pointwise) {
-                kc::gemm<T>(true, false, rows, plane, K, T(1), w, gb, T(0), dxb);
-            } else {
-                kc::gemm<T>(true, false, rows, plane, K, T(1), w, gb, T(0), dcol.data<T>());
-                kc::col2im<T>(g, dcol.data<T>(), dxb);
-            }
+        });
+        for (int c = 1; c < chunks; ++c) {
+            const T* part = parts.data<T>() + (c - 1) * part_size;
+            for (int64_t i = 0; i < K * rows; ++i) dw[i] += part[i];
+            if (db)
+                for (int64_t i = 0; i < K; ++i) db[i] += part[K * rows + i];
         }
     });
     m_x = Tensor();  // the saved input is dead once its gradients are out

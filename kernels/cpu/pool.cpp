@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace paralab::kernels::cpu {
 
@@ -10,33 +11,73 @@ namespace {
 constexpr int64_t kParallelMin = int64_t{1} << 15;
 }  // namespace
 
-// x: [planes, H, W] -> y, argmax: [planes, OH, OW]
+// x: [planes, H, W] -> y, argmax: [planes, OH, OW]. Each output row starts as the windows'
+// first elements and takes every later window element with a select over the whole row, so
+// the inner loop has no branch (a compare-and-branch per element, half mispredicted on random
+// data, was most of its time) and runs over ow, the long dimension.
 template <class T>
 void maxpool2d_forward(const Pool2dGeometry& g, const T* x, T* y, int32_t* argmax) {
     const int64_t H = g.height, W = g.width, OH = g.out_height(), OW = g.out_width();
     const int64_t k = g.kernel, s = g.stride;
+    // take v over best: strict > keeps the first of equal values; a NaN is taken once
+    // (v != v), then nothing compares greater than it.
+    auto take = [](T v, T best) { return v > best || (v != v && best == best); };
+    if (k == 2 && s == 2) {  // the common case, one pass over both input rows
+#pragma omp parallel for if (g.planes * H * W >= kParallelMin)
+        for (int64_t p = 0; p < g.planes; ++p) {
+            const T* xp = x + p * H * W;
+            for (int64_t oh = 0; oh < OH; ++oh) {
+                const T* __restrict r0 = xp + 2 * oh * W;
+                const T* __restrict r1 = r0 + W;
+                T* __restrict yr = y + (p * OH + oh) * OW;
+                int32_t* __restrict ar = argmax + (p * OH + oh) * OW;
+                const int32_t top = static_cast<int32_t>(2 * oh * W);
+#pragma omp simd
+                for (int64_t ow = 0; ow < OW; ++ow) {
+                    T best = r0[2 * ow];
+                    int32_t at = top + static_cast<int32_t>(2 * ow);
+                    T v = r0[2 * ow + 1];
+                    bool t = take(v, best);
+                    best = t ? v : best;
+                    at = t ? top + static_cast<int32_t>(2 * ow + 1) : at;
+                    v = r1[2 * ow];
+                    t = take(v, best);
+                    best = t ? v : best;
+                    at = t ? top + static_cast<int32_t>(W + 2 * ow) : at;
+                    v = r1[2 * ow + 1];
+                    t = take(v, best);
+                    best = t ? v : best;
+                    at = t ? top + static_cast<int32_t>(W + 2 * ow + 1) : at;
+                    yr[ow] = best;
+                    ar[ow] = at;
+                }
+            }
+        }
+        return;
+    }
 #pragma omp parallel for if (g.planes * H * W >= kParallelMin)
     for (int64_t p = 0; p < g.planes; ++p) {
         const T* xp = x + p * H * W;
         for (int64_t oh = 0; oh < OH; ++oh) {
+            T* __restrict yr = y + (p * OH + oh) * OW;
+            int32_t* __restrict ar = argmax + (p * OH + oh) * OW;
+            const T* x0 = xp + oh * s * W;
             for (int64_t ow = 0; ow < OW; ++ow) {
-                int64_t best = oh * s * W + ow * s;
-                T best_value = xp[best];
-                for (int64_t i = 0; i < k; ++i) {
-                    for (int64_t j = 0; j < k; ++j) {
-                        const int64_t at = (oh * s + i) * W + ow * s + j;
-                        const T v = xp[at];
-                        // Strict > keeps the first of equal values; a NaN is taken once, then
-                        // nothing compares greater than it.
-                        if (v > best_value || (std::isnan(v) && !std::isnan(best_value))) {
-                            best = at;
-                            best_value = v;
-                        }
+                yr[ow] = x0[ow * s];
+                ar[ow] = static_cast<int32_t>(oh * s * W + ow * s);
+            }
+            for (int64_t i = 0; i < k; ++i) {
+                for (int64_t j = i == 0 ? 1 : 0; j < k; ++j) {
+                    const int64_t base = (oh * s + i) * W + j;
+                    const T* __restrict xr = xp + base;
+#pragma omp simd
+                    for (int64_t ow = 0; ow < OW; ++ow) {
+                        const T v = xr[ow * s], best = yr[ow];
+                        const bool t = take(v, best);
+                        yr[ow] = t ? v : best;
+                        ar[ow] = t ? static_cast<int32_t>(base + ow * s) : ar[ow];
                     }
                 }
-                const int64_t out = (p * OH + oh) * OW + ow;
-                y[out] = best_value;
-                argmax[out] = static_cast<int32_t>(best);
             }
         }
     }

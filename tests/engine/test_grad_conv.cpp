@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <kernels/cpu/threads.h>
+
 #include "engine/device/device.h"
 #include "engine/nn/conv2d.h"
 #include "engine/nn/norm.h"
@@ -43,6 +45,24 @@ INSTANTIATE_TEST_SUITE_P(
                       GradCase{"batch1", make<nn::Conv2d>(3, 3, 1, 1), Shape{2, 5, 5}, 1},
                       GradCase{"no_bias", make<nn::Conv2d>(3, 3, 1, 1, false), Shape{2, 5, 4}},
                       GradCase{"kernel_is_input", make<nn::Conv2d>(4, 5), Shape{2, 5, 5}, 3}),
+    GradCaseName{});
+
+// The same proofs with the batch split over 3 compute threads (Conv2d's per-chunk column
+// buffers and gradient partials, kernels::cpu::parallel_chunks), on batches that do not divide.
+class Conv2dGradThreads : public ::testing::TestWithParam<GradCase> {};
+
+TEST_P(Conv2dGradThreads, MatchesFiniteDifferences) {
+    kernels::cpu::set_num_threads(3);
+    testing::check_layer_gradients(GetParam());
+    kernels::cpu::set_num_threads(1);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grad3Threads, Conv2dGradThreads,
+    ::testing::Values(GradCase{"lenet_k5_p2", make<nn::Conv2d>(3, 5, 1, 2), Shape{2, 6, 5}, 5},
+                      GradCase{"k3_s2_p1", make<nn::Conv2d>(3, 3, 2, 1), Shape{2, 6, 7}, 4},
+                      GradCase{"k1_pointwise", make<nn::Conv2d>(5, 1), Shape{3, 4, 4}, 7},
+                      GradCase{"no_bias_batch2", make<nn::Conv2d>(3, 3, 1, 1, false), Shape{2, 5, 4}, 2}),
     GradCaseName{});
 
 class MaxPool2dGrad : public ::testing::TestWithParam<GradCase> {};
@@ -251,6 +271,41 @@ TEST(Conv2d, ForwardMatchesDirectConvolution) {
         for (int64_t i = 0; i < y.numel(); ++i)
             ASSERT_NEAR(y.data<double>()[i], expected.data<double>()[i], 1e-12)
                 << "K" << g.K << " k" << g.k << " s" << g.s << " p" << g.p << " at " << i;
+    }
+}
+
+// Splitting the batch over threads changes no output and no input gradient (each sample is
+// computed alone), and the parameter gradients only by the order of the per-chunk sums.
+TEST(Conv2d, ThreadCountChangesOnlyTheRoundingOfParameterGradients) {
+    Fixture f;
+    const Shape input{3, 9, 8};
+    Tensor x = f.random(input.with_batch(7));
+    Tensor dy;
+    std::vector<std::vector<double>> ys, dxs, grads;
+    for (int threads : {1, 2, 3}) {
+        kernels::cpu::set_num_threads(threads);
+        nn::Conv2d conv(4, 5, 1, 2);
+        const Shape out = conv.build(input, DType::f64, *f.device);
+        Rng rng(5);
+        conv.reset_parameters(rng);
+        if (!dy.defined()) dy = f.random(out.with_batch(7));
+        Tensor y = conv.forward(x, Mode::train);
+        Tensor dx = conv.backward(dy);
+        ys.emplace_back(y.data<double>(), y.data<double>() + y.numel());
+        dxs.emplace_back(dx.data<double>(), dx.data<double>() + dx.numel());
+        std::vector<double> g;
+        for (nn::Param* p : conv.parameters())
+            g.insert(g.end(), p->grad.data<double>(), p->grad.data<double>() + p->grad.numel());
+        grads.push_back(g);
+    }
+    kernels::cpu::set_num_threads(1);
+    for (size_t t = 1; t < ys.size(); ++t) {
+        EXPECT_EQ(ys[t], ys[0]) << "threads " << t + 1;
+        EXPECT_EQ(dxs[t], dxs[0]) << "threads " << t + 1;
+        ASSERT_EQ(grads[t].size(), grads[0].size());
+        for (size_t i = 0; i < grads[0].size(); ++i)
+            EXPECT_NEAR(grads[t][i], grads[0][i], 1e-11 * (1 + std::abs(grads[0][i])))
+                << "threads " << t + 1 << " at " << i;
     }
 }
 

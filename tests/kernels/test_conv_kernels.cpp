@@ -88,7 +88,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Conv2dGeometry{3, 7, 5, 3, 1, 0}, Conv2dGeometry{2, 6, 7, 3, 2, 1},
                       Conv2dGeometry{2, 5, 4, 1, 2, 1}, Conv2dGeometry{1, 5, 5, 5, 1, 0},
                       Conv2dGeometry{2, 5, 7, 2, 3, 2}, Conv2dGeometry{1, 3, 4, 4, 1, 3},
-                      Conv2dGeometry{4, 9, 8, 3, 3, 1}),
+                      Conv2dGeometry{4, 9, 8, 3, 3, 1},
+                      // stride 1, output the size of the input: the shifted-plane path
+                      Conv2dGeometry{3, 6, 7, 5, 1, 2}, Conv2dGeometry{2, 5, 4, 3, 1, 1},
+                      Conv2dGeometry{2, 2, 3, 5, 1, 2}, Conv2dGeometry{2, 1, 1, 3, 1, 1},
+                      Conv2dGeometry{2, 4, 3, 1, 1, 0}),
     geometry_name);
 
 // Pooling against the window definition, on odd sizes and overlapping windows.
@@ -115,6 +119,51 @@ TEST(PoolKernels, MatchDefinition) {
                     EXPECT_EQ(ymax[o], best);
                     EXPECT_EQ(x[p * H * W + argmax[o]], best);
                     EXPECT_NEAR(yavg[o], sum / double(g.kernel * g.kernel), 1e-14);
+                }
+    }
+}
+
+// Max pooling against its documented rule written as plain branches: ties go to the first in
+// row-major window order, a NaN wins over numbers and the first NaN over later ones. Random
+// values from a small set (many ties) with NaNs mixed in, on several geometries.
+TEST(PoolKernels, MaxPoolTiesAndNaNsFollowTheRule) {
+    for (const Pool2dGeometry& g : {Pool2dGeometry{3, 8, 8, 2, 2}, Pool2dGeometry{2, 7, 9, 3, 2},
+                                    Pool2dGeometry{2, 6, 5, 3, 1}, Pool2dGeometry{64, 28, 28, 2, 2}}) {
+        const int64_t H = g.height, W = g.width, OH = g.out_height(), OW = g.out_width();
+        std::mt19937 gen(11);
+        std::uniform_int_distribution<int> pick(0, 9);
+        std::vector<float> x(g.planes * H * W);
+        for (float& v : x) {
+            const int r = pick(gen);
+            v = r == 0 ? NAN : static_cast<float>(r % 4);  // 10% NaN, values 0..3
+        }
+        std::vector<float> y(g.planes * OH * OW);
+        std::vector<int32_t> argmax(y.size());
+        maxpool2d_forward<float>(g, x.data(), y.data(), argmax.data());
+        for (int64_t p = 0; p < g.planes; ++p)
+            for (int64_t oh = 0; oh < OH; ++oh)
+                for (int64_t ow = 0; ow < OW; ++ow) {
+                    int64_t best = -1;
+                    for (int64_t i = 0; i < g.kernel; ++i)
+                        for (int64_t j = 0; j < g.kernel; ++j) {
+                            const int64_t at = (oh * g.stride + i) * W + ow * g.stride + j;
+                            const float v = x[p * H * W + at];
+                            if (best < 0) {
+                                best = at;
+                                continue;
+                            }
+                            const float b = x[p * H * W + best];
+                            if (std::isnan(b)) continue;
+                            if (std::isnan(v) || v > b) best = at;
+                        }
+                    const int64_t o = (p * OH + oh) * OW + ow;
+                    ASSERT_EQ(argmax[o], best) << "plane " << p << " at " << oh << "," << ow;
+                    const float want = x[p * H * W + best];
+                    if (std::isnan(want)) {
+                        ASSERT_TRUE(std::isnan(y[o]));
+                    } else {
+                        ASSERT_EQ(y[o], want);
+                    }
                 }
     }
 }

@@ -1,7 +1,8 @@
 // Convolution lowered to GEMM on the CPU, one sample at a time: im2col lays out every kernel
 // window of x [C, H, W] as a column of col [C*k*k, OH*OW], so that y = W [K, C*k*k] · col;
 // col2im is its adjoint and turns the column gradient back into dx. Plain pointers to
-// contiguous row-major arrays; T = float or double. Deterministic for any thread count.
+// contiguous row-major arrays; T = float or double. im2col and col2im run on the calling thread:
+// a layer splits its batch over the compute threads (kernels/cpu/threads.h, parallel_chunks).
 #pragma once
 
 #include <cstdint>
