@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <vector>
 
 #include <kernels/cpu/gemm.h>
@@ -25,8 +26,9 @@ constexpr int64_t kTest = 64;  // the end-of-run evaluation is not timed; keep i
 struct ModelCase {
     const char* name;
     const char* description;
-    int64_t batch;
+    int64_t batch;          // the global batch (split over the devices)
     int64_t steps, warmup;  // at step_scale 1
+    int devices = 1;        // > 1: ddp on cpu:0..cpu:N-1, 1 compute thread each
 };
 
 const std::vector<ModelCase>& cases() {
@@ -34,14 +36,20 @@ const std::vector<ModelCase>& cases() {
         {"mlp", "MLP 784-512-512-10 relu, blobs 784", 128, 80, 8},
         {"lenet", "LeNet conv5x5 16 / conv5x5 32 / linear 10, Fashion-MNIST 1x28x28", 64, 30, 4},
         {"lstm", "LSTM 32->128, 50 steps, linear 10 on the last, seqclass", 64, 24, 3},
+        {"mlp-ddp2", "the MLP, ddp on cpu:0,cpu:1 (1 thread each), global batch 128 = 64 per device", 128,
+         80, 8, 2},
+        {"mlp-ddp2-b256", "the MLP, ddp on cpu:0,cpu:1 (1 thread each), global batch 256 = 128 per device",
+         256, 80, 8, 2},
     };
     return c;
 }
 
+bool is_mlp(const std::string& model) { return model.rfind("mlp", 0) == 0; }
+
 const ModelCase& find_case(const std::string& model) {
     for (const auto& c : cases())
         if (model == c.name) return c;
-    throw ConfigError("model bench: unknown model '" + model + "' (mlp, lenet, lstm)");
+    throw ConfigError("model bench: unknown model '" + model + "' (mlp, lenet, lstm, mlp-ddp2, mlp-ddp2-b256)");
 }
 
 json layer(const char* type) { return {{"type", type}}; }
@@ -61,7 +69,7 @@ json model_bench_experiment(const std::string& model, const std::string& data_pa
     const ModelCase& c = find_case(model);
     const int64_t train = c.batch * steps;
     json data, layers;
-    if (model == "mlp") {
+    if (is_mlp(model)) {
         data = synthetic("blobs", train, c.batch, {{"features", 784}});
         layers = json::array({{{"type", "linear"}, {"out", 512}}, layer("relu"),
                               {{"type", "linear"}, {"out", 512}}, layer("relu"),
@@ -82,13 +90,15 @@ json model_bench_experiment(const std::string& model, const std::string& data_pa
         layers = json::array({{{"type", "lstm"}, {"hidden", 128}, {"num_layers", 1}, {"return", "last"}},
                               {{"type", "linear"}, {"out", 10}}});
     }
+    json devices = json::array();
+    for (int d = 0; d < c.devices; ++d) devices.push_back("cpu:" + std::to_string(d));
     return {{"paralab", 1},
             {"name", "bench-model-" + model},
             {"seed", 7},
             {"data", data},
             {"model", {{"layers", layers}, {"loss", "cross_entropy"}}},
-            {"devices", json::array({"cpu:0"})},
-            {"strategy", {{"type", "single"}}},
+            {"devices", devices},
+            {"strategy", {{"type", c.devices > 1 ? "ddp" : "single"}}},
             {"optimizer", {{"type", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}}},
             {"schedule", {{"type", "constant"}}},
             {"train", {{"epochs", 1}, {"max_steps", steps}}}};
@@ -126,10 +136,12 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
     std::vector<bool> built;  // false: the experiment could not be built (the row says why)
     for (const auto& c : cases())
         for (int threads : o.threads) {
+            if (c.devices > 1 && threads != 1) continue;  // ddp rows: 1 thread per device
             ModelTiming t;
             t.model = c.name;
             t.description = c.description;
             t.threads = threads;
+            t.devices = c.devices;
             t.batch = c.batch;
             t.steps = std::max<int64_t>(2, std::llround(static_cast<double>(c.steps) * o.step_scale));
             t.warmup_steps = std::max<int64_t>(1, std::llround(static_cast<double>(c.warmup) * o.step_scale));
@@ -183,16 +195,25 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
             t.error.clear();
         }
     }
+    const ModelTiming* single_mlp = nullptr;  // the 1-thread single-device MLP, for the ddp ratio
+    for (const auto& t : rows)
+        if (t.model == "mlp" && t.threads == 1 && t.status == "finished") single_mlp = &t;
     for (auto& t : rows) {
         for (size_t k = 0; k < o.threads.size(); ++k)
             if (o.threads[k] == t.threads) t.sgemm_gflops = sgemm[k];
         t.gflops = 3.0 * static_cast<double>(t.forward_flops_per_sample) * t.samples_per_s / 1e9;
+        if (t.devices > 1 && single_mlp && t.status == "finished" && single_mlp->samples_per_s > 0) {
+            t.vs_one_device = t.samples_per_s / single_mlp->samples_per_s;
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "; %.2fx the 1-device mlp", t.vs_one_device);
+            t.description += buf;
+        }
     }
     return rows;
 }
 
 json to_json(const ModelTiming& t) {
-    json j{{"model", t.model}, {"description", t.description}, {"threads", t.threads},
+    json j{{"model", t.model}, {"description", t.description}, {"threads", t.threads}, {"devices", t.devices},
            {"batch", t.batch}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
            {"status", t.status}, {"forward_flops_per_sample", t.forward_flops_per_sample},
            {"sgemm_gflops", t.sgemm_gflops}};
@@ -201,6 +222,7 @@ json to_json(const ModelTiming& t) {
         j["samples_per_s"] = t.samples_per_s;
         j["gflops"] = t.gflops;
         j["samples_per_s_rounds"] = t.samples_per_s_rounds;
+        if (t.devices > 1) j["vs_one_device"] = t.vs_one_device;
     } else {
         j["error"] = t.error;
     }

@@ -7,6 +7,9 @@
 //           linear 10, batch 64, on Fashion-MNIST ([1, 28, 28], the first images)
 //   lstm    LSTM input 32, hidden 128, 50 steps, classifier (linear 10) on the last step,
 //           batch 64, on `seqclass` (seq_len 50, features 32)
+//   mlp-ddp2, mlp-ddp2-b256   the MLP with ddp on cpu:0 and cpu:1, 1 compute thread each, global
+//           batch 128 (64 per device) and 256 (128 per device, the single device's batch);
+//           their note gives samples/s over the 1-thread single-device MLP's (issue 7: >= 1.6)
 // All three: SGD lr 0.01, momentum 0.9, constant schedule, cross entropy, one CPU device
 // (cpu:0) with `threads` compute threads; the optimizer step is in the step time.
 //
@@ -38,7 +41,8 @@ struct ModelBenchOptions {
 struct ModelTiming {
     std::string model;   // mlp | lenet | lstm
     std::string description;
-    int threads = 1;
+    int threads = 1;   // compute threads per device
+    int devices = 1;   // > 1: ddp, batch is the global batch
     int64_t batch = 0;
     int64_t steps = 0, warmup_steps = 0;
     std::string status, error;  // status "finished", else no timings
@@ -48,6 +52,7 @@ struct ModelTiming {
     double gflops = 0;
     double sgemm_gflops = 0;
     std::vector<double> samples_per_s_rounds;
+    double vs_one_device = 0;  // ddp rows: samples/s over the 1-thread single-device mlp's
 };
 
 // The experiment of one of the three models (name as above), capped at `steps`.
