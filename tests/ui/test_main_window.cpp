@@ -1,19 +1,26 @@
 // The window as a user drives it, offscreen: it opens on the embedded default experiment,
 // Start trains and plots in batches, Stop stops promptly, a broken file leaves the previous
-// experiment in place, and a run that cannot start, or fails on the way, reports why.
+// experiment in place while a model that does not fit opens in the designer, and a run that
+// cannot start, or fails on the way, reports why.
 #include <QAction>
 #include <QFile>
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include <QTreeWidgetItem>
+#include <QUndoStack>
 #include <QtTest>
 
 #include "engine/store/run_store.h"
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
+#include "ui/panels/designer/layer_views.h"
+#include "ui/panels/designer/model_designer.h"
 #include "ui/panels/experiment/experiment_panel.h"
 #include "ui/session/run_controller.h"
 
+using paralab::ui::LayerStackView;
 using paralab::ui::MainWindow;
+using paralab::ui::ModelDesigner;
 using paralab::ui::RunController;
 
 class TestMainWindow : public QObject {
@@ -24,6 +31,8 @@ private slots:
     void stopEndsTheRunPromptly();
     void brokenFileKeepsThePreviousExperiment_data();
     void brokenFileKeepsThePreviousExperiment();
+    void shapeErrorOpensInTheDesigner_data();
+    void shapeErrorOpensInTheDesigner();
     void runThatCannotStartReportsWhy_data();
     void runThatCannotStartReportsWhy();
     void runThatFailsDuringTrainingReportsWhy();
@@ -103,9 +112,9 @@ void TestMainWindow::brokenFileKeepsThePreviousExperiment_data() {
     QTest::newRow("negative size")
         << QByteArray(R"({"paralab":1,"data":{"dataset":"spirals"},"model":{"layers":[{"type":"linear","out":-4}]}})")
         << "model.layers[0].out: expected a positive integer, got -4";
-    QTest::newRow("shape")
-        << QByteArray(R"({"paralab":1,"data":{"dataset":"spirals"},"model":{"input":[2],"layers":[{"type":"conv2d","out_channels":2,"kernel":3}]}})")
-        << "model.layers[0] (conv2d)";
+    QTest::newRow("unknown key")
+        << QByteArray(R"({"paralab":1,"data":{"dataset":"spirals"},"model":{"layers":[{"type":"linear","out":4}]},"devcies":["cpu:0"]})")
+        << "devcies";
 }
 
 void TestMainWindow::brokenFileKeepsThePreviousExperiment() {
@@ -120,11 +129,82 @@ void TestMainWindow::brokenFileKeepsThePreviousExperiment() {
         QVERIFY(f.open(QIODevice::WriteOnly));
         f.write(content);
     }
+    // An edit in the designer first: the refused file must leave it, and its undo step, alone.
+    ModelDesigner* d = w.designer();
+    d->setSynchronousBudget(60000);
+    QVERIFY(d->addLayer("dropout", {}, 1));
+    QCOMPARE(d->undoStack()->count(), 1);
     const QString error = w.openExperiment(path, false);
     QVERIFY2(error.contains(expected), qPrintable(error));
+    QVERIFY2(error.contains("broken.paralab.json"), qPrintable(error));  // names the file
     QCOMPARE(QString::fromStdString(w.experiment()->name), QString("spirals-mlp"));
-    QCOMPARE(w.experimentPanel()->layerRowCount(), 5);
+    QCOMPARE(w.experiment()->layers.size(), size_t(6));
+    QCOMPARE(d->model().layers.size(), size_t(6));
+    QCOMPARE(d->undoStack()->count(), 1);
+    QVERIFY(d->isValid());
+    QVERIFY(w.findChild<QAction*>("startAction")->isEnabled());
     QVERIFY(w.windowTitle().contains("spirals-mlp"));
+    QVERIFY(!w.recentFiles().contains(path));
+}
+
+// A model that does not fit its data is the designer's to fix: the file opens, the layer is red,
+// Start is disabled, and fixing the layer enables it.
+void TestMainWindow::shapeErrorOpensInTheDesigner_data() {
+    QTest::addColumn<QByteArray>("content");
+    QTest::addColumn<QString>("expected");
+    QTest::addColumn<int>("errorRow");
+    QTest::newRow("conv2d on a flat input")
+        << QByteArray(R"({"paralab":1,"name":"bad-conv","data":{"dataset":"spirals"},"model":{"input":[2],)"
+                      R"("layers":[{"type":"linear","out":8},{"type":"conv2d","out_channels":2,"kernel":3},{"type":"linear","out":3}]}})")
+        << "model.layers[1] (conv2d)" << 1;
+    QTest::newRow("input that is not the data's")
+        << QByteArray(R"({"paralab":1,"name":"bad-input","data":{"dataset":"spirals"},"model":{"input":[5],)"
+                      R"("layers":[{"type":"linear","out":3}]}})")
+        << "model.input" << -1;
+}
+
+void TestMainWindow::shapeErrorOpensInTheDesigner() {
+    QFETCH(QByteArray, content);
+    QFETCH(QString, expected);
+    QFETCH(int, errorRow);
+    MainWindow w;
+    w.designer()->setSynchronousBudget(60000);
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    auto* start = w.findChild<QAction*>("startAction");
+    QVERIFY(start->isEnabled());
+    QTemporaryDir dir;
+    const QString path = dir.filePath("misfit.paralab.json");
+    {
+        QFile f(path);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(content);
+    }
+    QCOMPARE(w.openExperiment(path, false), QString());
+    QVERIFY(w.windowTitle().contains(QString::fromStdString(w.experiment()->name)));
+    QVERIFY(QString::fromStdString(w.experiment()->name).startsWith("bad-"));
+    QVERIFY(w.recentFiles().contains(path));
+    ModelDesigner* d = w.designer();
+    QVERIFY(!d->isValid());
+    QVERIFY2(d->validationMessage().contains(expected), qPrintable(d->validationMessage()));
+    QVERIFY(!start->isEnabled());
+    QVERIFY2(w.statusText().contains(expected), qPrintable(w.statusText()));
+    if (errorRow >= 0) {
+        // The summary says so too, rather than showing the previous model's layers.
+        QCOMPARE(w.experimentPanel()->layerRowCount(), 0);
+        QVERIFY2(w.experimentPanel()->totalsText().contains("does not build"),
+                 qPrintable(w.experimentPanel()->totalsText()));
+        auto* row = d->stackView()->topLevelItem(errorRow);
+        QVERIFY(row);
+        QCOMPARE(row->foreground(0).color(), QColor(0xc6, 0x28, 0x28));
+        QCOMPARE(row->text(LayerStackView::OutputColumn), QString("shape error"));
+        QVERIFY(d->removeLayer({errorRow}));  // the fix
+    } else {
+        QCOMPARE(d->setInputText(QString()), QString());  // the data set's own shape
+    }
+    QVERIFY2(d->isValid(), qPrintable(d->validationMessage()));
+    QVERIFY(start->isEnabled());
+    QVERIFY(w.statusText().startsWith("Ready"));
+    QVERIFY(w.experimentPanel()->layerRowCount() > 0);
 }
 
 // Each row is a JSON merge patch (RFC 7386) on the default experiment.

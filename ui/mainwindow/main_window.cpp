@@ -181,37 +181,49 @@ void MainWindow::buildMenus() {
 }
 
 QString MainWindow::openExperiment(const QString& path, bool interactive) {
-    QString message;
+    // Only a file the experiment contract refuses (not JSON, unknown keys, bad values) is
+    // refused, and then nothing changes. A model that does not fit its data opens in the
+    // designer, its layer in red and Start disabled, so that it can be fixed there.
+    run::Experiment e;
     try {
-        run::Experiment e = readExperiment(path);
-        try {
-            setExperiment(e);
-            rememberFile(path);
-        } catch (const std::exception& err) {  // a model that does not fit its data
-            message = QStringLiteral("%1: %2").arg(path, QString::fromUtf8(err.what()));
-        }
+        e = readExperiment(path);
     } catch (const std::exception& err) {  // names the file, and the JSON path or line
-        message = QString::fromUtf8(err.what());
+        const QString message = QString::fromUtf8(err.what());
+        showError(tr("Cannot open experiment"), message, interactive);
+        return message;
     }
-    if (!message.isEmpty()) showError(tr("Cannot open experiment"), message, interactive);
-    return message;
+    setExperiment(e);
+    rememberFile(path);
+    return {};
 }
 
 void MainWindow::setExperiment(const run::Experiment& e) {
-    m_panel->showExperiment(e);  // throws if the model does not build; nothing changes then
-    m_designer->setExperiment(e);
+    try {
+        m_panel->showExperiment(e);
+    } catch (const std::exception& err) {  // the designer says which layer, and why
+        m_panel->showUnbuildable(e, QString::fromUtf8(err.what()));
+    }
     m_experiment = e;
+    m_designer->setExperiment(e);  // its verdict (validityChanged) enables Start or not
+    m_modelValid = m_designer->isValid();
     showInSetupPanels(e);
     m_plot->clear();
     m_devices->clear();
     m_timeline->clear();
     setWindowTitle(tr("ParaLab — %1").arg(QString::fromStdString(e.name)));
-    m_status->setText(tr("Ready: press Start to train %1").arg(QString::fromStdString(e.name)));
+    if (m_modelValid)
+        m_status->setText(tr("Ready: press Start to train %1").arg(QString::fromStdString(e.name)));
+    else if (!m_designer->validationMessage().isEmpty())
+        m_status->setText(tr("The model does not fit: %1").arg(m_designer->validationMessage()));
+    else
+        m_status->setText(tr("Inferring the model's shapes…"));
     updateActions();
 }
 
 void MainWindow::startRun() {
-    if (!m_experiment || m_controller->isRunning()) return;
+    // A model known not to fit is not started (a script may start one whose shapes are still
+    // being inferred: the run checks them itself).
+    if (!m_experiment || m_controller->isRunning() || (!m_modelValid && !m_designer->shapesPending())) return;
     m_plot->clear();
     m_devices->clear();
     m_timeline->clear();

@@ -34,11 +34,15 @@ class MainWindow : public QMainWindow {
 public:
     explicit MainWindow(QWidget* parent = nullptr);
 
-    // Loads an experiment file (or a ":/examples/..." resource). On an error the message is
-    // returned (and shown in a dialog when `interactive`), and the experiment shown before stays.
+    // Loads an experiment file (or a ":/examples/..." resource). A file the experiment contract
+    // refuses (not JSON, unknown keys, bad values) is not opened: the message is returned (and
+    // shown in a dialog when `interactive`), and the experiment shown before stays, undo history
+    // and all. A model that does not fit its data opens: the designer shows the layer in red and
+    // Start stays disabled until it is fixed.
     QString openExperiment(const QString& path, bool interactive = true);
     const std::optional<run::Experiment>& experiment() const { return m_experiment; }
-    // For tests and scripted runs: the experiment that Start runs.
+    // For tests and scripted runs: the experiment that Start runs (Start disabled while its
+    // model does not fit).
     void setExperiment(const run::Experiment& e);
 
     RunController* controller() const { return m_controller; }

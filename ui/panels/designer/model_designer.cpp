@@ -245,7 +245,7 @@ void ModelDesigner::updateContext(const run::Experiment& e) {
     if (!dataChanged) return;
     m_dataInput.reset();
     m_dataInputError.clear();
-    if (!m_model.input) startInference(selectedPath());
+    startInference(selectedPath());  // the model's input comes from the data, or must match it
 }
 
 void ModelDesigner::readDataInput() {
@@ -461,11 +461,16 @@ void ModelDesigner::apply(const DesignedModel& m, const LayerPath& select) {
 // up, and a result for a model that has been edited since is dropped.
 void ModelDesigner::startInference(const LayerPath& select) {
     if (m_jobs->current.valid()) m_jobs->stale.push_back(std::move(m_jobs->current));
-    if (!m_model.input && !m_dataInput && m_dataInputError.isEmpty()) readDataInput();
+    // The data set's example shape is read even when model.input is given: a run refuses an
+    // input that is not the data's, so the designer does too. (A data set that cannot be read
+    // stops the designer only when the model takes its input from it.)
+    if (!m_dataInput && m_dataInputError.isEmpty()) readDataInput();
     const std::optional<Shape> input = m_model.input ? m_model.input : m_dataInput;
-    if (!input) {
+    if (!input || (m_model.input && m_dataInput && *m_model.input != *m_dataInput)) {
         m_report = ShapeReport{};
-        m_report.message = m_dataInputError;
+        m_report.message = input ? tr("model.input: %1 does not match the data set's examples, which are %2")
+                                       .arg(shapeText(*m_model.input), shapeText(*m_dataInput))
+                                 : m_dataInputError;
         showReport(select);
         return;
     }

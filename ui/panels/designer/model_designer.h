@@ -42,8 +42,8 @@ public:
     // Starts editing `e`'s model: clears the undo history, emits validityChanged (not modelEdited).
     void setExperiment(const run::Experiment& e);
     // The other sections of the experiment changed elsewhere (data, devices, strategy panels):
-    // takes them, keeps the designed model and the undo history; re-infers the shapes when the
-    // model's input comes from the data set and the data section changed. Emits nothing but
+    // takes them, keeps the designed model and the undo history; re-infers the shapes (and
+    // checks model.input against the data set's examples) when the data section changed. Emits nothing but
     // validityChanged (when the verdict changes).
     void updateContext(const run::Experiment& e);
     // The experiment given, with the designed model in it.

@@ -41,23 +41,8 @@ void ExperimentPanel::showExperiment(const run::Experiment& e) {
     nn::Model model(e.layers, input, e.loss, DType::f32, *device);
     const auto rows = model.summary();
 
-    QStringList devices;
-    for (const auto& d : e.devices) devices << QString::fromStdString(d);
+    showSections(e);
     const QLocale locale;
-    m_summary->setText(
-        tr("<h3>%1</h3><table cellspacing='3'>"
-           "<tr><td>Data</td><td><b>%2</b>, batch %3</td></tr>"
-           "<tr><td>Devices</td><td>%4</td></tr>"
-           "<tr><td>Strategy</td><td>%5</td></tr>"
-           "<tr><td>Optimizer</td><td>%6, lr %7, %8 schedule</td></tr>"
-           "<tr><td>Training</td><td>%9 epochs%10</td></tr></table>")
-            .arg(QString::fromStdString(e.name).toHtmlEscaped(),
-                 QString::fromStdString(e.data.dataset), QString::number(e.data.batch_size),
-                 devices.join(QStringLiteral(", ")), QString::fromStdString(e.strategy.type),
-                 QString::fromStdString(e.optimizer.type), QString::number(e.optimizer.lr),
-                 QString::fromStdString(e.schedule.type), QString::number(e.train.epochs))
-            .arg(e.train.max_steps ? tr(", at most %1 steps").arg(*e.train.max_steps) : QString()));
-
     m_layers->setRowCount(static_cast<int>(rows.size()));
     for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
         const auto& r = rows[static_cast<size_t>(i)];
@@ -76,6 +61,33 @@ void ExperimentPanel::showExperiment(const run::Experiment& e) {
                           .arg(locale.toString(static_cast<qlonglong>(model.parameter_count())))
                           .arg(model.flops_per_sample() / 1e6, 0, 'f', 2));
 }
+
+void ExperimentPanel::showSections(const run::Experiment& e) {
+    QStringList devices;
+    for (const auto& d : e.devices) devices << QString::fromStdString(d);
+    m_summary->setText(
+        tr("<h3>%1</h3><table cellspacing='3'>"
+           "<tr><td>Data</td><td><b>%2</b>, batch %3</td></tr>"
+           "<tr><td>Devices</td><td>%4</td></tr>"
+           "<tr><td>Strategy</td><td>%5</td></tr>"
+           "<tr><td>Optimizer</td><td>%6, lr %7, %8 schedule</td></tr>"
+           "<tr><td>Training</td><td>%9 epochs%10</td></tr></table>")
+            .arg(QString::fromStdString(e.name).toHtmlEscaped(),
+                 QString::fromStdString(e.data.dataset), QString::number(e.data.batch_size),
+                 devices.join(QStringLiteral(", ")), QString::fromStdString(e.strategy.type),
+                 QString::fromStdString(e.optimizer.type), QString::number(e.optimizer.lr),
+                 QString::fromStdString(e.schedule.type), QString::number(e.train.epochs))
+            .arg(e.train.max_steps ? tr(", at most %1 steps").arg(*e.train.max_steps) : QString()));
+}
+
+void ExperimentPanel::showUnbuildable(const run::Experiment& e, const QString& message) {
+    showSections(e);
+    m_layers->setRowCount(0);
+    m_totals->setText(QStringLiteral("<span style='color:#c62828'>%1</span>")
+                          .arg(tr("The model does not build: %1").arg(message).toHtmlEscaped()));
+}
+
+QString ExperimentPanel::totalsText() const { return m_totals->text(); }
 
 int ExperimentPanel::layerRowCount() const { return m_layers->rowCount(); }
 
