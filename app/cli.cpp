@@ -5,14 +5,17 @@
 
 #include <algorithm>
 #include <csignal>
+#include <fcntl.h>
 #include <unistd.h>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <iostream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/comm/mpi.h"
 #include "engine/data/dataset.h"
 #include "engine/device/device.h"
 #include "engine/nn/model.h"
@@ -181,7 +184,27 @@ struct RunArgs {
     int64_t epochs = 0, steps = 0;
     int threads = 1;
     bool json = false;
+    double rank_timeout_s = 60;
 };
+
+// True in a process that mpirun started as one of several (Open MPI's environment).
+bool in_mpi_job() {
+    const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+    return size && std::atoi(size) > 1;
+}
+
+// A process of an MPI job other than rank 0: it trains its device and forwards its records to
+// rank 0, which owns the store and prints; it prints nothing itself but its failures.
+int cmd_run_job_rank(const run::Experiment& e, const RunArgs& a, const run::JobOptions& job) {
+    run::RunControl control;
+    g_control = &control;
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
+    std::signal(SIGPIPE, SIG_IGN);
+    const run::RunSummary s = run::run_experiment(e, nullptr, &control, a.threads, nullptr, &job);
+    g_control = nullptr;
+    return s.status == "failed" ? 1 : 0;
+}
 
 int cmd_run(const RunArgs& a) {
     run::Experiment e = run::load_experiment(a.file);
@@ -202,11 +225,29 @@ int cmd_run(const RunArgs& a) {
     if (a.steps > 0) e.train.max_steps = a.steps;
     data::check_data_files(e.data);
 
+    // Under mpirun: one process per device, rank 0 owns the run (trainer.h, JobOptions).
+    std::optional<run::JobOptions> job;
+    if (in_mpi_job()) {
+        if (!comm::MpiGroup::available())
+            throw ConfigError("this paralab was built without MPI, so it cannot run as one process of an "
+                              "mpirun job; rebuild with Open MPI installed (libopenmpi-dev)");
+        job.emplace();
+        job->rank_timeout_s = a.rank_timeout_s;
+        // mpirun stops reading the ranks' output once it is interrupted: a progress line must
+        // then be dropped, not block the rank (and, on rank 0, the recording of how it ended).
+        const int flags = fcntl(STDERR_FILENO, F_GETFL);
+        if (flags >= 0) fcntl(STDERR_FILENO, F_SETFL, flags | O_NONBLOCK);
+        if (comm::MpiGroup::world().rank() != 0) return cmd_run_job_rank(e, a, *job);
+    }
+
     store::RunStore db(store_path(a.db));
     run::RunControl control;
     g_control = &control;
     std::signal(SIGINT, on_interrupt);
     std::signal(SIGTERM, on_interrupt);
+    // A progress line to a reader that went away (mpirun stops forwarding output when it is
+    // interrupted) must not end the run before it is stored as stopped.
+    std::signal(SIGPIPE, SIG_IGN);
     ProgressLine progress(isatty(fileno(stderr)));
     run::RunSummary s;
     int64_t run_id = 0;
@@ -214,7 +255,11 @@ int cmd_run(const RunArgs& a) {
     {
         store::RunRecorder recorder(db, run::to_json(e));
         Observers observers({&progress, &recorder});
-        s = run::run_experiment(e, &observers, &control, a.threads);
+        if (job && a.json)
+            job->on_abort = [&](const run::RunSummary& failed) {
+                std::cout << store::summary_json(failed, recorder.run_id()).dump() << std::endl;
+            };
+        s = run::run_experiment(e, &observers, &control, a.threads, nullptr, job ? &*job : nullptr);
         run_id = recorder.run_id();
         write_error = recorder.write_error();
     }
@@ -313,6 +358,9 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     run->add_option("--threads", run_args.threads, "compute threads per device")
         ->check(CLI::Range(1, 256));
     run->add_flag("--json", run_args.json, "print a JSON summary on stdout at the end");
+    run->add_option("--rank-timeout", run_args.rank_timeout_s,
+                    "under mpirun: seconds a process may go unheard before the run fails (default 60)")
+        ->check(CLI::PositiveNumber);
     run->add_option("--db", run_args.db, "run store (SQLite); default " + store::RunStore::default_path());
 
     std::string runs_db;
@@ -366,8 +414,11 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
         if (open_gui) return open_window(argc, argv, open_gui);
         std::cout << app.help();
         return 0;
+    } catch (const run::JobRefused&) {
+        return 2;  // rank 0 of the MPI job says why
     } catch (const std::exception& e) {
-        std::cerr << "paralab: " << e.what() << "\n";
+        std::cerr << "paralab: " << (in_mpi_job() ? "rank " + std::string(std::getenv("OMPI_COMM_WORLD_RANK")) + ": " : "")
+                  << e.what() << "\n";
         return 2;
     }
 }

@@ -83,6 +83,7 @@ int64_t checked_counts(const char* op, const std::vector<int64_t>& counts, int w
 }  // namespace
 
 Communicator::~Communicator() = default;
+Group::~Group() = default;
 
 template <class F>
 CommRecord Communicator::timed(const char* op, int64_t bytes, F&& call) {

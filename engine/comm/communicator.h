@@ -118,22 +118,45 @@ private:
     CommTotals m_totals;  // touched by this rank's thread only
 };
 
+// The ranks of one run as a whole: every rank's communicator is reached through its group. A
+// group's ranks may all live in this process (LocalGroup) or be spread over processes (an MPI
+// job: MpiRankGroup, mpi.h), in which case only this process's ranks are reachable here.
+class Group {
+public:
+    virtual ~Group();
+    virtual int world() const = 0;
+    // True when rank r runs in this process (its communicator can be had here).
+    virtual bool is_local(int r) const = 0;
+    // Rank r's communicator (a local rank); valid while the group lives. Each rank uses its own
+    // from one thread at a time.
+    virtual Communicator& rank(int r) = 0;
+    // Wakes (or, across processes, ends) every rank waiting in a call; see Communicator::abort.
+    virtual void abort(const std::string& reason) = 0;
+    // A second group over the same ranks whose messages never meet this one's, for a second
+    // thread per rank that communicates concurrently (DDP's buckets). Across processes this is
+    // collective: every process calls it, in the same order as its other collectives.
+    virtual std::unique_ptr<Group> split() = 0;
+
+protected:
+    Group() = default;
+};
+
 // The in-process backend for virtual devices: ranks are threads of one process and read each
 // other's buffers directly. all_reduce, reduce_scatter and all_gather are chunked rings (each
 // rank moves 2(N-1)/N of the data in an all-reduce), synchronised neighbour to neighbour, so
 // that a slow rank delays only what depends on it.
-class LocalGroup {
+class LocalGroup final : public Group {
 public:
     explicit LocalGroup(int world);
-    ~LocalGroup();
+    ~LocalGroup() override;
     LocalGroup(const LocalGroup&) = delete;
     LocalGroup& operator=(const LocalGroup&) = delete;
 
-    int world() const;
-    // Rank r's communicator; valid while the group lives. Each rank uses its own from one
-    // thread at a time.
-    Communicator& rank(int r);
-    void abort(const std::string& reason);
+    int world() const override;
+    bool is_local(int r) const override { return r >= 0 && r < world(); }
+    Communicator& rank(int r) override;
+    void abort(const std::string& reason) override;
+    std::unique_ptr<Group> split() override { return std::make_unique<LocalGroup>(world()); }
 
     struct State;  // shared between the ranks (defined in local.cpp)
 

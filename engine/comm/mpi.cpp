@@ -23,6 +23,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -346,6 +347,7 @@ struct MpiGroup::State {
     bool initialised_here = false;  // this process's MPI_Init_thread was ours: we finalise
     int rank = 0, size = 1, tag_ub = 32767;
     std::unique_ptr<Communicator> communicator;
+    MPI_Comm messages = MPI_COMM_NULL;  // the run's own messages (all_gather_strings, bytes)
 };
 
 bool MpiGroup::available() {
@@ -383,12 +385,15 @@ MpiGroup::MpiGroup() : m_state(std::make_unique<State>()) {
     PARALAB_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &has_tag_ub));
     if (has_tag_ub && tag_ub != nullptr) m_state->tag_ub = *tag_ub;
     m_state->communicator = make_communicator(m_state->rank, m_state->size, m_state->tag_ub);
+    PARALAB_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m_state->messages));
+    PARALAB_MPI_CHECK(MPI_Comm_set_errhandler(m_state->messages, MPI_ERRORS_RETURN));
 }
 
 MpiGroup::~MpiGroup() {
     m_state->communicator.reset();
     int finalised = 0;
     MPI_Finalized(&finalised);
+    if (!finalised && m_state->messages != MPI_COMM_NULL) MPI_Comm_free(&m_state->messages);
     if (m_state->initialised_here && !finalised) MPI_Finalize();
 }
 
@@ -406,6 +411,54 @@ Communicator& MpiGroup::communicator() {
 
 std::unique_ptr<Communicator> MpiGroup::split_communicator() {
     return make_communicator(m_state->rank, m_state->size, m_state->tag_ub);
+}
+
+std::vector<std::string> MpiGroup::all_gather_strings(const std::string& mine) {
+    const int n = m_state->size;
+    if (mine.size() > size_t(INT_MAX)) throw Error("MpiGroup::all_gather_strings: string too long");
+    int length = int(mine.size());
+    std::vector<int> lengths(static_cast<size_t>(n)), offsets(static_cast<size_t>(n));
+    PARALAB_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, m_state->messages));
+    int64_t total = 0;
+    for (int r = 0; r < n; ++r) {
+        offsets[size_t(r)] = int(total);
+        total += lengths[size_t(r)];
+    }
+    if (total > INT_MAX) throw Error("MpiGroup::all_gather_strings: strings too long in all");
+    std::string all(size_t(total), '\0');
+    PARALAB_MPI_CHECK(MPI_Allgatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                                     offsets.data(), MPI_CHAR, m_state->messages));
+    std::vector<std::string> out;
+    for (int r = 0; r < n; ++r)
+        out.push_back(all.substr(size_t(offsets[size_t(r)]), size_t(lengths[size_t(r)])));
+    return out;
+}
+
+void MpiGroup::send_bytes(int dest, int tag, const std::string& bytes) {
+    if (bytes.size() > size_t(INT_MAX)) throw Error("MpiGroup::send_bytes: message too long");
+    PARALAB_MPI_CHECK(MPI_Send(bytes.data(), int(bytes.size()), MPI_CHAR, dest, tag, m_state->messages));
+}
+
+bool MpiGroup::try_recv_bytes(int tag, int& source, std::string& bytes) {
+    int arrived = 0;
+    MPI_Status status;
+    PARALAB_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, tag, m_state->messages, &arrived, &status));
+    if (!arrived) return false;
+    int length = 0;
+    PARALAB_MPI_CHECK(MPI_Get_count(&status, MPI_CHAR, &length));
+    bytes.assign(size_t(length), '\0');
+    source = status.MPI_SOURCE;
+    PARALAB_MPI_CHECK(MPI_Recv(bytes.data(), length, MPI_CHAR, source, tag, m_state->messages,
+                               MPI_STATUS_IGNORE));
+    return true;
+}
+
+void MpiGroup::abort_job(const std::string& reason) {
+    std::fprintf(stderr, "paralab: rank %d of %d ends the MPI job: %s\n", m_state->rank,
+                 m_state->size, reason.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::_Exit(1);  // MPI_Abort does not return; if it ever did, the job must still end
 }
 
 }  // namespace paralab::comm

@@ -24,6 +24,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "engine/comm/communicator.h"
 
@@ -57,11 +59,44 @@ public:
     // collectives on MPI_COMM_WORLD. Destroy it before exit.
     std::unique_ptr<Communicator> split_communicator();
 
+    // ---- messages of the run itself (not training data), on a communicator of their own ----
+    // Every process's string, in rank order. Collective.
+    std::vector<std::string> all_gather_strings(const std::string& mine);
+    // A byte message to rank `dest` (a standard send: returns once the bytes are copied out or
+    // received). Any thread.
+    void send_bytes(int dest, int tag, const std::string& bytes);
+    // A message with `tag` from any rank, if one has arrived: true with its source and bytes,
+    // false at once otherwise. Any thread.
+    bool try_recv_bytes(int tag, int& source, std::string& bytes);
+    // Ends the whole job now: prints `reason` (naming this rank) to stderr and calls MPI_Abort;
+    // mpirun then ends every rank.
+    [[noreturn]] void abort_job(const std::string& reason);
+
     struct State;  // MPI handles (defined in mpi.cpp)
 
 private:
     MpiGroup();
     std::unique_ptr<State> m_state;
+};
+
+// The ranks of an MPI job as one Group: process p is rank p, the only rank local to it.
+// Communicators are the MpiGroup's; split() makes another duplicate (collective).
+class MpiRankGroup final : public Group {
+public:
+    // Over MpiGroup::world()'s own communicator.
+    MpiRankGroup();
+    ~MpiRankGroup() override;
+
+    int world() const override { return m_comm->world(); }
+    bool is_local(int r) const override { return r == m_comm->rank(); }
+    Communicator& rank(int r) override;
+    void abort(const std::string& reason) override { m_comm->abort(reason); }
+    std::unique_ptr<Group> split() override;
+
+private:
+    explicit MpiRankGroup(std::unique_ptr<Communicator> own);
+    std::unique_ptr<Communicator> m_own;  // a split's duplicate (null for the world's own)
+    Communicator* m_comm;
 };
 
 }  // namespace paralab::comm

@@ -49,4 +49,20 @@ std::unique_ptr<Communicator> MpiGroup::split_communicator() {
     throw_no_mpi("split_communicator");
 }
 
+std::vector<std::string> MpiGroup::all_gather_strings(const std::string&) {
+    throw_no_mpi("all_gather_strings");
+}
+
+void MpiGroup::send_bytes(int, int, const std::string&) {
+    throw_no_mpi("send_bytes");
+}
+
+bool MpiGroup::try_recv_bytes(int, int&, std::string&) {
+    throw_no_mpi("try_recv_bytes");
+}
+
+void MpiGroup::abort_job(const std::string&) {
+    throw_no_mpi("abort_job");
+}
+
 }  // namespace paralab::comm

@@ -32,6 +32,8 @@ public:
     const DeviceId& id() const { return m_id; }
     DeviceKind kind() const { return m_id.kind; }
     const std::string& name() const { return m_name; }
+    // The name records and plots show: in an MPI job, "r1/cpu:0" (the process, then the id).
+    void set_name(std::string name) { m_name = std::move(name); }
     Allocator& allocator() { return *m_allocator; }
     const Allocator& allocator() const { return *m_allocator; }
 

@@ -30,7 +30,7 @@ void MetricsBus::publish(std::vector<Span> spans, const StepRecord& r, double lo
     t.grad_norm = std::max(t.grad_norm, r.grad_norm);
     p.loss_sum += loss_sum;
     p.loss_samples += loss_samples;
-    if (r.device == "cpu:0" || r.device == "cuda:0") t.memory = r.memory;
+    if (r.device == m_device0) t.memory = r.memory;
 
     while (!m_pending.empty() && m_pending.begin()->first == m_next_end &&
            m_pending.begin()->second.reported == m_world) {
@@ -49,6 +49,11 @@ void MetricsBus::publish(std::vector<Span> spans, const StepRecord& r, double lo
 void MetricsBus::publish_eval(const EvalResult& r) {
     std::lock_guard lock(m_mutex);
     if (m_observer) m_observer->on_eval(r);
+}
+
+void MetricsBus::publish_finish(const RunSummary& s) {
+    std::lock_guard lock(m_mutex);
+    if (m_observer) m_observer->on_finish(s);
 }
 
 int64_t MetricsBus::steps_ended() const {

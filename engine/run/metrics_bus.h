@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "engine/run/trainer.h"
@@ -17,12 +18,16 @@ namespace paralab::run {
 class MetricsBus {
 public:
     // `observer` may be null (the bus then only aggregates). `world` devices report each step.
-    MetricsBus(RunObserver* observer, int world) : m_observer(observer), m_world(world) {}
+    // The step's memory is `device0`'s (the device of rank 0).
+    MetricsBus(RunObserver* observer, int world, std::string device0 = "cpu:0")
+        : m_observer(observer), m_world(world), m_device0(std::move(device0)) {}
 
     // Any rank thread. `loss_sum` / `loss_samples`: this device's part of the step's loss
     // (loss_samples 0 when the device computes no loss).
     void publish(std::vector<Span> spans, const StepRecord& record, double loss_sum, int64_t loss_samples);
     void publish_eval(const EvalResult& r);
+    // The run's end, when it does not come from the run's own thread (a job's failure).
+    void publish_finish(const RunSummary& s);
 
     // The global loss of the last step that every device reported (NaN before the first).
     double last_step_loss() const;
@@ -40,6 +45,7 @@ private:
 
     RunObserver* m_observer;
     int m_world;
+    std::string m_device0;
     mutable std::mutex m_mutex;
     std::map<int64_t, Pending> m_pending;  // guarded by m_mutex: steps not every device reported
     int64_t m_next_end = 1;                // guarded by m_mutex: the next step on_step_end gets

@@ -1,14 +1,21 @@
 #include "engine/run/trainer.h"
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <cmath>
 #include <exception>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "engine/comm/mpi.h"
 #include "engine/data/loader.h"
 #include "engine/device/device.h"
 #include "engine/nn/model.h"
 #include "engine/run/metrics_bus.h"
+#include "engine/run/process_run.h"
 #include "engine/strategy/strategy.h"
 
 namespace paralab::run {
@@ -106,6 +113,7 @@ public:
         std::lock_guard lock(m_mutex);
         return m_stop_from != kNever;
     }
+    RunControl* control() const { return m_control; }
 
 private:
     static constexpr int64_t kNever = INT64_MAX;
@@ -116,9 +124,10 @@ private:
     int64_t m_max_started = 0;     // guarded by m_mutex
 };
 
-// One pass over the test split on the calling thread, through the strategy's trained model.
-EvalResult evaluate(strategy::Strategy& s, nn::Loss& loss, const data::Dataset& test,
-                    int64_t batch_size, const RunContext& ctx) {
+// One pass over the test split on the calling thread, through `predict` (the trained model's
+// eval-mode output for a batch on `device`).
+EvalResult evaluate(const std::function<Tensor(const Tensor&)>& predict, Device& device, nn::Loss& loss,
+                    const data::Dataset& test, int64_t batch_size, const RunContext& ctx) {
     EvalResult r;
     if (test.size() == 0) return r;
     data::DataLoader::Options opt;
@@ -130,8 +139,8 @@ EvalResult evaluate(strategy::Strategy& s, nn::Loss& loss, const data::Dataset& 
     double loss_sum = 0;
     int64_t correct = 0;
     while (loader.next(b)) {
-        auto db = strategy::to_device(b, 0, b.size, ctx.input, ctx.target, *ctx.devices[0]);
-        Tensor out = s.predict(db.x);
+        auto db = strategy::to_device(b, 0, b.size, ctx.input, ctx.target, device);
+        Tensor out = predict(db.x);
         loss_sum += loss.forward(out, db.y, 1);  // a sum over the batch
         if (test.num_classes > 0) correct += nn::count_correct(out, db.y);
         r.samples += b.size;
@@ -163,10 +172,86 @@ struct Shared {
     std::exception_ptr aborted;        // guarded by mutex: ...or, if none, the first abort seen
     double eval_s = 0;                 // guarded by mutex: evaluation time inside training
     int64_t epochs_started = 0;        // guarded by mutex
+
+    // ---- a run across the processes of an MPI job (null/false otherwise) --------------------
+    const JobOptions* job = nullptr;
+    comm::MpiGroup* mpi = nullptr;
+    job::Sender* sender = nullptr;      // processes other than rank 0
+    job::Receiver* receiver = nullptr;  // rank 0
+    nn::Model* reference = nullptr;     // rank 0: the model put together for evaluation
+    Device* reference_device = nullptr;
+    RunSummary base;                    // name, strategy, devices, parameters
+    std::once_flag job_failed;
+    bool stopped_in_job = false;        // guarded by mutex: the ranks agreed to stop
+
+    bool is_root() const { return !mpi || mpi->rank() == 0; }
+
+    // The model as trained so far, evaluated where the run's owner holds it: device 0's
+    // replica or stages in one process; rank 0's put-together model in a job (collective
+    // there: every rank thread calls it, between steps).
+    EvalResult evaluate_now(Rank& rank, int64_t step);
+    void publish(std::vector<Span> spans, const StepRecord& r, double loss_sum, int64_t loss_samples);
+    // Rank 0 of a job: records the run as failed, naming `rank`, and ends the job.
+    [[noreturn]] void fail_job(int rank, const std::string& reason);
 };
+
+void Shared::publish(std::vector<Span> spans, const StepRecord& r, double loss_sum, int64_t loss_samples) {
+    if (sender)
+        sender->publish({std::move(spans), r, loss_sum, loss_samples});
+    else
+        bus.publish(std::move(spans), r, loss_sum, loss_samples);
+}
+
+EvalResult Shared::evaluate_now(Rank& rank, int64_t step) {
+    const int64_t batch = std::max<int64_t>(256, e.data.batch_size);
+    EvalResult ev;
+    if (!mpi) {
+        ev = evaluate([this](const Tensor& x) { return strategy.predict(x); }, *ctx.devices[0], eval_loss,
+                      splits.test, batch, ctx);
+    } else {
+        job::gather_model(rank.comm(), strategy.parameters(), strategy.buffers(), is_root() ? reference : nullptr);
+        if (!is_root()) return ev;
+        ev = evaluate([this](const Tensor& x) { return reference->forward(x, nn::Mode::eval); }, *reference_device,
+                      eval_loss, splits.test, batch, ctx);
+    }
+    ev.step = step;
+    return ev;
+}
+
+void Shared::fail_job(int rank, const std::string& reason) {
+    std::call_once(job_failed, [&] {
+        RunSummary s = base;
+        s.status = "failed";
+        s.error = (rank < 0 ? std::string() : "rank " + std::to_string(rank) + " (" + base.devices[size_t(rank)] + "): ") + reason;
+        s.steps = bus.steps_ended();
+        s.final_loss = bus.last_step_loss();
+        {
+            std::lock_guard lock(mutex);
+            s.epochs = epochs_started;
+        }
+        try {
+            bus.publish_finish(s);
+        } catch (const std::exception& err) {
+            std::fprintf(stderr, "paralab: the failed run could not be recorded: %s\n", err.what());
+        }
+        if (job->on_abort) job->on_abort(s);
+        mpi->abort_job(s.error);
+    });
+    std::_Exit(1);  // another thread is ending the job
+}
 
 // A rank failed: remember why (a rank woken by the abort is not the cause) and wake the others.
 void fail_run(Shared& sh, std::exception_ptr err, const std::string& reason) {
+    if (sh.mpi) {
+        // MPI cannot wake the peers: rank 0 records the failure, then the job ends as a whole.
+        if (sh.is_root()) sh.fail_job(sh.mpi->rank(), reason);
+        try {
+            sh.sender->fail(reason);
+        } catch (const std::exception&) {
+        }
+        std::this_thread::sleep_for(std::chrono::seconds(5));  // rank 0 ends the job meanwhile
+        sh.mpi->abort_job(reason);
+    }
     bool is_abort = false;
     try {
         std::rethrow_exception(err);
@@ -182,6 +267,24 @@ void fail_run(Shared& sh, std::exception_ptr err, const std::string& reason) {
     if (is_abort) return;
     sh.ctx.group->abort(reason);
     sh.strategy.abort(reason);
+}
+
+// Whether step `step` runs. In a job, the ranks agree on stop and pause at every step boundary
+// (one small all-reduce): each process has its own signals and controls.
+bool begin_step(Shared& sh, Rank& rank, int64_t step) {
+    if (!sh.mpi) return sh.gate.begin(step);
+    RunControl* control = sh.gate.control();
+    for (;;) {
+        double flags[2] = {control && control->stop.load() ? 1.0 : 0.0, control && control->pause.load() ? 1.0 : 0.0};
+        rank.comm().all_reduce(flags, 2, DType::f64, comm::ReduceOp::max);
+        if (flags[0] > 0) {
+            std::lock_guard lock(sh.mutex);
+            sh.stopped_in_job = true;
+            return false;
+        }
+        if (flags[1] == 0) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
 }
 
 void rank_main(Shared& sh, int index) {
@@ -213,7 +316,7 @@ void rank_main(Shared& sh, int index) {
                 sh.epochs_started = std::max(sh.epochs_started, epoch + 1);
             }
             for (int64_t i = 0; i < sh.steps_per_epoch && step < sh.ctx.total_steps; ++i) {
-                if (!sh.gate.begin(step + 1)) return sh.strategy.finish_rank(rank);
+                if (!begin_step(sh, rank, step + 1)) return sh.strategy.finish_rank(rank);
                 const auto t_wait = Clock::now();
                 if (loader) {
                     PARALAB_CHECK(loader->next(batch), "the loader ended an epoch early");
@@ -268,20 +371,18 @@ void rank_main(Shared& sh, int index) {
                 wait.t_begin = rank.seconds_since_t0(t_wait);
                 wait.t_end = rank.seconds_since_t0(t_start);
                 spans.insert(spans.begin(), wait);
-                sh.bus.publish(std::move(spans), rec, res.loss_sum, res.loss_samples);
+                sh.publish(std::move(spans), rec, res.loss_sum, res.loss_samples);
 
                 if (e.train.eval_every > 0 && step % e.train.eval_every == 0 && step < sh.ctx.total_steps &&
                     sh.splits.test.size() > 0) {
                     // Every rank stops here; rank 0 evaluates the model as it is.
                     rank.comm().barrier();
-                    if (index == 0) {
+                    if (index == 0 || sh.mpi) {
                         const auto te = Clock::now();
-                        EvalResult ev = evaluate(sh.strategy, sh.eval_loss, sh.splits.test,
-                                                 std::max<int64_t>(256, e.data.batch_size), sh.ctx);
-                        ev.step = step;
+                        EvalResult ev = sh.evaluate_now(rank, step);
                         std::lock_guard lock(sh.mutex);
                         sh.eval_s += std::chrono::duration<double>(Clock::now() - te).count();
-                        sh.bus.publish_eval(ev);
+                        if (index == 0) sh.bus.publish_eval(ev);
                     }
                     rank.comm().barrier();
                 }
@@ -300,64 +401,201 @@ void rank_main(Shared& sh, int index) {
 
 }  // namespace
 
+namespace {
+
+// A job's rank-0 watchdog: a rank silent for too long, or a stop the ranks cannot honour (they
+// wait for a dead peer), fails the run naming the rank. Ends when `done` is set.
+void watch_job(Shared& sh, RunControl* control, const std::atomic<bool>& done) {
+    const JobOptions& opt = *sh.job;
+    std::optional<Clock::time_point> stop_seen;
+    while (!done.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (done.load()) return;
+        double silent = 0;
+        const int who = sh.receiver->least_recent(silent);
+        if (who > 0 && silent > opt.rank_timeout_s) {
+            char text[160];
+            std::snprintf(text, sizeof text,
+                          "not heard from for %.1f s (the limit is %g s, paralab run --rank-timeout): "
+                          "the process hung or died", silent, opt.rank_timeout_s);
+            sh.fail_job(who, text);
+        }
+        if (control && control->stop.load() && !stop_seen) stop_seen = Clock::now();
+        if (stop_seen && std::chrono::duration<double>(Clock::now() - *stop_seen).count() > opt.stop_grace_s) {
+            char text[320];
+            std::snprintf(text, sizeof text,
+                          "last heard from %.1f s before mpirun ended the job (a process died, or mpirun "
+                          "was interrupted) while the other ranks waited in a step they could not finish "
+                          "within %.1f s: most likely this process died (mpirun's message names it)",
+                          silent, opt.stop_grace_s);
+            sh.fail_job(who > 0 ? who : -1, who > 0 ? text : "the job was told to stop and rank 0 could "
+                                                           "not finish its step in time");
+        }
+    }
+}
+
+// The world of a job: this process's device and every process's device name. Refuses, on every
+// process alike, a job whose processes disagree or cannot run (`local_error`: this process's
+// problem before training, "" when none).
+std::vector<std::string> agree_on_job(comm::MpiGroup& mpi, const Experiment& e, const std::string& device,
+                                      const std::string& local_error) {
+    Experiment common = e;
+    common.devices.clear();
+    const std::string mine = nlohmann::json{{"device", device},
+                                            {"error", local_error},
+                                            {"experiment", to_json(common).dump()}}
+                                 .dump();
+    std::vector<std::string> names;
+    std::string first_error, experiment0;
+    const std::vector<std::string> all = mpi.all_gather_strings(mine);
+    for (size_t r = 0; r < all.size(); ++r) {
+        const auto j = nlohmann::json::parse(all[r]);
+        names.push_back("r" + std::to_string(r) + "/" + j.at("device").get<std::string>());
+        const std::string err = j.at("error").get<std::string>();
+        if (!err.empty() && first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + err;
+        if (r == 0) experiment0 = j.at("experiment").get<std::string>();
+        else if (first_error.empty() && j.at("experiment").get<std::string>() != experiment0)
+            first_error = "rank " + std::to_string(r) + " loaded a different experiment than rank 0 (every "
+                          "process must run the same file; only --devices may differ)";
+    }
+    if (!first_error.empty()) {
+        if (mpi.rank() != 0) throw JobRefused(first_error);
+        throw ConfigError(first_error);
+    }
+    return names;
+}
+
+}  // namespace
+
 RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl* control,
-                          int compute_threads, RunArtifacts* artifacts) {
+                          int compute_threads, RunArtifacts* artifacts, const JobOptions* job) {
     RunSummary summary;
     summary.name = e.name;
     summary.strategy = e.strategy.type;
     summary.devices = e.devices;
+    comm::MpiGroup* mpi = job ? &comm::MpiGroup::world() : nullptr;
+    const bool root = !mpi || mpi->rank() == 0;
 
-    // ---- what this build can run --------------------------------------------------------
-    if (e.train.precision != "fp32")
-        throw ConfigError("train.precision: " + e.train.precision +
-                          " mixed precision needs CUDA devices; CPU devices train in fp32");
-    auto devices = make_devices(e, compute_threads);
+    // ---- what this build can run, the data and the reference model ----------------------
+    // In a job, every process checks its own part first and all agree before any collective.
+    std::vector<std::unique_ptr<Device>> devices;
+    data::DataSplits splits;
+    Shape input;
+    std::unique_ptr<Device> scratch;
+    std::unique_ptr<nn::Model> reference;
+    const auto prepare = [&] {
+        if (e.train.precision != "fp32")
+            throw ConfigError("train.precision: " + e.train.precision +
+                              " mixed precision needs CUDA devices; CPU devices train in fp32");
+        devices = make_devices(e, compute_threads);
+        if (mpi && devices.size() != 1)
+            throw ConfigError("devices: in an MPI job each process runs one device, and this one lists " +
+                              std::to_string(devices.size()) +
+                              "; start one process per device (mpirun -np N paralab run FILE --devices cpu:0)");
+        splits = data::load_data(e.data, e.seed);
+        if (splits.train.size() == 0) throw ConfigError("data: the training split is empty");
+        const Shape data_shape(splits.train.sample_shape);
+        input = e.input.value_or(data_shape);
+        if (input != data_shape)
+            throw ConfigError("model.input: " + input.to_string() + " does not match the " + splits.train.name +
+                              " examples, which are " + data_shape.to_string());
+        // The reference model: built and initialised from the seed on a scratch host device, so
+        // that every strategy starts from the single device's parameters.
+        scratch = make_cpu_device(0, compute_threads);
+        reference = std::make_unique<nn::Model>(e.layers, input, e.loss, DType::f32, *scratch);
+        check_model_fits_data(*reference, splits.train, e.loss);
+        Rng init_rng(e.seed);
+        reference->reset_parameters(init_rng);
+    };
+    std::vector<Device*> world_devices;
+    if (!mpi) {
+        prepare();
+        for (auto& d : devices) world_devices.push_back(d.get());
+    } else {
+        std::string local_error;
+        try {
+            prepare();
+        } catch (const std::exception& err) {
+            local_error = err.what();
+        }
+        const std::vector<std::string> names =
+            agree_on_job(*mpi, e, devices.size() == 1 ? devices[0]->name() : "?", local_error);
+        summary.devices = names;
+        world_devices.assign(names.size(), nullptr);
+        devices[0]->set_name(names[size_t(mpi->rank())]);
+        world_devices[size_t(mpi->rank())] = devices[0].get();
+    }
+    const data::Dataset& train = splits.train;
     auto strat = strategy::make_strategy(e);
 
-    // ---- data, model, strategy ----------------------------------------------------------
-    data::DataSplits splits = data::load_data(e.data, e.seed);
-    const data::Dataset& train = splits.train;
-    if (train.size() == 0) throw ConfigError("data: the training split is empty");
-    const Shape data_shape(train.sample_shape);
-    const Shape input = e.input.value_or(data_shape);
-    if (input != data_shape)
-        throw ConfigError("model.input: " + input.to_string() + " does not match the " + train.name +
-                          " examples, which are " + data_shape.to_string());
-
+    // ---- strategy ---------------------------------------------------------------------------
     RunContext ctx;
     ctx.experiment = &e;
     ctx.input = input;
     ctx.target = Shape(train.target_shape);
     ctx.train_size = train.size();
-    for (auto& d : devices) ctx.devices.push_back(d.get());
-    comm::LocalGroup group(static_cast<int>(devices.size()));
-    ctx.group = &group;
+    ctx.devices = world_devices;
+    const int world = static_cast<int>(world_devices.size());
+    std::unique_ptr<comm::Group> group;
+    if (mpi)
+        group = std::make_unique<comm::MpiRankGroup>();
+    else
+        group = std::make_unique<comm::LocalGroup>(world);
+    ctx.group = group.get();
     const int64_t steps_per_epoch = (train.size() + e.data.batch_size - 1) / e.data.batch_size;
-    {
-        // The reference model: built and initialised from the seed on a scratch host device,
-        // so that every strategy starts from the single device's parameters.
-        auto scratch = make_cpu_device(0, compute_threads);
-        nn::Model reference(e.layers, input, e.loss, DType::f32, *scratch);
-        check_model_fits_data(reference, train, e.loss);
-        Rng init_rng(e.seed);
-        reference.reset_parameters(init_rng);
-        summary.parameters = reference.parameter_count();
-        ctx.total_steps = steps_per_epoch * e.train.epochs;
-        if (e.train.max_steps) ctx.total_steps = std::min(ctx.total_steps, *e.train.max_steps);
-        strat->setup(ctx, reference);
+    summary.parameters = reference->parameter_count();
+    ctx.total_steps = steps_per_epoch * e.train.epochs;
+    if (e.train.max_steps) ctx.total_steps = std::min(ctx.total_steps, *e.train.max_steps);
+    try {
+        strat->setup(ctx, *reference);
+    } catch (const ConfigError& err) {
+        if (!root) throw JobRefused(err.what());  // every process refuses alike; rank 0 says why
+        throw;
+    }
+    if (!mpi) {
+        reference.reset();  // the strategy holds the model from here
+        scratch.reset();
     }
     auto schedule = optim::make_schedule(e.schedule, e.optimizer.lr, ctx.total_steps);
     auto eval_loss = nn::make_loss(e.loss);
-    MetricsBus bus(observer, static_cast<int>(devices.size()));
+    MetricsBus bus(root ? observer : nullptr, world, summary.devices.front());
     Shared sh(e, splits, *strat, ctx, bus, control, *eval_loss, *schedule, steps_per_epoch);
-    if (observer) observer->on_start(e, ctx.total_steps);
+    sh.base = summary;
+    sh.job = job;
+    sh.mpi = mpi;
+    sh.reference = reference.get();
+    sh.reference_device = scratch.get();
+    std::unique_ptr<job::Sender> sender;
+    std::unique_ptr<job::Receiver> receiver;
+    if (mpi && !root) sender = std::make_unique<job::Sender>(*mpi);
+    if (mpi && root)
+        receiver = std::make_unique<job::Receiver>(*mpi, bus, [&sh](int rank, const std::string& reason) {
+            sh.fail_job(rank, reason);
+        });
+    sh.sender = sender.get();
+    sh.receiver = receiver.get();
+    if (observer && root) {
+        Experiment as_run = e;
+        as_run.devices = summary.devices;
+        observer->on_start(as_run, ctx.total_steps);
+    }
 
     // ---- the rank threads -------------------------------------------------------------------
+    if (mpi) mpi->communicator().barrier();  // every process ready: one t0 for all
     ctx.t0 = Clock::now();
+    std::atomic<bool> done{false};
+    std::thread watchdog;
+    if (receiver) watchdog = std::thread(watch_job, std::ref(sh), control, std::cref(done));
     std::vector<std::thread> ranks;
-    for (int r = 0; r < static_cast<int>(devices.size()); ++r) ranks.emplace_back(rank_main, std::ref(sh), r);
+    for (int r = 0; r < world; ++r)
+        if (ctx.is_local(r)) ranks.emplace_back(rank_main, std::ref(sh), r);
     for (auto& t : ranks) t.join();
     const auto t_end = Clock::now();
+    if (sender) sender->end(world_devices[size_t(mpi->rank())]->allocator().stats());
+    if (receiver) receiver->wait_ended(1e9);  // a rank that never ends is the watchdog's
+    done.store(true);
+    if (watchdog.joinable()) watchdog.join();
+    if (receiver) receiver->stop();
 
     summary.epochs = sh.epochs_started;
     if (!sh.error) sh.error = sh.aborted;
@@ -368,7 +606,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         } catch (const std::exception& err) {
             summary.error = err.what();
         }
-    } else if (sh.gate.stopped()) {
+    } else if (sh.gate.stopped() || sh.stopped_in_job) {
         summary.status = "stopped";
     }
     summary.final_loss = bus.last_step_loss();
@@ -379,14 +617,36 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
 
     // Memory as training left it: the evaluation below runs on device 0 and would add its own
     // activations to that device's peak only.
-    for (auto& d : devices) summary.peak_memory_bytes[d->name()] = d->allocator().stats().peak_total;
-    if (artifacts)
-        for (auto& d : devices) artifacts->memory[d->name()] = d->allocator().stats();
+    for (Device* d : world_devices)
+        if (d) summary.peak_memory_bytes[d->name()] = d->allocator().stats().peak_total;
+    if (receiver)
+        for (const auto& [r, m] : receiver->end_memory()) summary.peak_memory_bytes[summary.devices[size_t(r)]] = m.peak_total;
+    if (artifacts) {
+        for (Device* d : world_devices)
+            if (d) artifacts->memory[d->name()] = d->allocator().stats();
+        if (receiver)
+            for (const auto& [r, m] : receiver->end_memory()) artifacts->memory[summary.devices[size_t(r)]] = m;
+    }
 
-    if (summary.status == "finished" && splits.test.size() > 0) {
+    // In a job the trained model is put together on rank 0 (collective: every process, even
+    // after a stop, so that the parameters handed back are the run's).
+    if (mpi) {
+        mpi->communicator().barrier();
+        job::gather_model(mpi->communicator(), strat->parameters(), strat->buffers(), root ? reference.get() : nullptr);
+    }
+    if (summary.status == "finished" && splits.test.size() > 0 && root) {
         try {
-            ctx.devices[0]->make_current();  // device 0's compute threads on this thread
-            EvalResult ev = evaluate(*strat, *eval_loss, splits.test, std::max<int64_t>(256, e.data.batch_size), ctx);
+            const int64_t batch = std::max<int64_t>(256, e.data.batch_size);
+            EvalResult ev;
+            if (!mpi) {
+                ctx.devices[0]->make_current();  // device 0's compute threads on this thread
+                ev = evaluate([&](const Tensor& x) { return strat->predict(x); }, *ctx.devices[0], *eval_loss,
+                              splits.test, batch, ctx);
+            } else {
+                scratch->make_current();
+                ev = evaluate([&](const Tensor& x) { return reference->forward(x, nn::Mode::eval); }, *scratch,
+                              *eval_loss, splits.test, batch, ctx);
+            }
             ev.step = steps;
             summary.test_loss = ev.loss;
             summary.test_accuracy = ev.accuracy;
@@ -397,10 +657,15 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         }
     }
     if (artifacts) {
-        artifacts->parameters = strat->parameters();
-        artifacts->buffers = strat->buffers();
+        if (!mpi) {
+            artifacts->parameters = strat->parameters();
+            artifacts->buffers = strat->buffers();
+        } else if (root) {
+            artifacts->parameters = strategy::host_copies(reference->parameters());
+            artifacts->buffers = strategy::host_copies(reference->buffers());
+        }
     }
-    if (observer) observer->on_finish(summary);
+    if (observer && root) observer->on_finish(summary);
     return summary;
 }
 

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -95,12 +96,40 @@ struct RunArtifacts {
     std::map<std::string, MemoryStats> memory;  // per device, at the end (peaks by category)
 };
 
+// A run whose ranks are the processes of an MPI job (`mpirun -np N paralab run FILE`): every
+// process runs its own device (the experiment's `devices`, one per process), and the world is
+// all processes' devices in process order, named "r<process>/<device>" ("r1/cpu:0"). Rank 0's
+// process owns the run: its observer receives every rank's records and spans (forwarded in
+// batches), it evaluates the trained model (put together from every process's part), and its
+// summary is the run's. The other processes' observers get nothing.
+//
+// Faults end the whole job within a bounded time, after rank 0 has recorded the run as failed
+// with a message naming the rank: a rank that fails (a NaN loss, out of memory) tells rank 0;
+// a rank that goes silent for `rank_timeout_s` (hung, or dead) is named by rank 0's watchdog;
+// a stop request (SIGTERM from mpirun when a rank died) that the ranks cannot honour within
+// `stop_grace_s` (they wait for a dead peer) fails the run naming the rank heard from least
+// recently. Then MPI_Abort ends every process.
+// Thrown, in the processes other than rank 0, when the job's processes agreed not to run
+// (rank 0 throws the ConfigError that says why).
+class JobRefused : public ConfigError {
+public:
+    using ConfigError::ConfigError;
+};
+
+struct JobOptions {
+    double rank_timeout_s = 60;
+    double stop_grace_s = 0.5;  // mpirun sends SIGKILL about 1 s after SIGTERM
+    // Rank 0, just before the job is aborted: the failed run's summary (the CLI prints it).
+    std::function<void(const RunSummary&)> on_abort;
+};
+
 // Runs `e` to the end, to its step cap, or until `control.stop`, with one rank thread per
-// device and the experiment's strategy. Problems found before the first step (bad data
+// device and the experiment's strategy; with `job`, as one process of an MPI job (above). Problems found before the first step (bad data
 // files, a model that does not fit the data, an unsupported device or strategy) throw
 // ConfigError; failures during training (a NaN loss, out of memory, on any rank) end the run
 // with status "failed" and the reason in `error`.
 RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl* control,
-                          int compute_threads = 1, RunArtifacts* artifacts = nullptr);
+                          int compute_threads = 1, RunArtifacts* artifacts = nullptr,
+                          const JobOptions* job = nullptr);
 
 }  // namespace paralab::run

@@ -506,6 +506,8 @@ RunRecorder::~RunRecorder() {
 }
 
 void RunRecorder::on_start(const run::Experiment& e, int64_t) {
+    // The devices as run: in an MPI job, every process's (the file lists one process's).
+    if (m_config.is_object()) m_config["devices"] = e.devices;
     m_run_id = m_store.create_run(e, m_config);
 }
 

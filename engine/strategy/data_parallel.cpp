@@ -104,8 +104,7 @@ protected:
         build_replicas(ctx, reference, true);
         m_optimizers.push_back(optim::make_optimizer(e.optimizer));  // device 0's only
         m_rank_slots.assign(static_cast<size_t>(m_world), nullptr);
-        if (e.strategy.sync_batchnorm && m_world > 1)
-            for (int r = 0; r < m_world; ++r) install_sync_batchnorm(m_rank_slots[static_cast<size_t>(r)], replica(r));
+        if (e.strategy.sync_batchnorm) install_sync_batchnorm_on_local(m_rank_slots);
     }
 
 private:

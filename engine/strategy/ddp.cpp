@@ -133,14 +133,14 @@ protected:
         for (int r = 0; r < m_world; ++r) {
             m_optimizers.push_back(optim::make_optimizer(e.optimizer));
             m_state.push_back(std::make_unique<RankState>());
-            if (e.strategy.sync_batchnorm && m_world > 1)
+            if (e.strategy.sync_batchnorm && m_world > 1 && ctx.is_local(r))
                 install_sync_batchnorm(m_state.back()->rank, replica(r));
         }
-        m_bucket_group = std::make_unique<comm::LocalGroup>(m_world);
+        m_bucket_group = ctx.group->split();
 
         // Buckets in reverse parameter order, each closed once it reaches bucket_mb MiB (a
         // parameter larger than that is a bucket of its own), as torch's Reducer does.
-        const auto& ps = params(0);
+        const auto& ps = layout();
         const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(e.strategy.bucket_mb * 1024 * 1024));
         m_bucket_of.assign(ps.size(), 0);
         Bucket cur;
@@ -279,7 +279,7 @@ private:
     std::vector<Bucket> m_buckets;  // in the order they are reduced
     std::vector<size_t> m_bucket_of;
     std::vector<std::unique_ptr<RankState>> m_state;
-    std::unique_ptr<comm::LocalGroup> m_bucket_group;
+    std::unique_ptr<comm::Group> m_bucket_group;
 };
 
 }  // namespace

@@ -25,6 +25,10 @@ namespace {
 
 class Hogwild final : public ReplicaStrategy {
 public:
+    const char* single_process_only() const override {
+        return "its devices update one parameter set in one process's memory";
+    }
+
     Hogwild() : ReplicaStrategy("hogwild") {}
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {

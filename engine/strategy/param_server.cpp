@@ -46,6 +46,10 @@ constexpr float kPushDone = 1.0f;
 
 class ParamServer final : public ReplicaStrategy {
 public:
+    const char* single_process_only() const override {
+        return "its server threads run beside device 0 in one process";
+    }
+
     ParamServer() : ReplicaStrategy("param_server") {}
 
     ~ParamServer() override {

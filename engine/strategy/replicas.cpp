@@ -17,23 +17,28 @@ void for_each_layer(nn::Layer& layer, const std::function<void(nn::Layer&)>& fn)
 
 void ReplicaStrategy::build_replicas(RunContext& ctx, nn::Model& reference, bool broadcast_at_start) {
     const run::Experiment& e = *ctx.experiment;
-    for (int r = 0; r < m_world; ++r) {
+    m_replicas.resize(static_cast<size_t>(m_world));
+    m_params.resize(static_cast<size_t>(m_world));
+    for (int r = m_world; r-- > 0;) {
+        if (!ctx.is_local(r)) continue;  // another process builds it
         Device& device = *ctx.devices[static_cast<size_t>(r)];
+        auto& slot = m_replicas[static_cast<size_t>(r)];
         if (r == 0 || !broadcast_at_start)
-            m_replicas.push_back(make_replica(e, ctx.input, reference, device));
+            slot = make_replica(e, ctx.input, reference, device);
         else
-            m_replicas.push_back(std::make_unique<nn::Model>(e.layers, ctx.input, e.loss, DType::f32, device));
-        m_params.push_back(m_replicas.back()->parameters());
+            slot = std::make_unique<nn::Model>(e.layers, ctx.input, e.loss, DType::f32, device);
+        m_params[static_cast<size_t>(r)] = slot->parameters();
+        m_layout = r;
     }
     // Which parameters each top-level layer owns: parameters() lists them layer by layer.
-    nn::Sequential& net = m_replicas[0]->net();
+    nn::Sequential& net = m_replicas[static_cast<size_t>(m_layout)]->net();
     size_t next = 0;
     for (size_t i = 0; i < net.size(); ++i) {
         std::vector<size_t> own;
         for (size_t k = 0; k < net.at(i).parameters().size(); ++k) own.push_back(next++);
         m_params_of_layer.push_back(std::move(own));
     }
-    PARALAB_CHECK(next == m_params[0].size(), "parameters not listed layer by layer");
+    PARALAB_CHECK(next == layout().size(), "parameters not listed layer by layer");
 
     // SyncBatchNorm is a collective in forward and backward: a device with no rows of some
     // batch would skip it and leave the others waiting. Refuse such runs up front.
@@ -81,9 +86,23 @@ void ReplicaStrategy::broadcast_parameters(Rank& rank) {
 
 Tensor ReplicaStrategy::predict(const Tensor& x) { return replica(0).forward(x, nn::Mode::eval); }
 
-std::vector<Tensor> ReplicaStrategy::parameters() { return host_copies(params(0)); }
+// Rank 0's replica is the trained model; a process without rank 0 holds none of it.
+std::vector<Tensor> ReplicaStrategy::parameters() {
+    if (!m_ctx->is_local(0)) return std::vector<Tensor>(layout().size());
+    return host_copies(params(0));
+}
 
-std::vector<Tensor> ReplicaStrategy::buffers() { return host_copies(replica(0).buffers()); }
+std::vector<Tensor> ReplicaStrategy::buffers() {
+    if (!m_ctx->is_local(0)) return std::vector<Tensor>(replica(m_layout).buffers().size());
+    return host_copies(replica(0).buffers());
+}
+
+void ReplicaStrategy::install_sync_batchnorm_on_local(std::vector<Rank*>& slots) {
+    slots.assign(static_cast<size_t>(m_world), nullptr);
+    if (m_world > 1)
+        for (int r = 0; r < m_world; ++r)
+            if (m_replicas[static_cast<size_t>(r)]) install_sync_batchnorm(slots[static_cast<size_t>(r)], replica(r));
+}
 
 void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model) {
     for_each_layer(model.net(), [&](nn::Layer& layer) {

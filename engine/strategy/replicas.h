@@ -26,8 +26,14 @@ protected:
     // Rank thread: rank 0's parameters and buffers to every rank, one flat broadcast.
     void broadcast_parameters(Rank& rank);
 
+    // A local rank's replica and its parameters (a rank of another process has none).
     nn::Model& replica(int rank) { return *m_replicas[static_cast<size_t>(rank)]; }
     std::vector<nn::Param*>& params(int rank) { return m_params[static_cast<size_t>(rank)]; }
+    // The parameters of some local replica: the layout every replica shares.
+    const std::vector<nn::Param*>& layout() const { return m_params[static_cast<size_t>(m_layout)]; }
+    // SyncBatchNorm on each local replica, reading rank r's handle from slots[r] (sized here;
+    // each rank thread sets its own slot in start_rank).
+    void install_sync_batchnorm_on_local(std::vector<Rank*>& slots);
     // The parameters each top-level layer owns, by layer index (the same on every replica).
     const std::vector<std::vector<size_t>>& params_of_layer() const { return m_params_of_layer; }
 
@@ -37,6 +43,7 @@ protected:
 
 private:
     std::vector<std::vector<size_t>> m_params_of_layer;
+    int m_layout = 0;  // a local rank
 };
 
 // SyncBatchNorm: every batchnorm of `model` sums its statistics over the ranks of `rank`'s

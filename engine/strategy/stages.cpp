@@ -157,6 +157,7 @@ struct Stage {
     std::vector<nn::Param*> params;  // context 0's (every context's values and grads)
     std::vector<Tensor> buffers;     // context 0's
     std::unique_ptr<optim::Optimizer> optimizer;
+    size_t remote_params = 0, remote_buffers = 0;  // a stage of another process: list lengths
 
     nn::Model& master() { return *contexts.front(); }
 };
@@ -215,11 +216,21 @@ void StagedStrategy::setup_impl(RunContext& ctx, nn::Model& reference) {
     m_stages.resize(static_cast<size_t>(m_world));
     for (int s = 0; s < m_world; ++s) {
         Stage& st = m_stages[size_t(s)];
-        Device& device = *ctx.devices[size_t(s)];
         st.first = bounds[size_t(s)];
         st.last = bounds[size_t(s) + 1];
         st.input = reference.net().at(st.first).input_shape();
         st.output = reference.net().at(st.last - 1).output_shape();
+        if (!ctx.is_local(s)) {
+            // Another process holds this stage: only its share of the model's lists is counted.
+            for (size_t i = st.first; i < st.last; ++i) {
+                st.remote_params += reference.net().at(i).parameters().size();
+                st.remote_buffers += reference.net().at(i).buffers().size();
+            }
+            param_at += st.remote_params;
+            buffer_at += st.remote_buffers;
+            continue;
+        }
+        Device& device = *ctx.devices[size_t(s)];
         const int contexts =
             contexts_needed(m_schedule, s, m_world, static_cast<int>(m_micro_batches));
         for (int c = 0; c < contexts; ++c) {
@@ -382,17 +393,22 @@ Tensor StagedStrategy::predict(const Tensor& x) {
     return h;
 }
 
+// Each stage's share, in the model's order; a stage of another process as empty tensors.
 std::vector<Tensor> StagedStrategy::parameters() {
     std::vector<Tensor> out;
-    for (Stage& st : m_stages)
+    for (Stage& st : m_stages) {
         for (Tensor& t : host_copies(st.params)) out.push_back(std::move(t));
+        out.resize(out.size() + st.remote_params);
+    }
     return out;
 }
 
 std::vector<Tensor> StagedStrategy::buffers() {
     std::vector<Tensor> out;
-    for (Stage& st : m_stages)
+    for (Stage& st : m_stages) {
         for (Tensor& t : host_copies(st.buffers)) out.push_back(std::move(t));
+        out.resize(out.size() + st.remote_buffers);
+    }
     return out;
 }
 

@@ -94,9 +94,20 @@ std::vector<run::Span> Rank::take_spans() {
 
 Strategy::~Strategy() = default;
 
+bool RunContext::spans_processes() const {
+    for (const Device* d : devices)
+        if (!d) return true;
+    return false;
+}
+
 void Strategy::setup(RunContext& ctx, nn::Model& reference) {
     m_ctx = &ctx;
     m_world = static_cast<int>(ctx.devices.size());
+    if (ctx.spans_processes())
+        if (const char* why = single_process_only())
+            throw ConfigError("strategy.type: " + m_name + " runs in one process (" + why +
+                              "); run it without mpirun, or use ddp, zero, data_parallel, "
+                              "model_parallel or pipeline across processes");
     setup_impl(ctx, reference);
 }
 

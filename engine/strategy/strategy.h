@@ -50,10 +50,16 @@ struct RunContext {
     Shape input;                   // per-example model input
     Shape target;                  // per-example target shape ({} for class ids)
     int64_t train_size = 0;        // examples in the training split
-    std::vector<Device*> devices;  // one per rank, in rank order
-    comm::LocalGroup* group = nullptr;
+    // One per rank, in rank order; null for a rank that runs in another process (an MPI job:
+    // a strategy builds only its local ranks' replicas or stages).
+    std::vector<Device*> devices;
+    comm::Group* group = nullptr;
     int64_t total_steps = 0;
     Clock::time_point t0;          // spans are seconds since t0
+
+    bool is_local(int r) const { return devices[static_cast<size_t>(r)] != nullptr; }
+    // True when some rank runs in another process.
+    bool spans_processes() const;
 };
 
 // The handle a rank thread passes to its strategy: its device, its communicator, and the
@@ -148,7 +154,10 @@ public:
     virtual StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) = 0;
 
     // Eval-mode output for x [B, ...input] on device 0 (any one thread, no rank stepping):
-    // the model as trained so far.
+    // the model as trained so far. In a run across processes, parameters() and buffers() list
+    // only what this process holds of the trained model (the rest as empty tensors), and
+    // predict is not called: rank 0's process evaluates a model put together from every
+    // process's part (engine/run/process_run.h).
     virtual Tensor predict(const Tensor& x) = 0;
     // The trained parameters in the model's order, as host copies (for the tests of §3).
     virtual std::vector<Tensor> parameters() = 0;
@@ -161,6 +170,8 @@ public:
 protected:
     explicit Strategy(std::string name) : m_name(std::move(name)) {}
     virtual void setup_impl(RunContext& ctx, nn::Model& reference) = 0;
+    // Why this strategy cannot have its ranks in several processes (null when it can).
+    virtual const char* single_process_only() const { return nullptr; }
 
     int m_world = 1;
     const RunContext* m_ctx = nullptr;

@@ -96,17 +96,14 @@ protected:
         const run::Experiment& e = *ctx.experiment;
         m_stage = e.strategy.zero_stage;
         build_replicas(ctx, reference, true);
-        m_total = total_numel(params(0));
+        m_total = total_numel(layout());
         m_rank_slots.assign(static_cast<size_t>(m_world), nullptr);
+        if (e.strategy.sync_batchnorm) install_sync_batchnorm_on_local(m_rank_slots);
         m_state.resize(static_cast<size_t>(m_world));
-        for (int r = 0; r < m_world; ++r) {
-            m_optimizers.push_back(optim::make_optimizer(e.optimizer));
-            if (e.strategy.sync_batchnorm && m_world > 1)
-                install_sync_batchnorm(m_rank_slots[static_cast<size_t>(r)], replica(r));
-        }
+        for (int r = 0; r < m_world; ++r) m_optimizers.push_back(optim::make_optimizer(e.optimizer));
         // Where each parameter starts in the flat layout.
         int64_t at = 0;
-        for (const nn::Param* p : params(0)) {
+        for (const nn::Param* p : layout()) {
             m_offset.push_back(at);
             at += p->value.numel();
         }

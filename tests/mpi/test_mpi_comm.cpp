@@ -7,9 +7,6 @@
 // and names any other rank that failed a test, the others print only their failures. In a build
 // without MPI the program reports SKIPPED (and checks the stub's message).
 #include <gtest/gtest.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +23,7 @@
 #include "engine/comm/mpi.h"
 #include "engine/data/loader.h"
 #include "../engine/comm_reference.h"
+#include "mpi_testing.h"
 
 using namespace paralab;
 using namespace paralab::comm;
@@ -33,11 +31,9 @@ using namespace comm_reference;
 
 namespace {
 
-// ---- the group, and a fixture that agrees on failures --------------------------------------
+// ---- the group, and a fixture that agrees on failures (mpi_testing.h) ----------------------
 
-Communicator& comm() {
-    return MpiGroup::world().communicator();
-}
+using mpi_testing::comm;
 
 // True on every rank when `data` is bit for bit rank 0's (root 0 broadcasts its copy).
 template <class T>
@@ -47,25 +43,7 @@ bool same_bits_as_rank0(const std::vector<T>& data) {
     return same_bits(root, data);
 }
 
-class MpiCommTest : public ::testing::Test {
-protected:
-    void SetUp() override {
-        if (!MpiGroup::available()) GTEST_SKIP() << "this build has no MPI support";
-    }
-
-    // Every rank learns which ranks failed this test, so that rank 0's report names them.
-    void TearDown() override {
-        if (!MpiGroup::available()) return;
-        const int world = comm().world();
-        std::vector<double> failed(static_cast<size_t>(world), 0.0);
-        failed[size_t(comm().rank())] = HasFailure() ? 1.0 : 0.0;
-        comm().all_gather(failed.data(), world, DType::f64);  // rank r's shard is element r
-        for (int r = 0; r < world; ++r)
-            if (r != comm().rank() && failed[size_t(r)] != 0)
-                ADD_FAILURE() << "rank " << r << " failed this test (see its [rank " << r
-                              << "] lines)";
-    }
-};
+using MpiCommTest = mpi_testing::AgreedTest;
 
 // ---- collectives x sizes --------------------------------------------------------------------
 
@@ -399,48 +377,8 @@ TEST(MpiBuild, AvailabilityMatchesTheBuild) {
 #endif
 }
 
-// Ranks other than 0 print only what failed, prefixed with their rank.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
-public:
-    explicit FailurePrinter(int rank) : m_rank(rank) {}
-    void OnTestPartResult(const ::testing::TestPartResult& result) override {
-        if (!result.failed()) return;
-        std::fprintf(stderr, "[rank %d] %s:%d: failure\n%s\n", m_rank,
-                     result.file_name() ? result.file_name() : "?", result.line_number(),
-                     result.summary());
-    }
-    void OnTestEnd(const ::testing::TestInfo& info) override {
-        if (info.result()->Failed())
-            std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", m_rank, info.test_suite_name(),
-                         info.name());
-    }
-
-private:
-    int m_rank;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
-#if defined(__GLIBC__)
-    // As in tests/engine/test_comm.cpp: keep freed blocks of 4-16 MB (the inputs, and Open MPI's
-    // per-call temporary buffers) instead of mapping them afresh, each page a fault, every time.
-    mallopt(M_MMAP_THRESHOLD, 1 << 30);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-#endif
-    ::testing::InitGoogleTest(&argc, argv);
-    if (MpiGroup::available()) {
-        try {
-            const MpiGroup& group = MpiGroup::world();  // MPI is initialised before any test
-            if (group.rank() != 0) {
-                auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-                delete listeners.Release(listeners.default_result_printer());
-                listeners.Append(new FailurePrinter(group.rank()));
-            }
-        } catch (const std::exception& e) {
-            std::fprintf(stderr, "test_mpi_comm: %s\n", e.what());
-            return 1;
-        }
-    }
-    return RUN_ALL_TESTS();
+    return mpi_testing::run_all(argc, argv, "test_mpi_comm");
 }

@@ -1,0 +1,103 @@
+#!/bin/sh
+# Faults of a run across processes (issue 8), on the real CLI under mpirun (CTest label `mpi`):
+#   1. a stop (SIGINT to mpirun, as the window's Stop does) ends every rank and the run is
+#      `stopped`, with its steps stored;
+#   2. a rank killed mid-run (SIGKILL): mpirun ends the job, and the run is `failed` with a
+#      message naming the rank, its steps kept;
+#   3. a rank that hangs (SIGSTOP): rank 0's watchdog fails the run after --rank-timeout, naming
+#      the rank, and every process exits.
+# Each job must end within a bound (timeout), and the store must stay readable.
+# Usage: test_mpi_faults.sh PARALAB EXPERIMENT RUN_MPI_TEST MPIEXEC NUMPROC_FLAG
+set -u
+paralab=$1 experiment=$2 run_mpi=$3 mpiexec=$4 np_flag=$5
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail=0
+say() { echo "test_mpi_faults: $*"; }
+check() {  # check DESCRIPTION COMMAND...
+    what=$1
+    shift
+    if "$@"; then say "ok: $what"; else say "FAILED: $what"; fail=1; fi
+}
+
+# The pid of rank $2 of the job writing to store $1.
+rank_pid() {
+    for pid in $(pgrep -f "paralab run .*$1"); do
+        if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+            echo "$pid"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# Rows of per-step records stored for run 1 of store $1 (0 while there is none).
+stored_steps() {
+    if "$paralab" runs export 1 --db "$1" --csv "$dir/steps.csv" >/dev/null 2>&1; then
+        tail -n +2 "$dir/steps.csv" | wc -l
+    else
+        echo 0
+    fi
+}
+
+# Waits until the run in store $1 has stored some steps (at most 40 s).
+wait_for_steps() {
+    i=0
+    while [ $i -lt 400 ]; do
+        [ "$(stored_steps "$1")" -gt 6 ] && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+
+# Starts a long 3-rank ddp job on store $1 in the background; its exit code goes to $1.rc.
+start_job() {
+    (
+        timeout 60 "$run_mpi" "$mpiexec" "$np_flag" 3 "$paralab" run "$experiment" --devices cpu:0 --strategy ddp \
+            --epochs 100000 --steps 10000000 --db "$1" --rank-timeout "$2" > "$1.out" 2> "$1.err"
+        echo $? > "$1.rc"
+    ) &
+}
+
+status_of() { "$paralab" runs show 1 --db "$1" --json | grep -o '"status": *"[a-z]*"' | grep -o '[a-z]*"$' | tr -d '"'; }
+error_of() { "$paralab" runs show 1 --db "$1" --json | grep -o '"error": *"[^"]*"'; }
+
+# 1. Stop.
+db=$dir/stop.db
+start_job "$db" 60
+check "the stopped job stored steps before the stop" wait_for_steps "$db"
+pkill -INT -f "^[^ ]*mpi(run|exec)[^ ]* .*$db"  # mpirun only (not the timeout around it)
+wait
+check "the stopped job ended within its bound (rc $(cat "$db.rc"))" test "$(cat "$db.rc")" != 124
+check "the stopped run is recorded as stopped (got $(status_of "$db"))" test "$(status_of "$db")" = stopped
+check "the stopped run keeps its steps" test "$(stored_steps "$db")" -gt 0
+
+# 2. A rank killed.
+db=$dir/kill.db
+start_job "$db" 60
+check "the job stored steps before the kill" wait_for_steps "$db"
+pid=$(rank_pid "$db" 1) && kill -KILL "$pid"
+wait
+check "the job with a killed rank ended within its bound (rc $(cat "$db.rc"))" test "$(cat "$db.rc")" != 124
+check "the run with a killed rank is failed (got $(status_of "$db"))" test "$(status_of "$db")" = failed
+check "its error names rank 1: $(error_of "$db")" sh -c "'$paralab' runs show 1 --db '$db' --json | grep -q 'rank 1 (r1/cpu:0)'"
+check "the run with a killed rank keeps its steps" test "$(stored_steps "$db")" -gt 0
+
+# 3. A rank that hangs.
+db=$dir/hang.db
+start_job "$db" 2
+check "the job stored steps before the hang" wait_for_steps "$db"
+pid=$(rank_pid "$db" 2) && kill -STOP "$pid"
+wait
+check "the job with a hung rank ended within its bound (rc $(cat "$db.rc"))" test "$(cat "$db.rc")" != 124
+check "the run with a hung rank is failed (got $(status_of "$db"))" test "$(status_of "$db")" = failed
+check "its error names rank 2: $(error_of "$db")" sh -c "'$paralab' runs show 1 --db '$db' --json | grep -q 'rank 2 (r2/cpu:0).*not heard from'"
+check "no process of the hung job is left" sh -c "! pgrep -f '[p]aralab run .*$db' >/dev/null"
+
+if [ $fail -ne 0 ]; then
+    for f in "$dir"/*.err; do echo "--- $f"; tail -n 15 "$f"; done
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+echo "1 passed, 0 failed"

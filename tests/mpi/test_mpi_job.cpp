@@ -1,0 +1,206 @@
+// Runs across the processes of an MPI job (issue 8), run by `mpirun -np N` (N = 2 and 3; CTest
+// label `mpi`): every process runs one device, and
+//   - ddp, zero, data_parallel, model_parallel and pipeline train to the parameters of the
+//     in-process run on N devices (rank 0 runs that too): the same to float rounding (MPI's
+//     reduction order), exactly for the stage strategies, whose messages carry values unchanged;
+//   - rank 0's observer hears every rank's step records and spans, under the world's names;
+//   - an eval during training and the final one evaluate the model put together on rank 0;
+//   - the ranks' loaders cover each epoch exactly once between them;
+//   - hogwild and param_server are refused on every process, with rank 0 saying why.
+// Faults (a rank killed or hung, a stop) are tested on the real CLI by test_mpi_faults.sh.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/data/dataset.h"
+#include "engine/data/loader.h"
+#include "engine/run/experiment.h"
+#include "engine/run/trainer.h"
+#include "../engine/strategy_testing.h"
+#include "mpi_testing.h"
+
+using namespace paralab;
+using nlohmann::json;
+namespace pcomm = paralab::comm;
+
+namespace {
+
+// Dropout (masks follow the global row index) and 26 rows per batch (3 does not divide it).
+json experiment(const std::string& strategy) {
+    json j = json::parse(R"({
+      "paralab": 1, "name": "job", "seed": 5,
+      "data": {"dataset": "spirals", "samples": 300, "classes": 3, "batch_size": 26},
+      "model": {"layers": [
+          {"type": "linear", "out": 32}, {"type": "relu"}, {"type": "dropout", "p": 0.2},
+          {"type": "linear", "out": 32}, {"type": "tanh"}, {"type": "linear", "out": 3}],
+        "loss": "cross_entropy"},
+      "optimizer": {"type": "sgd", "lr": 0.1, "momentum": 0.9},
+      "train": {"epochs": 1, "max_steps": 6, "eval_every": 3}
+    })");
+    j["strategy"] = {{"type", strategy}};
+    if (strategy == "pipeline") j["strategy"]["micro_batches"] = 3;
+    return j;
+}
+
+// What rank 0's observer hears.
+class Heard : public run::RunObserver {
+public:
+    void on_start(const run::Experiment& e, int64_t) override { devices = e.devices; }
+    void on_span(const run::Span& s) override {
+        std::lock_guard lock(m);
+        span_devices.insert(s.device);
+    }
+    void on_step(const run::StepRecord& r) override {
+        std::lock_guard lock(m);
+        steps[r.device].push_back(r.step);
+    }
+    void on_step_end(const run::StepRecord& r) override { ended.push_back(r.step); }
+    void on_eval(const run::EvalResult& r) override { evals.push_back(r); }
+    void on_finish(const run::RunSummary& s) override { finished = s.status; }
+
+    std::mutex m;
+    std::vector<std::string> devices;
+    std::set<std::string> span_devices;
+    std::map<std::string, std::vector<int64_t>> steps;
+    std::vector<int64_t> ended;
+    std::vector<run::EvalResult> evals;
+    std::string finished;
+};
+
+using JobTest = mpi_testing::AgreedTest;
+
+class JobParity : public mpi_testing::AgreedTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
+    const std::string strategy = GetParam();
+    const int world = mpi_testing::comm().world();
+    const int me = mpi_testing::comm().rank();
+    json j = experiment(strategy);
+    j["devices"] = json::array({"cpu:0"});
+    run::JobOptions job;
+    job.rank_timeout_s = 30;
+    Heard heard;
+    run::RunArtifacts artifacts;
+    const run::RunSummary s =
+        run::run_experiment(run::parse_experiment(j), me == 0 ? &heard : nullptr, nullptr, 1, &artifacts, &job);
+    ASSERT_EQ(s.status, "finished") << s.error;
+    if (me != 0) {
+        EXPECT_TRUE(artifacts.parameters.empty()) << "only rank 0 holds the trained model";
+        return;
+    }
+    std::vector<std::string> names;
+    for (int r = 0; r < world; ++r) names.push_back("r" + std::to_string(r) + "/cpu:0");
+    EXPECT_EQ(s.devices, names);
+    EXPECT_EQ(heard.devices, names);
+    EXPECT_EQ(heard.finished, "finished");
+    EXPECT_EQ(s.steps, 6);
+    EXPECT_EQ(heard.ended, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+    for (const std::string& d : names) {
+        EXPECT_EQ(heard.steps[d], (std::vector<int64_t>{1, 2, 3, 4, 5, 6})) << d;
+        EXPECT_TRUE(heard.span_devices.count(d)) << "no spans from " << d;
+        EXPECT_TRUE(s.peak_memory_bytes.count(d) && s.peak_memory_bytes.at(d) > 0) << d;
+    }
+    ASSERT_EQ(heard.evals.size(), 2u);  // at step 3, and the final one
+    EXPECT_EQ(heard.evals[0].step, 3);
+
+    // The same run with N devices in this process.
+    json local = experiment(strategy);
+    local["devices"] = strategy_testing::devices(world);
+    const strategy_testing::Result ref = strategy_testing::run_it(local);
+    ASSERT_EQ(ref.summary.status, "finished") << ref.summary.error;
+    const bool exact = strategy == "pipeline" || strategy == "model_parallel";
+    const double diff = strategy_testing::max_rel_diff(artifacts.parameters, ref.artifacts.parameters);
+    if (exact)
+        EXPECT_EQ(diff, 0.0) << strategy;
+    else
+        EXPECT_LT(diff, 1e-5) << strategy;
+    EXPECT_NEAR(s.final_loss, ref.summary.final_loss, 1e-5);
+    ASSERT_TRUE(s.test_loss && ref.summary.test_loss);
+    EXPECT_NEAR(*s.test_loss, *ref.summary.test_loss, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, JobParity,
+                         ::testing::Values("ddp", "zero", "data_parallel", "model_parallel", "pipeline"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST_F(JobTest, LoadersOfTheRanksCoverAnEpochExactlyOnce) {
+    const int world = mpi_testing::comm().world();
+    const int me = mpi_testing::comm().rank();
+    data::DataConfig dc;
+    dc.dataset = "spirals";
+    dc.samples = 301;
+    dc.classes = 3;
+    const data::DataSplits splits = data::load_data(dc, 11);
+    const int64_t n = splits.train.size();
+    data::DataLoader::Options opt;
+    opt.batch_size = 20;  // 20 rows over 2 or 3 ranks, and a last batch of n % 20
+    opt.shuffle = true;
+    opt.seed = 11;
+    opt.workers = 1;
+    opt.shard = me;
+    opt.num_shards = world;
+    data::DataLoader loader(splits.train, opt);
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+        loader.start_epoch(epoch);
+        std::vector<double> seen(static_cast<size_t>(n), 0.0);
+        data::Batch b;
+        while (loader.next(b))
+            for (int64_t id : b.sample_ids) seen[static_cast<size_t>(id)] += 1;
+        mpi_testing::comm().all_reduce(seen.data(), n, DType::f64, pcomm::ReduceOp::sum);
+        for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(seen[static_cast<size_t>(i)], 1.0) << "example " << i << " in epoch " << epoch;
+    }
+}
+
+TEST_F(JobTest, StrategiesOfOneProcessAreRefusedOnEveryRank) {
+    for (const char* strategy : {"hogwild", "param_server"}) {
+        json j = experiment(strategy);
+        j["devices"] = json::array({"cpu:0"});
+        run::JobOptions job;
+        std::string message;
+        bool refused_quietly = false;
+        try {
+            run::run_experiment(run::parse_experiment(j), nullptr, nullptr, 1, nullptr, &job);
+        } catch (const run::JobRefused& e) {
+            refused_quietly = true;
+            message = e.what();
+        } catch (const ConfigError& e) {
+            message = e.what();
+        }
+        if (mpi_testing::comm().rank() == 0) {
+            EXPECT_FALSE(refused_quietly);
+            EXPECT_NE(message.find("runs in one process"), std::string::npos) << message;
+        } else {
+            EXPECT_TRUE(refused_quietly) << message;
+        }
+    }
+}
+
+TEST_F(JobTest, AProblemOfOneRankIsRefusedOnEveryRankBeforeTraining) {
+    json j = experiment("ddp");
+    // Rank 1 lists two devices: every process refuses, and rank 0 names rank 1.
+    j["devices"] = mpi_testing::comm().rank() == 1 ? json::array({"cpu:0", "cpu:1"}) : json::array({"cpu:0"});
+    run::JobOptions job;
+    std::string message;
+    try {
+        run::run_experiment(run::parse_experiment(j), nullptr, nullptr, 1, nullptr, &job);
+        ADD_FAILURE() << "the job ran";
+    } catch (const ConfigError& e) {
+        message = e.what();
+    }
+    if (mpi_testing::comm().rank() == 0) {
+        EXPECT_NE(message.find("rank 1: devices: in an MPI job each process runs one device"), std::string::npos)
+            << message;
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    return mpi_testing::run_all(argc, argv, "test_mpi_job");
+}
