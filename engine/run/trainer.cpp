@@ -243,10 +243,18 @@ void Shared::fail_job(int rank, const std::string& reason) {
 // A rank failed: remember why (a rank woken by the abort is not the cause) and wake the others.
 void fail_run(Shared& sh, std::exception_ptr err, const std::string& reason) {
     if (sh.mpi) {
-        // MPI cannot wake the peers: rank 0 records the failure, then the job ends as a whole.
-        if (sh.is_root()) sh.fail_job(sh.mpi->rank(), reason);
+        // MPI cannot wake the peers: rank 0 records the failure (named after the rank, so the
+        // cause alone), then the job ends as a whole.
+        std::string cause = reason;
         try {
-            sh.sender->fail(reason);
+            std::rethrow_exception(err);
+        } catch (const std::exception& e) {
+            cause = e.what();
+        } catch (...) {
+        }
+        if (sh.is_root()) sh.fail_job(sh.mpi->rank(), cause);
+        try {
+            sh.sender->fail(cause);
         } catch (const std::exception&) {
         }
         std::this_thread::sleep_for(std::chrono::seconds(5));  // rank 0 ends the job meanwhile

@@ -5,7 +5,8 @@
 #   2. a rank killed mid-run (SIGKILL): mpirun ends the job, and the run is `failed` with a
 #      message naming the rank, its steps kept;
 #   3. a rank that hangs (SIGSTOP): rank 0's watchdog fails the run after --rank-timeout, naming
-#      the rank, and every process exits.
+#      the rank, and every process exits;
+#   4. a loss that becomes NaN: the run is `failed` with the cause, and the job ends.
 # Each job must end within a bound (timeout), and the store must stay readable.
 # Usage: test_mpi_faults.sh PARALAB EXPERIMENT RUN_MPI_TEST MPIEXEC NUMPROC_FLAG
 set -u
@@ -94,6 +95,18 @@ check "the job with a hung rank ended within its bound (rc $(cat "$db.rc"))" tes
 check "the run with a hung rank is failed (got $(status_of "$db"))" test "$(status_of "$db")" = failed
 check "its error names rank 2: $(error_of "$db")" sh -c "'$paralab' runs show 1 --db '$db' --json | grep -q 'rank 2 (r2/cpu:0).*not heard from'"
 check "no process of the hung job is left" sh -c "! pgrep -f '[p]aralab run .*$db' >/dev/null"
+
+# 4. A NaN loss (a learning rate of 1e37).
+db=$dir/nan.db
+sed 's/"lr": *[0-9.e+-]*/"lr": 1e37/' "$experiment" > "$dir/nan.paralab.json"
+timeout 60 "$run_mpi" "$mpiexec" "$np_flag" 2 "$paralab" run "$dir/nan.paralab.json" --devices cpu:0 \
+    --strategy ddp --db "$db" > "$db.out" 2> "$db.err"
+echo $? > "$db.rc"
+check "the job whose loss became NaN ended within its bound, unsuccessfully (rc $(cat "$db.rc"))" \
+    sh -c "[ $(cat "$db.rc") != 124 ] && [ $(cat "$db.rc") != 0 ]"
+check "the run whose loss became NaN is failed (got $(status_of "$db"))" test "$(status_of "$db")" = failed
+check "its error names the rank and the NaN: $(error_of "$db")" \
+    sh -c "'$paralab' runs show 1 --db '$db' --json | grep -q 'rank [01] (r[01]/cpu:0): the training loss became NaN'"
 
 if [ $fail -ne 0 ]; then
     for f in "$dir"/*.err; do echo "--- $f"; tail -n 15 "$f"; done
