@@ -19,6 +19,7 @@
 #include "engine/data/dataset.h"
 #include "engine/device/device.h"
 #include "engine/nn/model.h"
+#include "engine/run/event_stream.h"
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
 #include "engine/store/run_store.h"
@@ -184,6 +185,7 @@ struct RunArgs {
     int64_t epochs = 0, steps = 0;
     int threads = 1;
     bool json = false;
+    bool stream = false;
     double rank_timeout_s = 60;
 };
 
@@ -252,12 +254,22 @@ int cmd_run(const RunArgs& a) {
     run::RunSummary s;
     int64_t run_id = 0;
     std::string write_error;
+    // --stream: the run's events as JSON lines on stdout (engine/run/event_stream.h).
+    run::stream::Writer stream([](const std::string& line) {
+        std::fwrite(line.data(), 1, line.size(), stdout);
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+    });
     {
         store::RunRecorder recorder(db, run::to_json(e));
-        Observers observers({&progress, &recorder});
-        if (job && a.json)
+        std::vector<run::RunObserver*> all{&progress, &recorder};
+        if (a.stream) all.push_back(&stream);
+        Observers observers(all);
+        if (job)
             job->on_abort = [&](const run::RunSummary& failed) {
-                std::cout << store::summary_json(failed, recorder.run_id()).dump() << std::endl;
+                const auto summary = store::summary_json(failed, recorder.run_id());
+                if (a.stream) stream.finish(summary);
+                if (a.json) std::cout << summary.dump() << std::endl;
             };
         s = run::run_experiment(e, &observers, &control, a.threads, nullptr, job ? &*job : nullptr);
         run_id = recorder.run_id();
@@ -265,6 +277,7 @@ int cmd_run(const RunArgs& a) {
     }
     g_control = nullptr;
     if (!write_error.empty()) std::cerr << "paralab: warning: some steps were not stored: " << write_error << "\n";
+    if (a.stream) stream.finish(store::summary_json(s, run_id));
     if (a.json) std::cout << store::summary_json(s, run_id).dump() << std::endl;
     return s.status == "failed" ? 1 : 0;
 }
@@ -358,6 +371,9 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     run->add_option("--threads", run_args.threads, "compute threads per device")
         ->check(CLI::Range(1, 256));
     run->add_flag("--json", run_args.json, "print a JSON summary on stdout at the end");
+    run->add_flag("--stream", run_args.stream,
+                  "write the run's events (steps, spans, evals, the summary) as JSON lines on stdout, "
+                  "for a viewer in another process");
     run->add_option("--rank-timeout", run_args.rank_timeout_s,
                     "under mpirun: seconds a process may go unheard before the run fails (default 60)")
         ->check(CLI::PositiveNumber);

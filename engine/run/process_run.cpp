@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/device/device.h"
+#include "engine/run/event_stream.h"
 
 namespace paralab::run::job {
 
@@ -21,85 +22,30 @@ constexpr int kProgressTag = 8;  // never sent
 // Tags of gather_model on the training communicator: above any pipeline message tag.
 constexpr int kMaskTag = 30001, kTensorTag = 30002;
 
-json memory_json(const MemoryStats& m) {
-    return json{{"current", m.current},           {"peak", m.peak},
-                {"current_total", m.current_total}, {"peak_total", m.peak_total},
-                {"cached", m.cached_bytes},         {"system_allocs", m.system_allocs}};
-}
+using stream::memory_from;
+using stream::memory_json;
 
-MemoryStats memory_from(const json& j) {
-    MemoryStats m;
-    m.current = j.at("current").get<decltype(m.current)>();
-    m.peak = j.at("peak").get<decltype(m.peak)>();
-    m.current_total = j.at("current_total").get<int64_t>();
-    m.peak_total = j.at("peak_total").get<int64_t>();
-    m.cached_bytes = j.at("cached").get<int64_t>();
-    m.system_allocs = j.at("system_allocs").get<int64_t>();
-    return m;
-}
-
-// Doubles go as JSON numbers, which nlohmann writes with round-trip precision; a NaN (the loss
-// of a device that computes none) as null.
+// Doubles go as JSON numbers, which nlohmann writes with round-trip precision; a NaN as null.
 json number(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 double number_from(const json& j) {
     return j.is_null() ? std::numeric_limits<double>::quiet_NaN() : j.get<double>();
 }
 
 json published_json(const Published& p) {
-    const StepRecord& r = p.record;
     json spans = json::array();
-    for (const Span& s : p.spans)
-        spans.push_back({s.step, s.device, s.phase, s.t_begin, s.t_end, s.bytes});
-    return json{{"step", r.step},
-                {"epoch", r.epoch},
-                {"steps_per_epoch", r.steps_per_epoch},
-                {"total_steps", r.total_steps},
-                {"device", r.device},
-                {"loss", number(r.loss)},
-                {"samples", r.samples},
-                {"lr", r.lr},
-                {"wall_s", r.wall_s},
-                {"compute_ms", r.compute_ms},
-                {"comm_ms", r.comm_ms},
-                {"idle_ms", r.idle_ms},
-                {"data_wait_ms", r.data_wait_ms},
-                {"grad_norm", number(r.grad_norm)},
-                {"memory", memory_json(r.memory)},
+    for (const Span& s : p.spans) spans.push_back(stream::span_json(s));
+    return json{{"record", stream::record_json(p.record)},
                 {"loss_sum", number(p.loss_sum)},
                 {"loss_samples", p.loss_samples},
-                {"spans", spans}};
+                {"spans", std::move(spans)}};
 }
 
 Published published_from(const json& j) {
     Published p;
-    StepRecord& r = p.record;
-    r.step = j.at("step").get<int64_t>();
-    r.epoch = j.at("epoch").get<int64_t>();
-    r.steps_per_epoch = j.at("steps_per_epoch").get<int64_t>();
-    r.total_steps = j.at("total_steps").get<int64_t>();
-    r.device = j.at("device").get<std::string>();
-    r.loss = number_from(j.at("loss"));
-    r.samples = j.at("samples").get<int64_t>();
-    r.lr = j.at("lr").get<double>();
-    r.wall_s = j.at("wall_s").get<double>();
-    r.compute_ms = j.at("compute_ms").get<double>();
-    r.comm_ms = j.at("comm_ms").get<double>();
-    r.idle_ms = j.at("idle_ms").get<double>();
-    r.data_wait_ms = j.at("data_wait_ms").get<double>();
-    r.grad_norm = number_from(j.at("grad_norm"));
-    r.memory = memory_from(j.at("memory"));
+    p.record = stream::record_from(j.at("record"));
     p.loss_sum = number_from(j.at("loss_sum"));
     p.loss_samples = j.at("loss_samples").get<int64_t>();
-    for (const json& s : j.at("spans")) {
-        Span span;
-        span.step = s.at(0).get<int64_t>();
-        span.device = s.at(1).get<std::string>();
-        span.phase = s.at(2).get<std::string>();
-        span.t_begin = s.at(3).get<double>();
-        span.t_end = s.at(4).get<double>();
-        span.bytes = s.at(5).get<int64_t>();
-        p.spans.push_back(std::move(span));
-    }
+    for (const json& s : j.at("spans")) p.spans.push_back(stream::span_from(s));
     return p;
 }
 
