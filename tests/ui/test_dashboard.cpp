@@ -1,26 +1,34 @@
 // The per-device dashboard and the timeline, offscreen: synthetic records of three devices give
 // one curve per device with every point, TensorBoard's smoothing starts at the raw value, the
 // memory stacks add up to each device's total, the timeline keeps only the last K steps and
-// colours spans by phase family, exports write files, and a real 2-device DDP run started from
-// the window fills both.
+// colours spans by phase family, exports write files, a real 2-device DDP run started from the
+// window fills both, every plot of the window exports as PNG, PDF and CSV, a decimated curve
+// keeps every pixel column's extremes, and a hidden tab is not redrawn.
 #include <QFile>
+#include <QMenu>
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QtTest>
 
 #include <cmath>
+#include <qcustomplot.h>
 
 #include "engine/store/run_store.h"
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/common/palette.h"
+#include "ui/panels/dashboard/decimated_graph.h"
 #include "ui/panels/dashboard/device_dashboard.h"
+#include "ui/panels/dashboard/loss_plot_panel.h"
+#include "ui/panels/runs/runs_panel.h"
 #include "ui/panels/timeline/timeline_panel.h"
 #include "ui/session/run_controller.h"
 
 using paralab::run::Span;
 using paralab::run::StepRecord;
+using paralab::ui::DecimatedGraph;
 using paralab::ui::DeviceDashboard;
+using paralab::ui::PlotExport;
 using paralab::ui::MainWindow;
 using paralab::ui::RunController;
 using paralab::ui::TimelinePanel;
@@ -105,6 +113,22 @@ QVector<Span> ddpSpans(int64_t first, int64_t last) {
     return out;
 }
 
+// Fields of one CSV line, quotes (RFC 4180) taken off.
+QStringList csvFields(const QString& line) {
+    QStringList fields;
+    QString field;
+    bool quoted = false;
+    for (qsizetype i = 0; i < line.size(); ++i) {
+        const QChar c = line[i];
+        if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') field += c, ++i;
+        else if (c == '"') quoted = !quoted;
+        else if (c == ',' && !quoted) fields << field, field.clear();
+        else field += c;
+    }
+    fields << field;
+    return fields;
+}
+
 QStringList readLines(const QString& path) {
     QFile f(path);
     if (!f.open(QIODevice::ReadOnly | QIODevice::Text)) return {};
@@ -132,6 +156,11 @@ private slots:
     void csvHasAHeaderAndOneRowPerRecord();
     void plotsExportAsPngAndPdf();
     void realDdpRunFillsBothDevices();
+    void everyPlotOfTheWindowExports();
+    void decimatedCurveKeepsEachColumnsExtremes_data();
+    void decimatedCurveKeepsEachColumnsExtremes();
+    void decimatedCurveZoomedInReadsEveryPoint();
+    void hiddenPlotsAreNotRedrawn();
     void screenshots();
 };
 
@@ -422,6 +451,169 @@ void TestDashboard::realDdpRunFillsBothDevices() {
     w.setExperiment(e);
     QCOMPARE(d->lossPointCount("cpu:0"), 0);
     QVERIFY(t->spans().isEmpty());
+}
+
+// File ▸ Export covers every plot of the window: each one's picture (PNG, PDF) and its data
+// (CSV: a header, then rows) after a real run, with the run selected in the Runs tab.
+void TestDashboard::everyPlotOfTheWindowExports() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(":/examples/spirals-mlp.paralab.json", false), QString());
+    auto e = *w.experiment();
+    e.devices = {"cpu:0", "cpu:1"};
+    e.strategy.type = "ddp";
+    e.train.max_steps = 20;
+    w.setExperiment(e);
+    QSignalSpy finished(w.controller(), &RunController::finished);
+    w.startRun();
+    QVERIFY2(finished.count() == 1 || finished.wait(30000), qPrintable(w.statusText()));
+    // This test's run: the newest in the store, once the runs table has read it.
+    const auto stored = paralab::store::RunStore(paralab::store::RunStore::default_path()).list_runs();
+    QVERIFY(!stored.empty());
+    const qint64 runId = stored.back().run_id;
+    QTRY_VERIFY_WITH_TIMEOUT(w.runsPanel()->model()->run(runId) != nullptr, 10000);
+    w.runsPanel()->selectRuns({runId});
+    QTRY_VERIFY_WITH_TIMEOUT(w.runsPanel()->comparedRunIds().contains(runId), 10000);
+
+    const QVector<PlotExport> exports = w.plotExports();
+    // Training; the Devices tab's five plots and all of them at once; the timeline; the runs.
+    QCOMPARE(exports.size(), 9);
+    QTemporaryDir dir;
+    QSet<QString> stems;
+    for (const PlotExport& x : exports) {
+        QVERIFY2(!stems.contains(x.fileStem), qPrintable(x.fileStem));
+        stems.insert(x.fileStem);
+        const QString base = dir.filePath(x.fileStem);
+        QVERIFY2(paralab::ui::plotexport::save(x, base + ".png"), qPrintable(x.title));
+        const QImage image(base + ".png");
+        QVERIFY2(!image.isNull() && image.width() >= 400 && image.height() >= 200, qPrintable(x.title));
+        QVERIFY2(paralab::ui::plotexport::save(x, base + ".pdf"), qPrintable(x.title));
+        QFile pdf(base + ".pdf");
+        QVERIFY(pdf.open(QIODevice::ReadOnly));
+        QVERIFY2(pdf.size() > 1000 && pdf.read(5) == "%PDF-", qPrintable(x.title));
+        QVERIFY2(paralab::ui::plotexport::save(x, base + ".csv"), qPrintable(x.title));
+        const QStringList lines = readLines(base + ".csv");
+        QVERIFY2(lines.size() >= 2, qPrintable(x.title + ": " + lines.join('|')));
+        const QStringList header = csvFields(lines[0]);
+        QVERIFY2(header.size() >= 3, qPrintable(x.title + ": " + lines[0]));
+        for (const QString& h : header) QVERIFY2(!h.isEmpty() && !h.front().isDigit(), qPrintable(lines[0]));
+        for (const QString& line : lines.mid(1))
+            QVERIFY2(csvFields(line).size() == header.size(), qPrintable(x.title + ": " + line));
+    }
+    // The per-device plots' data name both devices.
+    const QStringList loss = readLines(dir.filePath("paralab-loss-per-device.csv"));
+    QCOMPARE(loss[0], QString("device,step,wall_s,loss,loss_smoothed"));
+    QCOMPARE(loss.filter(QRegularExpression("^cpu:0,")).size(), 20);
+    QCOMPARE(loss.filter(QRegularExpression("^cpu:1,")).size(), 20);
+    QCOMPARE(loss.filter(QRegularExpression("^all,")).size(), 20);
+    QCOMPARE(readLines(dir.filePath("paralab-memory-by-category.csv")).size(), 1 + 2);
+    QCOMPARE(readLines(dir.filePath("paralab-time-breakdown.csv")).size(), 1 + 2);
+    // The comparison's data: the run's loss curve and its throughput bar.
+    const QStringList comparison = readLines(dir.filePath("paralab-comparison.csv"));
+    QCOMPARE(comparison[0], QString("series,x_axis,x,y_axis,y"));
+    QVERIFY2(comparison.filter(",optimizer step,").size() == 20, qPrintable(comparison.mid(0, 4).join('|')));
+    QVERIFY(comparison.filter(",samples/s,").size() == 1);
+    // A file that cannot be written is reported as such.
+    QVERIFY(!paralab::ui::plotexport::save(exports[1], dir.filePath("no/such/folder/x.csv")));
+    QVERIFY(!paralab::ui::plotexport::save(exports[1], dir.filePath("no/such/folder/x.png")));
+
+    // The File menu lists them all.
+    auto* menu = w.findChild<QMenu*>("exportMenu");
+    QVERIFY(menu);
+    QMetaObject::invokeMethod(menu, "aboutToShow");
+    QCOMPARE(menu->actions().size(), exports.size());
+    QVERIFY(menu->actions()[2]->text().startsWith(exports[2].title));
+}
+
+// 100,000 noisy points drawn at `pixels` columns: the curve read is a subset of the points, in
+// order, one to four per column, and every column's lowest and highest point is among those read
+// for it or its neighbours (a block of extremes is at most two columns wide).
+void TestDashboard::decimatedCurveKeepsEachColumnsExtremes_data() {
+    QTest::addColumn<int>("points");
+    QTest::addColumn<int>("pixels");
+    QTest::newRow("100k over 900 px") << 100000 << 900;
+    QTest::newRow("100k over 333 px") << 100000 << 333;
+    QTest::newRow("5k over 1000 px") << 5000 << 1000;
+}
+
+void TestDashboard::decimatedCurveKeepsEachColumnsExtremes() {
+    QFETCH(int, points);
+    QFETCH(int, pixels);
+    QCustomPlot plot;
+    auto* g = new DecimatedGraph(plot.xAxis, plot.yAxis);
+    std::vector<double> values(static_cast<size_t>(points));
+    for (int i = 0; i < points; ++i) {
+        const double noise = std::sin(i * 12.9898) * 43758.5453;
+        values[static_cast<size_t>(i)] = 1.0 / (1 + 0.001 * i) + (noise - std::floor(noise));
+        g->append(i, values[static_cast<size_t>(i)]);
+    }
+    QCOMPARE(g->dataCount(), points);
+    const QVector<QCPGraphData> read = g->pointsFor(0, points - 1, pixels);
+    QVERIFY2(read.size() >= pixels / 2 && read.size() <= 4 * pixels + 64, qPrintable(QString::number(read.size())));
+    for (qsizetype k = 0; k < read.size(); ++k) {
+        const auto i = static_cast<size_t>(read[k].key);
+        QCOMPARE(read[k].key, std::floor(read[k].key));
+        QCOMPARE(read[k].value, values[i]);
+        if (k > 0) QVERIFY(read[k].key > read[k - 1].key);
+    }
+    const double width = static_cast<double>(points) / pixels;  // points per column
+    for (int c = 0; c < pixels; ++c) {
+        const auto lo = static_cast<size_t>(std::ceil(c * width)), hi = static_cast<size_t>(std::ceil((c + 1) * width));
+        const double trueMax = *std::max_element(values.begin() + static_cast<long>(lo), values.begin() + static_cast<long>(hi));
+        const double trueMin = *std::min_element(values.begin() + static_cast<long>(lo), values.begin() + static_cast<long>(hi));
+        double readMax = -1e300, readMin = 1e300;
+        for (const auto& p : read)
+            if (p.key >= (c - 2) * width && p.key < (c + 3) * width) {
+                readMax = std::max(readMax, p.value);
+                readMin = std::min(readMin, p.value);
+            }
+        QVERIFY2(readMax >= trueMax && readMin <= trueMin, qPrintable(QStringLiteral("column %1").arg(c)));
+    }
+}
+
+// Zoomed in to fewer points than columns, every point is read; a point out of order is placed.
+void TestDashboard::decimatedCurveZoomedInReadsEveryPoint() {
+    QCustomPlot plot;
+    auto* g = new DecimatedGraph(plot.xAxis, plot.yAxis);
+    for (int i = 0; i < 50000; ++i) g->append(i, (i % 7) - 3.0);
+    QVERIFY(g->levelCount() > 5);
+    const auto zoomed = g->pointsFor(1000, 1299, 800);
+    QCOMPARE(zoomed.size(), 300);
+    QCOMPARE(zoomed.front().key, 1000.0);
+    QCOMPARE(zoomed.back().key, 1299.0);
+    g->append(20000.5, 100.0);  // out of order: the extremes are rebuilt
+    const auto all = g->pointsFor(0, 50000, 200);
+    QVERIFY(std::any_of(all.begin(), all.end(), [](const QCPGraphData& p) { return p.value == 100.0; }));
+    QVector<QCPGraphData> replaced;
+    for (int i = 0; i < 10; ++i) replaced.append({double(i), double(i)});
+    g->setPoints(replaced, true);
+    QCOMPARE(g->pointsFor(0, 9, 500).size(), 10);
+    g->clearPoints();
+    QCOMPARE(g->dataCount(), 0);
+    QVERIFY(g->pointsFor(0, 9, 500).isEmpty());
+}
+
+// A tab not in view costs the GUI thread no drawing: its plots are drawn when it is shown.
+void TestDashboard::hiddenPlotsAreNotRedrawn() {
+    DeviceDashboard d;
+    paralab::ui::LossPlotPanel loss;
+    QList<QCustomPlot*> plots = d.findChildren<QCustomPlot*>() + loss.findChildren<QCustomPlot*>();
+    QCOMPARE(plots.size(), 6);
+    QTest::qWait(50);  // QCustomPlot's own replot, queued by its constructor
+    std::vector<std::unique_ptr<QSignalSpy>> spies;
+    for (QCustomPlot* p : plots) spies.push_back(std::make_unique<QSignalSpy>(p, &QCustomPlot::beforeReplot));
+    feed(d, 1, 40);
+    d.addSteps(globalRecords(1, 40));
+    loss.addSteps(globalRecords(1, 40));
+    QTest::qWait(100);
+    for (int i = 0; i < plots.size(); ++i) QVERIFY2(spies[size_t(i)]->count() == 0, qPrintable(QString::number(i)));
+    d.show();
+    loss.show();
+    for (const auto& spy : spies) QTRY_VERIFY(spy->count() >= 1);
+    // Shown, new data are drawn (at the pace the replots allow).
+    for (const auto& spy : spies) spy->clear();
+    feed(d, 41, 45);
+    loss.addSteps(globalRecords(41, 45));
+    for (const auto& spy : spies) QTRY_VERIFY(spy->count() >= 1);
 }
 
 // Not a check: the README's screenshots, taken from the real window during a 4-device DDP run on

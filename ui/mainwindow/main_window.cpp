@@ -152,9 +152,7 @@ void MainWindow::buildMenus() {
         if (!path.isEmpty()) openExperiment(path);
     });
     buildDesignerMenus(file);
-    auto* exportPlot = file->addAction(style()->standardIcon(QStyle::SP_DialogSaveButton), tr("&Export plot…"));
-    exportPlot->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
-    connect(exportPlot, &QAction::triggered, m_plot, &LossPlotPanel::exportWithDialog);
+    buildExportMenu(file);
     file->addSeparator();
     auto* quit = file->addAction(tr("&Quit"));
     quit->setShortcut(QKeySequence::Quit);
@@ -178,6 +176,33 @@ void MainWindow::buildMenus() {
     toolbar->addAction(m_startAction);
     toolbar->addAction(m_stopAction);
     buildPauseActions(runMenu, toolbar);
+}
+
+QVector<PlotExport> MainWindow::plotExports() const {
+    return m_plot->plotExports() + m_devices->plotExports() + m_timeline->plotExports() + m_runs->plotExports();
+}
+
+void MainWindow::buildExportMenu(QMenu* file) {
+    // Ctrl+E: the plots of the tab in view (the Devices tab: all of them in one picture).
+    auto* current = file->addAction(style()->standardIcon(QStyle::SP_DialogSaveButton), tr("&Export current view…"));
+    current->setObjectName(QStringLiteral("exportCurrentAction"));
+    current->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+    connect(current, &QAction::triggered, this, [this] {
+        QWidget* tab = m_tabs->currentWidget();
+        QVector<PlotExport> exports = tab == m_devices    ? m_devices->plotExports()
+                                      : tab == m_timeline ? m_timeline->plotExports()
+                                      : tab == m_runs     ? m_runs->plotExports()
+                                                          : m_plot->plotExports();
+        plotexport::saveWithDialog(this, exports.back());
+    });
+    // One entry per plot, as PNG, PDF or CSV.
+    auto* menu = file->addMenu(tr("Export p&lot"));
+    menu->setObjectName(QStringLiteral("exportMenu"));
+    connect(menu, &QMenu::aboutToShow, this, [this, menu] {
+        menu->clear();
+        for (const PlotExport& e : plotExports())
+            menu->addAction(e.title + QStringLiteral("…"), this, [this, e] { plotexport::saveWithDialog(this, e); });
+    });
 }
 
 QString MainWindow::openExperiment(const QString& path, bool interactive) {

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "engine/run/experiment.h"
+#include "ui/panels/common/plot_export.h"
 
 class QAction;
 class QLabel;
@@ -50,6 +51,8 @@ public:
     DeviceDashboard* deviceDashboard() const { return m_devices; }
     TimelinePanel* timeline() const { return m_timeline; }
     RunsPanel* runsPanel() const { return m_runs; }
+    // Every plot of the window, tab by tab, with its PNG/PDF and CSV exports (File ▸ Export).
+    QVector<PlotExport> plotExports() const;
     // The central tabs: training, devices, timeline (others add theirs).
     QTabWidget* viewTabs() const { return m_tabs; }
     ExperimentPanel* experimentPanel() const { return m_panel; }
@@ -91,6 +94,7 @@ protected:
 
 private:
     void buildMenus();
+    void buildExportMenu(QMenu* file);
     void updateActions();
     void showError(const QString& title, const QString& message, bool interactive);
     // The designer's side of the window: its tab, its File and Edit menu entries, its edits.

@@ -46,16 +46,24 @@ void putLegendBelow(QCustomPlot* plot, int columns) {
 
 QString askExportPath(QWidget* parent, const QString& suggestedName, ExportKind kind) {
     const bool csv = kind == ExportKind::Csv;
+    const QString png = QObject::tr("PNG image (*.png)"), pdf = QObject::tr("PDF document (*.pdf)"),
+                  csvFilter = QObject::tr("CSV data (*.csv)");
+    QStringList filters;
+    if (kind != ExportKind::Csv) filters << png << pdf;
+    if (kind != ExportKind::Image) filters << csvFilter;
+    QString chosen;
     QString path = QFileDialog::getSaveFileName(
         parent, csv ? QObject::tr("Export data") : QObject::tr("Export plot"),
-        suggestedName + (csv ? QLatin1String(".csv") : QLatin1String(".png")),
-        csv ? QObject::tr("CSV (*.csv)") : QObject::tr("PNG image (*.png);;PDF document (*.pdf)"));
+        suggestedName + (csv ? QLatin1String(".csv") : QLatin1String(".png")), filters.join(QLatin1String(";;")),
+        &chosen);
     if (path.isEmpty()) return path;
-    const QStringList known = csv ? QStringList{QStringLiteral(".csv")}
-                                  : QStringList{QStringLiteral(".png"), QStringLiteral(".pdf")};
-    for (const QString& suffix : known)
-        if (path.endsWith(suffix, Qt::CaseInsensitive)) return path;
-    return path + known.front();
+    for (const QString& suffix : {QStringLiteral(".png"), QStringLiteral(".pdf"), QStringLiteral(".csv")}) {
+        const bool allowed = suffix == QLatin1String(".csv") ? kind != ExportKind::Image : kind != ExportKind::Csv;
+        if (allowed && path.endsWith(suffix, Qt::CaseInsensitive)) return path;
+    }
+    if (chosen == pdf) return path + QStringLiteral(".pdf");
+    if (chosen == csvFilter || csv) return path + QStringLiteral(".csv");
+    return path + QStringLiteral(".png");
 }
 
 void reportExportFailure(QWidget* parent, const QString& path) {

@@ -16,9 +16,9 @@ void styleGrid(QCustomPlot* plot);
 // filled row by row, `columns` items wide.
 void putLegendBelow(QCustomPlot* plot, int columns);
 
-enum class ExportKind { Image, Csv };
-// Asks for a file name; adds ".png" (or ".csv") when the user typed no known suffix. Empty
-// when cancelled.
+enum class ExportKind { Image, Csv, ImageOrCsv };
+// Asks for a file name; adds the chosen filter's suffix (".png" by default, ".csv" for Csv)
+// when the user typed no known suffix. Empty when cancelled.
 QString askExportPath(QWidget* parent, const QString& suggestedName, ExportKind kind);
 void reportExportFailure(QWidget* parent, const QString& path);
 

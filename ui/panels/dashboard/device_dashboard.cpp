@@ -11,6 +11,7 @@
 #include <QSlider>
 #include <QSpinBox>
 #include <QTextStream>
+#include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
@@ -21,7 +22,9 @@
 #include <limits>
 
 #include "ui/panels/common/palette.h"
+#include "ui/panels/common/plot_export.h"
 #include "ui/panels/common/plot_style.h"
+#include "ui/panels/dashboard/decimated_graph.h"
 
 namespace paralab::ui {
 
@@ -113,10 +116,10 @@ struct DeviceDashboard::Series {
     QString device;
     std::vector<Row> rows;
     DebiasedEma lossEma, rateEma;
-    QCPGraph* lossRaw = nullptr;     // faint, behind the smoothed curve
-    QCPGraph* lossSmooth = nullptr;
-    QCPGraph* rate = nullptr;        // smoothed like the loss
-    QCPGraph* memory = nullptr;      // current total; none for "all"
+    DecimatedGraph* lossRaw = nullptr;     // faint, behind the smoothed curve
+    DecimatedGraph* lossSmooth = nullptr;
+    DecimatedGraph* rate = nullptr;        // smoothed like the loss
+    DecimatedGraph* memory = nullptr;      // current total; none for "all"
 };
 
 struct DeviceDashboard::Plots {
@@ -144,7 +147,10 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
       m_logBox(new QCheckBox(tr("Log loss"))),
       m_smoothingSlider(new QSlider(Qt::Horizontal)),
       m_smoothingLabel(new QLabel),
-      m_windowBox(new QSpinBox) {
+      m_windowBox(new QSpinBox),
+      m_replotTimer(new QTimer(this)) {
+    m_replotTimer->setSingleShot(true);
+    connect(m_replotTimer, &QTimer::timeout, this, &DeviceDashboard::replotNow);
     // ---- controls ---------------------------------------------------------------------------
     auto* controls = new QHBoxLayout;
     controls->setContentsMargins(6, 4, 6, 0);
@@ -271,10 +277,12 @@ DeviceDashboard::Series& DeviceDashboard::seriesFor(const QString& device) {
     Plots& p = *m_plots;
     auto s = std::make_unique<Series>();
     s->device = device;
-    s->lossRaw = p.loss->addGraph();
+    // Curves of up to a run's every step: each replot reads a few points per pixel column.
+    auto graph = [](QCustomPlot* plot) { return new DecimatedGraph(plot->xAxis, plot->yAxis); };
+    s->lossRaw = graph(p.loss);
     s->lossRaw->removeFromLegend();
-    s->lossSmooth = p.loss->addGraph();
-    s->rate = p.rate->addGraph();
+    s->lossSmooth = graph(p.loss);
+    s->rate = graph(p.rate);
     if (device == kAll) {
         s->lossSmooth->setName(tr("all devices"));
         s->rate->setName(tr("total"));
@@ -284,7 +292,7 @@ DeviceDashboard::Series& DeviceDashboard::seriesFor(const QString& device) {
     }
     s->lossSmooth->setName(device);
     s->rate->setName(device);
-    s->memory = p.memoryTime->addGraph();
+    s->memory = graph(p.memoryTime);
     s->memory->setName(device);
     const int position = palette::insertDevice(m_devices, device);
     m_series.insert(m_series.begin() + position, std::move(s));
@@ -343,18 +351,18 @@ void DeviceDashboard::append(Series& s, const run::StepRecord& r) {
     p.maxWall = std::max(p.maxWall, row.wall);
     // NaN: a device that computes no loss (an early pipeline stage); inf: a diverging step.
     if (std::isfinite(row.loss)) {
-        s.lossRaw->addData(x, row.loss);
-        s.lossSmooth->addData(x, s.lossEma.add(row.loss, m_smoothing));
+        s.lossRaw->append(x, row.loss);
+        s.lossSmooth->append(x, s.lossEma.add(row.loss, m_smoothing));
         p.maxLoss = std::max(p.maxLoss, row.loss);
         if (row.loss > 0 && !(row.loss >= p.minLoss)) p.minLoss = row.loss;
     }
     if (std::isfinite(row.rate)) {
         const double smoothed = s.rateEma.add(row.rate, m_smoothing);
-        s.rate->addData(x, smoothed);
+        s.rate->append(x, smoothed);
         p.maxRate = std::max(p.maxRate, smoothed);
     }
     if (s.memory) {
-        s.memory->addData(x, static_cast<double>(row.memoryTotal));
+        s.memory->append(x, static_cast<double>(row.memoryTotal));
         p.maxMemory = std::max(p.maxMemory, static_cast<double>(row.memoryTotal));
     }
 }
@@ -364,7 +372,7 @@ void DeviceDashboard::addDeviceSteps(const QVector<run::StepRecord>& steps) {
     for (const auto& r : steps) append(seriesFor(QString::fromStdString(r.device)), r);
     updateBars();
     updateRanges();
-    replotAll();
+    scheduleReplot();
 }
 
 void DeviceDashboard::addSteps(const QVector<run::StepRecord>& steps) {
@@ -372,7 +380,7 @@ void DeviceDashboard::addSteps(const QVector<run::StepRecord>& steps) {
     Series& global = seriesFor(kAll);
     for (const auto& r : steps) append(global, r);
     updateRanges();
-    replotAll();
+    scheduleReplot();
 }
 
 void DeviceDashboard::clear() {
@@ -416,10 +424,10 @@ void DeviceDashboard::rebuildCurves() {
             if (s.memory) memory.append({x, static_cast<double>(row.memoryTotal)});
         }
         const bool sorted = m_xAxis == XAxis::Step;
-        s.lossRaw->data()->set(raw, sorted);
-        s.lossSmooth->data()->set(smooth, sorted);
-        s.rate->data()->set(rate, sorted);
-        if (s.memory) s.memory->data()->set(memory, sorted);
+        s.lossRaw->setPoints(raw, sorted);
+        s.lossSmooth->setPoints(smooth, sorted);
+        s.rate->setPoints(rate, sorted);
+        if (s.memory) s.memory->setPoints(memory, sorted);
     };
     for (auto& s : m_series) rebuild(*s);
     if (m_global) rebuild(*m_global);
@@ -448,19 +456,8 @@ void DeviceDashboard::updateBars() {
     }
 
     double timeTop = 0;
-    std::vector<std::array<double, kTimeParts>> means(m_series.size());
-    for (size_t d = 0; d < m_series.size(); ++d) {
-        const auto& rows = m_series[d]->rows;
-        const size_t count = std::min(rows.size(), static_cast<size_t>(m_breakdownWindow));
-        for (size_t i = rows.size() - count; i < rows.size(); ++i)
-            for (int k = 0; k < kTimeParts; ++k) means[d][static_cast<size_t>(k)] += rows[i].ms[static_cast<size_t>(k)];
-        double sum = 0;
-        for (double& m : means[d]) {
-            if (count) m /= static_cast<double>(count);
-            sum += m;
-        }
-        timeTop = std::max(timeTop, sum);
-    }
+    const auto means = breakdownMeans();
+    for (const auto& m : means) timeTop = std::max(timeTop, m[0] + m[1] + m[2] + m[3]);
     for (int k = 0; k < kTimeParts; ++k) {
         QVector<double> values;
         for (const auto& m : means) values.append(m[static_cast<size_t>(k)]);
@@ -501,6 +498,19 @@ void DeviceDashboard::updateBars() {
     fit(p.breakdown, timeTop);
 }
 
+std::vector<std::array<double, 4>> DeviceDashboard::breakdownMeans() const {
+    std::vector<std::array<double, kTimeParts>> means(m_series.size());
+    for (size_t d = 0; d < m_series.size(); ++d) {
+        const auto& rows = m_series[d]->rows;
+        const size_t count = std::min(rows.size(), static_cast<size_t>(m_breakdownWindow));
+        for (size_t i = rows.size() - count; i < rows.size(); ++i)
+            for (int k = 0; k < kTimeParts; ++k) means[d][static_cast<size_t>(k)] += rows[i].ms[static_cast<size_t>(k)];
+        if (count)
+            for (double& m : means[d]) m /= static_cast<double>(count);
+    }
+    return means;
+}
+
 void DeviceDashboard::updateRanges() {
     Plots& p = *m_plots;
     const bool byStep = m_xAxis == XAxis::Step;
@@ -527,7 +537,31 @@ void DeviceDashboard::replotAll() {
         return;
     }
     m_dirty = false;
+    m_replotTimer->stop();
     for (QCustomPlot* plot : m_plots->all()) plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void DeviceDashboard::scheduleReplot() {
+    if (!isVisible()) {
+        m_dirty = true;
+        return;
+    }
+    if (m_replotTimer->isActive()) return;  // this batch is drawn by the replot already due
+    const qint64 since = m_lastReplot.isValid() ? m_lastReplot.elapsed() : m_replotPeriodMs;
+    m_replotTimer->start(static_cast<int>(std::max<qint64>(0, m_replotPeriodMs - since)));
+}
+
+void DeviceDashboard::replotNow() {
+    if (!isVisible()) {
+        m_dirty = true;
+        return;
+    }
+    m_dirty = false;
+    m_lastReplot.start();
+    for (QCustomPlot* plot : m_plots->all()) plot->replot(QCustomPlot::rpRefreshHint);
+    // The next replot waits for three times this one's duration (and a 30 Hz frame at least).
+    const qint64 cost = m_lastReplot.elapsed();
+    m_replotPeriodMs = std::clamp<qint64>(4 * cost, 33, 500);
 }
 
 void DeviceDashboard::showEvent(QShowEvent* event) {
@@ -717,6 +751,117 @@ bool DeviceDashboard::exportCsv(const QString& path) const {
     return file.error() == QFileDevice::NoError;
 }
 
+namespace {
+// Writes `header` and what `rows` writes; false when the file cannot be written.
+template <typename Rows>
+bool writeCsvFile(const QString& path, const char* header, Rows&& rows) {
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text)) return false;
+    QTextStream out(&file);
+    out << header << '\n';
+    rows(out);
+    out.flush();
+    return file.error() == QFileDevice::NoError;
+}
+
+QString csvNumber(double v) { return std::isfinite(v) ? QString::number(v, 'g', 10) : QString(); }
+}  // namespace
+
+bool DeviceDashboard::writeLossCsv(const QString& path) const {
+    return writeCsvFile(path, "device,step,wall_s,loss,loss_smoothed", [this](QTextStream& out) {
+        auto write = [&](const Series& s) {
+            DebiasedEma ema;
+            for (const auto& row : s.rows) {
+                if (!std::isfinite(row.loss)) continue;  // not drawn: a gap in the curve
+                const double smoothed = ema.add(row.loss, m_smoothing);
+                out << s.device << ',' << row.step << ',' << csvNumber(row.wall) << ',' << csvNumber(row.loss) << ','
+                    << csvNumber(smoothed) << '\n';
+            }
+        };
+        for (const auto& s : m_series) write(*s);
+        if (m_global) write(*m_global);
+    });
+}
+
+bool DeviceDashboard::writeThroughputCsv(const QString& path) const {
+    return writeCsvFile(path, "device,step,wall_s,samples_per_s,samples_per_s_smoothed", [this](QTextStream& out) {
+        auto write = [&](const Series& s) {
+            DebiasedEma ema;
+            for (const auto& row : s.rows) {
+                if (!std::isfinite(row.rate)) continue;
+                const double smoothed = ema.add(row.rate, m_smoothing);
+                out << s.device << ',' << row.step << ',' << csvNumber(row.wall) << ',' << csvNumber(row.rate) << ','
+                    << csvNumber(smoothed) << '\n';
+            }
+        };
+        for (const auto& s : m_series) write(*s);
+        if (m_global) write(*m_global);
+    });
+}
+
+bool DeviceDashboard::writeMemoryBarsCsv(const QString& path) const {
+    QString header = QStringLiteral("device,step");
+    for (int c = 0; c < kCategories; ++c)
+        header += QStringLiteral(",mem_%1_bytes").arg(QString::fromLatin1(mem_category_name(static_cast<MemCategory>(c)).data()));
+    header += QStringLiteral(",mem_total_bytes");
+    return writeCsvFile(path, qPrintable(header), [this](QTextStream& out) {
+        for (const auto& s : m_series) {
+            if (s->rows.empty()) continue;
+            const auto& row = s->rows.back();
+            out << s->device << ',' << row.step;
+            for (qint64 bytes : row.memory) out << ',' << bytes;
+            out << ',' << row.memoryTotal << '\n';
+        }
+    });
+}
+
+bool DeviceDashboard::writeMemoryTimeCsv(const QString& path) const {
+    return writeCsvFile(path, "device,step,wall_s,mem_total_bytes", [this](QTextStream& out) {
+        for (const auto& s : m_series)
+            for (const auto& row : s->rows)
+                out << s->device << ',' << row.step << ',' << csvNumber(row.wall) << ',' << row.memoryTotal << '\n';
+    });
+}
+
+bool DeviceDashboard::writeBreakdownCsv(const QString& path) const {
+    return writeCsvFile(path, "device,steps_averaged,compute_ms,communication_ms,idle_ms,data_wait_ms",
+                        [this](QTextStream& out) {
+                            const auto means = breakdownMeans();
+                            for (size_t d = 0; d < m_series.size(); ++d) {
+                                const size_t count = std::min(m_series[d]->rows.size(), static_cast<size_t>(m_breakdownWindow));
+                                out << m_series[d]->device << ',' << count;
+                                for (double ms : means[d]) out << ',' << csvNumber(ms);
+                                out << '\n';
+                            }
+                        });
+}
+
+QVector<PlotExport> DeviceDashboard::plotExports() {
+    Plots& p = *m_plots;
+    auto image = [this](QCustomPlot* plot) {
+        return [this, plot](const QString& path) {
+            updateBars();
+            updateRanges();
+            return plotexport::saveImage(plot, path);
+        };
+    };
+    auto csv = [this](bool (DeviceDashboard::*write)(const QString&) const) {
+        return [this, write](const QString& path) { return (this->*write)(path); };
+    };
+    return {
+        {tr("Devices: training loss"), QStringLiteral("paralab-loss-per-device"), image(p.loss), csv(&DeviceDashboard::writeLossCsv)},
+        {tr("Devices: throughput"), QStringLiteral("paralab-throughput"), image(p.rate), csv(&DeviceDashboard::writeThroughputCsv)},
+        {tr("Devices: memory by category"), QStringLiteral("paralab-memory-by-category"), image(p.memory),
+         csv(&DeviceDashboard::writeMemoryBarsCsv)},
+        {tr("Devices: memory over time"), QStringLiteral("paralab-memory-over-time"), image(p.memoryTime),
+         csv(&DeviceDashboard::writeMemoryTimeCsv)},
+        {tr("Devices: time per step"), QStringLiteral("paralab-time-breakdown"), image(p.breakdown),
+         csv(&DeviceDashboard::writeBreakdownCsv)},
+        {tr("Devices: all plots"), QStringLiteral("paralab-devices"), [this](const QString& path) { return exportTo(path); },
+         csv(&DeviceDashboard::exportCsv)},
+    };
+}
+
 void DeviceDashboard::exportWithDialog() {
     const QString path = plotstyle::askExportPath(this, QStringLiteral("paralab-devices"), plotstyle::ExportKind::Image);
     if (!path.isEmpty() && !exportTo(path)) plotstyle::reportExportFailure(this, path);
@@ -729,15 +874,15 @@ void DeviceDashboard::exportCsvWithDialog() {
 
 void DeviceDashboard::showPlotMenu(QCustomPlot* plot, const QPoint& pos) {
     QMenu menu(this);
-    menu.addAction(tr("Export this plot…"), this, [this, plot] {
-        const QString path = plotstyle::askExportPath(this, QStringLiteral("paralab-plot"), plotstyle::ExportKind::Image);
-        if (path.isEmpty()) return;
-        const bool ok = path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive) ? plot->savePdf(path)
-                                                                                 : plot->savePng(path, 0, 0, 2.0);
-        if (!ok) plotstyle::reportExportFailure(this, path);
-    });
+    const QList<QCustomPlot*> plots = m_plots->all();
+    const QVector<PlotExport> exports = plotExports();
+    const qsizetype index = plots.indexOf(plot);
+    if (index >= 0 && index < exports.size()) {
+        const PlotExport e = exports[index];
+        menu.addAction(tr("Export this plot as PNG, PDF or CSV…"), this, [this, e] { plotexport::saveWithDialog(this, e); });
+    }
     menu.addAction(tr("Export all plots…"), this, &DeviceDashboard::exportWithDialog);
-    menu.addAction(tr("Export data as CSV…"), this, &DeviceDashboard::exportCsvWithDialog);
+    menu.addAction(tr("Export all data as CSV…"), this, &DeviceDashboard::exportCsvWithDialog);
     menu.addSeparator();
     menu.addAction(tr("Fit to data"), this, &DeviceDashboard::fitToData);
     QAction* log = menu.addAction(tr("Logarithmic loss axis"));

@@ -4,19 +4,26 @@
 // goes (compute / communication / idle / data wait, mean over the last N steps).
 //
 // Records arrive in batches from RunController (~30 Hz); each batch appends to the curves and
-// queues one replot per plot, and none while the dashboard is hidden (a hidden tab costs
-// nothing to the GUI thread; it is drawn when shown). A device keeps its palette colour
+// asks for a replot, and none while the dashboard is hidden (a hidden tab costs nothing to the
+// GUI thread; it is drawn when shown). Replots follow the data at most 30 times a second, and
+// less often when they are costly: the next one waits for three times the last one's duration,
+// so that drawing takes at most about a quarter of the GUI thread while ranks compete with it
+// for the CPU. The curves are DecimatedGraphs: a replot reads one or two points per pixel
+// column, whatever the length of the run (docs/benchmarks.md, Dashboard). A device keeps its palette colour
 // (ui/panels/common/palette.h) in every plot, the timeline's included.
 #pragma once
 
+#include <QElapsedTimer>
 #include <QStringList>
 #include <QVector>
 #include <QWidget>
 
+#include <array>
 #include <memory>
 #include <vector>
 
 #include "engine/run/trainer.h"
+#include "ui/panels/common/plot_export.h"
 
 class QCheckBox;
 class QComboBox;
@@ -24,6 +31,7 @@ class QCustomPlot;
 class QLabel;
 class QSlider;
 class QSpinBox;
+class QTimer;
 
 namespace paralab::ui {
 
@@ -62,6 +70,11 @@ public:
     bool exportTo(const QString& path);
     // One row per record, devices in palette order then "all", each by step.
     bool exportCsv(const QString& path) const;
+    // Each plot on its own (its context menu, File ▸ Export): the picture, and the numbers it
+    // shows as CSV (taken from the records, whatever the plot draws): loss per device, raw and
+    // smoothed; throughput, raw and smoothed; memory by category at the latest step; memory in
+    // use over time; the step-time breakdown. Then all plots at once (exportTo, exportCsv).
+    QVector<PlotExport> plotExports();
 
     // Connected to RunController's batches with function-pointer connects (not moc slots: moc
     // would instantiate the records' metatypes before run_controller.h declares them).
@@ -92,8 +105,17 @@ private:
     void recolor();
     void updateBars();
     void updateRanges();
-    void replotAll();
+    void replotAll();       // now (queued): after a setting changed
+    void scheduleReplot();  // new data: at the pace replots allow
+    void replotNow();
     void showPlotMenu(QCustomPlot* plot, const QPoint& pos);
+    // Mean ms per step of each part over each device's last breakdownWindow() steps.
+    std::vector<std::array<double, 4>> breakdownMeans() const;
+    bool writeLossCsv(const QString& path) const;
+    bool writeThroughputCsv(const QString& path) const;
+    bool writeMemoryBarsCsv(const QString& path) const;
+    bool writeMemoryTimeCsv(const QString& path) const;
+    bool writeBreakdownCsv(const QString& path) const;
 
     std::unique_ptr<Plots> m_plots;
     QWidget* m_plotArea;
@@ -111,6 +133,9 @@ private:
     bool m_logLoss = false;
     int m_breakdownWindow = 20;
     bool m_dirty = false;  // data changed while hidden: replot when shown
+    QTimer* m_replotTimer;
+    QElapsedTimer m_lastReplot;  // started when the last replot started
+    qint64 m_replotPeriodMs = 33;
 };
 
 }  // namespace paralab::ui

@@ -1,8 +1,6 @@
 #include "ui/panels/dashboard/loss_plot_panel.h"
 
-#include <QFileDialog>
 #include <QMenu>
-#include <QMessageBox>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
@@ -129,7 +127,21 @@ void LossPlotPanel::fitToData() {
     } else {
         m_plot->yAxis->setRange(0, top * 1.05);
     }
+    replot();
+}
+
+void LossPlotPanel::replot() {
+    if (!isVisible()) {
+        m_dirty = true;
+        return;
+    }
+    m_dirty = false;
     m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void LossPlotPanel::showEvent(QShowEvent* event) {
+    QWidget::showEvent(event);
+    if (m_dirty) replot();
 }
 
 void LossPlotPanel::setLogarithmicLoss(bool on) {
@@ -144,23 +156,26 @@ int LossPlotPanel::pointCount() const { return m_train->dataCount(); }
 int LossPlotPanel::evalPointCount() const { return m_testLoss->dataCount(); }
 
 bool LossPlotPanel::exportTo(const QString& path) {
-    if (path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)) return m_plot->savePdf(path);
-    return m_plot->savePng(path, 0, 0, 2.0);  // twice the screen's pixels: sharp in slides
+    return plotexport::saveImage(m_plot, path);
+}
+
+bool LossPlotPanel::exportCsv(const QString& path) const {
+    return plotexport::saveCsv(m_plot, path);
+}
+
+QVector<PlotExport> LossPlotPanel::plotExports() {
+    return {{tr("Training: loss and accuracy"), QStringLiteral("paralab-training"),
+             [this](const QString& path) { return exportTo(path); },
+             [this](const QString& path) { return exportCsv(path); }}};
 }
 
 void LossPlotPanel::exportWithDialog() {
-    QString path = QFileDialog::getSaveFileName(this, tr("Export plot"), QStringLiteral("paralab-plot.png"),
-                                                tr("PNG image (*.png);;PDF document (*.pdf)"));
-    if (path.isEmpty()) return;
-    if (!path.endsWith(QLatin1String(".png"), Qt::CaseInsensitive) &&
-        !path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive))
-        path += QLatin1String(".png");
-    if (!exportTo(path)) QMessageBox::warning(this, tr("Export failed"), tr("Could not write %1").arg(path));
+    plotexport::saveWithDialog(this, plotExports().front());
 }
 
 void LossPlotPanel::showContextMenu(const QPoint& pos) {
     QMenu menu(this);
-    menu.addAction(tr("Export plot…"), this, &LossPlotPanel::exportWithDialog);
+    menu.addAction(tr("Export plot as PNG, PDF or CSV…"), this, &LossPlotPanel::exportWithDialog);
     menu.addAction(tr("Fit to data"), this, &LossPlotPanel::fitToData);
     QAction* log = menu.addAction(tr("Logarithmic loss axis"));
     log->setCheckable(true);

@@ -23,6 +23,8 @@
 #include <cmath>
 #include <limits>
 
+#include "ui/panels/common/plot_style.h"
+
 namespace paralab::ui {
 
 namespace {
@@ -465,6 +467,7 @@ void RunsPanel::redraw() {
         const QColor color = strategyColor(runs[i]->strategy);
         auto* bars = new QCPBars(rect->axis(QCPAxis::atBottom), rect->axis(QCPAxis::atLeft));
         bars->removeFromLegend();
+        bars->setName(shortLabel(*runs[i]));  // the CSV export's series
         bars->setWidth(0.6);
         bars->setPen(QPen(color.darker(130)));
         bars->setBrush(color);
@@ -595,8 +598,17 @@ void RunsPanel::deleteSelected(bool confirm) {
 }
 
 bool RunsPanel::exportPlot(const QString& path) {
-    if (path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)) return m_plot->savePdf(path);
-    return m_plot->savePng(path, 0, 0, 2.0);  // twice the screen's pixels: sharp in slides
+    return plotexport::saveImage(m_plot, path, QSize(1100, 760));
+}
+
+bool RunsPanel::exportPlotCsv(const QString& path) const {
+    return plotexport::saveCsv(m_plot, path);
+}
+
+QVector<PlotExport> RunsPanel::plotExports() {
+    return {{tr("Runs: comparison of the selected runs"), QStringLiteral("paralab-comparison"),
+             [this](const QString& path) { return exportPlot(path); },
+             [this](const QString& path) { return exportPlotCsv(path); }}};
 }
 
 void RunsPanel::exportTableCsv(const QString& path) {
@@ -607,14 +619,8 @@ void RunsPanel::exportTableCsv(const QString& path) {
 }
 
 void RunsPanel::exportPlotWithDialog() {
-    QString path = QFileDialog::getSaveFileName(this, tr("Export comparison"),
-                                                QStringLiteral("paralab-comparison.png"),
-                                                tr("PNG image (*.png);;PDF document (*.pdf)"));
-    if (path.isEmpty()) return;
-    if (!path.endsWith(QLatin1String(".png"), Qt::CaseInsensitive) &&
-        !path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive))
-        path += QLatin1String(".png");
-    if (!exportPlot(path)) showMessage(tr("Could not write %1").arg(path));
+    const QString path = plotstyle::askExportPath(this, QStringLiteral("paralab-comparison"), plotstyle::ExportKind::ImageOrCsv);
+    if (!path.isEmpty() && !plotexport::save(plotExports().front(), path)) showMessage(tr("Could not write %1").arg(path));
 }
 
 void RunsPanel::exportTableWithDialog() {

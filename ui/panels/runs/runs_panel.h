@@ -10,6 +10,7 @@
 #include <QVector>
 #include <QWidget>
 
+#include "ui/panels/common/plot_export.h"
 #include "ui/session/runs_model.h"
 
 class QCheckBox;
@@ -54,6 +55,11 @@ public:
 
     // PNG or PDF by the suffix; false when the file cannot be written.
     bool exportPlot(const QString& path);
+    // What the comparison draws, one row per point (series,x_axis,x,y_axis,y): each run's loss
+    // curve as shown (smoothed or not, by step or time), its throughput, peak memory and scaling
+    // efficiency bars.
+    bool exportPlotCsv(const QString& path) const;
+    QVector<PlotExport> plotExports();
     // The table's rows as shown (filtered and sorted), written on the model's worker:
     // model()->fileWritten reports the result.
     void exportTableCsv(const QString& path);
@@ -61,7 +67,7 @@ public:
 public slots:
     void refresh();
     void deleteSelected(bool confirm = true);
-    void exportPlotWithDialog();
+    void exportPlotWithDialog();  // PNG, PDF or CSV
     void exportTableWithDialog();
 
 signals:

@@ -386,6 +386,12 @@ bool TimelinePanel::exportCsv(const QString& path) const {
     return file.error() == QFileDevice::NoError;
 }
 
+QVector<PlotExport> TimelinePanel::plotExports() {
+    return {{tr("Timeline of the last steps"), QStringLiteral("paralab-timeline"),
+             [this](const QString& path) { return exportTo(path); },
+             [this](const QString& path) { return exportCsv(path); }}};
+}
+
 void TimelinePanel::exportWithDialog() {
     const QString path = plotstyle::askExportPath(this, QStringLiteral("paralab-timeline"), plotstyle::ExportKind::Image);
     if (!path.isEmpty() && !exportTo(path)) plotstyle::reportExportFailure(this, path);

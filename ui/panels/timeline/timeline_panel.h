@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/run/trainer.h"
+#include "ui/panels/common/plot_export.h"
 
 class QCustomPlot;
 class QLabel;
@@ -57,6 +58,7 @@ public:
     bool exportTo(const QString& path);  // PNG or PDF by the suffix
     // One row per kept span: device, step, phase, family, times, duration, bytes.
     bool exportCsv(const QString& path) const;
+    QVector<PlotExport> plotExports();  // the one plot: exportTo and exportCsv
 
     // Connected to RunController::spansArrived (a plain member: see DeviceDashboard).
     void addSpans(const QVector<run::Span>& spans);
