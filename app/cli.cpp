@@ -162,6 +162,28 @@ extern "C" void on_interrupt(int) {
     if (g_control) g_control->stop.store(true);
 }
 
+// SIGUSR1 pauses at the next step boundary and SIGUSR2 resumes; SIGALRM stops like SIGINT.
+// mpirun forwards these three to every rank (and the ranks of a job agree on the boundary),
+// where SIGINT to mpirun makes it kill the job a second later and stop relaying output: the
+// window stops a job with SIGALRM, and the job's last lines (its summary) still arrive.
+extern "C" void on_pause(int) {
+    if (g_control) g_control->pause.store(true);
+}
+extern "C" void on_resume(int) {
+    if (g_control) g_control->pause.store(false);
+}
+
+void install_run_signals() {
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
+    std::signal(SIGALRM, on_interrupt);
+    std::signal(SIGUSR1, on_pause);
+    std::signal(SIGUSR2, on_resume);
+    // A progress line to a reader that went away (mpirun stops forwarding output when it is
+    // interrupted) must not end the run before it is stored as stopped.
+    std::signal(SIGPIPE, SIG_IGN);
+}
+
 // Forwards each event to several observers (the progress line and the store).
 class Observers : public run::RunObserver {
 public:
@@ -200,9 +222,7 @@ bool in_mpi_job() {
 int cmd_run_job_rank(const run::Experiment& e, const RunArgs& a, const run::JobOptions& job) {
     run::RunControl control;
     g_control = &control;
-    std::signal(SIGINT, on_interrupt);
-    std::signal(SIGTERM, on_interrupt);
-    std::signal(SIGPIPE, SIG_IGN);
+    install_run_signals();
     const run::RunSummary s = run::run_experiment(e, nullptr, &control, a.threads, nullptr, &job);
     g_control = nullptr;
     return s.status == "failed" ? 1 : 0;
@@ -245,11 +265,7 @@ int cmd_run(const RunArgs& a) {
     store::RunStore db(store_path(a.db));
     run::RunControl control;
     g_control = &control;
-    std::signal(SIGINT, on_interrupt);
-    std::signal(SIGTERM, on_interrupt);
-    // A progress line to a reader that went away (mpirun stops forwarding output when it is
-    // interrupted) must not end the run before it is stored as stopped.
-    std::signal(SIGPIPE, SIG_IGN);
+    install_run_signals();
     ProgressLine progress(isatty(fileno(stderr)));
     run::RunSummary s;
     int64_t run_id = 0;
