@@ -64,37 +64,33 @@ start_job() {
 status_of() { "$paralab" runs show 1 --db "$1" --json | grep -o '"status": *"[a-z]*"' | grep -o '[a-z]*"$' | tr -d '"'; }
 error_of() { "$paralab" runs show 1 --db "$1" --json | grep -o '"error": *"[^"]*"'; }
 
-# 1. Stop.
-db=$dir/stop.db
-start_job "$db" 60
-check "the stopped job stored steps before the stop" wait_for_steps "$db"
-pkill -INT -f "^[^ ]*mpi(run|exec)[^ ]* .*$db"  # mpirun only (not the timeout around it)
-wait
-check "the stopped job ended within its bound (rc $(cat "$db.rc"))" test "$(cat "$db.rc")" != 124
-check "the stopped run is recorded as stopped (got $(status_of "$db"))" test "$(status_of "$db")" = stopped
-check "the stopped run keeps its steps" test "$(stored_steps "$db")" -gt 0
+# fault_case NAME RANK-TIMEOUT ACTION STATUS ERROR-PATTERN: a 3-rank job on its own store,
+# ACTION (a command, given the store) once steps are stored; then the job must end within its
+# bound, the run have STATUS and keep its steps, and its error match ERROR-PATTERN (if any).
+fault_case() {
+    name=$1 timeout_s=$2 action=$3 status=$4 pattern=$5
+    db=$dir/$name.db
+    start_job "$db" "$timeout_s"
+    check "$name: steps were stored before the fault" wait_for_steps "$db"
+    $action "$db"
+    wait
+    check "$name: the job ended within its bound (rc $(cat "$db.rc"))" test "$(cat "$db.rc")" != 124
+    check "$name: the run is $status (got $(status_of "$db"))" test "$(status_of "$db")" = "$status"
+    check "$name: the run keeps its steps" test "$(stored_steps "$db")" -gt 0
+    if [ -n "$pattern" ]; then
+        check "$name: its error says '$pattern': $(error_of "$db")" \
+            sh -c "'$paralab' runs show 1 --db '$db' --json | grep -q '$pattern'"
+    fi
+    check "$name: no process of the job is left" sh -c "! pgrep -f '[p]aralab run .*$db' >/dev/null"
+}
 
-# 2. A rank killed.
-db=$dir/kill.db
-start_job "$db" 60
-check "the job stored steps before the kill" wait_for_steps "$db"
-pid=$(rank_pid "$db" 1) && kill -KILL "$pid"
-wait
-check "the job with a killed rank ended within its bound (rc $(cat "$db.rc"))" test "$(cat "$db.rc")" != 124
-check "the run with a killed rank is failed (got $(status_of "$db"))" test "$(status_of "$db")" = failed
-check "its error names rank 1: $(error_of "$db")" sh -c "'$paralab' runs show 1 --db '$db' --json | grep -q 'rank 1 (r1/cpu:0)'"
-check "the run with a killed rank keeps its steps" test "$(stored_steps "$db")" -gt 0
+stop_job() { pkill -INT -f "^[^ ]*mpi(run|exec)[^ ]* .*$1"; }  # mpirun only, not the timeout around it
+kill_rank1() { pid=$(rank_pid "$1" 1) && kill -KILL "$pid"; }
+hang_rank2() { pid=$(rank_pid "$1" 2) && kill -STOP "$pid"; }
 
-# 3. A rank that hangs.
-db=$dir/hang.db
-start_job "$db" 2
-check "the job stored steps before the hang" wait_for_steps "$db"
-pid=$(rank_pid "$db" 2) && kill -STOP "$pid"
-wait
-check "the job with a hung rank ended within its bound (rc $(cat "$db.rc"))" test "$(cat "$db.rc")" != 124
-check "the run with a hung rank is failed (got $(status_of "$db"))" test "$(status_of "$db")" = failed
-check "its error names rank 2: $(error_of "$db")" sh -c "'$paralab' runs show 1 --db '$db' --json | grep -q 'rank 2 (r2/cpu:0).*not heard from'"
-check "no process of the hung job is left" sh -c "! pgrep -f '[p]aralab run .*$db' >/dev/null"
+fault_case stop 60 stop_job stopped ""
+fault_case kill 60 kill_rank1 failed "rank 1 (r1/cpu:0)"
+fault_case hang 2 hang_rank2 failed "rank 2 (r2/cpu:0).*not heard from"
 
 # 4. A NaN loss (a learning rate of 1e37).
 db=$dir/nan.db
