@@ -52,6 +52,8 @@ class TestSetupPanels : public QObject {
 private slots:
     void initTestCase();
     void fourCpuDevicesAndDdpUpdateTheExperiment();
+    void gpuListHasEachIdOnce_data();
+    void gpuListHasEachIdOnce();
     void modelEditsKeepTheSetup();
     void runControlsFollowTheRun();
     void optionsAppearPerStrategy_data();
@@ -75,6 +77,86 @@ void TestSetupPanels::initTestCase() {
     QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, m_dir.filePath("settings"));
     QCoreApplication::setOrganizationName(QStringLiteral("ParaLabSetupTest"));
     qputenv("XDG_DATA_HOME", m_dir.filePath("data").toUtf8());
+}
+
+// The Devices panel's GPU list never shows an id twice, whatever the order in which the
+// experiment and discovery arrive, however often each is shown, and when the experiment names a
+// GPU several times (virtual devices sharing it) or one this machine lacks. An edit keeps the
+// shared GPU's count. Discovery is handed GPUs this machine may not have.
+void TestSetupPanels::gpuListHasEachIdOnce_data() {
+    QTest::addColumn<QStringList>("devices");  // the experiment's
+    QTest::addColumn<QStringList>("found");    // what discovery reports, in order
+    QTest::addColumn<bool>("experimentFirst");
+    QTest::addColumn<QStringList>("rows");       // the GPU list's ids
+    QTest::addColumn<QStringList>("afterEdit");  // the devices after the CPU count is set to 2
+    QTest::newRow("experiment, then discovery")
+        << QStringList{"cuda:0", "cpu:0"} << QStringList{"cuda:0", "cuda:1"} << true
+        << QStringList{"cuda:0", "cuda:1"} << QStringList{"cuda:0", "cpu:0", "cpu:1"};
+    QTest::newRow("discovery, then experiment")
+        << QStringList{"cuda:1"} << QStringList{"cuda:0", "cuda:1"} << false
+        << QStringList{"cuda:0", "cuda:1"} << QStringList{"cuda:1", "cpu:0", "cpu:1"};
+    QTest::newRow("discovery names a GPU twice")
+        << QStringList{"cuda:0"} << QStringList{"cuda:0", "cuda:1", "cuda:0"} << true
+        << QStringList{"cuda:0", "cuda:1"} << QStringList{"cuda:0", "cpu:0", "cpu:1"};
+    QTest::newRow("one GPU shared by two virtual devices")
+        << QStringList{"cuda:0", "cuda:0", "cpu:0"} << QStringList{"cuda:0"} << true
+        << QStringList{"cuda:0"} << QStringList{"cuda:0", "cuda:0", "cpu:0", "cpu:1"};
+    QTest::newRow("shared and not found here")
+        << QStringList{"cuda:3", "cuda:3"} << QStringList{"cuda:0"} << false
+        << QStringList{"cuda:0", "cuda:3"} << QStringList{"cuda:3", "cuda:3", "cpu:0", "cpu:1"};
+}
+
+void TestSetupPanels::gpuListHasEachIdOnce() {
+    QFETCH(QStringList, devices);
+    QFETCH(QStringList, found);
+    QFETCH(bool, experimentFirst);
+    QFETCH(QStringList, rows);
+    QFETCH(QStringList, afterEdit);
+    paralab::ui::DevicesPanel panel;
+    QTRY_VERIFY(panel.discovered());  // this machine's own answer first, so it cannot come last
+    auto e = defaultExperiment();
+    e.devices.clear();
+    for (const QString& d : devices) e.devices.push_back(d.toStdString());
+    std::vector<paralab::DeviceInfo> discovered(1);  // the CPU
+    for (const QString& name : found) {
+        paralab::DeviceInfo gpu;
+        gpu.name = name.toStdString();
+        gpu.kind = paralab::DeviceKind::cuda;
+        gpu.description = "Test GPU";
+        gpu.memory_bytes = int64_t(16) << 30;
+        discovered.push_back(gpu);
+    }
+    // Each shown twice: a second answer or a second experiment adds no row.
+    for (int round = 0; round < 2; ++round) {
+        if (experimentFirst) {
+            panel.setExperiment(e);
+            panel.showDiscovered(discovered);
+        } else {
+            panel.showDiscovered(discovered);
+            panel.setExperiment(e);
+        }
+        QCOMPARE(panel.gpuIds(), rows);
+    }
+    const QSet<QString> unique(rows.begin(), rows.end());
+    QCOMPARE(unique.size(), rows.size());
+    for (const QString& id : rows) QCOMPARE(panel.gpuChecked(id), devices.contains(id));
+
+    QSignalSpy edited(&panel, &paralab::ui::DevicesPanel::experimentEdited);
+    panel.cpuCountBox()->setValue(2);
+    QCOMPARE(edited.count(), 1);
+    QStringList after;
+    for (const auto& d : edited.at(0).at(0).value<paralab::run::Experiment>().devices)
+        after << QString::fromStdString(d);
+    QCOMPARE(after, afterEdit);
+    QCOMPARE(panel.gpuIds(), rows);
+    // Unticking a GPU drops it, every share of it.
+    panel.setGpuChecked(afterEdit.front(), false);
+    QCOMPARE(edited.count(), 2);
+    after.clear();
+    for (const auto& d : edited.at(1).at(0).value<paralab::run::Experiment>().devices)
+        after << QString::fromStdString(d);
+    QVERIFY2(!after.contains(afterEdit.front()), qPrintable(after.join(',')));
+    QCOMPARE(after.filter("cpu:").size(), 2);
 }
 
 void TestSetupPanels::fourCpuDevicesAndDdpUpdateTheExperiment() {

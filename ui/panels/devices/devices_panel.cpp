@@ -88,9 +88,7 @@ DevicesPanel::DevicesPanel(QWidget* parent)
 }
 
 void DevicesPanel::showDiscovered(const std::vector<DeviceInfo>& devices) {
-    m_updating = true;
-    m_gpus->clear();
-    int gpus = 0;
+    m_foundGpus.clear();
     for (const auto& d : devices) {
         if (d.kind == DeviceKind::cpu) {
             m_cpuInfo->setText(tr("%1: %2 cores, %3. Compute threads per device are shared out of "
@@ -100,30 +98,65 @@ void DevicesPanel::showDiscovered(const std::vector<DeviceInfo>& devices) {
                                    .arg(memoryText(d.memory_bytes)));
             continue;
         }
-        ++gpus;
-        auto* item = new QListWidgetItem(tr("%1 — %2, %3, compute capability %4.%5")
-                                             .arg(QString::fromStdString(d.name),
-                                                  QString::fromStdString(d.description),
-                                                  memoryText(d.memory_bytes))
-                                             .arg(d.cc_major)
-                                             .arg(d.cc_minor));
-        item->setData(Qt::UserRole, QString::fromStdString(d.name));
-        item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
-        const bool used = std::find(m_experiment.devices.begin(), m_experiment.devices.end(),
-                                    d.name) != m_experiment.devices.end();
-        item->setCheckState(used ? Qt::Checked : Qt::Unchecked);
-        m_gpus->addItem(item);
+        const bool seen = std::any_of(m_foundGpus.begin(), m_foundGpus.end(),
+                                      [&](const DeviceInfo& g) { return g.name == d.name; });
+        if (!seen) m_foundGpus.push_back(d);
     }
-    m_gpus->setVisible(gpus > 0);
-    m_gpuInfo->setText(gpus > 0 ? tr("Tick the GPUs to train on.")
+    m_gpuInfo->setText(!m_foundGpus.empty() ? tr("Tick the GPUs to train on.")
                        : cuda_backend_built()
                            ? tr("No GPU found on this machine: the virtual CPU devices below run "
                                 "every strategy.")
                            : tr("No GPU: this build has no CUDA backend. The virtual CPU devices "
                                 "below run every strategy."));
     m_discovered = true;
-    m_updating = false;
+    rebuildGpuRows();
     emit devicesDiscovered();
+}
+
+void DevicesPanel::rebuildGpuRows() {
+    const bool updating = m_updating;
+    m_updating = true;
+    m_gpus->clear();
+    auto uses = [this](const std::string& name) {
+        return std::count(m_experiment.devices.begin(), m_experiment.devices.end(), name);
+    };
+    auto addRow = [&](const std::string& name, const QString& text) {
+        auto* item = new QListWidgetItem;
+        const auto shares = uses(name);
+        item->setText(shares > 1 ? tr("%1 (shared by %2 virtual devices)").arg(text).arg(shares)
+                                 : text);
+        item->setData(Qt::UserRole, QString::fromStdString(name));
+        item->setFlags(item->flags() | Qt::ItemIsUserCheckable);
+        item->setCheckState(shares > 0 ? Qt::Checked : Qt::Unchecked);
+        m_gpus->addItem(item);
+    };
+    for (const auto& d : m_foundGpus)
+        addRow(d.name, tr("%1 — %2, %3, compute capability %4.%5")
+                           .arg(QString::fromStdString(d.name),
+                                QString::fromStdString(d.description), memoryText(d.memory_bytes))
+                           .arg(d.cc_major)
+                           .arg(d.cc_minor));
+    // The experiment's GPUs this machine does not have, once each, in the experiment's order.
+    std::vector<std::string> missing;
+    for (const auto& name : m_experiment.devices) {
+        DeviceId id;
+        try {
+            id = parse_device_id(name);
+        } catch (const std::exception&) {
+            continue;
+        }
+        if (id.kind == DeviceKind::cpu) continue;
+        const bool found = std::any_of(m_foundGpus.begin(), m_foundGpus.end(),
+                                       [&](const DeviceInfo& g) { return g.name == name; });
+        if (!found && std::find(missing.begin(), missing.end(), name) == missing.end())
+            missing.push_back(name);
+    }
+    for (const auto& name : missing)
+        addRow(name, m_discovered
+                         ? tr("%1 — not found on this machine").arg(QString::fromStdString(name))
+                         : tr("%1 — looking for it…").arg(QString::fromStdString(name)));
+    m_gpus->setVisible(m_gpus->count() > 0);
+    m_updating = updating;
 }
 
 void DevicesPanel::setExperiment(const run::Experiment& e) {
@@ -139,13 +172,7 @@ void DevicesPanel::setExperiment(const run::Experiment& e) {
         }
     }
     m_cpuCount->setValue(cpus);
-    for (int i = 0; i < m_gpus->count(); ++i) {
-        auto* item = m_gpus->item(i);
-        const std::string name = item->data(Qt::UserRole).toString().toStdString();
-        item->setCheckState(std::find(e.devices.begin(), e.devices.end(), name) != e.devices.end()
-                                ? Qt::Checked
-                                : Qt::Unchecked);
-    }
+    rebuildGpuRows();
     QStringList names;
     for (const auto& d : e.devices) names << QString::fromStdString(d);
     m_chosen->setText(tr("This run: %1").arg(names.join(QStringLiteral(", "))));
@@ -157,9 +184,14 @@ void DevicesPanel::edited() {
     if (m_updating) return;
     run::Experiment e = m_experiment;
     e.devices.clear();
-    for (int i = 0; i < m_gpus->count(); ++i)
-        if (m_gpus->item(i)->checkState() == Qt::Checked)
-            e.devices.push_back(m_gpus->item(i)->data(Qt::UserRole).toString().toStdString());
+    for (int i = 0; i < m_gpus->count(); ++i) {
+        if (m_gpus->item(i)->checkState() != Qt::Checked) continue;
+        // A GPU shared by N virtual devices stays N devices; a GPU newly ticked is one.
+        const std::string name = m_gpus->item(i)->data(Qt::UserRole).toString().toStdString();
+        const auto shares =
+            std::count(m_experiment.devices.begin(), m_experiment.devices.end(), name);
+        for (long k = 0; k < std::max<long>(1, shares); ++k) e.devices.push_back(name);
+    }
     for (int k = 0; k < m_cpuCount->value(); ++k) e.devices.push_back("cpu:" + std::to_string(k));
     // A straggler on a device that is gone would fail the run: drop it with the device.
     if (!e.strategy.straggler_device.empty() &&
@@ -183,6 +215,25 @@ void DevicesPanel::edited() {
     m_error->hide();
     m_experiment = e;
     emit experimentEdited(e);
+}
+
+QStringList DevicesPanel::gpuIds() const {
+    QStringList ids;
+    for (int i = 0; i < m_gpus->count(); ++i) ids << m_gpus->item(i)->data(Qt::UserRole).toString();
+    return ids;
+}
+
+bool DevicesPanel::gpuChecked(const QString& id) const {
+    for (int i = 0; i < m_gpus->count(); ++i)
+        if (m_gpus->item(i)->data(Qt::UserRole).toString() == id)
+            return m_gpus->item(i)->checkState() == Qt::Checked;
+    return false;
+}
+
+void DevicesPanel::setGpuChecked(const QString& id, bool checked) {
+    for (int i = 0; i < m_gpus->count(); ++i)
+        if (m_gpus->item(i)->data(Qt::UserRole).toString() == id)
+            m_gpus->item(i)->setCheckState(checked ? Qt::Checked : Qt::Unchecked);
 }
 
 QString DevicesPanel::errorText() const {
