@@ -161,7 +161,14 @@ StrategyConfig parse_strategy(const json& j) {
         s.straggler_device = st.string("device", "");
         if (s.straggler_device.empty()) st.fail("device", "missing; expected a device such as \"cpu:1\"");
         try {
-            parse_device_id(s.straggler_device);
+            // "cpu:1", or in an MPI job a device of another process: "r2/cpu:0".
+            const std::string& d = s.straggler_device;
+            const size_t slash = d.find('/');
+            if (slash != std::string::npos &&
+                (slash < 2 || d[0] != 'r' || d.find_first_not_of("0123456789", 1) != slash))
+                throw ConfigError("expected a device such as \"cpu:1\", or \"r2/cpu:0\" for process 2's "
+                                  "device in an MPI job, got \"" + d + "\"");
+            parse_device_id(slash == std::string::npos ? d : d.substr(slash + 1));
         } catch (const ConfigError& e) {
             st.fail("device", e.what());
         }

@@ -59,7 +59,18 @@ void check_model_fits_data(const nn::Model& model, const data::Dataset& ds, cons
     }
 }
 
-// The devices of the run, one per rank; refuses what this build cannot run.
+// The straggler, when the experiment names one, must be one of the run's devices.
+void check_straggler(const Experiment& e, const std::vector<std::string>& names) {
+    if (!e.strategy.straggler_device.empty() &&
+        std::find(names.begin(), names.end(), e.strategy.straggler_device) == names.end())
+        throw ConfigError("strategy.straggler.device: " + e.strategy.straggler_device +
+                          " is not one of the run's devices" +
+                          (names.empty() || names.front().find('/') == std::string::npos ? std::string()
+                                                                                       : " (" + names.front() + ", ...)"));
+}
+
+// The devices of the run, one per rank (this process's, in an MPI job); refuses what this
+// build cannot run.
 std::vector<std::unique_ptr<Device>> make_devices(const Experiment& e, int compute_threads) {
     std::vector<std::unique_ptr<Device>> devices;
     for (size_t i = 0; i < e.devices.size(); ++i) {
@@ -75,10 +86,6 @@ std::vector<std::unique_ptr<Device>> make_devices(const Experiment& e, int compu
                                   std::to_string(j) + "]); virtual CPU devices are cpu:0, cpu:1, ...");
         devices.push_back(make_cpu_device(id.index, compute_threads));
     }
-    if (!e.strategy.straggler_device.empty() &&
-        std::find(e.devices.begin(), e.devices.end(), e.strategy.straggler_device) == e.devices.end())
-        throw ConfigError("strategy.straggler.device: " + e.strategy.straggler_device +
-                          " is not one of the run's devices");
     return devices;
 }
 
@@ -518,6 +525,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     std::vector<Device*> world_devices;
     if (!mpi) {
         prepare();
+        check_straggler(e, e.devices);
         for (auto& d : devices) world_devices.push_back(d.get());
     } else {
         std::string local_error;
@@ -528,6 +536,12 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         }
         const std::vector<std::string> names =
             agree_on_job(*mpi, e, devices.size() == 1 ? devices[0]->name() : "?", local_error);
+        try {
+            check_straggler(e, names);
+        } catch (const ConfigError& err) {
+            if (!root) throw JobRefused(err.what());  // every process refuses alike
+            throw;
+        }
         summary.devices = names;
         world_devices.assign(names.size(), nullptr);
         devices[0]->set_name(names[size_t(mpi->rank())]);

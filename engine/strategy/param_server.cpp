@@ -39,21 +39,25 @@ namespace {
 constexpr int kPushTag = 1;  // worker -> server: gradients (async: plus a trailing flag)
 constexpr int kPullTag = 2;  // server -> worker: weights
 
-// Async pushes carry one float after the gradients: 0 for a gradient, 1 for "this worker is
-// done" (its finish_rank), which ends its service thread.
+// Async pushes carry two floats after the gradients: the kind (0 a gradient, 1 "this worker is
+// done", which ends its service thread, 2 "tell me once every worker has had `need` pushes
+// served", with `need` in the second float, for a worker in another process than the server,
+// which cannot see the server's counts) and that `need`.
 constexpr float kPushGradient = 0.0f;
 constexpr float kPushDone = 1.0f;
+constexpr float kPushWait = 2.0f;
+constexpr int kWaitTag = 3;  // server -> worker: the staleness bound is met (one float)
+constexpr int64_t kPushExtra = 2;
 
 class ParamServer final : public ReplicaStrategy {
 public:
-    const char* single_process_only() const override {
-        return "its server threads run beside device 0 in one process";
-    }
-
     ParamServer() : ReplicaStrategy("param_server") {}
 
     ~ParamServer() override {
-        abort("param_server: the strategy is being destroyed");
+        // Service threads still running (a run that failed before finish_rank) are woken; an
+        // MPI group is never aborted here, for that would end the whole job.
+        if (std::any_of(m_service.begin(), m_service.end(), [](std::thread& t) { return t.joinable(); }))
+            abort("param_server: the strategy is being destroyed");
         for (std::thread& t : m_service)
             if (t.joinable()) t.join();
     }
@@ -76,7 +80,7 @@ public:
             float* f = m_worker_flat[static_cast<size_t>(r)].data<float>();
             f[m_numel] = kPushDone;
             try {
-                pair(r).send(f, m_numel + 1, DType::f32, 0, kPushTag);
+                pair(r).send(f, m_numel + kPushExtra, DType::f32, 0, kPushTag);
             } catch (const comm::CommAborted&) {  // the run failed: the service thread is gone
             }
             return;
@@ -114,7 +118,10 @@ public:
         return ReplicaStrategy::predict(x);
     }
     std::vector<Tensor> buffers() override {
-        gather_buffers();
+        if (m_ctx->spans_processes())
+            reduce_buffers_across_processes();
+        else
+            gather_buffers();
         return ReplicaStrategy::buffers();
     }
     // parameters(): ReplicaStrategy's, the server's (rank 0's replica).
@@ -133,34 +140,37 @@ protected:
         // workers' replicas hold the weights they last pulled.
         build_replicas(ctx, reference, false);
         m_optimizers.push_back(optim::make_optimizer(e.optimizer));  // the server's only
-        m_numel = total_numel(params(0));
+        m_numel = total_numel(layout());
 
         const auto W = static_cast<size_t>(m_world);
-        Device& server = *ctx.devices[0];
+        const bool server_here = ctx.is_local(0);
         auto comm_buffer = [](int64_t n, Device& d) {
             return Tensor::empty(Shape{n}, DType::f32, d, MemCategory::communication);
         };
-        const int64_t push_numel = m_numel + (m_async ? 1 : 0);
+        const int64_t push_numel = m_numel + (m_async ? kPushExtra : 0);
         m_worker_steps.assign(W, 0);
         m_worker_flat.resize(W);
         m_server_in.resize(W);
         for (int w = 1; w < m_world; ++w) {
-            m_worker_flat[static_cast<size_t>(w)] =
-                comm_buffer(push_numel, *ctx.devices[static_cast<size_t>(w)]);
-            m_server_in[static_cast<size_t>(w)] = comm_buffer(push_numel, server);
+            if (ctx.is_local(w))
+                m_worker_flat[static_cast<size_t>(w)] =
+                    comm_buffer(push_numel, *ctx.devices[static_cast<size_t>(w)]);
+            if (server_here) m_server_in[static_cast<size_t>(w)] = comm_buffer(push_numel, *ctx.devices[0]);
         }
         if (m_async) {
             m_server_out.resize(W);
             for (int w = 1; w < m_world; ++w) {
-                m_server_out[static_cast<size_t>(w)] = comm_buffer(m_numel, server);
-                m_pairs.push_back(std::make_unique<comm::LocalGroup>(2));
+                if (server_here) m_server_out[static_cast<size_t>(w)] = comm_buffer(m_numel, *ctx.devices[0]);
+                // A group of its own per worker (only ranks 0 and w talk in it); across
+                // processes its creation is collective, made here in the same order by all.
+                m_pairs.push_back(ctx.group->split());
             }
             m_service.resize(W);
             m_server.served.assign(W, 0);
             m_server.reply_ready.assign(W, false);
             m_server.done.assign(W, false);
-        } else {
-            m_server_out.push_back(comm_buffer(m_numel, server));
+        } else if (server_here) {
+            m_server_out.push_back(comm_buffer(m_numel, *ctx.devices[0]));
         }
     }
 
@@ -184,8 +194,8 @@ private:
         float* f = m_worker_flat[static_cast<size_t>(r)].data<float>();
         pack_grads(ps, f);
         comm::Communicator& c = m_async ? pair(r) : rank.comm();
-        if (m_async) f[m_numel] = kPushGradient;
-        comm::CommRecord push = c.send(f, m_async ? m_numel + 1 : m_numel, DType::f32, 0, kPushTag);
+        if (m_async) f[m_numel] = kPushGradient, f[m_numel + 1] = 0;
+        comm::CommRecord push = c.send(f, m_async ? m_numel + kPushExtra : m_numel, DType::f32, 0, kPushTag);
         push.op = "push_grad";
         rank.record_comm(push);
         // Mostly waiting: for the server's update, and in sync mode for the slowest worker.
@@ -202,15 +212,22 @@ private:
     void wait_staleness(Rank& rank, int64_t s) {
         const int64_t need = s - 1 - m_staleness;
         if (need <= 0) return;
+        if (!m_ctx->is_local(0)) {
+            // The server is in another process: ask its service thread for this worker, which
+            // answers once the bound is met (the same condition as below, evaluated there).
+            const int r = rank.index();
+            float* f = m_worker_flat[static_cast<size_t>(r)].data<float>();
+            f[m_numel] = kPushWait;
+            f[m_numel + 1] = static_cast<float>(need);
+            const auto b = Clock::now();
+            pair(r).send(f, m_numel + kPushExtra, DType::f32, 0, kPushTag);
+            float met = 0;
+            pair(r).recv(&met, 1, DType::f32, 0, kWaitTag);
+            rank.record_idle("wait_staleness", b, Clock::now());
+            return;
+        }
         std::unique_lock lock(m_server.mutex);
-        auto ready = [&] {
-            if (m_server.aborted) return true;
-            for (int w = 1; w < m_world; ++w)
-                if (!m_server.done[static_cast<size_t>(w)] &&
-                    m_server.served[static_cast<size_t>(w)] < need)
-                    return false;
-            return true;
-        };
+        auto ready = [&] { return m_server.aborted || bound_met(need); };
         if (!ready()) {
             const auto b = Clock::now();
             m_server.cv.wait(lock, ready);
@@ -219,9 +236,17 @@ private:
         if (m_server.aborted) throw comm::CommAborted(m_server.reason);
     }
 
-    // Async: worker w's two-rank group; rank 1 is the worker's end, rank 0 the server's.
+    // Under m_server.mutex: every worker still running has had `need` pushes served.
+    bool bound_met(int64_t need) const {
+        for (int w = 1; w < m_world; ++w)
+            if (!m_server.done[static_cast<size_t>(w)] && m_server.served[static_cast<size_t>(w)] < need)
+                return false;
+        return true;
+    }
+
+    // Async: worker w's group, where only the worker (rank w) and the server (rank 0) talk.
     comm::Communicator& pair(int worker) {
-        return m_pairs[static_cast<size_t>(worker - 1)]->rank(1);
+        return m_pairs[static_cast<size_t>(worker - 1)]->rank(worker);
     }
     comm::Communicator& server_end(int worker) {
         return m_pairs[static_cast<size_t>(worker - 1)]->rank(0);
@@ -337,7 +362,18 @@ private:
             for (;;) {
                 // Not recorded: its time is mostly waiting for the worker, whose own "push_grad"
                 // span is the message on the timeline.
-                c.recv(in, m_numel + 1, DType::f32, 1, kPushTag);
+                c.recv(in, m_numel + kPushExtra, DType::f32, w, kPushTag);
+                if (in[m_numel] == kPushWait) {
+                    const auto need = static_cast<int64_t>(in[m_numel + 1]);
+                    {
+                        std::unique_lock lock(m_server.mutex);
+                        m_server.cv.wait(lock, [&] { return m_server.aborted || bound_met(need); });
+                        if (m_server.aborted) return;
+                    }
+                    const float met = 1;
+                    c.send(&met, 1, DType::f32, w, kWaitTag);
+                    continue;
+                }
                 {
                     std::unique_lock lock(m_server.mutex);
                     if (in[m_numel] == kPushDone) {
@@ -352,7 +388,7 @@ private:
                     if (m_server.aborted) return;
                     m_server.reply_ready[wi] = false;
                 }
-                comm::CommRecord rec = c.send(out, m_numel, DType::f32, 1, kPullTag);
+                comm::CommRecord rec = c.send(out, m_numel, DType::f32, w, kPullTag);
                 rec.op = "pull_weights";
                 std::lock_guard lock(m_server.mutex);
                 m_server.log.push_back(rec);
@@ -385,6 +421,33 @@ private:
         }
     }
 
+    // gather_buffers for a run across processes (one rank each), as a collective: every process
+    // calls buffers() at the same point of the run, between steps.
+    void reduce_buffers_across_processes() {
+        int me = 0;
+        while (!m_ctx->is_local(me)) ++me;
+        std::vector<Tensor> bufs = replica(me).buffers();
+        int64_t n = 0;
+        for (const Tensor& b : bufs) n += b.numel();
+        if (n == 0) return;
+        std::vector<float> flat(static_cast<size_t>(n), 0.0f);
+        if (me != 0) {
+            int64_t at = 0;
+            for (const Tensor& b : bufs) {
+                std::copy(b.data<float>(), b.data<float>() + b.numel(), flat.begin() + at);
+                at += b.numel();
+            }
+        }
+        m_ctx->group->rank(me).reduce(flat.data(), n, DType::f32, comm::ReduceOp::sum, 0);
+        if (me != 0) return;
+        int64_t at = 0;
+        for (Tensor& b : bufs) {
+            float* t = b.data<float>();
+            for (int64_t k = 0; k < b.numel(); ++k) t[k] = flat[static_cast<size_t>(at + k)] / static_cast<float>(m_world - 1);
+            at += b.numel();
+        }
+    }
+
     bool m_async = false;
     int64_t m_staleness = 0;
     int64_t m_numel = 0;
@@ -395,7 +458,7 @@ private:
     int64_t m_server_steps = 0;           // the server's rank thread only
     double m_last_lr = 0;                 // likewise
 
-    std::vector<std::unique_ptr<comm::LocalGroup>> m_pairs;  // async: per worker w at [w-1]
+    std::vector<std::unique_ptr<comm::Group>> m_pairs;  // async: per worker w at [w-1]
     std::vector<std::thread> m_service;                      // async: per worker w at [w]
 
     // What the server's rank thread and the service threads share (indexed by worker rank).

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <set>
@@ -44,6 +45,7 @@ json experiment(const std::string& strategy) {
     })");
     j["strategy"] = {{"type", strategy}};
     if (strategy == "pipeline") j["strategy"]["micro_batches"] = 3;
+    if (strategy == "param_server") j["strategy"]["mode"] = "sync";
     return j;
 }
 
@@ -113,7 +115,9 @@ TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
     local["devices"] = strategy_testing::devices(world);
     const strategy_testing::Result ref = strategy_testing::run_it(local);
     ASSERT_EQ(ref.summary.status, "finished") << ref.summary.error;
-    const bool exact = strategy == "pipeline" || strategy == "model_parallel";
+    // Messages carry values unchanged: the stages', and the sync server's (it sums the pushes
+    // in rank order itself).
+    const bool exact = strategy == "pipeline" || strategy == "model_parallel" || strategy == "param_server";
     const double diff = strategy_testing::max_rel_diff(artifacts.parameters, ref.artifacts.parameters);
     if (exact)
         EXPECT_EQ(diff, 0.0) << strategy;
@@ -125,7 +129,8 @@ TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, JobParity,
-                         ::testing::Values("ddp", "zero", "data_parallel", "model_parallel", "pipeline"),
+                         ::testing::Values("ddp", "zero", "data_parallel", "model_parallel", "pipeline",
+                                           "param_server"),
                          [](const auto& info) { return std::string(info.param); });
 
 TEST_F(JobTest, LoadersOfTheRanksCoverAnEpochExactlyOnce) {
@@ -157,8 +162,31 @@ TEST_F(JobTest, LoadersOfTheRanksCoverAnEpochExactlyOnce) {
     }
 }
 
-TEST_F(JobTest, StrategiesOfOneProcessAreRefusedOnEveryRank) {
-    for (const char* strategy : {"hogwild", "param_server"}) {
+TEST_F(JobTest, AsyncParameterServerRunsWithItsWorkersInOtherProcesses) {
+    json j = experiment("param_server");
+    j["strategy"] = {{"type", "param_server"}, {"mode", "async"}, {"staleness", 1},
+                     {"straggler", {{"device", "r1/cpu:0"}, {"delay_ms", 3}}}};
+    j["devices"] = json::array({"cpu:0"});
+    run::JobOptions job;
+    job.rank_timeout_s = 30;
+    Heard heard;
+    run::RunArtifacts artifacts;
+    const int me = mpi_testing::comm().rank();
+    const run::RunSummary s =
+        run::run_experiment(run::parse_experiment(j), me == 0 ? &heard : nullptr, nullptr, 1, &artifacts, &job);
+    ASSERT_EQ(s.status, "finished") << s.error;
+    if (me != 0) return;
+    EXPECT_EQ(heard.ended.size(), 6u);
+    for (int r = 0; r < mpi_testing::comm().world(); ++r)
+        EXPECT_EQ(heard.steps["r" + std::to_string(r) + "/cpu:0"].size(), 6u) << r;
+    EXPECT_TRUE(std::isfinite(s.final_loss));
+    ASSERT_TRUE(s.test_loss.has_value());
+    EXPECT_TRUE(std::isfinite(*s.test_loss));
+    EXPECT_FALSE(artifacts.parameters.empty());
+}
+
+TEST_F(JobTest, HogwildIsRefusedOnEveryRank) {
+    for (const char* strategy : {"hogwild"}) {
         json j = experiment(strategy);
         j["devices"] = json::array({"cpu:0"});
         run::JobOptions job;
