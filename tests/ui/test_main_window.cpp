@@ -18,6 +18,7 @@
 #include "ui/panels/experiment/experiment_panel.h"
 #include "ui/session/run_controller.h"
 
+using paralab::ui::ExperimentPanel;
 using paralab::ui::LayerStackView;
 using paralab::ui::MainWindow;
 using paralab::ui::ModelDesigner;
@@ -33,6 +34,7 @@ private slots:
     void brokenFileKeepsThePreviousExperiment();
     void shapeErrorOpensInTheDesigner_data();
     void shapeErrorOpensInTheDesigner();
+    void summaryBuildsTheModelOffTheGuiThread();
     void runThatCannotStartReportsWhy_data();
     void runThatCannotStartReportsWhy();
     void runThatFailsDuringTrainingReportsWhy();
@@ -205,6 +207,55 @@ void TestMainWindow::shapeErrorOpensInTheDesigner() {
     QVERIFY(start->isEnabled());
     QVERIFY(w.statusText().startsWith("Ready"));
     QVERIFY(w.experimentPanel()->layerRowCount() > 0);
+}
+
+// The Summary tab builds the model on a worker: past its budget it says so, shows the rows when
+// the build ends (or the error, in red), and a build overtaken by a newer experiment is dropped.
+void TestMainWindow::summaryBuildsTheModelOffTheGuiThread() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    const auto good = *w.experiment();  // 5 layers
+    auto bad = good;
+    paralab::nn::LayerSpec conv;  // on the flat [64] output of the first layer
+    conv.type = "conv2d";
+    conv.out_channels = 2;
+    conv.kernel = 3;
+    bad.layers.insert(bad.layers.begin() + 1, conv);
+
+    ExperimentPanel p;
+    p.setSynchronousBudget(0);  // every build is left to the worker
+    bool threw = false;
+    try {
+        p.showExperiment(good);
+    } catch (const std::exception&) {
+        threw = true;
+    }
+    QVERIFY(!threw);
+    if (p.buildPending()) QCOMPARE(p.totalsText(), QString("Building the model…"));
+    QTRY_COMPARE(p.layerRowCount(), 5);
+    QVERIFY(!p.buildPending());
+
+    // A model that does not build: the error, in red, when the worker finds it.
+    try {
+        p.showExperiment(bad);
+    } catch (const std::exception& err) {  // found within the budget after all: refused as before
+        QVERIFY2(QString(err.what()).contains("conv2d"), err.what());
+        QCOMPARE(p.layerRowCount(), 5);
+        threw = true;
+    }
+    if (!threw) QTRY_VERIFY2(p.totalsText().contains("does not build"), qPrintable(p.totalsText()));
+    QVERIFY(!threw || p.totalsText().contains("MFLOP"));
+
+    // A slow build overtaken by a newer experiment shown at once: the newer one stays.
+    p.showExperiment(bad);
+    p.setSynchronousBudget(60000);
+    auto two = good;
+    two.layers.resize(3);
+    p.showExperiment(two);
+    QCOMPARE(p.layerRowCount(), 3);
+    QTest::qWait(200);
+    QCOMPARE(p.layerRowCount(), 3);
+    QVERIFY(p.totalsText().contains("MFLOP"));
 }
 
 // Each row is a JSON merge patch (RFC 7386) on the default experiment.

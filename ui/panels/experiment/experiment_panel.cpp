@@ -4,7 +4,11 @@
 #include <QLabel>
 #include <QLocale>
 #include <QTableWidget>
+#include <QTimer>
 #include <QVBoxLayout>
+
+#include <algorithm>
+#include <chrono>
 
 #include "engine/data/dataset.h"
 #include "engine/device/device.h"
@@ -13,7 +17,13 @@
 namespace paralab::ui {
 
 ExperimentPanel::ExperimentPanel(QWidget* parent)
-    : QWidget(parent), m_summary(new QLabel), m_layers(new QTableWidget), m_totals(new QLabel) {
+    : QWidget(parent),
+      m_summary(new QLabel),
+      m_layers(new QTableWidget),
+      m_totals(new QLabel),
+      m_poll(new QTimer(this)) {
+    m_poll->setInterval(20);
+    connect(m_poll, &QTimer::timeout, this, &ExperimentPanel::poll);
     auto* layout = new QVBoxLayout(this);
     m_summary->setTextFormat(Qt::RichText);
     m_summary->setWordWrap(true);
@@ -34,14 +44,53 @@ ExperimentPanel::ExperimentPanel(QWidget* parent)
     layout->addWidget(m_totals);
 }
 
-void ExperimentPanel::showExperiment(const run::Experiment& e) {
-    // Build the model first: if it does not fit, nothing shown changes.
-    const Shape input = run::model_input_shape(e);
-    auto device = make_cpu_device(0);
-    nn::Model model(e.layers, input, e.loss, DType::f32, *device);
-    const auto rows = model.summary();
+// The futures' destructors wait for builds still running: at most one model build each.
+ExperimentPanel::~ExperimentPanel() = default;
 
+ExperimentPanel::Built ExperimentPanel::build(const run::Experiment& e) {
+    Built b;
+    b.input = run::model_input_shape(e);  // reads the data set when model.input is absent
+    auto device = make_cpu_device(0);
+    nn::Model model(e.layers, b.input, e.loss, DType::f32, *device);
+    b.rows = model.summary();
+    b.parameters = model.parameter_count();
+    b.flops = static_cast<double>(model.flops_per_sample());
+    return b;
+}
+
+void ExperimentPanel::showExperiment(const run::Experiment& e) {
+    if (m_job.valid()) m_stale.push_back(std::move(m_job));
+    auto job = std::async(std::launch::async, [e] { return build(e); });
+    if (job.wait_for(std::chrono::milliseconds(m_syncBudgetMs)) == std::future_status::ready) {
+        const Built b = job.get();  // throws: nothing shown changes
+        showSections(e);
+        showBuilt(b);
+        return;
+    }
+    m_job = std::move(job);
+    m_pending = e;
     showSections(e);
+    m_layers->setRowCount(0);
+    m_totals->setText(tr("Building the model…"));
+    m_poll->start();
+}
+
+void ExperimentPanel::poll() {
+    m_stale.erase(std::remove_if(m_stale.begin(), m_stale.end(),
+                                 [](auto& f) { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }),
+                  m_stale.end());
+    if (m_job.valid() && m_job.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+        try {
+            showBuilt(m_job.get());
+        } catch (const std::exception& err) {
+            showUnbuildable(m_pending, QString::fromUtf8(err.what()));
+        }
+    }
+    if (m_stale.empty() && !m_job.valid()) m_poll->stop();
+}
+
+void ExperimentPanel::showBuilt(const Built& b) {
+    const auto& rows = b.rows;
     const QLocale locale;
     m_layers->setRowCount(static_cast<int>(rows.size()));
     for (int i = 0; i < static_cast<int>(rows.size()); ++i) {
@@ -57,9 +106,9 @@ void ExperimentPanel::showExperiment(const run::Experiment& e) {
     }
     m_layers->setCurrentItem(nullptr);  // no cell looks selected before the user picks one
     m_totals->setText(tr("Input %1 · %2 parameters<br>%3 MFLOP per example, forward")
-                          .arg(QString::fromStdString(input.to_string()))
-                          .arg(locale.toString(static_cast<qlonglong>(model.parameter_count())))
-                          .arg(model.flops_per_sample() / 1e6, 0, 'f', 2));
+                          .arg(QString::fromStdString(b.input.to_string()))
+                          .arg(locale.toString(static_cast<qlonglong>(b.parameters)))
+                          .arg(b.flops / 1e6, 0, 'f', 2));
 }
 
 void ExperimentPanel::showSections(const run::Experiment& e) {
@@ -81,6 +130,7 @@ void ExperimentPanel::showSections(const run::Experiment& e) {
 }
 
 void ExperimentPanel::showUnbuildable(const run::Experiment& e, const QString& message) {
+    if (m_job.valid()) m_stale.push_back(std::move(m_job));  // a build still running is outdated
     showSections(e);
     m_layers->setRowCount(0);
     m_totals->setText(QStringLiteral("<span style='color:#c62828'>%1</span>")
