@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -411,6 +412,75 @@ Communicator& MpiGroup::communicator() {
 
 std::unique_ptr<Communicator> MpiGroup::split_communicator() {
     return make_communicator(m_state->rank, m_state->size, m_state->tag_ub);
+}
+
+// ---- MpiChannel ----------------------------------------------------------------------------
+
+struct MpiChannel::State {
+    MPI_Comm comm = MPI_COMM_NULL;
+    int tag_ub = 32767;
+    std::mutex mutex;  // the sends in flight
+    struct Pending {
+        MPI_Request request = MPI_REQUEST_NULL;
+        std::vector<std::byte> bytes;
+    };
+    std::vector<std::unique_ptr<Pending>> pending;  // guarded by mutex
+
+    void reap_locked() {
+        std::erase_if(pending, [](std::unique_ptr<Pending>& p) {
+            int done = 0;
+            PARALAB_MPI_CHECK(MPI_Test(&p->request, &done, MPI_STATUS_IGNORE));
+            return done != 0;
+        });
+    }
+};
+
+MpiChannel::MpiChannel() : m_state(std::make_unique<State>()) {
+    MpiGroup& world = MpiGroup::world();  // MPI initialised
+    (void)world;
+    PARALAB_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m_state->comm));
+    PARALAB_MPI_CHECK(MPI_Comm_set_errhandler(m_state->comm, MPI_ERRORS_RETURN));
+    int* tag_ub = nullptr;
+    int has = 0;
+    PARALAB_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &has));
+    if (has && tag_ub) m_state->tag_ub = *tag_ub;
+}
+
+MpiChannel::~MpiChannel() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    std::lock_guard lock(m_state->mutex);
+    for (auto& p : m_state->pending) {
+        if (p->request != MPI_REQUEST_NULL) MPI_Request_free(&p->request);
+        p.release();  // its bytes must outlive the send: kept to the end
+    }
+    MPI_Comm_free(&m_state->comm);
+}
+
+int MpiChannel::tag_ub() const { return m_state->tag_ub; }
+
+void MpiChannel::send(int process, int tag, const void* data, size_t bytes) {
+    if (bytes > size_t(INT_MAX)) throw Error("MpiChannel::send: message of " + std::to_string(bytes) + " bytes is too long");
+    auto p = std::make_unique<State::Pending>();
+    p->bytes.resize(bytes);
+    if (bytes) std::memcpy(p->bytes.data(), data, bytes);
+    std::lock_guard lock(m_state->mutex);
+    m_state->reap_locked();
+    PARALAB_MPI_CHECK(MPI_Isend(p->bytes.data(), int(bytes), MPI_BYTE, process, tag, m_state->comm, &p->request));
+    m_state->pending.push_back(std::move(p));
+}
+
+void MpiChannel::recv(int process, int tag, void* data, size_t bytes) {
+    MPI_Status status;
+    PARALAB_MPI_CHECK(MPI_Probe(process, tag, m_state->comm, &status));
+    int got = 0;
+    PARALAB_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got));
+    if (size_t(got) != bytes)
+        throw Error("MpiChannel::recv: expected " + std::to_string(bytes) + " bytes from process " +
+                    std::to_string(process) + " (tag " + std::to_string(tag) + "), but the message holds " +
+                    std::to_string(got));
+    PARALAB_MPI_CHECK(MPI_Recv(data, got, MPI_BYTE, process, tag, m_state->comm, MPI_STATUS_IGNORE));
 }
 
 std::vector<std::string> MpiGroup::all_gather_strings(const std::string& mine) {

@@ -79,6 +79,54 @@ private:
     std::unique_ptr<State> m_state;
 };
 
+// Point-to-point messages between processes on a duplicate of MPI_COMM_WORLD of their own,
+// usable from any number of threads at once (MPI_THREAD_MULTIPLE): what the ranks of a process
+// with several devices send to those of another. Sends are eager (the bytes are copied out and
+// the call returns); a receive names its source process and tag and checks the size.
+class MpiChannel {
+public:
+    // Collective: every process creates its channels in the same order.
+    MpiChannel();
+    ~MpiChannel();
+    MpiChannel(const MpiChannel&) = delete;
+    MpiChannel& operator=(const MpiChannel&) = delete;
+
+    void send(int process, int tag, const void* data, size_t bytes);
+    void recv(int process, int tag, void* data, size_t bytes);
+    int tag_ub() const;
+
+    struct State;
+
+private:
+    std::unique_ptr<State> m_state;
+};
+
+// The devices of every process of an MPI job as one Group, for processes that run more than one
+// device: global rank g is device (g - first) of the process whose devices start at `first`
+// (devices_per_process in process order). Collectives are hierarchical and exact: the devices
+// of a process reduce in process (the local backend), the processes all-reduce over MPI between
+// their first devices, and the result is broadcast in process; reduce_scatter, all_gather,
+// broadcast and reduce are all-reduces of the data (zeros where a rank gives nothing), and
+// scatter, gather, send and recv are point-to-point (in process, or over an MpiChannel).
+class MpiDeviceGroup final : public Group {
+public:
+    // Collective: every process passes the same counts (its own is devices_per_process[rank]).
+    explicit MpiDeviceGroup(std::vector<int> devices_per_process);
+    ~MpiDeviceGroup() override;
+
+    int world() const override;
+    bool is_local(int r) const override;
+    Communicator& rank(int r) override;
+    void abort(const std::string& reason) override;
+    std::unique_ptr<Group> split() override;
+
+    struct State;
+
+private:
+    std::unique_ptr<State> m_state;
+    std::vector<std::unique_ptr<Communicator>> m_ranks;  // this process's, by local index
+};
+
 // The ranks of an MPI job as one Group: process p is rank p, the only rank local to it.
 // Communicators are the MpiGroup's; split() makes another duplicate (collective).
 class MpiRankGroup final : public Group {

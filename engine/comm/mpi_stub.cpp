@@ -65,4 +65,24 @@ void MpiGroup::abort_job(const std::string&) {
     throw_no_mpi("abort_job");
 }
 
+struct MpiChannel::State {};
+
+MpiChannel::MpiChannel() {
+    throw_no_mpi("MpiChannel");
+}
+
+MpiChannel::~MpiChannel() = default;
+
+void MpiChannel::send(int, int, const void*, size_t) {
+    throw_no_mpi("MpiChannel::send");
+}
+
+void MpiChannel::recv(int, int, void*, size_t) {
+    throw_no_mpi("MpiChannel::recv");
+}
+
+int MpiChannel::tag_ub() const {
+    throw_no_mpi("MpiChannel::tag_ub");
+}
+
 }  // namespace paralab::comm

@@ -68,7 +68,11 @@ std::string encode(const Message& m) {
         for (const Published& p : m.records) items.push_back(published_json(p));
         j["records"] = std::move(items);
     }
-    if (m.kind == Message::Kind::end) j["memory"] = memory_json(m.memory);
+    if (m.kind == Message::Kind::end) {
+        json memory = json::object();
+        for (const auto& [device, stats] : m.memory) memory[device] = memory_json(stats);
+        j["memory"] = std::move(memory);
+    }
     if (m.kind == Message::Kind::failure) j["reason"] = m.reason;
     return j.dump();
 }
@@ -84,7 +88,7 @@ Message decode(const std::string& bytes) {
         m.kind = Message::Kind::heartbeat;
     } else if (kind == "end") {
         m.kind = Message::Kind::end;
-        m.memory = memory_from(j.at("memory"));
+        for (const auto& [device, stats] : j.at("memory").items()) m.memory[device] = memory_from(stats);
     } else if (kind == "failure") {
         m.kind = Message::Kind::failure;
         m.reason = j.at("reason").get<std::string>();
@@ -162,7 +166,7 @@ void Sender::flush() {
     if (!m.records.empty()) send(m);
 }
 
-void Sender::end(const MemoryStats& memory) {
+void Sender::end(const std::map<std::string, MemoryStats>& memory) {
     flush();
     Message m;
     m.kind = Message::Kind::end;
@@ -236,7 +240,7 @@ void Receiver::loop() {
             case Message::Kind::end: {
                 std::lock_guard lock(m_mutex);
                 m_ended[size_t(source)] = true;
-                m_memory[source] = m.memory;
+                for (const auto& [device, stats] : m.memory) m_memory[device] = stats;
                 m_changed.notify_all();
                 break;
             }
@@ -264,7 +268,7 @@ int Receiver::least_recent(double& silent_s) const {
     return who;
 }
 
-std::map<int, MemoryStats> Receiver::end_memory() const {
+std::map<std::string, MemoryStats> Receiver::end_memory() const {
     std::lock_guard lock(m_mutex);
     return m_memory;
 }

@@ -35,7 +35,7 @@ struct Published {
 struct Message {
     enum class Kind { records, heartbeat, end, failure } kind = Kind::heartbeat;
     std::vector<Published> records;  // records
-    MemoryStats memory;              // end: the device's memory at the end of training
+    std::map<std::string, MemoryStats> memory;  // end: each device's memory at the end of training
     std::string reason;              // failure
 };
 std::string encode(const Message& m);
@@ -49,7 +49,7 @@ public:
     ~Sender();  // stops the heartbeat
     void publish(Published p);  // rank thread
     void flush();
-    void end(const MemoryStats& memory);        // after training: flushes, then says so
+    void end(const std::map<std::string, MemoryStats>& memory);  // after training: flushes, then says so
     void fail(const std::string& reason);      // flushes what it can, then says why
 
 private:
@@ -78,8 +78,8 @@ public:
     void stop();
     // The other process heard from least recently (-1 when there is none), and how long ago.
     int least_recent(double& silent_s) const;
-    // Memory at the end of training per rank, for those that ended.
-    std::map<int, MemoryStats> end_memory() const;
+    // Memory at the end of training per device, for the processes that ended.
+    std::map<std::string, MemoryStats> end_memory() const;
 
 private:
     void loop();
@@ -90,7 +90,7 @@ private:
     std::condition_variable m_changed;
     std::vector<std::chrono::steady_clock::time_point> m_last_heard;  // by rank
     std::vector<bool> m_ended;
-    std::map<int, MemoryStats> m_memory;
+    std::map<std::string, MemoryStats> m_memory;
     std::atomic<bool> m_stop{false};
     std::thread m_thread;
 };

@@ -190,6 +190,7 @@ struct Shared {
     RunSummary base;                    // name, strategy, devices, parameters
     std::once_flag job_failed;
     bool stopped_in_job = false;        // guarded by mutex: the ranks agreed to stop
+    int first_local = 0;                // this process's first rank
 
     bool is_root() const { return !mpi || mpi->rank() == 0; }
 
@@ -216,7 +217,9 @@ EvalResult Shared::evaluate_now(Rank& rank, int64_t step) {
         ev = evaluate([this](const Tensor& x) { return strategy.predict(x); }, *ctx.devices[0], eval_loss,
                       splits.test, batch, ctx);
     } else {
-        job::gather_model(rank.comm(), strategy.parameters(), strategy.buffers(), is_root() ? reference : nullptr);
+        // One thread per process, over the processes' communicator.
+        if (rank.index() != first_local) return ev;
+        job::gather_model(*ctx.processes, strategy.parameters(), strategy.buffers(), is_root() ? reference : nullptr);
         if (!is_root()) return ev;
         ev = evaluate([this](const Tensor& x) { return reference->forward(x, nn::Mode::eval); }, *reference_device,
                       eval_loss, splits.test, batch, ctx);
@@ -396,7 +399,9 @@ void rank_main(Shared& sh, int index) {
                         const auto te = Clock::now();
                         EvalResult ev = sh.evaluate_now(rank, step);
                         std::lock_guard lock(sh.mutex);
-                        sh.eval_s += std::chrono::duration<double>(Clock::now() - te).count();
+                        // Once per process: its first rank's (every rank of a job takes part).
+                        if (index == 0 || index == sh.first_local)
+                            sh.eval_s += std::chrono::duration<double>(Clock::now() - te).count();
                         if (index == 0) sh.bus.publish_eval(ev);
                     }
                     rank.comm().barrier();
@@ -452,20 +457,27 @@ void watch_job(Shared& sh, RunControl* control, const std::atomic<bool>& done) {
 // The world of a job: this process's device and every process's device name. Refuses, on every
 // process alike, a job whose processes disagree or cannot run (`local_error`: this process's
 // problem before training, "" when none).
-std::vector<std::string> agree_on_job(comm::MpiGroup& mpi, const Experiment& e, const std::string& device,
-                                      const std::string& local_error) {
+// The world of a job: every process's devices, named "r<process>/<device>", in process order
+// (`per_process` gets how many each runs). Refuses, on every process alike, a job whose
+// processes disagree or cannot run (`local_error`: this process's problem before training, ""
+// when none).
+std::vector<std::string> agree_on_job(comm::MpiGroup& mpi, const Experiment& e, const std::vector<std::string>& devices,
+                                      const std::string& local_error, std::vector<int>& per_process) {
     Experiment common = e;
     common.devices.clear();
-    const std::string mine = nlohmann::json{{"device", device},
+    const std::string mine = nlohmann::json{{"devices", devices},
                                             {"error", local_error},
                                             {"experiment", to_json(common).dump()}}
                                  .dump();
     std::vector<std::string> names;
     std::string first_error, experiment0;
     const std::vector<std::string> all = mpi.all_gather_strings(mine);
+    per_process.clear();
     for (size_t r = 0; r < all.size(); ++r) {
         const auto j = nlohmann::json::parse(all[r]);
-        names.push_back("r" + std::to_string(r) + "/" + j.at("device").get<std::string>());
+        const auto theirs = j.at("devices").get<std::vector<std::string>>();
+        for (const std::string& d : theirs) names.push_back("r" + std::to_string(r) + "/" + d);
+        per_process.push_back(static_cast<int>(theirs.size()));
         const std::string err = j.at("error").get<std::string>();
         if (!err.empty() && first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + err;
         if (r == 0) experiment0 = j.at("experiment").get<std::string>();
@@ -503,10 +515,6 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
             throw ConfigError("train.precision: " + e.train.precision +
                               " mixed precision needs CUDA devices; CPU devices train in fp32");
         devices = make_devices(e, compute_threads);
-        if (mpi && devices.size() != 1)
-            throw ConfigError("devices: in an MPI job each process runs one device, and this one lists " +
-                              std::to_string(devices.size()) +
-                              "; start one process per device (mpirun -np N paralab run FILE --devices cpu:0)");
         splits = data::load_data(e.data, e.seed);
         if (splits.train.size() == 0) throw ConfigError("data: the training split is empty");
         const Shape data_shape(splits.train.sample_shape);
@@ -523,6 +531,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         reference->reset_parameters(init_rng);
     };
     std::vector<Device*> world_devices;
+    std::vector<int> per_process;  // a job's devices per process
     if (!mpi) {
         prepare();
         check_straggler(e, e.devices);
@@ -534,8 +543,9 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         } catch (const std::exception& err) {
             local_error = err.what();
         }
-        const std::vector<std::string> names =
-            agree_on_job(*mpi, e, devices.size() == 1 ? devices[0]->name() : "?", local_error);
+        std::vector<std::string> local_names;
+        for (auto& d : devices) local_names.push_back(d->name());
+        const std::vector<std::string> names = agree_on_job(*mpi, e, local_names, local_error, per_process);
         try {
             check_straggler(e, names);
         } catch (const ConfigError& err) {
@@ -544,8 +554,12 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         }
         summary.devices = names;
         world_devices.assign(names.size(), nullptr);
-        devices[0]->set_name(names[size_t(mpi->rank())]);
-        world_devices[size_t(mpi->rank())] = devices[0].get();
+        int first = 0;
+        for (int p = 0; p < mpi->rank(); ++p) first += per_process[size_t(p)];
+        for (size_t l = 0; l < devices.size(); ++l) {
+            devices[l]->set_name(names[size_t(first) + l]);
+            world_devices[size_t(first) + l] = devices[l].get();
+        }
     }
     const data::Dataset& train = splits.train;
     auto strat = strategy::make_strategy(e);
@@ -559,11 +573,14 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     ctx.devices = world_devices;
     const int world = static_cast<int>(world_devices.size());
     std::unique_ptr<comm::Group> group;
-    if (mpi)
-        group = std::make_unique<comm::MpiRankGroup>();
+    if (mpi && std::all_of(per_process.begin(), per_process.end(), [](int n) { return n == 1; }))
+        group = std::make_unique<comm::MpiRankGroup>();  // MPI's own collectives
+    else if (mpi)
+        group = std::make_unique<comm::MpiDeviceGroup>(per_process);
     else
         group = std::make_unique<comm::LocalGroup>(world);
     ctx.group = group.get();
+    if (mpi) ctx.processes = &mpi->communicator();
     const int64_t steps_per_epoch = (train.size() + e.data.batch_size - 1) / e.data.batch_size;
     summary.parameters = reference->parameter_count();
     ctx.total_steps = steps_per_epoch * e.train.epochs;
@@ -587,6 +604,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     sh.mpi = mpi;
     sh.reference = reference.get();
     sh.reference_device = scratch.get();
+    while (!ctx.is_local(sh.first_local)) ++sh.first_local;
     std::unique_ptr<job::Sender> sender;
     std::unique_ptr<job::Receiver> receiver;
     if (mpi && !root) sender = std::make_unique<job::Sender>(*mpi);
@@ -613,7 +631,12 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         if (ctx.is_local(r)) ranks.emplace_back(rank_main, std::ref(sh), r);
     for (auto& t : ranks) t.join();
     const auto t_end = Clock::now();
-    if (sender) sender->end(world_devices[size_t(mpi->rank())]->allocator().stats());
+    if (sender) {
+        std::map<std::string, MemoryStats> memory;
+        for (Device* d : world_devices)
+            if (d) memory[d->name()] = d->allocator().stats();
+        sender->end(memory);
+    }
     if (receiver) receiver->wait_ended(1e9);  // a rank that never ends is the watchdog's
     done.store(true);
     if (watchdog.joinable()) watchdog.join();
@@ -642,12 +665,12 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     for (Device* d : world_devices)
         if (d) summary.peak_memory_bytes[d->name()] = d->allocator().stats().peak_total;
     if (receiver)
-        for (const auto& [r, m] : receiver->end_memory()) summary.peak_memory_bytes[summary.devices[size_t(r)]] = m.peak_total;
+        for (const auto& [device, m] : receiver->end_memory()) summary.peak_memory_bytes[device] = m.peak_total;
     if (artifacts) {
         for (Device* d : world_devices)
             if (d) artifacts->memory[d->name()] = d->allocator().stats();
         if (receiver)
-            for (const auto& [r, m] : receiver->end_memory()) artifacts->memory[summary.devices[size_t(r)]] = m;
+            for (const auto& [device, m] : receiver->end_memory()) artifacts->memory[device] = m;
     }
 
     // In a job the trained model is put together on rank 0 (collective: every process, even

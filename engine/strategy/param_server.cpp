@@ -421,8 +421,9 @@ private:
         }
     }
 
-    // gather_buffers for a run across processes (one rank each), as a collective: every process
-    // calls buffers() at the same point of the run, between steps.
+    // gather_buffers for a run across processes: a collective over the processes (every process
+    // calls buffers() at the same point of the run, between steps, on one thread), each adding
+    // its workers' statistics; the server's process divides.
     void reduce_buffers_across_processes() {
         int me = 0;
         while (!m_ctx->is_local(me)) ++me;
@@ -431,15 +432,18 @@ private:
         for (const Tensor& b : bufs) n += b.numel();
         if (n == 0) return;
         std::vector<float> flat(static_cast<size_t>(n), 0.0f);
-        if (me != 0) {
+        for (int w = 1; w < m_world; ++w) {
+            if (!m_ctx->is_local(w)) continue;
             int64_t at = 0;
-            for (const Tensor& b : bufs) {
-                std::copy(b.data<float>(), b.data<float>() + b.numel(), flat.begin() + at);
+            for (const Tensor& b : replica(w).buffers()) {
+                const float* f = b.data<float>();
+                for (int64_t k = 0; k < b.numel(); ++k) flat[static_cast<size_t>(at + k)] += f[k];
                 at += b.numel();
             }
         }
-        m_ctx->group->rank(me).reduce(flat.data(), n, DType::f32, comm::ReduceOp::sum, 0);
-        if (me != 0) return;
+        m_ctx->processes->reduce(flat.data(), n, DType::f32, comm::ReduceOp::sum, 0);
+        if (!m_ctx->is_local(0)) return;
+        bufs = replica(0).buffers();
         int64_t at = 0;
         for (Tensor& b : bufs) {
             float* t = b.data<float>();

@@ -54,6 +54,9 @@ struct RunContext {
     // a strategy builds only its local ranks' replicas or stages).
     std::vector<Device*> devices;
     comm::Group* group = nullptr;
+    // In an MPI job: a communicator over the processes (rank p = process p), which one thread
+    // per process uses between steps (the model put together on rank 0); null otherwise.
+    comm::Communicator* processes = nullptr;
     int64_t total_steps = 0;
     Clock::time_point t0;          // spans are seconds since t0
 

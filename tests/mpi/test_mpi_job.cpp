@@ -1,12 +1,15 @@
 // Runs across the processes of an MPI job (issue 8), run by `mpirun -np N` (N = 2 and 3; CTest
-// label `mpi`): every process runs one device, and
-//   - ddp, zero, data_parallel, model_parallel and pipeline train to the parameters of the
-//     in-process run on N devices (rank 0 runs that too): the same to float rounding (MPI's
-//     reduction order), exactly for the stage strategies, whose messages carry values unchanged;
+// label `mpi`): every process runs one device, or two, and
+//   - ddp, zero, data_parallel, model_parallel, pipeline and the sync parameter server train to
+//     the parameters of the in-process run on as many devices (rank 0 runs that too): the same
+//     to float rounding (MPI's reduction order), exactly for the stage strategies and the
+//     server, whose messages carry values unchanged;
+//   - the async parameter server runs with its workers in other processes;
 //   - rank 0's observer hears every rank's step records and spans, under the world's names;
 //   - an eval during training and the final one evaluate the model put together on rank 0;
 //   - the ranks' loaders cover each epoch exactly once between them;
-//   - hogwild and param_server are refused on every process, with rank 0 saying why.
+//   - hogwild is refused on every process, and so is a problem of one process, with rank 0
+//     saying why.
 // Faults (a rank killed or hung, a stop) are tested on the real CLI by test_mpi_faults.sh.
 #include <gtest/gtest.h>
 
@@ -16,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/data/dataset.h"
@@ -76,14 +80,19 @@ public:
 
 using JobTest = mpi_testing::AgreedTest;
 
-class JobParity : public mpi_testing::AgreedTest, public ::testing::WithParamInterface<const char*> {};
+// (strategy, devices per process): with one, MPI's own collectives (MpiRankGroup); with two,
+// the hierarchical ones of MpiDeviceGroup, and messages between devices of one process too.
+class JobParity : public mpi_testing::AgreedTest,
+                  public ::testing::WithParamInterface<std::tuple<const char*, int>> {};
 
 TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
-    const std::string strategy = GetParam();
-    const int world = mpi_testing::comm().world();
+    const std::string strategy = std::get<0>(GetParam());
+    const int per_process = std::get<1>(GetParam());
+    const int processes = mpi_testing::comm().world();
+    const int world = processes * per_process;
     const int me = mpi_testing::comm().rank();
     json j = experiment(strategy);
-    j["devices"] = json::array({"cpu:0"});
+    j["devices"] = strategy_testing::devices(per_process);
     run::JobOptions job;
     job.rank_timeout_s = 30;
     Heard heard;
@@ -96,7 +105,8 @@ TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
         return;
     }
     std::vector<std::string> names;
-    for (int r = 0; r < world; ++r) names.push_back("r" + std::to_string(r) + "/cpu:0");
+    for (int p = 0; p < processes; ++p)
+        for (int d = 0; d < per_process; ++d) names.push_back("r" + std::to_string(p) + "/cpu:" + std::to_string(d));
     EXPECT_EQ(s.devices, names);
     EXPECT_EQ(heard.devices, names);
     EXPECT_EQ(heard.finished, "finished");
@@ -129,9 +139,13 @@ TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, JobParity,
-                         ::testing::Values("ddp", "zero", "data_parallel", "model_parallel", "pipeline",
-                                           "param_server"),
-                         [](const auto& info) { return std::string(info.param); });
+                         ::testing::Combine(::testing::Values("ddp", "zero", "data_parallel", "model_parallel",
+                                                              "pipeline", "param_server"),
+                                            ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                             return std::string(std::get<0>(info.param)) + "_" +
+                                    std::to_string(std::get<1>(info.param)) + "_per_process";
+                         });
 
 TEST_F(JobTest, LoadersOfTheRanksCoverAnEpochExactlyOnce) {
     const int world = mpi_testing::comm().world();
@@ -211,8 +225,8 @@ TEST_F(JobTest, HogwildIsRefusedOnEveryRank) {
 
 TEST_F(JobTest, AProblemOfOneRankIsRefusedOnEveryRankBeforeTraining) {
     json j = experiment("ddp");
-    // Rank 1 lists two devices: every process refuses, and rank 0 names rank 1.
-    j["devices"] = mpi_testing::comm().rank() == 1 ? json::array({"cpu:0", "cpu:1"}) : json::array({"cpu:0"});
+    // Rank 1 lists a device twice: every process refuses, and rank 0 names rank 1.
+    j["devices"] = mpi_testing::comm().rank() == 1 ? json::array({"cpu:0", "cpu:0"}) : json::array({"cpu:0"});
     run::JobOptions job;
     std::string message;
     try {
@@ -222,7 +236,7 @@ TEST_F(JobTest, AProblemOfOneRankIsRefusedOnEveryRankBeforeTraining) {
         message = e.what();
     }
     if (mpi_testing::comm().rank() == 0) {
-        EXPECT_NE(message.find("rank 1: devices: in an MPI job each process runs one device"), std::string::npos)
+        EXPECT_NE(message.find("rank 1: devices[1]: cpu:0 is listed twice"), std::string::npos)
             << message;
     }
 }
