@@ -96,9 +96,9 @@ struct RunArtifacts {
     std::map<std::string, MemoryStats> memory;  // per device, at the end (peaks by category)
 };
 
-// A run whose ranks are the processes of an MPI job (`mpirun -np N paralab run FILE`): every
-// process runs its own device (the experiment's `devices`, one per process), and the world is
-// all processes' devices in process order, named "r<process>/<device>" ("r1/cpu:0"). Rank 0's
+// A run whose ranks are spread over the processes of an MPI job (`mpirun -np N paralab run
+// FILE`): every process runs its own devices (its experiment's `devices`), and the world is all
+// processes' devices in process order, named "r<process>/<device>" ("r1/cpu:0"). Rank 0's
 // process owns the run: its observer receives every rank's records and spans (forwarded in
 // batches), it evaluates the trained model (put together from every process's part), and its
 // summary is the run's. The other processes' observers get nothing.
