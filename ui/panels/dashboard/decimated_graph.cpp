@@ -99,7 +99,12 @@ void DecimatedGraph::drawLinePlot(QCPPainter* painter, const QVector<QPointF>& l
         return;
     }
     if (painter->pen().style() == Qt::NoPen || painter->pen().color().alpha() == 0) return;
+    // One pixel wide, too: every column is already covered by the strokes between the blocks'
+    // extremes, so a wider pen adds nothing but QPainter's stroker (25 % of a Devices replot).
     painter->setAntialiasing(false);
+    QPen pen = painter->pen();
+    pen.setWidth(0);  // cosmetic: the raster engine's line loop
+    painter->setPen(pen);
     drawPolyline(painter, lines);
 }
 

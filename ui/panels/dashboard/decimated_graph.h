@@ -34,9 +34,9 @@ public:
     int levelCount() const { return static_cast<int>(m_levels.size()); }
 
 protected:
-    // A curve read as block extremes (more points than pixel columns) is drawn without
-    // antialiasing: a band of near-vertical strokes looks the same either way, and draws ~3x
-    // faster.
+    // A curve read as block extremes (more points than pixel columns) is drawn one pixel wide
+    // and without antialiasing: a band of near-vertical strokes covering every column looks the
+    // same either way, and draws ~3x faster.
     void drawLinePlot(QCPPainter* painter, const QVector<QPointF>& lines) const override;
     void getOptimizedLineData(QVector<QCPGraphData>* lineData,
                               const QCPGraphDataContainer::const_iterator& begin,
