@@ -50,11 +50,7 @@ private:
 };
 
 RunController::RunController(QObject* parent, QString storePath)
-    : QObject(parent), m_storePath(std::move(storePath)) {
-    qRegisterMetaType<paralab::run::StepRecord>();
-    qRegisterMetaType<paralab::run::EvalResult>();
-    qRegisterMetaType<paralab::run::RunSummary>();
-    qRegisterMetaType<paralab::run::Span>();
+    : RunSource(parent), m_storePath(std::move(storePath)) {
     m_drainTimer.setInterval(33);  // ~30 Hz: smooth to the eye, cheap for the GUI thread
     connect(&m_drainTimer, &QTimer::timeout, this, &RunController::drain);
 }
@@ -98,19 +94,19 @@ void RunController::start(run::Experiment experiment) {
 }
 
 void RunController::stop() {
-    if (m_state != State::Running && m_state != State::Paused) return;
+    if (state() != State::Running && state() != State::Paused) return;
     m_shared->control.stop = true;
     setState(State::Stopping);
 }
 
 void RunController::pause() {
-    if (m_state != State::Running) return;
+    if (state() != State::Running) return;
     m_shared->control.pause = true;  // the ranks wait before their next step
     setState(State::Paused);
 }
 
 void RunController::resume() {
-    if (m_state != State::Paused) return;
+    if (state() != State::Paused) return;
     m_shared->control.pause = false;
     setState(State::Running);
 }
@@ -149,12 +145,6 @@ void RunController::onThreadFinished() {
              : summary.status == "stopped" ? State::Stopped
                                            : State::Failed);
     emit finished(summary);
-}
-
-void RunController::setState(State state) {
-    if (state == m_state) return;
-    m_state = state;
-    emit stateChanged(state);
 }
 
 }  // namespace paralab::ui
