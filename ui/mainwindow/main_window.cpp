@@ -19,6 +19,7 @@
 #include <QStyle>
 #include <QTabWidget>
 #include <QToolBar>
+#include <QVBoxLayout>
 
 #include "engine/util/error.h"
 #include "ui/panels/dashboard/device_dashboard.h"
@@ -30,6 +31,8 @@
 #include "ui/panels/experiment/experiment_panel.h"
 #include "ui/panels/runs/runs_panel.h"
 #include "ui/panels/timeline/timeline_panel.h"
+#include "ui/panels/cluster/cluster_panel.h"
+#include "ui/session/cluster_run_controller.h"
 #include "ui/session/run_controller.h"
 
 // The examples are compiled into this static library; Qt needs telling once (and outside any
@@ -63,9 +66,11 @@ MainWindow::MainWindow(QWidget* parent)
       m_runs(new RunsPanel),
       m_tabs(new QTabWidget),
       m_controller(new RunController(this)),
+      m_cluster(new ClusterRunController(this)),
       m_status(new QLabel),
       m_progress(new QProgressBar) {
     initParalabResources();
+    m_active = m_controller;
     auto* splitter = new QSplitter;
     splitter->addWidget(buildDesignerTabs());
     m_splitter = splitter;
@@ -88,12 +93,23 @@ MainWindow::MainWindow(QWidget* parent)
     buildMenus();
     resize(1400, 900);
 
-    connect(m_controller, &RunController::started, this, [this](qint64 total) {
+    // One wiring for both sources of runs: this machine's threads and a cluster job.
+    connectRunSource(m_controller);
+    connectRunSource(m_cluster);
+    restoreSettings();
+    connect(m_tabs, &QTabWidget::currentChanged, this, [this](int index) {
+        if (m_tabs->widget(index) == m_runs) m_runs->refresh();
+    });
+    updateActions();
+}
+
+void MainWindow::connectRunSource(RunSource* source) {
+    connect(source, &RunSource::started, this, [this](qint64 total) {
         m_totalSteps = total;
         m_progress->setRange(0, static_cast<int>(std::min<qint64>(total, INT_MAX)));
         m_progress->setValue(0);
     });
-    connect(m_controller, &RunController::stepsArrived, this,
+    connect(source, &RunSource::stepsArrived, this,
             [this](const QVector<run::StepRecord>& steps) {
                 m_plot->addSteps(steps);
                 const auto& last = steps.back();
@@ -111,20 +127,16 @@ MainWindow::MainWindow(QWidget* parent)
                                       .arg(eta >= 60 ? tr("%1 min %2 s").arg(int(eta) / 60).arg(int(eta) % 60)
                                                      : tr("%1 s").arg(eta, 0, 'f', 0)));
             });
-    connect(m_controller, &RunController::evalArrived, m_plot, &LossPlotPanel::addEval);
-    connect(m_controller, &RunController::stepsArrived, m_devices, &DeviceDashboard::addSteps);
-    connect(m_controller, &RunController::deviceStepsArrived, m_devices, &DeviceDashboard::addDeviceSteps);
-    connect(m_controller, &RunController::spansArrived, m_timeline, &TimelinePanel::addSpans);
-    connect(m_controller, &RunController::stateChanged, this, &MainWindow::updateActions);
-    restoreSettings();
+    connect(source, &RunSource::evalArrived, m_plot, &LossPlotPanel::addEval);
+    connect(source, &RunSource::stepsArrived, m_devices, &DeviceDashboard::addSteps);
+    connect(source, &RunSource::deviceStepsArrived, m_devices, &DeviceDashboard::addDeviceSteps);
+    connect(source, &RunSource::spansArrived, m_timeline, &TimelinePanel::addSpans);
+    connect(source, &RunSource::stateChanged, this, &MainWindow::updateActions);
     // The runs table shows a run from its start (running) to its end (its summary); runs that
     // `paralab run` added meanwhile appear when the tab is opened.
-    connect(m_controller, &RunController::started, m_runs, &RunsPanel::refresh);
-    connect(m_controller, &RunController::finished, m_runs, &RunsPanel::refresh);
-    connect(m_tabs, &QTabWidget::currentChanged, this, [this](int index) {
-        if (m_tabs->widget(index) == m_runs) m_runs->refresh();
-    });
-    connect(m_controller, &RunController::finished, this, [this](const run::RunSummary& s) {
+    connect(source, &RunSource::started, m_runs, &RunsPanel::refresh);
+    connect(source, &RunSource::finished, m_runs, &RunsPanel::refresh);
+    connect(source, &RunSource::finished, this, [this](const run::RunSummary& s) {
         QString text = tr("Run %1 after %2 steps in %3 s").arg(QString::fromStdString(s.status)).arg(s.steps).arg(s.wall_s, 0, 'f', 1);
         if (s.test_accuracy) text += tr(" · test accuracy %1").arg(*s.test_accuracy, 0, 'f', 4);
         if (s.test_loss) text += tr(" · test loss %1").arg(*s.test_loss, 0, 'f', 4);
@@ -134,11 +146,10 @@ MainWindow::MainWindow(QWidget* parent)
         }
         m_status->setText(text);
     });
-    connect(m_controller, &RunController::failed, this, [this](const QString& message) {
+    connect(source, &RunSource::failed, this, [this](const QString& message) {
         m_status->setText(tr("Could not start: %1").arg(message));
         if (isVisible()) QMessageBox::warning(this, tr("Could not start the run"), message);
     });
-    updateActions();
 }
 
 void MainWindow::buildMenus() {
@@ -248,32 +259,40 @@ void MainWindow::setExperiment(const run::Experiment& e) {
 void MainWindow::startRun() {
     // A model known not to fit is not started (a script may start one whose shapes are still
     // being inferred: the run checks them itself).
-    if (!m_experiment || m_controller->isRunning() || (!m_modelValid && !m_designer->shapesPending())) return;
+    if (!m_experiment || m_active->isRunning() || (!m_modelValid && !m_designer->shapesPending())) return;
     m_plot->clear();
     m_devices->clear();
     m_timeline->clear();
     m_samples = 0;
-    m_status->setText(tr("Loading data…"));
-    m_controller->start(*m_experiment);
+    // The Devices tab's choice: this machine's rank threads, or a job of mpirun's processes.
+    if (m_clusterPanel && m_clusterPanel->useCluster()) {
+        const ClusterSettings settings = m_clusterPanel->settings();
+        m_cluster->setSettings(settings);
+        m_active = m_cluster;
+        m_status->setText(tr("Starting %1 processes with mpirun…").arg(settings.processCount()));
+    } else {
+        m_active = m_controller;
+        m_status->setText(tr("Loading data…"));
+    }
+    updateActions();
+    m_active->start(*m_experiment);
 }
 
 void MainWindow::stopRun() {
-    if (m_controller->state() != RunController::State::Running &&
-        m_controller->state() != RunController::State::Paused)
-        return;
-    m_controller->stop();
+    if (m_active->state() != RunSource::State::Running && m_active->state() != RunSource::State::Paused) return;
+    m_active->stop();
     m_status->setText(tr("Stopping after the current step…"));
 }
 
 void MainWindow::updateActions() {
     // Another experiment may be opened only between runs: the plot belongs to the one running.
-    m_openAction->setEnabled(!m_controller->isRunning());
-    m_startAction->setEnabled(!m_controller->isRunning() && m_experiment.has_value() && m_modelValid);
-    m_stopAction->setEnabled(m_controller->state() == RunController::State::Running ||
-                             m_controller->state() == RunController::State::Paused);
+    m_openAction->setEnabled(!m_active->isRunning());
+    m_startAction->setEnabled(!m_active->isRunning() && m_experiment.has_value() && m_modelValid);
+    m_stopAction->setEnabled(m_active->state() == RunSource::State::Running ||
+                             m_active->state() == RunSource::State::Paused);
     if (m_pauseAction) {
-        m_pauseAction->setEnabled(m_controller->state() == RunController::State::Running);
-        m_resumeAction->setEnabled(m_controller->state() == RunController::State::Paused);
+        m_pauseAction->setEnabled(m_active->state() == RunSource::State::Running);
+        m_resumeAction->setEnabled(m_active->state() == RunSource::State::Paused);
     }
 }
 
@@ -298,7 +317,7 @@ QWidget* MainWindow::buildDesignerTabs() {
     connect(m_designer, &ModelDesigner::validityChanged, this, [this](bool ok, const QString& message) {
         m_modelValid = ok;
         if (!ok) m_status->setText(tr("The model does not fit: %1").arg(message));
-        else if (m_experiment && !m_controller->isRunning())
+        else if (m_experiment && !m_active->isRunning())
             m_status->setText(tr("Ready: press Start to train %1").arg(QString::fromStdString(m_experiment->name)));
         updateActions();
     });
@@ -399,9 +418,18 @@ void MainWindow::buildSetupTabs(QTabWidget* tabs) {
     m_dataPanel = new DataPanel;
     m_devicesPanel = new DevicesPanel;
     m_strategyPanel = new StrategyPanel;
+    // The Devices tab: where the devices run (this machine or a cluster), then this machine's
+    // devices, which a cluster job does not use.
+    m_clusterPanel = new ClusterPanel;
+    auto* devicesTab = new QWidget;
+    auto* devicesLayout = new QVBoxLayout(devicesTab);
+    devicesLayout->addWidget(m_clusterPanel);
+    devicesLayout->addWidget(m_devicesPanel, 1);
+    m_devicesPanel->setEnabled(!m_clusterPanel->useCluster());
+    connect(m_clusterPanel, &ClusterPanel::sourceChanged, m_devicesPanel, [this](bool cluster) { m_devicesPanel->setEnabled(!cluster); });
     if (tabs) {
         tabs->addTab(m_dataPanel, tr("Data"));
-        tabs->addTab(m_devicesPanel, tr("Devices"));
+        tabs->addTab(devicesTab, tr("Devices"));
         tabs->addTab(m_strategyPanel, tr("Strategy"));
     }
     connect(m_dataPanel, &DataPanel::experimentEdited, this, [this](const run::Experiment& e) { applySetupEdit(e, m_dataPanel); });
@@ -463,14 +491,14 @@ void MainWindow::buildPauseActions(QMenu* runMenu, QToolBar* toolbar) {
 }
 
 void MainWindow::pauseRun() {
-    if (m_controller->state() != RunController::State::Running) return;
-    m_controller->pause();
+    if (m_active->state() != RunSource::State::Running) return;
+    m_active->pause();
     m_status->setText(tr("Paused at the next step boundary: Resume goes on, Stop ends the run"));
 }
 
 void MainWindow::resumeRun() {
-    if (m_controller->state() != RunController::State::Paused) return;
-    m_controller->resume();
+    if (m_active->state() != RunSource::State::Paused) return;
+    m_active->resume();
     m_status->setText(tr("Resumed"));
 }
 
@@ -509,7 +537,7 @@ void MainWindow::showEvent(QShowEvent* event) {
     // Only the application's own window reopens the last file (main sets the organisation);
     // test programs and tools that embed the window start from what they open.
     if (QCoreApplication::organizationName() != QLatin1String("ParaLab") || m_lastFile.isEmpty() ||
-        !QFileInfo::exists(m_lastFile) || m_controller->isRunning())
+        !QFileInfo::exists(m_lastFile) || m_active->isRunning())
         return;
     openExperiment(m_lastFile, false);
 }

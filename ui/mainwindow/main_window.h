@@ -19,6 +19,8 @@ class QToolBar;
 
 namespace paralab::ui {
 
+class ClusterPanel;
+class ClusterRunController;
 class DataPanel;
 class DeviceDashboard;
 class DevicesPanel;
@@ -26,6 +28,7 @@ class ExperimentPanel;
 class LossPlotPanel;
 class ModelDesigner;
 class RunController;
+class RunSource;
 class RunsPanel;
 class StrategyPanel;
 class TimelinePanel;
@@ -47,6 +50,11 @@ public:
     void setExperiment(const run::Experiment& e);
 
     RunController* controller() const { return m_controller; }
+    // Runs across the processes of an mpirun job, when the Devices tab's cluster is chosen; the
+    // source of the current (or last) run, one or the other.
+    ClusterRunController* clusterController() const { return m_cluster; }
+    ClusterPanel* clusterPanel() const { return m_clusterPanel; }
+    RunSource* activeSource() const { return m_active; }
     LossPlotPanel* plot() const { return m_plot; }
     DeviceDashboard* deviceDashboard() const { return m_devices; }
     TimelinePanel* timeline() const { return m_timeline; }
@@ -96,6 +104,8 @@ private:
     void buildMenus();
     void buildExportMenu(QMenu* file);
     void updateActions();
+    // The views, the status bar and the runs table follow `source`'s signals.
+    void connectRunSource(RunSource* source);
     void showError(const QString& title, const QString& message, bool interactive);
     // The designer's side of the window: its tab, its File and Edit menu entries, its edits.
     QWidget* buildDesignerTabs();
@@ -118,6 +128,9 @@ private:
     RunsPanel* m_runs;
     QTabWidget* m_tabs;
     RunController* m_controller;
+    ClusterRunController* m_cluster;
+    RunSource* m_active;  // the source Start used last: m_controller or m_cluster
+    ClusterPanel* m_clusterPanel = nullptr;
     QAction* m_openAction = nullptr;
     ModelDesigner* m_designer = nullptr;
     QMenu* m_recentMenu = nullptr;
