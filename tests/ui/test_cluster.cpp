@@ -19,6 +19,7 @@
 #include <QtTest>
 
 #include <cerrno>
+#include <memory>
 #include <csignal>
 
 #include <signal.h>
@@ -110,6 +111,8 @@ private slots:
     void jobMpirunCannotLaunchSaysWhy();
     void jobParalabRefusesSaysWhy();
     void twoProcessJobPausesResumesAndStops();
+    void stopBeforeTheJobTrains();
+    void destroyingTheControllerEndsTheJob();
     void windowRunsAJobOnItsDashboard();
 
 private:
@@ -420,6 +423,49 @@ void TestCluster::twoProcessJobPausesResumesAndStops() {
     QCOMPARE(controller.state(), RunSource::State::Stopped);
     QCOMPARE(controller.processId(), 0);
     // mpirun is gone (reaped: no such process), and so is every rank.
+    QVERIFY(::kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH);
+    QTRY_VERIFY_WITH_TIMEOUT(!processMentioning(store), 10000);
+}
+
+// Stop at once, before rank 0 has said the run started (the ranks may not handle SIGALRM yet):
+// the job ends, as stopped, and mpirun is gone.
+void TestCluster::stopBeforeTheJobTrains() {
+    if (const QString why = whyNoJob(); !why.isEmpty()) QSKIP(qPrintable(why));
+    ClusterRunController controller(nullptr, m_dir.filePath("early.db"));
+    controller.setSettings(localhost(2));
+    controller.setProgram(PARALAB_EXE);
+    QSignalSpy started(&controller, &RunSource::started);
+    QSignalSpy failed(&controller, &RunSource::failed);
+    QSignalSpy finished(&controller, &RunSource::finished);
+    controller.start(longDdpExperiment());
+    const qint64 pid = controller.processId();
+    QVERIFY(pid > 0);
+    controller.stop();
+    QCOMPARE(controller.state(), RunSource::State::Stopping);
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() + failed.count() > 0, 60000);
+    QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::run::RunSummary>().status),
+             QStringLiteral("stopped"));
+    QCOMPARE(controller.state(), RunSource::State::Stopped);
+    QVERIFY(::kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH);
+    QTRY_VERIFY_WITH_TIMEOUT(!processMentioning(m_dir.filePath("early.db")), 10000);
+}
+
+// A controller destroyed mid-run (the window closed) stops the job and waits for it.
+void TestCluster::destroyingTheControllerEndsTheJob() {
+    if (const QString why = whyNoJob(); !why.isEmpty()) QSKIP(qPrintable(why));
+    const QString store = m_dir.filePath("closed.db");
+    auto controller = std::make_unique<ClusterRunController>(nullptr, store);
+    controller->setSettings(localhost(2));
+    controller->setProgram(PARALAB_EXE);
+    qint64 steps = 0;
+    connect(controller.get(), &RunSource::stepsArrived, this,
+            [&](const QVector<paralab::run::StepRecord>& records) { steps += records.size(); });
+    controller->start(longDdpExperiment());
+    QTRY_VERIFY_WITH_TIMEOUT(steps > 10 || controller->state() == RunSource::State::Failed, 120000);
+    QCOMPARE(controller->state(), RunSource::State::Running);
+    const qint64 pid = controller->processId();
+    controller.reset();
     QVERIFY(::kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH);
     QTRY_VERIFY_WITH_TIMEOUT(!processMentioning(store), 10000);
 }
