@@ -11,7 +11,6 @@
 #include <QSlider>
 #include <QSpinBox>
 #include <QTextStream>
-#include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
@@ -148,9 +147,9 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
       m_smoothingSlider(new QSlider(Qt::Horizontal)),
       m_smoothingLabel(new QLabel),
       m_windowBox(new QSpinBox),
-      m_replotTimer(new QTimer(this)) {
-    m_replotTimer->setSingleShot(true);
-    connect(m_replotTimer, &QTimer::timeout, this, &DeviceDashboard::replotNow);
+      m_pacer(new ReplotPacer(this, [this] {
+          for (QCustomPlot* plot : m_plots->all()) plot->replot(QCustomPlot::rpRefreshHint);
+      })) {
     // ---- controls ---------------------------------------------------------------------------
     auto* controls = new QHBoxLayout;
     controls->setContentsMargins(6, 4, 6, 0);
@@ -372,7 +371,7 @@ void DeviceDashboard::addDeviceSteps(const QVector<run::StepRecord>& steps) {
     for (const auto& r : steps) append(seriesFor(QString::fromStdString(r.device)), r);
     updateBars();
     updateRanges();
-    scheduleReplot();
+    m_pacer->request();
 }
 
 void DeviceDashboard::addSteps(const QVector<run::StepRecord>& steps) {
@@ -380,7 +379,7 @@ void DeviceDashboard::addSteps(const QVector<run::StepRecord>& steps) {
     Series& global = seriesFor(kAll);
     for (const auto& r : steps) append(global, r);
     updateRanges();
-    scheduleReplot();
+    m_pacer->request();
 }
 
 void DeviceDashboard::clear() {
@@ -531,42 +530,7 @@ void DeviceDashboard::updateRanges() {
 }
 
 void DeviceDashboard::replotAll() {
-    // A hidden tab is not drawn: showEvent draws it when it is next shown.
-    if (!isVisible()) {
-        m_dirty = true;
-        return;
-    }
-    m_dirty = false;
-    m_replotTimer->stop();
-    for (QCustomPlot* plot : m_plots->all()) plot->replot(QCustomPlot::rpQueuedReplot);
-}
-
-void DeviceDashboard::scheduleReplot() {
-    if (!isVisible()) {
-        m_dirty = true;
-        return;
-    }
-    if (m_replotTimer->isActive()) return;  // this batch is drawn by the replot already due
-    const qint64 since = m_lastReplot.isValid() ? m_lastReplot.elapsed() : m_replotPeriodMs;
-    m_replotTimer->start(static_cast<int>(std::max<qint64>(0, m_replotPeriodMs - since)));
-}
-
-void DeviceDashboard::replotNow() {
-    if (!isVisible()) {
-        m_dirty = true;
-        return;
-    }
-    m_dirty = false;
-    m_lastReplot.start();
-    for (QCustomPlot* plot : m_plots->all()) plot->replot(QCustomPlot::rpRefreshHint);
-    // The next replot waits for three times this one's duration (and a 30 Hz frame at least).
-    const qint64 cost = m_lastReplot.elapsed();
-    m_replotPeriodMs = std::clamp<qint64>(4 * cost, 33, 500);
-}
-
-void DeviceDashboard::showEvent(QShowEvent* event) {
-    QWidget::showEvent(event);
-    if (m_dirty) replotAll();
+    m_pacer->drawNow();  // a hidden tab is not drawn: it is when it is next shown
 }
 
 void DeviceDashboard::fitToData() {

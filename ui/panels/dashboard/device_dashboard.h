@@ -5,15 +5,12 @@
 //
 // Records arrive in batches from RunController (~30 Hz); each batch appends to the curves and
 // asks for a replot, and none while the dashboard is hidden (a hidden tab costs nothing to the
-// GUI thread; it is drawn when shown). Replots follow the data at most 30 times a second, and
-// less often when they are costly: the next one waits for three times the last one's duration,
-// so that drawing takes at most about a quarter of the GUI thread while ranks compete with it
-// for the CPU. The curves are DecimatedGraphs: a replot reads one or two points per pixel
-// column, whatever the length of the run (docs/benchmarks.md, Dashboard). A device keeps its palette colour
+// GUI thread; it is drawn when shown). Replots are paced to their cost (ReplotPacer), and the
+// curves are DecimatedGraphs: a replot reads one or two points per pixel column, whatever the
+// length of the run (docs/benchmarks.md, Dashboard). A device keeps its palette colour
 // (ui/panels/common/palette.h) in every plot, the timeline's included.
 #pragma once
 
-#include <QElapsedTimer>
 #include <QStringList>
 #include <QVector>
 #include <QWidget>
@@ -24,6 +21,7 @@
 
 #include "engine/run/trainer.h"
 #include "ui/panels/common/plot_export.h"
+#include "ui/panels/common/replot_pacer.h"
 
 class QCheckBox;
 class QComboBox;
@@ -31,7 +29,6 @@ class QCustomPlot;
 class QLabel;
 class QSlider;
 class QSpinBox;
-class QTimer;
 
 namespace paralab::ui {
 
@@ -91,9 +88,6 @@ public slots:
     void exportWithDialog();
     void exportCsvWithDialog();
 
-protected:
-    void showEvent(QShowEvent* event) override;
-
 private:
     struct Series;
     struct Plots;
@@ -105,9 +99,7 @@ private:
     void recolor();
     void updateBars();
     void updateRanges();
-    void replotAll();       // now (queued): after a setting changed
-    void scheduleReplot();  // new data: at the pace replots allow
-    void replotNow();
+    void replotAll();  // now: after a setting changed
     void showPlotMenu(QCustomPlot* plot, const QPoint& pos);
     // Mean ms per step of each part over each device's last breakdownWindow() steps.
     std::vector<std::array<double, 4>> breakdownMeans() const;
@@ -132,10 +124,7 @@ private:
     XAxis m_xAxis = XAxis::Step;
     bool m_logLoss = false;
     int m_breakdownWindow = 20;
-    bool m_dirty = false;  // data changed while hidden: replot when shown
-    QTimer* m_replotTimer;
-    QElapsedTimer m_lastReplot;  // started when the last replot started
-    qint64 m_replotPeriodMs = 33;
+    ReplotPacer* m_pacer;
 };
 
 }  // namespace paralab::ui

@@ -8,6 +8,9 @@
 #include <cmath>
 #include <limits>
 
+#include "ui/panels/common/replot_pacer.h"
+#include "ui/panels/dashboard/decimated_graph.h"
+
 namespace paralab::ui {
 
 namespace {
@@ -19,7 +22,10 @@ const QColor kAccuracyColor(44, 160, 44);
 constexpr double kSmoothing = 0.9;
 }  // namespace
 
-LossPlotPanel::LossPlotPanel(QWidget* parent) : QWidget(parent), m_plot(new QCustomPlot(this)) {
+LossPlotPanel::LossPlotPanel(QWidget* parent)
+    : QWidget(parent),
+      m_plot(new QCustomPlot(this)),
+      m_pacer(new ReplotPacer(this, [this] { m_plot->replot(QCustomPlot::rpRefreshHint); })) {
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(m_plot);
@@ -31,11 +37,11 @@ LossPlotPanel::LossPlotPanel(QWidget* parent) : QWidget(parent), m_plot(new QCus
     titleFont.setBold(true);
     m_plot->plotLayout()->addElement(0, 0, new QCPTextElement(m_plot, tr("Training"), titleFont));
 
-    m_train = m_plot->addGraph();
+    m_train = new DecimatedGraph(m_plot->xAxis, m_plot->yAxis);
     m_train->setName(tr("training loss (per step)"));
     m_train->setPen(QPen(kTrainColor.lighter(165), 1));
 
-    m_trainSmooth = m_plot->addGraph();
+    m_trainSmooth = new DecimatedGraph(m_plot->xAxis, m_plot->yAxis);
     m_trainSmooth->setName(tr("training loss (smoothed)"));
     m_trainSmooth->setPen(QPen(kTrainColor, 2));
 
@@ -79,8 +85,8 @@ LossPlotPanel::LossPlotPanel(QWidget* parent) : QWidget(parent), m_plot(new QCus
 }
 
 void LossPlotPanel::clear() {
-    m_train->data()->clear();
-    m_trainSmooth->data()->clear();
+    m_train->clearPoints();
+    m_trainSmooth->clearPoints();
     m_ema = m_emaWeight = 0;
     m_testLoss->data()->clear();
     m_accuracy->data()->clear();
@@ -92,17 +98,18 @@ void LossPlotPanel::clear() {
 
 void LossPlotPanel::addSteps(const QVector<run::StepRecord>& steps) {
     for (const auto& s : steps) {
-        m_train->addData(static_cast<double>(s.step), s.loss);
+        m_train->append(static_cast<double>(s.step), s.loss);
         // The step that ends a diverging run carries an infinite or NaN loss: plotted as a
         // gap, and kept out of the averages and the axis range.
         if (!std::isfinite(s.loss)) continue;
         m_ema = kSmoothing * m_ema + (1 - kSmoothing) * s.loss;
         m_emaWeight = kSmoothing * m_emaWeight + (1 - kSmoothing);
-        m_trainSmooth->addData(static_cast<double>(s.step), m_ema / m_emaWeight);
+        m_trainSmooth->append(static_cast<double>(s.step), m_ema / m_emaWeight);
         includeLoss(s.loss);
     }
     if (!steps.isEmpty()) m_lastStep = static_cast<double>(steps.back().step);
-    fitToData();
+    fitRanges();
+    m_pacer->request();
 }
 
 void LossPlotPanel::addEval(const run::EvalResult& eval) {
@@ -110,7 +117,8 @@ void LossPlotPanel::addEval(const run::EvalResult& eval) {
     if (std::isfinite(eval.loss)) includeLoss(eval.loss);
     if (eval.accuracy) m_accuracy->addData(static_cast<double>(eval.step), *eval.accuracy);
     m_lastStep = std::max(m_lastStep, static_cast<double>(eval.step));
-    fitToData();
+    fitRanges();
+    m_pacer->request();
 }
 
 void LossPlotPanel::includeLoss(double loss) {
@@ -119,6 +127,11 @@ void LossPlotPanel::includeLoss(double loss) {
 }
 
 void LossPlotPanel::fitToData() {
+    fitRanges();
+    m_pacer->drawNow();
+}
+
+void LossPlotPanel::fitRanges() {
     m_plot->xAxis->setRange(0, std::max(10.0, m_lastStep * 1.02));
     const double top = m_maxLoss > 0 ? m_maxLoss : 1.0;
     if (m_logLoss) {
@@ -127,21 +140,6 @@ void LossPlotPanel::fitToData() {
     } else {
         m_plot->yAxis->setRange(0, top * 1.05);
     }
-    replot();
-}
-
-void LossPlotPanel::replot() {
-    if (!isVisible()) {
-        m_dirty = true;
-        return;
-    }
-    m_dirty = false;
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
-}
-
-void LossPlotPanel::showEvent(QShowEvent* event) {
-    QWidget::showEvent(event);
-    if (m_dirty) replot();
 }
 
 void LossPlotPanel::setLogarithmicLoss(bool on) {

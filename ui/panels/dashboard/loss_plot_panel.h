@@ -1,6 +1,7 @@
 // Training loss per step, and test loss / accuracy at each evaluation, on one QCustomPlot.
-// Steps arrive in batches; the plot is redrawn with a queued replot, at most once per batch, and
-// not while the panel is hidden (it is drawn when shown).
+// Steps arrive in batches; redraws are paced to their cost and skipped while the panel is hidden
+// (ReplotPacer), and the per-step curves are DecimatedGraphs (one or two points per pixel
+// column), so that a long run costs the GUI thread no more than a short one.
 #pragma once
 
 #include <QVector>
@@ -11,6 +12,11 @@
 
 class QCustomPlot;
 class QCPGraph;
+
+namespace paralab::ui {
+class DecimatedGraph;
+class ReplotPacer;
+}  // namespace paralab::ui
 
 namespace paralab::ui {
 
@@ -37,17 +43,14 @@ public slots:
     void setLogarithmicLoss(bool on);
     void fitToData();                        // undoes the user's drag and zoom
 
-protected:
-    void showEvent(QShowEvent* event) override;
-
 private:
     void showContextMenu(const QPoint& pos);
-    void replot();
+    void fitRanges();  // the axes around the data
     void includeLoss(double loss);  // widens the loss axis's range to take `loss`
 
     QCustomPlot* m_plot;
-    QCPGraph* m_train;
-    QCPGraph* m_trainSmooth;  // the trend through the per-step noise
+    DecimatedGraph* m_train;
+    DecimatedGraph* m_trainSmooth;  // the trend through the per-step noise
     QCPGraph* m_testLoss;
     QCPGraph* m_accuracy;
     double m_maxLoss = 0;
@@ -56,7 +59,7 @@ private:
     double m_ema = 0;          // exponential moving average of the training loss, biased
     double m_emaWeight = 0;    // towards 0 at the start; dividing by this removes the bias
     bool m_logLoss = false;
-    bool m_dirty = false;  // changed while hidden
+    ReplotPacer* m_pacer;
 };
 
 }  // namespace paralab::ui
