@@ -410,19 +410,29 @@ void TestDashboard::plotsExportAsPngAndPdf() {
     QVERIFY(image.width() >= 1200 && image.height() >= 700);  // laid out even though never shown
 }
 
-void TestDashboard::realDdpRunFillsBothDevices() {
-    MainWindow w;
-    QCOMPARE(w.openExperiment(":/examples/spirals-mlp.paralab.json", false), QString());
+// The spirals MLP by ddp on cpu:0 and cpu:1 for `steps` steps, started from the window `w`
+// (left with that experiment); its summary.
+static paralab::run::RunSummary runDdpFromWindow(MainWindow& w, int steps) {
+    [&] { QCOMPARE(w.openExperiment(":/examples/spirals-mlp.paralab.json", false), QString()); }();
     auto e = *w.experiment();
     e.devices = {"cpu:0", "cpu:1"};
     e.strategy.type = "ddp";
-    e.train.max_steps = 30;
+    e.train.max_steps = steps;
     w.setExperiment(e);
     QSignalSpy finished(w.controller(), &RunController::finished);
     w.startRun();
-    QVERIFY2(finished.count() == 1 || finished.wait(30000), qPrintable(w.statusText()));
-    const auto summary = finished.at(0).at(0).value<paralab::run::RunSummary>();
+    if (finished.count() == 0 && !finished.wait(30000)) {
+        [&] { QFAIL(qPrintable("the run did not finish: " + w.statusText())); }();
+        return {};
+    }
+    return finished.at(0).at(0).value<paralab::run::RunSummary>();
+}
+
+void TestDashboard::realDdpRunFillsBothDevices() {
+    MainWindow w;
+    const auto summary = runDdpFromWindow(w, 30);
     QCOMPARE(QString::fromStdString(summary.status), QString("finished"));
+    auto e = *w.experiment();
 
     DeviceDashboard* d = w.deviceDashboard();
     QCOMPARE(d->devices(), (QStringList{"cpu:0", "cpu:1"}));
@@ -457,15 +467,7 @@ void TestDashboard::realDdpRunFillsBothDevices() {
 // (CSV: a header, then rows) after a real run, with the run selected in the Runs tab.
 void TestDashboard::everyPlotOfTheWindowExports() {
     MainWindow w;
-    QCOMPARE(w.openExperiment(":/examples/spirals-mlp.paralab.json", false), QString());
-    auto e = *w.experiment();
-    e.devices = {"cpu:0", "cpu:1"};
-    e.strategy.type = "ddp";
-    e.train.max_steps = 20;
-    w.setExperiment(e);
-    QSignalSpy finished(w.controller(), &RunController::finished);
-    w.startRun();
-    QVERIFY2(finished.count() == 1 || finished.wait(30000), qPrintable(w.statusText()));
+    QCOMPARE(QString::fromStdString(runDdpFromWindow(w, 20).status), QString("finished"));
     // This test's run: the newest in the store, once the runs table has read it.
     const auto stored = paralab::store::RunStore(paralab::store::RunStore::default_path()).list_runs();
     QVERIFY(!stored.empty());
