@@ -111,6 +111,7 @@ private slots:
     void jobMpirunCannotLaunchSaysWhy();
     void jobParalabRefusesSaysWhy();
     void twoProcessJobPausesResumesAndStops();
+    void twoDevicesPerProcessJobFinishes();
     void stopBeforeTheJobTrains();
     void destroyingTheControllerEndsTheJob();
     void windowRunsAJobOnItsDashboard();
@@ -134,6 +135,7 @@ void TestCluster::settingsRoundTripThroughQSettings() {
     s.hosts = {{QStringLiteral("node1"), 4}, {QStringLiteral("node2"), 2}, {QStringLiteral("localhost"), 1}};
     s.hostfile = QStringLiteral("/shared/hosts");
     s.processes = 5;
+    s.devicesPerProcess = 3;
     s.oversubscribe = true;
     s.mpirun = QStringLiteral("/opt/openmpi/bin/mpirun");
     s.sharedDir = QStringLiteral("/shared/jobs");
@@ -201,6 +203,9 @@ void TestCluster::problemsNameTheirField_data() {
     QTest::newRow("more processes than slots") << s << "processes" << "5 processes but 2 slots";
     s = localhost(1);
     QTest::newRow("one process") << s << "processes" << "at least 2 processes";
+    s = localhost(2);
+    s.devicesPerProcess = 0;
+    QTest::newRow("no devices per process") << s << "devicesPerProcess" << "1 to 64 virtual CPU devices, got 0";
     s = localhost(2);
     s.mpirun = QStringLiteral("/nonexistent/bin/mpirun");
     QTest::newRow("mpirun missing") << s << "mpirun" << "/nonexistent/bin/mpirun does not exist";
@@ -282,6 +287,39 @@ void TestCluster::mpirunArguments() {
     expected << "-x" << "OMPI_MCA_btl";
     QCOMPARE(args, expected);
     QCOMPARE(s.deviceNames(), (QStringList{"r0/cpu:0", "r1/cpu:0", "r2/cpu:0", "r3/cpu:0"}));
+    QCOMPARE(s.processDevices(), QStringLiteral("cpu:0"));
+    s.devicesPerProcess = 2;
+    s.processes = 2;
+    QCOMPARE(s.processDevices(), QStringLiteral("cpu:0,cpu:1"));
+    QCOMPARE(s.deviceNames(), (QStringList{"r0/cpu:0", "r0/cpu:1", "r1/cpu:0", "r1/cpu:1"}));
+    QCOMPARE(s.placedDeviceNames(), (QStringList{"r0/cpu:0 (localhost)", "r0/cpu:1 (localhost)",
+                                                 "r1/cpu:0 (localhost)", "r1/cpu:1 (localhost)"}));
+}
+
+// Two processes of two devices each: the job's four devices report, and it finishes.
+void TestCluster::twoDevicesPerProcessJobFinishes() {
+    if (const QString why = whyNoJob(); !why.isEmpty()) QSKIP(qPrintable(why));
+    auto e = longDdpExperiment();
+    e.train.epochs = 1;
+    e.train.max_steps = 20;
+    ClusterRunController controller(nullptr, m_dir.filePath("two-per-process.db"));
+    ClusterSettings s = localhost(2);
+    s.devicesPerProcess = 2;
+    controller.setSettings(s);
+    controller.setProgram(PARALAB_EXE);
+    QSet<QString> devices;
+    connect(&controller, &RunSource::deviceStepsArrived, this, [&](const QVector<paralab::run::StepRecord>& steps) {
+        for (const auto& r : steps) devices.insert(QString::fromStdString(r.device));
+    });
+    QSignalSpy failed(&controller, &RunSource::failed);
+    QSignalSpy finished(&controller, &RunSource::finished);
+    controller.start(e);
+    QTRY_VERIFY_WITH_TIMEOUT(failed.count() + finished.count() > 0, 120000);
+    QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.at(0).at(0).toString()));
+    const auto summary = finished.at(0).at(0).value<paralab::run::RunSummary>();
+    QCOMPARE(QString::fromStdString(summary.status), QString("finished"));
+    QCOMPARE(summary.steps, 20);
+    QCOMPARE(devices, (QSet<QString>{"r0/cpu:0", "r0/cpu:1", "r1/cpu:0", "r1/cpu:1"}));
 }
 
 // A job that cannot start says why at once: failed(), state Failed, nothing started.

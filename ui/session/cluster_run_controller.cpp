@@ -153,7 +153,7 @@ void ClusterRunController::start(run::Experiment experiment) {
     }
     QStringList args = m_settings.mpirunArguments(exported);
     args << program() << QStringLiteral("run") << m_experimentFile->fileName() << QStringLiteral("--devices")
-         << QStringLiteral("cpu:0") << QStringLiteral("--db") << store << QStringLiteral("--stream");
+         << m_settings.processDevices() << QStringLiteral("--db") << store << QStringLiteral("--stream");
     m_commandLine = QStringList{mpirun} + args;
 
     m_shared = std::make_shared<Shared>();

@@ -10,6 +10,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace paralab::ui {
 
 namespace {
@@ -41,6 +43,7 @@ void ClusterSettings::save(QSettings& settings) const {
     settings.endArray();
     settings.setValue(QStringLiteral("hostfile"), hostfile);
     settings.setValue(QStringLiteral("processes"), processes);
+    settings.setValue(QStringLiteral("devicesPerProcess"), devicesPerProcess);
     settings.setValue(QStringLiteral("oversubscribe"), oversubscribe);
     settings.setValue(QStringLiteral("mpirun"), mpirun);
     settings.setValue(QStringLiteral("sharedDir"), sharedDir);
@@ -66,6 +69,7 @@ ClusterSettings ClusterSettings::load(QSettings& settings) {
     settings.endArray();
     s.hostfile = settings.value(QStringLiteral("hostfile")).toString();
     s.processes = settings.value(QStringLiteral("processes"), 0).toInt();
+    s.devicesPerProcess = settings.value(QStringLiteral("devicesPerProcess"), 1).toInt();
     s.oversubscribe = settings.value(QStringLiteral("oversubscribe")).toBool();
     s.mpirun = settings.value(QStringLiteral("mpirun")).toString();
     s.sharedDir = settings.value(QStringLiteral("sharedDir")).toString();
@@ -168,6 +172,9 @@ QMap<QString, QString> ClusterSettings::problems() const {
             }
         }
     }
+    if (devicesPerProcess < 1 || devicesPerProcess > 64)
+        out[QStringLiteral("devicesPerProcess")] =
+            QStringLiteral("each process runs 1 to 64 virtual CPU devices, got %1").arg(devicesPerProcess);
     if (processes < 0) {
         out[QStringLiteral("processes")] = QStringLiteral("the number of processes cannot be negative");
     } else if (!out.contains(QStringLiteral("hosts")) && !out.contains(QStringLiteral("hostfile"))) {
@@ -199,9 +206,22 @@ QString ClusterSettings::problemText() const {
     return parts.join(QStringLiteral("; "));
 }
 
+QString ClusterSettings::processDevices() const {
+    QStringList ids;
+    for (int d = 0; d < std::max(1, devicesPerProcess); ++d) ids << QStringLiteral("cpu:%1").arg(d);
+    return ids.join(QLatin1Char(','));
+}
+
+namespace {
+// Process `rank`'s devices, each followed by `suffix`.
+void addProcessDevices(QStringList& out, int rank, int devices, const QString& suffix) {
+    for (int d = 0; d < std::max(1, devices); ++d) out << QStringLiteral("r%1/cpu:%2").arg(rank).arg(d) + suffix;
+}
+}  // namespace
+
 QStringList ClusterSettings::deviceNames() const {
     QStringList out;
-    for (int r = 0; r < processCount(); ++r) out << QStringLiteral("r%1/cpu:0").arg(r);
+    for (int r = 0; r < processCount(); ++r) addProcessDevices(out, r, devicesPerProcess, {});
     return out;
 }
 
@@ -213,8 +233,8 @@ QStringList ClusterSettings::placedDeviceNames() const {
     const int n = processCount();
     for (const auto& h : jobHosts())
         for (int k = 0; k < h.slotCount && rank < n; ++k, ++rank)
-            out << QStringLiteral("r%1/cpu:0 (%2)").arg(rank).arg(h.name);
-    for (; rank < n; ++rank) out << QStringLiteral("r%1/cpu:0").arg(rank);
+            addProcessDevices(out, rank, devicesPerProcess, QStringLiteral(" (%1)").arg(h.name));
+    for (; rank < n; ++rank) addProcessDevices(out, rank, devicesPerProcess, {});
     return out;
 }
 

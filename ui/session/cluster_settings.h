@@ -3,8 +3,9 @@
 // QSettings under "cluster/"; checked field by field so that the Devices panel can say what is
 // wrong beside the field, and turned into mpirun's arguments for ClusterRunController.
 //
-// Each process runs one device, so a job of N processes has the devices r0/cpu:0 .. rN-1/cpu:0;
-// mpirun places ranks by slot: the first host's slots first, in the list's order.
+// Each process runs `devicesPerProcess` virtual CPU devices (cpu:0 .. cpu:D-1), so a job of N
+// processes has the devices r0/cpu:0 .. rN-1/cpu:D-1; mpirun places ranks by slot: the first
+// host's slots first, in the list's order.
 #pragma once
 
 #include <QMap>
@@ -28,6 +29,7 @@ struct ClusterSettings {
     QVector<ClusterHost> hosts{{QStringLiteral("localhost"), 2}};
     QString hostfile;
     int processes = 0;          // 0: one per slot
+    int devicesPerProcess = 1;  // virtual CPU devices each process runs
     bool oversubscribe = false; // more processes than slots (mpirun --oversubscribe)
     QString mpirun;             // empty: mpirun on PATH
     // Where the job's experiment file is written: a folder every host sees at the same path
@@ -54,14 +56,17 @@ struct ClusterSettings {
     // with `error` saying why, when there is none.
     QString resolvedMpirun(QString* error = nullptr) const;
 
-    // What is wrong, by field: "hosts", "hostfile", "processes", "mpirun", "sharedDir". Empty when a job
+    // What is wrong, by field: "hosts", "hostfile", "processes", "devicesPerProcess", "mpirun",
+    // "sharedDir". Empty when a job
     // can be started.
     QMap<QString, QString> problems() const;
     // The problems as one message ("hosts: ...; mpirun: ..."), for a start that is refused.
     QString problemText() const;
 
-    // The job's devices in rank order (r0/cpu:0, r1/cpu:0, ...), and the same with the host
-    // each rank lands on ("r0/cpu:0 (localhost)").
+    // What each process passes to `paralab run --devices`: "cpu:0,cpu:1,...".
+    QString processDevices() const;
+    // The job's devices in rank order (r0/cpu:0, r0/cpu:1, r1/cpu:0, ...), and the same with the
+    // host each process lands on ("r0/cpu:0 (localhost)").
     QStringList deviceNames() const;
     QStringList placedDeviceNames() const;
 

@@ -35,6 +35,7 @@ ClusterPanel::ClusterPanel(QWidget* parent)
       m_removeHost(new QPushButton(tr("Remove"))),
       m_hostfile(new QLineEdit),
       m_processes(new QSpinBox),
+      m_devicesPerProcess(new QSpinBox),
       m_oversubscribe(new QCheckBox(tr("Allow more processes than slots (--oversubscribe)"))),
       m_mpirun(new QLineEdit),
       m_sharedDir(new QLineEdit),
@@ -46,8 +47,8 @@ ClusterPanel::ClusterPanel(QWidget* parent)
     m_local->setObjectName(QStringLiteral("sourceLocal"));
     m_cluster->setObjectName(QStringLiteral("sourceCluster"));
     m_local->setToolTip(tr("Every device is a rank thread of this window's process"));
-    m_cluster->setToolTip(tr("Every device is a process of an Open MPI job (r0/cpu:0, r1/cpu:0, ...), "
-                             "on this machine or on the hosts listed"));
+    m_cluster->setToolTip(tr("The devices are those of the processes of an Open MPI job (r0/cpu:0, "
+                             "r1/cpu:0, ...), on this machine or on the hosts listed"));
     auto* group = new QButtonGroup(this);
     group->addButton(m_local);
     group->addButton(m_cluster);
@@ -104,6 +105,13 @@ ClusterPanel::ClusterPanel(QWidget* parent)
     m_errors[QStringLiteral("processes")] = error;
     form->addRow(QString(), m_oversubscribe);
 
+    m_devicesPerProcess->setObjectName(QStringLiteral("devicesPerProcess"));
+    m_devicesPerProcess->setRange(1, 64);
+    m_devicesPerProcess->setToolTip(tr("Virtual CPU devices each process runs (cpu:0, cpu:1, ...): "
+                                       "their collectives go through the process first, then over MPI"));
+    form->addRow(tr("Devices per process"), fieldCell(QStringLiteral("devicesPerProcess"), m_devicesPerProcess, &error));
+    m_errors[QStringLiteral("devicesPerProcess")] = error;
+
     m_mpirun->setObjectName(QStringLiteral("mpirunPath"));
     const QString onPath = QStandardPaths::findExecutable(QStringLiteral("mpirun"));
     m_mpirun->setPlaceholderText(onPath.isEmpty() ? tr("mpirun is not on PATH: give its path")
@@ -136,6 +144,7 @@ ClusterPanel::ClusterPanel(QWidget* parent)
         if (!path.isEmpty()) m_hostfile->setText(path);
     });
     connect(m_processes, &QSpinBox::valueChanged, this, &ClusterPanel::edited);
+    connect(m_devicesPerProcess, &QSpinBox::valueChanged, this, &ClusterPanel::edited);
     connect(m_oversubscribe, &QCheckBox::toggled, this, &ClusterPanel::edited);
     connect(m_mpirun, &QLineEdit::textChanged, this, &ClusterPanel::edited);
     connect(m_sharedDir, &QLineEdit::textChanged, this, &ClusterPanel::edited);
@@ -157,6 +166,7 @@ void ClusterPanel::show(const ClusterSettings& s) {
     }
     m_hostfile->setText(s.hostfile);
     m_processes->setValue(s.processes);
+    m_devicesPerProcess->setValue(s.devicesPerProcess);
     m_oversubscribe->setChecked(s.oversubscribe);
     m_mpirun->setText(s.mpirun);
     m_sharedDir->setText(s.sharedDir);
@@ -186,6 +196,7 @@ void ClusterPanel::edited() {
     }
     s.hostfile = m_hostfile->text().trimmed();
     s.processes = m_processes->value();
+    s.devicesPerProcess = m_devicesPerProcess->value();
     s.oversubscribe = m_oversubscribe->isChecked();
     s.mpirun = m_mpirun->text().trimmed();
     s.sharedDir = m_sharedDir->text().trimmed();

@@ -41,6 +41,7 @@ public:
     QComboBox* hostModeBox() const { return m_hostMode; }
     QLineEdit* hostfileEdit() const { return m_hostfile; }
     QSpinBox* processBox() const { return m_processes; }
+    QSpinBox* devicesPerProcessBox() const { return m_devicesPerProcess; }
     QLineEdit* mpirunEdit() const { return m_mpirun; }
     QString fieldError(const QString& key) const;
     QString devicesText() const;
@@ -71,6 +72,7 @@ private:
     QWidget* m_hostfileCell;
     QLineEdit* m_hostfile;
     QSpinBox* m_processes;
+    QSpinBox* m_devicesPerProcess;
     QCheckBox* m_oversubscribe;
     QLineEdit* m_mpirun;
     QLineEdit* m_sharedDir;
