@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "engine/comm/communicator.h"
@@ -17,6 +19,7 @@
 namespace comm_reference {
 
 using paralab::DType;
+using paralab::comm::Communicator;
 using paralab::comm::ReduceOp;
 using paralab::dtype_of;
 
@@ -93,6 +96,46 @@ inline int64_t chunk(int64_t count, int c, int world) {
 
 inline const char* op_name(ReduceOp op) {
     return op == ReduceOp::sum ? "sum" : op == ReduceOp::average ? "average" : "max";
+}
+
+// 200 calls of every kind in a sequence drawn alike on every rank of `c`'s group (roots, counts
+// and kinds from one seed), each checked against the reference: the calls must not disturb
+// each other, whatever the backend.
+inline void run_mixed_sequence(Communicator& c) {
+    const int world = c.world(), r = c.rank();
+    std::mt19937 pick(1234);  // the same sequence on every rank
+    for (int call = 0; call < 200; ++call) {
+        const int kind = int(pick() % 7), root = int(pick() % uint32_t(world));
+        const int64_t count = int64_t(pick() % 300);
+        SCOPED_TRACE("call " + std::to_string(call) + " kind " + std::to_string(kind));
+        const auto inputs = make_inputs<double>(uint64_t(call), world, count);
+        auto mine = inputs[size_t(r)];
+        if (kind == 0 || kind == 1) {
+            const ReduceOp op = kind == 0 ? ReduceOp::sum : ReduceOp::max;
+            c.all_reduce(mine.data(), count, DType::f64, op);
+            expect_reduced(mine, inputs, op);
+        } else if (kind == 2) {
+            c.reduce_scatter(mine.data(), count, DType::f64, ReduceOp::average);
+            c.all_gather(mine.data(), count, DType::f64);
+            expect_reduced(mine, inputs, ReduceOp::average);
+        } else if (kind == 3) {
+            c.broadcast(mine.data(), count, DType::f64, root);
+            EXPECT_TRUE(same_bits(mine, inputs[size_t(root)]));
+        } else if (kind == 4) {
+            c.reduce(mine.data(), count, DType::f64, ReduceOp::sum, root);
+            if (r == root) expect_reduced(mine, inputs, ReduceOp::sum);
+        } else if (kind == 5) {
+            c.send(mine.data(), count, DType::f64, root, call);
+            if (r == root)
+                for (int q = 0; q < world; ++q) {
+                    c.recv(mine.data(), count, DType::f64, q, call);
+                    EXPECT_TRUE(same_bits(mine, inputs[size_t(q)]));
+                }
+        } else {
+            c.barrier();
+        }
+    }
+    EXPECT_GE(c.totals().calls, 200);
 }
 
 }  // namespace comm_reference

@@ -12,20 +12,14 @@
 #include <sstream>
 
 #include "engine/store/run_store.h"
+#include "store_testing.h"
 
 using namespace paralab;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        char tmpl[] = "/tmp/paralab_queries_XXXXXX";
-        path = mkdtemp(tmpl);
-    }
-    ~TempDir() { fs::remove_all(path); }
-};
+using store_testing::TempDir;
 
 run::Experiment experiment(const std::string& name, std::vector<std::string> devices) {
     run::Experiment e;
@@ -174,31 +168,10 @@ TEST(RunStoreQueries, DeleteRunRemovesItsRowsAndNoOthers) {
 TEST(RunStoreQueries, DeleteRunInAStoreMigratedFromSchema1) {
     TempDir dir;
     const std::string path = (dir.path / "runs.db").string();
-    sqlite3* raw = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
-    // Schema 1 as the first ParaLab wrote it: no foreign keys, so nothing cascades.
-    ASSERT_EQ(
-        sqlite3_exec(
-            raw,
-            "CREATE TABLE runs (run_id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, "
-            "status TEXT NOT NULL, strategy TEXT NOT NULL, devices TEXT NOT NULL, config TEXT "
-            "NOT NULL, created_at TEXT NOT NULL, finished_at TEXT, summary TEXT, notes TEXT NOT "
-            "NULL DEFAULT '', pid INTEGER, host TEXT);"
-            "CREATE TABLE records (run_id INTEGER NOT NULL, step INTEGER NOT NULL, device TEXT "
-            "NOT NULL, epoch INTEGER NOT NULL, wall_s REAL NOT NULL, loss REAL, samples INTEGER "
-            "NOT NULL, compute_ms REAL NOT NULL, comm_ms REAL NOT NULL, idle_ms REAL NOT NULL, "
-            "data_wait_ms REAL NOT NULL, memory_bytes INTEGER NOT NULL, lr REAL, PRIMARY KEY "
-            "(run_id, step, device));"
-            "CREATE TABLE evaluations (run_id INTEGER NOT NULL, step INTEGER NOT NULL, loss REAL "
-            "NOT NULL, accuracy REAL, samples INTEGER NOT NULL);"
-            "INSERT INTO runs (name, status, strategy, devices, config, created_at) VALUES "
-            "('old', 'finished', 'single', '[\"cpu:0\"]', '{}', '2026-01-01T00:00:00Z');"
-            "INSERT INTO records VALUES (1, 1, 'cpu:0', 0, 0.1, 0.9, 32, 1, 0, 0, 0, 0, 0.01);"
-            "INSERT INTO evaluations VALUES (1, 1, 0.8, 0.5, 100);"
-            "PRAGMA user_version = 1;",
-            nullptr, nullptr, nullptr),
-        SQLITE_OK);
-    sqlite3_close(raw);
+    // Schema 1 had no foreign keys, so nothing cascades.
+    store_testing::write_version1_store(path,
+                                        "INSERT INTO records VALUES (1, 1, 'cpu:0', 0, 0.1, 0.9, 32, 1, 0, 0, 0, 0, 0.01);"
+                                        "INSERT INTO evaluations VALUES (1, 1, 0.8, 0.5, 100);");
     store::RunStore db(path);
     ASSERT_EQ(db.loss_curve(1).size(), 1u);
     EXPECT_TRUE(db.delete_run(1));

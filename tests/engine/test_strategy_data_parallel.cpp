@@ -216,16 +216,21 @@ TEST(DataParallelMemory, ZeroShardsTheOptimizerState) {
     }
 }
 
+// `j` for 2 steps on 4 devices by ZeRO stage 1, then stage 2.
+std::pair<Result, Result> zero_stages_on_four(json j) {
+    j["train"]["max_steps"] = 2;
+    j["devices"] = devices(4);
+    j["strategy"] = {{"type", "zero"}, {"stage", 1}};
+    Result one = run_it(j);
+    j["strategy"] = {{"type", "zero"}, {"stage", 2}};
+    return {std::move(one), run_it(j)};
+}
+
 TEST(DataParallelMemory, ZeroStageTwoKeepsOnlyTheGradientShard) {
     json j = mlp();
     j["model"]["layers"][0]["out"] = 256;
     j["model"]["layers"][3]["out"] = 256;
-    j["train"]["max_steps"] = 2;
-    j["devices"] = devices(4);
-    j["strategy"] = {{"type", "zero"}, {"stage", 1}};
-    const auto one = run_it(j);
-    j["strategy"] = {{"type", "zero"}, {"stage", 2}};
-    const auto two = run_it(j);
+    const auto [one, two] = zero_stages_on_four(j);
     ASSERT_EQ(two.summary.status, "finished") << two.summary.error;
     const auto grads = static_cast<size_t>(MemCategory::gradients);
     for (int r = 0; r < 4; ++r) {
@@ -245,12 +250,7 @@ TEST(DataParallelMemory, ZeroStageTwoNeverHoldsTheWholeGradient) {
     j["model"]["layers"] = json::parse(R"([{"type": "linear", "out": 128}, {"type": "relu"},
         {"type": "linear", "out": 128}, {"type": "relu"}, {"type": "linear", "out": 128},
         {"type": "relu"}, {"type": "linear", "out": 128}, {"type": "relu"}, {"type": "linear", "out": 3}])");
-    j["train"]["max_steps"] = 2;
-    j["devices"] = devices(4);
-    j["strategy"] = {{"type", "zero"}, {"stage", 1}};
-    const auto one = run_it(j);
-    j["strategy"] = {{"type", "zero"}, {"stage", 2}};
-    const auto two = run_it(j);
+    const auto [one, two] = zero_stages_on_four(j);
     ASSERT_EQ(two.summary.status, "finished") << two.summary.error;
     const auto grads = static_cast<size_t>(MemCategory::gradients);
     for (int r = 0; r < 4; ++r) {

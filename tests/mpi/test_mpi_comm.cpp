@@ -322,41 +322,7 @@ TEST_F(MpiCommTest, SplitCommunicatorWorksBesideTheFirstOnAnotherThread) {
 }
 
 TEST_F(MpiCommTest, TwoHundredMixedCallsInOneSequence) {
-    Communicator& c = comm();
-    const int world = c.world(), r = c.rank();
-    std::mt19937 pick(1234);  // the same sequence on every rank
-    for (int call = 0; call < 200; ++call) {
-        const int kind = int(pick() % 7), root = int(pick() % uint32_t(world));
-        const int64_t count = int64_t(pick() % 300);
-        SCOPED_TRACE("call " + std::to_string(call) + " kind " + std::to_string(kind));
-        const auto inputs = make_inputs<double>(uint64_t(call), world, count);
-        auto mine = inputs[size_t(r)];
-        if (kind == 0 || kind == 1) {
-            const ReduceOp op = kind == 0 ? ReduceOp::sum : ReduceOp::max;
-            c.all_reduce(mine.data(), count, DType::f64, op);
-            expect_reduced(mine, inputs, op);
-        } else if (kind == 2) {
-            c.reduce_scatter(mine.data(), count, DType::f64, ReduceOp::average);
-            c.all_gather(mine.data(), count, DType::f64);
-            expect_reduced(mine, inputs, ReduceOp::average);
-        } else if (kind == 3) {
-            c.broadcast(mine.data(), count, DType::f64, root);
-            EXPECT_TRUE(same_bits(mine, inputs[size_t(root)]));
-        } else if (kind == 4) {
-            c.reduce(mine.data(), count, DType::f64, ReduceOp::sum, root);
-            if (r == root) expect_reduced(mine, inputs, ReduceOp::sum);
-        } else if (kind == 5) {
-            c.send(mine.data(), count, DType::f64, root, call);
-            if (r == root)
-                for (int q = 0; q < world; ++q) {
-                    c.recv(mine.data(), count, DType::f64, q, call);
-                    EXPECT_TRUE(same_bits(mine, inputs[size_t(q)]));
-                }
-        } else {
-            c.barrier();
-        }
-    }
-    EXPECT_GE(c.totals().calls, 200);
+    run_mixed_sequence(comm());
 }
 
 // ---- the build's MPI support ----------------------------------------------------------------
