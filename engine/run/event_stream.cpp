@@ -12,10 +12,10 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-json number(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
-double number_from(const json& j) { return j.is_null() ? std::numeric_limits<double>::quiet_NaN() : j.get<double>(); }
-
 }  // namespace
+
+json number_json(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+double number_from(const json& j) { return j.is_null() ? std::numeric_limits<double>::quiet_NaN() : j.get<double>(); }
 
 json memory_json(const MemoryStats& m) {
     return json{{"current", m.current},           {"peak", m.peak},
@@ -40,7 +40,7 @@ json record_json(const StepRecord& r) {
                 {"steps_per_epoch", r.steps_per_epoch},
                 {"total_steps", r.total_steps},
                 {"device", r.device},
-                {"loss", number(r.loss)},
+                {"loss", number_json(r.loss)},
                 {"samples", r.samples},
                 {"lr", r.lr},
                 {"wall_s", r.wall_s},
@@ -48,7 +48,7 @@ json record_json(const StepRecord& r) {
                 {"comm_ms", r.comm_ms},
                 {"idle_ms", r.idle_ms},
                 {"data_wait_ms", r.data_wait_ms},
-                {"grad_norm", number(r.grad_norm)},
+                {"grad_norm", number_json(r.grad_norm)},
                 {"memory", memory_json(r.memory)}};
 }
 

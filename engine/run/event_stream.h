@@ -25,6 +25,8 @@
 namespace paralab::run::stream {
 
 // Exact for every double they carry (a NaN as null).
+nlohmann::json number_json(double x);
+double number_from(const nlohmann::json& j);
 nlohmann::json record_json(const StepRecord& r);
 StepRecord record_from(const nlohmann::json& j);
 nlohmann::json span_json(const Span& s);

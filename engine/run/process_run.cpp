@@ -24,18 +24,13 @@ constexpr int kMaskTag = 30001, kTensorTag = 30002;
 
 using stream::memory_from;
 using stream::memory_json;
-
-// Doubles go as JSON numbers, which nlohmann writes with round-trip precision; a NaN as null.
-json number(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
-double number_from(const json& j) {
-    return j.is_null() ? std::numeric_limits<double>::quiet_NaN() : j.get<double>();
-}
+using stream::number_from;
 
 json published_json(const Published& p) {
     json spans = json::array();
     for (const Span& s : p.spans) spans.push_back(stream::span_json(s));
     return json{{"record", stream::record_json(p.record)},
-                {"loss_sum", number(p.loss_sum)},
+                {"loss_sum", stream::number_json(p.loss_sum)},
                 {"loss_samples", p.loss_samples},
                 {"spans", std::move(spans)}};
 }

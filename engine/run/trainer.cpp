@@ -457,6 +457,18 @@ void watch_job(Shared& sh, RunControl* control, const std::atomic<bool>& done) {
 // The world of a job: this process's device and every process's device name. Refuses, on every
 // process alike, a job whose processes disagree or cannot run (`local_error`: this process's
 // problem before training, "" when none).
+// Runs a check that every process of a job makes alike (the same experiment, the same world):
+// rank 0 throws its ConfigError, the others JobRefused (rank 0 says why). Outside a job, root.
+template <class F>
+void refused_alike(bool root, F&& check) {
+    try {
+        check();
+    } catch (const ConfigError& err) {
+        if (!root) throw JobRefused(err.what());
+        throw;
+    }
+}
+
 // The world of a job: every process's devices, named "r<process>/<device>", in process order
 // (`per_process` gets how many each runs). Refuses, on every process alike, a job whose
 // processes disagree or cannot run (`local_error`: this process's problem before training, ""
@@ -476,7 +488,13 @@ std::vector<std::string> agree_on_job(comm::MpiGroup& mpi, const Experiment& e, 
     for (size_t r = 0; r < all.size(); ++r) {
         const auto j = nlohmann::json::parse(all[r]);
         const auto theirs = j.at("devices").get<std::vector<std::string>>();
-        for (const std::string& d : theirs) names.push_back("r" + std::to_string(r) + "/" + d);
+        for (const std::string& d : theirs) {
+            std::string name = "r";  // appended piece by piece: GCC 12 warns (-Wrestrict) on "r" + ...
+            name += std::to_string(r);
+            name += '/';
+            name += d;
+            names.push_back(std::move(name));
+        }
         per_process.push_back(static_cast<int>(theirs.size()));
         const std::string err = j.at("error").get<std::string>();
         if (!err.empty() && first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + err;
@@ -546,12 +564,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         std::vector<std::string> local_names;
         for (auto& d : devices) local_names.push_back(d->name());
         const std::vector<std::string> names = agree_on_job(*mpi, e, local_names, local_error, per_process);
-        try {
-            check_straggler(e, names);
-        } catch (const ConfigError& err) {
-            if (!root) throw JobRefused(err.what());  // every process refuses alike
-            throw;
-        }
+        refused_alike(root, [&] { check_straggler(e, names); });
         summary.devices = names;
         world_devices.assign(names.size(), nullptr);
         int first = 0;
@@ -585,12 +598,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     summary.parameters = reference->parameter_count();
     ctx.total_steps = steps_per_epoch * e.train.epochs;
     if (e.train.max_steps) ctx.total_steps = std::min(ctx.total_steps, *e.train.max_steps);
-    try {
-        strat->setup(ctx, *reference);
-    } catch (const ConfigError& err) {
-        if (!root) throw JobRefused(err.what());  // every process refuses alike; rank 0 says why
-        throw;
-    }
+    refused_alike(root, [&] { strat->setup(ctx, *reference); });
     if (!mpi) {
         reference.reset();  // the strategy holds the model from here
         scratch.reset();

@@ -83,9 +83,8 @@ ClusterPanel::ClusterPanel(QWidget* parent)
     buttons->addStretch(1);
     hostLayout->addLayout(buttons);
     QLabel* error = nullptr;
-    m_hostListCell = fieldCell(QStringLiteral("hosts"), hostList, &error);
+    m_hostListCell = addFieldRow(form, QStringLiteral("hosts"), tr("Host list"), hostList, &error);
     m_errors[QStringLiteral("hosts")] = error;
-    form->addRow(tr("Host list"), m_hostListCell);
 
     m_hostfile->setObjectName(QStringLiteral("hostfile"));
     m_hostfile->setPlaceholderText(tr("an Open MPI hostfile: one \"host slots=N\" a line"));
@@ -95,13 +94,12 @@ ClusterPanel::ClusterPanel(QWidget* parent)
     hostfileLayout->setContentsMargins(0, 0, 0, 0);
     hostfileLayout->addWidget(m_hostfile, 1);
     hostfileLayout->addWidget(browse);
-    m_hostfileCell = fieldCell(QStringLiteral("hostfile"), hostfileRow, &error);
+    m_hostfileCell = addFieldRow(form, QStringLiteral("hostfile"), tr("Hostfile"), hostfileRow, &error);
     m_errors[QStringLiteral("hostfile")] = error;
-    form->addRow(tr("Hostfile"), m_hostfileCell);
 
     m_processes->setObjectName(QStringLiteral("processCount"));
     m_processes->setRange(0, 4096);
-    form->addRow(tr("Processes"), fieldCell(QStringLiteral("processes"), m_processes, &error));
+    addFieldRow(form, QStringLiteral("processes"), tr("Processes"), m_processes, &error);
     m_errors[QStringLiteral("processes")] = error;
     form->addRow(QString(), m_oversubscribe);
 
@@ -109,21 +107,21 @@ ClusterPanel::ClusterPanel(QWidget* parent)
     m_devicesPerProcess->setRange(1, 64);
     m_devicesPerProcess->setToolTip(tr("Virtual CPU devices each process runs (cpu:0, cpu:1, ...): "
                                        "their collectives go through the process first, then over MPI"));
-    form->addRow(tr("Devices per process"), fieldCell(QStringLiteral("devicesPerProcess"), m_devicesPerProcess, &error));
+    addFieldRow(form, QStringLiteral("devicesPerProcess"), tr("Devices per process"), m_devicesPerProcess, &error);
     m_errors[QStringLiteral("devicesPerProcess")] = error;
 
     m_mpirun->setObjectName(QStringLiteral("mpirunPath"));
     const QString onPath = QStandardPaths::findExecutable(QStringLiteral("mpirun"));
     m_mpirun->setPlaceholderText(onPath.isEmpty() ? tr("mpirun is not on PATH: give its path")
                                                   : tr("%1 (on PATH)").arg(onPath));
-    form->addRow(tr("mpirun"), fieldCell(QStringLiteral("mpirun"), m_mpirun, &error));
+    addFieldRow(form, QStringLiteral("mpirun"), tr("mpirun"), m_mpirun, &error);
     m_errors[QStringLiteral("mpirun")] = error;
     m_sharedDir->setObjectName(QStringLiteral("sharedDir"));
     m_sharedDir->setPlaceholderText(tr("this machine's temporary folder (enough for localhost)"));
     m_sharedDir->setToolTip(tr("The job's experiment file is written here: every host must see this "
                                "folder at the same path. The paralab program, the data files and the "
                                "run store must be at the same paths on every host too."));
-    form->addRow(tr("Shared folder"), fieldCell(QStringLiteral("sharedDir"), m_sharedDir, &error));
+    addFieldRow(form, QStringLiteral("sharedDir"), tr("Shared folder"), m_sharedDir, &error);
     m_errors[QStringLiteral("sharedDir")] = error;
     m_devices->setObjectName(QStringLiteral("clusterDevices"));
     m_devices->setWordWrap(true);

@@ -3,6 +3,7 @@
 // of that path.
 #pragma once
 
+#include <QFormLayout>
 #include <QHash>
 #include <QLabel>
 #include <QString>
@@ -38,6 +39,18 @@ inline QWidget* fieldCell(const QString& key, QWidget* editor, QLabel** error) {
     v->addWidget(editor);
     v->addWidget(label);
     *error = label;
+    return cell;
+}
+
+// A fieldCell added to `form` as a row under `label` (the whole width when `label` is empty).
+// Returns the cell; the error label through `error`.
+inline QWidget* addFieldRow(QFormLayout* form, const QString& key, const QString& label, QWidget* editor,
+                            QLabel** error) {
+    QWidget* cell = fieldCell(key, editor, error);
+    if (label.isEmpty())
+        form->addRow(cell);
+    else
+        form->addRow(label, cell);
     return cell;
 }
 

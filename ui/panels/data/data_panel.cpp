@@ -128,11 +128,7 @@ DataPanel::DataPanel(QWidget* parent)
 
 void DataPanel::addField(const QString& key, const QString& label, QWidget* editor) {
     QLabel* error = nullptr;
-    QWidget* cell = fieldCell(key, editor, &error);
-    if (label.isEmpty())
-        m_form->addRow(cell);
-    else
-        m_form->addRow(label, cell);
+    QWidget* cell = addFieldRow(m_form, key, label, editor, &error);
     m_editors.insert(key, cell);
     m_errors.insert(key, error);
 }

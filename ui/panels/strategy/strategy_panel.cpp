@@ -227,11 +227,7 @@ StrategyPanel::StrategyPanel(QWidget* parent)
 
 void StrategyPanel::addOption(const QString& key, const QString& label, QWidget* editor) {
     QLabel* error = nullptr;
-    QWidget* cell = fieldCell(key, editor, &error);
-    if (label.isEmpty())
-        m_form->addRow(cell);
-    else
-        m_form->addRow(label, cell);
+    QWidget* cell = addFieldRow(m_form, key, label, editor, &error);
     editor->setObjectName(key);
     m_rows.insert(key, cell);
     m_editor.insert(key, editor);
