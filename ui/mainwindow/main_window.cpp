@@ -147,7 +147,10 @@ void MainWindow::connectRunSource(RunSource* source) {
         m_status->setText(text);
     });
     connect(source, &RunSource::failed, this, [this](const QString& message) {
-        m_status->setText(tr("Could not start: %1").arg(message));
+        // One line in the status bar: the message up to its details (a cluster job's mpirun
+        // output follows a blank line); the dialog has all of it.
+        const QString summary = message.section(QStringLiteral("\n\n"), 0, 0).replace(QLatin1Char('\n'), QStringLiteral(" — "));
+        m_status->setText(tr("Could not start: %1").arg(summary));
         if (isVisible()) QMessageBox::warning(this, tr("Could not start the run"), message);
     });
 }

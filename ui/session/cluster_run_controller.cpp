@@ -388,13 +388,12 @@ QString ClusterRunController::failureText() const {
     }
     // ParaLab's own messages first (each process prints "paralab: [rank N: ]why"), then the
     // rest of what mpirun said.
-    QStringList causes;
-    for (const QString& line : m_stderr)
-        if (line.startsWith(QLatin1String("paralab:"))) causes << line;
+    QStringList causes, rest;
+    for (const QString& line : m_stderr) (line.startsWith(QLatin1String("paralab:")) ? causes : rest) << line;
     if (!causes.isEmpty()) text += QStringLiteral("\n") + causes.join(QLatin1Char('\n'));
-    if (!m_stderr.isEmpty())
-        text += tr("\n\nmpirun's last output:\n%1").arg(m_stderr.join(QLatin1Char('\n')));
-    else
+    if (!rest.isEmpty())
+        text += tr("\n\nmpirun's last output:\n%1").arg(rest.join(QLatin1Char('\n')));
+    else if (causes.isEmpty())
         text += tr(" and printed nothing on stderr");
     return text;
 }
