@@ -449,8 +449,12 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     } catch (const run::JobRefused&) {
         return 2;  // rank 0 of the MPI job says why
     } catch (const std::exception& e) {
-        std::cerr << "paralab: " << (in_mpi_job() ? "rank " + std::string(std::getenv("OMPI_COMM_WORLD_RANK")) + ": " : "")
-                  << e.what() << "\n";
+        // One write, so that the lines of a job's processes do not interleave.
+        std::string line = "paralab: ";
+        if (in_mpi_job()) line += std::string("rank ") + std::getenv("OMPI_COMM_WORLD_RANK") + ": ";
+        line += e.what();
+        line += '\n';
+        std::fputs(line.c_str(), stderr);
         return 2;
     }
 }
