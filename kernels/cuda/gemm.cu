@@ -1,0 +1,132 @@
+// Row-major GEMM over cuBLAS (kernels/gpu/gemm.h). cuBLAS is column-major, and a row-major
+// [r, c] array with leading dimension ld is the column-major [c, r] array of its transpose with
+// the same ld; so row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets
+// B first, then A, with N and M swapped and each operand's transpose flag as given.
+#include <kernels/gpu/gemm.h>
+
+#include <climits>
+#include <map>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+
+#include "check.cuh"
+#include "launch.cuh"
+
+namespace paralab::kernels::gpu {
+
+namespace {
+
+using detail::require;
+
+// One handle per (device, stream): a handle keeps the stream it was set to, and work on two
+// streams of one GPU (virtual devices, or compute and communication) must not share one.
+class HandleCache {
+public:
+    cublasHandle_t handle_for(void* stream) {
+        int device = 0;
+        PARALAB_GPU_CHECK(cudaGetDevice(&device));
+        std::lock_guard lock(m_mutex);
+        auto it = m_handles.find({device, stream});
+        if (it != m_handles.end()) return it->second;
+        cublasHandle_t handle = nullptr;
+        PARALAB_GPU_CHECK(cublasCreate(&handle));  // bound to the current device
+        const cublasStatus_t status = cublasSetStream(handle, static_cast<cudaStream_t>(stream));
+        if (status != CUBLAS_STATUS_SUCCESS) {
+            cublasDestroy(handle);
+            PARALAB_GPU_CHECK(status);
+        }
+        m_handles.emplace(std::make_pair(device, stream), handle);
+        return handle;
+    }
+
+    int release(void* stream) {
+        std::lock_guard lock(m_mutex);
+        int released = 0;
+        for (auto it = m_handles.begin(); it != m_handles.end();) {
+            if (it->first.second == stream) {
+                detail::DeviceGuard guard(it->first.first);
+                PARALAB_GPU_CHECK(cublasDestroy(it->second));
+                it = m_handles.erase(it);
+                ++released;
+            } else {
+                ++it;
+            }
+        }
+        return released;
+    }
+
+private:
+    std::mutex m_mutex;
+    std::map<std::pair<int, void*>, cublasHandle_t> m_handles;  // guarded by m_mutex
+};
+
+// Never destroyed: handles still alive at exit belong to a driver that is shutting down, and
+// cublasDestroy from a static destructor may run after the CUDA runtime has gone.
+HandleCache& handles() {
+    static HandleCache* cache = new HandleCache;
+    return *cache;
+}
+
+void check_gemm_shape(const char* name, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                      int64_t lda, int64_t ldb, int64_t ldc) {
+    require(M >= 0 && N >= 0 && K >= 0, name, "negative size");
+    require(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+                ldc <= INT_MAX,
+            name, "a size or leading dimension does not fit cuBLAS's int");
+    require(lda >= std::max<int64_t>(1, trans_a ? M : K), name, "lda is smaller than a row of A");
+    require(ldb >= std::max<int64_t>(1, trans_b ? K : N), name, "ldb is smaller than a row of B");
+    require(ldc >= std::max<int64_t>(1, N), name, "ldc is smaller than a row of C");
+}
+
+cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+}  // namespace
+
+// op(A): [M, K], op(B): [K, N] -> C: [M, N], row-major
+template <class T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc, void* stream,
+          GemmMath math) {
+    check_gemm_shape("gemm", trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (M == 0 || N == 0) return;
+    const cublasHandle_t handle = handles().handle_for(stream);
+    if constexpr (std::is_same_v<T, float>) {
+        const cublasComputeType_t compute =
+            math == GemmMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+        PARALAB_GPU_CHECK(cublasGemmEx(handle, op(trans_b), op(trans_a), static_cast<int>(N),
+                                       static_cast<int>(M), static_cast<int>(K), &alpha, B,
+                                       CUDA_R_32F, static_cast<int>(ldb), A, CUDA_R_32F,
+                                       static_cast<int>(lda), &beta, C, CUDA_R_32F,
+                                       static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT));
+    } else {
+        static_assert(std::is_same_v<T, double>, "gemm: T = float or double");
+        (void)math;  // no tensor-core shortcut for double
+        PARALAB_GPU_CHECK(cublasDgemm(handle, op(trans_b), op(trans_a), static_cast<int>(N),
+                                      static_cast<int>(M), static_cast<int>(K), &alpha, B,
+                                      static_cast<int>(ldb), A, static_cast<int>(lda), &beta, C,
+                                      static_cast<int>(ldc)));
+    }
+}
+
+template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                          const float*, int64_t, float, float*, int64_t, void*, GemmMath);
+template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
+                           const double*, int64_t, double, double*, int64_t, void*, GemmMath);
+
+void gemm_half(HalfType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+               float alpha, const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
+               float beta, float* C, int64_t ldc, void* stream) {
+    check_gemm_shape("gemm_half", trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (M == 0 || N == 0) return;
+    const cudaDataType_t in = type == HalfType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    PARALAB_GPU_CHECK(cublasGemmEx(handles().handle_for(stream), op(trans_b), op(trans_a),
+                                   static_cast<int>(N), static_cast<int>(M), static_cast<int>(K),
+                                   &alpha, B, in, static_cast<int>(ldb), A, in, static_cast<int>(lda),
+                                   &beta, C, CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT));
+}
+
+int release_gemm_handles(void* stream) { return handles().release(stream); }
+
+}  // namespace paralab::kernels::gpu

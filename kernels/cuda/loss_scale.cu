@@ -1,0 +1,101 @@
+// Dynamic loss scaling (kernels/gpu/loss_scale.h): the inf/NaN check fused with the unscale
+// over every gradient in one multi-tensor launch, and the scale update as a one-thread kernel.
+#include <kernels/gpu/loss_scale.h>
+
+#include <array>
+#include <type_traits>
+
+#include "launch.cuh"
+#include "multi_tensor.cuh"
+
+namespace paralab::kernels::gpu {
+
+namespace {
+
+using detail::as_stream;
+using detail::require;
+using detail::TensorList;
+
+constexpr int64_t kChunk = int64_t{1} << 16;
+constexpr int kUnscaleBlock = 256;
+
+// Block b unscales its chunk; any non-finite element sets *found_inf (every writer writes 1).
+template <class T>
+__global__ void __launch_bounds__(kUnscaleBlock)
+    non_finite_check_and_unscale_kernel(TensorList<1> list, float* found_inf, const float* inv_scale) {
+    const int k = list.block_tensor[blockIdx.x];
+    T* g = static_cast<T*>(list.ptr[0][k]);
+    const int64_t begin = static_cast<int64_t>(list.block_chunk[blockIdx.x]) * kChunk;
+    const int64_t end = min(begin + kChunk, list.size[k]);
+    const float inv = *inv_scale;
+    bool bad = false;
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+        const T v = g[i];
+        bad |= !isfinite(v);
+        g[i] = inv == 1.0f ? v : static_cast<T>(v * inv);
+    }
+    if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
+}
+
+__global__ void update_loss_scale_kernel(float* scale, int32_t* growth_tracker, const float* found_inf,
+                                         double growth_factor, double backoff_factor, int32_t growth_interval) {
+    if (*found_inf != 0.0f) {
+        *scale = static_cast<float>(*scale * backoff_factor);
+        *growth_tracker = 0;
+        return;
+    }
+    const int32_t successful = *growth_tracker + 1;
+    if (successful == growth_interval) {
+        const float grown = static_cast<float>(*scale * growth_factor);
+        if (isfinite(grown)) *scale = grown;
+        *growth_tracker = 0;
+    } else {
+        *growth_tracker = successful;
+    }
+}
+
+}  // namespace
+
+// grads[k]: [sizes[k]]
+template <class T>
+void non_finite_check_and_unscale_multi(int64_t count, T* const* grads, const int64_t* sizes,
+                                        float* found_inf, const float* inv_scale, void* stream) {
+    require(count >= 0, "non_finite_check_and_unscale", "negative tensor count");
+    for (int64_t k = 0; k < count; ++k)
+        require(sizes[k] >= 0, "non_finite_check_and_unscale", "negative tensor size");
+    const cudaStream_t s = as_stream(stream);
+    const std::array<void* const*, 1> lists{reinterpret_cast<void* const*>(grads)};
+    detail::for_each_tensor_chunk<1>(count, lists, sizes, kChunk, [&](const TensorList<1>& list, int blocks) {
+        non_finite_check_and_unscale_kernel<T><<<blocks, kUnscaleBlock, 0, s>>>(list, found_inf, inv_scale);
+        PARALAB_GPU_CHECK_LAUNCH("non_finite_check_and_unscale_kernel");
+    });
+}
+
+// grad: [n]
+template <class T>
+void non_finite_check_and_unscale(int64_t n, T* grad, float* found_inf, const float* inv_scale,
+                                  void* stream) {
+    non_finite_check_and_unscale_multi<T>(1, &grad, &n, found_inf, inv_scale, stream);
+}
+
+void update_loss_scale(float* scale, int32_t* growth_tracker, const float* found_inf,
+                       double growth_factor, double backoff_factor, int32_t growth_interval,
+                       void* stream) {
+    require(growth_factor > 1.0, "update_loss_scale", "growth_factor must be > 1");
+    require(backoff_factor > 0.0 && backoff_factor < 1.0, "update_loss_scale",
+            "backoff_factor must be in (0, 1)");
+    require(growth_interval >= 1, "update_loss_scale", "growth_interval must be >= 1");
+    update_loss_scale_kernel<<<1, 1, 0, as_stream(stream)>>>(scale, growth_tracker, found_inf, growth_factor,
+                                                             backoff_factor, growth_interval);
+    PARALAB_GPU_CHECK_LAUNCH("update_loss_scale_kernel");
+}
+
+#define PARALAB_INSTANTIATE_LOSS_SCALE(T)                                                        \
+    template void non_finite_check_and_unscale_multi<T>(int64_t, T* const*, const int64_t*,      \
+                                                        float*, const float*, void*);            \
+    template void non_finite_check_and_unscale<T>(int64_t, T*, float*, const float*, void*);
+PARALAB_INSTANTIATE_LOSS_SCALE(float)
+PARALAB_INSTANTIATE_LOSS_SCALE(double)
+#undef PARALAB_INSTANTIATE_LOSS_SCALE
+
+}  // namespace paralab::kernels::gpu
