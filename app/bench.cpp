@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <kernels/cpu/gemm.h>
+
 #include "engine/bench/comm_bench.h"
 #include "engine/bench/model_bench.h"
 #include "engine/bench/strategy_bench.h"
@@ -184,8 +186,9 @@ bench::ModelBenchOptions model_options(const BenchArgs& a) {
 void print_models(const std::vector<bench::ModelTiming>& rows, int rounds) {
     std::printf("\nModels: one CPU device, SGD momentum, optimizer step included, warm-up steps left out, "
                 "fastest of %d round%s;\nGFLOP/s = 3 x forward FLOPs x samples/s; sgemm = a 1024^3 "
-                "cblas_sgemm at the same thread count (OpenBLAS kernel %s)\n\n",
-                rounds, rounds == 1 ? "" : "s", bench::blas_kernel().c_str());
+                "GEMM at the same thread count (%s; OpenBLAS kernel %s)\n\n",
+                rounds, rounds == 1 ? "" : "s", kernels::cpu::gemm_library().c_str(),
+                bench::blas_kernel().c_str());
     TextTable t({"model", "threads", "batch", "steps", "ms/step", "samples/s", "GFLOP/s", "sgemm GFLOP/s",
                  "of sgemm", "note"},
                 "lrrrrrrrrl");
@@ -215,7 +218,8 @@ int cmd_bench(const BenchArgs& a) {
         if (a.json) {
             json out;
             out["machine"] = {{"cpu", cpu_model()}, {"hardware_threads", std::thread::hardware_concurrency()},
-                              {"openblas_kernel", bench::blas_kernel()}};
+                              {"openblas_kernel", bench::blas_kernel()},
+                              {"gemm_library", kernels::cpu::gemm_library()}};
             json m = json::array();
             for (const auto& r : rows) m.push_back(bench::to_json(r));
             out["models"] = m;
@@ -312,6 +316,7 @@ int cmd_bench(const BenchArgs& a) {
         for (const auto& r : models) mj.push_back(bench::to_json(r));
         out["models"] = mj;
         out["openblas_kernel"] = bench::blas_kernel();
+        out["gemm_library"] = kernels::cpu::gemm_library();
         std::cout << out.dump() << std::endl;
         return 0;
     }

@@ -18,7 +18,7 @@
 //   samples_per_s  samples of the timed steps over their wall time
 //   gflops         achieved: 3 x forward FLOPs (Model::flops_per_sample) x samples/s / 1e9
 //                  (forward + backward ~ 3 x forward)
-//   sgemm_gflops   a 1024 x 1024 x 1024 cblas_sgemm at the same thread count, for scale
+//   sgemm_gflops   a 1024 x 1024 x 1024 GEMM (kernels::cpu::gemm) at the same thread count, for scale
 #pragma once
 
 #include <cstdint>
@@ -58,7 +58,8 @@ struct ModelTiming {
 // The experiment of one of the three models (name as above), capped at `steps`.
 nlohmann::json model_bench_experiment(const std::string& model, const std::string& data_path, int64_t steps);
 
-// OpenBLAS's kernel (core) name, e.g. "Haswell": OPENBLAS_CORETYPE changes it.
+// OpenBLAS's kernel (core) name, e.g. "Haswell": OPENBLAS_CORETYPE changes it. OpenBLAS runs the
+// double-precision GEMMs, and the single-precision ones in a build without oneDNN.
 std::string blas_kernel();
 
 // GFLOP/s of C = A B with M = N = K = n, float, on `threads` threads (best of a few calls).

@@ -2,9 +2,14 @@
 #include <kernels/cpu/threads.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include <cblas.h>
+#ifdef PARALAB_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -28,9 +33,30 @@ constexpr int64_t kSplitMinFlops = int64_t{1} << 21;
 // register tile.
 constexpr int64_t kSplitQuantum = 16;
 
+// Single precision goes to oneDNN's sgemm where it is built in: it JITs its kernel for the
+// machine's widest vector unit (AVX-512 on the development machine), about twice OpenBLAS's
+// rate where the environment holds OpenBLAS to its Haswell kernel (docs/benchmarks.md, "CPU
+// speed"). Double precision (the gradient checks' reference) stays with OpenBLAS.
 template <class T>
 void blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
           const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+#ifdef PARALAB_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>) {
+        if (K == 0) {  // C = beta * C, as BLAS defines it (beta = 0 writes zeros); oneDNN
+                       // refuses K = 0 (its leading dimensions must be at least 1)
+            for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
+            return;
+        }
+        const dnnl_status_t status = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A,
+                                                lda, B, ldb, beta, C, ldc);
+        if (status != dnnl_success)
+            throw std::invalid_argument("dnnl_sgemm refused M=" + std::to_string(M) +
+                                        " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                                        " (status " + std::to_string(status) + ")");
+        return;
+    }
+#endif
     if constexpr (std::is_same_v<T, float>)
         cblas_sgemm(CblasRowMajor, op(ta), op(tb), static_cast<blasint>(M),
                     static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
@@ -115,6 +141,29 @@ void set_num_threads(int threads) {
 }
 
 int num_threads() { return t_threads; }
+
+std::string gemm_library() {
+#ifdef PARALAB_HAVE_DNNL
+    const dnnl_version_t* v = dnnl_version();
+    const char* isa = "?";
+    switch (dnnl_get_effective_cpu_isa()) {
+        case dnnl_cpu_isa_sse41: isa = "sse41"; break;
+        case dnnl_cpu_isa_avx: isa = "avx"; break;
+        case dnnl_cpu_isa_avx2: isa = "avx2"; break;
+        case dnnl_cpu_isa_avx2_vnni: isa = "avx2_vnni"; break;
+        case dnnl_cpu_isa_avx512_core: isa = "avx512_core"; break;
+        case dnnl_cpu_isa_avx512_core_vnni: isa = "avx512_core_vnni"; break;
+        case dnnl_cpu_isa_avx512_core_bf16: isa = "avx512_core_bf16"; break;
+        case dnnl_cpu_isa_avx512_core_amx: isa = "avx512_core_amx"; break;
+        default: break;
+    }
+    return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+           std::to_string(v->patch) + " sgemm (ISA " + isa + ")";
+#else
+    const char* core = openblas_get_corename();
+    return std::string("OpenBLAS sgemm (kernel ") + (core ? core : "unknown") + ")";
+#endif
+}
 
 int chunk_count(int64_t n) {
 #ifdef _OPENMP

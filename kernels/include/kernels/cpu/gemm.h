@@ -1,7 +1,9 @@
-// GEMM through OpenBLAS (cblas), row-major, transposes by flag rather than by copy.
+// GEMM, row-major, transposes by flag rather than by copy: single precision through oneDNN's
+// sgemm where the build has oneDNN, OpenBLAS (cblas) otherwise and for double precision.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace paralab::kernels::cpu {
 
@@ -18,5 +20,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
           const T* B, T beta, T* C) {
     gemm<T>(trans_a, trans_b, M, N, K, alpha, A, trans_a ? M : K, B, trans_b ? K : N, beta, C, N);
 }
+
+// What runs the single-precision GEMMs, for benchmark tables: "oneDNN 2.6.3 sgemm (ISA
+// avx512_core_bf16)" or "OpenBLAS sgemm (kernel Haswell)".
+std::string gemm_library();
 
 }  // namespace paralab::kernels::cpu
