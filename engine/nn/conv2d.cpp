@@ -58,8 +58,54 @@ void Conv2d::reset_parameters_impl(Rng& rng) {
 // produce [K, B*OH*OW] and need a transposing copy. The batch is split into one contiguous
 // chunk of samples per compute thread (kc::parallel_chunks), each with its own col buffer and
 // single-threaded GEMMs: one parallel region per pass, not one per sample and kernel.
+const kc::DnnlConv2dPlan* Conv2d::dnnl_plan(const Tensor& x) {
+    if (x.dtype() != DType::f32 || m_dnnl_refused || !kc::dnnl_conv_available()) return nullptr;
+    const int64_t batch = x.dim(0);
+    for (const auto& plan : m_plans)
+        if (plan->batch() == batch) return plan.get();
+    try {
+        // A training run uses one batch size, plus its last partial batch and the evaluation
+        // batch: keep the most recent few.
+        constexpr size_t kKeep = 4;
+        if (m_plans.size() == kKeep) m_plans.erase(m_plans.begin());
+        m_plans.push_back(std::make_unique<kc::DnnlConv2dPlan>(m_geometry, batch,
+                                                               m_out_channels, m_has_bias));
+        return m_plans.back().get();
+    } catch (const std::runtime_error&) {
+        m_dnnl_refused = true;  // the im2col path computes the same convolution
+        return nullptr;
+    }
+}
+
 Tensor Conv2d::forward_impl(const Tensor& x, Mode mode) {
     (void)mode;
+    const kc::DnnlConv2dPlan* plan = dnnl_plan(x);
+    if (!plan) return forward_im2col(x);
+    Tensor y = new_activation(output_shape().with_batch(x.dim(0)));
+    const auto words = static_cast<int64_t>((plan->forward_workspace_bytes() + 3) / 4);
+    Tensor ws = new_workspace(Shape{std::max<int64_t>(words, 1)});
+    plan->forward(x.data<float>(), m_weight->value.data<float>(),
+                  m_bias ? m_bias->value.data<float>() : nullptr, y.data<float>(), ws.raw());
+    m_x = x;
+    return y;
+}
+
+Tensor Conv2d::backward_impl(const Tensor& dy) {
+    PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
+    const kc::DnnlConv2dPlan* plan = dnnl_plan(dy);
+    if (!plan) return backward_im2col(dy);
+    Tensor dx;
+    if (needs_input_grad()) dx = new_activation(input_shape().with_batch(dy.dim(0)));
+    const auto words = static_cast<int64_t>((plan->backward_workspace_bytes() + 3) / 4);
+    Tensor ws = new_workspace(Shape{std::max<int64_t>(words, 1)});
+    plan->backward(m_x.data<float>(), dy.data<float>(), m_weight->value.data<float>(),
+                   dx.defined() ? dx.data<float>() : nullptr, m_weight->grad.data<float>(),
+                   m_bias ? m_bias->grad.data<float>() : nullptr, ws.raw());
+    m_x = Tensor();  // the saved input is dead once its gradients are out
+    return dx;
+}
+
+Tensor Conv2d::forward_im2col(const Tensor& x) {
     const kc::Conv2dGeometry& g = m_geometry;
     const int64_t batch = x.dim(0), K = m_out_channels;
     const int64_t rows = g.col_rows(), plane = g.col_cols();
@@ -100,8 +146,7 @@ Tensor Conv2d::forward_impl(const Tensor& x, Mode mode) {
 // rather than kept from the forward: B columns buffers would cost k*k times the input. The
 // batch is split over the compute threads as in the forward; chunk 0 adds into dW and db, the
 // others into partials that are added after, in chunk order (deterministic for a thread count).
-Tensor Conv2d::backward_impl(const Tensor& dy) {
-    PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
+Tensor Conv2d::backward_im2col(const Tensor& dy) {
     const kc::Conv2dGeometry& g = m_geometry;
     const int64_t batch = dy.dim(0), K = m_out_channels;
     const int64_t rows = g.col_rows(), plane = g.col_cols();

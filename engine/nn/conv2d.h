@@ -1,11 +1,16 @@
 // 2-D convolution like torch.nn.Conv2d with a square kernel and equal padding on every side:
-// [C, H, W] -> [K, OH, OW], OH = (H + 2*padding - kernel) / stride + 1. Computed as im2col
-// and one GEMM per sample (kernels/cpu/conv.h).
+// [C, H, W] -> [K, OH, OW], OH = (H + 2*padding - kernel) / stride + 1. In single precision
+// through oneDNN's convolutions where the build has oneDNN (kernels/cpu/dnnl_conv.h); otherwise,
+// and always in double precision (the gradient checks' reference), as im2col and one GEMM per
+// sample (kernels/cpu/conv.h).
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include <kernels/cpu/conv.h>
+#include <kernels/cpu/dnnl_conv.h>
 
 #include "engine/nn/layer.h"
 
@@ -25,6 +30,12 @@ protected:
     int64_t flops_impl() const override;
 
 private:
+    // The oneDNN plan for this batch size (made on first use, kept for the next steps), or null
+    // where the im2col path runs: double precision, no oneDNN, or no oneDNN implementation.
+    const kernels::cpu::DnnlConv2dPlan* dnnl_plan(const Tensor& x);
+    Tensor forward_im2col(const Tensor& x);
+    Tensor backward_im2col(const Tensor& dy);
+
     int64_t m_out_channels;
     int64_t m_kernel;
     int64_t m_stride;
@@ -34,6 +45,8 @@ private:
     Param* m_weight = nullptr;                // [K, C, k, k]
     Param* m_bias = nullptr;                  // [K], null without bias
     Tensor m_x;                               // the last forward's input, released by backward
+    std::vector<std::unique_ptr<kernels::cpu::DnnlConv2dPlan>> m_plans;  // by batch size, few
+    bool m_dnnl_refused = false;  // oneDNN has no implementation for this geometry
 };
 
 }  // namespace paralab::nn

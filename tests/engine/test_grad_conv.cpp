@@ -309,6 +309,93 @@ TEST(Conv2d, ThreadCountChangesOnlyTheRoundingOfParameterGradients) {
     }
 }
 
+// Single precision runs through oneDNN where the build has it (kernels/cpu/dnnl_conv.h): its
+// plan is made per batch size and kept, its parameter gradients are added into the grads
+// (never overwrite them), and it must agree with the double-precision im2col path at every
+// batch size it meets, LeNet's layers included, on 1 and 2 threads.
+struct ConvRun {
+    std::vector<double> y, dx, dw, db;
+};
+
+ConvRun run_conv(nn::Conv2d& conv, const Tensor& x, const Tensor& dy, DType dtype) {
+    auto to_vec = [](const Tensor& t) {
+        Tensor d = t.to(DType::f64);
+        return std::vector<double>(d.data<double>(), d.data<double>() + d.numel());
+    };
+    conv.zero_grad();
+    Tensor y = conv.forward(x.to(dtype), Mode::train);
+    Tensor dx = conv.backward(dy.to(dtype));
+    auto params = conv.parameters();
+    return {to_vec(y), dx.defined() ? to_vec(dx) : std::vector<double>{}, to_vec(params[0]->grad),
+            params.size() > 1 ? to_vec(params[1]->grad) : std::vector<double>{}};
+}
+
+void expect_close(const std::vector<double>& a, const std::vector<double>& b, const std::string& what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    double scale = 1e-3;
+    for (double v : b) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_NEAR(a[i], b[i], 2e-5 * scale) << what << " at " << i;
+}
+
+TEST(Conv2d, SinglePrecisionMatchesTheDoublePrecisionPathAtEveryBatchSize) {
+    struct Geometry {
+        int64_t K, k, s, p;
+        bool bias;
+        Shape input;
+    };
+    for (int threads : {1, 2}) {
+        kernels::cpu::set_num_threads(threads);
+        for (const Geometry& g : {Geometry{16, 5, 1, 2, true, Shape{1, 28, 28}},   // LeNet conv 1
+                                  Geometry{32, 5, 1, 2, true, Shape{16, 14, 14}},  // LeNet conv 2
+                                  Geometry{5, 3, 2, 1, false, Shape{3, 9, 8}},
+                                  Geometry{7, 1, 1, 0, true, Shape{20, 4, 5}}}) {
+            Fixture f;
+            nn::Conv2d c32(g.K, g.k, g.s, g.p, g.bias), c64(g.K, g.k, g.s, g.p, g.bias);
+            const Shape out = c64.build(g.input, DType::f64, *f.device);
+            c32.build(g.input, DType::f32, *f.device);
+            c64.reset_parameters(f.rng);
+            for (size_t i = 0; i < c64.parameters().size(); ++i)
+                c32.parameters()[i]->value.copy_from(c64.parameters()[i]->value);
+            const std::string name = "K" + std::to_string(g.K) + " k" + std::to_string(g.k) +
+                                     " threads " + std::to_string(threads);
+            for (int64_t batch : {64, 3, 64, 1}) {  // a new plan, another, the first one again
+                Tensor x = f.random(g.input.with_batch(batch));
+                Tensor dy = f.random(out.with_batch(batch));
+                const ConvRun a = run_conv(c32, x, dy, DType::f32);
+                const ConvRun b = run_conv(c64, x, dy, DType::f64);
+                const std::string at = name + " batch " + std::to_string(batch);
+                expect_close(a.y, b.y, "y, " + at);
+                expect_close(a.dx, b.dx, "dx, " + at);
+                expect_close(a.dw, b.dw, "dw, " + at);
+                expect_close(a.db, b.db, "db, " + at);
+            }
+        }
+    }
+    kernels::cpu::set_num_threads(1);
+}
+
+TEST(Conv2d, SinglePrecisionBackwardAddsIntoTheGradients) {
+    Fixture f;
+    nn::Conv2d conv(8, 5, 1, 2);
+    const Shape out = conv.build(Shape{4, 10, 10}, DType::f32, *f.device);
+    conv.reset_parameters(f.rng);
+    Tensor x = f.random(Shape{4, 10, 10}.with_batch(6), DType::f32);
+    Tensor dy = f.random(out.with_batch(6), DType::f32);
+    conv.zero_grad();
+    conv.forward(x, Mode::train);
+    conv.backward(dy);
+    std::vector<std::vector<float>> once;
+    for (nn::Param* p : conv.parameters())
+        once.emplace_back(p->grad.data<float>(), p->grad.data<float>() + p->grad.numel());
+    conv.forward(x, Mode::train);
+    conv.backward(dy);  // no zero_grad: the second step's gradients add to the first's
+    auto params = conv.parameters();
+    for (size_t k = 0; k < params.size(); ++k)
+        for (int64_t i = 0; i < params[k]->grad.numel(); ++i)
+            ASSERT_FLOAT_EQ(params[k]->grad.data<float>()[i], 2 * once[k][i]) << params[k]->name << " at " << i;
+}
+
 TEST(Conv2d, BackwardWithoutInputGradientStillAccumulatesParameterGradients) {
     Fixture f;
     nn::Conv2d a(3, 3, 2, 1), b(3, 3, 2, 1);
