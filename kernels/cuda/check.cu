@@ -23,8 +23,9 @@ void check(cudaError_t status, const char* statement, const char* file, int line
 
 void check(cublasStatus_t status, const char* statement, const char* file, int line) {
     if (status == CUBLAS_STATUS_SUCCESS) return;
-    throw GpuError("cuBLAS", static_cast<int>(status), cublasGetStatusString(status), statement,
-                   file, line);
+    throw GpuError("cuBLAS", static_cast<int>(status),
+                   std::string(cublasGetStatusName(status)) + ": " + cublasGetStatusString(status),
+                   statement, file, line);
 }
 
 }  // namespace paralab::kernels::gpu::detail

@@ -1,0 +1,125 @@
+// The check macro (kernels/cuda/check.cuh) and the tests' own comparison helper. These need no
+// GPU: a CUDA call that fails (here: there is no such device) and the libraries' status strings
+// work without one, and the helper is plain host code. So they run, and pass, on the build
+// machine too.
+#include <cublas_v2.h>
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <string>
+
+#include "kernels/cuda/check.cuh"
+#ifdef PARALAB_TEST_CUDNN
+#include "kernels/cuda/check_cudnn.cuh"
+#endif
+#ifdef PARALAB_TEST_NCCL
+#include "kernels/cuda/check_nccl.cuh"
+#endif
+#include "tests/gpu/gpu_testing.h"
+
+using namespace paralab;
+using namespace paralab::gpu_testing;
+using kernels::gpu::GpuError;
+
+namespace {
+bool contains(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+}
+}  // namespace
+
+// A runtime call that fails inside the library: the device after the last one (GPU 0 where
+// there is none) cannot be made current.
+TEST(GpuCheck, FailedRuntimeCallThrowsStatementFileLineAndCudaString) {
+    const int missing = kg::device_count();
+    try {
+        kg::set_device(missing);
+        FAIL() << "set_device(" << missing << ") should have thrown";
+    } catch (const GpuError& e) {
+        EXPECT_EQ(e.library(), "CUDA");
+        EXPECT_NE(e.status(), 0);
+        EXPECT_TRUE(contains(e.statement(), "cudaSetDevice")) << e.statement();
+        EXPECT_TRUE(contains(e.file(), "runtime.cu")) << e.file();
+        EXPECT_GT(e.line(), 0);
+        EXPECT_TRUE(contains(e.status_text(), "cudaError")) << e.status_text();
+        const std::string what = e.what();
+        EXPECT_TRUE(contains(what, e.statement()) && contains(what, e.file()) &&
+                    contains(what, std::to_string(e.line())) && contains(what, e.status_text()))
+            << what;
+    }
+}
+
+TEST(GpuCheck, MacroNamesTheStatementAndThisFile) {
+    try {
+        PARALAB_GPU_CHECK(static_cast<cudaError_t>(cudaErrorInvalidValue));
+        FAIL() << "a failed status should throw";
+    } catch (const GpuError& e) {
+        EXPECT_EQ(e.status(), static_cast<int>(cudaErrorInvalidValue));
+        EXPECT_TRUE(contains(e.statement(), "cudaErrorInvalidValue")) << e.statement();
+        EXPECT_TRUE(contains(e.file(), "test_gpu_check.cpp")) << e.file();
+        EXPECT_TRUE(contains(e.status_text(), "cudaErrorInvalidValue")) << e.status_text();
+    }
+    EXPECT_NO_THROW(PARALAB_GPU_CHECK(cudaSuccess));
+}
+
+TEST(GpuCheck, CublasStatusNamesCublas) {
+    try {
+        PARALAB_GPU_CHECK(CUBLAS_STATUS_NOT_INITIALIZED);
+        FAIL() << "a failed status should throw";
+    } catch (const GpuError& e) {
+        EXPECT_EQ(e.library(), "cuBLAS");
+        EXPECT_EQ(e.status(), static_cast<int>(CUBLAS_STATUS_NOT_INITIALIZED));
+        EXPECT_TRUE(contains(e.status_text(), "CUBLAS_STATUS_NOT_INITIALIZED")) << e.status_text();
+    }
+    EXPECT_NO_THROW(PARALAB_GPU_CHECK(CUBLAS_STATUS_SUCCESS));
+}
+
+#ifdef PARALAB_TEST_CUDNN
+TEST(GpuCheck, CudnnStatusNamesCudnn) {
+    try {
+        PARALAB_GPU_CHECK(CUDNN_STATUS_BAD_PARAM);
+        FAIL() << "a failed status should throw";
+    } catch (const GpuError& e) {
+        EXPECT_EQ(e.library(), "cuDNN");
+        EXPECT_FALSE(e.status_text().empty());
+    }
+    EXPECT_NO_THROW(PARALAB_GPU_CHECK(CUDNN_STATUS_SUCCESS));
+}
+#endif
+
+#ifdef PARALAB_TEST_NCCL
+TEST(GpuCheck, NcclResultNamesNccl) {
+    try {
+        PARALAB_GPU_CHECK(ncclInvalidArgument);
+        FAIL() << "a failed result should throw";
+    } catch (const GpuError& e) {
+        EXPECT_EQ(e.library(), "NCCL");
+        EXPECT_FALSE(e.status_text().empty());
+    }
+    EXPECT_NO_THROW(PARALAB_GPU_CHECK(ncclSuccess));
+}
+#endif
+
+// ---- the comparison helper: a NaN never passes ------------------------------------------------
+
+TEST(GpuCompareHelper, NanOnEitherSideFails) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    EXPECT_FALSE(close_to(std::vector<double>{1.0, nan}, std::vector<double>{1.0, 2.0}, 1.0));
+    EXPECT_FALSE(close_to(std::vector<double>{1.0, 2.0}, std::vector<double>{1.0, nan}, 1.0));
+    EXPECT_FALSE(close_to(std::vector<float>{nanf("")}, std::vector<double>{nan}, 1.0));
+    EXPECT_FALSE(close_to(std::vector<double>{nan}, std::vector<double>{nan}, 1.0, Metric::normwise));
+}
+
+TEST(GpuCompareHelper, InfPassesOnlyAgainstTheSameInf) {
+    const double inf = std::numeric_limits<double>::infinity();
+    EXPECT_TRUE(close_to(std::vector<double>{inf, 1.0}, std::vector<double>{inf, 1.0}, 1e-12));
+    EXPECT_FALSE(close_to(std::vector<double>{inf}, std::vector<double>{-inf}, 1.0));
+    EXPECT_FALSE(close_to(std::vector<double>{1e300}, std::vector<double>{inf}, 1.0));
+}
+
+TEST(GpuCompareHelper, RelativeBoundsAreRelative) {
+    EXPECT_TRUE(close_to(std::vector<double>{1000.0 * (1 + 5e-6)}, std::vector<double>{1000.0}, 1e-5));
+    EXPECT_FALSE(close_to(std::vector<double>{1000.0 * (1 + 2e-5)}, std::vector<double>{1000.0}, 1e-5));
+    // An entry near zero is measured against the array's rms, not against itself.
+    EXPECT_TRUE(close_to(std::vector<double>{1.0, 1e-7}, std::vector<double>{1.0, 0.0}, 1e-5));
+    EXPECT_FALSE(close_to(std::vector<float>{1.0f}, std::vector<float>{1.0f, 2.0f}, 1.0));
+}
