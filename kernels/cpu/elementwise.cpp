@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "parallel_ranges.h"
+
 namespace paralab::kernels::cpu {
 
 namespace {
@@ -26,11 +28,13 @@ void relu_forward(int64_t n, const T* x, T* y) {
     // Written as a select, not std::max (which returns a reference and compiles to a compare
     // and a branch per element: on random signs half of them mispredicted, ~15 cycles each);
     // the select vectorizes. NaN < 0 is false, so NaN stays NaN as with std::max(NaN, 0).
-#pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-        const T v = x[i];
-        y[i] = v < T(0) ? T(0) : v;
-    }
+    parallel_ranges(n, kParallelMin, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) {
+            const T v = x[i];
+            y[i] = v < T(0) ? T(0) : v;
+        }
+    });
 }
 
 // x, dy: [n] -> dx: [n]
@@ -38,11 +42,13 @@ template <class T>
 void relu_backward(int64_t n, const T* x, const T* dy, T* dx) {
     // dy is read unconditionally so that the loop is a select and vectorizes (a conditional
     // read is a branch per element).
-#pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-        const T g = dy[i];
-        dx[i] = x[i] > T(0) ? g : T(0);
-    }
+    parallel_ranges(n, kParallelMin, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) {
+            const T g = dy[i];
+            dx[i] = x[i] > T(0) ? g : T(0);
+        }
+    });
 }
 
 // x: [n] -> y: [n]
@@ -74,8 +80,10 @@ void tanh_forward(int64_t n, const T* x, T* y) {
 // y, dy: [n] -> dx: [n]
 template <class T>
 void tanh_backward(int64_t n, const T* y, const T* dy, T* dx) {
-#pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (T(1) - y[i] * y[i]);
+    parallel_ranges(n, kParallelMin, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) dx[i] = dy[i] * (T(1) - y[i] * y[i]);
+    });
 }
 
 // x: [n] -> y: [n]
@@ -89,8 +97,10 @@ void sigmoid_forward(int64_t n, const T* x, T* y) {
 // y, dy: [n] -> dx: [n]
 template <class T>
 void sigmoid_backward(int64_t n, const T* y, const T* dy, T* dx) {
-#pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * y[i] * (T(1) - y[i]);
+    parallel_ranges(n, kParallelMin, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) dx[i] = dy[i] * y[i] * (T(1) - y[i]);
+    });
 }
 
 // bias: [cols] -> y: [rows, cols]
@@ -132,8 +142,10 @@ void column_sums_accumulate(int64_t rows, int64_t cols, const T* x, T* sums) {
 // a, b: [n] -> y: [n]
 template <class T>
 void multiply_elementwise(int64_t n, const T* a, const T* b, T* y) {
-#pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+    parallel_ranges(n, kParallelMin, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) y[i] = a[i] * b[i];
+    });
 }
 
 // table: [?, cols], index: [n] -> out: [n, cols]
@@ -171,8 +183,10 @@ double squared_error_sum(int64_t n, const T* pred, const T* target) {
 // pred, target: [n] -> dpred: [n]
 template <class T>
 void squared_error_backward(int64_t n, const T* pred, const T* target, T scale, T* dpred) {
-#pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) dpred[i] = scale * (pred[i] - target[i]);
+    parallel_ranges(n, kParallelMin, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) dpred[i] = scale * (pred[i] - target[i]);
+    });
 }
 
 #define PARALAB_INSTANTIATE_ELEMENTWISE(T)                                             \

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "parallel_ranges.h"
+
 namespace paralab::kernels::cpu {
 
 namespace {
@@ -27,16 +29,18 @@ void adam_family_update(int64_t n, T* p, const T* g, T* m, T* v, double lr, doub
     const T e = static_cast<T>(eps);
     const T wd = static_cast<T>(weight_decay);
     const T decay = static_cast<T>(1.0 - lr * weight_decay);
-#pragma omp parallel for if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-        T d = g[i];
-        if constexpr (Decoupled) p[i] *= decay;
-        else d += wd * p[i];
-        m[i] = b1 * m[i] + c1 * d;
-        v[i] = b2 * v[i] + c2 * d * d;
-        const T denom = std::sqrt(v[i]) / bc2_sqrt + e;
-        p[i] += neg_step_size * m[i] / denom;
-    }
+    parallel_ranges(n, kParallelMin, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) {
+            T d = g[i];
+            if constexpr (Decoupled) p[i] *= decay;
+            else d += wd * p[i];
+            m[i] = b1 * m[i] + c1 * d;
+            v[i] = b2 * v[i] + c2 * d * d;
+            const T denom = std::sqrt(v[i]) / bc2_sqrt + e;
+            p[i] += neg_step_size * m[i] / denom;
+        }
+    });
 }
 }  // namespace
 
@@ -44,8 +48,10 @@ void adam_family_update(int64_t n, T* p, const T* g, T* m, T* v, double lr, doub
 template <class T>
 void sgd_update(int64_t n, T* p, const T* g, double lr, double weight_decay) {
     const T neg_lr = static_cast<T>(-lr), wd = static_cast<T>(weight_decay);
-#pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) p[i] += neg_lr * (g[i] + wd * p[i]);
+    parallel_ranges(n, kParallelMin, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) p[i] += neg_lr * (g[i] + wd * p[i]);
+    });
 }
 
 // p, g, buf: [n]
@@ -56,13 +62,15 @@ void sgd_momentum_update(int64_t n, T* p, const T* g, T* buf, double lr, double 
     const T mu = static_cast<T>(momentum);
     // The flags are hoisted out of the loop so that each variant is a straight loop.
     auto run = [&]<bool Nesterov, bool First>() {
-#pragma omp parallel for simd if (n >= kParallelMin)
-        for (int64_t i = 0; i < n; ++i) {
-            const T d = g[i] + wd * p[i];
-            const T b = First ? d : mu * buf[i] + d;
-            buf[i] = b;
-            p[i] += neg_lr * (Nesterov ? d + mu * b : b);
-        }
+        parallel_ranges(n, kParallelMin, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+            for (int64_t i = lo; i < hi; ++i) {
+                const T d = g[i] + wd * p[i];
+                const T b = First ? d : mu * buf[i] + d;
+                buf[i] = b;
+                p[i] += neg_lr * (Nesterov ? d + mu * b : b);
+            }
+        });
     };
     if (nesterov && first_step) run.template operator()<true, true>();
     else if (nesterov) run.template operator()<true, false>();
@@ -105,8 +113,10 @@ double sum_of_squares(int64_t n, const T* x) {
 template <class T>
 void scale_in_place(int64_t n, T* x, double factor) {
     const T f = static_cast<T>(factor);
-#pragma omp parallel for simd if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) x[i] *= f;
+    parallel_ranges(n, kParallelMin, [=](int64_t lo, int64_t hi) {
+#pragma omp simd
+        for (int64_t i = lo; i < hi; ++i) x[i] *= f;
+    });
 }
 
 #define PARALAB_INSTANTIATE(T)                                                                   \
