@@ -55,8 +55,20 @@ public:
         RankState& s = state(rank);
         s.weights.assign(static_cast<size_t>(rank.world()), 1.0 / rank.world());
         s.rank = &rank;
-        for (const Bucket& b : m_buckets)
-            s.flat.push_back(Tensor::empty(Shape{b.numel}, DType::f32, rank.device(), MemCategory::communication));
+        // Gradients as views of their bucket's buffer (torch's gradient_as_bucket_view): the
+        // all-reduce runs in place on them, with no copy into a communication buffer and back.
+        const auto& ps = params(rank.index());
+        for (const Bucket& b : m_buckets) {
+            Tensor flat = Tensor::zeros(Shape{b.numel}, DType::f32, rank.device(), MemCategory::gradients);
+            int64_t at = 0;
+            for (size_t p = b.first; p < b.last; ++p) {
+                Tensor view = flat.view(at, ps[p]->grad.shape());
+                view.copy_from(ps[p]->grad);
+                ps[p]->grad = view;
+                at += view.numel();
+            }
+            s.flat.push_back(flat);
+        }
         broadcast_parameters(rank);
         if (m_overlap) s.thread = std::thread([this, &s] { comm_loop(s); });
     }
@@ -225,7 +237,7 @@ private:
         std::vector<double> weights;  // share of the global batch per rank (balance: speed)
         double ms_per_row = 0;
         Rank* rank = nullptr;
-        std::vector<Tensor> flat;  // one communication buffer per bucket
+        std::vector<Tensor> flat;  // one buffer per bucket; the gradients are views of it
         std::thread thread;
         std::mutex mutex;
         std::condition_variable cv;
@@ -237,15 +249,11 @@ private:
 
     RankState& state(const Rank& rank) { return *m_state[static_cast<size_t>(rank.index())]; }
 
-    // Packs the bucket's gradients, sums them over the ranks, unpacks.
+    // Sums the bucket's gradients over the ranks, in place (they are views of its buffer).
     comm::CommRecord reduce_bucket(RankState& s, size_t b) {
         const Bucket& bk = m_buckets[b];
-        const auto& ps = params(s.rank->index());
-        std::vector<nn::Param*> part(ps.begin() + static_cast<long>(bk.first), ps.begin() + static_cast<long>(bk.last));
         float* f = s.flat[b].data<float>();
-        pack_grads(part, f);
         comm::CommRecord rec = m_bucket_group->rank(s.rank->index()).all_reduce(f, bk.numel, DType::f32, comm::ReduceOp::sum);
-        unpack_grads(f, part);
         rec.op = "all_reduce_bucket";
         return rec;
     }

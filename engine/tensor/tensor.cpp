@@ -39,6 +39,16 @@ Tensor Tensor::reshape(const Shape& shape) const {
     return t;
 }
 
+Tensor Tensor::view(int64_t offset, const Shape& shape) const {
+    if (offset < 0 || offset + shape.numel() > numel())
+        throw ShapeError("a view of " + shape.to_string() + " at element " + std::to_string(offset) +
+                         " does not fit in " + m_shape.to_string());
+    Tensor t = *this;
+    t.m_shape = shape;
+    t.m_offset = m_offset + static_cast<size_t>(offset) * dtype_size(m_dtype);
+    return t;
+}
+
 void Tensor::fill(double value) const {
     dispatch_float(m_dtype, [&]<class T>() {
         T* p = data<T>();

@@ -51,7 +51,9 @@ public:
     Device& device() const { return m_storage->device(); }
     MemCategory category() const { return m_storage->category(); }
 
-    void* raw() const { return m_storage ? m_storage->data() : nullptr; }
+    void* raw() const {
+        return m_storage ? static_cast<char*>(m_storage->data()) + m_offset : nullptr;
+    }
 
     // Typed pointer; throws when T does not match dtype().
     template <class T>
@@ -66,6 +68,10 @@ public:
 
     // Same storage, new shape with the same element count.
     Tensor reshape(const Shape& shape) const;
+    // A tensor of `shape` over this one's elements [offset, offset + shape.numel()): the same
+    // storage, so writes through either are seen by both (DDP keeps each bucket's gradients as
+    // views of one buffer that it all-reduces in place). Throws ShapeError past the end.
+    Tensor view(int64_t offset, const Shape& shape) const;
 
     // Host tensors only (the CPU backend).
     void fill(double value) const;
@@ -83,6 +89,7 @@ private:
     [[noreturn]] void type_mismatch(DType requested) const;
 
     std::shared_ptr<Storage> m_storage;
+    size_t m_offset = 0;  // bytes into the storage (views)
     Shape m_shape;
     DType m_dtype = DType::f32;
 };

@@ -1,6 +1,8 @@
 // Tensors, the accounting allocator, and devices.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "engine/device/device.h"
 #include "engine/tensor/tensor.h"
 
@@ -60,6 +62,30 @@ TEST(Tensor, ReshapeSharesStorageAndChecksCount) {
     EXPECT_TRUE(r.same_storage(t));
     EXPECT_EQ(r.shape(), (Shape{6, 4}));
     EXPECT_THROW(t.reshape({5, 5}), ShapeError);
+}
+
+TEST(Tensor, ViewsShareStorageAtTheirOffsetAndStayInBounds) {
+    auto dev = make_cpu_device(0);
+    Tensor flat = Tensor::zeros({10}, DType::f32, *dev, MemCategory::gradients);
+    Tensor a = flat.view(0, {2, 2});
+    Tensor b = flat.view(4, {3, 2});
+    EXPECT_TRUE(b.same_storage(flat));
+    EXPECT_EQ(b.shape(), (Shape{3, 2}));
+    a.fill(1);
+    b.fill(2);
+    const std::vector<float> expected{1, 1, 1, 1, 2, 2, 2, 2, 2, 2};
+    EXPECT_EQ(std::vector<float>(flat.data<float>(), flat.data<float>() + 10), expected);
+    flat.data<float>()[5] = 7;  // writes through the buffer are seen by the view
+    EXPECT_EQ(b.data<float>()[1], 7);
+    Tensor inner = b.view(2, {2});  // a view of a view: offsets add
+    EXPECT_EQ(inner.data<float>(), flat.data<float>() + 6);
+    b.zero();  // zeroes the view's elements only
+    EXPECT_EQ(flat.data<float>()[3], 1);
+    EXPECT_EQ(flat.data<float>()[4], 0);
+    EXPECT_THROW(flat.view(8, {3}), ShapeError);
+    EXPECT_THROW(flat.view(-1, {2}), ShapeError);
+    // The buffer is accounted once, under its own category; views allocate nothing.
+    EXPECT_EQ(dev->allocator().stats().current[static_cast<size_t>(MemCategory::gradients)], 64);
 }
 
 TEST(Tensor, TypedAccessIsChecked) {
