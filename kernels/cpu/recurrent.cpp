@@ -1,19 +1,24 @@
 #include <kernels/cpu/gemm.h>
 #include <kernels/cpu/recurrent.h>
+#include <kernels/cpu/vmath.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace paralab::kernels::cpu {
 
 namespace {
 // Elements (batch * hidden) of one step below which a parallel region costs more than it
-// saves. Each element costs three to five exp (a few ns each: libm's exp is not vectorized
-// without -ffast-math), so threads pay off far earlier than for the memory-bound kernels.
+// saves. Each element costs three to five exp, so threads pay off far earlier than for the
+// memory-bound kernels.
 constexpr int64_t kParallelMin = 4096;
 
+// Single precision uses vmath's exp (it vectorizes; libm's expf is a scalar call), double
+// precision, the gradient checks' reference, libm's.
 template <class T>
 inline T sigmoid(T x) {
+    if constexpr (std::is_same_v<T, float>) return vmath::sigmoid(x);
     // exp(-x) overflows to inf for very negative x, and 1 / (1 + inf) is the right limit 0.
     return T(1) / (T(1) + std::exp(-x));
 }
@@ -24,6 +29,7 @@ inline T sigmoid(T x) {
 // term is under 1e-17 relative). NaN and +-inf come out as std::tanh gives them.
 template <class T>
 inline T tanh_via_exp(T x) {
+    if constexpr (std::is_same_v<T, float>) return vmath::tanh(x);
     const T a = std::abs(x);
     if (a < T(0.125)) {
         const T s = x * x;
@@ -46,29 +52,37 @@ template <class T>
 void lstm_cell_forward(int64_t batch, int64_t hidden, T* gates, int64_t ld_gates, const T* c_prev,
                        T* c, T* tanh_c, T* h, int64_t ld_state) {
     const int64_t H = hidden;
+    // The row loop without a branch (the first step's c_prev = 0 is its own instantiation), so
+    // that in single precision it vectorizes over j.
+    auto rows = [&]<bool HasPrev>() {
 #pragma omp parallel for if (batch * hidden >= kParallelMin)
-    for (int64_t b = 0; b < batch; ++b) {
-        T* g = gates + b * ld_gates;
-        const T* cp = c_prev ? c_prev + b * ld_state : nullptr;
-        T* cr = c + b * ld_state;
-        T* tc = tanh_c + b * ld_state;
-        T* hr = h + b * ld_state;
-        for (int64_t j = 0; j < H; ++j) {
-            const T i = sigmoid(g[j]);
-            const T f = sigmoid(g[H + j]);
-            const T gg = tanh_via_exp(g[2 * H + j]);
-            const T o = sigmoid(g[3 * H + j]);
-            g[j] = i;
-            g[H + j] = f;
-            g[2 * H + j] = gg;
-            g[3 * H + j] = o;
-            const T cn = i * gg + (cp ? f * cp[j] : T(0));
-            const T t = tanh_via_exp(cn);
-            cr[j] = cn;
-            tc[j] = t;
-            hr[j] = o * t;
+        for (int64_t b = 0; b < batch; ++b) {
+            T* __restrict g = gates + b * ld_gates;
+            const T* __restrict cp = HasPrev ? c_prev + b * ld_state : nullptr;
+            T* __restrict cr = c + b * ld_state;
+            T* __restrict tc = tanh_c + b * ld_state;
+            T* __restrict hr = h + b * ld_state;
+#pragma omp simd
+            for (int64_t j = 0; j < H; ++j) {
+                const T i = sigmoid(g[j]);
+                const T f = sigmoid(g[H + j]);
+                const T gg = tanh_via_exp(g[2 * H + j]);
+                const T o = sigmoid(g[3 * H + j]);
+                g[j] = i;
+                g[H + j] = f;
+                g[2 * H + j] = gg;
+                g[3 * H + j] = o;
+                T cn = i * gg;
+                if constexpr (HasPrev) cn += f * cp[j];
+                const T t = tanh_via_exp(cn);
+                cr[j] = cn;
+                tc[j] = t;
+                hr[j] = o * t;
+            }
         }
-    }
+    };
+    if (c_prev) rows.template operator()<true>();
+    else rows.template operator()<false>();
 }
 
 // gates: [batch, 4H] (ld_gates); c_prev, tanh_c, dh: [batch, H] (ld_state); dc: [batch, H]
@@ -108,26 +122,32 @@ template <class T>
 void gru_cell_forward(int64_t batch, int64_t hidden, T* gates, int64_t ld_gates, const T* hh,
                       const T* h_prev, T* hn, T* h, int64_t ld_state) {
     const int64_t H = hidden;
+    auto rows = [&]<bool HasPrev>() {
 #pragma omp parallel for if (batch * hidden >= kParallelMin)
-    for (int64_t b = 0; b < batch; ++b) {
-        T* g = gates + b * ld_gates;
-        const T* hhr = hh + b * 3 * H;
-        const T* hp = h_prev ? h_prev + b * ld_state : nullptr;
-        T* hnr = hn + b * ld_state;
-        T* hr = h + b * ld_state;
-        for (int64_t j = 0; j < H; ++j) {
-            const T r = sigmoid(g[j] + hhr[j]);
-            const T z = sigmoid(g[H + j] + hhr[H + j]);
-            const T hnj = hhr[2 * H + j];
-            const T n = tanh_via_exp(g[2 * H + j] + r * hnj);
-            const T hprev = hp ? hp[j] : T(0);
-            g[j] = r;
-            g[H + j] = z;
-            g[2 * H + j] = n;
-            hnr[j] = hnj;
-            hr[j] = (T(1) - z) * n + z * hprev;
+        for (int64_t b = 0; b < batch; ++b) {
+            T* __restrict g = gates + b * ld_gates;
+            const T* __restrict hhr = hh + b * 3 * H;
+            const T* __restrict hp = HasPrev ? h_prev + b * ld_state : nullptr;
+            T* __restrict hnr = hn + b * ld_state;
+            T* __restrict hr = h + b * ld_state;
+#pragma omp simd
+            for (int64_t j = 0; j < H; ++j) {
+                const T r = sigmoid(g[j] + hhr[j]);
+                const T z = sigmoid(g[H + j] + hhr[H + j]);
+                const T hnj = hhr[2 * H + j];
+                const T n = tanh_via_exp(g[2 * H + j] + r * hnj);
+                g[j] = r;
+                g[H + j] = z;
+                g[2 * H + j] = n;
+                hnr[j] = hnj;
+                T hj = (T(1) - z) * n;
+                if constexpr (HasPrev) hj += z * hp[j];
+                hr[j] = hj;
+            }
         }
-    }
+    };
+    if (h_prev) rows.template operator()<true>();
+    else rows.template operator()<false>();
 }
 
 // gates: [batch, 3H] (ld_gates); hn, h_prev, dh: [batch, H] (ld_state) -> dh_prev += (ld_state),
