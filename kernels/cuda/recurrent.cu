@@ -1,6 +1,7 @@
 // LSTM and GRU cell pointwise kernels (kernels/gpu/recurrent.h): the loop bodies of
 // kernels/cpu/recurrent.cpp, one thread per (b, j). The CPU's tanh_via_exp is its own fast
 // tanh within ~2 ulp; here the device tanh (also within 2 ulp) does the same job.
+#include <kernels/gpu/gemm.h>
 #include <kernels/gpu/recurrent.h>
 
 #include "launch.cuh"
@@ -182,6 +183,28 @@ void strided_rows_copy(int64_t rows, int64_t cols, const T* src, int64_t ld_src,
                                         rows, cudaMemcpyDeviceToDevice, as_stream(stream)));
 }
 
+// dgates: [batch, steps, G], h: [batch, steps, H] -> dw: [G, H] +=
+template <class T>
+void recurrent_weight_grad_accumulate(int64_t batch, int64_t steps, int64_t gate_cols,
+                                      int64_t hidden, const T* dgates, const T* h, T* dw,
+                                      void* stream) {
+    require(batch >= 0 && steps >= 0 && gate_cols >= 0 && hidden >= 0,
+            "recurrent_weight_grad_accumulate", "negative size");
+    if (steps < 2) return;  // h_{-1} = 0: one step contributes nothing
+    const int64_t G = gate_cols, H = hidden;
+    if (steps - 1 >= batch) {
+        // One sample's pairs (dgates[t], h[t-1]) are two dense row blocks, offset by one row.
+        for (int64_t b = 0; b < batch; ++b)
+            gemm<T>(true, false, G, H, steps - 1, T(1), dgates + (b * steps + 1) * G, G,
+                    h + b * steps * H, H, T(1), dw, H, stream);
+    } else {
+        // One step's rows across the batch are `steps` rows apart.
+        for (int64_t t = 1; t < steps; ++t)
+            gemm<T>(true, false, G, H, batch, T(1), dgates + t * G, steps * G, h + (t - 1) * H,
+                    steps * H, T(1), dw, H, stream);
+    }
+}
+
 #define PARALAB_INSTANTIATE_RECURRENT(T)                                                          \
     template void lstm_cell_forward<T>(int64_t, int64_t, T*, int64_t, const T*, T*, T*, T*,       \
                                        int64_t, void*);                                           \
@@ -191,7 +214,9 @@ void strided_rows_copy(int64_t rows, int64_t cols, const T* src, int64_t ld_src,
                                       int64_t, void*);                                            \
     template void gru_cell_backward<T>(int64_t, int64_t, const T*, int64_t, const T*, const T*,   \
                                        const T*, T*, int64_t, T*, T*, void*);                     \
-    template void strided_rows_copy<T>(int64_t, int64_t, const T*, int64_t, T*, int64_t, void*);
+    template void strided_rows_copy<T>(int64_t, int64_t, const T*, int64_t, T*, int64_t, void*);   \
+    template void recurrent_weight_grad_accumulate<T>(int64_t, int64_t, int64_t, int64_t,         \
+                                                      const T*, const T*, T*, void*);
 PARALAB_INSTANTIATE_RECURRENT(float)
 PARALAB_INSTANTIATE_RECURRENT(double)
 #undef PARALAB_INSTANTIATE_RECURRENT

@@ -91,6 +91,8 @@ PARALAB_NO_CUDA(gru_cell_forward, int64_t, int64_t, T*, int64_t, const T*, const
 PARALAB_NO_CUDA(gru_cell_backward, int64_t, int64_t, const T*, int64_t, const T*, const T*,
                 const T*, T*, int64_t, T*, T*, void*)
 PARALAB_NO_CUDA(strided_rows_copy, int64_t, int64_t, const T*, int64_t, T*, int64_t, void*)
+PARALAB_NO_CUDA(recurrent_weight_grad_accumulate, int64_t, int64_t, int64_t, int64_t, const T*,
+                const T*, T*, void*)
 // norm.h
 PARALAB_NO_CUDA(layernorm_forward, int64_t, int64_t, double, const T*, const T*, const T*, T*, T*,
                 T*, void*)
@@ -163,6 +165,8 @@ PARALAB_NO_CUDA(gemm, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_
     template void gru_cell_backward<T>(int64_t, int64_t, const T*, int64_t, const T*, const T*,    \
                                        const T*, T*, int64_t, T*, T*, void*);                      \
     template void strided_rows_copy<T>(int64_t, int64_t, const T*, int64_t, T*, int64_t, void*);   \
+    template void recurrent_weight_grad_accumulate<T>(int64_t, int64_t, int64_t, int64_t,          \
+                                                      const T*, const T*, T*, void*);              \
     template void layernorm_forward<T>(int64_t, int64_t, double, const T*, const T*, const T*, T*, \
                                        T*, T*, void*);                                             \
     template void layernorm_backward<T>(int64_t, int64_t, const T*, const T*, const T*, const T*,  \

@@ -143,3 +143,21 @@ TYPED_TEST(GpuRecurrentNorm, LayerNormMatchesCpu) {
         EXPECT_TRUE(close_to(d_dbeta.download(), dbeta, tolerance<T>()));
     }
 }
+
+// The recurrent weight's gradient through cuBLAS, both batching orders (per sample when the
+// sequence is longer than the batch, per step otherwise).
+TYPED_TEST(GpuRecurrentNorm, RecurrentWeightGradMatchesCpu) {
+    using T = TypeParam;
+    for (auto [batch, steps] : {std::pair<int64_t, int64_t>{4, 10}, {16, 3}, {5, 1}}) {
+        SCOPED_TRACE("batch " + std::to_string(batch) + ", steps " + std::to_string(steps));
+        const int64_t H = 33, G = 4 * H;
+        const auto dgates = random_normal<T>(batch * steps * G, 151), h = random_normal<T>(batch * steps * H, 152);
+        const auto dw0 = random_normal<T>(G * H, 153);
+        const auto dgd = convert<double>(dgates), hd = convert<double>(h);
+        auto dw = convert<double>(dw0);
+        kc::recurrent_weight_grad_accumulate<double>(batch, steps, G, H, dgd.data(), hd.data(), dw.data());
+        DeviceBuffer<T> d_dgates(dgates), d_h(h), d_dw(dw0);
+        kg::recurrent_weight_grad_accumulate<T>(batch, steps, G, H, d_dgates.get(), d_h.get(), d_dw.get(), nullptr);
+        EXPECT_TRUE(close_to(d_dw.download(), dw, tolerance<T>(), Metric::normwise));
+    }
+}

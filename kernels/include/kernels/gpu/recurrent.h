@@ -40,4 +40,13 @@ template <class T>
 void strided_rows_copy(int64_t rows, int64_t cols, const T* src, int64_t ld_src, T* dst,
                        int64_t ld_dst, void* stream);
 
+// dw[G, H] += sum over b < batch and 1 <= t < steps of dgates[b, t, :]^T h[b, t - 1, :] for
+// dgates: [batch, steps, G] and h: [batch, steps, H] (dense): the recurrent weight's gradient,
+// batched after the time loop as the CPU does it (cuBLAS GEMMs per sample or per step,
+// whichever is deeper). The calling thread must have made the stream's device current.
+template <class T>
+void recurrent_weight_grad_accumulate(int64_t batch, int64_t steps, int64_t gate_cols,
+                                      int64_t hidden, const T* dgates, const T* h, T* dw,
+                                      void* stream);
+
 }  // namespace paralab::kernels::gpu
