@@ -10,10 +10,11 @@
 #     --arch SM    CUDA architecture, e.g. 90 for H100 (default: the GPU's, from nvidia-smi)
 #     --jobs N     parallel build jobs (default: all cores)
 #     --all        build every target (the CLI, every test), not only the gpu suite and paralab
+#     --bench      after the tests, run bench_gpu_kernels (each kernel's ms and GB/s or GFLOP/s)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-deps="" build="$repo/build-gpu" arch="" jobs=$(nproc) all=0
+deps="" build="$repo/build-gpu" arch="" jobs=$(nproc) all=0 bench=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --deps) deps=$(cd "$2" && pwd); shift 2 ;;
@@ -21,6 +22,7 @@ while [ $# -gt 0 ]; do
         --arch) arch=$2; shift 2 ;;
         --jobs) jobs=$2; shift 2 ;;
         --all) all=1; shift ;;
+        --bench) bench=1; shift ;;
         *) echo "run_on_gpu: unknown argument '$1' (see the comment at the top)" >&2; exit 2 ;;
     esac
 done
@@ -89,4 +91,7 @@ else
     cmake --build "$build" -j "$jobs" --target gpu_tests paralab
 fi
 "$build/app/paralab" devices || true
-ctest --test-dir "$build" -L gpu --output-on-failure
+status=0
+ctest --test-dir "$build" -L gpu --output-on-failure || status=$?
+if [ "$bench" = 1 ]; then "$build/tests/bench_gpu_kernels"; fi
+exit $status

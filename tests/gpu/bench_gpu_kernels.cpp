@@ -1,0 +1,143 @@
+// Napkin math for the CUDA kernels (STYLE.md §Numerics 1): each kernel's time, from CUDA events
+// around many launches on one stream, next to the bandwidth it reached (bytes it must move /
+// time) or, for GEMMs, its GFLOP/s. Compare the GB/s with the device's memory bandwidth
+// (H100 SXM: ~3.35 TB/s HBM3) to see how far each kernel is from its bound. Not a test: run
+// `build/tests/bench_gpu_kernels [--size N]` on a GPU machine. Without a GPU it says so.
+#include <kernels/gpu/cast.h>
+#include <kernels/gpu/dropout.h>
+#include <kernels/gpu/elementwise.h>
+#include <kernels/gpu/gemm.h>
+#include <kernels/gpu/info.h>
+#include <kernels/gpu/memory.h>
+#include <kernels/gpu/norm.h>
+#include <kernels/gpu/optim.h>
+#include <kernels/gpu/reduce.h>
+#include <kernels/gpu/softmax.h>
+#include <kernels/gpu/stream.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kg = paralab::kernels::gpu;
+
+namespace {
+
+// Device memory for the benchmark, filled with small values (no inf/NaN slow paths).
+struct Buffer {
+    void* ptr = nullptr;
+    explicit Buffer(size_t bytes) {
+        ptr = kg::device_allocate(0, bytes);
+        if (!ptr) throw std::runtime_error("bench_gpu_kernels: GPU 0 is out of memory");
+        kg::fill_bytes_async(ptr, 0x3c, bytes, nullptr);  // 0x3c3c3c3c: 0.0115f
+    }
+    ~Buffer() { kg::device_free(0, ptr); }
+    template <class T>
+    T* as() const { return static_cast<T*>(ptr); }
+};
+
+// Milliseconds per call of `launch`, from events around `iters` calls after a warm-up.
+float time_ms(void* stream, const std::function<void()>& launch, int iters = 50) {
+    for (int i = 0; i < 3; ++i) launch();
+    void* begin = kg::event_create(0);
+    void* end = kg::event_create(0);
+    kg::event_record(begin, stream);
+    for (int i = 0; i < iters; ++i) launch();
+    kg::event_record(end, stream);
+    kg::event_synchronize(end);
+    const float ms = kg::event_elapsed_ms(begin, end) / static_cast<float>(iters);
+    kg::event_destroy(begin);
+    kg::event_destroy(end);
+    return ms;
+}
+
+void report_bandwidth(const char* name, float ms, double bytes) {
+    std::printf("%-34s %9.4f ms  %8.1f GB/s\n", name, ms, bytes / (ms * 1e6));
+}
+
+void report_flops(const char* name, float ms, double flops) {
+    std::printf("%-34s %9.4f ms  %8.1f GFLOP/s\n", name, ms, flops / (ms * 1e6));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    int64_t n = int64_t{1} << 26;  // 64 Mi elements: 256 MB per fp32 array
+    for (int i = 1; i + 1 < argc; ++i)
+        if (std::strcmp(argv[i], "--size") == 0) n = std::atoll(argv[i + 1]);
+    if (kg::device_count() == 0) {
+        std::printf("no CUDA device: nothing to benchmark\n");
+        return 0;
+    }
+    try {
+        kg::set_device(0);
+        const auto info = kg::device_info(0);
+        std::printf("%s, %d SMs, %.1f GiB; arrays of %lld elements\n", info.name.c_str(), info.multiprocessors,
+                    static_cast<double>(info.memory_bytes) / (1 << 30), static_cast<long long>(n));
+        void* s = kg::stream_create(0);
+        const double f4 = 4.0 * static_cast<double>(n);  // bytes of one fp32 array
+        Buffer a(n * 4), b(n * 4), c(n * 4), d(n * 4), e(n * 4);
+        Buffer result(8), scratch(kg::kReduceScratch * 8);
+
+        report_bandwidth("relu_forward f32", time_ms(s, [&] { kg::relu_forward<float>(n, a.as<float>(), b.as<float>(), s); }), 2 * f4);
+        report_bandwidth("gelu_forward f32", time_ms(s, [&] { kg::gelu_forward<float>(n, a.as<float>(), b.as<float>(), s); }), 2 * f4);
+        report_bandwidth("gelu_backward f32", time_ms(s, [&] { kg::gelu_backward<float>(n, a.as<float>(), b.as<float>(), c.as<float>(), s); }), 3 * f4);
+        report_bandwidth("multiply_elementwise f32", time_ms(s, [&] { kg::multiply_elementwise<float>(n, a.as<float>(), b.as<float>(), c.as<float>(), s); }), 3 * f4);
+        report_bandwidth("dropout_forward f32 p=0.1", time_ms(s, [&] { kg::dropout_forward<float>(n, 42, 0, 0.1, a.as<float>(), b.as<float>(), c.as<float>(), s); }), 3 * f4);
+        report_bandwidth("sum_of_squares f32", time_ms(s, [&] { kg::sum_of_squares<float>(n, a.as<float>(), result.as<double>(), scratch.as<double>(), s); }), f4);
+        report_bandwidth("cast_f32_to_bf16", time_ms(s, [&] { kg::cast_f32_to_bf16(n, a.as<float>(), b.as<uint16_t>(), s); }), 1.5 * f4);
+        report_bandwidth("adamw_update f32 (1 tensor)",
+                         time_ms(s, [&] { kg::adamw_update<float>(n, a.as<float>(), b.as<float>(), c.as<float>(), d.as<float>(), 1e-3, 0.9, 0.999, 1e-8, 0.01, 10, s); }),
+                         7 * f4);
+        {  // the same parameters as 200 tensors in one multi-tensor launch sequence
+            const int64_t count = 200, each = n / count;
+            std::vector<float*> p(count), g(count), m(count), v(count);
+            std::vector<int64_t> sizes(count, each);
+            for (int64_t k = 0; k < count; ++k) {
+                p[k] = a.as<float>() + k * each;
+                g[k] = b.as<float>() + k * each;
+                m[k] = c.as<float>() + k * each;
+                v[k] = d.as<float>() + k * each;
+            }
+            report_bandwidth("adamw_update_multi f32 (200)",
+                             time_ms(s, [&] { kg::adamw_update_multi<float>(count, p.data(), g.data(), m.data(), v.data(), sizes.data(), 1e-3, 0.9, 0.999, 1e-8, 0.01, 10, s); }),
+                             7.0 * 4.0 * static_cast<double>(count * each));
+        }
+        if (n >= 2 * 50257) {  // language-model logits: [rows, 50257]
+            const int64_t classes = 50257, rows = n / classes / 2;
+            Buffer targets(rows * 8), row_loss(rows * 8);
+            kg::fill_bytes_async(targets.ptr, 0, static_cast<size_t>(rows * 8), s);
+            report_bandwidth("softmax_cross_entropy_forward f32",
+                             time_ms(s, [&] { kg::softmax_cross_entropy_forward<float>(rows, classes, a.as<float>(), targets.as<int64_t>(), b.as<float>(), row_loss.as<double>(), result.as<double>(), s); }),
+                             3.0 * 4.0 * static_cast<double>(rows * classes));
+        }
+        {  // layer norm over rows of 1024
+            const int64_t D = 1024, rows = n / D;
+            report_bandwidth("layernorm_forward f32 D=1024",
+                             time_ms(s, [&] { kg::layernorm_forward<float>(rows, D, 1e-5, a.as<float>(), c.as<float>(), d.as<float>(), b.as<float>(), e.as<float>(), e.as<float>() + rows, s); }),
+                             2 * f4);
+            report_bandwidth("column_sums_accumulate f32 D=1024",
+                             time_ms(s, [&] { kg::column_sums_accumulate<float>(rows, D, a.as<float>(), b.as<float>(), s); }), f4);
+        }
+        if (n >= 4096 * 4096) {  // GEMMs: 4096^3, operands of 64 MB
+            const int64_t M = 4096;
+            const double flops = 2.0 * M * M * M;
+            report_flops("gemm fp32 4096^3", time_ms(s, [&] { kg::gemm<float>(false, false, M, M, M, 1.0f, a.as<float>(), b.as<float>(), 0.0f, c.as<float>(), s, kg::GemmMath::fp32); }, 10), flops);
+            report_flops("gemm tf32 4096^3", time_ms(s, [&] { kg::gemm<float>(false, false, M, M, M, 1.0f, a.as<float>(), b.as<float>(), 0.0f, c.as<float>(), s, kg::GemmMath::tf32); }, 10), flops);
+            report_flops("gemm bf16 -> f32 4096^3",
+                         time_ms(s, [&] { kg::gemm_half(kg::HalfType::bf16, false, false, M, M, M, 1.0f, d.as<uint16_t>(), M, e.as<uint16_t>(), M, 0.0f, c.as<float>(), M, s); }, 10),
+                         flops);
+        }
+        kg::release_gemm_handles(s);
+        kg::stream_destroy(s);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_gpu_kernels: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
