@@ -18,8 +18,8 @@ namespace paralab::kernels::gpu::detail {
 inline cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
 constexpr int kBlock = 256;
-// Grid-stride loops cap their grid here: enough blocks to fill an H100 (132 SMs x 16 blocks of
-// 256 threads) many times over, few enough that one launch never runs out of grid dimension.
+// Grid-stride loops cap their grid here: enough blocks to fill an H100 (132 SMs x 8 resident
+// blocks of 256 threads) many times over; larger arrays loop instead of launching more blocks.
 constexpr int64_t kMaxGrid = 65536;
 
 inline unsigned grid_for(int64_t n, int block = kBlock) {
