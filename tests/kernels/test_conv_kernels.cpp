@@ -128,7 +128,8 @@ TEST(PoolKernels, MatchDefinition) {
 // values from a small set (many ties) with NaNs mixed in, on several geometries.
 TEST(PoolKernels, MaxPoolTiesAndNaNsFollowTheRule) {
     for (const Pool2dGeometry& g : {Pool2dGeometry{3, 8, 8, 2, 2}, Pool2dGeometry{2, 7, 9, 3, 2},
-                                    Pool2dGeometry{2, 6, 5, 3, 1}, Pool2dGeometry{64, 28, 28, 2, 2}}) {
+                                    Pool2dGeometry{2, 6, 5, 3, 1}, Pool2dGeometry{64, 28, 28, 2, 2},
+                                    Pool2dGeometry{3, 7, 9, 2, 2}, Pool2dGeometry{5, 14, 14, 2, 2}}) {
         const int64_t H = g.height, W = g.width, OH = g.out_height(), OW = g.out_width();
         std::mt19937 gen(11);
         std::uniform_int_distribution<int> pick(0, 9);
