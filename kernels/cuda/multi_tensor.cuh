@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -70,6 +71,14 @@ int64_t for_each_tensor_chunk(int64_t count, const std::array<void* const*, Dept
         launched += blocks;
     }
     return launched;
+}
+
+// The chunk size at which `tensors` tensors holding `total` elements make at most `slots`
+// chunks (blocks), never below min_chunk: each tensor makes at most n/chunk + 1, so
+// total/chunk + tensors <= slots suffices. Needs tensors < slots.
+inline int64_t chunk_to_fit(int64_t total, int64_t tensors, int64_t slots, int64_t min_chunk) {
+    const int64_t room = slots - tensors;
+    return std::max(min_chunk, (total + room - 1) / room);
 }
 
 }  // namespace paralab::kernels::gpu::detail

@@ -121,9 +121,8 @@ void sum_of_squares_multi(int64_t count, const T* const* xs, const int64_t* size
                           double* scratch, void* stream) {
     require(count >= 0, "sum_of_squares_multi", "negative tensor count");
     const cudaStream_t s = as_stream(stream);
-    // Tensors go in groups small enough that a group's chunks fit the scratch: a group of g
-    // tensors holding `total` elements in chunks of `chunk` makes at most total/chunk + g of
-    // them. Each group's partials are added to the result in group order.
+    // Tensors go in groups small enough that a group's chunks fit the scratch
+    // (chunk_to_fit); each group's partials are added to the result in group order.
     constexpr int64_t kGroup = kReduceScratch / 4;
     constexpr int64_t kMinChunk = 4096;
     bool accumulate = false;
@@ -135,8 +134,7 @@ void sum_of_squares_multi(int64_t count, const T* const* xs, const int64_t* size
             require(sizes[k] >= 0, "sum_of_squares_multi", "negative tensor size");
             total += sizes[k];
         }
-        const int64_t room = kReduceScratch - (g1 - g0);
-        const int64_t chunk = std::max(kMinChunk, (total + room - 1) / room);
+        const int64_t chunk = detail::chunk_to_fit(total, g1 - g0, kReduceScratch, kMinChunk);
         const std::array<void* const*, 1> lists{
             reinterpret_cast<void* const*>(const_cast<T* const*>(xs + g0))};
         const int64_t parts = detail::for_each_tensor_chunk<1>(

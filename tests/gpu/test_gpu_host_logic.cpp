@@ -130,6 +130,30 @@ TEST(GpuHostLogic, MultiTensorPackingCoversEveryElementOnce) {
     }
 }
 
+// sum_of_squares_multi's groups of 256 tensors must never make more partial sums than the
+// 1024-slot scratch holds, whatever their sizes.
+TEST(GpuHostLogic, NormChunksFitTheReductionScratch) {
+    std::mt19937_64 gen(13);
+    for (int round = 0; round < 200; ++round) {
+        std::vector<int64_t> sizes(1 + gen() % 256);
+        for (auto& n : sizes) {
+            switch (gen() % 4) {
+                case 0: n = 0; break;
+                case 1: n = static_cast<int64_t>(gen() % 5000); break;
+                case 2: n = static_cast<int64_t>(gen() % 5000000); break;
+                default: n = static_cast<int64_t>(gen() % (int64_t{1} << 34)); break;  // up to 16 G
+            }
+        }
+        int64_t total = 0;
+        for (int64_t n : sizes) total += n;
+        const int64_t chunk = kd::chunk_to_fit(total, static_cast<int64_t>(sizes.size()), 1024, 4096);
+        int64_t chunks = 0;
+        for (int64_t n : sizes) chunks += (n + chunk - 1) / chunk;
+        ASSERT_LE(chunks, 1024) << "round " << round;
+        ASSERT_GE(chunk, 4096);
+    }
+}
+
 TEST(GpuHostLogic, TensorListFitsTheKernelArgumentLimit) {
     // 4 KB is the argument limit every CUDA version and GPU accepts; the Adam step's list (four
     // lists) plus its hyper-parameters (9 doubles) must fit.
