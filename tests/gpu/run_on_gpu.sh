@@ -27,6 +27,9 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+mkdir -p "$build"
+build=$(cd "$build" && pwd)
+
 nvcc=${CUDACXX:-$(command -v nvcc || true)}
 [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
 [ -n "$nvcc" ] || { echo "run_on_gpu: no nvcc (set CUDACXX or put the toolkit's bin on PATH)" >&2; exit 1; }
@@ -46,24 +49,15 @@ args=(-S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DPARALAB_GUI=OFF -DPARA
       -DPARALAB_DNNL=OFF -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$arch")
 
 if [ -n "$deps" ]; then
-    lib=$deps/lib
+    # The bundle is only read: what this machine makes from it (development links, an
+    # openblas.pc for where the bundle is, GoogleTest) goes into the build folder.
+    lib=$deps/lib made=$build/from-bundle
+    mkdir -p "$made/lib/pkgconfig"
     for so in libopenblas libsqlite3 libz; do
-        real=$(cd "$lib" && ls $so.so.* | head -1)
-        ln -sf "$real" "$lib/$so.so"
+        ln -sf "$(ls "$lib"/$so.so.* | head -1)" "$made/lib/$so.so"
     done
-    # GoogleTest, compiled here by this machine's compiler, once.
-    gtest=$deps/gtest-install
-    if [ ! -d "$gtest" ]; then
-        cmake -S "$deps/src/googletest" -B "$deps/gtest-build" -DCMAKE_BUILD_TYPE=Release \
-              -DCMAKE_INSTALL_PREFIX="$gtest" -DCMAKE_INSTALL_LIBDIR=lib -DBUILD_GMOCK=OFF \
-              -DCMAKE_POSITION_INDEPENDENT_CODE=ON > /dev/null
-        cmake --build "$deps/gtest-build" -j "$jobs" > /dev/null
-        cmake --install "$deps/gtest-build" > /dev/null
-    fi
-    # OpenBLAS through pkg-config, at wherever the bundle is now.
-    mkdir -p "$lib/pkgconfig"
-    cat > "$lib/pkgconfig/openblas.pc" <<PC
-libdir=$lib
+    cat > "$made/lib/pkgconfig/openblas.pc" <<PC
+libdir=$made/lib
 includedir=$deps/include/openblas
 Name: openblas
 Description: OpenBLAS (bundled by tests/gpu/bundle_deps.sh)
@@ -72,16 +66,26 @@ Libs: -L\${libdir} -lopenblas
 Libs.private: -lm -lpthread -lgfortran
 Cflags: -I\${includedir}
 PC
-    export PKG_CONFIG_PATH="$lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    # GoogleTest, compiled by this machine's compiler, once per build folder.
+    gtest=$made/gtest-install
+    if [ ! -d "$gtest" ]; then
+        cmake -S "$deps/src/googletest" -B "$made/gtest-build" -DCMAKE_BUILD_TYPE=Release \
+              -DCMAKE_INSTALL_PREFIX="$gtest" -DCMAKE_INSTALL_LIBDIR=lib -DBUILD_GMOCK=OFF \
+              -DCMAKE_POSITION_INDEPENDENT_CODE=ON > /dev/null
+        cmake --build "$made/gtest-build" -j "$jobs" > /dev/null
+        cmake --install "$made/gtest-build" > /dev/null
+    fi
+    export PKG_CONFIG_PATH="$made/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
     pkgconfig=$(command -v pkg-config || echo "$deps/bin/pkg-config")
     # The bundle's libraries at link time (OpenBLAS needs gfortran) and at run time.
     export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     args+=(-DCMAKE_PREFIX_PATH="$deps;$gtest" -DPKG_CONFIG_EXECUTABLE="$pkgconfig"
            -Dnlohmann_json_DIR="$deps/share/cmake/nlohmann_json" -DCLI11_DIR="$deps/share/cmake/CLI11"
            -DGTest_DIR="$gtest/lib/cmake/GTest"
-           -DSQLite3_INCLUDE_DIR="$deps/include" -DSQLite3_LIBRARY="$lib/libsqlite3.so"
-           -DZLIB_INCLUDE_DIR="$deps/include" -DZLIB_LIBRARY="$lib/libz.so"
-           -DCMAKE_BUILD_RPATH="$lib")
+           -DSQLite3_INCLUDE_DIR="$deps/include" -DSQLite3_LIBRARY="$made/lib/libsqlite3.so"
+           -DZLIB_INCLUDE_DIR="$deps/include" -DZLIB_LIBRARY="$made/lib/libz.so"
+           -DCMAKE_BUILD_RPATH="$lib"
+           -U '*OPENBLAS*')  # forget a pkg-config answer cached for an earlier bundle location
 fi
 
 cmake "${args[@]}"
