@@ -1,5 +1,6 @@
 // Dropout (kernels/gpu/dropout.h): the engine's counter-based draw, recomputed per element.
 #include <kernels/gpu/dropout.h>
+#include <kernels/gpu/detail/op_lists.h>
 
 #include "dropout_draw.cuh"
 #include "launch.cuh"
@@ -56,11 +57,6 @@ void dropout_backward(int64_t n, const T* dy, const T* mask, T* dx, void* stream
     PARALAB_GPU_CHECK_LAUNCH("dropout_backward_kernel");
 }
 
-#define PARALAB_INSTANTIATE_DROPOUT(T)                                                           \
-    template void dropout_forward<T>(int64_t, uint64_t, uint64_t, double, const T*, T*, T*, void*); \
-    template void dropout_backward<T>(int64_t, const T*, const T*, T*, void*);
-PARALAB_INSTANTIATE_DROPOUT(float)
-PARALAB_INSTANTIATE_DROPOUT(double)
-#undef PARALAB_INSTANTIATE_DROPOUT
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_DROPOUT_OPS)
 
 }  // namespace paralab::kernels::gpu

@@ -1,6 +1,7 @@
 // Activations, bias rows, column sums, products and the squared error on the GPU
 // (kernels/gpu/elementwise.h); each kernel is the loop body of kernels/cpu/elementwise.cpp.
 #include <kernels/gpu/elementwise.h>
+#include <kernels/gpu/detail/op_lists.h>
 
 #include "column_sums.cuh"
 #include "launch.cuh"
@@ -212,23 +213,6 @@ void squared_error_backward(int64_t n, const T* pred, const T* target, T scale, 
     PARALAB_GPU_CHECK_LAUNCH("squared_error_backward_kernel");
 }
 
-#define PARALAB_INSTANTIATE_ELEMENTWISE(T)                                                         \
-    template void relu_forward<T>(int64_t, const T*, T*, void*);                                   \
-    template void relu_backward<T>(int64_t, const T*, const T*, T*, void*);                        \
-    template void gelu_forward<T>(int64_t, const T*, T*, void*);                                   \
-    template void gelu_backward<T>(int64_t, const T*, const T*, T*, void*);                        \
-    template void tanh_forward<T>(int64_t, const T*, T*, void*);                                   \
-    template void tanh_backward<T>(int64_t, const T*, const T*, T*, void*);                        \
-    template void sigmoid_forward<T>(int64_t, const T*, T*, void*);                                \
-    template void sigmoid_backward<T>(int64_t, const T*, const T*, T*, void*);                     \
-    template void bias_broadcast_rows<T>(int64_t, int64_t, const T*, T*, void*);                   \
-    template void bias_add_rows<T>(int64_t, int64_t, const T*, T*, void*);                         \
-    template void column_sums_accumulate<T>(int64_t, int64_t, const T*, T*, void*);                \
-    template void multiply_elementwise<T>(int64_t, const T*, const T*, T*, void*);                 \
-    template void squared_error_sum<T>(int64_t, const T*, const T*, double*, double*, void*);      \
-    template void squared_error_backward<T>(int64_t, const T*, const T*, T, T*, void*);
-PARALAB_INSTANTIATE_ELEMENTWISE(float)
-PARALAB_INSTANTIATE_ELEMENTWISE(double)
-#undef PARALAB_INSTANTIATE_ELEMENTWISE
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_ELEMENTWISE_OPS)
 
 }  // namespace paralab::kernels::gpu

@@ -1,6 +1,7 @@
 // Embedding gather and scatter-add (kernels/gpu/embedding.h): one thread per element of the
 // [n, cols] side, so that a warp reads or adds 32 consecutive columns of one row.
 #include <kernels/gpu/embedding.h>
+#include <kernels/gpu/detail/op_lists.h>
 
 #include "launch.cuh"
 
@@ -55,11 +56,6 @@ void scatter_add_rows(int64_t n, int64_t cols, const T* src, const int64_t* inde
     PARALAB_GPU_CHECK_LAUNCH("scatter_add_rows_kernel");
 }
 
-#define PARALAB_INSTANTIATE_EMBEDDING(T)                                                       \
-    template void gather_rows<T>(int64_t, int64_t, const T*, const int64_t*, T*, void*);       \
-    template void scatter_add_rows<T>(int64_t, int64_t, const T*, const int64_t*, T*, void*);
-PARALAB_INSTANTIATE_EMBEDDING(float)
-PARALAB_INSTANTIATE_EMBEDDING(double)
-#undef PARALAB_INSTANTIATE_EMBEDDING
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_EMBEDDING_OPS)
 
 }  // namespace paralab::kernels::gpu

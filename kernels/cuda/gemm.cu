@@ -3,6 +3,7 @@
 // the same ld; so row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS gets
 // B first, then A, with N and M swapped and each operand's transpose flag as given.
 #include <kernels/gpu/gemm.h>
+#include <kernels/gpu/detail/op_lists.h>
 
 #include <climits>
 #include <map>
@@ -109,10 +110,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
     }
 }
 
-template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t,
-                          const float*, int64_t, float, float*, int64_t, void*, GemmMath);
-template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
-                           const double*, int64_t, double, double*, int64_t, void*, GemmMath);
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_GEMM_OPS)
 
 void gemm_half(HalfType type, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                float alpha, const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,

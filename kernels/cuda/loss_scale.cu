@@ -1,6 +1,7 @@
 // Dynamic loss scaling (kernels/gpu/loss_scale.h): the inf/NaN check fused with the unscale
 // over every gradient in one multi-tensor launch, and the scale update as a one-thread kernel.
 #include <kernels/gpu/loss_scale.h>
+#include <kernels/gpu/detail/op_lists.h>
 
 #include <array>
 #include <type_traits>
@@ -90,12 +91,6 @@ void update_loss_scale(float* scale, int32_t* growth_tracker, const float* found
     PARALAB_GPU_CHECK_LAUNCH("update_loss_scale_kernel");
 }
 
-#define PARALAB_INSTANTIATE_LOSS_SCALE(T)                                                        \
-    template void non_finite_check_and_unscale_multi<T>(int64_t, T* const*, const int64_t*,      \
-                                                        float*, const float*, void*);            \
-    template void non_finite_check_and_unscale<T>(int64_t, T*, float*, const float*, void*);
-PARALAB_INSTANTIATE_LOSS_SCALE(float)
-PARALAB_INSTANTIATE_LOSS_SCALE(double)
-#undef PARALAB_INSTANTIATE_LOSS_SCALE
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_LOSS_SCALE_OPS)
 
 }  // namespace paralab::kernels::gpu

@@ -1,5 +1,6 @@
 // Layer norm forward and backward (kernels/gpu/norm.h), after kernels/cpu/norm.cpp.
 #include <kernels/gpu/norm.h>
+#include <kernels/gpu/detail/op_lists.h>
 
 #include "column_sums.cuh"
 #include "launch.cuh"
@@ -113,13 +114,6 @@ void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const 
     PARALAB_GPU_CHECK_LAUNCH("layernorm_backward_input_kernel");
 }
 
-#define PARALAB_INSTANTIATE_NORM(T)                                                                \
-    template void layernorm_forward<T>(int64_t, int64_t, double, const T*, const T*, const T*, T*, \
-                                       T*, T*, void*);                                             \
-    template void layernorm_backward<T>(int64_t, int64_t, const T*, const T*, const T*, const T*,  \
-                                        const T*, T*, T*, T*, void*);
-PARALAB_INSTANTIATE_NORM(float)
-PARALAB_INSTANTIATE_NORM(double)
-#undef PARALAB_INSTANTIATE_NORM
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_NORM_OPS)
 
 }  // namespace paralab::kernels::gpu

@@ -1,6 +1,7 @@
 // Fused multi-tensor optimizer steps (kernels/gpu/optim.h). Each update is the loop body of
 // kernels/cpu/optim.cpp; the host rounds the hyper-parameters to T exactly as the CPU does.
 #include <kernels/gpu/optim.h>
+#include <kernels/gpu/detail/op_lists.h>
 
 #include <array>
 #include <cmath>
@@ -183,27 +184,6 @@ void adamw_update(int64_t n, T* p, const T* g, T* m, T* v, double lr, double bet
     adamw_update_multi<T>(1, &p, &g, &m, &v, &n, lr, beta1, beta2, eps, weight_decay, step, stream);
 }
 
-#define PARALAB_INSTANTIATE_OPTIM(T)                                                              \
-    template void sgd_update<T>(int64_t, T*, const T*, double, double, void*);                    \
-    template void sgd_update_multi<T>(int64_t, T* const*, const T* const*, const int64_t*, double, \
-                                      double, void*);                                             \
-    template void sgd_momentum_update<T>(int64_t, T*, const T*, T*, double, double, double, bool, \
-                                         bool, void*);                                            \
-    template void sgd_momentum_update_multi<T>(int64_t, T* const*, const T* const*, T* const*,    \
-                                               const int64_t*, double, double, double, bool,     \
-                                               bool, void*);                                      \
-    template void adam_update<T>(int64_t, T*, const T*, T*, T*, double, double, double, double,   \
-                                 double, int64_t, void*);                                         \
-    template void adam_update_multi<T>(int64_t, T* const*, const T* const*, T* const*, T* const*, \
-                                       const int64_t*, double, double, double, double, double,    \
-                                       int64_t, void*);                                           \
-    template void adamw_update<T>(int64_t, T*, const T*, T*, T*, double, double, double, double,  \
-                                  double, int64_t, void*);                                        \
-    template void adamw_update_multi<T>(int64_t, T* const*, const T* const*, T* const*,           \
-                                        T* const*, const int64_t*, double, double, double,        \
-                                        double, double, int64_t, void*);
-PARALAB_INSTANTIATE_OPTIM(float)
-PARALAB_INSTANTIATE_OPTIM(double)
-#undef PARALAB_INSTANTIATE_OPTIM
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_OPTIM_OPS)
 
 }  // namespace paralab::kernels::gpu

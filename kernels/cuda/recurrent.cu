@@ -3,6 +3,7 @@
 // tanh within ~2 ulp; here the device tanh (also within 2 ulp) does the same job.
 #include <kernels/gpu/gemm.h>
 #include <kernels/gpu/recurrent.h>
+#include <kernels/gpu/detail/op_lists.h>
 
 #include "launch.cuh"
 
@@ -205,20 +206,6 @@ void recurrent_weight_grad_accumulate(int64_t batch, int64_t steps, int64_t gate
     }
 }
 
-#define PARALAB_INSTANTIATE_RECURRENT(T)                                                          \
-    template void lstm_cell_forward<T>(int64_t, int64_t, T*, int64_t, const T*, T*, T*, T*,       \
-                                       int64_t, void*);                                           \
-    template void lstm_cell_backward<T>(int64_t, int64_t, const T*, int64_t, const T*, const T*,  \
-                                        const T*, int64_t, T*, T*, void*);                        \
-    template void gru_cell_forward<T>(int64_t, int64_t, T*, int64_t, const T*, const T*, T*, T*,  \
-                                      int64_t, void*);                                            \
-    template void gru_cell_backward<T>(int64_t, int64_t, const T*, int64_t, const T*, const T*,   \
-                                       const T*, T*, int64_t, T*, T*, void*);                     \
-    template void strided_rows_copy<T>(int64_t, int64_t, const T*, int64_t, T*, int64_t, void*);   \
-    template void recurrent_weight_grad_accumulate<T>(int64_t, int64_t, int64_t, int64_t,         \
-                                                      const T*, const T*, T*, void*);
-PARALAB_INSTANTIATE_RECURRENT(float)
-PARALAB_INSTANTIATE_RECURRENT(double)
-#undef PARALAB_INSTANTIATE_RECURRENT
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_RECURRENT_OPS)
 
 }  // namespace paralab::kernels::gpu

@@ -1,5 +1,6 @@
 // Sums, sums of squares (one tensor or many) and in-place scaling (kernels/gpu/reduce.h).
 #include <kernels/gpu/reduce.h>
+#include <kernels/gpu/detail/op_lists.h>
 
 #include <array>
 #include <cmath>
@@ -167,15 +168,6 @@ void scale_in_place_by_device_scalar(int64_t n, T* x, const double* factor, void
     PARALAB_GPU_CHECK_LAUNCH("scale_by_device_scalar_kernel");
 }
 
-#define PARALAB_INSTANTIATE_REDUCE(T)                                                           \
-    template void sum<T>(int64_t, const T*, double*, double*, void*);                           \
-    template void sum_of_squares<T>(int64_t, const T*, double*, double*, void*);                \
-    template void sum_of_squares_multi<T>(int64_t, const T* const*, const int64_t*, double*,    \
-                                          double*, void*);                                      \
-    template void scale_in_place<T>(int64_t, T*, double, void*);                                \
-    template void scale_in_place_by_device_scalar<T>(int64_t, T*, const double*, void*);
-PARALAB_INSTANTIATE_REDUCE(float)
-PARALAB_INSTANTIATE_REDUCE(double)
-#undef PARALAB_INSTANTIATE_REDUCE
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_REDUCE_OPS)
 
 }  // namespace paralab::kernels::gpu

@@ -1,6 +1,7 @@
 // Fused softmax + cross-entropy, its gradient, and the row argmax (kernels/gpu/softmax.h),
 // after kernels/cpu/softmax.cpp: one block per row.
 #include <kernels/gpu/softmax.h>
+#include <kernels/gpu/detail/op_lists.h>
 
 #include "launch.cuh"
 #include "reduce.cuh"
@@ -129,14 +130,6 @@ void argmax_rows(int64_t rows, int64_t cols, const T* x, int64_t* out, void* str
     PARALAB_GPU_CHECK_LAUNCH("argmax_rows_kernel");
 }
 
-#define PARALAB_INSTANTIATE_SOFTMAX(T)                                                             \
-    template void softmax_cross_entropy_forward<T>(int64_t, int64_t, const T*, const int64_t*, T*, \
-                                                   double*, double*, void*);                       \
-    template void softmax_cross_entropy_backward<T>(int64_t, int64_t, const T*, const int64_t*, T, \
-                                                    T*, void*);                                    \
-    template void argmax_rows<T>(int64_t, int64_t, const T*, int64_t*, void*);
-PARALAB_INSTANTIATE_SOFTMAX(float)
-PARALAB_INSTANTIATE_SOFTMAX(double)
-#undef PARALAB_INSTANTIATE_SOFTMAX
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_SOFTMAX_OPS)
 
 }  // namespace paralab::kernels::gpu
