@@ -11,10 +11,7 @@ namespace paralab::kernels::gpu {
 
 namespace {
 
-using detail::as_stream;
-using detail::grid_for;
-using detail::kBlock;
-using detail::require;
+using namespace detail;
 
 struct ToBf16 {
     __device__ uint16_t operator()(float v) const { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
@@ -31,8 +28,7 @@ struct FromF16 {
 
 template <class In, class Out, class Op>
 __global__ void cast_kernel(int64_t n, const In* x, Out* y, Op op) {
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    PARALAB_GRID_STRIDE_LOOP(i, n)
         y[i] = op(x[i]);
 }
 

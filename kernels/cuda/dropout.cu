@@ -9,17 +9,13 @@ namespace paralab::kernels::gpu {
 
 namespace {
 
-using detail::as_stream;
-using detail::grid_for;
-using detail::kBlock;
-using detail::require;
+using namespace detail;
 
 // x: [n] -> mask, y: [n]
 template <class T>
 __global__ void dropout_forward_kernel(int64_t n, uint64_t key, uint64_t first, uint64_t threshold,
                                        T scale, const T* x, T* mask, T* y) {
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    PARALAB_GRID_STRIDE_LOOP(i, n) {
         const T m = detail::dropout_keeps(key, first + static_cast<uint64_t>(i), threshold) ? scale : T(0);
         mask[i] = m;
         y[i] = x[i] * m;
@@ -28,8 +24,7 @@ __global__ void dropout_forward_kernel(int64_t n, uint64_t key, uint64_t first, 
 
 template <class T>
 __global__ void dropout_backward_kernel(int64_t n, const T* dy, const T* mask, T* dx) {
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    PARALAB_GRID_STRIDE_LOOP(i, n)
         dx[i] = dy[i] * mask[i];
 }
 

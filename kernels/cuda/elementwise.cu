@@ -11,10 +11,7 @@ namespace paralab::kernels::gpu {
 
 namespace {
 
-using detail::as_stream;
-using detail::grid_for;
-using detail::kBlock;
-using detail::require;
+using namespace detail;
 
 template <class T>
 constexpr T kInvSqrt2 = T(0.70710678118654752440);
@@ -24,16 +21,14 @@ constexpr T kInvSqrt2Pi = T(0.39894228040143267794);
 // y[i] = op(x[i]) for i < n, grid-stride.
 template <class T, class Op>
 __global__ void map_kernel(int64_t n, const T* x, T* y, Op op) {
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    PARALAB_GRID_STRIDE_LOOP(i, n)
         y[i] = op(x[i]);
 }
 
 // c[i] = op(a[i], b[i]) for i < n, grid-stride.
 template <class T, class Op>
 __global__ void zip_kernel(int64_t n, const T* a, const T* b, T* c, Op op) {
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    PARALAB_GRID_STRIDE_LOOP(i, n)
         c[i] = op(a[i], b[i]);
 }
 
@@ -99,12 +94,18 @@ struct Product {
 // y: [rows, cols]; add: y[r, c] (+)= bias[c]
 template <class T, bool Add>
 __global__ void bias_rows_kernel(int64_t rows, int64_t cols, const T* bias, T* y) {
-    const int64_t n = rows * cols;
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    PARALAB_GRID_STRIDE_LOOP(i, rows * cols) {
         const T b = bias[i % cols];
         y[i] = Add ? y[i] + b : b;
     }
+}
+
+template <class T, bool Add>
+void launch_bias_rows(const char* name, int64_t rows, int64_t cols, const T* bias, T* y, void* stream) {
+    require(rows >= 0 && cols >= 0, name, "negative size");
+    if (rows * cols == 0) return;
+    bias_rows_kernel<T, Add><<<grid_for(rows * cols), kBlock, 0, as_stream(stream)>>>(rows, cols, bias, y);
+    PARALAB_GPU_CHECK_LAUNCH("bias_rows_kernel");
 }
 
 template <class T>
@@ -120,8 +121,7 @@ struct SquaredDiff {
 template <class T>
 __global__ void squared_error_backward_kernel(int64_t n, const T* pred, const T* target, T scale,
                                               T* dpred) {
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    PARALAB_GRID_STRIDE_LOOP(i, n)
         dpred[i] = scale * (pred[i] - target[i]);
 }
 
@@ -171,18 +171,12 @@ void sigmoid_backward(int64_t n, const T* y, const T* dy, T* dx, void* stream) {
 // bias: [cols] -> y: [rows, cols]
 template <class T>
 void bias_broadcast_rows(int64_t rows, int64_t cols, const T* bias, T* y, void* stream) {
-    require(rows >= 0 && cols >= 0, "bias_broadcast_rows", "negative size");
-    if (rows * cols == 0) return;
-    bias_rows_kernel<T, false><<<grid_for(rows * cols), kBlock, 0, as_stream(stream)>>>(rows, cols, bias, y);
-    PARALAB_GPU_CHECK_LAUNCH("bias_rows_kernel");
+    launch_bias_rows<T, false>("bias_broadcast_rows", rows, cols, bias, y, stream);
 }
 // bias: [cols], y: [rows, cols] (in place)
 template <class T>
 void bias_add_rows(int64_t rows, int64_t cols, const T* bias, T* y, void* stream) {
-    require(rows >= 0 && cols >= 0, "bias_add_rows", "negative size");
-    if (rows * cols == 0) return;
-    bias_rows_kernel<T, true><<<grid_for(rows * cols), kBlock, 0, as_stream(stream)>>>(rows, cols, bias, y);
-    PARALAB_GPU_CHECK_LAUNCH("bias_rows_kernel");
+    launch_bias_rows<T, true>("bias_add_rows", rows, cols, bias, y, stream);
 }
 // x: [rows, cols] -> sums: [cols] (accumulated)
 template <class T>

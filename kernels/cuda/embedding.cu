@@ -9,17 +9,12 @@ namespace paralab::kernels::gpu {
 
 namespace {
 
-using detail::as_stream;
-using detail::grid_for;
-using detail::kBlock;
-using detail::require;
+using namespace detail;
 
 // table: [?, cols], index: [n] -> out: [n, cols]
 template <class T>
 __global__ void gather_rows_kernel(int64_t n, int64_t cols, const T* table, const int64_t* index, T* out) {
-    const int64_t total = n * cols;
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += stride) {
+    PARALAB_GRID_STRIDE_LOOP(k, n * cols) {
         const int64_t i = k / cols, c = k - i * cols;
         out[k] = table[index[i] * cols + c];
     }
@@ -28,9 +23,7 @@ __global__ void gather_rows_kernel(int64_t n, int64_t cols, const T* table, cons
 // src: [n, cols], index: [n] -> table: [?, cols] (+=)
 template <class T>
 __global__ void scatter_add_rows_kernel(int64_t n, int64_t cols, const T* src, const int64_t* index, T* table) {
-    const int64_t total = n * cols;
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += stride) {
+    PARALAB_GRID_STRIDE_LOOP(k, n * cols) {
         const int64_t i = k / cols, c = k - i * cols;
         atomicAdd(table + index[i] * cols + c, src[k]);
     }

@@ -1,6 +1,6 @@
 // What every launcher shares: the opaque stream of the public API turned back into a
-// cudaStream_t, grid sizes for elementwise loops, and deterministic block reductions.
-// Private to kernels/cuda.
+// cudaStream_t, grid sizes and the loop of elementwise kernels, the block size of one-block-
+// per-row kernels, and deterministic block reductions. Private to kernels/cuda.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,10 +26,21 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
     return static_cast<unsigned>(std::clamp<int64_t>((n + block - 1) / block, 1, kMaxGrid));
 }
 
+// Kernels that give each row of a matrix one block (softmax, layer norm, argmax) launch it with
+// this many threads: a multiple of 32, as block_sum and block_max need.
+constexpr int kRowBlock = 256;
+
 // Throws std::invalid_argument naming the launcher when a precondition fails (a size < 0, a
 // null pointer where data is needed): checked on the host before anything is queued.
 inline void require(bool ok, const char* launcher, const char* what) {
     if (!ok) throw std::invalid_argument(std::string(launcher) + ": " + what);
+}
+
+// The same for the host arrays of a multi-tensor launcher (multi_tensor.cuh): count >= 0 and
+// every sizes[k] >= 0.
+inline void require_tensor_sizes(const char* launcher, int64_t count, const int64_t* sizes) {
+    require(count >= 0, launcher, "negative tensor count");
+    for (int64_t k = 0; k < count; ++k) require(sizes[k] >= 0, launcher, "negative tensor size");
 }
 
 // Sets the calling thread's current device for a scope and restores the previous one.
@@ -95,3 +106,11 @@ __device__ V block_max(V v, V* shared) {
 }
 
 }  // namespace paralab::kernels::gpu::detail
+
+// The grid-stride loop of an elementwise kernel: `i` (an int64_t) runs over this thread's
+// indices i < n, grid-size steps apart, so that the capped grid of grid_for covers any n.
+// n is read once.
+#define PARALAB_GRID_STRIDE_LOOP(i, n)                                                       \
+    for (int64_t i##_end_ = (n), i##_stride_ = static_cast<int64_t>(gridDim.x) * blockDim.x, \
+                 i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;            \
+         i < i##_end_; i += i##_stride_)

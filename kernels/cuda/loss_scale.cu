@@ -13,21 +13,16 @@ namespace paralab::kernels::gpu {
 
 namespace {
 
-using detail::as_stream;
-using detail::require;
-using detail::TensorList;
-
-constexpr int64_t kChunk = int64_t{1} << 16;
-constexpr int kUnscaleBlock = 256;
+using namespace detail;
 
 // Block b unscales its chunk; any non-finite element sets *found_inf (every writer writes 1).
 template <class T>
-__global__ void __launch_bounds__(kUnscaleBlock)
+__global__ void __launch_bounds__(kTensorChunkBlock)
     non_finite_check_and_unscale_kernel(TensorList<1> list, float* found_inf, const float* inv_scale) {
     const int k = list.block_tensor[blockIdx.x];
     T* g = static_cast<T*>(list.ptr[0][k]);
-    const int64_t begin = static_cast<int64_t>(list.block_chunk[blockIdx.x]) * kChunk;
-    const int64_t end = min(begin + kChunk, list.size[k]);
+    const int64_t begin = static_cast<int64_t>(list.block_chunk[blockIdx.x]) * kTensorChunk;
+    const int64_t end = min(begin + kTensorChunk, list.size[k]);
     const float inv = *inv_scale;
     bool bad = false;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
@@ -61,13 +56,11 @@ __global__ void update_loss_scale_kernel(float* scale, int32_t* growth_tracker, 
 template <class T>
 void non_finite_check_and_unscale_multi(int64_t count, T* const* grads, const int64_t* sizes,
                                         float* found_inf, const float* inv_scale, void* stream) {
-    require(count >= 0, "non_finite_check_and_unscale", "negative tensor count");
-    for (int64_t k = 0; k < count; ++k)
-        require(sizes[k] >= 0, "non_finite_check_and_unscale", "negative tensor size");
+    require_tensor_sizes("non_finite_check_and_unscale", count, sizes);
     const cudaStream_t s = as_stream(stream);
     const std::array<void* const*, 1> lists{reinterpret_cast<void* const*>(grads)};
-    detail::for_each_tensor_chunk<1>(count, lists, sizes, kChunk, [&](const TensorList<1>& list, int blocks) {
-        non_finite_check_and_unscale_kernel<T><<<blocks, kUnscaleBlock, 0, s>>>(list, found_inf, inv_scale);
+    detail::for_each_tensor_chunk<1>(count, lists, sizes, kTensorChunk, [&](const TensorList<1>& list, int blocks) {
+        non_finite_check_and_unscale_kernel<T><<<blocks, kTensorChunkBlock, 0, s>>>(list, found_inf, inv_scale);
         PARALAB_GPU_CHECK_LAUNCH("non_finite_check_and_unscale_kernel");
     });
 }

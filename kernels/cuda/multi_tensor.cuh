@@ -18,6 +18,12 @@ namespace paralab::kernels::gpu::detail {
 constexpr int kListTensors = 36;
 constexpr int kListBlocks = 320;
 
+// The chunk and block size of the elementwise multi-tensor launches (optimizer steps, the loss
+// scaler's unscale): 64 Ki elements per block, 256 per thread, so that a launch of kListBlocks
+// chunks covers ~21 M elements and a small model's whole step is one launch.
+constexpr int64_t kTensorChunk = int64_t{1} << 16;
+constexpr int kTensorChunkBlock = 256;
+
 // Depth parallel lists: ptr[d][k] is the k-th tensor of list d (parameters, gradients, ...).
 template <int Depth>
 struct TensorList {

@@ -9,10 +9,7 @@ namespace paralab::kernels::gpu {
 
 namespace {
 
-using detail::as_stream;
-using detail::require;
-
-constexpr int kRowBlock = 256;
+using namespace detail;
 
 // x: [rows, D] -> y: [rows, D], mean, rstd: [rows]; block r normalises row r.
 template <class T>

@@ -14,14 +14,7 @@ namespace paralab::kernels::gpu {
 
 namespace {
 
-using detail::as_stream;
-using detail::require;
-using detail::TensorList;
-
-// Elements per block: 64 Ki, 256 per thread, so that a launch of 320 chunks covers ~21 M
-// parameters and a small model's whole step is one launch.
-constexpr int64_t kChunk = int64_t{1} << 16;
-constexpr int kOptimBlock = 256;
+using namespace detail;
 
 template <class T>
 struct SgdStep {
@@ -69,24 +62,23 @@ struct AdamStep {
 
 // Block b updates elements [chunk*block_chunk[b], ...) of tensor block_tensor[b] of the lists.
 template <class T, int Depth, class Step>
-__global__ void __launch_bounds__(kOptimBlock) multi_tensor_step_kernel(TensorList<Depth> list, Step step) {
+__global__ void __launch_bounds__(kTensorChunkBlock) multi_tensor_step_kernel(TensorList<Depth> list, Step step) {
     const int k = list.block_tensor[blockIdx.x];
     T* x[Depth];
 #pragma unroll
     for (int d = 0; d < Depth; ++d) x[d] = static_cast<T*>(list.ptr[d][k]);
-    const int64_t begin = static_cast<int64_t>(list.block_chunk[blockIdx.x]) * kChunk;
-    const int64_t end = min(begin + kChunk, list.size[k]);
+    const int64_t begin = static_cast<int64_t>(list.block_chunk[blockIdx.x]) * kTensorChunk;
+    const int64_t end = min(begin + kTensorChunk, list.size[k]);
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) step(x, i);
 }
 
 template <class T, int Depth, class Step>
 void launch_multi(const char* name, int64_t count, const std::array<void* const*, Depth>& lists,
                   const int64_t* sizes, Step step, void* stream) {
-    require(count >= 0, name, "negative tensor count");
-    for (int64_t k = 0; k < count; ++k) require(sizes[k] >= 0, name, "negative tensor size");
+    require_tensor_sizes(name, count, sizes);
     const cudaStream_t s = as_stream(stream);
-    detail::for_each_tensor_chunk<Depth>(count, lists, sizes, kChunk, [&](const TensorList<Depth>& list, int blocks) {
-        multi_tensor_step_kernel<T, Depth><<<blocks, kOptimBlock, 0, s>>>(list, step);
+    detail::for_each_tensor_chunk<Depth>(count, lists, sizes, kTensorChunk, [&](const TensorList<Depth>& list, int blocks) {
+        multi_tensor_step_kernel<T, Depth><<<blocks, kTensorChunkBlock, 0, s>>>(list, step);
         PARALAB_GPU_CHECK_LAUNCH("multi_tensor_step_kernel");
     });
 }

@@ -11,28 +11,19 @@ namespace paralab::kernels::gpu {
 
 namespace {
 
-using detail::as_stream;
-using detail::grid_for;
-using detail::kBlock;
-using detail::require;
+using namespace detail;
 
 template <class T>
 __device__ __forceinline__ T sigmoid(T x) {
     return T(1) / (T(1) + exp(-x));
 }
 
-// Grid-stride over the batch * hidden (b, j) pairs.
-#define PARALAB_FOR_EACH_UNIT(batch, hidden)                                                   \
-    const int64_t units_ = (batch) * (hidden);                                                 \
-    const int64_t stride_ = static_cast<int64_t>(gridDim.x) * blockDim.x;                      \
-    for (int64_t k_ = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k_ < units_; \
-         k_ += stride_)
-
+// One thread per unit k = b * H + j of the batch, grid-stride.
 template <class T>
 __global__ void lstm_cell_forward_kernel(int64_t batch, int64_t H, T* gates, int64_t ld_gates,
                                          const T* c_prev, T* c, T* tanh_c, T* h, int64_t ld_state) {
-    PARALAB_FOR_EACH_UNIT(batch, H) {
-        const int64_t b = k_ / H, j = k_ - b * H;
+    PARALAB_GRID_STRIDE_LOOP(k, batch * H) {
+        const int64_t b = k / H, j = k - b * H;
         T* g = gates + b * ld_gates;
         const T i = sigmoid(g[j]);
         const T f = sigmoid(g[H + j]);
@@ -55,8 +46,8 @@ template <class T>
 __global__ void lstm_cell_backward_kernel(int64_t batch, int64_t H, const T* gates, int64_t ld_gates,
                                           const T* c_prev, const T* tanh_c, const T* dh,
                                           int64_t ld_state, T* dc, T* dgates) {
-    PARALAB_FOR_EACH_UNIT(batch, H) {
-        const int64_t b = k_ / H, j = k_ - b * H;
+    PARALAB_GRID_STRIDE_LOOP(k, batch * H) {
+        const int64_t b = k / H, j = k - b * H;
         const T* g = gates + b * ld_gates;
         T* dg = dgates + b * ld_gates;
         const int64_t s = b * ld_state + j;
@@ -64,21 +55,21 @@ __global__ void lstm_cell_backward_kernel(int64_t batch, int64_t H, const T* gat
         const T t = tanh_c[s];
         const T dhj = dh[s];
         // c_t reaches the loss through h_t = o tanh(c_t) and through c_{t+1} = f c_t + ...
-        const T dct = dc[k_] + dhj * o * (T(1) - t * t);
+        const T dct = dc[k] + dhj * o * (T(1) - t * t);
         const T cprev = c_prev ? c_prev[s] : T(0);
         dg[j] = dct * gg * i * (T(1) - i);
         dg[H + j] = dct * cprev * f * (T(1) - f);
         dg[2 * H + j] = dct * i * (T(1) - gg * gg);
         dg[3 * H + j] = dhj * t * o * (T(1) - o);
-        dc[k_] = dct * f;  // dc is dense [batch, H]: its index is k_
+        dc[k] = dct * f;  // dc is dense [batch, H]: its index is k
     }
 }
 
 template <class T>
 __global__ void gru_cell_forward_kernel(int64_t batch, int64_t H, T* gates, int64_t ld_gates, const T* hh,
                                         const T* h_prev, T* hn, T* h, int64_t ld_state) {
-    PARALAB_FOR_EACH_UNIT(batch, H) {
-        const int64_t b = k_ / H, j = k_ - b * H;
+    PARALAB_GRID_STRIDE_LOOP(k, batch * H) {
+        const int64_t b = k / H, j = k - b * H;
         T* g = gates + b * ld_gates;
         const T* hhr = hh + b * 3 * H;
         const int64_t s = b * ld_state + j;
@@ -99,8 +90,8 @@ template <class T>
 __global__ void gru_cell_backward_kernel(int64_t batch, int64_t H, const T* gates, int64_t ld_gates,
                                          const T* hn, const T* h_prev, const T* dh, T* dh_prev,
                                          int64_t ld_state, T* dgates_ih, T* dgates_hh) {
-    PARALAB_FOR_EACH_UNIT(batch, H) {
-        const int64_t b = k_ / H, j = k_ - b * H;
+    PARALAB_GRID_STRIDE_LOOP(k, batch * H) {
+        const int64_t b = k / H, j = k - b * H;
         const T* g = gates + b * ld_gates;
         T* dih = dgates_ih + b * ld_gates;
         T* dhh = dgates_hh + b * ld_gates;
@@ -120,8 +111,6 @@ __global__ void gru_cell_backward_kernel(int64_t batch, int64_t H, const T* gate
         if (dh_prev) dh_prev[s] += dhj * z;
     }
 }
-
-#undef PARALAB_FOR_EACH_UNIT
 
 void check_cell_sizes(const char* name, int64_t batch, int64_t hidden, int64_t ld_gates,
                       int64_t gate_blocks, int64_t ld_state) {

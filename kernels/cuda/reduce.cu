@@ -36,8 +36,7 @@ void launch_final_sum(int64_t parts, const double* partials, double* result, boo
 
 namespace {
 
-using detail::as_stream;
-using detail::require;
+using namespace detail;
 
 template <class T>
 struct ValueTerm {
@@ -74,16 +73,14 @@ __global__ void __launch_bounds__(detail::kReduceBlock)
 
 template <class T>
 __global__ void scale_kernel(int64_t n, T* x, T factor) {
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    PARALAB_GRID_STRIDE_LOOP(i, n)
         x[i] *= factor;
 }
 
 template <class T>
 __global__ void scale_by_device_scalar_kernel(int64_t n, T* x, const double* factor) {
     const T f = static_cast<T>(*factor);
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    PARALAB_GRID_STRIDE_LOOP(i, n)
         x[i] *= f;
 }
 

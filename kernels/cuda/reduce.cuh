@@ -23,8 +23,7 @@ template <class Term>
 __global__ void __launch_bounds__(kReduceBlock) partial_sums_kernel(int64_t n, Term term, double* partials) {
     __shared__ double shared[32];
     double acc = 0;
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    PARALAB_GRID_STRIDE_LOOP(i, n)
         acc += term(i);
     acc = block_sum(acc, shared);
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;

@@ -10,10 +10,7 @@ namespace paralab::kernels::gpu {
 
 namespace {
 
-using detail::as_stream;
-using detail::require;
-
-constexpr int kRowBlock = 256;
+using namespace detail;
 
 // logits: [rows, classes], targets: [rows] -> probs: [rows, classes], row_loss: [rows]
 template <class T>
@@ -44,9 +41,7 @@ __global__ void __launch_bounds__(kRowBlock)
 template <class T>
 __global__ void softmax_cross_entropy_backward_kernel(int64_t rows, int64_t classes, const T* probs,
                                                       const int64_t* targets, T scale, T* dlogits) {
-    const int64_t n = rows * classes;
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    PARALAB_GRID_STRIDE_LOOP(i, rows * classes) {
         const int64_t r = i / classes, c = i - r * classes;
         T d = scale * probs[i];
         if (c == targets[r]) d -= scale;
