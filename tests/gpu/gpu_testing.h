@@ -36,6 +36,9 @@ protected:
     }
 };
 
+// The element types every templated kernel is instantiated for: TYPED_TEST_SUITE(Suite, FloatTypes).
+using FloatTypes = ::testing::Types<float, double>;
+
 template <class Param>
 class GpuParamTest : public ::testing::TestWithParam<Param> {
 protected:

@@ -23,7 +23,6 @@ namespace {
 
 template <class T>
 class GpuElementwise : public GpuTest {};
-using FloatTypes = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(GpuElementwise, FloatTypes);
 
 template <class T>

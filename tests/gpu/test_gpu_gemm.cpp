@@ -51,16 +51,19 @@ template <class T, class RunGpu>
     return close_to(dC.download(), Cd, tol, metric);
 }
 
+// check_gemm's run_gpu for kg::gemm<T> with `math` (ignored for double) on the default stream.
+template <class T>
+auto gpu_gemm(const GemmCase& c, kg::GemmMath math) {
+    return [&c, math](const T* A, int64_t lda, const T* B, int64_t ldb, T alpha, T beta, T* C, int64_t ldc) {
+        kg::gemm<T>(c.trans_a, c.trans_b, c.M, c.N, c.K, alpha, A, lda, B, ldb, beta, C, ldc, nullptr, math);
+    };
+}
+
 }  // namespace
 
 TEST_P(GpuGemm, Fp32MatchesCpu) {
     const auto c = GetParam();
-    EXPECT_TRUE(check_gemm<float>(c, kFp32Tol, Metric::normwise,
-                                  [&](const float* A, int64_t lda, const float* B, int64_t ldb, float alpha, float beta,
-                                      float* C, int64_t ldc) {
-                                      kg::gemm<float>(c.trans_a, c.trans_b, c.M, c.N, c.K, alpha, A, lda, B, ldb, beta,
-                                                      C, ldc, nullptr, kg::GemmMath::fp32);
-                                  }));
+    EXPECT_TRUE(check_gemm<float>(c, kFp32Tol, Metric::normwise, gpu_gemm<float>(c, kg::GemmMath::fp32)));
 }
 
 // TF32 rounds every input to 10 mantissa bits: its error is a property of sums of many
@@ -69,22 +72,12 @@ class GpuGemmTf32 : public GpuParamTest<GemmCase> {};
 
 TEST_P(GpuGemmTf32, Tf32MatchesCpu) {
     const auto c = GetParam();
-    EXPECT_TRUE(check_gemm<float>(c, kTf32Tol, Metric::normwise,
-                                  [&](const float* A, int64_t lda, const float* B, int64_t ldb, float alpha, float beta,
-                                      float* C, int64_t ldc) {
-                                      kg::gemm<float>(c.trans_a, c.trans_b, c.M, c.N, c.K, alpha, A, lda, B, ldb, beta,
-                                                      C, ldc, nullptr, kg::GemmMath::tf32);
-                                  }));
+    EXPECT_TRUE(check_gemm<float>(c, kTf32Tol, Metric::normwise, gpu_gemm<float>(c, kg::GemmMath::tf32)));
 }
 
 TEST_P(GpuGemm, Fp64MatchesCpu) {
     const auto c = GetParam();
-    EXPECT_TRUE(check_gemm<double>(c, kFp64Tol, Metric::normwise,
-                                   [&](const double* A, int64_t lda, const double* B, int64_t ldb, double alpha,
-                                       double beta, double* C, int64_t ldc) {
-                                       kg::gemm<double>(c.trans_a, c.trans_b, c.M, c.N, c.K, alpha, A, lda, B, ldb,
-                                                        beta, C, ldc, nullptr);
-                                   }));
+    EXPECT_TRUE(check_gemm<double>(c, kFp64Tol, Metric::normwise, gpu_gemm<double>(c, kg::GemmMath::fp32)));
 }
 
 // Inputs cast to bf16 / fp16 on the GPU, multiplied with fp32 accumulation: within the bf16

@@ -17,7 +17,6 @@ namespace {
 
 template <class T>
 class GpuRecurrentNorm : public GpuTest {};
-using FloatTypes = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(GpuRecurrentNorm, FloatTypes);
 
 // One time step t of [batch, steps, X] arrays: rows ld = steps * X apart, starting at t * X.

@@ -21,7 +21,6 @@ namespace {
 
 template <class T>
 class GpuReduceOptim : public GpuTest {};
-using FloatTypes = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(GpuReduceOptim, FloatTypes);
 
 // Sizes of a model's parameters: empty, tiny, odd, and one past a multi-tensor chunk (64 Ki)
