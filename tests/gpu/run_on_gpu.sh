@@ -11,6 +11,8 @@
 #     --jobs N     parallel build jobs (default: all cores)
 #     --all        build every target (the CLI, every test), not only the gpu suite and paralab
 #     --bench      after the tests, run bench_gpu_kernels (each kernel's ms and GB/s or GFLOP/s)
+#                  and bench_gpu_comm (all-reduce busbw, virtual GPUs and NCCL, against the copy
+#                  bandwidth)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -98,4 +100,5 @@ fi
 status=0
 ctest --test-dir "$build" -L gpu --output-on-failure || status=$?
 if [ "$bench" = 1 ]; then "$build/tests/bench_gpu_kernels"; fi
+if [ "$bench" = 1 ]; then "$build/tests/bench_gpu_comm"; fi
 exit $status

@@ -1,0 +1,131 @@
+// The GPU communicators' shared pieces (gpu_common.h): abort flag, host mailbox, host barrier.
+#include "engine/comm/gpu_common.h"
+
+#include <chrono>
+#include <thread>
+
+#include <kernels/gpu/memory.h>
+#include <kernels/gpu/stream.h>
+
+#include "engine/device/cuda_device.h"
+
+namespace paralab::comm::gpu_detail {
+
+namespace kg = kernels::gpu;
+
+bool AbortFlag::set(const std::string& reason) {
+    std::lock_guard lock(m_mutex);
+    if (m_aborted.load(std::memory_order_relaxed)) return false;
+    m_reason = reason;
+    m_aborted.store(true, std::memory_order_release);
+    return true;
+}
+
+void AbortFlag::check() const {
+    if (!is_set()) return;
+    std::string reason;
+    {
+        std::lock_guard lock(m_mutex);
+        reason = m_reason;
+    }
+    throw CommAborted("communicator aborted: " + reason);
+}
+
+void HostMailbox::send(CudaDevice& device, int from, int to, int tag, const void* data,
+                       int64_t count, DType dtype) {
+    m_abort.check();
+    Message message;
+    message.count = count;
+    message.dtype = dtype;
+    message.bytes.resize(size_t(count) * dtype_size(dtype));
+    if (!message.bytes.empty()) {
+        device.make_current();
+        device.comm_waits_for_compute();
+        kg::copy_device_to_host_async(message.bytes.data(), data, message.bytes.size(),
+                                      device.comm_stream());
+        kg::stream_synchronize(device.comm_stream());
+    }
+    {
+        std::lock_guard lock(m_mutex);
+        m_mail[{from, to, tag}].push_back(std::move(message));
+    }
+    m_cv.notify_all();
+}
+
+void HostMailbox::recv(CudaDevice& device, int from, int to, int tag, void* data, int64_t count,
+                       DType dtype) {
+    m_abort.check();
+    const Key key{from, to, tag};
+    Message message;
+    {
+        std::unique_lock lock(m_mutex);
+        m_cv.wait(lock, [&] {
+            if (m_abort.is_set()) return true;
+            auto it = m_mail.find(key);
+            return it != m_mail.end() && !it->second.empty();
+        });
+        m_abort.check();
+        auto it = m_mail.find(key);
+        const Message& front = it->second.front();
+        if (front.count != count || front.dtype != dtype)
+            throw Error("Communicator::recv: rank " + std::to_string(to) + " expects " +
+                        std::to_string(count) + " " + std::string(dtype_name(dtype)) +
+                        " from rank " + std::to_string(from) + " (tag " + std::to_string(tag) +
+                        "), but the message holds " + std::to_string(front.count) + " " +
+                        std::string(dtype_name(front.dtype)));
+        message = std::move(it->second.front());
+        it->second.pop_front();
+        if (it->second.empty()) m_mail.erase(it);
+    }
+    if (message.bytes.empty()) return;
+    device.make_current();
+    // The buffer may still be read by queued compute work: overwrite it after that work.
+    device.comm_waits_for_compute();
+    kg::copy_host_to_device_async(data, message.bytes.data(), message.bytes.size(),
+                                  device.comm_stream());
+    kg::stream_synchronize(device.comm_stream());  // the host bytes die with `message`
+}
+
+void HostMailbox::wake_all() {
+    { std::lock_guard lock(m_mutex); }  // a recv between its check and its sleep wakes
+    m_cv.notify_all();
+}
+
+void HostBarrier::arrive_and_wait() {
+    m_abort.check();
+    std::unique_lock lock(m_mutex);
+    const int64_t generation = m_generation;
+    if (++m_arrived == m_world) {
+        m_arrived = 0;
+        ++m_generation;
+        m_cv.notify_all();
+        return;
+    }
+    m_cv.wait(lock, [&] { return m_generation != generation || m_abort.is_set(); });
+    if (m_generation == generation) m_abort.check();
+}
+
+void HostBarrier::wake_all() {
+    { std::lock_guard lock(m_mutex); }
+    m_cv.notify_all();
+}
+
+void wait_for_stream(void* stream, void* event, const AbortFlag& abort) {
+    kg::event_record(event, stream);
+    // Spin briefly (short collectives finish in microseconds), then sleep between polls.
+    for (int polls = 0; !kg::event_completed(event); ++polls) {
+        abort.check();
+        if (polls < 64)
+            std::this_thread::yield();
+        else
+            std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+}
+
+int64_t offset_of(const std::vector<int64_t>& counts, int r) {
+    int64_t offset = 0;
+    for (int q = 0; q < r; ++q) offset += counts[size_t(q)];
+    return offset;
+}
+
+}  // namespace paralab::comm::gpu_detail

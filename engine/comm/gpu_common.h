@@ -1,0 +1,91 @@
+// What the two GPU communicators (nccl.cpp, cuda_local.cpp) share, private to engine/comm: the
+// abort flag with its reason, the host mailbox behind send/recv, and the host barrier.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/comm/communicator.h"
+
+namespace paralab {
+class CudaDevice;
+}
+
+namespace paralab::comm::gpu_detail {
+
+// Set once by abort(); every wait of the group polls or is woken by it.
+class AbortFlag {
+public:
+    // True for the first caller only (the first reason wins).
+    bool set(const std::string& reason);
+    bool is_set() const { return m_aborted.load(std::memory_order_acquire); }
+    // Throws CommAborted("communicator aborted: <reason>") once set.
+    void check() const;
+
+private:
+    std::atomic<bool> m_aborted{false};
+    mutable std::mutex m_mutex;
+    std::string m_reason;  // guarded by m_mutex; set once, before m_aborted
+};
+
+// Eager point-to-point messages through host memory: send copies the device buffer out (on the
+// sender's communication stream, after its compute stream's work) and returns; recv waits for
+// the oldest message of (peer, tag) and copies it into the device buffer. Messages between one
+// pair with one tag arrive in order.
+class HostMailbox {
+public:
+    explicit HostMailbox(const AbortFlag& abort) : m_abort(abort) {}
+
+    void send(CudaDevice& device, int from, int to, int tag, const void* data, int64_t count,
+              DType dtype);
+    void recv(CudaDevice& device, int from, int to, int tag, void* data, int64_t count,
+              DType dtype);
+    // Wakes every waiting recv (which then throws CommAborted).
+    void wake_all();
+
+private:
+    struct Message {
+        int64_t count = 0;
+        DType dtype = DType::f32;
+        std::vector<std::byte> bytes;
+    };
+    using Key = std::tuple<int, int, int>;  // (from, to, tag)
+
+    const AbortFlag& m_abort;
+    std::mutex m_mutex;
+    std::condition_variable m_cv;              // a message arrived, or abort
+    std::map<Key, std::deque<Message>> m_mail;  // guarded by m_mutex
+};
+
+// A reusable barrier of `world` threads that abort() wakes.
+class HostBarrier {
+public:
+    HostBarrier(int world, const AbortFlag& abort) : m_world(world), m_abort(abort) {}
+    void arrive_and_wait();
+    void wake_all();
+
+private:
+    const int m_world;
+    const AbortFlag& m_abort;
+    std::mutex m_mutex;
+    std::condition_variable m_cv;
+    int m_arrived = 0;         // guarded by m_mutex
+    int64_t m_generation = 0;  // guarded by m_mutex
+};
+
+// Records `event` on `stream` and waits until the stream has passed it, polling `abort`: a
+// stream stuck in a collective whose peers never came (NCCL) does not hold the thread once the
+// group is aborted. Throws CommAborted then.
+void wait_for_stream(void* stream, void* event, const AbortFlag& abort);
+
+// The rank-order offset of rank r's rows in a scatterv/gatherv layout.
+int64_t offset_of(const std::vector<int64_t>& counts, int r);
+
+}  // namespace paralab::comm::gpu_detail
