@@ -98,8 +98,9 @@ std::vector<DeviceMemoryEstimate> estimate_memory(const run::Experiment& e, cons
             set(r, MemCategory::gradients, p);
             set(r, MemCategory::optimizer_state, k * p);
             set(r, MemCategory::activations, perExample * rows);
-            // the buckets (P in all) and the flat buffers they are reduced through
-            if (t == "ddp") set(r, MemCategory::communication, 2 * p);
+            // ddp: the gradients are views of the buckets (counted above); the flat buffer the
+            // parameters are broadcast through at the start
+            if (t == "ddp") set(r, MemCategory::communication, p);
             if (t == "zero") {
                 set(r, MemCategory::optimizer_state, ceil_div(k * p, n));
                 // stage 1: the full gradients and the reduced shard; stage 2: the shard and the
