@@ -17,6 +17,7 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "engine/comm/gpu.h"
@@ -78,18 +79,22 @@ TEST(GpuCommChoice, NcclAvailabilityIsReported) {
 
 // ---- on GPUs ----------------------------------------------------------------------------
 
-enum class Backend { nccl, cuda_local };
+// cuda_local: every rank on GPU 0 (virtual GPUs); cuda_local_spread: rank r on GPU r % count,
+// the peer-copy path of CudaLocalGroup (a build without NCCL uses it for distinct GPUs).
+enum class Backend { nccl, cuda_local, cuda_local_spread };
 struct Case {
     Backend backend;
     int world;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-    *os << (c.backend == Backend::nccl ? "nccl" : "virtual GPUs") << " x" << c.world;
+    *os << (c.backend == Backend::nccl ? "nccl" : c.backend == Backend::cuda_local ? "virtual GPUs" : "local CUDA group over GPUs")
+        << " x" << c.world;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-    return std::string(info.param.backend == Backend::nccl ? "Nccl" : "VirtualGpus") +
+    const Backend b = info.param.backend;
+    return std::string(b == Backend::nccl ? "Nccl" : b == Backend::cuda_local ? "VirtualGpus" : "LocalCudaSpread") +
            std::to_string(info.param.world);
 }
 
@@ -104,6 +109,8 @@ std::string skip_reason(const Case& c) {
     if (c.backend == Backend::nccl && c.world > kg::device_count())
         return "NCCL needs " + std::to_string(c.world) + " distinct GPUs; this machine has " +
                std::to_string(kg::device_count());
+    if (c.backend == Backend::cuda_local_spread && kg::device_count() < 2)
+        return "the local CUDA group's peer-copy path needs 2 GPUs; this machine has 1";
     return {};
 }
 
@@ -188,7 +195,8 @@ protected:
         if (!reason.empty()) GTEST_SKIP() << reason;
         const int world = GetParam().world;
         for (int r = 0; r < world; ++r) {
-            const int ordinal = GetParam().backend == Backend::nccl ? r : 0;
+            const Backend b = GetParam().backend;
+            const int ordinal = b == Backend::nccl ? r : b == Backend::cuda_local ? 0 : r % kg::device_count();
             m_ordinals.push_back(ordinal);
             m_devices.push_back(
                 make_cuda_device(ordinal, "cuda:" + std::to_string(ordinal) + "/" + std::to_string(r)));
@@ -204,7 +212,8 @@ protected:
     }
 
     int world() const { return GetParam().world; }
-    bool virtual_gpus() const { return GetParam().backend == Backend::cuda_local; }
+    // The local CUDA group: the CPU LocalGroup's bits, whatever GPUs its ranks are on.
+    bool virtual_gpus() const { return GetParam().backend != Backend::nccl; }
 
     template <class T>
     std::vector<std::vector<T>> on_gpu(const std::vector<std::vector<T>>& inputs, const Call<T>& call) {
@@ -381,9 +390,9 @@ TEST_P(GpuCommTest, SendRecvInOrderAndEager) {
             c.send(out.get(), count, DType::f64, r, 6);
         }
         for (int k = 0; k < 2; ++k)
-            for (int from : {prev, r}) {
+            for (const auto& [from, tag] : {std::pair{prev, 5}, std::pair{r, 6}}) {
                 DeviceArray<double> in(o, std::vector<double>(size_t(count)));
-                c.recv(in.get(), count, DType::f64, from, from == r ? 6 : 5);
+                c.recv(in.get(), count, DType::f64, from, tag);
                 got[size_t(r)].push_back(in.download());
             }
     });
@@ -483,17 +492,20 @@ TEST_P(GpuCommTest, AbortUnblocksWaiters) {
 TEST_P(GpuCommTest, TheFactoryPicksThisBackend) {
     std::vector<Device*> devices;
     for (auto& d : m_devices) devices.push_back(d.get());
-    // Distinct GPUs get NCCL; one GPU listed world times gets the local CUDA group (world 1
-    // lists it once: NCCL then).
+    // Distinct GPUs get NCCL; a GPU listed twice gets the local CUDA group (world 1 lists one
+    // GPU once, and spreading 2 ranks over 2 GPUs lists each once: NCCL then).
     auto group = make_device_group(devices);
-    const bool want_nccl = GetParam().backend == Backend::nccl || world() == 1;
+    std::set<int> distinct(m_ordinals.begin(), m_ordinals.end());
+    const bool want_nccl = int(distinct.size()) == world();
     EXPECT_EQ(group->rank(0).backend(), want_nccl && kg::nccl::built() ? "nccl" : "cuda_local");
     EXPECT_EQ(group->world(), world());
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, GpuCommTest,
                          ::testing::Values(Case{Backend::cuda_local, 1}, Case{Backend::cuda_local, 2},
-                                           Case{Backend::cuda_local, 4}, Case{Backend::nccl, 1},
+                                           Case{Backend::cuda_local, 4},
+                                           Case{Backend::cuda_local_spread, 2},
+                                           Case{Backend::cuda_local_spread, 4}, Case{Backend::nccl, 1},
                                            Case{Backend::nccl, 2}, Case{Backend::nccl, 4}),
                          case_name);
 
