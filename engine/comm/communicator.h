@@ -63,7 +63,7 @@ public:
 
     int rank() const { return m_rank; }
     int world() const { return m_world; }
-    // "local", "mpi", "nccl".
+    // "local", "mpi", "nccl", "cuda_local" (engine/comm/gpu.h).
     virtual std::string backend() const = 0;
 
     CommRecord all_reduce(void* data, int64_t count, DType dtype, ReduceOp op);

@@ -90,11 +90,13 @@ struct CudaLocalGroup::State {
     explicit State(std::vector<CudaDevice*> d)
         : world(int(d.size())), devices(std::move(d)), slots(size_t(world)),
           events(size_t(world)) {
-        // A call ticks at most 1 + 2(N-1) times (all_reduce).
+        // A call ticks at most 1 + 2(N-1) times (all_reduce); one more event per rank orders
+        // its communication stream after its compute stream.
         for (int r = 0; r < world; ++r)
-            for (int t = 0; t < 2 * world; ++t)
+            for (int t = 0; t < 2 * world + 1; ++t)
                 events[size_t(r)].push_back(kg::event_create(devices[size_t(r)]->ordinal(), false));
     }
+    void* ready_event(int r) { return events[size_t(r)].back(); }
     ~State() {
         for (auto& per_rank : events)
             for (void* e : per_rank) {
@@ -122,7 +124,8 @@ struct CudaLocalGroup::State {
     const int world;
     const std::vector<CudaDevice*> devices;
     std::vector<Slot> slots;                // [world]; never resized
-    std::vector<std::vector<void*>> events; // [rank][call tick - 1]; recorded by that rank only
+    // [rank][call tick - 1], then the rank's ready event; recorded by that rank only.
+    std::vector<std::vector<void*>> events;
     gpu_detail::AbortFlag aborted;
     gpu_detail::HostMailbox mailbox{aborted};
 };
@@ -232,7 +235,7 @@ protected:
         const size_t offset = size_t(offset_of(counts, rank())) * esize;
         if (rank() == root) {
             m_device.make_current();
-            m_device.comm_waits_for_compute();
+            gpu_detail::wait_for_compute(m_device, stream(), m_state.ready_event(rank()));
             move_bytes(recv, static_cast<const std::byte*>(send) + offset, mine);
             if (world() == 1) {
                 kg::stream_synchronize(stream());
@@ -278,11 +281,13 @@ protected:
     }
 
     void send_impl(const void* data, int64_t count, DType dtype, int peer, int tag) override {
-        m_state.mailbox.send(m_device, rank(), peer, tag, data, count, dtype);
+        m_state.mailbox.send(m_device, stream(), m_state.ready_event(rank()), rank(), peer, tag,
+                             data, count, dtype);
     }
 
     void recv_impl(void* data, int64_t count, DType dtype, int peer, int tag) override {
-        m_state.mailbox.recv(m_device, peer, rank(), tag, data, count, dtype);
+        m_state.mailbox.recv(m_device, stream(), m_state.ready_event(rank()), peer, rank(), tag,
+                             data, count, dtype);
     }
 
     // Host-side only: every rank has entered (the GPU streams are not involved).
@@ -305,7 +310,7 @@ private:
     void enter(const void* buffer) {
         m_base = m_ticks;
         m_device.make_current();
-        m_device.comm_waits_for_compute();
+        gpu_detail::wait_for_compute(m_device, stream(), m_state.ready_event(rank()));
         m_state.slots[size_t(rank())].buffer.store(buffer, std::memory_order_relaxed);
         tick();
     }

@@ -36,10 +36,12 @@ namespace paralab::comm {
 
 // One rank per device; devices[r] is rank r's GPU. The devices must outlive the group and be
 // distinct GPUs (ordinals). Throws ConfigError when a GPU is listed twice or this build has no
-// NCCL; GpuError with NCCL's words when ncclCommInitAll fails.
+// NCCL; GpuError with NCCL's words when ncclCommInitAll fails. own_streams: run on streams made
+// for this group instead of the devices' communication streams (what split() does: two NCCL
+// communicators on one stream deadlock when their threads enqueue in different orders).
 class NcclGroup final : public Group {
 public:
-    explicit NcclGroup(std::vector<CudaDevice*> devices);
+    explicit NcclGroup(std::vector<CudaDevice*> devices, bool own_streams = false);
     ~NcclGroup() override;
     NcclGroup(const NcclGroup&) = delete;
     NcclGroup& operator=(const NcclGroup&) = delete;
@@ -49,7 +51,8 @@ public:
     Communicator& rank(int r) override;
     // Wakes every waiting rank with CommAborted and ncclCommAbort's every communicator.
     void abort(const std::string& reason) override;
-    // A second set of NCCL communicators over the same GPUs (ncclCommInitAll again).
+    // A second set of NCCL communicators over the same GPUs (ncclCommInitAll again), on streams
+    // of their own.
     std::unique_ptr<Group> split() override;
 
     struct State;
@@ -72,6 +75,8 @@ public:
     bool is_local(int r) const override { return r >= 0 && r < world(); }
     Communicator& rank(int r) override;
     void abort(const std::string& reason) override;
+    // Same devices and streams: the local protocol's stream waits are on work already queued,
+    // so two groups sharing a stream cannot deadlock (they only serialise).
     std::unique_ptr<Group> split() override;
 
     struct State;

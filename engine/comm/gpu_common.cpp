@@ -31,8 +31,8 @@ void AbortFlag::check() const {
     throw CommAborted("communicator aborted: " + reason);
 }
 
-void HostMailbox::send(CudaDevice& device, int from, int to, int tag, const void* data,
-                       int64_t count, DType dtype) {
+void HostMailbox::send(CudaDevice& device, void* stream, void* ready, int from, int to, int tag,
+                       const void* data, int64_t count, DType dtype) {
     m_abort.check();
     Message message;
     message.count = count;
@@ -40,10 +40,9 @@ void HostMailbox::send(CudaDevice& device, int from, int to, int tag, const void
     message.bytes.resize(size_t(count) * dtype_size(dtype));
     if (!message.bytes.empty()) {
         device.make_current();
-        device.comm_waits_for_compute();
-        kg::copy_device_to_host_async(message.bytes.data(), data, message.bytes.size(),
-                                      device.comm_stream());
-        kg::stream_synchronize(device.comm_stream());
+        wait_for_compute(device, stream, ready);
+        kg::copy_device_to_host_async(message.bytes.data(), data, message.bytes.size(), stream);
+        kg::stream_synchronize(stream);
     }
     {
         std::lock_guard lock(m_mutex);
@@ -52,8 +51,8 @@ void HostMailbox::send(CudaDevice& device, int from, int to, int tag, const void
     m_cv.notify_all();
 }
 
-void HostMailbox::recv(CudaDevice& device, int from, int to, int tag, void* data, int64_t count,
-                       DType dtype) {
+void HostMailbox::recv(CudaDevice& device, void* stream, void* ready, int from, int to, int tag,
+                       void* data, int64_t count, DType dtype) {
     m_abort.check();
     const Key key{from, to, tag};
     Message message;
@@ -80,10 +79,9 @@ void HostMailbox::recv(CudaDevice& device, int from, int to, int tag, void* data
     if (message.bytes.empty()) return;
     device.make_current();
     // The buffer may still be read by queued compute work: overwrite it after that work.
-    device.comm_waits_for_compute();
-    kg::copy_host_to_device_async(data, message.bytes.data(), message.bytes.size(),
-                                  device.comm_stream());
-    kg::stream_synchronize(device.comm_stream());  // the host bytes die with `message`
+    wait_for_compute(device, stream, ready);
+    kg::copy_host_to_device_async(data, message.bytes.data(), message.bytes.size(), stream);
+    kg::stream_synchronize(stream);  // the host bytes die with `message`
 }
 
 void HostMailbox::wake_all() {
@@ -120,6 +118,11 @@ void wait_for_stream(void* stream, void* event, const AbortFlag& abort) {
         else
             std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
+}
+
+void wait_for_compute(CudaDevice& device, void* stream, void* ready) {
+    kg::event_record(ready, device.compute_stream());
+    kg::stream_wait_event(stream, ready);
 }
 
 int64_t offset_of(const std::vector<int64_t>& counts, int r) {

@@ -43,10 +43,11 @@ class HostMailbox {
 public:
     explicit HostMailbox(const AbortFlag& abort) : m_abort(abort) {}
 
-    void send(CudaDevice& device, int from, int to, int tag, const void* data, int64_t count,
-              DType dtype);
-    void recv(CudaDevice& device, int from, int to, int tag, void* data, int64_t count,
-              DType dtype);
+    // stream: the rank's communication stream; ready: an ordering event of the rank's.
+    void send(CudaDevice& device, void* stream, void* ready, int from, int to, int tag,
+              const void* data, int64_t count, DType dtype);
+    void recv(CudaDevice& device, void* stream, void* ready, int from, int to, int tag, void* data,
+              int64_t count, DType dtype);
     // Wakes every waiting recv (which then throws CommAborted).
     void wake_all();
 
@@ -84,6 +85,10 @@ private:
 // stream stuck in a collective whose peers never came (NCCL) does not hold the thread once the
 // group is aborted. Throws CommAborted then.
 void wait_for_stream(void* stream, void* event, const AbortFlag& abort);
+
+// Work queued on `stream` from now on waits for `device`'s compute stream's queued work (the
+// buffers are ready), through `ready`, an ordering event that only this rank records.
+void wait_for_compute(CudaDevice& device, void* stream, void* ready);
 
 // The rank-order offset of rank r's rows in a scatterv/gatherv layout.
 int64_t offset_of(const std::vector<int64_t>& counts, int r);

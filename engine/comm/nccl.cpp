@@ -32,7 +32,10 @@ using gpu_detail::offset_of;
 struct NcclGroup::State {
     std::vector<CudaDevice*> devices;
     std::vector<void*> comms;   // ncclComm_t per rank; nullptr once aborted or destroyed
-    std::vector<void*> events;  // per rank: the wait event on its communication stream
+    std::vector<void*> streams;  // per rank: where its NCCL work runs
+    bool own_streams = false;    // streams were made for this group (split()), not the devices'
+    std::vector<void*> events;   // per rank: the wait event on its stream
+    std::vector<void*> ready;    // per rank: orders its stream after its compute stream
     gpu_detail::AbortFlag aborted;
     gpu_detail::HostMailbox mailbox{aborted};
     gpu_detail::HostBarrier barrier;
@@ -187,18 +190,20 @@ protected:
     }
 
     void send_impl(const void* data, int64_t count, DType dtype, int peer, int tag) override {
-        m_state.mailbox.send(m_device, rank(), peer, tag, data, count, dtype);
+        m_state.mailbox.send(m_device, stream(), m_state.ready[size_t(rank())], rank(), peer, tag,
+                             data, count, dtype);
     }
 
     void recv_impl(void* data, int64_t count, DType dtype, int peer, int tag) override {
-        m_state.mailbox.recv(m_device, peer, rank(), tag, data, count, dtype);
+        m_state.mailbox.recv(m_device, stream(), m_state.ready[size_t(rank())], peer, rank(), tag,
+                             data, count, dtype);
     }
 
     void barrier_impl() override { m_state.barrier.arrive_and_wait(); }
 
 private:
     void* comm() const { return m_state.comms[size_t(rank())]; }
-    void* stream() const { return m_device.comm_stream(); }
+    void* stream() const { return m_state.streams[size_t(rank())]; }
 
     // Enqueues `enqueue` on the communication stream after the compute stream's queued work and
     // waits for it (the Communicator contract: the buffer holds the result on return). The
@@ -210,7 +215,7 @@ private:
             std::shared_lock lock(m_state.enqueue_mutex);
             m_state.aborted.check();
             m_device.make_current();
-            m_device.comm_waits_for_compute();
+            gpu_detail::wait_for_compute(m_device, stream(), m_state.ready[size_t(rank())]);
             try {
                 enqueue();
             } catch (const kg::GpuError&) {
@@ -242,14 +247,14 @@ void connect_rings(NcclGroup::State& state) {
                 throw Error("NcclGroup: " + d->name() + " has no memory left for a 4-byte warm-up");
             scratch.push_back(p);
             kg::set_device(d->ordinal());
-            kg::fill_bytes_async(p, 0, sizeof(float), d->comm_stream());
+            kg::fill_bytes_async(p, 0, sizeof(float), state.streams[scratch.size() - 1]);
         }
         nccl::group_start();
         for (size_t r = 0; r < state.devices.size(); ++r)
             nccl::all_reduce(scratch[r], scratch[r], 1, nccl::Type::f32, nccl::Op::sum,
-                             state.comms[r], state.devices[r]->comm_stream());
+                             state.comms[r], state.streams[r]);
         nccl::group_end();
-        for (CudaDevice* d : state.devices) kg::stream_synchronize(d->comm_stream());
+        for (void* stream : state.streams) kg::stream_synchronize(stream);
     } catch (...) {
         for (size_t r = 0; r < scratch.size(); ++r) kg::device_free(state.devices[r]->ordinal(), scratch[r]);
         throw;
@@ -257,9 +262,28 @@ void connect_rings(NcclGroup::State& state) {
     for (size_t r = 0; r < scratch.size(); ++r) kg::device_free(state.devices[r]->ordinal(), scratch[r]);
 }
 
+// Never throws (constructor failure paths and the destructor).
+void release_streams_and_events(NcclGroup::State& state) {
+    for (std::vector<void*>* list : {&state.events, &state.ready})
+        for (void* e : *list) {
+            try {
+                kg::event_destroy(e);
+            } catch (const std::exception&) {
+            }
+        }
+    if (!state.own_streams) return;
+    for (void* stream : state.streams) {
+        try {
+            kg::stream_synchronize(stream);
+            kg::stream_destroy(stream);
+        } catch (const std::exception&) {
+        }
+    }
+}
+
 }  // namespace
 
-NcclGroup::NcclGroup(std::vector<CudaDevice*> devices) {
+NcclGroup::NcclGroup(std::vector<CudaDevice*> devices, bool own_streams) {
     if (devices.empty()) throw ConfigError("NcclGroup: no devices");
     if (!nccl::built())
         throw ConfigError("NcclGroup: this ParaLab was built without NCCL; devices on distinct GPUs "
@@ -276,10 +300,15 @@ NcclGroup::NcclGroup(std::vector<CudaDevice*> devices) {
     }
     pin_nccl_algorithm();
     m_state = std::make_unique<State>(std::move(devices));
+    m_state->own_streams = own_streams;
     m_state->comms = nccl::comm_init_all(list);
     try {
-        for (CudaDevice* d : m_state->devices)
+        for (CudaDevice* d : m_state->devices) {
+            m_state->streams.push_back(own_streams ? kg::stream_create(d->ordinal(), true)
+                                                   : d->comm_stream());
             m_state->events.push_back(kg::event_create(d->ordinal(), /*timing=*/false));
+            m_state->ready.push_back(kg::event_create(d->ordinal(), /*timing=*/false));
+        }
         connect_rings(*m_state);
     } catch (...) {
         // No destructor runs for a constructor that throws: free what was made.
@@ -289,7 +318,7 @@ NcclGroup::NcclGroup(std::vector<CudaDevice*> devices) {
             } catch (const std::exception&) {
             }
         }
-        for (void* e : m_state->events) kg::event_destroy(e);
+        release_streams_and_events(*m_state);
         throw;
     }
     for (int r = 0; r < int(list.size()); ++r)
@@ -306,12 +335,7 @@ NcclGroup::~NcclGroup() {
         } catch (const std::exception&) {
         }
     }
-    for (size_t r = 0; r < m_state->events.size(); ++r) {
-        try {
-            kg::event_destroy(m_state->events[r]);
-        } catch (const std::exception&) {
-        }
-    }
+    release_streams_and_events(*m_state);
 }
 
 int NcclGroup::world() const {
@@ -355,7 +379,7 @@ void NcclGroup::abort(const std::string& reason) {
 
 std::unique_ptr<Group> NcclGroup::split() {
     m_state->aborted.check();
-    return std::make_unique<NcclGroup>(m_state->devices);
+    return std::make_unique<NcclGroup>(m_state->devices, /*own_streams=*/true);
 }
 
 }  // namespace paralab::comm
