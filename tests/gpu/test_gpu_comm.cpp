@@ -489,6 +489,40 @@ TEST_P(GpuCommTest, AbortUnblocksWaiters) {
     EXPECT_THROW(m_group->rank(0).barrier(), CommAborted);
 }
 
+// DDP's shape: a second group from split() used by a second thread per rank at the same time
+// as the first; the two threads' calls interleave differently on every rank, and neither group
+// may deadlock or disturb the other (NCCL's split runs on streams of its own; the local CUDA
+// group's only serialise on the shared stream).
+TEST_P(GpuCommTest, SplitGroupRunsConcurrently) {
+    std::unique_ptr<Group> second = m_group->split();
+    const int64_t count = 3001;
+    std::vector<std::thread> threads;
+    std::mutex mutex;
+    std::vector<std::string> errors;
+    for (int g = 0; g < 2; ++g)
+        for (int r = 0; r < world(); ++r)
+            threads.emplace_back([&, g, r] {
+                Group& group = g == 0 ? *m_group : *second;
+                try {
+                    const int o = m_ordinals[size_t(r)];
+                    kg::set_device(o);
+                    for (int call = 0; call < 20; ++call) {
+                        const auto inputs = make_inputs<float>(uint64_t(1000 * g + call), world(), count);
+                        DeviceArray<float> mine(o, inputs[size_t(r)]);
+                        group.rank(r).all_reduce(mine.get(), count, DType::f32, ReduceOp::sum);
+                        expect_reduced(mine.download(), inputs, ReduceOp::sum);
+                    }
+                } catch (const std::exception& e) {
+                    std::lock_guard lock(mutex);
+                    errors.push_back("group " + std::to_string(g) + " rank " + std::to_string(r) + ": " + e.what());
+                    m_group->abort("a rank failed");
+                    second->abort("a rank failed");
+                }
+            });
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors) ADD_FAILURE() << e;
+}
+
 TEST_P(GpuCommTest, TheFactoryPicksThisBackend) {
     std::vector<Device*> devices;
     for (auto& d : m_devices) devices.push_back(d.get());
