@@ -62,6 +62,17 @@ nccl::Op nccl_op(ReduceOp op) {
                                                                          : nccl::Op::max;
 }
 
+// The root's own rows are copied with one device copy, which wants them in place or disjoint
+// (the CPU backends memmove; a partly overlapping layout has no use a strategy needs).
+void check_disjoint(const char* op, const void* a, const void* b, size_t bytes) {
+    const auto* x = static_cast<const std::byte*>(a);
+    const auto* y = static_cast<const std::byte*>(b);
+    if (x < y + bytes && y < x + bytes)
+        throw Error(std::string("Communicator::") + op +
+                    ": the root's own rows in send and recv overlap without being the same "
+                    "memory; the NCCL backend needs them in place or disjoint");
+}
+
 // The determinism NcclGroup promises (gpu.h) needs one algorithm for every call: Ring unless
 // the user chose. Set before the first communicator is made, on the thread that makes the
 // group, before its rank threads start; NCCL reads it at init.
@@ -155,7 +166,10 @@ protected:
                 const auto* from = static_cast<const std::byte*>(send);
                 const size_t mine = size_t(counts[size_t(root)]) * esize;
                 const std::byte* own = from + size_t(offset_of(counts, root)) * esize;
-                if (mine > 0 && own != recv) kg::copy_device_to_device_async(recv, own, mine, stream());
+                if (mine > 0 && own != recv) {
+                    check_disjoint("scatter", recv, own, mine);
+                    kg::copy_device_to_device_async(recv, own, mine, stream());
+                }
                 nccl::group_start();
                 for (int q = 0; q < world(); ++q)
                     if (q != root && counts[size_t(q)] > 0)
@@ -176,7 +190,10 @@ protected:
                 auto* to = static_cast<std::byte*>(recv);
                 const size_t mine = size_t(counts[size_t(root)]) * esize;
                 std::byte* own = to + size_t(offset_of(counts, root)) * esize;
-                if (mine > 0 && own != send) kg::copy_device_to_device_async(own, send, mine, stream());
+                if (mine > 0 && own != send) {
+                    check_disjoint("gather", own, send, mine);
+                    kg::copy_device_to_device_async(own, send, mine, stream());
+                }
                 nccl::group_start();
                 for (int q = 0; q < world(); ++q)
                     if (q != root && counts[size_t(q)] > 0)
