@@ -2,16 +2,12 @@
 // the call; the local CUDA communicator is never made there (no CudaDevice can be).
 #include <kernels/gpu/comm_reduce.h>
 
+#include "built_without_cuda.h"
+
 #include <stdexcept>
 #include <string>
 
 namespace paralab::kernels::gpu {
-namespace {
-[[noreturn]] void built_without_cuda(const char* call) {
-    throw std::runtime_error(std::string(call) +
-                             ": this ParaLab was built without the CUDA backend (no GPU calls)");
-}
-}  // namespace
 
 template <class T>
 void comm_combine(int64_t, T*, const T*, bool, void*) {

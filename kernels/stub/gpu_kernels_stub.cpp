@@ -13,17 +13,13 @@
 #include <kernels/gpu/reduce.h>
 #include <kernels/gpu/softmax.h>
 
+#include "built_without_cuda.h"
+
 #include <stdexcept>
 #include <string>
 
 namespace paralab::kernels::gpu {
 
-namespace {
-[[noreturn]] void built_without_cuda(const char* kernel) {
-    throw std::runtime_error(std::string(kernel) +
-                             ": this ParaLab was built without the CUDA backend (no GPU kernels)");
-}
-}  // namespace
 
 // Every templated launcher (kernels/gpu/detail/op_lists.h): a template whose body throws,
 // instantiated for float and double.

@@ -4,17 +4,13 @@
 #include <kernels/gpu/memory.h>
 #include <kernels/gpu/stream.h>
 
+#include "built_without_cuda.h"
+
 #include <stdexcept>
 #include <string>
 
 namespace paralab::kernels::gpu {
 
-namespace {
-[[noreturn]] void built_without_cuda(const char* call) {
-    throw std::runtime_error(std::string(call) +
-                             ": this ParaLab was built without the CUDA backend (no GPU calls)");
-}
-}  // namespace
 
 void* device_allocate(int, size_t) { built_without_cuda("device_allocate"); }
 void device_free(int, void*) { built_without_cuda("device_free"); }
