@@ -114,6 +114,9 @@ struct DnnlConv2dPlan::Impl {
     memory::desc d_scratch_md;
     // backward weights
     Operand w_src, w_diff_dst, w_diff_weights;
+    // Backward weights reads dy in the layout backward data already reordered it into: the
+    // one reorder serves both when dx is computed.
+    bool diff_dst_shared = false;
     Slot w_plain_dw, w_db, w_scratch;
     memory::desc w_scratch_md;
 };
@@ -172,7 +175,9 @@ DnnlConv2dPlan::DnnlConv2dPlan(const Conv2dGeometry& g, int64_t batch, int64_t o
         p.d_scratch = p.bwd_layout.add(p.d_scratch_md.get_size());
 
         p.w_src.init(src_plain, wpd.src_desc(), p.bwd_layout, true, false);
-        p.w_diff_dst.init(dst_plain, wpd.diff_dst_desc(), p.bwd_layout, true, false);
+        p.diff_dst_shared = !p.d_diff_dst.in_place() && wpd.diff_dst_desc() == p.d_diff_dst.internal;
+        if (p.diff_dst_shared) p.w_diff_dst = p.d_diff_dst;  // same slot, same reorder
+        else p.w_diff_dst.init(dst_plain, wpd.diff_dst_desc(), p.bwd_layout, true, false);
         p.w_diff_weights.init(w_plain, wpd.diff_weights_desc(), p.bwd_layout, false, true);
         p.w_plain_dw = p.bwd_layout.add(w_plain.get_size());
         if (bias) p.w_db = p.bwd_layout.add(p.bias_md.get_size());
@@ -229,7 +234,8 @@ void DnnlConv2dPlan::backward(const float* x, const float* dy, const float* w, f
     float* dw_plain = reinterpret_cast<float*>(ws + p.w_plain_dw.offset);
     float* db = p.bias ? reinterpret_cast<float*>(ws + p.w_db.offset) : nullptr;
     memory src = p.w_src.bind(x, ws, true, s);
-    memory diff_dst = p.w_diff_dst.bind(dy, ws, true, s);
+    // dy is already in the shared slot when backward data ran
+    memory diff_dst = p.w_diff_dst.bind(dy, ws, !(dx && p.diff_dst_shared), s);
     memory diff_weights = p.w_diff_weights.bind(dw_plain, ws, false, s);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
                                          {DNNL_ARG_DIFF_DST, diff_dst},
