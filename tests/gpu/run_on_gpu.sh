@@ -97,8 +97,11 @@ else
     cmake --build "$build" -j "$jobs" --target gpu_tests paralab
 fi
 "$build/app/paralab" devices || true
+# The ctest of the cmake that configured: a machine can have two CMakes (a system one and pip's),
+# and an older ctest cannot parse the test lists a newer cmake wrote.
+ctest=$(sed -n 's/^CMAKE_CTEST_COMMAND:INTERNAL=//p' "$build/CMakeCache.txt")
 status=0
-ctest --test-dir "$build" -L gpu --output-on-failure || status=$?
+"${ctest:-ctest}" --test-dir "$build" -L gpu --output-on-failure || status=$?
 if [ "$bench" = 1 ]; then "$build/tests/bench_gpu_kernels"; fi
 if [ "$bench" = 1 ]; then "$build/tests/bench_gpu_comm"; fi
 exit $status

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""PyTorch 2 eager's side of the GPU-speed comparison (issue 6, docs/benchmarks.md).
+
+The three models of `paralab bench --models-only` (engine/bench/model_bench.h; the same as
+tests/bench/compare_torch.py), trained on one CUDA GPU on synthetic tensors of the same shapes,
+with the same optimizer (SGD lr 0.01, momentum 0.9). Each step is zero_grad, forward,
+cross-entropy, backward, optimizer step, and `loss.item()` (ParaLab's trainer reads each step's
+loss, which waits for the step). Modes:
+
+  fp32    eager, TF32 off for matmuls and cuDNN (cuDNN's convolutions allow TF32 by default)
+  tf32    eager, TF32 on for both
+  bf16    eager under torch.autocast(bfloat16), fp32 master weights
+  graph   the whole step captured once in a CUDA graph and replayed (fp32), the PyTorch form
+          of issue 6's stretch goal; loss read every step as above
+
+Per case: warm-up steps, then `--steps` timed steps in each of `--rounds` rounds; prints the
+median round's ms/step and samples/s. Run where PyTorch sees the GPU:
+
+    python3 tests/bench/compare_torch_gpu.py [--batches 128,1024] [--json]
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from torch import nn
+
+# model -> default batch, as in engine/bench/model_bench.cpp
+BATCH = {"mlp": 128, "lenet": 64, "lstm": 64}
+
+
+class LastStep(nn.Module):
+    """LSTM 32 -> 128 over 50 steps, linear 10 on the last step's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(input_size=32, hidden_size=128, num_layers=1, batch_first=True)
+        self.fc = nn.Linear(128, 10)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return self.fc(y[:, -1, :])
+
+
+def make(model):
+    if model == "mlp":
+        return (nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                              nn.Linear(512, 10)), (784,))
+    if model == "lenet":
+        return (nn.Sequential(nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                              nn.Flatten(), nn.Linear(32 * 7 * 7, 10)), (1, 28, 28))
+    if model == "lstm":
+        return LastStep(), (50, 32)
+    raise ValueError(model)
+
+
+def set_tf32(on):
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+
+
+def run_case(model, batch, mode, steps, rounds, warmup):
+    set_tf32(mode == "tf32")
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    net, shape = make(model)
+    net = net.to(dev)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    xs = [torch.randn(batch, *shape, device=dev) for _ in range(8)]
+    ys = [torch.randint(0, 10, (batch,), device=dev) for _ in range(8)]
+
+    if mode == "graph":
+        # Static input buffers; capture after warm-up on a side stream (PyTorch's recipe).
+        sx, sy = xs[0].clone(), ys[0].clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                loss_fn(net(sx), sy).backward()
+                opt.step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            sloss = loss_fn(net(sx), sy)
+            sloss.backward()
+            opt.step()
+
+        def step(i):
+            sx.copy_(xs[i % 8])
+            sy.copy_(ys[i % 8])
+            graph.replay()
+            return sloss.item()
+    else:
+        amp = mode == "bf16"
+
+        def step(i):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                loss = loss_fn(net(xs[i % 8]), ys[i % 8])
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+    for i in range(warmup):
+        step(i)
+    torch.cuda.synchronize()
+    per_round = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for i in range(steps):
+            last = step(i)
+        torch.cuda.synchronize()
+        per_round.append((time.perf_counter() - t0) / steps)
+    ms = 1e3 * statistics.median(per_round)
+    return {"model": model, "batch": batch, "mode": mode, "steps": steps, "rounds": rounds,
+            "ms_per_step": ms, "samples_per_s": batch / (ms / 1e3),
+            "ms_rounds": [1e3 * r for r in per_round], "last_loss": last}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="mlp,lenet,lstm")
+    ap.add_argument("--modes", default="fp32,tf32,bf16,graph")
+    ap.add_argument("--batches", default="", help="comma list; default: each model's own")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--json", default="", help="also write the rows to this file")
+    a = ap.parse_args()
+    rows = []
+    for m in a.models.split(","):
+        batches = [int(b) for b in a.batches.split(",")] if a.batches else [BATCH[m]]
+        for b in batches:
+            for mode in a.modes.split(","):
+                rows.append(run_case(m, b, mode, a.steps, a.rounds, a.warmup))
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(), "gpu": torch.cuda.get_device_name(0)}
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"info": info, "rows": rows}, f, indent=1)
+    print(f"PyTorch {info['torch']} (CUDA {info['cuda']}, cuDNN {info['cudnn']}) on {info['gpu']}; "
+          f"median of {a.rounds} rounds of {a.steps} steps\n")
+    print(f"{'model':6} {'batch':>6} {'mode':>6} {'ms/step':>8} {'samples/s':>11}")
+    for r in rows:
+        print(f"{r['model']:6} {r['batch']:>6} {r['mode']:>6} {r['ms_per_step']:>8.3f} "
+              f"{r['samples_per_s']:>11.0f}")
+
+
+if __name__ == "__main__":
+    main()
