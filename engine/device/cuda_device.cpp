@@ -128,6 +128,8 @@ CudaDevice::~CudaDevice() {
 
 void CudaDevice::make_current() { kg::set_device(ordinal()); }
 
+void CudaDevice::finish_queued() { kg::stream_synchronize(m_compute_stream); }
+
 void CudaDevice::synchronize() {
     kg::stream_synchronize(m_compute_stream);
     kg::stream_synchronize(m_comm_stream);

@@ -5,7 +5,6 @@
 // here goes through the CUDA-free kernels/gpu API, so this header and its .cpp build without
 // the toolkit; without the CUDA backend make_cuda_device throws ConfigError saying so.
 //
-// Not yet wired into the trainer, layers or strategies (issue 6 follow-up work).
 #pragma once
 
 #include <cstdint>
@@ -78,6 +77,8 @@ public:
 
     // cudaSetDevice(ordinal) for the calling thread.
     void make_current() override;
+    void* queue() const override { return m_compute_stream; }
+    void finish_queued() override;
     // Waits until both streams have finished their queued work.
     void synchronize();
     // Work queued on the communication stream from now on waits for the compute stream's work

@@ -44,6 +44,15 @@ public:
     // the current CUDA device for a GPU. A rank thread calls this once before its first step.
     virtual void make_current() = 0;
 
+    // The queue this device's kernels are ordered on: the compute stream (an opaque
+    // cudaStream_t) of a GPU, nullptr for a CPU device, whose kernels run on the calling thread.
+    virtual void* queue() const { return nullptr; }
+    // Returns when the work queued on this device so far has finished (at once on a CPU). The
+    // run calls it at the end of each timed phase, so that a GPU's spans hold its kernels' time
+    // and not only their launches.
+    virtual void finish_queued() {}
+    bool is_gpu() const { return m_id.kind == DeviceKind::cuda; }
+
 protected:
     Device(DeviceId id, std::unique_ptr<Allocator> allocator);
 

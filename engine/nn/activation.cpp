@@ -1,10 +1,12 @@
 #include "engine/nn/activation.h"
 
 #include <kernels/cpu/elementwise.h>
+#include <kernels/gpu/elementwise.h>
 
 namespace paralab::nn {
 
 namespace kc = kernels::cpu;
+namespace kg = kernels::gpu;
 
 std::string activation_name(ActivationKind kind) {
     switch (kind) {
@@ -39,6 +41,15 @@ Tensor Activation::forward_impl(const Tensor& x, Mode mode) {
     dispatch_float(x.dtype(), [&]<class T>() {
         const T* in = x.data<T>();
         T* out = y.data<T>();
+        if (void* q = y.queue()) {
+            switch (m_kind) {
+                case ActivationKind::relu: kg::relu_forward<T>(n, in, out, q); break;
+                case ActivationKind::gelu: kg::gelu_forward<T>(n, in, out, q); break;
+                case ActivationKind::tanh: kg::tanh_forward<T>(n, in, out, q); break;
+                case ActivationKind::sigmoid: kg::sigmoid_forward<T>(n, in, out, q); break;
+            }
+            return;
+        }
         switch (m_kind) {
             case ActivationKind::relu:
                 kc::relu_forward<T>(n, in, out);
@@ -71,6 +82,15 @@ Tensor Activation::backward_impl(const Tensor& dy) {
         const T* s = m_saved.data<T>();
         const T* g = dy.data<T>();
         T* d = dx.data<T>();
+        if (void* q = dx.queue()) {
+            switch (m_kind) {
+                case ActivationKind::relu: kg::relu_backward<T>(n, s, g, d, q); break;
+                case ActivationKind::gelu: kg::gelu_backward<T>(n, s, g, d, q); break;
+                case ActivationKind::tanh: kg::tanh_backward<T>(n, s, g, d, q); break;
+                case ActivationKind::sigmoid: kg::sigmoid_backward<T>(n, s, g, d, q); break;
+            }
+            return;
+        }
         switch (m_kind) {
             case ActivationKind::relu:
                 kc::relu_backward<T>(n, s, g, d);

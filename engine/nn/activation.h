@@ -16,6 +16,7 @@ std::string activation_name(ActivationKind kind);
 class Activation : public Layer {
 public:
     explicit Activation(ActivationKind kind);
+    bool runs_on_gpu() const override { return true; }
     ActivationKind kind() const { return m_kind; }
 
 protected:

@@ -6,18 +6,15 @@
 // T*X and handed to gemm and the cell kernels through their ld arguments. Unlike the LSTM,
 // h W_hh^T + b_hh cannot be summed into the input projection (r scales its n block), so each
 // step computes it into a small dense [B, 3H] buffer.
-#include <kernels/cpu/elementwise.h>
-#include <kernels/cpu/gemm.h>
-#include <kernels/cpu/recurrent.h>
 
 #include <cmath>
 #include <string>
 
+#include "engine/nn/ops.h"
 #include "engine/nn/recurrent.h"
 
 namespace paralab::nn {
 
-namespace kc = kernels::cpu;
 
 namespace {
 constexpr int64_t kGates = 3;
@@ -31,6 +28,7 @@ Tensor GRU::forward_impl(const Tensor& x, Mode mode) {
     (void)mode;
     const int64_t B = x.dim(0), steps = m_steps, H = m_hidden, G = kGates * H;
     m_saved.clear();
+    const Ops ops = ops_for(x);
     dispatch_float(x.dtype(), [&]<class T>() {
         Tensor input = x;
         Tensor hh = new_workspace(Shape{B, G});  // one step's h_{t-1} W_hh^T + b_hh
@@ -47,18 +45,18 @@ Tensor GRU::forward_impl(const Tensor& x, Mode mode) {
             T* hhp = hh.data<T>();
 
             // The input projection of all steps: one GEMM on top of the broadcast b_ih.
-            kc::bias_broadcast_rows<T>(B * steps, G, w.b_ih->value.data<T>(), gates);
-            kc::gemm<T>(false, true, B * steps, G, F, T(1), input.data<T>(),
+            ops.bias_broadcast_rows<T>(B * steps, G, w.b_ih->value.data<T>(), gates);
+            ops.gemm<T>(false, true, B * steps, G, F, T(1), input.data<T>(),
                         w.w_ih->value.data<T>(), T(1), gates);
 
             const int64_t ldg = steps * G, lds = steps * H;
             for (int64_t t = 0; t < steps; ++t) {
-                kc::bias_broadcast_rows<T>(B, G, b_hh, hhp);
+                ops.bias_broadcast_rows<T>(B, G, b_hh, hhp);
                 // h_{-1} = 0: the first step's recurrent term is the bias alone.
                 if (t > 0)
-                    kc::gemm<T>(false, true, B, G, H, T(1), h + (t - 1) * H, lds, w_hh, H, T(1),
+                    ops.gemm<T>(false, true, B, G, H, T(1), h + (t - 1) * H, lds, w_hh, H, T(1),
                                 hhp, G);
-                kc::gru_cell_forward<T>(B, H, gates + t * G, ldg, hhp,
+                ops.gru_cell_forward<T>(B, H, gates + t * G, ldg, hhp,
                                         t > 0 ? h + (t - 1) * H : nullptr, hn + t * H, h + t * H,
                                         lds);
             }
@@ -77,6 +75,7 @@ Tensor GRU::backward_impl(const Tensor& dy) {
     const int64_t B = dy.dim(0), steps = m_steps, H = m_hidden, G = kGates * H;
     const int64_t ldg = steps * G, lds = steps * H;
     Tensor dx;
+    const Ops ops = ops_for(dy);
     dispatch_float(dy.dtype(), [&]<class T>() {
         // dh: [B, T, H], the gradient reaching each h_t of the current layer: the gradient from
         // above, plus what step t+1 sends back (directly through z and through W_hh), added
@@ -101,25 +100,25 @@ Tensor GRU::backward_impl(const Tensor& dy) {
             T* dgi = dgates_ih.data<T>();
             T* dgh = dgates_hh.data<T>();
             for (int64_t t = steps - 1; t >= 0; --t) {
-                kc::gru_cell_backward<T>(B, H, gates + t * G, ldg, hn + t * H,
+                ops.gru_cell_backward<T>(B, H, gates + t * G, ldg, hn + t * H,
                                          t > 0 ? h + (t - 1) * H : nullptr, dhp + t * H,
                                          t > 0 ? dhp + (t - 1) * H : nullptr, lds, dgi + t * G,
                                          dgh + t * G);
                 if (t > 0)
-                    kc::gemm<T>(false, false, B, H, G, T(1), dgh + t * G, ldg, w_hh, H, T(1),
+                    ops.gemm<T>(false, false, B, H, G, T(1), dgh + t * G, ldg, w_hh, H, T(1),
                                 dhp + (t - 1) * H, lds);
             }
 
-            kc::gemm<T>(true, false, G, F, B * steps, T(1), dgi, input.data<T>(), T(1),
+            ops.gemm<T>(true, false, G, F, B * steps, T(1), dgi, input.data<T>(), T(1),
                         w.w_ih->grad.data<T>());
-            kc::recurrent_weight_grad_accumulate<T>(B, steps, G, H, dgh, h, w.w_hh->grad.data<T>());
-            kc::column_sums_accumulate<T>(B * steps, G, dgi, w.b_ih->grad.data<T>());
-            kc::column_sums_accumulate<T>(B * steps, G, dgh, w.b_hh->grad.data<T>());
+            ops.recurrent_weight_grad_accumulate<T>(B, steps, G, H, dgh, h, w.w_hh->grad.data<T>());
+            ops.column_sums_accumulate<T>(B * steps, G, dgi, w.b_ih->grad.data<T>());
+            ops.column_sums_accumulate<T>(B * steps, G, dgh, w.b_hh->grad.data<T>());
 
             if (l > 0 || needs_input_grad()) {
                 Tensor d_in =
                     l > 0 ? new_workspace(Shape{B, steps, F}) : new_activation(Shape{B, steps, F});
-                kc::gemm<T>(false, false, B * steps, F, G, T(1), dgi, w.w_ih->value.data<T>(), T(0),
+                ops.gemm<T>(false, false, B * steps, F, G, T(1), dgi, w.w_ih->value.data<T>(), T(0),
                             d_in.data<T>());
                 (l > 0 ? dh : dx) = d_in;
             }

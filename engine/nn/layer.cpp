@@ -8,6 +8,9 @@ Layer::~Layer() = default;
 
 Shape Layer::build(const Shape& input, DType dtype, Device& device) {
     if (built()) throw Error(m_label + ": layer is already built");
+    if (device.is_gpu() && !runs_on_gpu())
+        throw ConfigError(m_label + ": the " + m_type + " layer has no CUDA kernels in this version; "
+                          "run this model on cpu devices");
     m_dtype = dtype;
     m_device = &device;
     m_input_shape = input;

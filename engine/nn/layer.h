@@ -85,6 +85,10 @@ public:
     // Children of composite layers (residual, sequential); empty for plain layers.
     virtual std::vector<Layer*> children() { return {}; }
 
+    // True when this layer's forward and backward have GPU kernels: build() on a CUDA device
+    // refuses a layer without them, naming it, rather than hand device memory to CPU loops.
+    virtual bool runs_on_gpu() const { return false; }
+
 protected:
     virtual Shape build_impl(const Shape& input) = 0;
     virtual void reset_parameters_impl(Rng& rng) { (void)rng; }

@@ -2,12 +2,15 @@
 
 #include <kernels/cpu/elementwise.h>
 #include <kernels/cpu/gemm.h>
+#include <kernels/gpu/elementwise.h>
+#include <kernels/gpu/gemm.h>
 
 #include <cmath>
 
 namespace paralab::nn {
 
 namespace kc = kernels::cpu;
+namespace kg = kernels::gpu;
 
 Linear::Linear(int64_t out, bool bias) : Layer("linear"), m_out(out), m_has_bias(bias) {
     if (out < 1)
@@ -42,6 +45,19 @@ Tensor Linear::forward_impl(const Tensor& x, Mode mode) {
     (void)mode;
     const int64_t rows = x.numel() / m_in;
     Tensor y = new_activation(output_shape().with_batch(x.dim(0)));
+    if (void* q = y.queue()) {
+        dispatch_float(x.dtype(), [&]<class T>() {
+            T beta = T(0);
+            if (m_bias) {
+                kg::bias_broadcast_rows<T>(rows, m_out, m_bias->value.data<T>(), y.data<T>(), q);
+                beta = T(1);
+            }
+            kg::gemm<T>(false, true, rows, m_out, m_in, T(1), x.data<T>(),
+                        m_weight->value.data<T>(), beta, y.data<T>(), q);
+        });
+        m_x = x;
+        return y;
+    }
     dispatch_float(x.dtype(), [&]<class T>() {
         T beta = T(0);
         if (m_bias) {
@@ -62,6 +78,19 @@ Tensor Linear::backward_impl(const Tensor& dy) {
     const int64_t rows = dy.numel() / m_out;
     Tensor dx;
     if (needs_input_grad()) dx = new_activation(input_shape().with_batch(dy.dim(0)));
+    if (void* q = dy.queue()) {
+        dispatch_float(dy.dtype(), [&]<class T>() {
+            const T* g = dy.data<T>();
+            kg::gemm<T>(true, false, m_out, m_in, rows, T(1), g, m_x.data<T>(), T(1),
+                        m_weight->grad.data<T>(), q);
+            if (m_bias) kg::column_sums_accumulate<T>(rows, m_out, g, m_bias->grad.data<T>(), q);
+            if (dx.defined())
+                kg::gemm<T>(false, false, rows, m_in, m_out, T(1), g, m_weight->value.data<T>(),
+                            T(0), dx.data<T>(), q);
+        });
+        m_x = Tensor();
+        return dx;
+    }
     dispatch_float(dy.dtype(), [&]<class T>() {
         const T* g = dy.data<T>();
         kc::gemm<T>(true, false, m_out, m_in, rows, T(1), g, m_x.data<T>(), T(1),

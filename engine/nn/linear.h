@@ -11,6 +11,7 @@ class Linear : public Layer {
 public:
     // Throws ConfigError when out < 1.
     Linear(int64_t out, bool bias = true);
+    bool runs_on_gpu() const override { return true; }
 
 protected:
     Shape build_impl(const Shape& input) override;

@@ -2,13 +2,18 @@
 
 #include <kernels/cpu/elementwise.h>
 #include <kernels/cpu/softmax.h>
+#include <kernels/gpu/elementwise.h>
+#include <kernels/gpu/softmax.h>
 
 #include <cmath>
 #include <sstream>
 
+#include "engine/device/gpu_values.h"
+
 namespace paralab::nn {
 
 namespace kc = kernels::cpu;
+namespace kg = kernels::gpu;
 
 namespace {
 
@@ -27,8 +32,9 @@ void check_class_shapes(const std::string& who, const Tensor& logits, const Tens
 
 // target: [B] integral values in the float dtype -> ids in [0, classes); Error naming the
 // first bad one.
-void read_class_ids(const std::string& who, const Tensor& target, int64_t classes,
+void read_class_ids(const std::string& who, const Tensor& target_anywhere, int64_t classes,
                     std::vector<int64_t>& ids) {
+    const Tensor target = gpu::on_host(target_anywhere);
     ids.resize(static_cast<size_t>(target.numel()));
     dispatch_float(target.dtype(), [&]<class T>() {
         const T* t = target.data<T>();
@@ -89,6 +95,16 @@ double CrossEntropyLoss::forward_impl(const Tensor& pred, const Tensor& target,
     read_class_ids(name(), target, classes, m_ids);
     m_probs = new_like(pred);
     m_denominator = denominator;
+    if (void* q = pred.queue()) {
+        m_ids_on_gpu = gpu::upload_ids(m_ids, pred.device());
+        gpu::DeviceDoubles sums = gpu::device_doubles(pred.device(), rows + 1);
+        dispatch_float(pred.dtype(), [&]<class T>() {
+            kg::softmax_cross_entropy_forward<T>(
+                rows, classes, pred.data<T>(), static_cast<const int64_t*>(m_ids_on_gpu.raw()),
+                m_probs.data<T>(), sums.result(1), sums.result(0), q);
+        });
+        return gpu::read_double(sums.result(0), q) / static_cast<double>(denominator);
+    }
     const double sum = dispatch_float(pred.dtype(), [&]<class T>() {
         return kc::softmax_cross_entropy_forward<T>(rows, classes, pred.data<T>(), m_ids.data(),
                                                     m_probs.data<T>());
@@ -99,6 +115,15 @@ double CrossEntropyLoss::forward_impl(const Tensor& pred, const Tensor& target,
 // -> dlogits: [B, C] = (softmax - onehot) / denominator
 Tensor CrossEntropyLoss::backward_impl() {
     Tensor d = new_like(m_probs);
+    if (void* q = d.queue()) {
+        dispatch_float(d.dtype(), [&]<class T>() {
+            kg::softmax_cross_entropy_backward<T>(
+                m_probs.dim(0), m_probs.dim(1), m_probs.data<T>(),
+                static_cast<const int64_t*>(m_ids_on_gpu.raw()),
+                static_cast<T>(1.0 / static_cast<double>(m_denominator)), d.data<T>(), q);
+        });
+        return d;
+    }
     dispatch_float(d.dtype(), [&]<class T>() {
         kc::softmax_cross_entropy_backward<T>(
             m_probs.dim(0), m_probs.dim(1), m_probs.data<T>(), m_ids.data(),
@@ -114,9 +139,18 @@ double MseLoss::forward_impl(const Tensor& pred, const Tensor& target, int64_t d
     if (target.shape() != pred.shape())
         shape_mismatch(pred, target, "expected a target shaped like the prediction");
     m_pred = pred;
-    m_target = target.to(pred.dtype());
+    m_target = gpu::on_device(target, pred.device(), MemCategory::activations).to(pred.dtype());
     m_denominator = denominator;
     const int64_t per_sample = pred.shape().drop_first().numel();
+    if (void* q = pred.queue()) {
+        gpu::DeviceDoubles sum = gpu::device_doubles(pred.device(), 1);
+        dispatch_float(pred.dtype(), [&]<class T>() {
+            kg::squared_error_sum<T>(pred.numel(), pred.data<T>(), m_target.data<T>(),
+                                     sum.result(), sum.scratch(), q);
+        });
+        return gpu::read_double(sum.result(), q) /
+               (static_cast<double>(per_sample) * static_cast<double>(denominator));
+    }
     const double sum = dispatch_float(pred.dtype(), [&]<class T>() {
         return kc::squared_error_sum<T>(pred.numel(), pred.data<T>(), m_target.data<T>());
     });
@@ -129,6 +163,13 @@ Tensor MseLoss::backward_impl() {
     const int64_t per_sample = m_pred.shape().drop_first().numel();
     const double scale =
         2.0 / (static_cast<double>(per_sample) * static_cast<double>(m_denominator));
+    if (void* q = d.queue()) {
+        dispatch_float(d.dtype(), [&]<class T>() {
+            kg::squared_error_backward<T>(d.numel(), m_pred.data<T>(), m_target.data<T>(),
+                                          static_cast<T>(scale), d.data<T>(), q);
+        });
+        return d;
+    }
     dispatch_float(d.dtype(), [&]<class T>() {
         kc::squared_error_backward<T>(d.numel(), m_pred.data<T>(), m_target.data<T>(),
                                       static_cast<T>(scale), d.data<T>());
@@ -145,7 +186,8 @@ std::unique_ptr<Loss> make_loss(const std::string& name) {
 }
 
 // logits: [B, C], target: [B] -> count of rows with argmax == target
-int64_t count_correct(const Tensor& logits, const Tensor& target) {
+int64_t count_correct(const Tensor& logits_anywhere, const Tensor& target) {
+    const Tensor logits = gpu::on_host(logits_anywhere);
     check_class_shapes("count_correct", logits, target);
     const int64_t rows = logits.dim(0), classes = logits.dim(1);
     std::vector<int64_t> ids, best(static_cast<size_t>(rows));

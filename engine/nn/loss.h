@@ -61,6 +61,7 @@ protected:
 private:
     Tensor m_probs;              // [B, C] softmax of the last forward
     std::vector<int64_t> m_ids;  // [B]
+    Tensor m_ids_on_gpu;         // [B] int64 (in f64-sized storage), when the logits are on a GPU
     int64_t m_denominator = 1;
 };
 

@@ -6,18 +6,15 @@
 // sequence output leaves; one step's B rows are then X-wide rows T*X apart, which gemm (lda,
 // ldc) and the cell kernels (ld arguments) take directly. No transposes, and the input
 // projection of all steps and the weight gradients remain single dense GEMMs over B*T rows.
-#include <kernels/cpu/elementwise.h>
-#include <kernels/cpu/gemm.h>
-#include <kernels/cpu/recurrent.h>
 
 #include <cmath>
 #include <string>
 
+#include "engine/nn/ops.h"
 #include "engine/nn/recurrent.h"
 
 namespace paralab::nn {
 
-namespace kc = kernels::cpu;
 
 namespace {
 constexpr int64_t kGates = 4;
@@ -31,6 +28,7 @@ Tensor LSTM::forward_impl(const Tensor& x, Mode mode) {
     (void)mode;
     const int64_t B = x.dim(0), steps = m_steps, H = m_hidden, G = kGates * H;
     m_saved.clear();
+    const Ops ops = ops_for(x);
     dispatch_float(x.dtype(), [&]<class T>() {
         Tensor input = x;
         Tensor bias = new_workspace(Shape{G});
@@ -50,9 +48,9 @@ Tensor LSTM::forward_impl(const Tensor& x, Mode mode) {
             T* bsum = bias.data<T>();
             const T* b_ih = w.b_ih->value.data<T>();
             const T* b_hh = w.b_hh->value.data<T>();
-            for (int64_t k = 0; k < G; ++k) bsum[k] = b_ih[k] + b_hh[k];
-            kc::bias_broadcast_rows<T>(B * steps, G, bsum, gates);
-            kc::gemm<T>(false, true, B * steps, G, F, T(1), input.data<T>(),
+            ops.add<T>(G, b_ih, b_hh, bsum);
+            ops.bias_broadcast_rows<T>(B * steps, G, bsum, gates);
+            ops.gemm<T>(false, true, B * steps, G, F, T(1), input.data<T>(),
                         w.w_ih->value.data<T>(), T(1), gates);
 
             const int64_t ldg = steps * G, lds = steps * H;
@@ -60,9 +58,9 @@ Tensor LSTM::forward_impl(const Tensor& x, Mode mode) {
                 T* g_t = gates + t * G;
                 // h_{-1} = 0: the first step has no recurrent term.
                 if (t > 0)
-                    kc::gemm<T>(false, true, B, G, H, T(1), h + (t - 1) * H, lds, w_hh, H, T(1),
+                    ops.gemm<T>(false, true, B, G, H, T(1), h + (t - 1) * H, lds, w_hh, H, T(1),
                                 g_t, ldg);
-                kc::lstm_cell_forward<T>(B, H, g_t, ldg, t > 0 ? c + (t - 1) * H : nullptr,
+                ops.lstm_cell_forward<T>(B, H, g_t, ldg, t > 0 ? c + (t - 1) * H : nullptr,
                                          c + t * H, tanh_c + t * H, h + t * H, lds);
             }
             input = s.h;
@@ -80,6 +78,7 @@ Tensor LSTM::backward_impl(const Tensor& dy) {
     const int64_t B = dy.dim(0), steps = m_steps, H = m_hidden, G = kGates * H;
     const int64_t ldg = steps * G, lds = steps * H;
     Tensor dx;
+    const Ops ops = ops_for(dy);
     dispatch_float(dy.dtype(), [&]<class T>() {
         // dh: [B, T, H], the gradient reaching each h_t of the current layer. It starts as the
         // gradient from above; the loop adds the recurrent part of step t+1 before step t.
@@ -102,26 +101,26 @@ Tensor LSTM::backward_impl(const Tensor& dy) {
             T* dg = dgates.data<T>();
             dc.zero();
             for (int64_t t = steps - 1; t >= 0; --t) {
-                kc::lstm_cell_backward<T>(B, H, gates + t * G, ldg,
+                ops.lstm_cell_backward<T>(B, H, gates + t * G, ldg,
                                           t > 0 ? c + (t - 1) * H : nullptr, tanh_c + t * H,
                                           dhp + t * H, lds, dc.data<T>(), dg + t * G);
                 if (t > 0)
-                    kc::gemm<T>(false, false, B, H, G, T(1), dg + t * G, ldg, w_hh, H, T(1),
+                    ops.gemm<T>(false, false, B, H, G, T(1), dg + t * G, ldg, w_hh, H, T(1),
                                 dhp + (t - 1) * H, lds);
             }
 
-            kc::gemm<T>(true, false, G, F, B * steps, T(1), dg, input.data<T>(), T(1),
+            ops.gemm<T>(true, false, G, F, B * steps, T(1), dg, input.data<T>(), T(1),
                         w.w_ih->grad.data<T>());
-            kc::recurrent_weight_grad_accumulate<T>(B, steps, G, H, dg, s.h.data<T>(),
+            ops.recurrent_weight_grad_accumulate<T>(B, steps, G, H, dg, s.h.data<T>(),
                                                     w.w_hh->grad.data<T>());
             // Both biases sit in the same sum, so both receive the same gradient.
-            kc::column_sums_accumulate<T>(B * steps, G, dg, w.b_ih->grad.data<T>());
-            kc::column_sums_accumulate<T>(B * steps, G, dg, w.b_hh->grad.data<T>());
+            ops.column_sums_accumulate<T>(B * steps, G, dg, w.b_ih->grad.data<T>());
+            ops.column_sums_accumulate<T>(B * steps, G, dg, w.b_hh->grad.data<T>());
 
             if (l > 0 || needs_input_grad()) {
                 Tensor d_in =
                     l > 0 ? new_workspace(Shape{B, steps, F}) : new_activation(Shape{B, steps, F});
-                kc::gemm<T>(false, false, B * steps, F, G, T(1), dg, w.w_ih->value.data<T>(), T(0),
+                ops.gemm<T>(false, false, B * steps, F, G, T(1), dg, w.w_ih->value.data<T>(), T(0),
                             d_in.data<T>());
                 (l > 0 ? dh : dx) = d_in;
             }

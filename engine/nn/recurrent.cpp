@@ -1,5 +1,7 @@
 #include "engine/nn/recurrent.h"
 
+#include "engine/nn/ops.h"
+
 #include <kernels/cpu/recurrent.h>
 
 #include <cmath>
@@ -55,7 +57,7 @@ Tensor RecurrentLayer::layer_output(const Tensor& top) const {
     const int64_t B = top.dim(0), H = m_hidden;
     Tensor y = new_activation(Shape{B, H});
     dispatch_float(top.dtype(), [&]<class T>() {
-        kernels::cpu::strided_rows_copy<T>(B, H, top.data<T>() + (m_steps - 1) * H, m_steps * H,
+        ops_for(top).strided_rows_copy<T>(B, H, top.data<T>() + (m_steps - 1) * H, m_steps * H,
                                            y.data<T>(), H);
     });
     return y;
@@ -70,7 +72,7 @@ Tensor RecurrentLayer::output_gradient(const Tensor& dy) const {
     }
     dh.zero();
     dispatch_float(dy.dtype(), [&]<class T>() {
-        kernels::cpu::strided_rows_copy<T>(B, H, dy.data<T>(), H, dh.data<T>() + (m_steps - 1) * H,
+        ops_for(dy).strided_rows_copy<T>(B, H, dy.data<T>(), H, dh.data<T>() + (m_steps - 1) * H,
                                            m_steps * H);
     });
     return dh;

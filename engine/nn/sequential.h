@@ -16,6 +16,7 @@ public:
     size_t size() const { return m_layers.size(); }
     Layer& at(size_t i) { return *m_layers[i]; }
     std::vector<Layer*> children() override;
+    bool runs_on_gpu() const override { return true; }
 
 protected:
     Shape build_impl(const Shape& input) override;
@@ -55,6 +56,7 @@ private:
 class Flatten : public Layer {
 public:
     Flatten() : Layer("flatten") {}
+    bool runs_on_gpu() const override { return true; }
 
 protected:
     Shape build_impl(const Shape& input) override;

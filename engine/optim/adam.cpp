@@ -1,6 +1,9 @@
 #include "engine/optim/adam.h"
 
 #include <kernels/cpu/optim.h>
+#include <kernels/gpu/optim.h>
+
+#include "engine/optim/gpu_lists.h"
 
 namespace paralab::optim {
 
@@ -15,6 +18,20 @@ Adam::Adam(OptimizerConfig config)
 // every step, as in torch when every parameter has a gradient).
 void Adam::step_impl(const std::vector<nn::Param*>& params, double lr) {
     const OptimizerConfig& c = m_config;
+    if (void* q = gpu_queue(params)) {
+        dispatch_float(params.front()->value.dtype(), [&]<class T>() {
+            GpuLists<T> l(params, m_state);
+            if (m_decoupled)
+                kernels::gpu::adamw_update_multi<T>(l.count(), l.p.data(), l.g.data(), l.s0.data(),
+                                                    l.s1.data(), l.sizes.data(), lr, c.beta1, c.beta2,
+                                                    c.eps, c.weight_decay, m_steps, q);
+            else
+                kernels::gpu::adam_update_multi<T>(l.count(), l.p.data(), l.g.data(), l.s0.data(),
+                                                   l.s1.data(), l.sizes.data(), lr, c.beta1, c.beta2,
+                                                   c.eps, c.weight_decay, m_steps, q);
+        });
+        return;
+    }
     for (size_t i = 0; i < params.size(); ++i) {
         nn::Param& p = *params[i];
         dispatch_float(p.value.dtype(), [&]<class T>() {

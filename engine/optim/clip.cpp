@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 #include <kernels/cpu/optim.h>
+#include <kernels/gpu/reduce.h>
+
+#include "engine/device/gpu_values.h"
 
 namespace paralab::optim {
 
@@ -22,6 +26,23 @@ double grad_sq_norm(const std::vector<nn::Param*>& params) {
     // Parameters are added in order, each one's sum computed in fixed blocks: the same total
     // whatever the thread count.
     double total = 0;
+    if (!params.empty() && checked_grad(*params.front()).on_gpu()) {
+        // One pass over every gradient on the GPU (the optimizer's check holds them to one
+        // device and dtype), the sum read back.
+        const Tensor& g0 = params.front()->grad;
+        gpu::DeviceDoubles sq = gpu::device_doubles(g0.device(), 1);
+        dispatch_float(g0.dtype(), [&]<class T>() {
+            std::vector<const T*> xs;
+            std::vector<int64_t> sizes;
+            for (const nn::Param* p : params) {
+                xs.push_back(checked_grad(*p).data<T>());
+                sizes.push_back(p->grad.numel());
+            }
+            kernels::gpu::sum_of_squares_multi<T>(static_cast<int64_t>(xs.size()), xs.data(),
+                                                  sizes.data(), sq.result(), sq.scratch(), g0.queue());
+        });
+        return gpu::read_double(sq.result(), g0.queue());
+    }
     for (const nn::Param* p : params) {
         const Tensor& g = checked_grad(*p);
         total += dispatch_float(g.dtype(), [&]<class T>() {
@@ -39,6 +60,7 @@ void scale_grads(const std::vector<nn::Param*>& params, double factor) {
     for (const nn::Param* p : params) {
         const Tensor& g = checked_grad(*p);
         dispatch_float(g.dtype(), [&]<class T>() {
+            if (void* q = g.queue()) return kernels::gpu::scale_in_place<T>(g.numel(), g.data<T>(), factor, q);
             kernels::cpu::scale_in_place<T>(g.numel(), g.data<T>(), factor);
         });
     }

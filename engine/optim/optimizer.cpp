@@ -66,10 +66,14 @@ void Optimizer::check_params(const std::vector<nn::Param*>& params) const {
         if (p.value.dtype() != DType::f32 && p.value.dtype() != DType::f64)
             throw Error("optimizer: " + param_text(i, p) + " is " +
                         std::string(dtype_name(p.value.dtype())) + "; expected f32 or f64");
-        // The fused kernels are CPU loops over host pointers.
-        if (p.value.device().kind() != DeviceKind::cpu)
-            throw Error("optimizer: " + param_text(i, p) + " is on " + p.value.device().name() +
-                        "; only CPU parameters can be updated");
+        // One step updates the parameters of one device: on a GPU, in one multi-tensor launch.
+        if (&p.value.device() != &params.front()->value.device() ||
+            (p.value.on_gpu() && p.value.dtype() != params.front()->value.dtype()))
+            throw Error("optimizer: " + param_text(i, p) + " is " +
+                        std::string(dtype_name(p.value.dtype())) + " on " + p.value.device().name() +
+                        ", parameter 0 " + std::string(dtype_name(params.front()->value.dtype())) +
+                        " on " + params.front()->value.device().name() +
+                        "; one optimizer updates parameters of one device (and, on a GPU, one dtype)");
         if (!p.grad.defined() || p.grad.shape() != p.value.shape() ||
             p.grad.dtype() != p.value.dtype())
             throw Error("optimizer: " + param_text(i, p) + " " + p.value.shape().to_string() +

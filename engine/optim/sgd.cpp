@@ -1,6 +1,9 @@
 #include "engine/optim/sgd.h"
 
 #include <kernels/cpu/optim.h>
+#include <kernels/gpu/optim.h>
+
+#include "engine/optim/gpu_lists.h"
 
 namespace paralab::optim {
 
@@ -19,6 +22,20 @@ void Sgd::step_impl(const std::vector<nn::Param*>& params, double lr) {
     const OptimizerConfig& c = m_config;
     // torch creates the buffer from the first gradient (buf = d), then accumulates.
     const bool first_step = m_steps == 1;
+    if (void* q = gpu_queue(params)) {
+        // Every parameter in one launch (the lists are host arrays of device pointers).
+        dispatch_float(params.front()->value.dtype(), [&]<class T>() {
+            GpuLists<T> l(params, m_state);
+            if (c.momentum > 0)
+                kernels::gpu::sgd_momentum_update_multi<T>(l.count(), l.p.data(), l.g.data(), l.s0.data(),
+                                                           l.sizes.data(), lr, c.momentum, c.weight_decay,
+                                                           c.nesterov, first_step, q);
+            else
+                kernels::gpu::sgd_update_multi<T>(l.count(), l.p.data(), l.g.data(), l.sizes.data(), lr,
+                                                  c.weight_decay, q);
+        });
+        return;
+    }
     for (size_t i = 0; i < params.size(); ++i) {
         nn::Param& p = *params[i];
         dispatch_float(p.value.dtype(), [&]<class T>() {

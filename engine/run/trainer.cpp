@@ -1,5 +1,8 @@
 #include "engine/run/trainer.h"
 
+#include "engine/comm/gpu.h"
+#include "engine/device/cuda_device.h"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -73,19 +76,41 @@ void check_straggler(const Experiment& e, const std::vector<std::string>& names)
 // build cannot run.
 std::vector<std::unique_ptr<Device>> make_devices(const Experiment& e, int compute_threads) {
     std::vector<std::unique_ptr<Device>> devices;
+    bool any_cpu = false, any_gpu = false;
     for (size_t i = 0; i < e.devices.size(); ++i) {
         const std::string path = "devices[" + std::to_string(i) + "]";
         const DeviceId id = parse_device_id(e.devices[i]);
-        if (id.kind != DeviceKind::cpu)
-            throw ConfigError(path + ": " + e.devices[i] +
-                              " is a GPU, and this build has no CUDA training backend; use cpu:" +
-                              std::to_string(i));
-        for (size_t j = 0; j < i; ++j)
-            if (e.devices[j] == e.devices[i])
+        int earlier = 0;  // the same name listed before: virtual devices of one GPU
+        for (size_t j = 0; j < i; ++j) {
+            if (e.devices[j] != e.devices[i]) continue;
+            if (id.kind == DeviceKind::cpu)
                 throw ConfigError(path + ": " + e.devices[i] + " is listed twice (devices[" +
                                   std::to_string(j) + "]); virtual CPU devices are cpu:0, cpu:1, ...");
-        devices.push_back(make_cpu_device(id.index, compute_threads));
+            ++earlier;
+        }
+        if (id.kind == DeviceKind::cpu) {
+            any_cpu = true;
+            devices.push_back(make_cpu_device(id.index, compute_threads));
+            continue;
+        }
+        any_gpu = true;
+        if (!cuda_backend_built())
+            throw ConfigError(path + ": " + e.devices[i] +
+                              " is a GPU, and this build has no CUDA backend; use cpu:" + std::to_string(i));
+        if (e.strategy.type != "single" && e.strategy.type != "ddp")
+            throw ConfigError("strategy.type: " + e.strategy.type +
+                              " does not run on CUDA devices yet (single and ddp do); use cpu devices");
+        // The k-th listing of cuda:N after the first is the virtual GPU "cuda:N#k".
+        const std::string name = id.to_string() + (earlier ? "#" + std::to_string(earlier) : "");
+        try {
+            devices.push_back(make_cuda_device(id.index, name));
+        } catch (const ConfigError& err) {
+            throw ConfigError(path + ": " + err.what());
+        }
     }
+    if (any_cpu && any_gpu)
+        throw ConfigError("devices: CPU and CUDA devices cannot be mixed in one run; list only cpu:K "
+                          "or only cuda:N");
     return devices;
 }
 
@@ -531,7 +556,8 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     const auto prepare = [&] {
         if (e.train.precision != "fp32")
             throw ConfigError("train.precision: " + e.train.precision +
-                              " mixed precision needs CUDA devices; CPU devices train in fp32");
+                              " mixed precision is not implemented in this version (the CUDA "
+                              "backend trains in fp32 too); use fp32");
         devices = make_devices(e, compute_threads);
         splits = data::load_data(e.data, e.seed);
         if (splits.train.size() == 0) throw ConfigError("data: the training split is empty");
@@ -591,7 +617,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     else if (mpi)
         group = std::make_unique<comm::MpiDeviceGroup>(per_process);
     else
-        group = std::make_unique<comm::LocalGroup>(world);
+        group = comm::make_device_group(world_devices);  // threads, or the GPUs' communicators
     ctx.group = group.get();
     if (mpi) ctx.processes = &mpi->communicator();
     const int64_t steps_per_epoch = (train.size() + e.data.batch_size - 1) / e.data.batch_size;

@@ -64,24 +64,20 @@ void ReplicaStrategy::broadcast_parameters(Rank& rank) {
     int64_t n = total_numel(ps);
     for (const Tensor& b : bufs) n += b.numel();
     Tensor flat = Tensor::empty(Shape{n}, DType::f32, rank.device(), MemCategory::communication);
-    float* f = flat.data<float>();
-    if (rank.index() == 0) {
-        pack_values(ps, f);
-        int64_t at = total_numel(ps);
-        for (const Tensor& b : bufs) {
-            std::memcpy(f + at, b.raw(), b.nbytes());
-            at += b.numel();
+    // Parameters then buffers, end to end; views and copy_from work in host and GPU memory.
+    std::vector<Tensor> parts;
+    for (const nn::Param* p : ps) parts.push_back(p->value);
+    parts.insert(parts.end(), bufs.begin(), bufs.end());
+    const auto each_part = [&](auto&& fn) {
+        int64_t at = 0;
+        for (const Tensor& t : parts) {
+            fn(flat.view(at, t.shape()), t);
+            at += t.numel();
         }
-    }
+    };
+    if (rank.index() == 0) each_part([](const Tensor& slot, const Tensor& t) { slot.copy_from(t); });
     rank.record_comm(rank.comm().broadcast(flat, 0));
-    if (rank.index() != 0) {
-        unpack_values(f, ps);
-        int64_t at = total_numel(ps);
-        for (const Tensor& b : bufs) {
-            std::memcpy(b.raw(), f + at, b.nbytes());
-            at += b.numel();
-        }
-    }
+    if (rank.index() != 0) each_part([](const Tensor& slot, const Tensor& t) { t.copy_from(slot); });
 }
 
 Tensor ReplicaStrategy::predict(const Tensor& x) { return replica(0).forward(x, nn::Mode::eval); }

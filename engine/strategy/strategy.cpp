@@ -1,5 +1,7 @@
 #include "engine/strategy/strategy.h"
 
+#include <kernels/gpu/memory.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -159,16 +161,26 @@ std::vector<Tensor> host_copies(const std::vector<nn::Param*>& params) {
     return host_copies(values);
 }
 
+// dst's bytes from host memory, into a GPU ordered on its queue (the runtime stages pageable
+// memory before returning, so `src` may change afterwards).
+static void copy_in(const Tensor& dst, const float* src) {
+    if (void* q = dst.queue()) kernels::gpu::copy_host_to_device_async(dst.raw(), src, dst.nbytes(), q);
+    else std::memcpy(dst.raw(), src, dst.nbytes());
+}
+
 DeviceBatch to_device(const data::Batch& b, int64_t offset, int64_t count, const Shape& input,
                       const Shape& target, Device& device) {
     DeviceBatch out;
     out.x = Tensor::empty(input.with_batch(count), DType::f32, device, MemCategory::activations);
     const int64_t in_numel = input.numel();
-    std::memcpy(out.x.raw(), b.inputs.data() + offset * in_numel, out.x.nbytes());
+    copy_in(out.x, b.inputs.data() + offset * in_numel);
     const Shape t = target.rank() == 0 ? Shape{count} : target.with_batch(count);
     const int64_t t_numel = target.rank() == 0 ? 1 : target.numel();
-    out.y = Tensor::empty(t, DType::f32, device, MemCategory::activations);
-    std::memcpy(out.y.raw(), b.targets.data() + offset * t_numel, out.y.nbytes());
+    // Class ids stay on the host next to a GPU: the loss validates them there and uploads them
+    // as integers (a float copy on the GPU would only travel back).
+    Device& target_device = device.is_gpu() && target.rank() == 0 ? detached_host_device() : device;
+    out.y = Tensor::empty(t, DType::f32, target_device, MemCategory::activations);
+    copy_in(out.y, b.targets.data() + offset * t_numel);
     return out;
 }
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine/comm/communicator.h"
@@ -94,7 +95,16 @@ public:
             double other_ms;  // communication + idle recorded before fn ran
             ~Done() { r.add_compute(phase, b, Clock::now(), r.m_comm_ms + r.m_idle_ms - other_ms); }
         } done{*this, phase, b, m_comm_ms + m_idle_ms};
-        return fn();
+        // A GPU's kernels are asynchronous: the phase ends when its queued work has finished
+        // (a no-op on a CPU device), so that spans hold the kernels' time, not their launches.
+        if constexpr (std::is_void_v<std::invoke_result_t<F>>) {
+            fn();
+            device().finish_queued();
+        } else {
+            auto result = fn();
+            device().finish_queued();
+            return result;
+        }
     }
     // A communication call made on this thread (its time counts as communication), or, with
     // waiting = true, a call whose time is mostly waiting for a peer (a pipeline's recv), which

@@ -2,12 +2,16 @@
 
 #include <cstring>
 
+#include <kernels/gpu/memory.h>
+#include <kernels/gpu/stream.h>
+
 #include "engine/device/device.h"
 
 namespace paralab {
 
 Storage::Storage(Device& device, size_t bytes, MemCategory category)
     : m_device(&device),
+      m_queue(device.queue()),
       m_data(device.allocator().allocate(bytes, category)),
       m_bytes(bytes),
       m_category(category) {}
@@ -49,7 +53,28 @@ Tensor Tensor::view(int64_t offset, const Shape& shape) const {
     return t;
 }
 
+namespace kg = kernels::gpu;
+
+namespace {
+
+// The same values as `t` in a host tensor of `dtype` (a copy).
+Tensor host_copy(const Tensor& t, DType dtype) {
+    Tensor h = Tensor::empty(t.shape(), dtype, detached_host_device(), MemCategory::workspace);
+    h.copy_from(t);
+    return h;
+}
+
+}  // namespace
+
 void Tensor::fill(double value) const {
+    if (!defined()) return;
+    if (on_gpu()) {
+        if (value == 0.0) return zero();
+        Tensor h = Tensor::empty(m_shape, m_dtype, detached_host_device(), MemCategory::workspace);
+        h.fill(value);
+        copy_from(h);
+        return;
+    }
     dispatch_float(m_dtype, [&]<class T>() {
         T* p = data<T>();
         const T v = static_cast<T>(value);
@@ -58,12 +83,39 @@ void Tensor::fill(double value) const {
 }
 
 void Tensor::zero() const {
-    if (defined()) std::memset(raw(), 0, nbytes());
+    if (!defined()) return;
+    if (on_gpu()) kg::fill_bytes_async(raw(), 0, nbytes(), queue());
+    else std::memset(raw(), 0, nbytes());
 }
 
 void Tensor::copy_from(const Tensor& src) const {
     if (src.numel() != numel())
         throw ShapeError("copy from " + src.shape().to_string() + " into " + m_shape.to_string());
+    if (on_gpu() || src.on_gpu()) {
+        if (src.dtype() != m_dtype) {
+            // Converted on the host: rare (the f64 references of the tests), never per step.
+            copy_from(host_copy(src, m_dtype));
+            return;
+        }
+        if (raw() == src.raw() || nbytes() == 0) return;
+        if (!src.on_gpu()) {
+            // From pageable host memory the runtime stages the bytes before it returns, so
+            // `src` may go at once; the copy is ordered after this queue's earlier kernels.
+            kg::copy_host_to_device_async(raw(), src.raw(), nbytes(), queue());
+        } else if (!on_gpu()) {
+            kg::copy_device_to_host_async(raw(), src.raw(), nbytes(), src.queue());
+            kg::stream_synchronize(src.queue());
+        } else if (queue() == src.queue()) {
+            kg::copy_device_to_device_async(raw(), src.raw(), nbytes(), queue());
+        } else {
+            // Two devices (or two virtual GPUs): the source's kernels first, and the source
+            // may be reused by its queue as soon as this returns.
+            kg::stream_synchronize(src.queue());
+            kg::copy_device_to_device_async(raw(), src.raw(), nbytes(), queue());
+            kg::stream_synchronize(queue());
+        }
+        return;
+    }
     if (src.dtype() == m_dtype) {
         if (raw() != src.raw()) std::memcpy(raw(), src.raw(), nbytes());
         return;
@@ -89,6 +141,11 @@ Tensor Tensor::to(DType dtype) const {
     Tensor t = empty(m_shape, dtype, device(), category());
     t.copy_from(*this);
     return t;
+}
+
+void Tensor::host_access_error() const {
+    throw Error("a tensor " + m_shape.to_string() + " on " + device().name() +
+                " read or written on the host (copy it to a host tensor first)");
 }
 
 void Tensor::type_mismatch(DType requested) const {

@@ -25,9 +25,12 @@ public:
     size_t bytes() const { return m_bytes; }
     MemCategory category() const { return m_category; }
     Device& device() const { return *m_device; }
+    // The device's queue (a GPU's compute stream), nullptr for host memory.
+    void* queue() const { return m_queue; }
 
 private:
     Device* m_device;
+    void* m_queue;
     void* m_data;
     size_t m_bytes;
     MemCategory m_category;
@@ -50,6 +53,11 @@ public:
     size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(m_dtype); }
     Device& device() const { return m_storage->device(); }
     MemCategory category() const { return m_storage->category(); }
+    // True when the elements live in GPU memory: data<T>() is then a device pointer for the
+    // GPU kernels, and span<T>() throws (the host cannot read them; copy to a host tensor).
+    bool on_gpu() const { return m_storage && m_storage->queue() != nullptr; }
+    // The queue GPU kernels on this tensor are ordered on (nullptr for a host tensor).
+    void* queue() const { return m_storage ? m_storage->queue() : nullptr; }
 
     void* raw() const {
         return m_storage ? static_cast<char*>(m_storage->data()) + m_offset : nullptr;
@@ -63,6 +71,7 @@ public:
     }
     template <class T>
     std::span<T> span() const {
+        if (on_gpu()) host_access_error();
         return {data<T>(), static_cast<size_t>(numel())};
     }
 
@@ -73,10 +82,12 @@ public:
     // views of one buffer that it all-reduces in place). Throws ShapeError past the end.
     Tensor view(int64_t offset, const Shape& shape) const;
 
-    // Host tensors only (the CPU backend).
+    // On any device; on a GPU, ordered on its queue.
     void fill(double value) const;
     void zero() const;
-    // Copies values from `src` (same shape; dtype converted between f32 and f64).
+    // Copies values from `src` (same element count; dtype converted between f32 and f64), also
+    // between host and GPU and between GPUs. A copy into host memory has arrived on return; a
+    // copy into a GPU is ordered on the destination's queue after the source's queued work.
     void copy_from(const Tensor& src) const;
     Tensor clone(MemCategory category) const;
     // The same values as a tensor of `dtype` (a copy; the same tensor when dtype matches).
@@ -87,6 +98,7 @@ public:
 
 private:
     [[noreturn]] void type_mismatch(DType requested) const;
+    [[noreturn]] void host_access_error() const;
 
     std::shared_ptr<Storage> m_storage;
     size_t m_offset = 0;  // bytes into the storage (views)

@@ -1,0 +1,96 @@
+// The kernels layer code calls, on the CPU or ordered on a GPU's queue, behind one set of
+// names: a layer whose forward and backward are a sequence of GEMMs and fused kernels (the
+// recurrent layers) writes that sequence once, for both. `q` is the tensors' queue (a GPU's
+// compute stream), nullptr on the CPU. The two backends take the same layouts and arguments
+// (kernels/gpu/*.h mirror kernels/cpu/*.h).
+#pragma once
+
+#include <kernels/cpu/elementwise.h>
+#include <kernels/cpu/gemm.h>
+#include <kernels/cpu/recurrent.h>
+#include <kernels/gpu/elementwise.h>
+#include <kernels/gpu/gemm.h>
+#include <kernels/gpu/recurrent.h>
+
+#include "engine/tensor/tensor.h"
+
+namespace paralab::nn {
+
+struct Ops {
+    void* q = nullptr;
+
+    template <class T>
+    void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
+              const T* B, int64_t ldb, T beta, T* C, int64_t ldc) const {
+        if (q) kernels::gpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, q);
+        else kernels::cpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+    template <class T>
+    void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B,
+              T beta, T* C) const {
+        gemm<T>(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, beta, C, N);
+    }
+    template <class T>
+    void bias_broadcast_rows(int64_t rows, int64_t cols, const T* bias, T* y) const {
+        if (q) kernels::gpu::bias_broadcast_rows<T>(rows, cols, bias, y, q);
+        else kernels::cpu::bias_broadcast_rows<T>(rows, cols, bias, y);
+    }
+    template <class T>
+    void column_sums_accumulate(int64_t rows, int64_t cols, const T* x, T* sums) const {
+        if (q) kernels::gpu::column_sums_accumulate<T>(rows, cols, x, sums, q);
+        else kernels::cpu::column_sums_accumulate<T>(rows, cols, x, sums);
+    }
+    template <class T>
+    void strided_rows_copy(int64_t rows, int64_t cols, const T* src, int64_t ld_src, T* dst,
+                           int64_t ld_dst) const {
+        if (q) kernels::gpu::strided_rows_copy<T>(rows, cols, src, ld_src, dst, ld_dst, q);
+        else kernels::cpu::strided_rows_copy<T>(rows, cols, src, ld_src, dst, ld_dst);
+    }
+    template <class T>
+    void lstm_cell_forward(int64_t B, int64_t H, T* gates, int64_t ldg, const T* c_prev, T* c,
+                           T* tanh_c, T* h, int64_t lds) const {
+        if (q) kernels::gpu::lstm_cell_forward<T>(B, H, gates, ldg, c_prev, c, tanh_c, h, lds, q);
+        else kernels::cpu::lstm_cell_forward<T>(B, H, gates, ldg, c_prev, c, tanh_c, h, lds);
+    }
+    template <class T>
+    void lstm_cell_backward(int64_t B, int64_t H, const T* gates, int64_t ldg, const T* c_prev,
+                            const T* tanh_c, const T* dh, int64_t lds, T* dc, T* dgates) const {
+        if (q) kernels::gpu::lstm_cell_backward<T>(B, H, gates, ldg, c_prev, tanh_c, dh, lds, dc, dgates, q);
+        else kernels::cpu::lstm_cell_backward<T>(B, H, gates, ldg, c_prev, tanh_c, dh, lds, dc, dgates);
+    }
+    template <class T>
+    void gru_cell_forward(int64_t B, int64_t H, T* gates, int64_t ldg, const T* hh, const T* h_prev,
+                          T* hn, T* h, int64_t lds) const {
+        if (q) kernels::gpu::gru_cell_forward<T>(B, H, gates, ldg, hh, h_prev, hn, h, lds, q);
+        else kernels::cpu::gru_cell_forward<T>(B, H, gates, ldg, hh, h_prev, hn, h, lds);
+    }
+    template <class T>
+    void gru_cell_backward(int64_t B, int64_t H, const T* gates, int64_t ldg, const T* hn,
+                           const T* h_prev, const T* dh, T* dh_prev, int64_t lds, T* dg_ih,
+                           T* dg_hh) const {
+        if (q)
+            kernels::gpu::gru_cell_backward<T>(B, H, gates, ldg, hn, h_prev, dh, dh_prev, lds, dg_ih, dg_hh, q);
+        else
+            kernels::cpu::gru_cell_backward<T>(B, H, gates, ldg, hn, h_prev, dh, dh_prev, lds, dg_ih, dg_hh);
+    }
+    template <class T>
+    void recurrent_weight_grad_accumulate(int64_t B, int64_t steps, int64_t G, int64_t H,
+                                          const T* dgates, const T* h, T* dw) const {
+        if (q) kernels::gpu::recurrent_weight_grad_accumulate<T>(B, steps, G, H, dgates, h, dw, q);
+        else kernels::cpu::recurrent_weight_grad_accumulate<T>(B, steps, G, H, dgates, h, dw);
+    }
+    // y = a + b, elementwise (the sum of two biases, once per forward).
+    template <class T>
+    void add(int64_t n, const T* a, const T* b, T* y) const {
+        if (q) {
+            kernels::gpu::bias_broadcast_rows<T>(1, n, a, y, q);
+            kernels::gpu::bias_add_rows<T>(1, n, b, y, q);
+        } else {
+            for (int64_t k = 0; k < n; ++k) y[k] = a[k] + b[k];
+        }
+    }
+};
+
+inline Ops ops_for(const Tensor& t) { return Ops{t.queue()}; }
+
+}  // namespace paralab::nn
