@@ -1,6 +1,9 @@
-// Layer norm forward and backward (kernels/gpu/norm.h), after kernels/cpu/norm.cpp.
+// Batch norm's sums and formulas and layer norm's forward and backward (kernels/gpu/norm.h),
+// after kernels/cpu/norm.cpp.
 #include <kernels/gpu/norm.h>
 #include <kernels/gpu/detail/op_lists.h>
+
+#include <climits>
 
 #include "column_sums.cuh"
 #include "launch.cuh"
@@ -10,6 +13,94 @@ namespace paralab::kernels::gpu {
 namespace {
 
 using namespace detail;
+
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
+// Batch norm's per-channel sums: block c walks channel c's N*S entries, each thread a fixed
+// share of them, then block_sum's fixed tree. Rows of S >= 32 positions are walked row by row
+// (coalesced); shorter ones as one flat range of N*S, so that a [N, C] input (S = 1) still
+// spreads over the block's threads. visit(e) gets the index into x of each entry the thread owns.
+template <class Visit>
+__device__ __forceinline__ void for_channel_entries(int64_t N, int64_t C, int64_t S, int64_t c, Visit visit) {
+    if (S >= 32) {
+        for (int64_t n = 0; n < N; ++n) {
+            const int64_t row = (n * C + c) * S;
+            for (int64_t i = threadIdx.x; i < S; i += blockDim.x) visit(row + i);
+        }
+    } else {
+        const int64_t count = N * S;
+        for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+            const int64_t n = j / S, i = j - n * S;
+            visit((n * C + c) * S + i);
+        }
+    }
+}
+
+// x: [N, C, S] -> sum, sumsq: [C] (overwritten); block c does channel c.
+template <class T>
+__global__ void __launch_bounds__(kRowBlock)
+    batchnorm_channel_sums_kernel(int64_t N, int64_t C, int64_t S, const T* x, double* sum, double* sumsq) {
+    __shared__ double shared[32];
+    const int64_t c = blockIdx.x;
+    double s = 0, sq = 0;
+    for_channel_entries(N, C, S, c, [&](int64_t e) {
+        const double v = static_cast<double>(x[e]);
+        s += v;
+        sq += v * v;
+    });
+    s = detail::block_sum(s, shared);
+    sq = detail::block_sum(sq, shared);
+    if (threadIdx.x == 0) {
+        sum[c] = s;
+        sumsq[c] = sq;
+    }
+}
+
+// x, dy: [N, C, S], mean: [C] -> sum_dy, sum_dy_xmu: [C] (overwritten); block c does channel c.
+template <class T>
+__global__ void __launch_bounds__(kRowBlock)
+    batchnorm_backward_sums_kernel(int64_t N, int64_t C, int64_t S, const T* x, const T* dy, const T* mean,
+                                   double* sum_dy, double* sum_dy_xmu) {
+    __shared__ double shared[32];
+    const int64_t c = blockIdx.x;
+    const double m = static_cast<double>(mean[c]);
+    double s = 0, sx = 0;
+    for_channel_entries(N, C, S, c, [&](int64_t e) {
+        const double g = static_cast<double>(dy[e]);
+        s += g;
+        sx += g * (static_cast<double>(x[e]) - m);
+    });
+    s = detail::block_sum(s, shared);
+    sx = detail::block_sum(sx, shared);
+    if (threadIdx.x == 0) {
+        sum_dy[c] = s;
+        sum_dy_xmu[c] = sx;
+    }
+}
+
+// y = (x - mean[c]) * scale[c] + shift[c], each operation rounded as on the CPU. y may alias x.
+template <class T>
+__global__ void batchnorm_normalize_kernel(int64_t total, int64_t C, int64_t S, const T* x, const T* mean,
+                                           const T* scale, const T* shift, T* y) {
+    PARALAB_GRID_STRIDE_LOOP(i, total) {
+        const int64_t c = (i / S) % C;
+        y[i] = mul_rn(x[i] - mean[c], scale[c]) + shift[c];
+    }
+}
+
+// dx = scale[c] * (dy - mean_dy[c] - (x - mean[c]) * k[c]), rounded as on the CPU. dx may
+// alias dy.
+template <class T>
+__global__ void batchnorm_backward_input_kernel(int64_t total, int64_t C, int64_t S, const T* x, const T* dy,
+                                                const T* mean, const T* scale, const T* mean_dy, const T* k,
+                                                T* dx) {
+    PARALAB_GRID_STRIDE_LOOP(i, total) {
+        const int64_t c = (i / S) % C;
+        const T g = dy[i];
+        dx[i] = mul_rn(scale[c], (g - mean_dy[c]) - mul_rn(x[i] - mean[c], k[c]));
+    }
+}
 
 // x: [rows, D] -> y: [rows, D], mean, rstd: [rows]; block r normalises row r.
 template <class T>
@@ -83,6 +174,58 @@ struct GammaGradTerm {
 
 }  // namespace
 
+// The size checks of the batch norm launchers.
+void check_batchnorm_sizes(int64_t N, int64_t C, int64_t S, const char* launcher) {
+    require(N >= 0 && S >= 0, launcher, "N and S must be >= 0");
+    require(C >= 0 && C <= INT32_MAX, launcher, "C out of range");
+}
+
+// x: [N, C, S] -> sum, sumsq: [C] (device, overwritten)
+template <class T>
+void batchnorm_channel_sums(int64_t N, int64_t C, int64_t S, const T* x, double* sum, double* sumsq,
+                            void* stream) {
+    check_batchnorm_sizes(N, C, S, "batchnorm_channel_sums");
+    if (C == 0) return;
+    batchnorm_channel_sums_kernel<T><<<static_cast<unsigned>(C), kRowBlock, 0, as_stream(stream)>>>(N, C, S, x, sum,
+                                                                                                    sumsq);
+    PARALAB_GPU_CHECK_LAUNCH("batchnorm_channel_sums_kernel");
+}
+
+// x: [N, C, S] -> y: [N, C, S]
+template <class T>
+void batchnorm_normalize(int64_t N, int64_t C, int64_t S, const T* x, const T* mean, const T* scale,
+                         const T* shift, T* y, void* stream) {
+    check_batchnorm_sizes(N, C, S, "batchnorm_normalize");
+    const int64_t total = N * C * S;
+    if (total == 0) return;
+    batchnorm_normalize_kernel<T><<<grid_for(total), kBlock, 0, as_stream(stream)>>>(total, C, S, x, mean, scale,
+                                                                                      shift, y);
+    PARALAB_GPU_CHECK_LAUNCH("batchnorm_normalize_kernel");
+}
+
+// x, dy: [N, C, S] -> sum_dy, sum_dy_xmu: [C] (device, overwritten)
+template <class T>
+void batchnorm_backward_sums(int64_t N, int64_t C, int64_t S, const T* x, const T* dy, const T* mean,
+                             double* sum_dy, double* sum_dy_xmu, void* stream) {
+    check_batchnorm_sizes(N, C, S, "batchnorm_backward_sums");
+    if (C == 0) return;
+    batchnorm_backward_sums_kernel<T><<<static_cast<unsigned>(C), kRowBlock, 0, as_stream(stream)>>>(
+        N, C, S, x, dy, mean, sum_dy, sum_dy_xmu);
+    PARALAB_GPU_CHECK_LAUNCH("batchnorm_backward_sums_kernel");
+}
+
+// x, dy: [N, C, S] -> dx: [N, C, S]
+template <class T>
+void batchnorm_backward_input(int64_t N, int64_t C, int64_t S, const T* x, const T* dy, const T* mean,
+                              const T* scale, const T* mean_dy, const T* k, T* dx, void* stream) {
+    check_batchnorm_sizes(N, C, S, "batchnorm_backward_input");
+    const int64_t total = N * C * S;
+    if (total == 0) return;
+    batchnorm_backward_input_kernel<T><<<grid_for(total), kBlock, 0, as_stream(stream)>>>(total, C, S, x, dy, mean,
+                                                                                           scale, mean_dy, k, dx);
+    PARALAB_GPU_CHECK_LAUNCH("batchnorm_backward_input_kernel");
+}
+
 // x: [rows, D] -> y: [rows, D], mean, rstd: [rows]
 template <class T>
 void layernorm_forward(int64_t rows, int64_t D, double eps, const T* x, const T* gamma,
@@ -112,5 +255,19 @@ void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const 
 }
 
 PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_NORM_OPS)
+
+// Batch norm's launchers (kernels/stub/conv_pool_stub.cpp lists the same set).
+#define PARALAB_INSTANTIATE_GPU_BATCHNORM(T)                                                                \
+    template void batchnorm_channel_sums<T>(int64_t, int64_t, int64_t, const T*, double*, double*, void*);  \
+    template void batchnorm_normalize<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, const T*, \
+                                         T*, void*);                                                        \
+    template void batchnorm_backward_sums<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,       \
+                                             double*, double*, void*);                                      \
+    template void batchnorm_backward_input<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,      \
+                                              const T*, const T*, const T*, T*, void*);
+
+PARALAB_INSTANTIATE_GPU_BATCHNORM(float)
+PARALAB_INSTANTIATE_GPU_BATCHNORM(double)
+#undef PARALAB_INSTANTIATE_GPU_BATCHNORM
 
 }  // namespace paralab::kernels::gpu

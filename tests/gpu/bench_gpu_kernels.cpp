@@ -4,6 +4,7 @@
 // (H100 SXM: ~3.35 TB/s HBM3) to see how far each kernel is from its bound. Not a test: run
 // `build/tests/bench_gpu_kernels [--size N]` on a GPU machine. Without a GPU it says so.
 #include <kernels/gpu/cast.h>
+#include <kernels/gpu/conv.h>
 #include <kernels/gpu/dropout.h>
 #include <kernels/gpu/elementwise.h>
 #include <kernels/gpu/gemm.h>
@@ -11,6 +12,7 @@
 #include <kernels/gpu/memory.h>
 #include <kernels/gpu/norm.h>
 #include <kernels/gpu/optim.h>
+#include <kernels/gpu/pool.h>
 #include <kernels/gpu/reduce.h>
 #include <kernels/gpu/softmax.h>
 #include <kernels/gpu/stream.h>
@@ -123,6 +125,41 @@ int main(int argc, char** argv) {
                              2 * f4);
             report_bandwidth("column_sums_accumulate f32 D=1024",
                              time_ms(s, [&] { kg::column_sums_accumulate<float>(rows, D, a.as<float>(), b.as<float>(), s); }), f4);
+        }
+        {  // 2x2 max pool over 28x28 planes, its gather backward; batch norm's sums over [N, 16, 196]
+            const paralab::kernels::cpu::Pool2dGeometry g{n / (28 * 28), 28, 28, 2, 2};
+            const double out = static_cast<double>(g.planes * 14 * 14);
+            report_bandwidth("maxpool2d_forward f32 2x2",
+                             time_ms(s, [&] { kg::maxpool2d_forward<float>(g, a.as<float>(), b.as<float>(), e.as<int32_t>(), s); }),
+                             f4 + 8.0 * out);
+            report_bandwidth("maxpool2d_backward f32 2x2",
+                             time_ms(s, [&] { kg::maxpool2d_backward<float>(g, e.as<int32_t>(), b.as<float>(), c.as<float>(), s); }),
+                             f4 + 8.0 * out);
+            const int64_t C = 16, S = 196, N = n / (C * S);
+            Buffer sums(2 * C * 8);
+            report_bandwidth("batchnorm_channel_sums f32 S=196",
+                             time_ms(s, [&] { kg::batchnorm_channel_sums<float>(N, C, S, a.as<float>(), sums.as<double>(), sums.as<double>() + C, s); }),
+                             4.0 * static_cast<double>(N * C * S));
+        }
+        if (kg::cudnn_available() && n >= (int64_t{1} << 20)) {  // LeNet's convolutions, batch 64, cuDNN fp32 (FMA math)
+            const paralab::kernels::cpu::Conv2dGeometry convs[2] = {{1, 28, 28, 5, 1, 2}, {16, 14, 14, 5, 1, 2}};
+            const int64_t outs[2] = {16, 32}, N = 64;
+            const char* names[2][2] = {{"conv2d fwd f32 LeNet conv1 N=64", "conv2d bwd f32 LeNet conv1 N=64"},
+                                       {"conv2d fwd f32 LeNet conv2 N=64", "conv2d bwd f32 LeNet conv2 N=64"}};
+            for (int i = 0; i < 2; ++i) {
+                const auto& g = convs[i];
+                const int64_t K = outs[i], weights = K * g.col_rows();
+                const kg::CudnnConv2dPlan plan(0, g, N, K, true, false);
+                Buffer ws(std::max<size_t>({plan.forward_workspace_bytes(), plan.backward_workspace_bytes(), 1}));
+                float* w = b.as<float>();
+                float* bias = w + weights;
+                float* dw = c.as<float>();
+                float* db = dw + weights;
+                const double flops = 2.0 * static_cast<double>(N * K * g.out_height() * g.out_width() * g.col_rows());
+                report_flops(names[i][0], time_ms(s, [&] { plan.forward(a.ptr, w, bias, d.ptr, ws.ptr, s); }), flops);
+                report_flops(names[i][1],  // dx and dw: twice the forward's products
+                             time_ms(s, [&] { plan.backward(a.ptr, d.ptr, w, e.ptr, dw, db, ws.ptr, s); }), 2 * flops);
+            }
         }
         if (n >= 4096 * 4096) {  // GEMMs: 4096^3, operands of 64 MB
             const int64_t M = 4096;

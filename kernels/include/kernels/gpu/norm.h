@@ -1,11 +1,47 @@
-// Layer normalization on the GPU, the twin of layernorm_forward / layernorm_backward in
-// kernels/cpu/norm.h: statistics in double, two passes over a row. Batch normalization will go
-// through cuDNN. Device pointers; T = float or double; `stream` is an opaque cudaStream_t.
+// Batch and layer normalization on the GPU, the twins of kernels/cpu/norm.h: the same functions
+// and argument lists plus the stream. Statistics in double; deterministic (fixed reduction
+// trees, no atomics), so reruns repeat bit for bit. Device pointers, the double sums of batch
+// norm included (the CPU writes those to host memory); T = float or double; `stream` is an
+// opaque cudaStream_t (nullptr: the legacy default stream).
 #pragma once
 
 #include <cstdint>
 
 namespace paralab::kernels::gpu {
+
+// ---- batch norm: the input as [N, C, S] (N samples, C channels, S positions per channel);
+// a channel's statistics run over N and S. The sums are kernels apart from the formulas that
+// use them, so that a synchronised batch norm can all-reduce them in between.
+
+// x: [N, C, S] -> sum[c] = sum of x[:, c, :], sumsq[c] = sum of x[:, c, :]^2, both DEVICE
+// arrays of C doubles (overwritten). One block per channel, in double; not the CPU's order of
+// additions, so equal to it up to double rounding.
+template <class T>
+void batchnorm_channel_sums(int64_t N, int64_t C, int64_t S, const T* x, double* sum, double* sumsq,
+                            void* stream);
+
+// x: [N, C, S] -> y = (x - mean[c]) * scale[c] + shift[c] (mean, scale, shift: device [C]);
+// the caller folds gamma / sqrt(var + eps) into scale and beta into shift. y may alias x.
+// Rounded as the CPU rounds (no fused multiply-add): the CPU's bits.
+template <class T>
+void batchnorm_normalize(int64_t N, int64_t C, int64_t S, const T* x, const T* mean, const T* scale,
+                         const T* shift, T* y, void* stream);
+
+// x, dy: [N, C, S], mean: device [C] -> sum_dy[c] = sum of dy[:, c, :],
+// sum_dy_xmu[c] = sum of dy[:, c, :] * (x[:, c, :] - mean[c]), both DEVICE arrays of C doubles
+// (overwritten).
+template <class T>
+void batchnorm_backward_sums(int64_t N, int64_t C, int64_t S, const T* x, const T* dy, const T* mean,
+                             double* sum_dy, double* sum_dy_xmu, void* stream);
+
+// x, dy: [N, C, S] -> dx = scale[c] * (dy - mean_dy[c] - (x - mean[c]) * k[c]) (mean, scale,
+// mean_dy, k: device [C]; see kernels/cpu/norm.h for the train and eval forms). dx may alias dy.
+// Rounded as the CPU rounds: the CPU's bits.
+template <class T>
+void batchnorm_backward_input(int64_t N, int64_t C, int64_t S, const T* x, const T* dy, const T* mean,
+                              const T* scale, const T* mean_dy, const T* k, T* dx, void* stream);
+
+// ---- layer norm
 
 // x: [rows, D] -> y: [rows, D] = (x - mean) * rstd * gamma + beta per row, rstd =
 // 1 / sqrt(biased var + eps); mean, rstd: [rows] saved for the backward. One block per row.
