@@ -171,23 +171,31 @@ struct AllReduceRow {
 bench::ModelBenchOptions model_options(const BenchArgs& a) {
     bench::ModelBenchOptions o;
     o.data_path = a.data_path;
+    o.device = a.device;
+    if (o.device != "cpu") {
+        // A GPU: compute threads do not apply, and a step takes about a millisecond, so more
+        // steps for the same wall time.
+        o.threads = {1};
+        o.step_scale = 5.0;
+    }
     if (a.smoke) {
         o.rounds = 1;
         o.step_scale = 0.15;
         o.threads = {1};
     } else if (a.quick) {
         o.rounds = 1;
-        o.step_scale = 0.5;
+        o.step_scale *= 0.5;
     }
     return o;
 }
 
 // The CPU-speed table (issue 7): the three models on one CPU device at 1 and 2 threads.
-void print_models(const std::vector<bench::ModelTiming>& rows, int rounds) {
-    std::printf("\nModels: one CPU device, SGD momentum, optimizer step included, warm-up steps left out, "
+void print_models(const std::vector<bench::ModelTiming>& rows, int rounds, const std::string& device) {
+    std::printf("\nModels: one %s device, SGD momentum, optimizer step included, warm-up steps left out, "
                 "fastest of %d round%s;\nGFLOP/s = 3 x forward FLOPs x samples/s; sgemm = a 1024^3 "
                 "GEMM at the same thread count (%s; OpenBLAS kernel %s)\n\n",
-                rounds, rounds == 1 ? "" : "s", kernels::cpu::gemm_library().c_str(),
+                device == "cpu" ? "CPU" : device.c_str(), rounds, rounds == 1 ? "" : "s",
+                kernels::cpu::gemm_library().c_str(),
                 bench::blas_kernel().c_str());
     TextTable t({"model", "threads", "batch", "steps", "ms/step", "samples/s", "GFLOP/s", "sgemm GFLOP/s",
                  "of sgemm", "note"},
@@ -228,7 +236,7 @@ int cmd_bench(const BenchArgs& a) {
         }
         std::printf("paralab bench (models): %s, %u hardware threads\n", cpu_model().c_str(),
                     std::thread::hardware_concurrency());
-        print_models(rows, mo.rounds);
+        print_models(rows, mo.rounds, mo.device);
         return 0;
     }
     const Plan plan = make_plan(a);
@@ -388,7 +396,7 @@ int cmd_bench(const BenchArgs& a) {
                 ok ? per_stage : r.error});
     }
     pt.print();
-    print_models(models, model_opts.rounds);
+    print_models(models, model_opts.rounds, model_opts.device);
     std::printf("\n%.0f s in all\n", total_s);
     return 0;
 }

@@ -427,6 +427,8 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     bench->add_flag("--smoke", bench_args.smoke, "a few seconds, one case per table (for tests)");
     bench->add_flag("--models-only", bench_args.models_only, "only the models table (MLP, LeNet, LSTM; 1 and 2 threads)");
     bench->add_option("--data", bench_args.data_path, "Fashion-MNIST folder (blobs when missing)");
+    bench->add_option("--device", bench_args.device,
+                      "device of the models table: cpu, or cuda:N (ddp rows on two virtual GPUs)");
 
     try {
         app.parse(argc, argv);

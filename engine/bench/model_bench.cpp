@@ -65,7 +65,8 @@ json synthetic(const char* dataset, int64_t train, int64_t batch, json extra) {
 
 }  // namespace
 
-json model_bench_experiment(const std::string& model, const std::string& data_path, int64_t steps) {
+json model_bench_experiment(const std::string& model, const std::string& data_path, int64_t steps,
+                            const std::string& device) {
     const ModelCase& c = find_case(model);
     const int64_t train = c.batch * steps;
     json data, layers;
@@ -91,7 +92,7 @@ json model_bench_experiment(const std::string& model, const std::string& data_pa
                               {{"type", "linear"}, {"out", 10}}});
     }
     json devices = json::array();
-    for (int d = 0; d < c.devices; ++d) devices.push_back("cpu:" + std::to_string(d));
+    for (int d = 0; d < c.devices; ++d) devices.push_back(device == "cpu" ? "cpu:" + std::to_string(d) : device);
     return {{"paralab", 1},
             {"name", "bench-model-" + model},
             {"seed", 7},
@@ -140,6 +141,12 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
             ModelTiming t;
             t.model = c.name;
             t.description = c.description;
+            if (o.device != "cpu" && c.devices > 1) {
+                // The ddp rows on a GPU run on virtual GPUs of that one card.
+                const std::string cpus = "cpu:0,cpu:1 (1 thread each)";
+                if (auto at = t.description.find(cpus); at != std::string::npos)
+                    t.description.replace(at, cpus.size(), o.device + " twice (two virtual GPUs)");
+            }
             t.threads = threads;
             t.devices = c.devices;
             t.batch = c.batch;
@@ -148,7 +155,7 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
             if (t.warmup_steps >= t.steps) t.warmup_steps = t.steps - 1;
             t.status = "not run";
             try {
-                run::Experiment e = run::parse_experiment(model_bench_experiment(c.name, o.data_path, t.steps));
+                run::Experiment e = run::parse_experiment(model_bench_experiment(c.name, o.data_path, t.steps, o.device));
                 auto device = make_cpu_device(0, threads);
                 nn::Model m(e.layers, run::model_input_shape(e), e.loss, DType::f32, *device);
                 t.forward_flops_per_sample = m.flops_per_sample();
@@ -170,7 +177,7 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
             rounds > 1 ? " (round " + std::to_string(round + 1) + "/" + std::to_string(rounds) + ")" : "";
         for (size_t k = 0; k < o.threads.size(); ++k) {
             if (progress) progress("sgemm 1024 on " + std::to_string(o.threads[k]) + " threads" + of_round);
-            sgemm[k] = std::max(sgemm[k], measure_sgemm_gflops(1024, o.threads[k]));
+            if (o.device == "cpu") sgemm[k] = std::max(sgemm[k], measure_sgemm_gflops(1024, o.threads[k]));
         }
         for (size_t i = 0; i < rows.size(); ++i) {
             ModelTiming& t = rows[i];

@@ -36,6 +36,7 @@ struct ModelBenchOptions {
     std::vector<int> threads{1, 2};
     int rounds = 3;
     double step_scale = 1.0;  // multiplies every model's step counts (smoke: small)
+    std::string device = "cpu";  // or "cuda:N": every case on that GPU (ddp: two virtual GPUs)
 };
 
 struct ModelTiming {
@@ -56,7 +57,9 @@ struct ModelTiming {
 };
 
 // The experiment of one of the three models (name as above), capped at `steps`.
-nlohmann::json model_bench_experiment(const std::string& model, const std::string& data_path, int64_t steps);
+// `device`: "cpu" (cpu:0, cpu:1, ...) or "cuda:N" (listed once per device: virtual GPUs).
+nlohmann::json model_bench_experiment(const std::string& model, const std::string& data_path, int64_t steps,
+                                      const std::string& device = "cpu");
 
 // OpenBLAS's kernel (core) name, e.g. "Haswell": OPENBLAS_CORETYPE changes it. OpenBLAS runs the
 // double-precision GEMMs, and the single-precision ones in a build without oneDNN.

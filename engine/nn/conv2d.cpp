@@ -3,6 +3,8 @@
 #include <kernels/cpu/gemm.h>
 #include <kernels/cpu/threads.h>
 
+#include "engine/device/device.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -77,8 +79,48 @@ const kc::DnnlConv2dPlan* Conv2d::dnnl_plan(const Tensor& x) {
     }
 }
 
+// The cuDNN plan for x's batch size on x's GPU (made on first use; a run uses a few sizes).
+const kernels::gpu::CudnnConv2dPlan& Conv2d::cudnn_plan(const Tensor& x) {
+    const int64_t batch = x.dim(0);
+    for (const auto& plan : m_gpu_plans)
+        if (plan->batch() == batch) return *plan;
+    constexpr size_t kKeep = 4;
+    if (m_gpu_plans.size() == kKeep) m_gpu_plans.erase(m_gpu_plans.begin());
+    m_gpu_plans.push_back(std::make_unique<kernels::gpu::CudnnConv2dPlan>(
+        x.device().id().index, m_geometry, batch, m_out_channels, m_has_bias, x.dtype() == DType::f64));
+    return *m_gpu_plans.back();
+}
+
+// cuDNN's workspace as a tensor of this layer's dtype, so the device's accounting sees it.
+static Tensor workspace_bytes(const Tensor& like, size_t bytes) {
+    const auto elems = static_cast<int64_t>((bytes + dtype_size(like.dtype()) - 1) / dtype_size(like.dtype()));
+    return Tensor::empty(Shape{std::max<int64_t>(elems, 1)}, like.dtype(), like.device(), MemCategory::workspace);
+}
+
+Tensor Conv2d::forward_cudnn(const Tensor& x) {
+    const auto& plan = cudnn_plan(x);
+    Tensor y = new_activation(output_shape().with_batch(x.dim(0)));
+    Tensor ws = workspace_bytes(x, plan.forward_workspace_bytes());
+    plan.forward(x.raw(), m_weight->value.raw(), m_bias ? m_bias->value.raw() : nullptr, y.raw(),
+                 ws.raw(), x.queue());
+    m_x = x;
+    return y;
+}
+
+Tensor Conv2d::backward_cudnn(const Tensor& dy) {
+    const auto& plan = cudnn_plan(dy);
+    Tensor dx;
+    if (needs_input_grad()) dx = new_activation(input_shape().with_batch(dy.dim(0)));
+    Tensor ws = workspace_bytes(dy, plan.backward_workspace_bytes());
+    plan.backward(m_x.raw(), dy.raw(), m_weight->value.raw(), dx.defined() ? dx.raw() : nullptr,
+                  m_weight->grad.raw(), m_bias ? m_bias->grad.raw() : nullptr, ws.raw(), dy.queue());
+    m_x = Tensor();
+    return dx;
+}
+
 Tensor Conv2d::forward_impl(const Tensor& x, Mode mode) {
     (void)mode;
+    if (x.on_gpu()) return forward_cudnn(x);
     const kc::DnnlConv2dPlan* plan = dnnl_plan(x);
     if (!plan) return forward_im2col(x);
     Tensor y = new_activation(output_shape().with_batch(x.dim(0)));
@@ -92,6 +134,7 @@ Tensor Conv2d::forward_impl(const Tensor& x, Mode mode) {
 
 Tensor Conv2d::backward_impl(const Tensor& dy) {
     PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
+    if (dy.on_gpu()) return backward_cudnn(dy);
     const kc::DnnlConv2dPlan* plan = dnnl_plan(dy);
     if (!plan) return backward_im2col(dy);
     Tensor dx;

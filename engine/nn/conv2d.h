@@ -11,6 +11,7 @@
 
 #include <kernels/cpu/conv.h>
 #include <kernels/cpu/dnnl_conv.h>
+#include <kernels/gpu/conv.h>
 
 #include "engine/nn/layer.h"
 
@@ -21,6 +22,9 @@ public:
     // Throws ConfigError when out_channels, kernel or stride < 1, or padding < 0.
     Conv2d(int64_t out_channels, int64_t kernel, int64_t stride = 1, int64_t padding = 0,
            bool bias = true);
+
+    // On a GPU, through cuDNN's convolutions where the build has cuDNN.
+    bool runs_on_gpu() const override { return kernels::gpu::cudnn_available(); }
 
 protected:
     Shape build_impl(const Shape& input) override;
@@ -33,6 +37,9 @@ private:
     // The oneDNN plan for this batch size (made on first use, kept for the next steps), or null
     // where the im2col path runs: double precision, no oneDNN, or no oneDNN implementation.
     const kernels::cpu::DnnlConv2dPlan* dnnl_plan(const Tensor& x);
+    const kernels::gpu::CudnnConv2dPlan& cudnn_plan(const Tensor& x);
+    Tensor forward_cudnn(const Tensor& x);
+    Tensor backward_cudnn(const Tensor& dy);
     Tensor forward_im2col(const Tensor& x);
     Tensor backward_im2col(const Tensor& dy);
 
@@ -47,6 +54,7 @@ private:
     Tensor m_x;                               // the last forward's input, released by backward
     std::vector<std::unique_ptr<kernels::cpu::DnnlConv2dPlan>> m_plans;  // by batch size, few
     bool m_dnnl_refused = false;  // oneDNN has no implementation for this geometry
+    std::vector<std::unique_ptr<kernels::gpu::CudnnConv2dPlan>> m_gpu_plans;  // by batch size
 };
 
 }  // namespace paralab::nn

@@ -2,9 +2,17 @@
 
 #include <cstdint>
 
+#include <kernels/gpu/pool.h>
+
+#include "engine/device/device.h"
+
 namespace paralab::nn {
 
 namespace kc = kernels::cpu;
+namespace kg = kernels::gpu;
+
+// The layer's GPU queue (nullptr on a CPU device).
+static void* queue_of(const Layer& l) { return l.device().queue(); }
 
 Pool2dBase::Pool2dBase(std::string type, int64_t kernel, int64_t stride)
     : Layer(std::move(type)), m_kernel(kernel), m_stride(stride == 0 ? kernel : stride) {
@@ -51,7 +59,8 @@ Tensor MaxPool2d::forward_impl(const Tensor& x, Mode mode) {
     m_argmax = Tensor::empty(y.shape(), DType::f32, device(), MemCategory::activations);
     int32_t* argmax = static_cast<int32_t*>(m_argmax.raw());
     dispatch_float(x.dtype(), [&]<class T>() {
-        kc::maxpool2d_forward<T>(g, x.data<T>(), y.data<T>(), argmax);
+        if (void* q = queue_of(*this)) kg::maxpool2d_forward<T>(g, x.data<T>(), y.data<T>(), argmax, q);
+        else kc::maxpool2d_forward<T>(g, x.data<T>(), y.data<T>(), argmax);
     });
     return y;
 }
@@ -64,7 +73,8 @@ Tensor MaxPool2d::backward_impl(const Tensor& dy) {
         dx = new_activation(input_shape().with_batch(dy.dim(0)));
         const int32_t* argmax = static_cast<const int32_t*>(m_argmax.raw());
         dispatch_float(dy.dtype(), [&]<class T>() {
-            kc::maxpool2d_backward<T>(geometry(dy.dim(0)), argmax, dy.data<T>(), dx.data<T>());
+            if (void* q = queue_of(*this)) kg::maxpool2d_backward<T>(geometry(dy.dim(0)), argmax, dy.data<T>(), dx.data<T>(), q);
+            else kc::maxpool2d_backward<T>(geometry(dy.dim(0)), argmax, dy.data<T>(), dx.data<T>());
         });
     }
     m_argmax = Tensor();
@@ -80,7 +90,8 @@ Tensor AvgPool2d::forward_impl(const Tensor& x, Mode mode) {
     (void)mode;
     Tensor y = new_activation(output_shape().with_batch(x.dim(0)));
     dispatch_float(x.dtype(), [&]<class T>() {
-        kc::avgpool2d_forward<T>(geometry(x.dim(0)), x.data<T>(), y.data<T>());
+        if (void* q = queue_of(*this)) kg::avgpool2d_forward<T>(geometry(x.dim(0)), x.data<T>(), y.data<T>(), q);
+        else kc::avgpool2d_forward<T>(geometry(x.dim(0)), x.data<T>(), y.data<T>());
     });
     return y;
 }
@@ -90,7 +101,8 @@ Tensor AvgPool2d::backward_impl(const Tensor& dy) {
     if (!needs_input_grad()) return Tensor();
     Tensor dx = new_activation(input_shape().with_batch(dy.dim(0)));
     dispatch_float(dy.dtype(), [&]<class T>() {
-        kc::avgpool2d_backward<T>(geometry(dy.dim(0)), dy.data<T>(), dx.data<T>());
+        if (void* q = queue_of(*this)) kg::avgpool2d_backward<T>(geometry(dy.dim(0)), dy.data<T>(), dx.data<T>(), q);
+        else kc::avgpool2d_backward<T>(geometry(dy.dim(0)), dy.data<T>(), dx.data<T>());
     });
     return dx;
 }
@@ -111,7 +123,8 @@ Tensor GlobalAvgPool::forward_impl(const Tensor& x, Mode mode) {
     const Shape& in = input_shape();
     Tensor y = new_activation(output_shape().with_batch(x.dim(0)));
     dispatch_float(x.dtype(), [&]<class T>() {
-        kc::global_avgpool_forward<T>(x.dim(0) * in[0], in[1] * in[2], x.data<T>(), y.data<T>());
+        if (void* q = queue_of(*this)) kg::global_avgpool_forward<T>(x.dim(0) * in[0], in[1] * in[2], x.data<T>(), y.data<T>(), q);
+        else kc::global_avgpool_forward<T>(x.dim(0) * in[0], in[1] * in[2], x.data<T>(), y.data<T>());
     });
     return y;
 }
@@ -122,7 +135,9 @@ Tensor GlobalAvgPool::backward_impl(const Tensor& dy) {
     const Shape& in = input_shape();
     Tensor dx = new_activation(in.with_batch(dy.dim(0)));
     dispatch_float(dy.dtype(), [&]<class T>() {
-        kc::global_avgpool_backward<T>(dy.dim(0) * in[0], in[1] * in[2], dy.data<T>(),
+        if (void* q = queue_of(*this)) kg::global_avgpool_backward<T>(dy.dim(0) * in[0], in[1] * in[2], dy.data<T>(),
+                                       dx.data<T>(), q);
+        else kc::global_avgpool_backward<T>(dy.dim(0) * in[0], in[1] * in[2], dy.data<T>(),
                                        dx.data<T>());
     });
     return dx;

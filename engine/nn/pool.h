@@ -12,6 +12,9 @@ namespace paralab::nn {
 
 // Shared by the two windowed pools: geometry from [C, H, W] and the shape checks.
 class Pool2dBase : public Layer {
+public:
+    bool runs_on_gpu() const override { return true; }
+
 protected:
     // Throws ConfigError when kernel < 1 or stride < 0 (stride 0 means stride = kernel).
     Pool2dBase(std::string type, int64_t kernel, int64_t stride);
@@ -52,6 +55,7 @@ protected:
 // [C, H, W] -> [C]: the mean of each channel's plane.
 class GlobalAvgPool : public Layer {
 public:
+    bool runs_on_gpu() const override { return true; }
     GlobalAvgPool();
 
 protected:

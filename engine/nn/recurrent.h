@@ -77,6 +77,7 @@ private:
 
 class GRU : public RecurrentLayer {
 public:
+    bool runs_on_gpu() const override { return true; }
     // Throws ConfigError when hidden < 1 or num_layers < 1.
     GRU(int64_t hidden, int64_t num_layers = 1, bool return_sequence = false);
 

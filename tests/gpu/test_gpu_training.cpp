@@ -1,0 +1,211 @@
+// The CUDA training path against the CPU engine (issue 6): every layer with GPU kernels, forward
+// and backward, on a GPU and on the CPU from the same parameters and inputs; runs of the single
+// strategy on cuda:0 against cpu:0, ddp on two virtual GPUs (cuda:0 listed twice) against the
+// single GPU, a run that converges, and what the GPU path refuses. SKIPPED without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/device/cuda_device.h"
+#include "engine/device/device.h"
+#include "engine/device/gpu_values.h"
+#include "engine/nn/model.h"
+#include "engine/run/experiment.h"
+#include "engine/run/trainer.h"
+#include "gpu_testing.h"
+#include "../engine/strategy_testing.h"
+
+namespace paralab {
+namespace {
+
+using nlohmann::json;
+using gpu_testing::GpuTest;
+
+// Largest |a - b| over max(|a| over the tensor, rms-like floor 1e-3): relative to the tensor's scale.
+double rel_diff(const Tensor& a_any, const Tensor& b_any) {
+    const Tensor a = gpu::on_host(a_any), b = gpu::on_host(b_any);
+    EXPECT_EQ(a.shape(), b.shape());
+    double diff = 0, scale = 1e-3;
+    const auto x = a.span<float>(), y = b.span<float>();
+    for (size_t i = 0; i < x.size(); ++i) {
+        if (std::isnan(x[i]) || std::isnan(y[i])) return INFINITY;  // NaN never passes
+        diff = std::max(diff, std::abs(static_cast<double>(x[i]) - y[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(x[i])));
+    }
+    return diff / scale;
+}
+
+Tensor random_host(const Shape& shape, std::mt19937& rng, float lo = -1, float hi = 1) {
+    Tensor t = Tensor::empty(shape, DType::f32, detached_host_device(), MemCategory::workspace);
+    std::uniform_real_distribution<float> u(lo, hi);
+    for (float& v : t.span<float>()) v = u(rng);
+    return t;
+}
+
+struct LayerCase {
+    std::string name;
+    json layers;
+    std::vector<int64_t> input;
+    std::string loss = "cross_entropy";
+    int64_t batch = 16;
+    double tol = 1e-5;
+};
+
+std::ostream& operator<<(std::ostream& os, const LayerCase& c) { return os << c.name; }
+
+class GpuLayers : public gpu_testing::GpuParamTest<LayerCase> {};
+
+// A leading tanh makes every tested layer compute its input gradient (a model's first layer
+// computes none), and the model's loss drives a real backward.
+TEST_P(GpuLayers, ForwardAndBackwardMatchTheCpu) {
+    const LayerCase& c = GetParam();
+    json j{{"paralab", 1}, {"name", "gpu-layers"}, {"seed", 3},
+           {"data", {{"dataset", "blobs"}, {"samples", 64}, {"features", 4}, {"batch_size", 16}}},
+           {"model", {{"input", c.input}, {"layers", c.layers}, {"loss", c.loss}}},
+           {"devices", {"cpu:0"}}, {"strategy", {{"type", "single"}}}};
+    const run::Experiment e = run::parse_experiment(j);
+    const Shape input(c.input);
+    auto cpu = make_cpu_device(0);
+    auto gpu = make_cuda_device(0);
+    gpu->make_current();
+    nn::Model host(e.layers, input, c.loss, DType::f32, *cpu);
+    nn::Model dev(e.layers, input, c.loss, DType::f32, *gpu);
+    Rng init(17);
+    host.reset_parameters(init);
+    auto hp = host.parameters(), dp = dev.parameters();
+    ASSERT_EQ(hp.size(), dp.size());
+    for (size_t i = 0; i < hp.size(); ++i) dp[i]->value.copy_from(hp[i]->value);
+
+    std::mt19937 rng(1234 + static_cast<unsigned>(c.name.size()));
+    const Tensor x = random_host(input.with_batch(c.batch), rng);
+    const Shape out = host.output_shape();
+    Tensor y;
+    if (c.loss == "cross_entropy") {
+        y = Tensor::empty(Shape{c.batch}, DType::f32, detached_host_device(), MemCategory::workspace);
+        std::uniform_int_distribution<int> cls(0, static_cast<int>(out[0]) - 1);
+        for (float& v : y.span<float>()) v = static_cast<float>(cls(rng));
+    } else {
+        y = random_host(out.with_batch(c.batch), rng);
+    }
+
+    for (int pass = 0; pass < 2; ++pass) {  // twice: gradients accumulate, plans are reused
+        const Tensor xd = gpu::on_device(x, *gpu, MemCategory::activations);
+        const Tensor oh = host.forward(x, nn::Mode::train);
+        const Tensor od = dev.forward(xd, nn::Mode::train);
+        EXPECT_LE(rel_diff(oh, od), c.tol) << "output, pass " << pass;
+        const double lh = host.loss().forward(oh, y, 0);
+        const double ld = dev.loss().forward(od, y, 0);
+        EXPECT_NEAR(ld, lh, c.tol * std::max(1.0, std::abs(lh))) << "loss, pass " << pass;
+        host.backward(host.loss().backward());
+        dev.backward(dev.loss().backward());
+        for (size_t i = 0; i < hp.size(); ++i)
+            EXPECT_LE(rel_diff(hp[i]->grad, dp[i]->grad), 10 * c.tol)
+                << "gradient of parameter " << i << " (" << hp[i]->name << "), pass " << pass;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layers, GpuLayers,
+    ::testing::Values(
+        LayerCase{"mlp", json::parse(R"([{"type":"tanh"},{"type":"linear","out":32},{"type":"relu"},
+            {"type":"linear","out":24},{"type":"gelu"},{"type":"linear","out":16},{"type":"sigmoid"},
+            {"type":"linear","out":10}])"), {20}},
+        LayerCase{"mlp_mse", json::parse(R"([{"type":"tanh"},{"type":"linear","out":12},{"type":"relu"},
+            {"type":"linear","out":3,"bias":false}])"), {7}, "mse"},
+        LayerCase{"cnn_max", json::parse(R"([{"type":"tanh"},{"type":"conv2d","out_channels":8,"kernel":3,"padding":1},
+            {"type":"relu"},{"type":"maxpool2d","kernel":2},{"type":"conv2d","out_channels":6,"kernel":5,"padding":2},
+            {"type":"relu"},{"type":"maxpool2d","kernel":2},{"type":"flatten"},{"type":"linear","out":10}])"),
+                  {3, 16, 16}, "cross_entropy", 8, 2e-5},
+        LayerCase{"cnn_avg", json::parse(R"([{"type":"tanh"},{"type":"conv2d","out_channels":4,"kernel":3,"stride":2},
+            {"type":"avgpool2d","kernel":2},{"type":"conv2d","out_channels":5,"kernel":1},{"type":"global_avgpool"},
+            {"type":"linear","out":4}])"), {2, 19, 19}, "cross_entropy", 5, 2e-5},
+        LayerCase{"lenet", json::parse(R"([{"type":"tanh"},{"type":"conv2d","out_channels":16,"kernel":5,"padding":2},
+            {"type":"relu"},{"type":"maxpool2d","kernel":2},{"type":"conv2d","out_channels":32,"kernel":5,"padding":2},
+            {"type":"relu"},{"type":"maxpool2d","kernel":2},{"type":"flatten"},{"type":"linear","out":10}])"),
+                  {1, 28, 28}, "cross_entropy", 64, 2e-5},
+        LayerCase{"lstm_gru", json::parse(R"([{"type":"tanh"},{"type":"lstm","hidden":24,"num_layers":2,"return":"sequence"},
+            {"type":"gru","hidden":16,"return":"last"},{"type":"linear","out":10}])"), {12, 8}, "cross_entropy", 16, 2e-5},
+        LayerCase{"lstm_bench", json::parse(R"([{"type":"tanh"},{"type":"lstm","hidden":128,"return":"last"},
+            {"type":"linear","out":10}])"), {50, 32}, "cross_entropy", 64, 2e-5}),
+    [](const auto& info) { return info.param.name; });
+
+json spirals(const json& devices, const std::string& strategy) {
+    json j = json::parse(R"({
+      "paralab": 1, "name": "gpu-spirals", "seed": 11,
+      "data": {"dataset": "spirals", "samples": 1500, "classes": 3, "batch_size": 32},
+      "model": {"input": [2], "layers": [
+          {"type": "linear", "out": 32}, {"type": "relu"},
+          {"type": "linear", "out": 32}, {"type": "relu"},
+          {"type": "linear", "out": 3}], "loss": "cross_entropy"},
+      "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9},
+      "train": {"epochs": 15}
+    })");
+    j["devices"] = devices;
+    j["strategy"] = {{"type", strategy}};
+    return j;
+}
+
+class GpuRuns : public GpuTest {};
+
+TEST_F(GpuRuns, SingleOnTheGpuConvergesAndMatchesTheCpu) {
+    using strategy_testing::run_it;
+    json g = spirals({"cuda:0"}, "single"), c = spirals({"cpu:0"}, "single");
+    g["train"]["max_steps"] = c["train"]["max_steps"] = 30;
+    const auto rg = run_it(g), rc = run_it(c);
+    ASSERT_EQ(rg.summary.status, "finished") << rg.summary.error;
+    ASSERT_EQ(rc.summary.status, "finished") << rc.summary.error;
+    // Float rounding differs (cuBLAS sums in another order), and 30 steps amplify it a little.
+    EXPECT_LE(strategy_testing::max_rel_diff(rg.artifacts.parameters, rc.artifacts.parameters), 1e-4);
+    EXPECT_GT(rg.summary.peak_memory_bytes.at("cuda:0"), 0);
+
+    const auto full = run_it(spirals({"cuda:0"}, "single"));
+    ASSERT_EQ(full.summary.status, "finished") << full.summary.error;
+    ASSERT_TRUE(full.summary.test_accuracy.has_value());
+    EXPECT_GE(*full.summary.test_accuracy, 0.9);
+}
+
+TEST_F(GpuRuns, DdpOnTwoVirtualGpusMatchesTheSingleGpu) {
+    using strategy_testing::run_it;
+    json one = spirals({"cuda:0"}, "single"), two = spirals({"cuda:0", "cuda:0"}, "ddp");
+    one["train"]["max_steps"] = two["train"]["max_steps"] = 25;
+    const auto r1 = run_it(one), r2 = run_it(two);
+    ASSERT_EQ(r1.summary.status, "finished") << r1.summary.error;
+    ASSERT_EQ(r2.summary.status, "finished") << r2.summary.error;
+    EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.parameters, r2.artifacts.parameters), 1e-5);
+    // Each virtual GPU keeps its own accounting under its own name.
+    EXPECT_GT(r2.summary.peak_memory_bytes.at("cuda:0"), 0);
+    EXPECT_GT(r2.summary.peak_memory_bytes.at("cuda:0#1"), 0);
+    json no_overlap = two;
+    no_overlap["strategy"]["overlap"] = false;
+    const auto r3 = run_it(no_overlap);
+    ASSERT_EQ(r3.summary.status, "finished") << r3.summary.error;
+    EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.parameters, r3.artifacts.parameters), 1e-5);
+}
+
+TEST_F(GpuRuns, WhatTheGpuPathRefusesIsNamed) {
+    using strategy_testing::run_it;
+    json j = spirals({"cuda:0", "cuda:0"}, "zero");
+    auto r = [&](const json& x) {
+        try {
+            run_it(x);
+        } catch (const ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(r(j).find("zero does not run on CUDA devices"), std::string::npos) << r(j);
+    j = spirals({"cuda:0", "cpu:0"}, "ddp");
+    EXPECT_NE(r(j).find("cannot be mixed"), std::string::npos) << r(j);
+    j = spirals({"cuda:0"}, "single");
+    j["model"]["layers"][1] = {{"type", "layernorm"}};
+    const std::string msg = r(j);
+    EXPECT_NE(msg.find("layernorm layer has no CUDA kernels"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace paralab
