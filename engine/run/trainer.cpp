@@ -97,9 +97,11 @@ std::vector<std::unique_ptr<Device>> make_devices(const Experiment& e, int compu
         if (!cuda_backend_built())
             throw ConfigError(path + ": " + e.devices[i] +
                               " is a GPU, and this build has no CUDA backend; use cpu:" + std::to_string(i));
-        if (e.strategy.type != "single" && e.strategy.type != "ddp")
+        // hogwild and param_server update parameters from several threads on the host.
+        if (e.strategy.type == "hogwild" || e.strategy.type == "param_server")
             throw ConfigError("strategy.type: " + e.strategy.type +
-                              " does not run on CUDA devices yet (single and ddp do); use cpu devices");
+                              " does not run on CUDA devices in this version (single, data_parallel, ddp, "
+                              "zero, model_parallel and pipeline do); use cpu devices");
         // The k-th listing of cuda:N after the first is the virtual GPU "cuda:N#k".
         const std::string name = id.to_string() + (earlier ? "#" + std::to_string(earlier) : "");
         try {

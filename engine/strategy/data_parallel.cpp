@@ -10,6 +10,8 @@
 // Rows are split by shard_of_batch; with grad_accum the global batch is cut into micro-batches
 // first, each going through the whole scatter/forward/gather/backward round.
 #include "engine/strategy/replicas.h"
+
+#include <kernels/gpu/memory.h>
 #include "engine/strategy/strategies.h"
 
 namespace paralab::strategy {
@@ -53,6 +55,12 @@ public:
 
             Tensor x = Tensor::empty(ctx.input.with_batch(mine.count), DType::f32, rank.device(), MemCategory::activations);
             const float* all_inputs = r == 0 ? batch.inputs.data() + mb.offset * in_numel : nullptr;
+            Tensor on_gpu;  // a GPU's scatter reads the root's rows from device memory
+            if (r == 0 && rank.device().is_gpu()) {
+                on_gpu = Tensor::empty(ctx.input.with_batch(mb.count), DType::f32, rank.device(), MemCategory::activations);
+                kernels::gpu::copy_host_to_device_async(on_gpu.raw(), all_inputs, on_gpu.nbytes(), on_gpu.queue());
+                all_inputs = on_gpu.data<float>();
+            }
             rank.record_comm(named(comm.scatter(all_inputs, x.raw(), in_counts, DType::f32, 0), "scatter_inputs"));
 
             Tensor out;

@@ -1,5 +1,7 @@
 #include "engine/strategy/replicas.h"
 
+#include <kernels/gpu/memory.h>
+
 #include <cstring>
 
 #include "engine/nn/norm.h"
@@ -122,30 +124,37 @@ int64_t total_numel(const std::vector<nn::Param*>& params) {
     return n;
 }
 
+void copy_floats(float* dst, const float* src, int64_t n, void* queue) {
+    if (n <= 0 || dst == src) return;
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    if (queue) kernels::gpu::copy_device_to_device_async(dst, src, bytes, queue);
+    else std::memcpy(dst, src, bytes);
+}
+
 void pack_values(const std::vector<nn::Param*>& params, float* flat) {
     for (const nn::Param* p : params) {
-        std::memcpy(flat, p->value.raw(), p->value.nbytes());
+        copy_floats(flat, p->value.data<float>(), p->value.numel(), p->value.queue());
         flat += p->value.numel();
     }
 }
 
 void unpack_values(const float* flat, const std::vector<nn::Param*>& params) {
     for (const nn::Param* p : params) {
-        std::memcpy(p->value.raw(), flat, p->value.nbytes());
+        copy_floats(p->value.data<float>(), flat, p->value.numel(), p->value.queue());
         flat += p->value.numel();
     }
 }
 
 void pack_grads(const std::vector<nn::Param*>& params, float* flat) {
     for (const nn::Param* p : params) {
-        std::memcpy(flat, p->grad.raw(), p->grad.nbytes());
+        copy_floats(flat, p->grad.data<float>(), p->grad.numel(), p->grad.queue());
         flat += p->grad.numel();
     }
 }
 
 void unpack_grads(const float* flat, const std::vector<nn::Param*>& params) {
     for (const nn::Param* p : params) {
-        std::memcpy(p->grad.raw(), flat, p->grad.nbytes());
+        copy_floats(p->grad.data<float>(), flat, p->grad.numel(), p->grad.queue());
         flat += p->grad.numel();
     }
 }

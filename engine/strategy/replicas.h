@@ -50,7 +50,13 @@ private:
 // communicator (recorded as communication).
 void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model);
 
-// Flat packing: params (or their grads) laid end to end in order, f32.
+// n floats from src to dst in one device's memory: a memcpy on the CPU (queue nullptr), a copy
+// ordered on the GPU's queue otherwise (the queue of the tensors the pointers are into).
+void copy_floats(float* dst, const float* src, int64_t n, void* queue);
+
+// Flat packing: params (or their grads) laid end to end in order, f32, in the memory of the
+// parameters' device (the flat buffer must be on the same device; on a GPU, ordered on its
+// queue).
 int64_t total_numel(const std::vector<nn::Param*>& params);
 void pack_values(const std::vector<nn::Param*>& params, float* flat);
 void unpack_values(const float* flat, const std::vector<nn::Param*>& params);

@@ -1,5 +1,9 @@
 #include "engine/strategy/stages.h"
 
+#include <kernels/gpu/memory.h>
+
+#include "engine/device/gpu_values.h"
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -144,7 +148,8 @@ Tensor rows_to_device(const std::vector<float>& data, int64_t first, int64_t cou
     const int64_t per_row = row.rank() == 0 ? 1 : row.numel();
     PARALAB_CHECK(static_cast<int64_t>(data.size()) >= (first + count) * per_row,
                   "stage: the batch holds fewer rows than the schedule reads");
-    std::memcpy(t.raw(), data.data() + first * per_row, t.nbytes());
+    if (void* q = t.queue()) kernels::gpu::copy_host_to_device_async(t.raw(), data.data() + first * per_row, t.nbytes(), q);
+    else std::memcpy(t.raw(), data.data() + first * per_row, t.nbytes());
     return t;
 }
 
@@ -385,11 +390,15 @@ void StagedStrategy::backward(Rank& rank, Stage& st, nn::Model& c, int index, co
     }
 }
 
-// CPU devices share host memory, so the stages chain on the calling thread; every rank is
-// between steps when predict runs, so the masters' last-forward state is free to overwrite.
+// The stages chain on the calling thread (each stage's input copied onto its device when it is
+// another: GPUs); every rank is between steps when predict runs, so the masters' last-forward
+// state is free to overwrite.
 Tensor StagedStrategy::predict(const Tensor& x) {
     Tensor h = x;
-    for (Stage& st : m_stages) h = st.master().forward(h, nn::Mode::eval);
+    for (Stage& st : m_stages) {
+        Device& device = st.master().device();
+        h = st.master().forward(gpu::on_device(h, device, MemCategory::activations), nn::Mode::eval);
+    }
     return h;
 }
 

@@ -56,7 +56,7 @@ public:
             pack_grads(ps, flat.data<float>());
             rank.record_comm(named(comm.reduce_scatter(flat.raw(), m_total, DType::f32, comm::ReduceOp::sum),
                                    "reduce_scatter_grads"));
-            std::memcpy(shard_grad, flat.data<float>() + s.shard.offset, static_cast<size_t>(s.shard.count) * 4);
+            copy_floats(shard_grad, flat.data<float>() + s.shard.offset, s.shard.count, flat.queue());
         } else {
             // A layer's gradients exist only from just before its backward until they are
             // reduced to their owners. (With grad_accum they must exist through every
@@ -82,9 +82,9 @@ public:
         float* f = flat.data<float>();
         rank.compute("optimizer", [&] {
             pack_values(ps, f);  // (only the shard's part is read)
-            std::memcpy(s.shard_param.value.raw(), f + s.shard.offset, static_cast<size_t>(s.shard.count) * 4);
+            copy_floats(s.shard_param.value.data<float>(), f + s.shard.offset, s.shard.count, flat.queue());
             m_optimizers[static_cast<size_t>(r)]->step(shard, lr);
-            std::memcpy(f + s.shard.offset, s.shard_param.value.raw(), static_cast<size_t>(s.shard.count) * 4);
+            copy_floats(f + s.shard.offset, s.shard_param.value.data<float>(), s.shard.count, flat.queue());
         });
         rank.record_comm(named(comm.all_gather(f, m_total, DType::f32), "all_gather_params"));
         unpack_values(f, ps);
@@ -136,8 +136,8 @@ private:
             rank.record_comm(named(rank.comm().reduce(f + (lo - a), hi - lo, DType::f32, comm::ReduceOp::sum, q),
                                    "reduce_grads_to_owner"));
             if (q == rank.index())
-                std::memcpy(s.shard_param.grad.data<float>() + (lo - s.shard.offset), f + (lo - a),
-                            static_cast<size_t>(hi - lo) * 4);
+                copy_floats(s.shard_param.grad.data<float>() + (lo - s.shard.offset), f + (lo - a), hi - lo,
+                            buf.queue());
         }
         for (nn::Param* p : part) p->grad = Tensor();
     }
