@@ -58,8 +58,10 @@ int cmd_devices(bool as_json) {
                    {"description", d.description},
                    {"memory_bytes", d.memory_bytes},
                    {"cores", d.cores}};
-            if (d.kind == DeviceKind::cuda)
+            if (d.kind == DeviceKind::cuda) {
                 j["compute_capability"] = std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor);
+                j["driver"] = d.driver;
+            }
             out.push_back(j);
         }
         std::cout << out.dump(2) << "\n";
@@ -70,9 +72,9 @@ int cmd_devices(bool as_json) {
             std::printf("cpu      %s, %d cores, %s (virtual devices cpu:0, cpu:1, ...)\n",
                         d.description.c_str(), d.cores, human_bytes(d.memory_bytes).c_str());
         else
-            std::printf("%-8s %s, %d SMs, %s, compute capability %d.%d\n", d.name.c_str(),
+            std::printf("%-8s %s, %d SMs, %s, compute capability %d.%d%s\n", d.name.c_str(),
                         d.description.c_str(), d.cores, human_bytes(d.memory_bytes).c_str(),
-                        d.cc_major, d.cc_minor);
+                        d.cc_major, d.cc_minor, d.driver.empty() ? "" : (", driver " + d.driver).c_str());
     }
     if (devices.size() == 1)
         std::printf("no GPU found%s\n", cuda_backend_built() ? "" : " (this build has no CUDA backend)");

@@ -78,6 +78,7 @@ struct DeviceInfo {
     int64_t memory_bytes = 0;
     int cores = 0;            // CPU cores, or GPU multiprocessors
     int cc_major = 0, cc_minor = 0;  // compute capability (GPUs)
+    std::string driver;              // GPUs: "580.159.04, CUDA 13.0" (kernels/gpu/info.h)
 };
 
 std::vector<DeviceInfo> discover_devices();

@@ -19,6 +19,7 @@ std::vector<DeviceInfo> discover_cuda_devices() {
         d.memory_bytes = g.memory_bytes;
         d.cores = g.multiprocessors;
         d.cc_major = g.cc_major;
+        d.driver = g.driver;
         d.cc_minor = g.cc_minor;
         out.push_back(d);
     }

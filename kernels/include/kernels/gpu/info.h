@@ -13,6 +13,9 @@ struct GpuInfo {
     int multiprocessors = 0;
     int cc_major = 0;
     int cc_minor = 0;
+    // The driver: its version from NVML where libnvidia-ml loads ("580.159.04"), and the CUDA
+    // version it supports ("CUDA 13.0"), e.g. "580.159.04, CUDA 13.0"; empty without a driver.
+    std::string driver;
 };
 
 // True when this build has the CUDA backend.
