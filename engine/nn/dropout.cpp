@@ -1,12 +1,14 @@
 #include "engine/nn/dropout.h"
 
 #include <kernels/cpu/elementwise.h>
+#include <kernels/gpu/dropout.h>
 
 #include <sstream>
 
 namespace paralab::nn {
 
 namespace kc = kernels::cpu;
+namespace kg = kernels::gpu;
 
 namespace {
 // FNV-1a: a hash of the label that is the same in every process and build (std::hash is not).
@@ -52,6 +54,14 @@ Tensor Dropout::forward_impl(const Tensor& x, Mode mode) {
     const uint64_t first = static_cast<uint64_t>(m_sample_offset * per_sample);
     m_mask = new_activation(x.shape());
     Tensor y = new_activation(x.shape());
+    if (void* q = y.queue()) {
+        // The GPU kernel draws hash_uniform(key, first + i) >= p itself: the CPU's mask bits.
+        dispatch_float(x.dtype(), [&]<class T>() {
+            kg::dropout_forward<T>(batch * per_sample, key, first, m_p, x.data<T>(),
+                                   m_mask.data<T>(), y.data<T>(), q);
+        });
+        return y;
+    }
     dispatch_float(x.dtype(), [&]<class T>() {
         const T scale = static_cast<T>(1.0 / (1.0 - m_p));
         T* mask = m_mask.data<T>();
@@ -74,6 +84,10 @@ Tensor Dropout::backward_impl(const Tensor& dy) {
     if (needs_input_grad()) {
         dx = new_activation(dy.shape());
         dispatch_float(dy.dtype(), [&]<class T>() {
+            if (void* q = dx.queue()) {
+                kg::dropout_backward<T>(dy.numel(), dy.data<T>(), m_mask.data<T>(), dx.data<T>(), q);
+                return;
+            }
             kc::multiply_elementwise<T>(dy.numel(), dy.data<T>(), m_mask.data<T>(), dx.data<T>());
         });
     }

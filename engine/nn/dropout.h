@@ -21,6 +21,7 @@ public:
     // Throws ConfigError unless 0 <= p < 1.
     explicit Dropout(double p);
     double p() const { return m_p; }
+    bool runs_on_gpu() const override { return true; }
 
 protected:
     Shape build_impl(const Shape& input) override;

@@ -1,13 +1,18 @@
 #include "engine/nn/embedding.h"
 
 #include <kernels/cpu/elementwise.h>
+#include <kernels/gpu/embedding.h>
 
 #include <cmath>
 #include <sstream>
 
+#include "engine/device/device.h"
+#include "engine/device/gpu_values.h"
+
 namespace paralab::nn {
 
 namespace kc = kernels::cpu;
+namespace kg = kernels::gpu;
 
 Embedding::Embedding(int64_t vocab, int64_t dim) : Layer("embedding"), m_vocab(vocab), m_dim(dim) {
     if (vocab < 1 || dim < 1)
@@ -23,16 +28,25 @@ Shape Embedding::build_impl(const Shape& input) {
 }
 
 void Embedding::reset_parameters_impl(Rng& rng) {
-    dispatch_float(m_weight->value.dtype(), [&]<class T>() {
-        for (T& v : m_weight->value.span<T>()) v = static_cast<T>(rng.normal());
+    // Drawn on the host (into the table itself on the CPU), then copied to a GPU's table.
+    const Tensor& w = m_weight->value;
+    const Tensor host = w.on_gpu() ? Tensor::empty(w.shape(), w.dtype(), detached_host_device(),
+                                                   MemCategory::workspace)
+                                   : w;
+    dispatch_float(host.dtype(), [&]<class T>() {
+        for (T& v : host.span<T>()) v = static_cast<T>(rng.normal());
     });
+    if (w.on_gpu()) w.copy_from(host);
 }
 
-// x: [B, T] token ids -> y: [B, T, dim]
-Tensor Embedding::forward_impl(const Tensor& x, Mode mode) {
+// x: [B, T] token ids -> y: [B, T, dim]. On a GPU the ids are read back and checked on the
+// host, then uploaded as int64 for the gather (and kept there for backward's scatter).
+Tensor Embedding::forward_impl(const Tensor& x_anywhere, Mode mode) {
     (void)mode;
+    const Tensor x = gpu::on_host(x_anywhere);
     const int64_t n = x.numel();
     m_ids.resize(static_cast<size_t>(n));
+    m_ids_on_gpu = Tensor();
     dispatch_float(x.dtype(), [&]<class T>() {
         const T* ids = x.data<T>();
         for (int64_t i = 0; i < n; ++i) {
@@ -49,14 +63,32 @@ Tensor Embedding::forward_impl(const Tensor& x, Mode mode) {
         }
     });
     Tensor y = new_activation(output_shape().with_batch(x.dim(0)));
+    if (void* q = y.queue()) {
+        m_ids_on_gpu = gpu::upload_ids(m_ids, device());
+        dispatch_float(x.dtype(), [&]<class T>() {
+            kg::gather_rows<T>(n, m_dim, m_weight->value.data<T>(),
+                               static_cast<const int64_t*>(m_ids_on_gpu.raw()), y.data<T>(), q);
+        });
+        return y;
+    }
     dispatch_float(x.dtype(), [&]<class T>() {
         kc::gather_rows<T>(n, m_dim, m_weight->value.data<T>(), m_ids.data(), y.data<T>());
     });
     return y;
 }
 
-// dy: [B, T, dim] -> no input gradient; dW[id] += dy at each position holding id
+// dy: [B, T, dim] -> no input gradient; dW[id] += dy at each position holding id (on a GPU with
+// atomic adds: where an id repeats, the order of its additions may vary from run to run)
 Tensor Embedding::backward_impl(const Tensor& dy) {
+    if (void* q = dy.queue()) {
+        PARALAB_CHECK(m_ids_on_gpu.defined(), label() + ": backward without a forward on the GPU");
+        dispatch_float(dy.dtype(), [&]<class T>() {
+            kg::scatter_add_rows<T>(static_cast<int64_t>(m_ids.size()), m_dim, dy.data<T>(),
+                                    static_cast<const int64_t*>(m_ids_on_gpu.raw()),
+                                    m_weight->grad.data<T>(), q);
+        });
+        return Tensor();
+    }
     dispatch_float(dy.dtype(), [&]<class T>() {
         kc::scatter_add_rows<T>(static_cast<int64_t>(m_ids.size()), m_dim, dy.data<T>(),
                                 m_ids.data(), m_weight->grad.data<T>());

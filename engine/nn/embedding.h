@@ -14,6 +14,7 @@ class Embedding : public Layer {
 public:
     // Throws ConfigError when vocab or dim is below 1.
     Embedding(int64_t vocab, int64_t dim);
+    bool runs_on_gpu() const override { return true; }
 
 protected:
     Shape build_impl(const Shape& input) override;
@@ -26,6 +27,7 @@ private:
     int64_t m_dim;
     Param* m_weight = nullptr;   // [vocab, dim]
     std::vector<int64_t> m_ids;  // the last forward's ids, [B * T]; kept for backward
+    Tensor m_ids_on_gpu;         // on a GPU: m_ids uploaded as int64 (upload_ids), for backward
 };
 
 }  // namespace paralab::nn

@@ -1,16 +1,23 @@
 #include "engine/nn/norm.h"
 
 #include <kernels/cpu/norm.h>
+#include <kernels/gpu/elementwise.h>
+#include <kernels/gpu/norm.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "engine/device/device.h"
+#include "engine/device/gpu_values.h"
+
 namespace paralab::nn {
 
 namespace kc = kernels::cpu;
+namespace kg = kernels::gpu;
 
 namespace {
-std::vector<double> to_doubles(const Tensor& t) {
+std::vector<double> to_doubles(const Tensor& t_anywhere) {
+    const Tensor t = gpu::on_host(t_anywhere);
     return dispatch_float(t.dtype(), [&]<class T>() {
         auto s = t.span<T>();
         return std::vector<double>(s.begin(), s.end());
@@ -20,6 +27,26 @@ std::vector<double> to_doubles(const Tensor& t) {
 template <class T>
 std::vector<T> to_type(const std::vector<double>& v) {
     return std::vector<T>(v.begin(), v.end());
+}
+
+// Host values -> a workspace tensor on `device` (a GPU): the per-channel vectors the batch
+// norm kernels read, computed on the host as on the CPU.
+template <class T>
+Tensor upload(const std::vector<T>& values, Device& device) {
+    Tensor h = Tensor::empty(Shape{static_cast<int64_t>(values.size())}, dtype_of<T>(),
+                             detached_host_device(), MemCategory::workspace);
+    std::copy(values.begin(), values.end(), h.data<T>());
+    return gpu::on_device(h, device, MemCategory::workspace);
+}
+
+// A device array of `count` doubles (the batch norm kernels' per-channel sums).
+Tensor device_sums(Device& device, int64_t count) {
+    return Tensor::empty(Shape{count}, DType::f64, device, MemCategory::workspace);
+}
+
+std::string sync_on_gpu_refused(const std::string& label) {
+    return label + ": strategy.sync_batchnorm on CUDA devices is not supported in this version; "
+                   "set it false";
 }
 }  // namespace
 
@@ -57,16 +84,34 @@ void BatchNorm::reset_parameters_impl(Rng& rng) {
     m_running_var.fill(1.0);
 }
 
-// x: [B, C, ...] -> y: [B, C, ...], seen as [N = B, C, S].
+void BatchNorm::set_stats_reducer(StatsReducer reducer) {
+    // The reducer all-reduces host doubles through the rank's communicator, which on CUDA
+    // devices expects device memory.
+    if (reducer && built() && device().is_gpu()) throw ConfigError(sync_on_gpu_refused(label()));
+    m_stats_reducer = std::move(reducer);
+}
+
+// x: [B, C, ...] -> y: [B, C, ...], seen as [N = B, C, S]. On a GPU the per-channel sums are
+// kernels whose results are read back (one small synchronisation); the per-channel formulas
+// and the running statistics are the CPU's host code, then the normalisation is a kernel.
 Tensor BatchNorm::forward_impl(const Tensor& x, Mode mode) {
     const int64_t N = x.dim(0), C = m_channels, S = m_spatial;
     Tensor y = new_activation(x.shape());
+    void* q = y.queue();
     m_mode = mode;
     dispatch_float(x.dtype(), [&]<class T>() {
         if (mode == Mode::train) {
             // (1) local sums, (2) the hook, (3) mean and variance, (4) normalize.
             std::vector<double> stats(2 * C);
-            kc::batchnorm_channel_sums<T>(N, C, S, x.data<T>(), stats.data(), stats.data() + C);
+            if (q) {
+                if (m_stats_reducer) throw ConfigError(sync_on_gpu_refused(label()));
+                const Tensor sums = device_sums(device(), 2 * C);
+                double* d = sums.data<double>();
+                kg::batchnorm_channel_sums<T>(N, C, S, x.data<T>(), d, d + C, q);
+                stats = gpu::read_doubles(d, 2 * C, q);
+            } else {
+                kc::batchnorm_channel_sums<T>(N, C, S, x.data<T>(), stats.data(), stats.data() + C);
+            }
             int64_t count = N * S;
             reduce_channel_stats(stats, count);
             if (count <= 1)
@@ -76,8 +121,11 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Mode mode) {
             m_mean.assign(C, 0.0);
             m_invstd.assign(C, 0.0);
             const double n = static_cast<double>(count);
-            T* rm = m_running_mean.data<T>();
-            T* rv = m_running_var.data<T>();
+            // On the CPU these are the buffers themselves; on a GPU host copies written back.
+            const Tensor rm_host = gpu::on_host(m_running_mean);
+            const Tensor rv_host = gpu::on_host(m_running_var);
+            T* rm = rm_host.data<T>();
+            T* rv = rv_host.data<T>();
             for (int64_t c = 0; c < C; ++c) {
                 const double mean = stats[c] / n;
                 // E[x^2] - mean^2 in double; the max guards rounding below zero.
@@ -87,15 +135,28 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Mode mode) {
                 rm[c] = static_cast<T>((1 - m_momentum) * rm[c] + m_momentum * mean);
                 rv[c] = static_cast<T>((1 - m_momentum) * rv[c] + m_momentum * var * n / (n - 1));
             }
+            if (q) {
+                m_running_mean.copy_from(rm_host);
+                m_running_var.copy_from(rv_host);
+            }
         } else {
             m_mean = to_doubles(m_running_mean);
             m_invstd = to_doubles(m_running_var);
             for (double& v : m_invstd) v = 1.0 / std::sqrt(v + m_eps);
         }
-        const T* gamma = m_weight->value.data<T>();
+        const Tensor gamma_host = gpu::on_host(m_weight->value);
+        const T* gamma = gamma_host.data<T>();
         std::vector<T> scale(C);
         for (int64_t c = 0; c < C; ++c) scale[c] = static_cast<T>(gamma[c] * m_invstd[c]);
         const std::vector<T> mean = to_type<T>(m_mean);
+        if (q) {
+            std::vector<T> packed(mean);  // [mean, scale]
+            packed.insert(packed.end(), scale.begin(), scale.end());
+            const Tensor d = upload(packed, device());
+            kg::batchnorm_normalize<T>(N, C, S, x.data<T>(), d.data<T>(), d.data<T>() + C,
+                                       m_bias->value.data<T>(), y.data<T>(), q);
+            return;
+        }
         kc::batchnorm_normalize<T>(N, C, S, x.data<T>(), mean.data(), scale.data(),
                                    m_bias->value.data<T>(), y.data<T>());
     });
@@ -105,28 +166,53 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Mode mode) {
 
 // dy: [B, C, ...] -> dx: [B, C, ...]. Train mode differentiates through the batch statistics:
 // dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy * xhat)); eval mode is affine:
-// dx = gamma*invstd * dy. dgamma += sum dy * xhat, dbeta += sum dy.
+// dx = gamma*invstd * dy. dgamma += sum dy * xhat, dbeta += sum dy. On a GPU the sums are read
+// back as in forward and the per-channel values go up again for the input-gradient kernel.
 Tensor BatchNorm::backward_impl(const Tensor& dy) {
     PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
     const int64_t N = dy.dim(0), C = m_channels, S = m_spatial;
+    void* q = dy.queue();
     Tensor dx;
     if (needs_input_grad()) dx = new_activation(dy.shape());
     dispatch_float(dy.dtype(), [&]<class T>() {
         const std::vector<T> mean = to_type<T>(m_mean);
         // (1) local sums, (2) parameter gradients from them, (3) the hook, (4) dx.
         std::vector<double> sums(2 * C);
+        Tensor mean_dev;  // on a GPU: `mean` on the device
+        if (q) {
+            mean_dev = upload(mean, device());
+            const Tensor d_sums = device_sums(device(), 2 * C);
+            double* d = d_sums.data<double>();
+            kg::batchnorm_backward_sums<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean_dev.data<T>(),
+                                           d, d + C, q);
+            sums = gpu::read_doubles(d, 2 * C, q);
+        } else {
+            kc::batchnorm_backward_sums<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean.data(),
+                                           sums.data(), sums.data() + C);
+        }
         double* sum_dy = sums.data();
         double* sum_dy_xmu = sums.data() + C;
-        kc::batchnorm_backward_sums<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean.data(), sum_dy,
-                                       sum_dy_xmu);
-        T* dgamma = m_weight->grad.data<T>();
-        T* dbeta = m_bias->grad.data<T>();
-        for (int64_t c = 0; c < C; ++c) {
-            dgamma[c] += static_cast<T>(sum_dy_xmu[c] * m_invstd[c]);
-            dbeta[c] += static_cast<T>(sum_dy[c]);
+        if (q) {
+            // The CPU's increments, rounded to T on the host, added on the device (y += b).
+            std::vector<T> delta(2 * C);  // [dgamma, dbeta]
+            for (int64_t c = 0; c < C; ++c) {
+                delta[c] = static_cast<T>(sum_dy_xmu[c] * m_invstd[c]);
+                delta[C + c] = static_cast<T>(sum_dy[c]);
+            }
+            const Tensor d = upload(delta, device());
+            kg::bias_add_rows<T>(1, C, d.data<T>(), m_weight->grad.data<T>(), q);
+            kg::bias_add_rows<T>(1, C, d.data<T>() + C, m_bias->grad.data<T>(), q);
+        } else {
+            T* dgamma = m_weight->grad.data<T>();
+            T* dbeta = m_bias->grad.data<T>();
+            for (int64_t c = 0; c < C; ++c) {
+                dgamma[c] += static_cast<T>(sum_dy_xmu[c] * m_invstd[c]);
+                dbeta[c] += static_cast<T>(sum_dy[c]);
+            }
         }
         if (!dx.defined()) return;
-        const T* gamma = m_weight->value.data<T>();
+        const Tensor gamma_host = gpu::on_host(m_weight->value);
+        const T* gamma = gamma_host.data<T>();
         std::vector<T> scale(C), mean_dy(C, T(0)), k(C, T(0));
         for (int64_t c = 0; c < C; ++c) scale[c] = static_cast<T>(gamma[c] * m_invstd[c]);
         if (m_mode == Mode::train) {
@@ -138,6 +224,16 @@ Tensor BatchNorm::backward_impl(const Tensor& dy) {
                 mean_dy[c] = static_cast<T>(sum_dy[c] / n);
                 k[c] = static_cast<T>(m_invstd[c] * m_invstd[c] * sum_dy_xmu[c] / n);
             }
+        }
+        if (q) {
+            std::vector<T> packed(scale);  // [scale, mean_dy, k]
+            packed.insert(packed.end(), mean_dy.begin(), mean_dy.end());
+            packed.insert(packed.end(), k.begin(), k.end());
+            const Tensor d = upload(packed, device());
+            kg::batchnorm_backward_input<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean_dev.data<T>(),
+                                            d.data<T>(), d.data<T>() + C, d.data<T>() + 2 * C,
+                                            dx.data<T>(), q);
+            return;
         }
         kc::batchnorm_backward_input<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean.data(),
                                         scale.data(), mean_dy.data(), k.data(), dx.data<T>());
@@ -182,6 +278,12 @@ Tensor LayerNorm::forward_impl(const Tensor& x, Mode mode) {
     m_mean = new_activation(Shape{rows});
     m_rstd = new_activation(Shape{rows});
     dispatch_float(x.dtype(), [&]<class T>() {
+        if (void* q = y.queue()) {
+            kg::layernorm_forward<T>(rows, m_dim, m_eps, x.data<T>(), m_weight->value.data<T>(),
+                                     m_bias->value.data<T>(), y.data<T>(), m_mean.data<T>(),
+                                     m_rstd.data<T>(), q);
+            return;
+        }
         kc::layernorm_forward<T>(rows, m_dim, m_eps, x.data<T>(), m_weight->value.data<T>(),
                                  m_bias->value.data<T>(), y.data<T>(), m_mean.data<T>(),
                                  m_rstd.data<T>());
@@ -197,6 +299,13 @@ Tensor LayerNorm::backward_impl(const Tensor& dy) {
     Tensor dx;
     if (needs_input_grad()) dx = new_activation(dy.shape());
     dispatch_float(dy.dtype(), [&]<class T>() {
+        if (void* q = dy.queue()) {
+            kg::layernorm_backward<T>(rows, m_dim, m_x.data<T>(), dy.data<T>(),
+                                      m_weight->value.data<T>(), m_mean.data<T>(),
+                                      m_rstd.data<T>(), dx.defined() ? dx.data<T>() : nullptr,
+                                      m_weight->grad.data<T>(), m_bias->grad.data<T>(), q);
+            return;
+        }
         kc::layernorm_backward<T>(rows, m_dim, m_x.data<T>(), dy.data<T>(),
                                   m_weight->value.data<T>(), m_mean.data<T>(), m_rstd.data<T>(),
                                   dx.defined() ? dx.data<T>() : nullptr, m_weight->grad.data<T>(),

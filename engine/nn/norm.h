@@ -34,7 +34,10 @@ public:
     // `stats` and `count` over its ranks (see reduce_channel_stats); the layer then normalises
     // with the statistics of the global batch. Empty: local statistics.
     using StatsReducer = std::function<void(std::span<double> stats, int64_t& count)>;
-    void set_stats_reducer(StatsReducer reducer) { m_stats_reducer = std::move(reducer); }
+    // Throws ConfigError for a layer built on a CUDA device: the reducer exchanges host
+    // statistics, so SyncBatchNorm runs on cpu devices only in this version.
+    void set_stats_reducer(StatsReducer reducer);
+    bool runs_on_gpu() const override { return true; }
 
 protected:
     Shape build_impl(const Shape& input) override;
@@ -79,6 +82,7 @@ class LayerNorm : public Layer {
 public:
     // Throws ConfigError when eps <= 0.
     explicit LayerNorm(double eps = 1e-5);
+    bool runs_on_gpu() const override { return true; }
 
     double eps() const { return m_eps; }
 

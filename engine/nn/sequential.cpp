@@ -1,9 +1,31 @@
 #include "engine/nn/sequential.h"
 
+#include <kernels/gpu/elementwise.h>
+
 #include "engine/nn/conv2d.h"
 #include "engine/nn/linear.h"
 
 namespace paralab::nn {
+
+namespace {
+// out = a + b elementwise, all three shaped alike on the layer's device. On a GPU: out is a
+// copy of a, then b added as the one row of a [1, n] bias add (the same IEEE sum).
+void add_into(const Tensor& a, const Tensor& b, const Tensor& out) {
+    if (void* q = out.queue()) {
+        out.copy_from(a);
+        dispatch_float(out.dtype(), [&]<class T>() {
+            kernels::gpu::bias_add_rows<T>(1, out.numel(), b.data<T>(), out.data<T>(), q);
+        });
+        return;
+    }
+    dispatch_float(out.dtype(), [&]<class T>() {
+        const T* pa = a.data<T>();
+        const T* pb = b.data<T>();
+        T* po = out.data<T>();
+        for (int64_t i = 0, n = out.numel(); i < n; ++i) po[i] = pa[i] + pb[i];
+    });
+}
+}  // namespace
 
 // ---- Sequential ------------------------------------------------------------------------------
 
@@ -115,12 +137,7 @@ Tensor Residual::forward_impl(const Tensor& x, Mode mode) {
     Tensor body = m_body->forward(x, mode);
     Tensor y = new_activation(body.shape());
     Tensor skip = m_projection ? m_projection->forward(x, mode) : x;
-    dispatch_float(dtype(), [&]<class T>() {
-        const T* a = body.data<T>();
-        const T* b = skip.data<T>();
-        T* out = y.data<T>();
-        for (int64_t i = 0, n = y.numel(); i < n; ++i) out[i] = a[i] + b[i];
-    });
+    add_into(body, skip, y);
     return y;
 }
 
@@ -133,12 +150,7 @@ Tensor Residual::backward_impl(const Tensor& dy) {
     }
     Tensor dx_skip = m_projection ? m_projection->backward(dy) : dy;
     Tensor dx = new_activation(dx_body.shape());
-    dispatch_float(dtype(), [&]<class T>() {
-        const T* a = dx_body.data<T>();
-        const T* b = dx_skip.data<T>();
-        T* out = dx.data<T>();
-        for (int64_t i = 0, n = dx.numel(); i < n; ++i) out[i] = a[i] + b[i];
-    });
+    add_into(dx_body, dx_skip, dx);
     return dx;
 }
 

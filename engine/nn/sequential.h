@@ -38,6 +38,8 @@ public:
     explicit Residual(std::vector<std::unique_ptr<Layer>> body);
     bool has_projection() const { return m_projection != nullptr; }
     std::vector<Layer*> children() override;
+    // The sum has GPU kernels; the body's layers and the projection are checked as they build.
+    bool runs_on_gpu() const override { return true; }
 
 protected:
     Shape build_impl(const Shape& input) override;

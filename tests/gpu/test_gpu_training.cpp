@@ -54,6 +54,7 @@ struct LayerCase {
     std::string loss = "cross_entropy";
     int64_t batch = 16;
     double tol = 1e-5;
+    int64_t id_vocab = 0;  // > 0: the inputs are token ids, integers in [0, id_vocab)
 };
 
 std::ostream& operator<<(std::ostream& os, const LayerCase& c) { return os << c.name; }
@@ -82,7 +83,11 @@ TEST_P(GpuLayers, ForwardAndBackwardMatchTheCpu) {
     for (size_t i = 0; i < hp.size(); ++i) dp[i]->value.copy_from(hp[i]->value);
 
     std::mt19937 rng(1234 + static_cast<unsigned>(c.name.size()));
-    const Tensor x = random_host(input.with_batch(c.batch), rng);
+    Tensor x = random_host(input.with_batch(c.batch), rng);
+    if (c.id_vocab > 0) {
+        std::uniform_int_distribution<int> id(0, static_cast<int>(c.id_vocab) - 1);
+        for (float& v : x.span<float>()) v = static_cast<float>(id(rng));
+    }
     const Shape out = host.output_shape();
     Tensor y;
     if (c.loss == "cross_entropy") {
@@ -95,6 +100,9 @@ TEST_P(GpuLayers, ForwardAndBackwardMatchTheCpu) {
 
     for (int pass = 0; pass < 2; ++pass) {  // twice: gradients accumulate, plans are reused
         const Tensor xd = gpu::on_device(x, *gpu, MemCategory::activations);
+        // Equal random states draw equal dropout masks (a later batch of a later step).
+        host.set_random_state(29, 5 + pass, 3 * c.batch);
+        dev.set_random_state(29, 5 + pass, 3 * c.batch);
         const Tensor oh = host.forward(x, nn::Mode::train);
         const Tensor od = dev.forward(xd, nn::Mode::train);
         EXPECT_LE(rel_diff(oh, od), c.tol) << "output, pass " << pass;
@@ -106,7 +114,15 @@ TEST_P(GpuLayers, ForwardAndBackwardMatchTheCpu) {
         for (size_t i = 0; i < hp.size(); ++i)
             EXPECT_LE(rel_diff(hp[i]->grad, dp[i]->grad), 10 * c.tol)
                 << "gradient of parameter " << i << " (" << hp[i]->name << "), pass " << pass;
+        auto hb = host.buffers(), db = dev.buffers();  // batchnorm's running statistics
+        ASSERT_EQ(hb.size(), db.size());
+        for (size_t i = 0; i < hb.size(); ++i)
+            EXPECT_LE(rel_diff(hb[i], db[i]), c.tol) << "buffer " << i << ", pass " << pass;
     }
+    // Eval mode: dropout passes through, batchnorm normalises with the running statistics.
+    const Tensor eh = host.forward(x, nn::Mode::eval);
+    const Tensor ed = dev.forward(gpu::on_device(x, *gpu, MemCategory::activations), nn::Mode::eval);
+    EXPECT_LE(rel_diff(eh, ed), c.tol) << "eval output";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -131,7 +147,23 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"lstm_gru", json::parse(R"([{"type":"tanh"},{"type":"lstm","hidden":24,"num_layers":2,"return":"sequence"},
             {"type":"gru","hidden":16,"return":"last"},{"type":"linear","out":10}])"), {12, 8}, "cross_entropy", 16, 2e-5},
         LayerCase{"lstm_bench", json::parse(R"([{"type":"tanh"},{"type":"lstm","hidden":128,"return":"last"},
-            {"type":"linear","out":10}])"), {50, 32}, "cross_entropy", 64, 2e-5}),
+            {"type":"linear","out":10}])"), {50, 32}, "cross_entropy", 64, 2e-5},
+        LayerCase{"mlp_dropout_layernorm", json::parse(R"([{"type":"tanh"},{"type":"linear","out":32},
+            {"type":"layernorm"},{"type":"relu"},{"type":"dropout","p":0.3},{"type":"linear","out":24},
+            {"type":"dropout","p":0.3},{"type":"layernorm"},{"type":"gelu"},{"type":"linear","out":10}])"),
+                  {20}, "cross_entropy", 16, 2e-5},
+        LayerCase{"cnn_batchnorm", json::parse(R"([{"type":"tanh"},{"type":"conv2d","out_channels":8,"kernel":3,"padding":1},
+            {"type":"batchnorm"},{"type":"relu"},{"type":"maxpool2d","kernel":2},
+            {"type":"conv2d","out_channels":6,"kernel":3,"padding":1},{"type":"batchnorm"},{"type":"relu"},
+            {"type":"flatten"},{"type":"linear","out":16},{"type":"batchnorm"},{"type":"tanh"},
+            {"type":"linear","out":10}])"), {3, 12, 12}, "cross_entropy", 8, 5e-5},
+        LayerCase{"embedding_lstm", json::parse(R"([{"type":"embedding","vocab":20,"dim":8},
+            {"type":"lstm","hidden":16,"return":"last"},{"type":"linear","out":10}])"),
+                  {12}, "cross_entropy", 16, 2e-5, 20},
+        LayerCase{"residual", json::parse(R"([{"type":"tanh"},
+            {"type":"residual","layers":[{"type":"linear","out":16},{"type":"relu"},{"type":"linear","out":16}]},
+            {"type":"residual","layers":[{"type":"linear","out":24},{"type":"tanh"},{"type":"linear","out":24}]},
+            {"type":"linear","out":10}])"), {16}, "cross_entropy", 16, 2e-5}),
     [](const auto& info) { return info.param.name; });
 
 json spirals(const json& devices, const std::string& strategy) {
@@ -201,10 +233,16 @@ TEST_F(GpuRuns, WhatTheGpuPathRefusesIsNamed) {
     EXPECT_NE(r(j).find("zero does not run on CUDA devices"), std::string::npos) << r(j);
     j = spirals({"cuda:0", "cpu:0"}, "ddp");
     EXPECT_NE(r(j).find("cannot be mixed"), std::string::npos) << r(j);
-    j = spirals({"cuda:0"}, "single");
-    j["model"]["layers"][1] = {{"type", "layernorm"}};
+    // Every layer type has GPU kernels now; SyncBatchNorm (host statistics through the
+    // communicator) is what stays on cpu devices, and turning it off runs.
+    j = spirals({"cuda:0", "cuda:0"}, "ddp");
+    j["model"]["layers"][1] = {{"type", "batchnorm"}};
     const std::string msg = r(j);
-    EXPECT_NE(msg.find("layernorm layer has no CUDA kernels"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("strategy.sync_batchnorm on CUDA devices is not supported"), std::string::npos) << msg;
+    j["strategy"]["sync_batchnorm"] = false;
+    j["train"]["max_steps"] = 5;
+    const auto local_stats = strategy_testing::run_it(j);
+    EXPECT_EQ(local_stats.summary.status, "finished") << local_stats.summary.error;
 }
 
 }  // namespace
