@@ -2,6 +2,7 @@
 // compute threads) and `cuda:N` GPUs (CUDA backend). See DESIGN.md §4.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +12,11 @@
 namespace paralab {
 
 enum class DeviceKind { cpu, cuda };
+
+// How a device's float GEMMs multiply (train.precision): fp32, or mixed precision with bf16 or
+// fp16 inputs, fp32 accumulation and fp32 results, the parameters staying fp32 (master
+// weights). Only GPUs take bf16/fp16.
+enum class MatmulPrecision : uint8_t { fp32, bf16, fp16 };
 
 // A parsed device name: "cpu:3" -> {cpu, 3}.
 struct DeviceId {
@@ -52,6 +58,8 @@ public:
     // and not only their launches.
     virtual void finish_queued() {}
     bool is_gpu() const { return m_id.kind == DeviceKind::cuda; }
+    MatmulPrecision matmul_precision() const { return m_matmul; }
+    void set_matmul_precision(MatmulPrecision p) { m_matmul = p; }
 
 protected:
     Device(DeviceId id, std::unique_ptr<Allocator> allocator);
@@ -61,6 +69,7 @@ private:
     std::string m_name;
     std::unique_ptr<Allocator> m_allocator;
     int m_threads = 1;
+    MatmulPrecision m_matmul = MatmulPrecision::fp32;
 };
 
 // A virtual CPU device: host memory with its own accounting.

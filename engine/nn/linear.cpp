@@ -1,16 +1,12 @@
 #include "engine/nn/linear.h"
 
-#include <kernels/cpu/elementwise.h>
-#include <kernels/cpu/gemm.h>
-#include <kernels/gpu/elementwise.h>
-#include <kernels/gpu/gemm.h>
+#include "engine/nn/ops.h"
+
 
 #include <cmath>
 
 namespace paralab::nn {
 
-namespace kc = kernels::cpu;
-namespace kg = kernels::gpu;
 
 Linear::Linear(int64_t out, bool bias) : Layer("linear"), m_out(out), m_has_bias(bias) {
     if (out < 1)
@@ -45,27 +41,15 @@ Tensor Linear::forward_impl(const Tensor& x, Mode mode) {
     (void)mode;
     const int64_t rows = x.numel() / m_in;
     Tensor y = new_activation(output_shape().with_batch(x.dim(0)));
-    if (void* q = y.queue()) {
-        dispatch_float(x.dtype(), [&]<class T>() {
-            T beta = T(0);
-            if (m_bias) {
-                kg::bias_broadcast_rows<T>(rows, m_out, m_bias->value.data<T>(), y.data<T>(), q);
-                beta = T(1);
-            }
-            kg::gemm<T>(false, true, rows, m_out, m_in, T(1), x.data<T>(),
-                        m_weight->value.data<T>(), beta, y.data<T>(), q);
-        });
-        m_x = x;
-        return y;
-    }
+    const Ops ops = ops_for(y);
     dispatch_float(x.dtype(), [&]<class T>() {
         T beta = T(0);
         if (m_bias) {
             // y starts as the bias rows and the GEMM adds x W^T to them: one pass over y.
-            kc::bias_broadcast_rows<T>(rows, m_out, m_bias->value.data<T>(), y.data<T>());
+            ops.bias_broadcast_rows<T>(rows, m_out, m_bias->value.data<T>(), y.data<T>());
             beta = T(1);
         }
-        kc::gemm<T>(false, true, rows, m_out, m_in, T(1), x.data<T>(), m_weight->value.data<T>(),
+        ops.gemm<T>(false, true, rows, m_out, m_in, T(1), x.data<T>(), m_weight->value.data<T>(),
                     beta, y.data<T>());
     });
     m_x = x;
@@ -78,26 +62,14 @@ Tensor Linear::backward_impl(const Tensor& dy) {
     const int64_t rows = dy.numel() / m_out;
     Tensor dx;
     if (needs_input_grad()) dx = new_activation(input_shape().with_batch(dy.dim(0)));
-    if (void* q = dy.queue()) {
-        dispatch_float(dy.dtype(), [&]<class T>() {
-            const T* g = dy.data<T>();
-            kg::gemm<T>(true, false, m_out, m_in, rows, T(1), g, m_x.data<T>(), T(1),
-                        m_weight->grad.data<T>(), q);
-            if (m_bias) kg::column_sums_accumulate<T>(rows, m_out, g, m_bias->grad.data<T>(), q);
-            if (dx.defined())
-                kg::gemm<T>(false, false, rows, m_in, m_out, T(1), g, m_weight->value.data<T>(),
-                            T(0), dx.data<T>(), q);
-        });
-        m_x = Tensor();
-        return dx;
-    }
+    const Ops ops = ops_for(dy);
     dispatch_float(dy.dtype(), [&]<class T>() {
         const T* g = dy.data<T>();
-        kc::gemm<T>(true, false, m_out, m_in, rows, T(1), g, m_x.data<T>(), T(1),
+        ops.gemm<T>(true, false, m_out, m_in, rows, T(1), g, m_x.data<T>(), T(1),
                     m_weight->grad.data<T>());
-        if (m_bias) kc::column_sums_accumulate<T>(rows, m_out, g, m_bias->grad.data<T>());
+        if (m_bias) ops.column_sums_accumulate<T>(rows, m_out, g, m_bias->grad.data<T>());
         if (dx.defined())
-            kc::gemm<T>(false, false, rows, m_in, m_out, T(1), g, m_weight->value.data<T>(), T(0),
+            ops.gemm<T>(false, false, rows, m_in, m_out, T(1), g, m_weight->value.data<T>(), T(0),
                         dx.data<T>());
     });
     m_x = Tensor();  // the saved input is dead once its gradients are out

@@ -8,22 +8,36 @@
 #include <kernels/cpu/elementwise.h>
 #include <kernels/cpu/gemm.h>
 #include <kernels/cpu/recurrent.h>
+#include <kernels/gpu/cast.h>
 #include <kernels/gpu/elementwise.h>
 #include <kernels/gpu/gemm.h>
 #include <kernels/gpu/recurrent.h>
 
+#include <type_traits>
+
+#include "engine/device/device.h"
 #include "engine/tensor/tensor.h"
 
 namespace paralab::nn {
 
 struct Ops {
     void* q = nullptr;
+    Device* device = nullptr;  // the tensors' device (its matmul precision, scratch memory)
 
+    // Float GEMMs on a GPU set to bf16/fp16 (train.precision) multiply half-precision copies of
+    // dense operands with fp32 accumulation into the fp32 C, as torch.autocast does for matmuls;
+    // a strided operand (a recurrent step's rows) keeps the fp32 GEMM.
     template <class T>
     void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
               const T* B, int64_t ldb, T beta, T* C, int64_t ldc) const {
-        if (q) kernels::gpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, q);
-        else kernels::cpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        if (!q) return kernels::cpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        if constexpr (std::is_same_v<T, float>) {
+            const MatmulPrecision p = device ? device->matmul_precision() : MatmulPrecision::fp32;
+            if (p != MatmulPrecision::fp32 && lda == (ta ? M : K) && ldb == (tb ? K : N) && M > 0 &&
+                N > 0 && K > 0)
+                return half_gemm(p, ta, tb, M, N, K, alpha, A, B, beta, C, ldc);
+        }
+        kernels::gpu::gemm<T>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, q);
     }
     template <class T>
     void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, const T* B,
@@ -79,6 +93,24 @@ struct Ops {
         if (q) kernels::gpu::recurrent_weight_grad_accumulate<T>(B, steps, G, H, dgates, h, dw, q);
         else kernels::cpu::recurrent_weight_grad_accumulate<T>(B, steps, G, H, dgates, h, dw);
     }
+    // The half-precision copies live in workspace tensors of the device (accounted), freed at
+    // once: the GEMM that reads them is ordered on the same queue as any later reuse.
+    void half_gemm(MatmulPrecision p, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float* A, const float* B, float beta, float* C, int64_t ldc) const {
+        namespace kg = kernels::gpu;
+        const auto half_copy = [&](const float* x, int64_t n) {
+            Tensor t = Tensor::empty(Shape{(n + 1) / 2}, DType::f32, *device, MemCategory::workspace);
+            auto* h = static_cast<uint16_t*>(t.raw());
+            if (p == MatmulPrecision::bf16) kg::cast_f32_to_bf16(n, x, h, q);
+            else kg::cast_f32_to_f16(n, x, h, q);
+            return t;
+        };
+        const Tensor a = half_copy(A, M * K), b = half_copy(B, K * N);
+        kg::gemm_half(p == MatmulPrecision::bf16 ? kg::HalfType::bf16 : kg::HalfType::fp16, ta, tb, M, N, K,
+                      alpha, static_cast<const uint16_t*>(a.raw()), ta ? M : K,
+                      static_cast<const uint16_t*>(b.raw()), tb ? K : N, beta, C, ldc, q);
+    }
+
     // y = a + b, elementwise (the sum of two biases, once per forward).
     template <class T>
     void add(int64_t n, const T* a, const T* b, T* y) const {
@@ -91,6 +123,6 @@ struct Ops {
     }
 };
 
-inline Ops ops_for(const Tensor& t) { return Ops{t.queue()}; }
+inline Ops ops_for(const Tensor& t) { return Ops{t.queue(), t.defined() ? &t.device() : nullptr}; }
 
 }  // namespace paralab::nn

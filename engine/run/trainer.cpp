@@ -116,6 +116,21 @@ std::vector<std::unique_ptr<Device>> make_devices(const Experiment& e, int compu
     return devices;
 }
 
+// train.precision: bf16/fp16 mixed precision on GPUs (their float GEMMs take half-precision
+// inputs; fp16 also scales the loss, which single and ddp do).
+void set_precision(const Experiment& e, const std::vector<std::unique_ptr<Device>>& devices) {
+    if (e.train.precision == "fp32") return;
+    for (const auto& d : devices)
+        if (!d->is_gpu())
+            throw ConfigError("train.precision: " + e.train.precision +
+                              " mixed precision needs CUDA devices; CPU devices train in fp32");
+    if (e.train.precision == "fp16" && e.strategy.type != "single" && e.strategy.type != "ddp")
+        throw ConfigError("train.precision: fp16 needs dynamic loss scaling, which the single and ddp "
+                          "strategies do in this version; use bf16 with " + e.strategy.type);
+    const MatmulPrecision p = e.train.precision == "bf16" ? MatmulPrecision::bf16 : MatmulPrecision::fp16;
+    for (const auto& d : devices) d->set_matmul_precision(p);
+}
+
 // Decides, once per step for all ranks, whether the step runs: a stop request ends the run at
 // a step boundary that every rank agrees on, so that no rank waits in a collective for a rank
 // that has stopped, and every step that any rank started is finished by all.
@@ -556,11 +571,8 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     std::unique_ptr<Device> scratch;
     std::unique_ptr<nn::Model> reference;
     const auto prepare = [&] {
-        if (e.train.precision != "fp32")
-            throw ConfigError("train.precision: " + e.train.precision +
-                              " mixed precision is not implemented in this version (the CUDA "
-                              "backend trains in fp32 too); use fp32");
         devices = make_devices(e, compute_threads);
+        set_precision(e, devices);
         splits = data::load_data(e.data, e.seed);
         if (splits.train.size() == 0) throw ConfigError("data: the training split is empty");
         const Shape data_shape(splits.train.sample_shape);

@@ -123,7 +123,8 @@ public:
                 }
             }
         };
-        LocalPass pass = forward_backward(rank, replica(r), batch, offset, layer_done);
+        LocalPass pass = forward_backward(rank, replica(r), batch, offset, layer_done, {},
+                                          s.scaler ? s.scaler->scale() : 1.0);
         const double pass_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_pass).count();
 
         if (m_overlap) {
@@ -140,8 +141,10 @@ public:
         }
 
         StepResult res{pass.loss_sum, pass.samples, pass.samples, 0};
-        if (e.train.clip_norm) res.grad_norm = clip_gradients(rank, params(r), *e.train.clip_norm, false);
-        rank.compute("optimizer", [&] { m_optimizers[static_cast<size_t>(r)]->step(params(r), lr); });
+        // fp16: every rank unscales the same all-reduced gradients, so all skip or step together.
+        const bool step_ok = !s.scaler || unscale_gradients(rank, params(r), *s.scaler);
+        if (step_ok && e.train.clip_norm) res.grad_norm = clip_gradients(rank, params(r), *e.train.clip_norm, false);
+        if (step_ok) rank.compute("optimizer", [&] { m_optimizers[static_cast<size_t>(r)]->step(params(r), lr); });
         if (m_balance) update_weights(rank, s, batch.size, pass_ms);
         return res;
     }
@@ -155,6 +158,7 @@ protected:
         for (int r = 0; r < m_world; ++r) {
             m_optimizers.push_back(optim::make_optimizer(e.optimizer));
             m_state.push_back(std::make_unique<RankState>());
+            if (e.train.precision == "fp16") m_state.back()->scaler = std::make_unique<optim::LossScaler>();
             if (e.strategy.sync_batchnorm && m_world > 1 && ctx.is_local(r))
                 install_sync_batchnorm(m_state.back()->rank, replica(r));
         }
@@ -255,6 +259,7 @@ private:
         size_t done = 0;              // guarded by mutex: buckets reduced this step
         std::exception_ptr error;     // guarded by mutex
         bool stop = false;            // guarded by mutex
+        std::unique_ptr<optim::LossScaler> scaler;  // fp16 mixed precision
     };
 
     RankState& state(const Rank& rank) { return *m_state[static_cast<size_t>(rank.index())]; }

@@ -17,13 +17,18 @@ protected:
                               std::to_string(m_world) + " (choose a parallel strategy)");
         build_replicas(ctx, reference, false);
         m_optimizers.push_back(optim::make_optimizer(ctx.experiment->optimizer));
+        if (ctx.experiment->train.precision == "fp16") m_scaler = std::make_unique<optim::LossScaler>();
     }
+
+private:
+    std::unique_ptr<optim::LossScaler> m_scaler;  // fp16 mixed precision
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
         const run::Experiment& e = rank.experiment();
         nn::Model& model = replica(0);
-        LocalPass pass = forward_backward(rank, model, batch, offset);
+        LocalPass pass = forward_backward(rank, model, batch, offset, {}, {}, m_scaler ? m_scaler->scale() : 1.0);
         StepResult r{pass.loss_sum, pass.samples, pass.samples, 0};
+        if (m_scaler && !unscale_gradients(rank, params(0), *m_scaler)) return r;  // overflow: no step
         if (e.train.clip_norm) r.grad_norm = clip_gradients(rank, params(0), *e.train.clip_norm, false);
         rank.compute("optimizer", [&] { m_optimizers[0]->step(params(0), lr); });
         return r;

@@ -1,6 +1,8 @@
 #include "engine/strategy/strategy.h"
 
+#include <kernels/cpu/optim.h>
 #include <kernels/gpu/memory.h>
+#include <kernels/gpu/reduce.h>
 
 #include <algorithm>
 #include <cmath>
@@ -184,6 +186,14 @@ DeviceBatch to_device(const data::Batch& b, int64_t offset, int64_t count, const
     return out;
 }
 
+// t *= factor, on the GPU's queue or on the host.
+static void scale_in_place(const Tensor& t, double factor) {
+    dispatch_float(t.dtype(), [&]<class T>() {
+        if (void* q = t.queue()) kernels::gpu::scale_in_place<T>(t.numel(), t.data<T>(), factor, q);
+        else kernels::cpu::scale_in_place<T>(t.numel(), t.data<T>(), factor);
+    });
+}
+
 // The Sequential's backward, a top-level layer at a time, so that DDP can start a bucket as
 // soon as the layers that fill it are done.
 static void backward_by_layer(nn::Model& model, const Tensor& dy,
@@ -207,7 +217,7 @@ static void backward_by_layer(nn::Model& model, const Tensor& dy,
 
 LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batch,
                            int64_t global_offset, const std::function<void(size_t)>& layer_done,
-                           const std::function<void(size_t)>& layer_begin) {
+                           const std::function<void(size_t)>& layer_begin, double loss_scale) {
     const run::Experiment& e = rank.experiment();
     const RunContext& ctx = rank.context();
     LocalPass pass;
@@ -232,12 +242,17 @@ LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batc
         });
         rank.compute("backward", [&] {
             Tensor dy = model.loss().backward();
+            if (loss_scale != 1.0) scale_in_place(dy, loss_scale);
             if (k + 1 == parts) backward_by_layer(model, dy, layer_done, layer_begin);
             else model.backward(dy);
         });
     }
     pass.samples = batch.size;
     return pass;
+}
+
+bool unscale_gradients(Rank& rank, const std::vector<nn::Param*>& params, optim::LossScaler& scaler) {
+    return rank.compute("unscale", [&] { return scaler.unscale(params); });
 }
 
 double clip_gradients(Rank& rank, const std::vector<nn::Param*>& params, double max_norm,

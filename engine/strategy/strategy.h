@@ -21,6 +21,7 @@
 #include "engine/data/loader.h"
 #include "engine/device/device.h"
 #include "engine/nn/model.h"
+#include "engine/optim/loss_scaler.h"
 #include "engine/optim/optimizer.h"
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
@@ -233,9 +234,17 @@ struct LocalPass {
     double loss_sum = 0;
     int64_t samples = 0;
 };
+// `loss_scale` multiplies the loss gradient before backward (fp16 mixed precision, see
+// optim::LossScaler): the parameter gradients come out scaled by it.
 LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batch,
                            int64_t global_offset, const std::function<void(size_t)>& layer_done = {},
-                           const std::function<void(size_t)>& layer_begin = {});
+                           const std::function<void(size_t)>& layer_begin = {}, double loss_scale = 1.0);
+
+// fp16 mixed precision, before the optimizer: the gradients unscaled and checked on the GPU;
+// false when one overflowed (the step is skipped, the scale backs off); timed as the phase
+// "unscale". Every rank of a data-parallel strategy sees the same reduced
+// gradients and so decides the same.
+bool unscale_gradients(Rank& rank, const std::vector<nn::Param*>& params, optim::LossScaler& scaler);
 
 // Sets train.clip_norm's scaling on `params`, with the squared norm summed over the ranks
 // when `sum_over_ranks` (ranks that each hold a part of the gradients). Returns the norm.

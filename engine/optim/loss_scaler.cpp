@@ -1,0 +1,61 @@
+#include "engine/optim/loss_scaler.h"
+
+#include <kernels/gpu/loss_scale.h>
+#include <kernels/gpu/memory.h>
+#include <kernels/gpu/stream.h>
+
+#include <cmath>
+#include <string>
+
+#include "engine/device/device.h"
+#include "engine/util/error.h"
+
+namespace paralab::optim {
+
+namespace kg = kernels::gpu;
+
+LossScaler::LossScaler(double initial_scale, double growth_factor, double backoff_factor,
+                       int64_t growth_interval)
+    : m_scale(initial_scale), m_growth(growth_factor), m_backoff(backoff_factor), m_interval(growth_interval) {
+    if (!(initial_scale > 0) || !(growth_factor > 1) || !(backoff_factor > 0 && backoff_factor < 1) ||
+        growth_interval < 1)
+        throw Error("loss scaler: needs scale > 0, growth > 1, 0 < backoff < 1 and interval >= 1");
+}
+
+bool LossScaler::unscale(const std::vector<nn::Param*>& params) {
+    if (params.empty()) return true;
+    const Tensor& g0 = params.front()->grad;
+    PARALAB_CHECK(g0.on_gpu() && g0.dtype() == DType::f32, "loss scaler: f32 gradients on a GPU");
+    void* q = g0.queue();
+    std::vector<float*> grads;
+    std::vector<int64_t> sizes;
+    for (const nn::Param* p : params) {
+        PARALAB_CHECK(p->grad.defined() && p->grad.queue() == q, "loss scaler: gradients on one GPU");
+        grads.push_back(p->grad.data<float>());
+        sizes.push_back(p->grad.numel());
+    }
+    // [found_inf, inv_scale] on the device.
+    Tensor flags = Tensor::empty(Shape{2}, DType::f32, g0.device(), MemCategory::workspace);
+    const float init[2] = {0.0f, static_cast<float>(1.0 / m_scale)};
+    kg::copy_host_to_device_async(flags.raw(), init, sizeof init, q);
+    float* found = flags.data<float>();
+    kg::non_finite_check_and_unscale_multi<float>(static_cast<int64_t>(grads.size()), grads.data(), sizes.data(),
+                                                  found, found + 1, q);
+    float found_inf = 0;
+    kg::copy_device_to_host_async(&found_inf, found, sizeof found_inf, q);
+    kg::stream_synchronize(q);
+    if (found_inf != 0.0f) {
+        m_scale *= m_backoff;
+        m_clean = 0;
+        ++m_skipped;
+        return false;
+    }
+    if (++m_clean == m_interval) {
+        const double grown = m_scale * m_growth;
+        if (std::isfinite(grown)) m_scale = grown;
+        m_clean = 0;
+    }
+    return true;
+}
+
+}  // namespace paralab::optim

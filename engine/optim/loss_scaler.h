@@ -1,0 +1,33 @@
+// Dynamic loss scaling for fp16 mixed precision (torch.cuda.amp.GradScaler's policy): the loss
+// gradient is multiplied by the scale before backward, so that small gradients survive fp16;
+// before the optimizer step the gradients are unscaled and checked for inf/NaN on the GPU. A step
+// whose gradients overflowed is skipped and the scale halves; after `growth_interval` clean
+// steps in a row it doubles. The decision is read back to the host (one small copy), which the
+// step's loss read already waits for.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/nn/layer.h"
+
+namespace paralab::optim {
+
+class LossScaler {
+public:
+    explicit LossScaler(double initial_scale = 65536.0, double growth_factor = 2.0,
+                        double backoff_factor = 0.5, int64_t growth_interval = 2000);
+
+    double scale() const { return m_scale; }
+    // grads *= 1 / scale. True when every gradient was finite (the step may run); false when
+    // one overflowed: the scale backs off and the caller skips the step. The gradients must be
+    // on one GPU (f32).
+    bool unscale(const std::vector<nn::Param*>& params);
+    int64_t skipped_steps() const { return m_skipped; }
+
+private:
+    double m_scale, m_growth, m_backoff;
+    int64_t m_interval, m_clean = 0, m_skipped = 0;
+};
+
+}  // namespace paralab::optim
