@@ -26,34 +26,11 @@ import time
 import torch
 from torch import nn
 
+# The same three models as the CPU comparison (this folder's compare_torch.py).
+from compare_torch import make
+
 # model -> default batch, as in engine/bench/model_bench.cpp
 BATCH = {"mlp": 128, "lenet": 64, "lstm": 64}
-
-
-class LastStep(nn.Module):
-    """LSTM 32 -> 128 over 50 steps, linear 10 on the last step's output."""
-
-    def __init__(self):
-        super().__init__()
-        self.lstm = nn.LSTM(input_size=32, hidden_size=128, num_layers=1, batch_first=True)
-        self.fc = nn.Linear(128, 10)
-
-    def forward(self, x):
-        y, _ = self.lstm(x)
-        return self.fc(y[:, -1, :])
-
-
-def make(model):
-    if model == "mlp":
-        return (nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                              nn.Linear(512, 10)), (784,))
-    if model == "lenet":
-        return (nn.Sequential(nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Flatten(), nn.Linear(32 * 7 * 7, 10)), (1, 28, 28))
-    if model == "lstm":
-        return LastStep(), (50, 32)
-    raise ValueError(model)
 
 
 def set_tf32(on):
