@@ -9,9 +9,13 @@
 
 namespace paralab::optim {
 
-// The queue of the parameters' GPU, or nullptr when they are in host memory (or none).
+// The queue an update of `params` runs on: their gradients' GPU queue (the rank that computed
+// them; under hogwild on virtual GPUs the values are rank 0's, shared, on the same card), or
+// nullptr when they are in host memory (or there are none).
 inline void* gpu_queue(const std::vector<nn::Param*>& params) {
-    return params.empty() ? nullptr : params.front()->value.queue();
+    if (params.empty()) return nullptr;
+    const nn::Param& p = *params.front();
+    return p.grad.defined() ? p.grad.queue() : p.value.queue();
 }
 
 template <class T>

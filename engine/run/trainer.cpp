@@ -97,11 +97,17 @@ std::vector<std::unique_ptr<Device>> make_devices(const Experiment& e, int compu
         if (!cuda_backend_built())
             throw ConfigError(path + ": " + e.devices[i] +
                               " is a GPU, and this build has no CUDA backend; use cpu:" + std::to_string(i));
-        // hogwild and param_server update parameters from several threads on the host.
-        if (e.strategy.type == "hogwild" || e.strategy.type == "param_server")
-            throw ConfigError("strategy.type: " + e.strategy.type +
-                              " does not run on CUDA devices in this version (single, data_parallel, ddp, "
-                              "zero, model_parallel and pipeline do); use cpu devices");
+        // param_server keeps and combines parameters with host loops.
+        if (e.strategy.type == "param_server")
+            throw ConfigError("strategy.type: param_server does not run on CUDA devices in this version "
+                              "(single, data_parallel, ddp, zero, hogwild, model_parallel and pipeline do); "
+                              "use cpu devices");
+        // hogwild's ranks update rank 0's parameters in place: on one card (virtual GPUs), where
+        // every rank's kernels can address them.
+        if (e.strategy.type == "hogwild" && id.index != parse_device_id(e.devices[0]).index)
+            throw ConfigError(path + ": hogwild on CUDA runs on virtual GPUs of one card (cuda:" +
+                              std::to_string(parse_device_id(e.devices[0]).index) +
+                              " listed several times), not on " + e.devices[i]);
         // The k-th listing of cuda:N after the first is the virtual GPU "cuda:N#k".
         const std::string name = id.to_string() + (earlier ? "#" + std::to_string(earlier) : "");
         try {

@@ -331,9 +331,20 @@ TEST_F(GpuRuns, LossScalerSkipsAnOverflowAndBacksOff) {
     EXPECT_EQ(scaler.scale(), 512.0);
 }
 
+// Hogwild on two virtual GPUs: both ranks update rank 0's parameters in place, unlocked (the
+// strategy's point), and the model still learns.
+TEST_F(GpuRuns, HogwildOnVirtualGpusLearns) {
+    const auto r = strategy_testing::run_it(spirals({"cuda:0", "cuda:0"}, "hogwild"));
+    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+    ASSERT_TRUE(r.summary.test_accuracy.has_value());
+    EXPECT_GE(*r.summary.test_accuracy, 0.85);
+    // The one parameter set lives on cuda:0; cuda:0#1 holds only its gradients and activations.
+    EXPECT_GT(r.summary.peak_memory_bytes.at("cuda:0"), r.summary.peak_memory_bytes.at("cuda:0#1"));
+}
+
 TEST_F(GpuRuns, WhatTheGpuPathRefusesIsNamed) {
     using strategy_testing::run_it;
-    json j = spirals({"cuda:0", "cuda:0"}, "hogwild");
+    json j = spirals({"cuda:0", "cuda:0"}, "param_server");
     auto r = [&](const json& x) {
         try {
             run_it(x);
@@ -342,7 +353,7 @@ TEST_F(GpuRuns, WhatTheGpuPathRefusesIsNamed) {
         }
         return std::string("no error");
     };
-    EXPECT_NE(r(j).find("hogwild does not run on CUDA devices"), std::string::npos) << r(j);
+    EXPECT_NE(r(j).find("param_server does not run on CUDA devices"), std::string::npos) << r(j);
     j = spirals({"cuda:0", "cpu:0"}, "ddp");
     EXPECT_NE(r(j).find("cannot be mixed"), std::string::npos) << r(j);
     // Every layer type has GPU kernels now; SyncBatchNorm (host statistics through the
