@@ -3,6 +3,7 @@
 #include "engine/comm/gpu.h"
 #include "engine/device/cuda_device.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -578,6 +579,10 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     std::unique_ptr<nn::Model> reference;
     const auto prepare = [&] {
         devices = make_devices(e, compute_threads);
+        // MPI's collectives read host memory: GPUs across processes would need NCCL there.
+        if (mpi && std::any_of(devices.begin(), devices.end(), [](const auto& d) { return d->is_gpu(); }))
+            throw ConfigError("devices: CUDA devices in a job across processes (mpirun) are not supported "
+                              "in this version; run the GPUs of one machine in one process");
         set_precision(e, devices);
         splits = data::load_data(e.data, e.seed);
         if (splits.train.size() == 0) throw ConfigError("data: the training split is empty");
