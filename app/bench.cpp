@@ -189,25 +189,36 @@ bench::ModelBenchOptions model_options(const BenchArgs& a) {
     return o;
 }
 
-// The CPU-speed table (issue 7): the three models on one CPU device at 1 and 2 threads.
+// The models table: on one CPU device at 1 and 2 threads (issue 7, with the sgemm rate for
+// scale), or on one GPU (issue 6; no thread count, no sgemm column).
 void print_models(const std::vector<bench::ModelTiming>& rows, int rounds, const std::string& device) {
+    const bool cpu = device == "cpu";
     std::printf("\nModels: one %s device, SGD momentum, optimizer step included, warm-up steps left out, "
-                "fastest of %d round%s;\nGFLOP/s = 3 x forward FLOPs x samples/s; sgemm = a 1024^3 "
-                "GEMM at the same thread count (%s; OpenBLAS kernel %s)\n\n",
-                device == "cpu" ? "CPU" : device.c_str(), rounds, rounds == 1 ? "" : "s",
-                kernels::cpu::gemm_library().c_str(),
-                bench::blas_kernel().c_str());
-    TextTable t({"model", "threads", "batch", "steps", "ms/step", "samples/s", "GFLOP/s", "sgemm GFLOP/s",
-                 "of sgemm", "note"},
-                "lrrrrrrrrl");
+                "fastest of %d round%s;\nGFLOP/s = 3 x forward FLOPs x samples/s",
+                cpu ? "CPU" : device.c_str(), rounds, rounds == 1 ? "" : "s");
+    if (cpu)
+        std::printf("; sgemm = a 1024^3 GEMM at the same thread count (%s; OpenBLAS kernel %s)",
+                    kernels::cpu::gemm_library().c_str(), bench::blas_kernel().c_str());
+    std::printf("\n\n");
+    std::vector<std::string> header{"model", "threads", "batch", "steps", "ms/step", "samples/s", "GFLOP/s"};
+    if (cpu) header.insert(header.end(), {"sgemm GFLOP/s", "of sgemm"});
+    else header.erase(header.begin() + 1);  // threads
+    header.push_back("note");
+    TextTable t(header, cpu ? "lrrrrrrrrl" : "lrrrrrl");
     for (const auto& r : rows) {
         const bool ok = r.status == "finished";
-        t.add({r.model, std::to_string(r.threads), std::to_string(r.batch),
-               std::to_string(r.steps - r.warmup_steps) + "+" + std::to_string(r.warmup_steps),
-               ok ? fmt("%.2f", r.ms_per_step) : "-", ok ? fmt("%.0f", r.samples_per_s) : "-",
-               ok ? fmt("%.1f", r.gflops) : "-", fmt("%.1f", r.sgemm_gflops),
-               ok && r.sgemm_gflops > 0 ? fmt("%.0f%%", 100 * r.gflops / r.sgemm_gflops) : "-",
-               ok ? r.description : r.status + ": " + r.error});
+        std::vector<std::string> row{r.model, std::to_string(r.threads), std::to_string(r.batch),
+                                     std::to_string(r.steps - r.warmup_steps) + "+" + std::to_string(r.warmup_steps),
+                                     ok ? fmt("%.2f", r.ms_per_step) : "-", ok ? fmt("%.0f", r.samples_per_s) : "-",
+                                     ok ? fmt("%.1f", r.gflops) : "-"};
+        if (cpu) {
+            row.push_back(fmt("%.1f", r.sgemm_gflops));
+            row.push_back(ok && r.sgemm_gflops > 0 ? fmt("%.0f%%", 100 * r.gflops / r.sgemm_gflops) : "-");
+        } else {
+            row.erase(row.begin() + 1);
+        }
+        row.push_back(ok ? r.description : r.status + ": " + r.error);
+        t.add(row);
     }
     t.print();
 }

@@ -176,8 +176,9 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
         const std::string of_round =
             rounds > 1 ? " (round " + std::to_string(round + 1) + "/" + std::to_string(rounds) + ")" : "";
         for (size_t k = 0; k < o.threads.size(); ++k) {
+            if (o.device != "cpu") continue;  // the GPU table has no sgemm column
             if (progress) progress("sgemm 1024 on " + std::to_string(o.threads[k]) + " threads" + of_round);
-            if (o.device == "cpu") sgemm[k] = std::max(sgemm[k], measure_sgemm_gflops(1024, o.threads[k]));
+            sgemm[k] = std::max(sgemm[k], measure_sgemm_gflops(1024, o.threads[k]));
         }
         for (size_t i = 0; i < rows.size(); ++i) {
             ModelTiming& t = rows[i];
