@@ -184,8 +184,10 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
             ModelTiming& t = rows[i];
             if (!built[i]) continue;
             if (progress)
-                progress("model " + t.model + " on " + std::to_string(t.threads) + " thread" +
-                         (t.threads == 1 ? "" : "s") + of_round);
+                progress("model " + t.model + " on " +
+                         (o.device != "cpu" ? o.device
+                                            : std::to_string(t.threads) + " thread" + (t.threads == 1 ? "" : "s")) +
+                         of_round);
             const StrategyTiming s = time_experiment(experiments[i], t.warmup_steps, t.threads);
             if (s.status != "finished") {
                 if (t.samples_per_s_rounds.empty()) {
