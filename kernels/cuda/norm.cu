@@ -256,18 +256,5 @@ void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const 
 
 PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_NORM_OPS)
 
-// Batch norm's launchers (kernels/stub/conv_pool_stub.cpp lists the same set).
-#define PARALAB_INSTANTIATE_GPU_BATCHNORM(T)                                                                \
-    template void batchnorm_channel_sums<T>(int64_t, int64_t, int64_t, const T*, double*, double*, void*);  \
-    template void batchnorm_normalize<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, const T*, \
-                                         T*, void*);                                                        \
-    template void batchnorm_backward_sums<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,       \
-                                             double*, double*, void*);                                      \
-    template void batchnorm_backward_input<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*,      \
-                                              const T*, const T*, const T*, T*, void*);
-
-PARALAB_INSTANTIATE_GPU_BATCHNORM(float)
-PARALAB_INSTANTIATE_GPU_BATCHNORM(double)
-#undef PARALAB_INSTANTIATE_GPU_BATCHNORM
 
 }  // namespace paralab::kernels::gpu

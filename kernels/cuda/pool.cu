@@ -6,6 +6,7 @@
 // included. Products go through __fmul_rn / __dmul_rn so that nvcc cannot fuse them with the
 // addition that follows (the CPU kernels are built with -ffp-contract=off).
 #include <kernels/gpu/pool.h>
+#include <kernels/gpu/detail/op_lists.h>
 
 #include <climits>
 
@@ -215,16 +216,6 @@ void global_avgpool_backward(int64_t planes, int64_t plane_size, const T* dy, T*
     PARALAB_GPU_CHECK_LAUNCH("global_avgpool_backward_kernel");
 }
 
-#define PARALAB_INSTANTIATE_GPU_POOL(T)                                                                   \
-    template void maxpool2d_forward<T>(const cpu::Pool2dGeometry&, const T*, T*, int32_t*, void*);        \
-    template void maxpool2d_backward<T>(const cpu::Pool2dGeometry&, const int32_t*, const T*, T*, void*); \
-    template void avgpool2d_forward<T>(const cpu::Pool2dGeometry&, const T*, T*, void*);                  \
-    template void avgpool2d_backward<T>(const cpu::Pool2dGeometry&, const T*, T*, void*);                 \
-    template void global_avgpool_forward<T>(int64_t, int64_t, const T*, T*, void*);                       \
-    template void global_avgpool_backward<T>(int64_t, int64_t, const T*, T*, void*);
-
-PARALAB_INSTANTIATE_GPU_POOL(float)
-PARALAB_INSTANTIATE_GPU_POOL(double)
-#undef PARALAB_INSTANTIATE_GPU_POOL
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_POOL_OPS)
 
 }  // namespace paralab::kernels::gpu

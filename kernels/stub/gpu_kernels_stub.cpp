@@ -9,6 +9,7 @@
 #include <kernels/gpu/loss_scale.h>
 #include <kernels/gpu/norm.h>
 #include <kernels/gpu/optim.h>
+#include <kernels/gpu/pool.h>
 #include <kernels/gpu/recurrent.h>
 #include <kernels/gpu/reduce.h>
 #include <kernels/gpu/softmax.h>

@@ -5,7 +5,7 @@
 // the workspace included, so that the engine's memory accounting sees it. Device pointers; the
 // stream is an opaque cudaStream_t (nullptr: the legacy default stream). Free of CUDA and cuDNN
 // types (DESIGN.md §1). Implemented by kernels/cuda/conv.cu; a build without cuDNN, or without
-// CUDA (kernels/stub/conv_pool_stub.cpp), answers cudnn_available() false and its plans throw.
+// CUDA (kernels/stub/conv_stub.cpp), answers cudnn_available() false and its plans throw.
 #pragma once
 
 #include <kernels/cpu/conv.h>

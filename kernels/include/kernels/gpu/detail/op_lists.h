@@ -87,7 +87,23 @@
     X(layernorm_forward, int64_t, int64_t, double, const T*, const T*, const T*, T*, T*, T*,      \
       void*)                                                                                      \
     X(layernorm_backward, int64_t, int64_t, const T*, const T*, const T*, const T*, const T*, T*, \
-      T*, T*, void*)
+      T*, T*, void*)                                                                              \
+    X(batchnorm_channel_sums, int64_t, int64_t, int64_t, const T*, double*, double*, void*)      \
+    X(batchnorm_normalize, int64_t, int64_t, int64_t, const T*, const T*, const T*, const T*, T*, \
+      void*)                                                                                      \
+    X(batchnorm_backward_sums, int64_t, int64_t, int64_t, const T*, const T*, const T*, double*,  \
+      double*, void*)                                                                             \
+    X(batchnorm_backward_input, int64_t, int64_t, int64_t, const T*, const T*, const T*, const T*, \
+      const T*, const T*, T*, void*)
+
+// kernels/gpu/pool.h (the geometry is kernels/cpu/pool.h's)
+#define PARALAB_GPU_POOL_OPS(X, T)                                                     \
+    X(maxpool2d_forward, const cpu::Pool2dGeometry&, const T*, T*, int32_t*, void*)    \
+    X(maxpool2d_backward, const cpu::Pool2dGeometry&, const int32_t*, const T*, T*, void*) \
+    X(avgpool2d_forward, const cpu::Pool2dGeometry&, const T*, T*, void*)              \
+    X(avgpool2d_backward, const cpu::Pool2dGeometry&, const T*, T*, void*)             \
+    X(global_avgpool_forward, int64_t, int64_t, const T*, T*, void*)                   \
+    X(global_avgpool_backward, int64_t, int64_t, const T*, T*, void*)
 
 // kernels/gpu/loss_scale.h (update_loss_scale is not a template)
 #define PARALAB_GPU_LOSS_SCALE_OPS(X, T)                                              \
@@ -110,6 +126,7 @@
     PARALAB_GPU_DROPOUT_OPS(X, T)     \
     PARALAB_GPU_RECURRENT_OPS(X, T)   \
     PARALAB_GPU_NORM_OPS(X, T)        \
+    PARALAB_GPU_POOL_OPS(X, T)        \
     PARALAB_GPU_LOSS_SCALE_OPS(X, T)  \
     PARALAB_GPU_GEMM_OPS(X, T)
 
