@@ -12,6 +12,7 @@
 #include "engine/device/device.h"
 #include "engine/nn/model.h"
 #include "engine/util/error.h"
+#include "engine/util/own_thread.h"
 
 // OpenBLAS's own (cblas.h declares it; the engine does not include cblas.h).
 extern "C" char* openblas_get_corename(void);
@@ -178,7 +179,9 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
         for (size_t k = 0; k < o.threads.size(); ++k) {
             if (o.device != "cpu") continue;  // the GPU table has no sgemm column
             if (progress) progress("sgemm 1024 on " + std::to_string(o.threads[k]) + " threads" + of_round);
-            sgemm[k] = std::max(sgemm[k], measure_sgemm_gflops(1024, o.threads[k]));
+            // On a thread of its own: this one must not keep an OpenMP team (engine/util/own_thread.h).
+            const int threads = o.threads[k];
+            sgemm[k] = std::max(sgemm[k], on_own_thread([&] { return measure_sgemm_gflops(1024, threads); }));
         }
         for (size_t i = 0; i < rows.size(); ++i) {
             ModelTiming& t = rows[i];

@@ -21,6 +21,7 @@
 #include "engine/run/metrics_bus.h"
 #include "engine/run/process_run.h"
 #include "engine/strategy/strategy.h"
+#include "engine/util/own_thread.h"
 
 namespace paralab::run {
 
@@ -742,14 +743,20 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         try {
             const int64_t batch = std::max<int64_t>(256, e.data.batch_size);
             EvalResult ev;
+            // On a thread of its own, with the device's compute threads: this thread may live on
+            // (the GUI's run controller) and must not keep an OpenMP team (engine/util/own_thread.h).
             if (!mpi) {
-                ctx.devices[0]->make_current();  // device 0's compute threads on this thread
-                ev = evaluate([&](const Tensor& x) { return strat->predict(x); }, *ctx.devices[0], *eval_loss,
-                              splits.test, batch, ctx);
+                ev = on_own_thread([&] {
+                    ctx.devices[0]->make_current();
+                    return evaluate([&](const Tensor& x) { return strat->predict(x); }, *ctx.devices[0],
+                                    *eval_loss, splits.test, batch, ctx);
+                });
             } else {
-                scratch->make_current();
-                ev = evaluate([&](const Tensor& x) { return reference->forward(x, nn::Mode::eval); }, *scratch,
-                              *eval_loss, splits.test, batch, ctx);
+                ev = on_own_thread([&] {
+                    scratch->make_current();
+                    return evaluate([&](const Tensor& x) { return reference->forward(x, nn::Mode::eval); },
+                                    *scratch, *eval_loss, splits.test, batch, ctx);
+                });
             }
             ev.step = steps;
             summary.test_loss = ev.loss;

@@ -3,11 +3,16 @@
 // changing the result, and fails or stops cleanly.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <stdexcept>
+#include <thread>
 
 #include "engine/run/experiment.h"
 #include "engine/run/live_metrics.h"
 #include "engine/run/trainer.h"
+#include "engine/util/own_thread.h"
 
 using namespace paralab;
 using nlohmann::json;
@@ -224,4 +229,53 @@ TEST(LiveMetrics, SeesEveryDeviceOfARun) {
     EXPECT_DOUBLE_EQ(f.steps.back().loss, s.final_loss);
     EXPECT_EQ(f.evals.size(), 1u);
     EXPECT_FALSE(f.spans.empty());
+}
+
+namespace {
+
+int os_threads() {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+        (void)entry;
+        ++n;
+    }
+    return n;
+}
+
+}  // namespace
+
+TEST(OwnThread, ReturnsTheResultAndRethrows) {
+    const auto caller = std::this_thread::get_id();
+    EXPECT_NE(paralab::on_own_thread([] { return std::this_thread::get_id(); }), caller);
+    EXPECT_EQ(paralab::on_own_thread([] { return 42; }), 42);
+    EXPECT_THROW(paralab::on_own_thread([]() -> int { throw std::runtime_error("inside"); }), std::runtime_error);
+    bool ran = false;
+    paralab::on_own_thread([&] { ran = true; });
+    EXPECT_TRUE(ran);
+}
+
+// The thread that calls run_experiment (the GUI's run controller lives on) ends the run with no
+// compute threads of its own: an OpenMP team left on it would slow every later run of the
+// process (engine/util/own_thread.h). The evaluation's GEMMs here are large enough to split.
+TEST(Training, TheCallingThreadKeepsNoComputeThreads) {
+    json j = json::parse(R"({
+      "paralab": 1, "name": "teams", "seed": 2,
+      "data": {"dataset": "blobs", "samples": 1200, "features": 128, "classes": 4, "batch_size": 64},
+      "model": {"layers": [{"type": "linear", "out": 256}, {"type": "relu"}, {"type": "linear", "out": 4}],
+                "loss": "cross_entropy"},
+      "optimizer": {"type": "sgd", "lr": 0.05}, "train": {"epochs": 1, "max_steps": 3}
+    })");
+    int before = 0, after = 0;
+    std::string status;
+    std::thread caller([&] {
+        before = os_threads();
+        status = run::run_experiment(run::parse_experiment(j), nullptr, nullptr, 2).status;
+        // Threads that ended with the run (rank threads and their teams) leave asynchronously.
+        for (int i = 0; i < 50 && os_threads() > before; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        after = os_threads();
+    });
+    caller.join();
+    EXPECT_EQ(status, "finished");
+    EXPECT_LE(after, before) << "the calling thread kept " << after - before << " thread(s)";
 }
