@@ -40,13 +40,16 @@ std::vector<double> read_doubles(const double* device_values, int64_t count, voi
     return out;
 }
 
+Tensor upload(const void* host, int64_t count, DType dtype, Device& device) {
+    Tensor t = Tensor::empty(Shape{count}, dtype, device, MemCategory::workspace);
+    // From pageable memory the runtime stages the bytes before it returns (tensor.cpp).
+    if (count > 0) kg::copy_host_to_device_async(t.raw(), host, t.nbytes(), device.queue());
+    return t;
+}
+
 Tensor upload_ids(const std::vector<int64_t>& ids, Device& device) {
     static_assert(sizeof(int64_t) == sizeof(double));
-    Tensor t = Tensor::empty(Shape{static_cast<int64_t>(ids.size())}, DType::f64, device,
-                             MemCategory::workspace);
-    if (!ids.empty())
-        kg::copy_host_to_device_async(t.raw(), ids.data(), ids.size() * sizeof(int64_t), device.queue());
-    return t;
+    return upload(ids.data(), static_cast<int64_t>(ids.size()), DType::f64, device);
 }
 
 }  // namespace paralab::gpu

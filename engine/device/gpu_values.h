@@ -30,6 +30,13 @@ inline double read_double(const double* device_value, void* queue) {
     return read_doubles(device_value, 1, queue)[0];
 }
 
+// `count` elements of `dtype` from host memory into a new workspace tensor on `device`, ordered
+// on its queue (the host memory may change once this returns).
+Tensor upload(const void* host, int64_t count, DType dtype, Device& device);
+template <class T>
+Tensor upload(const std::vector<T>& values, Device& device) {
+    return upload(values.data(), static_cast<int64_t>(values.size()), dtype_of<T>(), device);
+}
 // Int64 values uploaded to `device` (a workspace tensor of f64 extent holding them).
 Tensor upload_ids(const std::vector<int64_t>& ids, Device& device);
 

@@ -29,16 +29,6 @@ std::vector<T> to_type(const std::vector<double>& v) {
     return std::vector<T>(v.begin(), v.end());
 }
 
-// Host values -> a workspace tensor on `device` (a GPU): the per-channel vectors the batch
-// norm kernels read, computed on the host as on the CPU.
-template <class T>
-Tensor upload(const std::vector<T>& values, Device& device) {
-    Tensor h = Tensor::empty(Shape{static_cast<int64_t>(values.size())}, dtype_of<T>(),
-                             detached_host_device(), MemCategory::workspace);
-    std::copy(values.begin(), values.end(), h.data<T>());
-    return gpu::on_device(h, device, MemCategory::workspace);
-}
-
 // A device array of `count` doubles (the batch norm kernels' per-channel sums).
 Tensor device_sums(Device& device, int64_t count) {
     return Tensor::empty(Shape{count}, DType::f64, device, MemCategory::workspace);
@@ -152,7 +142,7 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Mode mode) {
         if (q) {
             std::vector<T> packed(mean);  // [mean, scale]
             packed.insert(packed.end(), scale.begin(), scale.end());
-            const Tensor d = upload(packed, device());
+            const Tensor d = gpu::upload(packed, device());
             kg::batchnorm_normalize<T>(N, C, S, x.data<T>(), d.data<T>(), d.data<T>() + C,
                                        m_bias->value.data<T>(), y.data<T>(), q);
             return;
@@ -180,7 +170,7 @@ Tensor BatchNorm::backward_impl(const Tensor& dy) {
         std::vector<double> sums(2 * C);
         Tensor mean_dev;  // on a GPU: `mean` on the device
         if (q) {
-            mean_dev = upload(mean, device());
+            mean_dev = gpu::upload(mean, device());
             const Tensor d_sums = device_sums(device(), 2 * C);
             double* d = d_sums.data<double>();
             kg::batchnorm_backward_sums<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean_dev.data<T>(),
@@ -199,7 +189,7 @@ Tensor BatchNorm::backward_impl(const Tensor& dy) {
                 delta[c] = static_cast<T>(sum_dy_xmu[c] * m_invstd[c]);
                 delta[C + c] = static_cast<T>(sum_dy[c]);
             }
-            const Tensor d = upload(delta, device());
+            const Tensor d = gpu::upload(delta, device());
             kg::bias_add_rows<T>(1, C, d.data<T>(), m_weight->grad.data<T>(), q);
             kg::bias_add_rows<T>(1, C, d.data<T>() + C, m_bias->grad.data<T>(), q);
         } else {
@@ -229,7 +219,7 @@ Tensor BatchNorm::backward_impl(const Tensor& dy) {
             std::vector<T> packed(scale);  // [scale, mean_dy, k]
             packed.insert(packed.end(), mean_dy.begin(), mean_dy.end());
             packed.insert(packed.end(), k.begin(), k.end());
-            const Tensor d = upload(packed, device());
+            const Tensor d = gpu::upload(packed, device());
             kg::batchnorm_backward_input<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean_dev.data<T>(),
                                             d.data<T>(), d.data<T>() + C, d.data<T>() + 2 * C,
                                             dx.data<T>(), q);

@@ -111,7 +111,8 @@ struct Ops {
                       static_cast<const uint16_t*>(b.raw()), tb ? K : N, beta, C, ldc, q);
     }
 
-    // y = a + b, elementwise (the sum of two biases, once per forward).
+    // y = a + b, elementwise (the LSTM's two biases, a residual's two paths). On a GPU: y = a,
+    // then b added as the one row of a [1, n] bias add: the same IEEE sum as the host loop.
     template <class T>
     void add(int64_t n, const T* a, const T* b, T* y) const {
         if (q) {

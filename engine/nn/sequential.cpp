@@ -1,28 +1,16 @@
 #include "engine/nn/sequential.h"
 
-#include <kernels/gpu/elementwise.h>
-
 #include "engine/nn/conv2d.h"
 #include "engine/nn/linear.h"
+#include "engine/nn/ops.h"
 
 namespace paralab::nn {
 
 namespace {
-// out = a + b elementwise, all three shaped alike on the layer's device. On a GPU: out is a
-// copy of a, then b added as the one row of a [1, n] bias add (the same IEEE sum).
+// out = a + b elementwise, all three shaped alike on the layer's device.
 void add_into(const Tensor& a, const Tensor& b, const Tensor& out) {
-    if (void* q = out.queue()) {
-        out.copy_from(a);
-        dispatch_float(out.dtype(), [&]<class T>() {
-            kernels::gpu::bias_add_rows<T>(1, out.numel(), b.data<T>(), out.data<T>(), q);
-        });
-        return;
-    }
     dispatch_float(out.dtype(), [&]<class T>() {
-        const T* pa = a.data<T>();
-        const T* pb = b.data<T>();
-        T* po = out.data<T>();
-        for (int64_t i = 0, n = out.numel(); i < n; ++i) po[i] = pa[i] + pb[i];
+        ops_for(out).add<T>(out.numel(), a.data<T>(), b.data<T>(), out.data<T>());
     });
 }
 }  // namespace

@@ -56,14 +56,15 @@ double global_grad_norm(const std::vector<nn::Param*>& params) {
     return std::sqrt(grad_sq_norm(params));
 }
 
+void scale_in_place(const Tensor& t, double factor) {
+    dispatch_float(t.dtype(), [&]<class T>() {
+        if (void* q = t.queue()) kernels::gpu::scale_in_place<T>(t.numel(), t.data<T>(), factor, q);
+        else kernels::cpu::scale_in_place<T>(t.numel(), t.data<T>(), factor);
+    });
+}
+
 void scale_grads(const std::vector<nn::Param*>& params, double factor) {
-    for (const nn::Param* p : params) {
-        const Tensor& g = checked_grad(*p);
-        dispatch_float(g.dtype(), [&]<class T>() {
-            if (void* q = g.queue()) return kernels::gpu::scale_in_place<T>(g.numel(), g.data<T>(), factor, q);
-            kernels::cpu::scale_in_place<T>(g.numel(), g.data<T>(), factor);
-        });
-    }
+    for (const nn::Param* p : params) scale_in_place(checked_grad(*p), factor);
 }
 
 double clip_coefficient(double total_norm, double max_norm) {

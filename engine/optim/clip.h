@@ -19,6 +19,8 @@ namespace paralab::optim {
 double grad_sq_norm(const std::vector<nn::Param*>& params);
 // sqrt(grad_sq_norm(params)).
 double global_grad_norm(const std::vector<nn::Param*>& params);
+// t *= factor (t rounded to its dtype), on its GPU's queue or on the host.
+void scale_in_place(const Tensor& t, double factor);
 // Multiplies every gradient by `factor`.
 void scale_grads(const std::vector<nn::Param*>& params, double factor);
 

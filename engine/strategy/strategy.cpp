@@ -1,8 +1,6 @@
 #include "engine/strategy/strategy.h"
 
-#include <kernels/cpu/optim.h>
 #include <kernels/gpu/memory.h>
-#include <kernels/gpu/reduce.h>
 
 #include <algorithm>
 #include <cmath>
@@ -186,14 +184,6 @@ DeviceBatch to_device(const data::Batch& b, int64_t offset, int64_t count, const
     return out;
 }
 
-// t *= factor, on the GPU's queue or on the host.
-static void scale_in_place(const Tensor& t, double factor) {
-    dispatch_float(t.dtype(), [&]<class T>() {
-        if (void* q = t.queue()) kernels::gpu::scale_in_place<T>(t.numel(), t.data<T>(), factor, q);
-        else kernels::cpu::scale_in_place<T>(t.numel(), t.data<T>(), factor);
-    });
-}
-
 // The Sequential's backward, a top-level layer at a time, so that DDP can start a bucket as
 // soon as the layers that fill it are done.
 static void backward_by_layer(nn::Model& model, const Tensor& dy,
@@ -242,7 +232,7 @@ LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batc
         });
         rank.compute("backward", [&] {
             Tensor dy = model.loss().backward();
-            if (loss_scale != 1.0) scale_in_place(dy, loss_scale);
+            if (loss_scale != 1.0) optim::scale_in_place(dy, loss_scale);
             if (k + 1 == parts) backward_by_layer(model, dy, layer_done, layer_begin);
             else model.backward(dy);
         });
