@@ -19,6 +19,7 @@
 #include "engine/bench/comm_bench.h"
 #include "engine/bench/model_bench.h"
 #include "engine/bench/strategy_bench.h"
+#include "engine/device/device.h"
 
 namespace paralab::app {
 
@@ -173,6 +174,16 @@ bench::ModelBenchOptions model_options(const BenchArgs& a) {
     o.data_path = a.data_path;
     o.device = a.device;
     if (o.device != "cpu") {
+        // Refused up front, once, rather than as a failed row per model.
+        DeviceId id;
+        try {
+            id = parse_device_id(o.device);
+        } catch (const ConfigError& err) {
+            throw ConfigError(std::string("--device: ") + err.what());
+        }
+        if (id.kind != DeviceKind::cuda) throw ConfigError("--device: expected cpu or cuda:N, got " + o.device);
+        if (!cuda_backend_built())
+            throw ConfigError("--device " + o.device + ": this build has no CUDA backend");
         // A GPU: compute threads do not apply, and a step takes about a millisecond, so more
         // steps for the same wall time.
         o.threads = {1};
