@@ -144,10 +144,12 @@ protected:
 // The in-process backend for virtual devices: ranks are threads of one process and read each
 // other's buffers directly. all_reduce, reduce_scatter and all_gather are chunked rings (each
 // rank moves 2(N-1)/N of the data in an all-reduce), synchronised neighbour to neighbour, so
-// that a slow rank delays only what depends on it.
+// that a slow rank delays only what depends on it. Large calls run the ring in pieces of each
+// chunk (piece_bytes; 0: 256 KiB, or whole chunks when the ranks outnumber the hardware
+// threads), so that what a rank reads was written moments ago by its neighbour (local.cpp).
 class LocalGroup final : public Group {
 public:
-    explicit LocalGroup(int world);
+    explicit LocalGroup(int world, int64_t piece_bytes = 0);
     ~LocalGroup() override;
     LocalGroup(const LocalGroup&) = delete;
     LocalGroup& operator=(const LocalGroup&) = delete;
@@ -156,7 +158,7 @@ public:
     bool is_local(int r) const override { return r >= 0 && r < world(); }
     Communicator& rank(int r) override;
     void abort(const std::string& reason) override;
-    std::unique_ptr<Group> split() override { return std::make_unique<LocalGroup>(world()); }
+    std::unique_ptr<Group> split() override;
 
     struct State;  // shared between the ranks (defined in local.cpp)
 

@@ -96,14 +96,16 @@ void run_ranks(LocalGroup& group, const std::function<void(Communicator&)>& fn) 
     if (first_abort) std::rethrow_exception(first_abort);
 }
 
-void run_ranks(int world, const std::function<void(Communicator&)>& fn) {
-    LocalGroup group(world);
+// piece_bytes: the ring's pieces (LocalGroup; 0: automatic).
+void run_ranks(int world, const std::function<void(Communicator&)>& fn, int64_t piece_bytes = 0) {
+    LocalGroup group(world, piece_bytes);
     run_ranks(group, fn);
 }
 
-// ---- all_reduce, reduce_scatter + all_gather: worlds 1..8 x sizes ---------------------------
+// ---- all_reduce, reduce_scatter + all_gather: worlds 1..8 x sizes x ring pieces -------------
 
-using WorldCount = std::tuple<int, int64_t>;
+// (world, count, piece_bytes)
+using WorldCount = std::tuple<int, int64_t, int64_t>;
 
 class RingTest : public ::testing::TestWithParam<WorldCount> {};
 
@@ -112,11 +114,15 @@ std::string world_count_name(const ::testing::TestParamInfo<WorldCount>& info) {
     name += std::to_string(std::get<0>(info.param));
     name += "_count";
     name += std::to_string(std::get<1>(info.param));
+    if (std::get<2>(info.param) > 0) {
+        name += "_pieces";
+        name += std::to_string(std::get<2>(info.param));
+    }
     return name;
 }
 
 template <class T>
-void check_all_reduce(int world, int64_t count) {
+void check_all_reduce(int world, int64_t count, int64_t piece_bytes) {
     const auto inputs = make_inputs<T>(17, world, count);
     auto data = inputs;  // reused: fresh pages for every run would cost more than the runs
     std::vector<T> first;
@@ -127,10 +133,13 @@ void check_all_reduce(int world, int64_t count) {
                 std::copy(inputs[size_t(r)].begin(), inputs[size_t(r)].end(),
                           data[size_t(r)].begin());
             std::vector<CommRecord> records(static_cast<size_t>(world));
-            run_ranks(world, [&](Communicator& c) {
-                records[size_t(c.rank())] =
-                    c.all_reduce(data[size_t(c.rank())].data(), count, dtype_of<T>(), op);
-            });
+            run_ranks(
+                world,
+                [&](Communicator& c) {
+                    records[size_t(c.rank())] =
+                        c.all_reduce(data[size_t(c.rank())].data(), count, dtype_of<T>(), op);
+                },
+                piece_bytes);
             for (int r = 0; r < world; ++r) {
                 ASSERT_TRUE(same_bits(data[size_t(r)], data[0])) << "rank " << r << " differs";
                 // Bytes read from peers: every chunk but r in reduce-scatter, every chunk but
@@ -156,33 +165,36 @@ void check_all_reduce(int world, int64_t count) {
 }
 
 TEST_P(RingTest, AllReduceMatchesReferenceAndIsBitIdentical) {
-    const auto [world, count] = GetParam();
-    check_all_reduce<float>(world, count);
-    check_all_reduce<double>(world, count);
+    const auto [world, count, piece_bytes] = GetParam();
+    check_all_reduce<float>(world, count, piece_bytes);
+    check_all_reduce<double>(world, count, piece_bytes);
 }
 
 TEST_P(RingTest, ReduceScatterThenAllGatherRoundTrip) {
-    const auto [world, count] = GetParam();
+    const auto [world, count, piece_bytes] = GetParam();
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::average}) {
         const auto inputs = make_inputs<float>(29, world, count);
         auto data = inputs;
-        run_ranks(world, [&](Communicator& c) {
-            const int r = c.rank();
-            auto& mine = data[size_t(r)];
-            const auto rs = c.reduce_scatter(mine.data(), count, DType::f32, op);
-            EXPECT_EQ(rs.bytes, (world == 1 ? 0 : count - chunk(count, r - 1, world)) * 4);
-            const auto shard = data::shard_of_dataset(count, r, world);
-            expect_reduced(mine, inputs, op, shard.offset, shard.offset + shard.count);
-            const auto ag = c.all_gather(mine.data(), count, DType::f32);
-            EXPECT_EQ(ag.bytes, (world == 1 ? 0 : count - chunk(count, r, world)) * 4);
-        });
+        run_ranks(
+            world,
+            [&](Communicator& c) {
+                const int r = c.rank();
+                auto& mine = data[size_t(r)];
+                const auto rs = c.reduce_scatter(mine.data(), count, DType::f32, op);
+                EXPECT_EQ(rs.bytes, (world == 1 ? 0 : count - chunk(count, r - 1, world)) * 4);
+                const auto shard = data::shard_of_dataset(count, r, world);
+                expect_reduced(mine, inputs, op, shard.offset, shard.offset + shard.count);
+                const auto ag = c.all_gather(mine.data(), count, DType::f32);
+                EXPECT_EQ(ag.bytes, (world == 1 ? 0 : count - chunk(count, r, world)) * 4);
+            },
+            piece_bytes);
         for (int r = 0; r < world; ++r) EXPECT_TRUE(same_bits(data[size_t(r)], data[0]));
         expect_reduced(data[0], inputs, op);
     }
 }
 
 TEST_P(RingTest, AllGatherCollectsEveryShard) {
-    const auto [world, count] = GetParam();
+    const auto [world, count, piece_bytes] = GetParam();
     const auto inputs = make_inputs<double>(31, world, count);
     std::vector<double> want(static_cast<size_t>(count));
     for (int r = 0; r < world; ++r) {
@@ -191,19 +203,31 @@ TEST_P(RingTest, AllGatherCollectsEveryShard) {
             want[size_t(i)] = inputs[size_t(r)][size_t(i)];
     }
     auto data = inputs;  // rank r's rows outside its shard are garbage to be overwritten
-    run_ranks(world, [&](Communicator& c) {
-        c.all_gather(data[size_t(c.rank())].data(), count, DType::f64);
-    });
+    run_ranks(
+        world, [&](Communicator& c) { c.all_gather(data[size_t(c.rank())].data(), count, DType::f64); },
+        piece_bytes);
     for (int r = 0; r < world; ++r) EXPECT_TRUE(same_bits(data[size_t(r)], want)) << "rank " << r;
 }
 
+// Automatic pieces: 256 KiB where the ranks fit the machine's hardware threads, whole chunks
+// where they outnumber them.
 INSTANTIATE_TEST_SUITE_P(Worlds, RingTest,
                          ::testing::Combine(::testing::Range(1, 9),
-                                            // 393217 = 6 * 65536 + 1: the rings run in pieces of
-                                            // 256 KiB a chunk, and at 3 ranks the last segment is
-                                            // one element of chunk 0 and nothing of the others
-                                            ::testing::Values<int64_t>(0, 1, 2, 7, 13, 101, 393217,
-                                                                       (1 << 20) + 3)),
+                                            ::testing::Values<int64_t>(0, 1, 2, 7, 13, 101,
+                                                                       (1 << 20) + 3),
+                                            ::testing::Values<int64_t>(0)),
+                         world_count_name);
+// Pieces of 8 bytes (2 floats, 1 double) on every world: many segments, chunks one element
+// longer than others, segments where some chunks have nothing left.
+INSTANTIATE_TEST_SUITE_P(Pieces, RingTest,
+                         ::testing::Combine(::testing::Range(1, 9), ::testing::Values<int64_t>(1, 7, 13, 101),
+                                            ::testing::Values<int64_t>(8)),
+                         world_count_name);
+// 393217 = 6 * 65536 + 1 elements at 3 ranks: chunk 0 is one element longer, so with 256 KiB
+// pieces (65536 floats) its last segment is that one element and nothing of the others.
+INSTANTIATE_TEST_SUITE_P(LastPiece, RingTest,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values<int64_t>(393217),
+                                            ::testing::Values<int64_t>(256 * 1024)),
                          world_count_name);
 
 // ---- rooted collectives: every root of worlds 1..8 ------------------------------------------
@@ -390,6 +414,7 @@ TEST(LocalComm, ArgumentErrorsNameTheCallAndTheValue) {
     EXPECT_CONTAINS(error_of<Error>([&] { c.recv(buf, 1, DType::f32, -1); }), "recv: peer -1");
     EXPECT_CONTAINS(error_of<Error>([&] { group.rank(3); }), "3");
     EXPECT_CONTAINS(error_of<Error>([] { LocalGroup bad(0); }), "world must be >= 1");
+    EXPECT_CONTAINS(error_of<Error>([] { LocalGroup bad(2, -1); }), "piece_bytes must be >= 0");
     EXPECT_EQ(c.totals().calls, 0);  // rejected calls are not counted
 }
 
