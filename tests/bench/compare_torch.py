@@ -6,7 +6,9 @@ batch, optimizer (SGD lr 0.01, momentum 0.9) and thread count, on synthetic tens
 same shapes and the same threads (torch's intra-op threads and OpenBLAS's pool, which
 torch.set_num_threads does not set); the optimizer step is in the step time, warm-up steps are left out, and each case
 runs in `--rounds` rounds round-robin with the fastest kept. Prints samples/s and ms/step
-(median of the timed steps) per model and thread count, and which BLAS kernel ran.
+(median of the timed steps) per model and thread count, and which BLAS kernel ran. The
+mlp-ddp2 rows run the MLP under DistributedDataParallel in 2 processes (gloo over the loopback,
+1 thread each), as paralab's ddp rows run it on 2 devices.
 
 Run with Debian's python3-torch (1.13, CPU). OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, where the
 machine sets them, change OpenBLAS's kernel choice; docs/benchmarks.md says which were used:
@@ -31,6 +33,13 @@ CASES = {
     "lenet": (64, 30, 4),
     "lstm": (64, 24, 3),
 }
+# The ddp rows: the MLP under torch's DistributedDataParallel in 2 processes (gloo over the
+# loopback, 1 thread each), global batch -> (steps, warm-up), as paralab's mlp-ddp2 rows.
+DDP_CASES = {
+    "mlp-ddp2": (128, 80, 8),
+    "mlp-ddp2-b256": (256, 80, 8),
+}
+DDP_WORLD = 2
 
 
 class LastStep(nn.Module):
@@ -119,6 +128,64 @@ def run_case(model, threads, scale):
             "openblas_threads": blas_threads}
 
 
+def _ddp_worker(rank, model, scale, port, results):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    blas_threads = set_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=DDP_WORLD)
+    torch.manual_seed(0)
+    global_batch, steps, warmup = DDP_CASES[model]
+    batch = global_batch // DDP_WORLD
+    steps = max(2, round(steps * scale))
+    warmup = min(max(1, round(warmup * scale)), steps - 1)
+    net, shape = make("mlp")
+    net = DistributedDataParallel(net)  # broadcasts rank 0's parameters
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    xs = [torch.randn(batch, *shape) for _ in range(min(steps, 8))]
+    ys = [torch.randint(0, 10, (batch,)) for _ in range(len(xs))]
+    ends = []
+    start = None
+    for step in range(steps):
+        if step == warmup:
+            dist.barrier()
+            start = time.perf_counter()
+        x, y = xs[step % len(xs)], ys[step % len(ys)]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(net(x), y)
+        loss.backward()  # the gradients' all-reduce, in DDP's buckets
+        opt.step()
+        if step >= warmup:
+            ends.append(time.perf_counter())
+    dist.barrier()
+    wall = time.perf_counter() - start
+    dist.destroy_process_group()
+    if rank == 0:
+        per_step = [b - a for a, b in zip([start] + ends[:-1], ends)]
+        timed = steps - warmup
+        results.put({"model": model, "threads": 1, "batch": global_batch, "steps": timed,
+                     "warmup": warmup, "ms_per_step": 1e3 * statistics.median(per_step),
+                     "samples_per_s": timed * global_batch / wall, "openblas_threads": blas_threads,
+                     "processes": DDP_WORLD})
+
+
+def run_ddp_case(model, scale):
+    """The MLP under DistributedDataParallel: DDP_WORLD processes, 1 thread each."""
+    import socket
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:  # a free port on the loopback for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    results = ctx.SimpleQueue()
+    mp.start_processes(_ddp_worker, args=(model, scale, port, results), nprocs=DDP_WORLD,
+                       start_method="spawn")
+    return results.get()
+
+
 def openblas_core():
     lib = openblas()
     if lib is None:
@@ -131,7 +198,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies the step counts")
-    ap.add_argument("--models", default="mlp,lenet,lstm")
+    ap.add_argument("--models", default="mlp,lenet,lstm,mlp-ddp2,mlp-ddp2-b256")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
@@ -139,14 +206,14 @@ def main():
     best = {}
     for _ in range(max(1, a.rounds)):
         for m in models:
-            for t in threads:
-                r = run_case(m, t, a.scale)
+            for t in [1] if m in DDP_CASES else threads:
+                r = run_ddp_case(m, a.scale) if m in DDP_CASES else run_case(m, t, a.scale)
                 key = (m, t)
                 best.setdefault(key, {**r, "rounds": []})
                 best[key]["rounds"].append(r["samples_per_s"])
                 if r["samples_per_s"] > best[key]["samples_per_s"]:
                     best[key].update(r)
-    rows = [best[(m, t)] for m in models for t in threads]
+    rows = [best[(m, t)] for m in models for t in ([1] if m in DDP_CASES else threads)]
     info = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
             "openblas_core": openblas_core(),
             "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
@@ -158,11 +225,14 @@ def main():
     print(f"PyTorch {info['torch']}, OpenBLAS kernel {info['openblas_core']}, "
           f"OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']} OPENBLAS_L2_SIZE={info['OPENBLAS_L2_SIZE']}, "
           f"mkldnn {info['mkldnn']}; fastest of {a.rounds} round(s)\n")
-    print(f"{'model':6} {'threads':>7} {'blas':>4} {'batch':>5} {'steps':>6} {'ms/step':>8} {'samples/s':>10}")
-    print("-" * 53)
+    print(f"{'model':13} {'threads':>7} {'blas':>4} {'batch':>5} {'steps':>6} {'ms/step':>8} {'samples/s':>10}")
+    print("-" * 60)
     for r in rows:
-        print(f"{r['model']:6} {r['threads']:>7} {str(r['openblas_threads']):>4} {r['batch']:>5} {str(r['steps']) + '+' + str(r['warmup']):>6} "
+        print(f"{r['model']:13} {r['threads']:>7} {str(r['openblas_threads']):>4} {r['batch']:>5} {str(r['steps']) + '+' + str(r['warmup']):>6} "
               f"{r['ms_per_step']:>8.2f} {r['samples_per_s']:>10.0f}")
+    if any(m in DDP_CASES for m in models):
+        print(f"\nmlp-ddp2 rows: DistributedDataParallel, {DDP_WORLD} processes (gloo) of 1 thread; "
+              "batch is the global batch, split over the processes")
 
 
 if __name__ == "__main__":
