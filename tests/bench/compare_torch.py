@@ -96,13 +96,13 @@ def set_threads(threads):
     return None
 
 
-def run_case(model, threads, scale):
-    blas_threads = set_threads(threads)
-    torch.manual_seed(0)
-    batch, steps, warmup = CASES[model]
+def scaled(steps, warmup, scale):
     steps = max(2, round(steps * scale))
-    warmup = min(max(1, round(warmup * scale)), steps - 1)
-    net, shape = make(model)
+    return steps, min(max(1, round(warmup * scale)), steps - 1)
+
+
+def train_timed(net, shape, batch, steps, warmup, at_start=None):
+    """SGD lr 0.01 momentum 0.9 on fresh synthetic batches; (start, [end of each timed step])."""
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     # A fresh batch per step, made before timing (paralab's batches come from its loader).
@@ -112,20 +112,35 @@ def run_case(model, threads, scale):
     start = None
     for step in range(steps):
         if step == warmup:
+            if at_start is not None:
+                at_start()
             start = time.perf_counter()
         x, y = xs[step % len(xs)], ys[step % len(ys)]
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(net(x), y)
-        loss.backward()
+        loss.backward()  # under DDP, with the gradients' all-reduce in its buckets
         opt.step()
         if step >= warmup:
             ends.append(time.perf_counter())
-    wall = ends[-1] - start
+    return start, ends
+
+
+def row(model, threads, batch, steps, warmup, start, ends, wall, blas_threads):
     per_step = [b - a for a, b in zip([start] + ends[:-1], ends)]
     timed = steps - warmup
     return {"model": model, "threads": threads, "batch": batch, "steps": timed, "warmup": warmup,
             "ms_per_step": 1e3 * statistics.median(per_step), "samples_per_s": timed * batch / wall,
             "openblas_threads": blas_threads}
+
+
+def run_case(model, threads, scale):
+    blas_threads = set_threads(threads)
+    torch.manual_seed(0)
+    batch, steps, warmup = CASES[model]
+    steps, warmup = scaled(steps, warmup, scale)
+    net, shape = make(model)
+    start, ends = train_timed(net, shape, batch, steps, warmup)
+    return row(model, threads, batch, steps, warmup, start, ends, ends[-1] - start, blas_threads)
 
 
 def _ddp_worker(rank, model, scale, port, results):
@@ -137,37 +152,15 @@ def _ddp_worker(rank, model, scale, port, results):
                             world_size=DDP_WORLD)
     torch.manual_seed(0)
     global_batch, steps, warmup = DDP_CASES[model]
-    batch = global_batch // DDP_WORLD
-    steps = max(2, round(steps * scale))
-    warmup = min(max(1, round(warmup * scale)), steps - 1)
+    steps, warmup = scaled(steps, warmup, scale)
     net, shape = make("mlp")
     net = DistributedDataParallel(net)  # broadcasts rank 0's parameters
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-    xs = [torch.randn(batch, *shape) for _ in range(min(steps, 8))]
-    ys = [torch.randint(0, 10, (batch,)) for _ in range(len(xs))]
-    ends = []
-    start = None
-    for step in range(steps):
-        if step == warmup:
-            dist.barrier()
-            start = time.perf_counter()
-        x, y = xs[step % len(xs)], ys[step % len(ys)]
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(net(x), y)
-        loss.backward()  # the gradients' all-reduce, in DDP's buckets
-        opt.step()
-        if step >= warmup:
-            ends.append(time.perf_counter())
+    start, ends = train_timed(net, shape, global_batch // DDP_WORLD, steps, warmup, at_start=dist.barrier)
     dist.barrier()
     wall = time.perf_counter() - start
     dist.destroy_process_group()
     if rank == 0:
-        per_step = [b - a for a, b in zip([start] + ends[:-1], ends)]
-        timed = steps - warmup
-        results.put({"model": model, "threads": 1, "batch": global_batch, "steps": timed,
-                     "warmup": warmup, "ms_per_step": 1e3 * statistics.median(per_step),
-                     "samples_per_s": timed * global_batch / wall, "openblas_threads": blas_threads,
+        results.put({**row(model, 1, global_batch, steps, warmup, start, ends, wall, blas_threads),
                      "processes": DDP_WORLD})
 
 
