@@ -10,6 +10,10 @@
 //            (one reduce per owner of the layer's range) and freed, so a rank holds at most
 //            one layer's gradients besides its shard, never the whole gradient.
 // Optimizers are element-wise, so updating shards gives the single-device step exactly.
+//
+// Each rank's parameters are views of one flat buffer [T] (and, at stage 1, its gradients of
+// another), as torch's ZeRO keeps flat parameter groups: the reduce-scatter, the optimizer step
+// on the shard and the all-gather all run in place, with nothing packed or unpacked.
 #include <cstring>
 
 #include "engine/strategy/replicas.h"
@@ -28,17 +32,42 @@ public:
         m_rank_slots[r] = &rank;
         RankState& s = m_state[r];
         s.shard = data::shard_of_dataset(m_total, rank.index(), rank.world());
-        // The shard the optimizer sees: a parameter of its own, so that its state is 1/N. Its
-        // value is scratch (the shard is copied in and out around the update).
-        s.shard_param.name = "zero_shard";
-        s.shard_param.value = Tensor::empty(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::workspace);
-        s.shard_param.grad = Tensor::zeros(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::gradients);
-        broadcast_parameters(rank);
-        if (m_stage == 2) {
-            // Between steps a rank holds only its shard of the gradients.
-            for (nn::Param* p : params(rank.index())) p->grad = Tensor();
-            rank.device().allocator().reset_peak();
+        auto& ps = params(rank.index());
+        // The parameters become views of one flat buffer. Their old tensors go once copied; the
+        // copy's moment of twice the parameters is setup, not training: the peaks are reset
+        // below, before the broadcast (whose flat buffer is counted as communication).
+        s.values = Tensor::empty(Shape{m_total}, DType::f32, rank.device(), MemCategory::parameters);
+        int64_t at = 0;
+        for (nn::Param* p : ps) {
+            Tensor view = s.values.view(at, p->value.shape());
+            view.copy_from(p->value);
+            p->value = view;
+            at += view.numel();
         }
+        // The shard the optimizer sees: a parameter of its own (so that its state is 1/N),
+        // viewing this rank's part of the flat parameters and gradients.
+        s.shard_param.name = "zero_shard";
+        s.shard_param.value = s.values.view(s.shard.offset, Shape{s.shard.count});
+        if (m_stage == 1) {
+            // The gradients are views of one flat buffer too (zeroed: before the first step
+            // every gradient is zero), which is reduce-scattered in place.
+            std::vector<Shape> shapes;
+            for (const nn::Param* p : ps) shapes.push_back(p->grad.shape());
+            for (nn::Param* p : ps) p->grad = Tensor();
+            s.grads = Tensor::zeros(Shape{m_total}, DType::f32, rank.device(), MemCategory::gradients);
+            at = 0;
+            for (size_t i = 0; i < ps.size(); ++i) {
+                ps[i]->grad = s.grads.view(at, shapes[i]);
+                at += shapes[i].numel();
+            }
+            s.shard_param.grad = s.grads.view(s.shard.offset, Shape{s.shard.count});
+        } else {
+            // Between steps a rank holds only its shard of the gradients.
+            for (nn::Param* p : ps) p->grad = Tensor();
+            s.shard_param.grad = Tensor::zeros(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::gradients);
+        }
+        rank.device().allocator().reset_peak();
+        broadcast_parameters(rank);
     }
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
@@ -47,16 +76,13 @@ public:
         RankState& s = m_state[static_cast<size_t>(r)];
         auto& ps = params(r);
         comm::Communicator& comm = rank.comm();
-        float* shard_grad = s.shard_param.grad.data<float>();
 
         LocalPass pass;
         if (m_stage == 1) {
             pass = forward_backward(rank, replica(r), batch, offset);
-            Tensor flat = Tensor::empty(Shape{m_total}, DType::f32, rank.device(), MemCategory::communication);
-            pack_grads(ps, flat.data<float>());
-            rank.record_comm(named(comm.reduce_scatter(flat.raw(), m_total, DType::f32, comm::ReduceOp::sum),
+            // Leaves the sum of this rank's shard in its part of the flat gradients.
+            rank.record_comm(named(comm.reduce_scatter(s.grads.raw(), m_total, DType::f32, comm::ReduceOp::sum),
                                    "reduce_scatter_grads"));
-            copy_floats(shard_grad, flat.data<float>() + s.shard.offset, s.shard.count, flat.queue());
         } else {
             // A layer's gradients exist only from just before its backward until they are
             // reduced to their owners. (With grad_accum they must exist through every
@@ -77,17 +103,9 @@ public:
         std::vector<nn::Param*> shard{&s.shard_param};
         if (e.train.clip_norm) res.grad_norm = clip_gradients(rank, shard, *e.train.clip_norm, true);
 
-        // Update the own shard, then gather everyone's.
-        Tensor flat = Tensor::empty(Shape{m_total}, DType::f32, rank.device(), MemCategory::communication);
-        float* f = flat.data<float>();
-        rank.compute("optimizer", [&] {
-            pack_values(ps, f);  // (only the shard's part is read)
-            copy_floats(s.shard_param.value.data<float>(), f + s.shard.offset, s.shard.count, flat.queue());
-            m_optimizers[static_cast<size_t>(r)]->step(shard, lr);
-            copy_floats(f + s.shard.offset, s.shard_param.value.data<float>(), s.shard.count, flat.queue());
-        });
-        rank.record_comm(named(comm.all_gather(f, m_total, DType::f32), "all_gather_params"));
-        unpack_values(f, ps);
+        // Update the own shard in place, then gather everyone's into the flat parameters.
+        rank.compute("optimizer", [&] { m_optimizers[static_cast<size_t>(r)]->step(shard, lr); });
+        rank.record_comm(named(comm.all_gather(s.values.raw(), m_total, DType::f32), "all_gather_params"));
         return res;
     }
 
@@ -112,7 +130,9 @@ protected:
 private:
     struct RankState {
         data::ShardRange shard;  // this rank's rows of the flat parameter vector
-        nn::Param shard_param;   // value and gradient of the shard
+        Tensor values;           // [T]: the parameters are views of it
+        Tensor grads;            // stage 1, [T]: the gradients are views of it
+        nn::Param shard_param;   // value and gradient of the shard (views at stage 1)
     };
 
     // Stage 2: layer `layer`'s gradients are final. Its parameters cover the flat range

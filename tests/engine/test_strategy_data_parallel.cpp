@@ -236,15 +236,15 @@ TEST(DataParallelMemory, ZeroStageTwoKeepsOnlyTheGradientShard) {
     for (int r = 0; r < 4; ++r) {
         const std::string d = "cpu:" + std::to_string(r);
         // Between steps stage 2 holds a quarter of the gradients (its shard), stage 1 all of
-        // them and its shard again.
+        // them (its shard is a view of them).
         const double ratio = static_cast<double>(two.artifacts.memory.at(d).current[grads]) /
                              static_cast<double>(one.artifacts.memory.at(d).current[grads]);
-        EXPECT_NEAR(ratio, 0.25 / 1.25, 0.02) << d;
+        EXPECT_NEAR(ratio, 0.25, 0.02) << d;
     }
 }
 
-// Stage 2's gradient peak: its shard and one layer's gradients, not the whole gradient (stage 1
-// holds the whole gradient and its shard). Four equal layers, four devices.
+// Stage 2's gradient peak: its shard and one layer's gradients, not the whole gradient (which
+// stage 1 holds). Three equal 128 x 128 layers, a small first and last one, four devices.
 TEST(DataParallelMemory, ZeroStageTwoNeverHoldsTheWholeGradient) {
     json j = mlp();
     j["model"]["layers"] = json::parse(R"([{"type": "linear", "out": 128}, {"type": "relu"},
@@ -257,8 +257,8 @@ TEST(DataParallelMemory, ZeroStageTwoNeverHoldsTheWholeGradient) {
         const std::string d = "cpu:" + std::to_string(r);
         const double ratio = static_cast<double>(two.artifacts.memory.at(d).peak[grads]) /
                              static_cast<double>(one.artifacts.memory.at(d).peak[grads]);
-        // ~ (1/4 + 1/4) / (1 + 1/4) = 0.4 of stage 1's peak
-        EXPECT_LT(ratio, 0.5) << d;
+        // the shard (1/4) and the largest layer's gradients (~1/3 of them): ~0.58 of the whole
+        EXPECT_LT(ratio, 0.65) << d;
     }
 }
 

@@ -103,11 +103,13 @@ std::vector<DeviceMemoryEstimate> estimate_memory(const run::Experiment& e, cons
             if (t == "ddp") set(r, MemCategory::communication, p);
             if (t == "zero") {
                 set(r, MemCategory::optimizer_state, ceil_div(k * p, n));
-                // stage 1: the full gradients and the reduced shard; stage 2: the shard and the
-                // gradients of the layer whose backward is running (the largest, at the peak)
-                set(r, MemCategory::gradients,
-                    s.zero_stage == 2 ? ceil_div(p, n) + largestLayer : p + ceil_div(p, n));
-                set(r, MemCategory::communication, p);  // the flat parameters all-gathered
+                // stage 1: the full gradients (the shard is a view of them); stage 2: the
+                // shard and the gradients of the layer whose backward is running (the largest,
+                // at the peak)
+                set(r, MemCategory::gradients, s.zero_stage == 2 ? ceil_div(p, n) + largestLayer : p);
+                // the flat buffer the parameters are broadcast through at the start (they are
+                // all-gathered in place)
+                set(r, MemCategory::communication, p);
             }
             if (t == "data_parallel") {
                 set(r, MemCategory::communication, p);  // the flat buffer gradients are reduced in
