@@ -29,7 +29,8 @@ struct ModelCase {
     const char* description;
     int64_t batch;          // the global batch (split over the devices)
     int64_t steps, warmup;  // at step_scale 1
-    int devices = 1;        // > 1: ddp on cpu:0..cpu:N-1, 1 compute thread each
+    int devices = 1;        // > 1: `strategy` on cpu:0..cpu:N-1, 1 compute thread each
+    const char* strategy = "ddp";  // with devices > 1: ddp, or zero (stage 1)
 };
 
 const std::vector<ModelCase>& cases() {
@@ -41,6 +42,8 @@ const std::vector<ModelCase>& cases() {
          80, 8, 2},
         {"mlp-ddp2-b256", "the MLP, ddp on cpu:0,cpu:1 (1 thread each), global batch 256 = 128 per device",
          256, 80, 8, 2},
+        {"mlp-zero2", "the MLP, zero stage 1 on cpu:0,cpu:1 (1 thread each), global batch 128 = 64 per device",
+         128, 80, 8, 2, "zero"},
     };
     return c;
 }
@@ -50,7 +53,7 @@ bool is_mlp(const std::string& model) { return model.rfind("mlp", 0) == 0; }
 const ModelCase& find_case(const std::string& model) {
     for (const auto& c : cases())
         if (model == c.name) return c;
-    throw ConfigError("model bench: unknown model '" + model + "' (mlp, lenet, lstm, mlp-ddp2, mlp-ddp2-b256)");
+    throw ConfigError("model bench: unknown model '" + model + "' (mlp, lenet, lstm, mlp-ddp2, mlp-ddp2-b256, mlp-zero2)");
 }
 
 json layer(const char* type) { return {{"type", type}}; }
@@ -100,7 +103,9 @@ json model_bench_experiment(const std::string& model, const std::string& data_pa
             {"data", data},
             {"model", {{"layers", layers}, {"loss", "cross_entropy"}}},
             {"devices", devices},
-            {"strategy", {{"type", c.devices > 1 ? "ddp" : "single"}}},
+            {"strategy", c.devices == 1              ? json{{"type", "single"}}
+                         : std::string(c.strategy) == "zero" ? json{{"type", "zero"}, {"stage", 1}}
+                                                             : json{{"type", c.strategy}}},
             {"optimizer", {{"type", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}}},
             {"schedule", {{"type", "constant"}}},
             {"train", {{"epochs", 1}, {"max_steps", steps}}}};

@@ -12,8 +12,8 @@
 // Optimizers are element-wise, so updating shards gives the single-device step exactly.
 //
 // Each rank's parameters are views of one flat buffer [T] (and, at stage 1, its gradients of
-// another), as torch's ZeRO keeps flat parameter groups: the reduce-scatter, the optimizer step
-// on the shard and the all-gather all run in place, with nothing packed or unpacked.
+// another), as torch's ZeRO keeps flat parameter groups: the reduce-scatter and the all-gather
+// run in place, with nothing packed or unpacked; only the updated shard is copied in.
 #include <cstring>
 
 #include "engine/strategy/replicas.h"
@@ -44,10 +44,14 @@ public:
             p->value = view;
             at += view.numel();
         }
-        // The shard the optimizer sees: a parameter of its own (so that its state is 1/N),
-        // viewing this rank's part of the flat parameters and gradients.
+        // The shard the optimizer sees: a parameter of its own (so that its state is 1/N). Its
+        // gradient views this rank's part of the flat gradients at stage 1; its value is a
+        // private master copy, copied into the flat parameters after each update. Updating the
+        // flat parameters in place instead writes cache lines the other ranks read in the last
+        // all-gather: on the 2-vCPU development machine that made the step 0.1-0.6 ms slower,
+        // depending on where the hypervisor had put the vCPUs (docs/benchmarks.md, issue 7).
         s.shard_param.name = "zero_shard";
-        s.shard_param.value = s.values.view(s.shard.offset, Shape{s.shard.count});
+        s.shard_param.value = Tensor::empty(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::workspace);
         if (m_stage == 1) {
             // The gradients are views of one flat buffer too (zeroed: before the first step
             // every gradient is zero), which is reduce-scattered in place.
@@ -68,6 +72,7 @@ public:
         }
         rank.device().allocator().reset_peak();
         broadcast_parameters(rank);
+        s.shard_param.value.copy_from(s.values.view(s.shard.offset, Shape{s.shard.count}));
     }
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
@@ -103,8 +108,11 @@ public:
         std::vector<nn::Param*> shard{&s.shard_param};
         if (e.train.clip_norm) res.grad_norm = clip_gradients(rank, shard, *e.train.clip_norm, true);
 
-        // Update the own shard in place, then gather everyone's into the flat parameters.
-        rank.compute("optimizer", [&] { m_optimizers[static_cast<size_t>(r)]->step(shard, lr); });
+        // Update the own shard, then gather everyone's into the flat parameters.
+        rank.compute("optimizer", [&] {
+            m_optimizers[static_cast<size_t>(r)]->step(shard, lr);
+            s.values.view(s.shard.offset, Shape{s.shard.count}).copy_from(s.shard_param.value);
+        });
         rank.record_comm(named(comm.all_gather(s.values.raw(), m_total, DType::f32), "all_gather_params"));
         return res;
     }
@@ -132,7 +140,7 @@ private:
         data::ShardRange shard;  // this rank's rows of the flat parameter vector
         Tensor values;           // [T]: the parameters are views of it
         Tensor grads;            // stage 1, [T]: the gradients are views of it
-        nn::Param shard_param;   // value and gradient of the shard (views at stage 1)
+        nn::Param shard_param;   // the shard's value (a private copy) and gradient (a view at stage 1)
     };
 
     // Stage 2: layer `layer`'s gradients are final. Its parameters cover the flat range
