@@ -149,46 +149,15 @@ public:
 
 protected:
     void all_reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
-        m_state.check_aborted();
-        const int n = world();
-        if (n == 1 || count == 0) return;
-        dispatch_float(dtype, [&]<class T>() {
-            T* own = static_cast<T*>(data);
-            const T* prev = static_cast<const T*>(enter_and_read(own, prev_rank()));
-            const Segments seg(count, n, sizeof(T), m_state.piece_bytes);
-            for (int64_t s = 0; s < seg.segments; ++s) {
-                ring_reduce_scatter(own, prev, seg, s, 2 * (n - 1) * s, op, 0);
-                ring_all_gather(own, prev, seg, s, 2 * (n - 1) * s + (n - 1), 0);
-            }
-            // r+1 reads our buffer until its last step
-            wait_for(next_rank(), 1 + 2 * (n - 1) * seg.segments);
-        });
+        ring(data, count, dtype, op, true, true);
     }
 
     void reduce_scatter_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
-        m_state.check_aborted();
-        const int n = world();
-        if (n == 1 || count == 0) return;
-        dispatch_float(dtype, [&]<class T>() {
-            T* own = static_cast<T*>(data);
-            const T* prev = static_cast<const T*>(enter_and_read(own, prev_rank()));
-            const Segments seg(count, n, sizeof(T), m_state.piece_bytes);
-            for (int64_t s = 0; s < seg.segments; ++s) ring_reduce_scatter(own, prev, seg, s, (n - 1) * s, op, 1);
-            wait_for(next_rank(), 1 + (n - 1) * seg.segments);
-        });
+        ring(data, count, dtype, op, true, false);
     }
 
     void all_gather_impl(void* data, int64_t count, DType dtype) override {
-        m_state.check_aborted();
-        const int n = world();
-        if (n == 1 || count == 0) return;
-        dispatch_float(dtype, [&]<class T>() {
-            T* own = static_cast<T*>(data);
-            const T* prev = static_cast<const T*>(enter_and_read(own, prev_rank()));
-            const Segments seg(count, n, sizeof(T), m_state.piece_bytes);
-            for (int64_t s = 0; s < seg.segments; ++s) ring_all_gather(own, prev, seg, s, (n - 1) * s, 1);
-            wait_for(next_rank(), 1 + (n - 1) * seg.segments);
-        });
+        ring(data, count, dtype, ReduceOp::sum, false, true);
     }
 
     // Non-roots copy from the root's buffer; the root returns once all have copied.
@@ -381,6 +350,32 @@ private:
     const void* enter_and_read(const void* own, int peer) {
         enter(own);
         return read_buffer(peer);
+    }
+
+    // The ring collectives: on each segment in turn, the reduce-scatter steps (`reduce`), then
+    // the all-gather steps (`gather`). An all-reduce's reduce-scatter ends with chunk r+1, where
+    // its all-gather starts (shift 0); reduce_scatter alone must end with chunk r, and
+    // all_gather alone starts from it (shift 1).
+    void ring(void* data, int64_t count, DType dtype, ReduceOp op, bool reduce, bool gather) {
+        m_state.check_aborted();
+        const int n = world();
+        if (n == 1 || count == 0) return;
+        const int shift = reduce && gather ? 0 : 1;
+        const int64_t steps = (n - 1) * ((reduce ? 1 : 0) + (gather ? 1 : 0));  // per segment
+        dispatch_float(dtype, [&]<class T>() {
+            T* own = static_cast<T*>(data);
+            const T* prev = static_cast<const T*>(enter_and_read(own, prev_rank()));
+            const Segments seg(count, n, sizeof(T), m_state.piece_bytes);
+            for (int64_t s = 0; s < seg.segments; ++s) {
+                int64_t first = steps * s;
+                if (reduce) {
+                    ring_reduce_scatter(own, prev, seg, s, first, op, shift);
+                    first += n - 1;
+                }
+                if (gather) ring_all_gather(own, prev, seg, s, first, shift);
+            }
+            wait_for(next_rank(), 1 + steps * seg.segments);  // r+1 reads our buffer until its last step
+        });
     }
 
     // The ring's chunks (shard_of_dataset of the whole buffer) cut into pieces of at most
