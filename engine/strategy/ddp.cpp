@@ -55,24 +55,10 @@ public:
         RankState& s = state(rank);
         s.weights.assign(static_cast<size_t>(rank.world()), 1.0 / rank.world());
         s.rank = &rank;
-        // Gradients as views of their bucket's buffer (torch's gradient_as_bucket_view): the
-        // all-reduce runs in place on them, with no copy into a communication buffer and back.
-        // Before the first step every gradient is zero, so the layers' own gradient tensors are
-        // released first and the (zeroed) buckets replace them: gradients never take twice
-        // their size.
-        const auto& ps = params(rank.index());
-        std::vector<Shape> shapes;
-        for (const nn::Param* p : ps) shapes.push_back(p->grad.shape());
-        for (nn::Param* p : ps) p->grad = Tensor();
-        for (const Bucket& b : m_buckets) {
-            Tensor flat = Tensor::zeros(Shape{b.numel}, DType::f32, rank.device(), MemCategory::gradients);
-            int64_t at = 0;
-            for (size_t p = b.first; p < b.last; ++p) {
-                ps[p]->grad = flat.view(at, shapes[p]);
-                at += shapes[p].numel();
-            }
-            s.flat.push_back(flat);
-        }
+        // Gradients as views of their bucket's buffer: the all-reduce runs in place on them,
+        // with no copy into a communication buffer and back.
+        for (const Bucket& b : m_buckets)
+            s.flat.push_back(grads_as_views(params(rank.index()), b.first, b.last, rank.device()));
         broadcast_parameters(rank);
         if (m_overlap) s.thread = std::thread([this, &s] { comm_loop(s); });
     }

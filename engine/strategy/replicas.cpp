@@ -131,6 +131,23 @@ void copy_floats(float* dst, const float* src, int64_t n, void* queue) {
     else std::memcpy(dst, src, bytes);
 }
 
+Tensor grads_as_views(const std::vector<nn::Param*>& params, size_t first, size_t last, Device& device) {
+    std::vector<Shape> shapes;
+    int64_t n = 0;
+    for (size_t i = first; i < last; ++i) {
+        shapes.push_back(params[i]->grad.shape());
+        n += shapes.back().numel();
+        params[i]->grad = Tensor();
+    }
+    Tensor flat = Tensor::zeros(Shape{n}, DType::f32, device, MemCategory::gradients);
+    int64_t at = 0;
+    for (size_t i = first; i < last; ++i) {
+        params[i]->grad = flat.view(at, shapes[i - first]);
+        at += shapes[i - first].numel();
+    }
+    return flat;
+}
+
 void pack_values(const std::vector<nn::Param*>& params, float* flat) {
     for (const nn::Param* p : params) {
         copy_floats(flat, p->value.data<float>(), p->value.numel(), p->value.queue());

@@ -54,6 +54,12 @@ void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model);
 // ordered on the GPU's queue otherwise (the queue of the tensors the pointers are into).
 void copy_floats(float* dst, const float* src, int64_t n, void* queue);
 
+// The gradients of params[first, last) become views of one zeroed flat f32 buffer on `device`,
+// laid end to end in order, which is returned; collectives then run in place on it (torch's
+// gradient_as_bucket_view). Call before the first step, when every gradient is zero: their own
+// tensors are released before the buffer is made, so gradients never take twice their size.
+Tensor grads_as_views(const std::vector<nn::Param*>& params, size_t first, size_t last, Device& device);
+
 // Flat packing: params (or their grads) laid end to end in order, f32, in the memory of the
 // parameters' device (the flat buffer must be on the same device; on a GPU, ordered on its
 // queue).

@@ -14,8 +14,6 @@
 // Each rank's parameters are views of one flat buffer [T] (and, at stage 1, its gradients of
 // another), as torch's ZeRO keeps flat parameter groups: the reduce-scatter and the all-gather
 // run in place, with nothing packed or unpacked; only the updated shard is copied in.
-#include <cstring>
-
 #include "engine/strategy/replicas.h"
 #include "engine/strategy/strategies.h"
 
@@ -53,17 +51,8 @@ public:
         s.shard_param.name = "zero_shard";
         s.shard_param.value = Tensor::empty(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::workspace);
         if (m_stage == 1) {
-            // The gradients are views of one flat buffer too (zeroed: before the first step
-            // every gradient is zero), which is reduce-scattered in place.
-            std::vector<Shape> shapes;
-            for (const nn::Param* p : ps) shapes.push_back(p->grad.shape());
-            for (nn::Param* p : ps) p->grad = Tensor();
-            s.grads = Tensor::zeros(Shape{m_total}, DType::f32, rank.device(), MemCategory::gradients);
-            at = 0;
-            for (size_t i = 0; i < ps.size(); ++i) {
-                ps[i]->grad = s.grads.view(at, shapes[i]);
-                at += shapes[i].numel();
-            }
+            // The gradients are views of one flat buffer too, reduce-scattered in place.
+            s.grads = grads_as_views(ps, 0, ps.size(), rank.device());
             s.shard_param.grad = s.grads.view(s.shard.offset, Shape{s.shard.count});
         } else {
             // Between steps a rank holds only its shard of the gradients.
