@@ -23,6 +23,23 @@ inline json devices(int n) {
     return d;
 }
 
+// The spirals MLP 2-32-32-3 (1,500 samples, batch 32, seed 11) that tests of several files
+// train; the run's name, optimizer and epochs are the caller's.
+inline json spirals_mlp(const std::string& name, json optimizer, int epochs) {
+    json j = json::parse(R"({
+      "paralab": 1, "seed": 11,
+      "data": {"dataset": "spirals", "samples": 1500, "classes": 3, "batch_size": 32},
+      "model": {"input": [2], "layers": [
+          {"type": "linear", "out": 32}, {"type": "relu"},
+          {"type": "linear", "out": 32}, {"type": "relu"},
+          {"type": "linear", "out": 3}], "loss": "cross_entropy"}
+    })");
+    j["name"] = name;
+    j["optimizer"] = std::move(optimizer);
+    j["train"] = {{"epochs", epochs}};
+    return j;
+}
+
 inline json with_strategy(json j, int n, json strategy) {
     j["devices"] = devices(n);
     j["strategy"] = std::move(strategy);

@@ -40,16 +40,7 @@ json spirals_small() {
 }
 
 json spirals_learn() {
-    return json::parse(R"({
-      "paralab": 1, "name": "async-spirals", "seed": 11,
-      "data": {"dataset": "spirals", "samples": 1500, "classes": 3, "batch_size": 32},
-      "model": {"input": [2], "layers": [
-          {"type": "linear", "out": 32}, {"type": "relu"},
-          {"type": "linear", "out": 32}, {"type": "relu"},
-          {"type": "linear", "out": 3}], "loss": "cross_entropy"},
-      "optimizer": {"type": "adam", "lr": 0.01},
-      "train": {"epochs": 12}
-    })");
+    return strategy_testing::spirals_mlp("async-spirals", {{"type", "adam"}, {"lr", 0.01}}, 12);
 }
 
 const char* kFashionDir = "/usr/share/datasets/fashion-mnist";

@@ -13,6 +13,7 @@
 #include "engine/run/live_metrics.h"
 #include "engine/run/trainer.h"
 #include "engine/util/own_thread.h"
+#include "strategy_testing.h"
 
 using namespace paralab;
 using nlohmann::json;
@@ -20,16 +21,7 @@ using nlohmann::json;
 namespace {
 
 json spirals_mlp() {
-    return json::parse(R"({
-      "paralab": 1, "name": "spirals-test", "seed": 11,
-      "data": {"dataset": "spirals", "samples": 1500, "classes": 3, "batch_size": 32},
-      "model": {"input": [2], "layers": [
-          {"type": "linear", "out": 32}, {"type": "relu"},
-          {"type": "linear", "out": 32}, {"type": "relu"},
-          {"type": "linear", "out": 3}], "loss": "cross_entropy"},
-      "optimizer": {"type": "adam", "lr": 0.01},
-      "train": {"epochs": 15}
-    })");
+    return strategy_testing::spirals_mlp("spirals-test", {{"type", "adam"}, {"lr", 0.01}}, 15);
 }
 
 struct Recorder : run::RunObserver {

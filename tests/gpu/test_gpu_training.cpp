@@ -168,16 +168,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 json spirals(const json& devices, const std::string& strategy) {
-    json j = json::parse(R"({
-      "paralab": 1, "name": "gpu-spirals", "seed": 11,
-      "data": {"dataset": "spirals", "samples": 1500, "classes": 3, "batch_size": 32},
-      "model": {"input": [2], "layers": [
-          {"type": "linear", "out": 32}, {"type": "relu"},
-          {"type": "linear", "out": 32}, {"type": "relu"},
-          {"type": "linear", "out": 3}], "loss": "cross_entropy"},
-      "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9},
-      "train": {"epochs": 15}
-    })");
+    json j = strategy_testing::spirals_mlp("gpu-spirals", {{"type", "sgd"}, {"lr", 0.05}, {"momentum", 0.9}}, 15);
     j["devices"] = devices;
     j["strategy"] = {{"type", strategy}};
     return j;
@@ -245,7 +236,10 @@ INSTANTIATE_TEST_SUITE_P(Strategies, GpuStrategies,
                              const json j = json::parse(info.param);
                              std::string name = j["type"].get<std::string>();
                              if (j.contains("stage")) name += std::to_string(j["stage"].get<int>());
-                             if (j.contains("schedule")) name += "_" + j["schedule"].get<std::string>();
+                             if (j.contains("schedule")) {  // appended: GCC 12 warns (-Wrestrict) on "_" + s
+                                 name += "_";
+                                 name += j["schedule"].get<std::string>();
+                             }
                              return name;
                          });
 
