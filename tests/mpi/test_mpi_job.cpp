@@ -106,7 +106,11 @@ TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
     }
     std::vector<std::string> names;
     for (int p = 0; p < processes; ++p)
-        for (int d = 0; d < per_process; ++d) names.push_back("r" + std::to_string(p) + "/cpu:" + std::to_string(d));
+        for (int d = 0; d < per_process; ++d) {  // appended: GCC 12 warns (-Wrestrict) on "r" + s
+            std::string name = "r";
+            name += std::to_string(p) + "/cpu:" + std::to_string(d);
+            names.push_back(name);
+        }
     EXPECT_EQ(s.devices, names);
     EXPECT_EQ(heard.devices, names);
     EXPECT_EQ(heard.finished, "finished");
