@@ -34,10 +34,6 @@ Tensor device_sums(Device& device, int64_t count) {
     return Tensor::empty(Shape{count}, DType::f64, device, MemCategory::workspace);
 }
 
-std::string sync_on_gpu_refused(const std::string& label) {
-    return label + ": strategy.sync_batchnorm on CUDA devices is not supported in this version; "
-                   "set it false";
-}
 }  // namespace
 
 // ---- BatchNorm ---------------------------------------------------------------------------
@@ -75,9 +71,6 @@ void BatchNorm::reset_parameters_impl(Rng& rng) {
 }
 
 void BatchNorm::set_stats_reducer(StatsReducer reducer) {
-    // The reducer all-reduces host doubles through the rank's communicator, which on CUDA
-    // devices expects device memory.
-    if (reducer && built() && device().is_gpu()) throw ConfigError(sync_on_gpu_refused(label()));
     m_stats_reducer = std::move(reducer);
 }
 
@@ -94,7 +87,6 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Mode mode) {
             // (1) local sums, (2) the hook, (3) mean and variance, (4) normalize.
             std::vector<double> stats(2 * C);
             if (q) {
-                if (m_stats_reducer) throw ConfigError(sync_on_gpu_refused(label()));
                 const Tensor sums = device_sums(device(), 2 * C);
                 double* d = sums.data<double>();
                 kg::batchnorm_channel_sums<T>(N, C, S, x.data<T>(), d, d + C, q);

@@ -34,8 +34,7 @@ public:
     // `stats` and `count` over its ranks (see reduce_channel_stats); the layer then normalises
     // with the statistics of the global batch. Empty: local statistics.
     using StatsReducer = std::function<void(std::span<double> stats, int64_t& count)>;
-    // Throws ConfigError for a layer built on a CUDA device: the reducer exchanges host
-    // statistics, so SyncBatchNorm runs on cpu devices only in this version.
+    // The statistics are host doubles on every device (a GPU's sums are read back first).
     void set_stats_reducer(StatsReducer reducer);
     bool runs_on_gpu() const override { return true; }
 

@@ -24,23 +24,30 @@ LossScaler::LossScaler(double initial_scale, double growth_factor, double backof
 
 bool LossScaler::unscale(const std::vector<nn::Param*>& params) {
     if (params.empty()) return true;
-    const Tensor& g0 = params.front()->grad;
-    PARALAB_CHECK(g0.on_gpu() && g0.dtype() == DType::f32, "loss scaler: f32 gradients on a GPU");
-    void* q = g0.queue();
+    return unscale(params, params.front()->grad.device(), {});
+}
+
+bool LossScaler::unscale(const std::vector<nn::Param*>& params, Device& device,
+                         const std::function<void(float* found_inf)>& agree) {
+    PARALAB_CHECK(device.is_gpu(), "loss scaler: f32 gradients on a GPU");
+    void* q = device.queue();
     std::vector<float*> grads;
     std::vector<int64_t> sizes;
     for (const nn::Param* p : params) {
-        PARALAB_CHECK(p->grad.defined() && p->grad.queue() == q, "loss scaler: gradients on one GPU");
+        PARALAB_CHECK(p->grad.defined() && p->grad.queue() == q && p->grad.dtype() == DType::f32,
+                      "loss scaler: f32 gradients on one GPU");
         grads.push_back(p->grad.data<float>());
         sizes.push_back(p->grad.numel());
     }
     // [found_inf, inv_scale] on the device.
-    Tensor flags = Tensor::empty(Shape{2}, DType::f32, g0.device(), MemCategory::workspace);
+    Tensor flags = Tensor::empty(Shape{2}, DType::f32, device, MemCategory::workspace);
     const float init[2] = {0.0f, static_cast<float>(1.0 / m_scale)};
     kg::copy_host_to_device_async(flags.raw(), init, sizeof init, q);
     float* found = flags.data<float>();
-    kg::non_finite_check_and_unscale_multi<float>(static_cast<int64_t>(grads.size()), grads.data(), sizes.data(),
-                                                  found, found + 1, q);
+    if (!grads.empty())
+        kg::non_finite_check_and_unscale_multi<float>(static_cast<int64_t>(grads.size()), grads.data(),
+                                                      sizes.data(), found, found + 1, q);
+    if (agree) agree(found);
     float found_inf = 0;
     kg::copy_device_to_host_async(&found_inf, found, sizeof found_inf, q);
     kg::stream_synchronize(q);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/nn/layer.h"
@@ -23,6 +24,13 @@ public:
     // one overflowed: the scale backs off and the caller skips the step. The gradients must be
     // on one GPU (f32).
     bool unscale(const std::vector<nn::Param*>& params);
+    // The same for one of several ranks that each hold part of the gradients: `agree` gets the
+    // device flag (f32 on `device`, nonzero when a gradient here overflowed) before it is read
+    // back, and combines it with the other ranks' (an all-reduce max), so that all skip or step
+    // together and their scales stay equal. `params` may be empty (a rank without parameters
+    // still takes part); they must be on `device`.
+    bool unscale(const std::vector<nn::Param*>& params, Device& device,
+                 const std::function<void(float* found_inf)>& agree);
     int64_t skipped_steps() const { return m_skipped; }
 
 private:

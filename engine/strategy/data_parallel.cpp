@@ -12,6 +12,8 @@
 #include "engine/strategy/replicas.h"
 
 #include <kernels/gpu/memory.h>
+
+#include "engine/optim/clip.h"
 #include "engine/strategy/strategies.h"
 
 namespace paralab::strategy {
@@ -83,6 +85,7 @@ public:
                     DeviceBatch db = to_device(batch, mb.offset, mb.count, ctx.input, ctx.target, rank.device());
                     res.loss_sum += model.loss().forward(all_out, db.y, B) * static_cast<double>(B);
                     all_dy = model.loss().backward();
+                    if (m_scaler) optim::scale_in_place(all_dy, m_scaler->scale());
                 });
                 res.loss_samples += mb.count;
             }
@@ -100,6 +103,8 @@ public:
         rank.record_comm(named(comm.reduce(flat.raw(), flat.numel(), DType::f32, comm::ReduceOp::sum, 0), "reduce_grads"));
         if (r == 0) {
             unpack_grads(flat.data<float>(), ps);
+            // fp16: device 0 alone holds the summed gradients and steps.
+            if (m_scaler && !unscale_gradients(rank, ps, *m_scaler)) return res;
             if (e.train.clip_norm) res.grad_norm = clip_gradients(rank, ps, *e.train.clip_norm, false);
             rank.compute("optimizer", [&] { m_optimizers[0]->step(ps, lr); });
         }
@@ -111,12 +116,14 @@ protected:
         const run::Experiment& e = *ctx.experiment;
         build_replicas(ctx, reference, true);
         m_optimizers.push_back(optim::make_optimizer(e.optimizer));  // device 0's only
+        if (e.train.precision == "fp16") m_scaler = std::make_unique<optim::LossScaler>();
         m_rank_slots.assign(static_cast<size_t>(m_world), nullptr);
         if (e.strategy.sync_batchnorm) install_sync_batchnorm_on_local(m_rank_slots);
     }
 
 private:
     std::vector<Rank*> m_rank_slots;  // each rank's own slot, set by its thread in start_rank
+    std::unique_ptr<optim::LossScaler> m_scaler;  // fp16 mixed precision: device 0's
 };
 
 }  // namespace

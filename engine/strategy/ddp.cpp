@@ -224,7 +224,7 @@ private:
         }
         std::vector<double> all(static_cast<size_t>(rank.world()), 0.0);
         all[static_cast<size_t>(rank.index())] = s.ms_per_row;
-        comm::CommRecord rec = rank.comm().all_gather(all.data(), rank.world(), DType::f64);
+        comm::CommRecord rec = all_gather_doubles(rank, all.data(), 1);
         rec.op = "all_gather_speeds";
         rank.record_comm(rec);
         double total = 0;

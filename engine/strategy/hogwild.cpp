@@ -38,9 +38,12 @@ public:
         // forward_backward divides by the global batch (the data-parallel convention); a Hogwild
         // update is an SGD step of this rank's own mini-batch, so its gradient is the mean over
         // its own rows: rescale by global / own.
-        LocalPass pass = forward_backward(rank, replica(r), batch, offset);
+        optim::LossScaler* scaler = m_scalers.empty() ? nullptr : m_scalers[static_cast<size_t>(r)].get();
+        LocalPass pass = forward_backward(rank, replica(r), batch, offset, {}, {}, scaler ? scaler->scale() : 1.0);
         StepResult res{pass.loss_sum, pass.samples, pass.samples, 0};
         if (pass.samples == 0) return res;  // no rows this step (a small last batch): no update
+        // fp16: each rank scales its own loss and skips its own overflowed updates.
+        if (scaler && !unscale_gradients(rank, ps, *scaler)) return res;
         if (pass.samples != batch.global_size) {
             const double to_own_mean =
                 static_cast<double>(batch.global_size) / static_cast<double>(pass.samples);
@@ -68,9 +71,14 @@ protected:
         }
         // Each rank's own optimizer; its state goes where the optimizer puts it, beside the values
         // it updates, so every rank's momentum or moments are accounted on device 0.
-        for (int r = 0; r < m_world; ++r)
+        for (int r = 0; r < m_world; ++r) {
             m_optimizers.push_back(optim::make_optimizer(ctx.experiment->optimizer));
+            if (ctx.experiment->train.precision == "fp16") m_scalers.push_back(std::make_unique<optim::LossScaler>());
+        }
     }
+
+private:
+    std::vector<std::unique_ptr<optim::LossScaler>> m_scalers;  // fp16: per rank; else empty
     // predict, parameters and buffers: ReplicaStrategy's, on rank 0's replica, whose values are
     // the shared ones (its batchnorm running statistics are rank 0's own).
 };

@@ -28,7 +28,12 @@
 #include <exception>
 #include <functional>
 #include <thread>
+#include <utility>
 
+#include <kernels/gpu/comm_reduce.h>
+#include <kernels/gpu/memory.h>
+
+#include "engine/device/gpu_values.h"
 #include "engine/strategy/replicas.h"
 #include "engine/strategy/strategies.h"
 
@@ -78,7 +83,7 @@ public:
         const int r = rank.index();
         if (r != 0) {
             float* f = m_worker_flat[static_cast<size_t>(r)].data<float>();
-            f[m_numel] = kPushDone;
+            write_trailer(m_worker_flat[static_cast<size_t>(r)], kPushDone, 0);
             try {
                 pair(r).send(f, m_numel + kPushExtra, DType::f32, 0, kPushTag);
             } catch (const comm::CommAborted&) {  // the run failed: the service thread is gone
@@ -194,7 +199,7 @@ private:
         float* f = m_worker_flat[static_cast<size_t>(r)].data<float>();
         pack_grads(ps, f);
         comm::Communicator& c = m_async ? pair(r) : rank.comm();
-        if (m_async) f[m_numel] = kPushGradient, f[m_numel + 1] = 0;
+        if (m_async) write_trailer(m_worker_flat[static_cast<size_t>(r)], kPushGradient, 0);
         comm::CommRecord push = c.send(f, m_async ? m_numel + kPushExtra : m_numel, DType::f32, 0, kPushTag);
         push.op = "push_grad";
         rank.record_comm(push);
@@ -217,8 +222,7 @@ private:
             // answers once the bound is met (the same condition as below, evaluated there).
             const int r = rank.index();
             float* f = m_worker_flat[static_cast<size_t>(r)].data<float>();
-            f[m_numel] = kPushWait;
-            f[m_numel + 1] = static_cast<float>(need);
+            write_trailer(m_worker_flat[static_cast<size_t>(r)], kPushWait, static_cast<float>(need));
             const auto b = Clock::now();
             pair(r).send(f, m_numel + kPushExtra, DType::f32, 0, kPushTag);
             float met = 0;
@@ -250,6 +254,27 @@ private:
     }
     comm::Communicator& server_end(int worker) {
         return m_pairs[static_cast<size_t>(worker - 1)]->rank(0);
+    }
+
+    // The async trailer (kind, need) after the m_numel gradients of a push buffer: host stores
+    // on the CPU; on a GPU a small copy ordered on the buffer's queue, before the send (which
+    // waits for that queue). From pageable memory the runtime stages `v` before returning.
+    void write_trailer(const Tensor& flat, float kind, float need) const {
+        const float v[2] = {kind, need};
+        float* dst = flat.data<float>() + m_numel;
+        if (void* q = flat.queue())
+            kernels::gpu::copy_host_to_device_async(dst, v, sizeof v, q);
+        else
+            std::copy(v, v + 2, dst);
+    }
+    // Read by a service thread right after its recv, which has finished writing the buffer (a
+    // GPU's communication stream is synchronised when recv returns): no queue to wait for.
+    std::pair<float, float> read_trailer(const Tensor& flat) const {
+        const float* src = flat.data<float>() + m_numel;
+        if (!flat.on_gpu()) return {src[0], src[1]};
+        float v[2];
+        kernels::gpu::copy_device_to_host(v, src, sizeof v);
+        return {v[0], v[1]};
     }
 
     // ---- the server, sync ---------------------------------------------------------------------
@@ -285,11 +310,16 @@ private:
         return res;
     }
 
+    // g += flat, one IEEE add per element (on a GPU the communicators' combine kernel, so
+    // both sum alike), in rank order.
     static void add_grads(const float* flat, const std::vector<nn::Param*>& params) {
         for (const nn::Param* p : params) {
             float* g = p->grad.data<float>();
             const int64_t n = p->grad.numel();
-            for (int64_t i = 0; i < n; ++i) g[i] += flat[i];
+            if (void* q = p->grad.queue())
+                kernels::gpu::comm_combine<float>(n, g, flat, false, q);
+            else
+                for (int64_t i = 0; i < n; ++i) g[i] += flat[i];
             flat += n;
         }
     }
@@ -363,8 +393,9 @@ private:
                 // Not recorded: its time is mostly waiting for the worker, whose own "push_grad"
                 // span is the message on the timeline.
                 c.recv(in, m_numel + kPushExtra, DType::f32, w, kPushTag);
-                if (in[m_numel] == kPushWait) {
-                    const auto need = static_cast<int64_t>(in[m_numel + 1]);
+                const auto [kind, need_f] = read_trailer(m_server_in[wi]);
+                if (kind == kPushWait) {
+                    const auto need = static_cast<int64_t>(need_f);
                     {
                         std::unique_lock lock(m_server.mutex);
                         m_server.cv.wait(lock, [&] { return m_server.aborted || bound_met(need); });
@@ -376,7 +407,7 @@ private:
                 }
                 {
                     std::unique_lock lock(m_server.mutex);
-                    if (in[m_numel] == kPushDone) {
+                    if (kind == kPushDone) {
                         m_server.done[wi] = true;
                         m_server.cv.notify_all();
                         return;
@@ -407,17 +438,19 @@ private:
 
     // Batchnorm running statistics: the workers ran every forward, the server none, so the
     // server's model takes the mean of the workers' (their shards are random draws of one batch).
+    // On the host (a few floats per channel; on GPUs host copies, the mean copied back).
     void gather_buffers() {
         auto to = replica(0).buffers();
-        if (to.empty()) return;
         for (size_t i = 0; i < to.size(); ++i) {
-            float* t = to[i].data<float>();
             const int64_t n = to[i].numel();
-            std::fill(t, t + n, 0.0f);
+            Tensor mean = Tensor::zeros(to[i].shape(), DType::f32, detached_host_device(), MemCategory::workspace);
+            float* t = mean.data<float>();
             for (int w = 1; w < m_world; ++w) {
-                const float* f = replica(w).buffers()[i].data<float>();
+                const Tensor from = gpu::on_host(replica(w).buffers()[i]);
+                const float* f = from.data<float>();
                 for (int64_t k = 0; k < n; ++k) t[k] += f[k] / static_cast<float>(m_world - 1);
             }
+            to[i].copy_from(mean);
         }
     }
 

@@ -110,8 +110,10 @@ void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model) {
             Rank& rank = *rank_slot;
             std::vector<double> buf(stats.begin(), stats.end());
             buf.push_back(static_cast<double>(count));
-            rank.record_comm(rank.comm().all_reduce(buf.data(), static_cast<int64_t>(buf.size()),
-                                                    DType::f64, comm::ReduceOp::sum));
+            // On a GPU through device memory: a few doubles per channel, which the layer has
+            // read back from its sum kernels anyway.
+            rank.record_comm(all_reduce_doubles(rank, buf.data(), static_cast<int64_t>(buf.size()),
+                                                comm::ReduceOp::sum));
             std::copy(buf.begin(), buf.end() - 1, stats.begin());
             count = static_cast<int64_t>(buf.back());
         });

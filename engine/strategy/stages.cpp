@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "engine/device/device.h"
+#include "engine/optim/clip.h"
 
 namespace paralab::strategy::stages {
 
@@ -162,6 +163,7 @@ struct Stage {
     std::vector<nn::Param*> params;  // context 0's (every context's values and grads)
     std::vector<Tensor> buffers;     // context 0's
     std::unique_ptr<optim::Optimizer> optimizer;
+    std::unique_ptr<optim::LossScaler> scaler;  // fp16: every stage's, kept equal (see step)
     size_t remote_params = 0, remote_buffers = 0;  // a stage of another process: list lengths
 
     nn::Model& master() { return *contexts.front(); }
@@ -267,6 +269,7 @@ void StagedStrategy::setup_impl(RunContext& ctx, nn::Model& reference) {
         // so that the memory picture shows each stage's parameters once.
         if (contexts > 1) device.allocator().reset_peak();
         st.optimizer = optim::make_optimizer(e.optimizer);
+        if (e.train.precision == "fp16") st.scaler = std::make_unique<optim::LossScaler>();
     }
     PARALAB_CHECK(param_at == ref_params.size() && buffer_at == ref_buffers.size(),
                   "stage: the stages do not hold every parameter of the model");
@@ -292,6 +295,9 @@ StepResult StagedStrategy::step(Rank& rank, const data::Batch& batch, int64_t of
         }
         result.samples = total;
     }
+    // fp16: the last stage scaled the loss gradient, so every stage's gradients are scaled;
+    // each stage checks its own and all agree, so they skip or step together.
+    if (st.scaler && !unscale_gradients(rank, st.params, *st.scaler, true)) return result;
     if (e.train.clip_norm)
         result.grad_norm = clip_gradients(rank, st.params, *e.train.clip_norm, true);
     rank.compute("optimizer", [&] { st.optimizer->step(st.params, lr); });
@@ -376,7 +382,10 @@ void StagedStrategy::backward(Rank& rank, Stage& st, nn::Model& c, int index, co
         rank.record_comm(rec, /*waiting=*/true);
     }
     Tensor dx = rank.compute("backward", [&] {
-        if (last) dy = c.loss().backward();
+        if (last) {
+            dy = c.loss().backward();
+            if (st.scaler) optim::scale_in_place(dy, st.scaler->scale());
+        }
         Tensor g = c.net().backward(dy);
         dy = Tensor();  // the output gradient is not needed any more
         return g;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "engine/device/gpu_values.h"
 #include "engine/optim/clip.h"
 #include "engine/strategy/strategies.h"
 
@@ -241,15 +242,48 @@ LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batc
     return pass;
 }
 
-bool unscale_gradients(Rank& rank, const std::vector<nn::Param*>& params, optim::LossScaler& scaler) {
-    return rank.compute("unscale", [&] { return scaler.unscale(params); });
+namespace {
+
+// `collective` on `count` host doubles at `values`, through device memory on a GPU.
+comm::CommRecord on_host_doubles(Rank& rank, double* values, int64_t count,
+                                 const std::function<comm::CommRecord(void*)>& collective) {
+    if (!rank.device().is_gpu()) return collective(values);
+    const Tensor d = gpu::upload(values, count, DType::f64, rank.device());
+    comm::CommRecord rec = collective(d.raw());
+    const std::vector<double> back = gpu::read_doubles(d.data<double>(), count, d.queue());
+    std::copy(back.begin(), back.end(), values);
+    return rec;
+}
+
+}  // namespace
+
+comm::CommRecord all_reduce_doubles(Rank& rank, double* values, int64_t count, comm::ReduceOp op) {
+    return on_host_doubles(rank, values, count,
+                           [&](void* p) { return rank.comm().all_reduce(p, count, DType::f64, op); });
+}
+
+comm::CommRecord all_gather_doubles(Rank& rank, double* values, int64_t per_rank) {
+    const int64_t count = per_rank * rank.world();
+    return on_host_doubles(rank, values, count,
+                           [&](void* p) { return rank.comm().all_gather(p, count, DType::f64); });
+}
+
+bool unscale_gradients(Rank& rank, const std::vector<nn::Param*>& params, optim::LossScaler& scaler,
+                       bool over_ranks) {
+    return rank.compute("unscale", [&] {
+        if (!over_ranks || rank.world() == 1) return scaler.unscale(params, rank.device(), {});
+        return scaler.unscale(params, rank.device(), [&](float* found_inf) {
+            rank.record_comm(named(rank.comm().all_reduce(found_inf, 1, DType::f32, comm::ReduceOp::max),
+                                   "agree_overflow"));
+        });
+    });
 }
 
 double clip_gradients(Rank& rank, const std::vector<nn::Param*>& params, double max_norm,
                       bool sum_over_ranks) {
     double sq = rank.compute("clip", [&] { return optim::grad_sq_norm(params); });
     if (sum_over_ranks && rank.world() > 1)
-        rank.record_comm(rank.comm().all_reduce(&sq, 1, DType::f64, comm::ReduceOp::sum));
+        rank.record_comm(all_reduce_doubles(rank, &sq, 1, comm::ReduceOp::sum));
     const double norm = std::sqrt(sq);
     rank.compute("clip", [&] { optim::clip_grads_with_norm(params, norm, max_norm); });
     return norm;

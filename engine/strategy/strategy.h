@@ -242,9 +242,18 @@ LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batc
 
 // fp16 mixed precision, before the optimizer: the gradients unscaled and checked on the GPU;
 // false when one overflowed (the step is skipped, the scale backs off); timed as the phase
-// "unscale". Every rank of a data-parallel strategy sees the same reduced
-// gradients and so decides the same.
-bool unscale_gradients(Rank& rank, const std::vector<nn::Param*>& params, optim::LossScaler& scaler);
+// "unscale". Ranks that see the same reduced gradients (ddp) decide the same alone; ranks that
+// each hold a part of them (zero's shards, the stages) pass `over_ranks`: their overflow flags
+// are all-reduced ("agree_overflow"), so that every rank skips or steps with the others. Every
+// rank of the group must call it then, with or without parameters.
+bool unscale_gradients(Rank& rank, const std::vector<nn::Param*>& params, optim::LossScaler& scaler,
+                       bool over_ranks = false);
+
+// Collectives on a few host doubles (norms, statistics, speeds) over the rank's group, in
+// place: straight on CPU devices; on GPUs, whose communicators read device memory, through a
+// device copy and back. all_gather_doubles: `values` holds world * per_rank doubles.
+comm::CommRecord all_reduce_doubles(Rank& rank, double* values, int64_t count, comm::ReduceOp op);
+comm::CommRecord all_gather_doubles(Rank& rank, double* values, int64_t per_rank);
 
 // Sets train.clip_norm's scaling on `params`, with the squared norm summed over the ranks
 // when `sum_over_ranks` (ranks that each hold a part of the gradients). Returns the norm.

@@ -71,9 +71,10 @@ public:
         auto& ps = params(r);
         comm::Communicator& comm = rank.comm();
 
+        const double loss_scale = s.scaler ? s.scaler->scale() : 1.0;
         LocalPass pass;
         if (m_stage == 1) {
-            pass = forward_backward(rank, replica(r), batch, offset);
+            pass = forward_backward(rank, replica(r), batch, offset, {}, {}, loss_scale);
             // Leaves the sum of this rank's shard in its part of the flat gradients.
             rank.record_comm(named(comm.reduce_scatter(s.grads.raw(), m_total, DType::f32, comm::ReduceOp::sum),
                                    "reduce_scatter_grads"));
@@ -90,11 +91,14 @@ public:
                 for (const auto& own : params_of_layer()) make_grads(own);
             auto layer_begin = [&](size_t layer) { make_grads(params_of_layer()[layer]); };
             auto layer_done = [&](size_t layer) { reduce_layer_to_owners(rank, s, layer); };
-            pass = forward_backward(rank, replica(r), batch, offset, layer_done, layer_begin);
+            pass = forward_backward(rank, replica(r), batch, offset, layer_done, layer_begin, loss_scale);
         }
 
         StepResult res{pass.loss_sum, pass.samples, pass.samples, 0};
         std::vector<nn::Param*> shard{&s.shard_param};
+        // fp16: each rank checks its shard and all agree; an overflow skips the update and the
+        // all-gather alike (no rank's parameters change).
+        if (s.scaler && !unscale_gradients(rank, shard, *s.scaler, true)) return res;
         if (e.train.clip_norm) res.grad_norm = clip_gradients(rank, shard, *e.train.clip_norm, true);
 
         // Update the own shard, then gather everyone's into the flat parameters.
@@ -115,7 +119,10 @@ protected:
         m_rank_slots.assign(static_cast<size_t>(m_world), nullptr);
         if (e.strategy.sync_batchnorm) install_sync_batchnorm_on_local(m_rank_slots);
         m_state.resize(static_cast<size_t>(m_world));
-        for (int r = 0; r < m_world; ++r) m_optimizers.push_back(optim::make_optimizer(e.optimizer));
+        for (int r = 0; r < m_world; ++r) {
+            m_optimizers.push_back(optim::make_optimizer(e.optimizer));
+            if (e.train.precision == "fp16") m_state[static_cast<size_t>(r)].scaler = std::make_unique<optim::LossScaler>();
+        }
         // Where each parameter starts in the flat layout.
         int64_t at = 0;
         for (const nn::Param* p : layout()) {
@@ -130,6 +137,7 @@ private:
         Tensor values;           // [T]: the parameters are views of it
         Tensor grads;            // stage 1, [T]: the gradients are views of it
         nn::Param shard_param;   // the shard's value (a private copy) and gradient (a view at stage 1)
+        std::unique_ptr<optim::LossScaler> scaler;  // fp16 mixed precision
     };
 
     // Stage 2: layer `layer`'s gradients are final. Its parameters cover the flat range

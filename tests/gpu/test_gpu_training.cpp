@@ -4,13 +4,16 @@
 // single GPU, a run that converges, and what the GPU path refuses. SKIPPED without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/comm/gpu.h"
 #include "engine/device/cuda_device.h"
 #include "engine/device/device.h"
 #include "engine/device/gpu_values.h"
@@ -230,11 +233,16 @@ TEST_P(GpuStrategies, MatchTheSingleGpu) {
 INSTANTIATE_TEST_SUITE_P(Strategies, GpuStrategies,
                          ::testing::Values(R"({"type":"data_parallel"})", R"({"type":"zero","stage":1})",
                                            R"({"type":"zero","stage":2})", R"({"type":"model_parallel"})",
+                                           R"({"type":"param_server","mode":"sync"})",
                                            R"({"type":"pipeline","micro_batches":4,"schedule":"gpipe"})",
                                            R"({"type":"pipeline","micro_batches":4,"schedule":"1f1b"})"),
                          [](const auto& info) {
                              const json j = json::parse(info.param);
                              std::string name = j["type"].get<std::string>();
+                             if (j.contains("mode")) {
+                                 name += "_";
+                                 name += j["mode"].get<std::string>();
+                             }
                              if (j.contains("stage")) name += std::to_string(j["stage"].get<int>());
                              if (j.contains("schedule")) {  // appended: GCC 12 warns (-Wrestrict) on "_" + s
                                  name += "_";
@@ -282,13 +290,44 @@ TEST_F(GpuRuns, MixedPrecisionRunsConverge) {
         ASSERT_TRUE(r.summary.test_accuracy.has_value());
         EXPECT_GE(*r.summary.test_accuracy, 0.9) << p;
     }
-    // fp16 ddp on two virtual GPUs: the ranks unscale the same reduced gradients.
-    json one = spirals({"cuda:0"}, "single"), two = spirals({"cuda:0", "cuda:0"}, "ddp");
+}
+
+// fp16 on two virtual GPUs ends near fp16 on one: ddp's ranks unscale the same reduced
+// gradients, data_parallel's device 0 unscales the sum, zero's shards and the stages agree on
+// overflow through an all-reduce (LossScalersAgreeOnAnOverflow below checks the agreement).
+class GpuFp16Strategies : public gpu_testing::GpuParamTest<std::string> {};
+
+TEST_P(GpuFp16Strategies, MatchTheSingleGpuInFp16) {
+    using strategy_testing::run_it;
+    json one = spirals({"cuda:0"}, "single"), two = spirals({"cuda:0", "cuda:0"}, "single");
+    two["strategy"] = json::parse(GetParam());
     one["train"]["precision"] = two["train"]["precision"] = "fp16";
     one["train"]["max_steps"] = two["train"]["max_steps"] = 20;
     const auto r1 = run_it(one), r2 = run_it(two);
+    ASSERT_EQ(r1.summary.status, "finished") << r1.summary.error;
     ASSERT_EQ(r2.summary.status, "finished") << r2.summary.error;
     EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.parameters, r2.artifacts.parameters), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, GpuFp16Strategies,
+                         ::testing::Values(R"({"type":"ddp"})", R"({"type":"data_parallel"})",
+                                           R"({"type":"zero","stage":1})", R"({"type":"zero","stage":2})",
+                                           R"({"type":"model_parallel"})",
+                                           R"({"type":"pipeline","micro_batches":4})"),
+                         [](const auto& info) {
+                             const json j = json::parse(info.param);
+                             std::string name = j["type"].get<std::string>();
+                             if (j.contains("stage")) name += std::to_string(j["stage"].get<int>());
+                             return name;
+                         });
+
+TEST_F(GpuRuns, HogwildInFp16Learns) {
+    json j = spirals({"cuda:0", "cuda:0"}, "hogwild");
+    j["train"]["precision"] = "fp16";
+    const auto r = strategy_testing::run_it(j);
+    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+    ASSERT_TRUE(r.summary.test_accuracy.has_value());
+    EXPECT_GE(*r.summary.test_accuracy, 0.85);
 }
 
 TEST_F(GpuRuns, LossScalerSkipsAnOverflowAndBacksOff) {
@@ -325,6 +364,41 @@ TEST_F(GpuRuns, LossScalerSkipsAnOverflowAndBacksOff) {
     EXPECT_EQ(scaler.scale(), 512.0);
 }
 
+// Two ranks, each holding part of the gradients (zero's shards, the stages): an overflow on one
+// makes both skip and back off; a rank without parameters still takes part.
+TEST_F(GpuRuns, LossScalersAgreeOnAnOverflow) {
+    auto d0 = make_cuda_device(0, "cuda:0"), d1 = make_cuda_device(0, "cuda:0#1");
+    auto group = comm::make_device_group({d0.get(), d1.get()});
+    Tensor h = Tensor::empty(Shape{2}, DType::f32, detached_host_device(), MemCategory::workspace);
+    nn::Param p;
+    p.value = Tensor::zeros(Shape{2}, DType::f32, *d0, MemCategory::parameters);
+    p.grad = Tensor::empty(Shape{2}, DType::f32, *d0, MemCategory::gradients);
+    optim::LossScaler s0(1024.0, 2.0, 0.5, 1000), s1(1024.0, 2.0, 0.5, 1000);
+    bool ok[2] = {true, true};
+    const auto step = [&](float second) {
+        h.span<float>()[0] = 1;
+        h.span<float>()[1] = second;
+        p.grad.copy_from(h);
+        std::thread other([&] {
+            d1->make_current();
+            ok[1] = s1.unscale({}, *d1, [&](float* f) { group->rank(1).all_reduce(f, 1, DType::f32, comm::ReduceOp::max); });
+        });
+        d0->make_current();
+        ok[0] = s0.unscale({&p}, *d0, [&](float* f) { group->rank(0).all_reduce(f, 1, DType::f32, comm::ReduceOp::max); });
+        other.join();
+    };
+    step(INFINITY);
+    EXPECT_FALSE(ok[0]);
+    EXPECT_FALSE(ok[1]);
+    EXPECT_EQ(s0.scale(), 512.0);
+    EXPECT_EQ(s1.scale(), 512.0);
+    step(2.0f);
+    EXPECT_TRUE(ok[0]);
+    EXPECT_TRUE(ok[1]);
+    EXPECT_EQ(gpu::on_host(p.grad).span<float>()[1], 2.0f / 512.0f);
+    EXPECT_EQ(s1.skipped_steps(), 1);
+}
+
 // Hogwild on two virtual GPUs: both ranks update rank 0's parameters in place, unlocked (the
 // strategy's point), and the model still learns.
 TEST_F(GpuRuns, HogwildOnVirtualGpusLearns) {
@@ -336,9 +410,90 @@ TEST_F(GpuRuns, HogwildOnVirtualGpusLearns) {
     EXPECT_GT(r.summary.peak_memory_bytes.at("cuda:0"), r.summary.peak_memory_bytes.at("cuda:0#1"));
 }
 
+// param_server on three virtual GPUs (a server and two workers): sync sums the two pushes in
+// rank order and equals the single GPU; async learns. A batchnorm model's running statistics
+// (the workers' mean, taken on the host) reach the server's model.
+TEST_F(GpuRuns, ParamServerOnVirtualGpus) {
+    using strategy_testing::run_it;
+    const json three = {"cuda:0", "cuda:0", "cuda:0"};
+    json one = spirals({"cuda:0"}, "single"), sync = spirals(three, "param_server");
+    sync["strategy"]["mode"] = "sync";
+    one["train"]["max_steps"] = sync["train"]["max_steps"] = 20;
+    const auto r1 = run_it(one), r2 = run_it(sync);
+    ASSERT_EQ(r1.summary.status, "finished") << r1.summary.error;
+    ASSERT_EQ(r2.summary.status, "finished") << r2.summary.error;
+    EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.parameters, r2.artifacts.parameters), 1e-5);
+
+    json async = spirals(three, "param_server");
+    async["strategy"]["mode"] = "async";
+    async["strategy"]["staleness"] = 2;
+    const auto ra = run_it(async);
+    ASSERT_EQ(ra.summary.status, "finished") << ra.summary.error;
+    ASSERT_TRUE(ra.summary.test_accuracy.has_value());
+    EXPECT_GE(*ra.summary.test_accuracy, 0.85);
+
+    json bn = sync;
+    bn["model"]["layers"][1] = {{"type", "batchnorm"}};
+    bn["train"]["max_steps"] = 5;
+    const auto rb = run_it(bn);
+    ASSERT_EQ(rb.summary.status, "finished") << rb.summary.error;
+    ASSERT_EQ(rb.artifacts.buffers.size(), 2u);  // running mean and variance
+    // Moved off their initial 0 and 1 by the workers' batches, and finite.
+    const auto mean = rb.artifacts.buffers[0].span<float>();
+    EXPECT_TRUE(std::all_of(mean.begin(), mean.end(), [](float v) { return std::isfinite(v); }));
+    EXPECT_TRUE(std::any_of(mean.begin(), mean.end(), [](float v) { return v != 0.0f; }));
+}
+
+// SyncBatchNorm on two virtual GPUs: the statistics of the global batch, so the parameters and
+// the running statistics are the single GPU's; without it each device normalises its own rows.
+TEST_F(GpuRuns, SyncBatchNormOnVirtualGpusMatchesTheSingleGpu) {
+    using strategy_testing::run_it;
+    json one = spirals({"cuda:0"}, "single");
+    one["model"]["layers"][1] = {{"type", "batchnorm"}};
+    one["train"]["max_steps"] = 15;
+    const auto r1 = run_it(one);
+    ASSERT_EQ(r1.summary.status, "finished") << r1.summary.error;
+    for (const char* strategy : {"ddp", "data_parallel", "zero"}) {
+        json two = one;
+        two["devices"] = {"cuda:0", "cuda:0"};
+        two["strategy"] = {{"type", strategy}};
+        const auto r2 = run_it(two);
+        ASSERT_EQ(r2.summary.status, "finished") << strategy << ": " << r2.summary.error;
+        EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.parameters, r2.artifacts.parameters), 1e-5) << strategy;
+        EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.buffers, r2.artifacts.buffers), 1e-5) << strategy;
+    }
+    json local = one;
+    local["devices"] = {"cuda:0", "cuda:0"};
+    local["strategy"] = {{"type", "ddp"}, {"sync_batchnorm", false}};
+    const auto r3 = run_it(local);
+    ASSERT_EQ(r3.summary.status, "finished") << r3.summary.error;
+    EXPECT_GT(strategy_testing::max_rel_diff(r1.artifacts.buffers, r3.artifacts.buffers), 1e-4);
+}
+
+// Clipping sums squared norms over the ranks (zero's shards, the stages) with an all-reduce of
+// host doubles, which on GPUs goes through device memory; ddp's speed balance all-gathers them.
+TEST_F(GpuRuns, ClippedShardsAndBalancedDdpMatchTheSingleGpu) {
+    using strategy_testing::run_it;
+    json one = spirals({"cuda:0"}, "single");
+    one["train"]["max_steps"] = 15;
+    one["train"]["clip_norm"] = 0.05;
+    const auto r1 = run_it(one);
+    ASSERT_EQ(r1.summary.status, "finished") << r1.summary.error;
+    for (const char* strategy : {R"({"type":"zero","stage":2})", R"({"type":"pipeline","micro_batches":2})",
+                                 R"({"type":"ddp","balance":"speed"})"}) {
+        json two = one;
+        two["devices"] = {"cuda:0", "cuda:0"};
+        two["strategy"] = json::parse(strategy);
+        const auto r2 = run_it(two);
+        ASSERT_EQ(r2.summary.status, "finished") << strategy << ": " << r2.summary.error;
+        EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.parameters, r2.artifacts.parameters), 1e-5) << strategy;
+    }
+}
+
 TEST_F(GpuRuns, WhatTheGpuPathRefusesIsNamed) {
     using strategy_testing::run_it;
     json j = spirals({"cuda:0", "cuda:0"}, "param_server");
+    j["train"]["precision"] = "fp16";
     auto r = [&](const json& x) {
         try {
             run_it(x);
@@ -347,19 +502,9 @@ TEST_F(GpuRuns, WhatTheGpuPathRefusesIsNamed) {
         }
         return std::string("no error");
     };
-    EXPECT_NE(r(j).find("param_server does not run on CUDA devices"), std::string::npos) << r(j);
+    EXPECT_NE(r(j).find("fp16 needs dynamic loss scaling, which param_server does not do"), std::string::npos) << r(j);
     j = spirals({"cuda:0", "cpu:0"}, "ddp");
     EXPECT_NE(r(j).find("cannot be mixed"), std::string::npos) << r(j);
-    // Every layer type has GPU kernels now; SyncBatchNorm (host statistics through the
-    // communicator) is what stays on cpu devices, and turning it off runs.
-    j = spirals({"cuda:0", "cuda:0"}, "ddp");
-    j["model"]["layers"][1] = {{"type", "batchnorm"}};
-    const std::string msg = r(j);
-    EXPECT_NE(msg.find("strategy.sync_batchnorm on CUDA devices is not supported"), std::string::npos) << msg;
-    j["strategy"]["sync_batchnorm"] = false;
-    j["train"]["max_steps"] = 5;
-    const auto local_stats = strategy_testing::run_it(j);
-    EXPECT_EQ(local_stats.summary.status, "finished") << local_stats.summary.error;
 }
 
 }  // namespace
