@@ -29,6 +29,27 @@ bool LossScaler::unscale(const std::vector<nn::Param*>& params) {
 
 bool LossScaler::unscale(const std::vector<nn::Param*>& params, Device& device,
                          const std::function<void(float* found_inf)>& agree) {
+    const bool found_inf = unscale_checking(params, device, m_scale, agree);
+    update(found_inf);
+    return !found_inf;
+}
+
+void LossScaler::update(bool found_inf) {
+    if (found_inf) {
+        m_scale *= m_backoff;
+        m_clean = 0;
+        ++m_skipped;
+        return;
+    }
+    if (++m_clean == m_interval) {
+        const double grown = m_scale * m_growth;
+        if (std::isfinite(grown)) m_scale = grown;
+        m_clean = 0;
+    }
+}
+
+bool unscale_checking(const std::vector<nn::Param*>& params, Device& device, double scale,
+                      const std::function<void(float* found_inf)>& agree) {
     PARALAB_CHECK(device.is_gpu(), "loss scaler: f32 gradients on a GPU");
     void* q = device.queue();
     std::vector<float*> grads;
@@ -41,7 +62,7 @@ bool LossScaler::unscale(const std::vector<nn::Param*>& params, Device& device,
     }
     // [found_inf, inv_scale] on the device.
     Tensor flags = Tensor::empty(Shape{2}, DType::f32, device, MemCategory::workspace);
-    const float init[2] = {0.0f, static_cast<float>(1.0 / m_scale)};
+    const float init[2] = {0.0f, static_cast<float>(1.0 / scale)};
     kg::copy_host_to_device_async(flags.raw(), init, sizeof init, q);
     float* found = flags.data<float>();
     if (!grads.empty())
@@ -51,18 +72,7 @@ bool LossScaler::unscale(const std::vector<nn::Param*>& params, Device& device,
     float found_inf = 0;
     kg::copy_device_to_host_async(&found_inf, found, sizeof found_inf, q);
     kg::stream_synchronize(q);
-    if (found_inf != 0.0f) {
-        m_scale *= m_backoff;
-        m_clean = 0;
-        ++m_skipped;
-        return false;
-    }
-    if (++m_clean == m_interval) {
-        const double grown = m_scale * m_growth;
-        if (std::isfinite(grown)) m_scale = grown;
-        m_clean = 0;
-    }
-    return true;
+    return found_inf != 0.0f;
 }
 
 }  // namespace paralab::optim

@@ -31,11 +31,19 @@ public:
     // still takes part); they must be on `device`.
     bool unscale(const std::vector<nn::Param*>& params, Device& device,
                  const std::function<void(float* found_inf)>& agree);
+    // The policy alone, for gradients checked elsewhere (param_server's workers unscale and
+    // check their own; the server decides): an overflow backs off, clean steps grow the scale.
+    void update(bool found_inf);
     int64_t skipped_steps() const { return m_skipped; }
 
 private:
     double m_scale, m_growth, m_backoff;
     int64_t m_interval, m_clean = 0, m_skipped = 0;
 };
+
+// The check alone: grads *= 1 / scale on `device` (f32, one GPU); true when one of them was not
+// finite. `agree` as in LossScaler::unscale. No policy: LossScaler::unscale adds it.
+bool unscale_checking(const std::vector<nn::Param*>& params, Device& device, double scale,
+                      const std::function<void(float* found_inf)>& agree = {});
 
 }  // namespace paralab::optim

@@ -120,18 +120,13 @@ std::vector<std::unique_ptr<Device>> make_devices(const Experiment& e, int compu
 }
 
 // train.precision: bf16/fp16 mixed precision on GPUs (their float GEMMs take half-precision
-// inputs; fp16 also scales the loss, which every strategy but param_server does).
+// inputs; fp16 also scales the loss, which every strategy does).
 void set_precision(const Experiment& e, const std::vector<std::unique_ptr<Device>>& devices) {
     if (e.train.precision == "fp32") return;
     for (const auto& d : devices)
         if (!d->is_gpu())
             throw ConfigError("train.precision: " + e.train.precision +
                               " mixed precision needs CUDA devices; CPU devices train in fp32");
-    // The server would have to send its loss scale with the weights, and an async push carry
-    // the scale it was computed with: not done.
-    if (e.train.precision == "fp16" && e.strategy.type == "param_server")
-        throw ConfigError("train.precision: fp16 needs dynamic loss scaling, which param_server does "
-                          "not do in this version; use bf16 with param_server");
     const MatmulPrecision p = e.train.precision == "bf16" ? MatmulPrecision::bf16 : MatmulPrecision::fp16;
     for (const auto& d : devices) d->set_matmul_precision(p);
 }

@@ -23,12 +23,13 @@
 // weights back to the service thread, which sends them. The rank thread's step s returns once
 // every worker's s-th push is served; between its steps pushes wait in the queue.
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <thread>
-#include <utility>
 
 #include <kernels/gpu/comm_reduce.h>
 #include <kernels/gpu/memory.h>
@@ -44,15 +45,22 @@ namespace {
 constexpr int kPushTag = 1;  // worker -> server: gradients (async: plus a trailing flag)
 constexpr int kPullTag = 2;  // server -> worker: weights
 
-// Async pushes carry two floats after the gradients: the kind (0 a gradient, 1 "this worker is
-// done", which ends its service thread, 2 "tell me once every worker has had `need` pushes
+// Async pushes carry three floats after the gradients: the kind (0 a gradient, 1 "this worker
+// is done", which ends its service thread, 2 "tell me once every worker has had `need` pushes
 // served", with `need` in the second float, for a worker in another process than the server,
-// which cannot see the server's counts) and that `need`.
+// which cannot see the server's counts), that `need`, and the fp16 overflow flag (below).
 constexpr float kPushGradient = 0.0f;
 constexpr float kPushDone = 1.0f;
 constexpr float kPushWait = 2.0f;
 constexpr int kWaitTag = 3;  // server -> worker: the staleness bound is met (one float)
-constexpr int64_t kPushExtra = 2;
+constexpr int64_t kAsyncExtra = 3;
+
+// fp16 mixed precision (dynamic loss scaling). The server keeps the LossScaler and sends its
+// scale after the weights (one float); a worker scales its loss by the scale it last pulled,
+// unscales and checks its own gradients, and pushes them with a flag (sync: one float after
+// the gradients; async: the trailer's third) saying whether one overflowed. The server skips
+// a step (sync: the whole sum; async: that push) whose gradients overflowed, and its scaler
+// backs off; every worker's next pull brings the new scale.
 
 class ParamServer final : public ReplicaStrategy {
 public:
@@ -82,10 +90,9 @@ public:
         if (!m_async) return;
         const int r = rank.index();
         if (r != 0) {
-            float* f = m_worker_flat[static_cast<size_t>(r)].data<float>();
-            write_trailer(m_worker_flat[static_cast<size_t>(r)], kPushDone, 0);
+            write_trailer(m_worker_flat[static_cast<size_t>(r)], {kPushDone, 0, 0});
             try {
-                pair(r).send(f, m_numel + kPushExtra, DType::f32, 0, kPushTag);
+                pair(r).send(m_worker_flat[static_cast<size_t>(r)].raw(), m_push_numel, DType::f32, 0, kPushTag);
             } catch (const comm::CommAborted&) {  // the run failed: the service thread is gone
             }
             return;
@@ -141,6 +148,10 @@ protected:
                 std::to_string(m_world));
         m_async = e.strategy.ps_mode == "async";
         m_staleness = e.strategy.staleness;
+        if (e.train.precision == "fp16") {
+            m_scaler = std::make_unique<optim::LossScaler>();
+            m_worker_scale.assign(static_cast<size_t>(m_world), m_scaler->scale());
+        }
         // Rank 0's replica is the server's copy (values, and gradients as the sum buffer); the
         // workers' replicas hold the weights they last pulled.
         build_replicas(ctx, reference, false);
@@ -152,20 +163,21 @@ protected:
         auto comm_buffer = [](int64_t n, Device& d) {
             return Tensor::empty(Shape{n}, DType::f32, d, MemCategory::communication);
         };
-        const int64_t push_numel = m_numel + (m_async ? kPushExtra : 0);
+        m_push_numel = m_numel + (m_async ? kAsyncExtra : m_scaler ? 1 : 0);
+        m_pull_numel = m_numel + (m_scaler ? 1 : 0);
         m_worker_steps.assign(W, 0);
         m_worker_flat.resize(W);
         m_server_in.resize(W);
         for (int w = 1; w < m_world; ++w) {
             if (ctx.is_local(w))
                 m_worker_flat[static_cast<size_t>(w)] =
-                    comm_buffer(push_numel, *ctx.devices[static_cast<size_t>(w)]);
-            if (server_here) m_server_in[static_cast<size_t>(w)] = comm_buffer(push_numel, *ctx.devices[0]);
+                    comm_buffer(std::max(m_push_numel, m_pull_numel), *ctx.devices[static_cast<size_t>(w)]);
+            if (server_here) m_server_in[static_cast<size_t>(w)] = comm_buffer(m_push_numel, *ctx.devices[0]);
         }
         if (m_async) {
             m_server_out.resize(W);
             for (int w = 1; w < m_world; ++w) {
-                if (server_here) m_server_out[static_cast<size_t>(w)] = comm_buffer(m_numel, *ctx.devices[0]);
+                if (server_here) m_server_out[static_cast<size_t>(w)] = comm_buffer(m_pull_numel, *ctx.devices[0]);
                 // A group of its own per worker (only ranks 0 and w talk in it); across
                 // processes its creation is collective, made here in the same order by all.
                 m_pairs.push_back(ctx.group->split());
@@ -174,8 +186,9 @@ protected:
             m_server.served.assign(W, 0);
             m_server.reply_ready.assign(W, false);
             m_server.done.assign(W, false);
+            m_server.overflowed.assign(W, false);
         } else if (server_here) {
-            m_server_out.push_back(comm_buffer(m_numel, *ctx.devices[0]));
+            m_server_out.push_back(comm_buffer(m_pull_numel, *ctx.devices[0]));
         }
     }
 
@@ -189,25 +202,33 @@ private:
         if (m_async) wait_staleness(rank, s);
 
         auto& ps = params(r);
-        LocalPass pass = forward_backward(rank, replica(r), batch, offset);
+        const double scale = m_scaler ? m_worker_scale[static_cast<size_t>(r)] : 1.0;
+        LocalPass pass = forward_backward(rank, replica(r), batch, offset, {}, {}, scale);
         StepResult res{pass.loss_sum, pass.samples, pass.samples, 0};
+        float overflow = 0;  // fp16: whether a gradient of this push overflowed
+        if (m_scaler)
+            overflow = rank.compute("unscale", [&] { return optim::unscale_checking(ps, rank.device(), scale); })
+                           ? 1.0f : 0.0f;
         // Async: each push is one update, clipped alone (here, where it is made). Sync: the
         // server clips the sum.
-        if (m_async && e.train.clip_norm)
+        if (m_async && e.train.clip_norm && overflow == 0)
             res.grad_norm = clip_gradients(rank, ps, *e.train.clip_norm, false);
 
-        float* f = m_worker_flat[static_cast<size_t>(r)].data<float>();
+        const Tensor& flat = m_worker_flat[static_cast<size_t>(r)];
+        float* f = flat.data<float>();
         pack_grads(ps, f);
         comm::Communicator& c = m_async ? pair(r) : rank.comm();
-        if (m_async) write_trailer(m_worker_flat[static_cast<size_t>(r)], kPushGradient, 0);
-        comm::CommRecord push = c.send(f, m_async ? m_numel + kPushExtra : m_numel, DType::f32, 0, kPushTag);
+        if (m_async) write_trailer(flat, {kPushGradient, 0, overflow});
+        else if (m_scaler) write_trailer(flat, {overflow});
+        comm::CommRecord push = c.send(f, m_push_numel, DType::f32, 0, kPushTag);
         push.op = "push_grad";
         rank.record_comm(push);
         // Mostly waiting: for the server's update, and in sync mode for the slowest worker.
-        comm::CommRecord pull = c.recv(f, m_numel, DType::f32, 0, kPullTag);
+        comm::CommRecord pull = c.recv(f, m_pull_numel, DType::f32, 0, kPullTag);
         pull.op = "pull_weights";
         rank.record_comm(pull, true);
         unpack_values(f, ps);
+        if (m_scaler) m_worker_scale[static_cast<size_t>(r)] = read_trailer(flat, 1)[0];
         return res;
     }
 
@@ -221,10 +242,10 @@ private:
             // The server is in another process: ask its service thread for this worker, which
             // answers once the bound is met (the same condition as below, evaluated there).
             const int r = rank.index();
-            float* f = m_worker_flat[static_cast<size_t>(r)].data<float>();
-            write_trailer(m_worker_flat[static_cast<size_t>(r)], kPushWait, static_cast<float>(need));
+            const Tensor& flat = m_worker_flat[static_cast<size_t>(r)];
+            write_trailer(flat, {kPushWait, static_cast<float>(need), 0});
             const auto b = Clock::now();
-            pair(r).send(f, m_numel + kPushExtra, DType::f32, 0, kPushTag);
+            pair(r).send(flat.raw(), m_push_numel, DType::f32, 0, kPushTag);
             float met = 0;
             pair(r).recv(&met, 1, DType::f32, 0, kWaitTag);
             rank.record_idle("wait_staleness", b, Clock::now());
@@ -256,25 +277,27 @@ private:
         return m_pairs[static_cast<size_t>(worker - 1)]->rank(0);
     }
 
-    // The async trailer (kind, need) after the m_numel gradients of a push buffer: host stores
-    // on the CPU; on a GPU a small copy ordered on the buffer's queue, before the send (which
-    // waits for that queue). From pageable memory the runtime stages `v` before returning.
-    void write_trailer(const Tensor& flat, float kind, float need) const {
-        const float v[2] = {kind, need};
+    // The floats after the m_numel gradients or weights of a message buffer (the async
+    // trailer, the fp16 flag or scale). Written with host stores on the CPU; on a GPU with a
+    // small copy ordered on the buffer's queue, before the send (which waits for that queue);
+    // from pageable memory the runtime stages `v` before returning.
+    void write_trailer(const Tensor& flat, std::initializer_list<float> v) const {
         float* dst = flat.data<float>() + m_numel;
         if (void* q = flat.queue())
-            kernels::gpu::copy_host_to_device_async(dst, v, sizeof v, q);
+            kernels::gpu::copy_host_to_device_async(dst, v.begin(), v.size() * sizeof(float), q);
         else
-            std::copy(v, v + 2, dst);
+            std::copy(v.begin(), v.end(), dst);
     }
-    // Read by a service thread right after its recv, which has finished writing the buffer (a
-    // GPU's communication stream is synchronised when recv returns): no queue to wait for.
-    std::pair<float, float> read_trailer(const Tensor& flat) const {
+    // Read right after the recv that filled the buffer, which has finished writing it (a GPU's
+    // communication stream is synchronised when recv returns): no queue to wait for.
+    std::array<float, kAsyncExtra> read_trailer(const Tensor& flat, int64_t n) const {
+        std::array<float, kAsyncExtra> v{};
         const float* src = flat.data<float>() + m_numel;
-        if (!flat.on_gpu()) return {src[0], src[1]};
-        float v[2];
-        kernels::gpu::copy_device_to_host(v, src, sizeof v);
-        return {v[0], v[1]};
+        if (!flat.on_gpu())
+            std::copy(src, src + n, v.begin());
+        else
+            kernels::gpu::copy_device_to_host(v.data(), src, static_cast<size_t>(n) * sizeof(float));
+        return v;
     }
 
     // ---- the server, sync ---------------------------------------------------------------------
@@ -282,12 +305,13 @@ private:
     StepResult server_step_sync(Rank& rank, double lr) {
         const run::Experiment& e = rank.experiment();
         auto& ps = params(0);
+        bool overflow = false;  // fp16: a worker's gradients overflowed; the step is skipped
         for (int w = 1; w < m_world; ++w) {
-            comm::CommRecord rec =
-                rank.comm().recv(m_server_in[static_cast<size_t>(w)].data<float>(), m_numel,
-                                 DType::f32, w, kPushTag);
+            const Tensor& in = m_server_in[static_cast<size_t>(w)];
+            comm::CommRecord rec = rank.comm().recv(in.raw(), m_push_numel, DType::f32, w, kPushTag);
             rec.op = "push_grad";
             rank.record_comm(rec, true);  // mostly waiting for that worker's backward
+            if (m_scaler) overflow |= read_trailer(in, 1)[0] != 0;
         }
         // The sum in rank order, whatever order the pushes arrived in: bit-identical run to run.
         rank.compute("server_update", [&] {
@@ -296,14 +320,16 @@ private:
                 add_grads(m_server_in[static_cast<size_t>(w)].data<float>(), ps);
         });
         StepResult res;
-        if (e.train.clip_norm) res.grad_norm = clip_gradients(rank, ps, *e.train.clip_norm, false);
+        if (m_scaler) m_scaler->update(overflow);
+        if (e.train.clip_norm && !overflow) res.grad_norm = clip_gradients(rank, ps, *e.train.clip_norm, false);
         float* out = m_server_out[0].data<float>();
         rank.compute("server_update", [&] {
-            m_optimizers[0]->step(ps, lr);
+            if (!overflow) m_optimizers[0]->step(ps, lr);
             pack_values(ps, out);
+            if (m_scaler) write_trailer(m_server_out[0], {static_cast<float>(m_scaler->scale())});
         });
         for (int w = 1; w < m_world; ++w) {
-            comm::CommRecord rec = rank.comm().send(out, m_numel, DType::f32, w, kPullTag);
+            comm::CommRecord rec = rank.comm().send(out, m_pull_numel, DType::f32, w, kPullTag);
             rec.op = "pull_weights";
             rank.record_comm(rec);
         }
@@ -363,12 +389,18 @@ private:
             }
             const int w = m_server.arrivals.front();
             m_server.arrivals.pop_front();
+            const bool overflow = m_server.overflowed[static_cast<size_t>(w)];
             lock.unlock();
             auto apply = [&] {
                 auto& ps = params(0);
-                unpack_grads(m_server_in[static_cast<size_t>(w)].data<float>(), ps);
-                m_optimizers[0]->step(ps, lr);
-                pack_values(ps, m_server_out[static_cast<size_t>(w)].data<float>());
+                if (m_scaler) m_scaler->update(overflow);
+                if (!overflow) {
+                    unpack_grads(m_server_in[static_cast<size_t>(w)].data<float>(), ps);
+                    m_optimizers[0]->step(ps, lr);
+                }
+                const Tensor& out = m_server_out[static_cast<size_t>(w)];
+                pack_values(ps, out.data<float>());
+                if (m_scaler) write_trailer(out, {static_cast<float>(m_scaler->scale())});
             };
             if (rank)
                 rank->compute("server_update", apply);
@@ -392,8 +424,8 @@ private:
             for (;;) {
                 // Not recorded: its time is mostly waiting for the worker, whose own "push_grad"
                 // span is the message on the timeline.
-                c.recv(in, m_numel + kPushExtra, DType::f32, w, kPushTag);
-                const auto [kind, need_f] = read_trailer(m_server_in[wi]);
+                c.recv(in, m_push_numel, DType::f32, w, kPushTag);
+                const auto [kind, need_f, overflow] = read_trailer(m_server_in[wi], kAsyncExtra);
                 if (kind == kPushWait) {
                     const auto need = static_cast<int64_t>(need_f);
                     {
@@ -413,13 +445,14 @@ private:
                         return;
                     }
                     m_server.arrivals.push_back(w);
+                    m_server.overflowed[wi] = overflow != 0;
                     m_server.cv.notify_all();
                     m_server.cv.wait(lock,
                                      [&] { return m_server.aborted || m_server.reply_ready[wi]; });
                     if (m_server.aborted) return;
                     m_server.reply_ready[wi] = false;
                 }
-                comm::CommRecord rec = c.send(out, m_numel, DType::f32, w, kPullTag);
+                comm::CommRecord rec = c.send(out, m_pull_numel, DType::f32, w, kPullTag);
                 rec.op = "pull_weights";
                 std::lock_guard lock(m_server.mutex);
                 m_server.log.push_back(rec);
@@ -488,6 +521,9 @@ private:
     bool m_async = false;
     int64_t m_staleness = 0;
     int64_t m_numel = 0;
+    int64_t m_push_numel = 0, m_pull_numel = 0;  // floats a push and a pull carry
+    std::unique_ptr<optim::LossScaler> m_scaler;  // fp16: the server's
+    std::vector<double> m_worker_scale;           // fp16: per worker, the scale it last pulled
     std::vector<Tensor> m_worker_flat;    // per worker, on its device: grads out, weights in
     std::vector<Tensor> m_server_in;      // per worker, on device 0: its last push
     std::vector<Tensor> m_server_out;     // async: per worker, its reply; sync: [0] for all
@@ -506,6 +542,7 @@ private:
         std::vector<int64_t> served;        // guarded by mutex: pushes applied, per worker
         std::vector<bool> reply_ready;      // guarded by mutex: weights packed for the reply
         std::vector<bool> done;             // guarded by mutex: the worker has finished
+        std::vector<bool> overflowed;       // guarded by mutex: fp16, the queued push overflowed
         std::vector<comm::CommRecord> log;  // guarded by mutex: service threads' sends
         std::exception_ptr error;           // guarded by mutex: a service thread's failure
         bool aborted = false;               // guarded by mutex

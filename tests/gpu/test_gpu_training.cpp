@@ -294,7 +294,8 @@ TEST_F(GpuRuns, MixedPrecisionRunsConverge) {
 
 // fp16 on two virtual GPUs ends near fp16 on one: ddp's ranks unscale the same reduced
 // gradients, data_parallel's device 0 unscales the sum, zero's shards and the stages agree on
-// overflow through an all-reduce (LossScalersAgreeOnAnOverflow below checks the agreement).
+// overflow through an all-reduce (LossScalersAgreeOnAnOverflow below checks the agreement),
+// param_server's worker unscales with the scale the server sent.
 class GpuFp16Strategies : public gpu_testing::GpuParamTest<std::string> {};
 
 TEST_P(GpuFp16Strategies, MatchTheSingleGpuInFp16) {
@@ -313,7 +314,8 @@ INSTANTIATE_TEST_SUITE_P(Strategies, GpuFp16Strategies,
                          ::testing::Values(R"({"type":"ddp"})", R"({"type":"data_parallel"})",
                                            R"({"type":"zero","stage":1})", R"({"type":"zero","stage":2})",
                                            R"({"type":"model_parallel"})",
-                                           R"({"type":"pipeline","micro_batches":4})"),
+                                           R"({"type":"pipeline","micro_batches":4})",
+                                           R"({"type":"param_server","mode":"sync"})"),
                          [](const auto& info) {
                              const json j = json::parse(info.param);
                              std::string name = j["type"].get<std::string>();
@@ -321,13 +323,18 @@ INSTANTIATE_TEST_SUITE_P(Strategies, GpuFp16Strategies,
                              return name;
                          });
 
-TEST_F(GpuRuns, HogwildInFp16Learns) {
-    json j = spirals({"cuda:0", "cuda:0"}, "hogwild");
-    j["train"]["precision"] = "fp16";
-    const auto r = strategy_testing::run_it(j);
-    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
-    ASSERT_TRUE(r.summary.test_accuracy.has_value());
-    EXPECT_GE(*r.summary.test_accuracy, 0.85);
+// The asynchronous strategies in fp16: each hogwild rank skips its own overflowed updates, the
+// async server each overflowed push.
+TEST_F(GpuRuns, AsyncStrategiesInFp16Learn) {
+    for (const char* strategy : {R"({"type":"hogwild"})", R"({"type":"param_server","mode":"async","staleness":2})"}) {
+        json j = spirals({"cuda:0", "cuda:0", "cuda:0"}, "single");
+        j["strategy"] = json::parse(strategy);
+        j["train"]["precision"] = "fp16";
+        const auto r = strategy_testing::run_it(j);
+        ASSERT_EQ(r.summary.status, "finished") << strategy << ": " << r.summary.error;
+        ASSERT_TRUE(r.summary.test_accuracy.has_value());
+        EXPECT_GE(*r.summary.test_accuracy, 0.85) << strategy;
+    }
 }
 
 TEST_F(GpuRuns, LossScalerSkipsAnOverflowAndBacksOff) {
@@ -492,8 +499,6 @@ TEST_F(GpuRuns, ClippedShardsAndBalancedDdpMatchTheSingleGpu) {
 
 TEST_F(GpuRuns, WhatTheGpuPathRefusesIsNamed) {
     using strategy_testing::run_it;
-    json j = spirals({"cuda:0", "cuda:0"}, "param_server");
-    j["train"]["precision"] = "fp16";
     auto r = [&](const json& x) {
         try {
             run_it(x);
@@ -502,8 +507,7 @@ TEST_F(GpuRuns, WhatTheGpuPathRefusesIsNamed) {
         }
         return std::string("no error");
     };
-    EXPECT_NE(r(j).find("fp16 needs dynamic loss scaling, which param_server does not do"), std::string::npos) << r(j);
-    j = spirals({"cuda:0", "cpu:0"}, "ddp");
+    json j = spirals({"cuda:0", "cpu:0"}, "ddp");
     EXPECT_NE(r(j).find("cannot be mixed"), std::string::npos) << r(j);
 }
 
