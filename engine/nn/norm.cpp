@@ -1,14 +1,13 @@
 #include "engine/nn/norm.h"
 
 #include <kernels/cpu/norm.h>
-#include <kernels/gpu/elementwise.h>
+#include <kernels/gpu/memory.h>
 #include <kernels/gpu/norm.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "engine/device/device.h"
-#include "engine/device/gpu_values.h"
 
 namespace paralab::nn {
 
@@ -16,22 +15,17 @@ namespace kc = kernels::cpu;
 namespace kg = kernels::gpu;
 
 namespace {
-std::vector<double> to_doubles(const Tensor& t_anywhere) {
-    const Tensor t = gpu::on_host(t_anywhere);
-    return dispatch_float(t.dtype(), [&]<class T>() {
-        auto s = t.span<T>();
-        return std::vector<double>(s.begin(), s.end());
-    });
-}
-
-template <class T>
-std::vector<T> to_type(const std::vector<double>& v) {
-    return std::vector<T>(v.begin(), v.end());
-}
-
 // A device array of `count` doubles (the batch norm kernels' per-channel sums).
 Tensor device_sums(Device& device, int64_t count) {
     return Tensor::empty(Shape{count}, DType::f64, device, MemCategory::workspace);
+}
+
+// stats[2C] = n, the elements per channel of this device's sums: a host store, or a copy
+// ordered on the GPU's queue (from pageable memory the runtime stages the value at once).
+void set_count(void* q, double* stats, int64_t C, int64_t n) {
+    const double v = static_cast<double>(n);
+    if (q) kg::copy_host_to_device_async(stats + 2 * C, &v, sizeof v, q);
+    else stats[2 * C] = v;
 }
 
 }  // namespace
@@ -74,73 +68,60 @@ void BatchNorm::set_stats_reducer(StatsReducer reducer) {
     m_stats_reducer = std::move(reducer);
 }
 
-// x: [B, C, ...] -> y: [B, C, ...], seen as [N = B, C, S]. On a GPU the per-channel sums are
-// kernels whose results are read back (one small synchronisation); the per-channel formulas
-// and the running statistics are the CPU's host code, then the normalisation is a kernel.
+
+// x: [B, C, ...] -> y: [B, C, ...], seen as [N = B, C, S]. Train: (1) this device's sums and
+// element count, (2) the hook (SyncBatchNorm sums both over the devices), (3) the per-channel
+// formulas, (4) normalize. One body for both devices: the kernels' CPU twins, or the GPU
+// launchers, which take the same arguments plus the queue `q` (nullptr on the CPU). On a GPU
+// every step is a kernel on the queue, the hook's all-reduce included: nothing waits on the
+// host.
 Tensor BatchNorm::forward_impl(const Tensor& x, Mode mode) {
     const int64_t N = x.dim(0), C = m_channels, S = m_spatial;
     Tensor y = new_activation(x.shape());
     void* q = y.queue();
     m_mode = mode;
+    const bool train = mode == Mode::train;
+    // What backward needs: the mean as T and 1 / sqrt(var + eps) in double.
+    m_mean = new_activation(Shape{C});
+    m_invstd = Tensor::empty(Shape{C}, DType::f64, device(), MemCategory::activations);
     dispatch_float(x.dtype(), [&]<class T>() {
-        if (mode == Mode::train) {
-            // (1) local sums, (2) the hook, (3) mean and variance, (4) normalize.
-            std::vector<double> stats(2 * C);
-            if (q) {
-                const Tensor sums = device_sums(device(), 2 * C);
-                double* d = sums.data<double>();
-                kg::batchnorm_channel_sums<T>(N, C, S, x.data<T>(), d, d + C, q);
-                stats = gpu::read_doubles(d, 2 * C, q);
-            } else {
-                kc::batchnorm_channel_sums<T>(N, C, S, x.data<T>(), stats.data(), stats.data() + C);
+        Tensor stats;  // train: [2C + 1] = sums of x, of x^2, and the count
+        if (train) {
+            // Without a hook the count is this device's, known here. With one it is the sum over
+            // the devices, each of which has rows (the strategies refuse a batch that leaves a
+            // device none), so more than 1.
+            if (!m_stats_reducer && N * S <= 1)
+                throw Error(label() + ": expected more than 1 value per channel when training, got input " +
+                            x.shape().to_string());
+            stats = device_sums(device(), 2 * C + 1);
+            double* d = stats.data<double>();
+            if (q) kg::batchnorm_channel_sums<T>(N, C, S, x.data<T>(), d, d + C, q);
+            else kc::batchnorm_channel_sums<T>(N, C, S, x.data<T>(), d, d + C);
+            set_count(q, d, C, N * S);
+            reduce_channel_stats(d, 2 * C + 1);
+            if (!q) {
+                m_count = static_cast<int64_t>(d[2 * C]);
+                if (m_count <= 1)
+                    throw Error(label() + ": expected more than 1 value per channel when training, got input " +
+                                x.shape().to_string() + " over all devices");
             }
-            int64_t count = N * S;
-            reduce_channel_stats(stats, count);
-            if (count <= 1)
-                throw Error(label() + ": expected more than 1 value per channel when training, " +
-                            "got input " + x.shape().to_string());
-            m_count = count;
-            m_mean.assign(C, 0.0);
-            m_invstd.assign(C, 0.0);
-            const double n = static_cast<double>(count);
-            // On the CPU these are the buffers themselves; on a GPU host copies written back.
-            const Tensor rm_host = gpu::on_host(m_running_mean);
-            const Tensor rv_host = gpu::on_host(m_running_var);
-            T* rm = rm_host.data<T>();
-            T* rv = rv_host.data<T>();
-            for (int64_t c = 0; c < C; ++c) {
-                const double mean = stats[c] / n;
-                // E[x^2] - mean^2 in double; the max guards rounding below zero.
-                const double var = std::max(stats[C + c] / n - mean * mean, 0.0);
-                m_mean[c] = mean;
-                m_invstd[c] = 1.0 / std::sqrt(var + m_eps);
-                rm[c] = static_cast<T>((1 - m_momentum) * rm[c] + m_momentum * mean);
-                rv[c] = static_cast<T>((1 - m_momentum) * rv[c] + m_momentum * var * n / (n - 1));
-            }
-            if (q) {
-                m_running_mean.copy_from(rm_host);
-                m_running_var.copy_from(rv_host);
-            }
-        } else {
-            m_mean = to_doubles(m_running_mean);
-            m_invstd = to_doubles(m_running_var);
-            for (double& v : m_invstd) v = 1.0 / std::sqrt(v + m_eps);
         }
-        const Tensor gamma_host = gpu::on_host(m_weight->value);
-        const T* gamma = gamma_host.data<T>();
-        std::vector<T> scale(C);
-        for (int64_t c = 0; c < C; ++c) scale[c] = static_cast<T>(gamma[c] * m_invstd[c]);
-        const std::vector<T> mean = to_type<T>(m_mean);
+        Tensor scale = new_workspace(Shape{C});
+        const double* st = train ? stats.data<double>() : nullptr;
+        const T* gamma = m_weight->value.data<T>();
+        T* rm = m_running_mean.data<T>();
+        T* rv = m_running_var.data<T>();
         if (q) {
-            std::vector<T> packed(mean);  // [mean, scale]
-            packed.insert(packed.end(), scale.begin(), scale.end());
-            const Tensor d = gpu::upload(packed, device());
-            kg::batchnorm_normalize<T>(N, C, S, x.data<T>(), d.data<T>(), d.data<T>() + C,
+            kg::batchnorm_stats<T>(C, train, st, m_eps, m_momentum, gamma, rm, rv, m_mean.data<T>(),
+                                   scale.data<T>(), m_invstd.data<double>(), q);
+            kg::batchnorm_normalize<T>(N, C, S, x.data<T>(), m_mean.data<T>(), scale.data<T>(),
                                        m_bias->value.data<T>(), y.data<T>(), q);
-            return;
+        } else {
+            kc::batchnorm_stats<T>(C, train, st, m_eps, m_momentum, gamma, rm, rv, m_mean.data<T>(),
+                                   scale.data<T>(), m_invstd.data<double>());
+            kc::batchnorm_normalize<T>(N, C, S, x.data<T>(), m_mean.data<T>(), scale.data<T>(),
+                                       m_bias->value.data<T>(), y.data<T>());
         }
-        kc::batchnorm_normalize<T>(N, C, S, x.data<T>(), mean.data(), scale.data(),
-                                   m_bias->value.data<T>(), y.data<T>());
     });
     m_x = x;
     return y;
@@ -148,79 +129,50 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Mode mode) {
 
 // dy: [B, C, ...] -> dx: [B, C, ...]. Train mode differentiates through the batch statistics:
 // dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy * xhat)); eval mode is affine:
-// dx = gamma*invstd * dy. dgamma += sum dy * xhat, dbeta += sum dy. On a GPU the sums are read
-// back as in forward and the per-channel values go up again for the input-gradient kernel.
+// dx = gamma*invstd * dy. dgamma += sum dy * xhat, dbeta += sum dy. (1) this device's sums,
+// (2) the parameter gradients from them (the gradient all-reduce of data parallelism sums
+// those), (3) the hook, (4) the input gradient's coefficients and dx.
 Tensor BatchNorm::backward_impl(const Tensor& dy) {
     PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
     const int64_t N = dy.dim(0), C = m_channels, S = m_spatial;
     void* q = dy.queue();
     Tensor dx;
     if (needs_input_grad()) dx = new_activation(dy.shape());
+    const bool train = m_mode == Mode::train;
     dispatch_float(dy.dtype(), [&]<class T>() {
-        const std::vector<T> mean = to_type<T>(m_mean);
-        // (1) local sums, (2) parameter gradients from them, (3) the hook, (4) dx.
-        std::vector<double> sums(2 * C);
-        Tensor mean_dev;  // on a GPU: `mean` on the device
+        const Tensor sums = device_sums(device(), 2 * C + 1);  // sum dy, sum dy (x - mean), count
+        double* d = sums.data<double>();
+        const double* invstd = m_invstd.data<double>();
+        const T* mean = m_mean.data<T>();
         if (q) {
-            mean_dev = gpu::upload(mean, device());
-            const Tensor d_sums = device_sums(device(), 2 * C);
-            double* d = d_sums.data<double>();
-            kg::batchnorm_backward_sums<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean_dev.data<T>(),
-                                           d, d + C, q);
-            sums = gpu::read_doubles(d, 2 * C, q);
+            kg::batchnorm_backward_sums<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean, d, d + C, q);
+            kg::batchnorm_param_grads<T>(C, d, invstd, m_weight->grad.data<T>(), m_bias->grad.data<T>(), q);
         } else {
-            kc::batchnorm_backward_sums<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean.data(),
-                                           sums.data(), sums.data() + C);
-        }
-        double* sum_dy = sums.data();
-        double* sum_dy_xmu = sums.data() + C;
-        if (q) {
-            // The CPU's increments, rounded to T on the host, added on the device (y += b).
-            std::vector<T> delta(2 * C);  // [dgamma, dbeta]
-            for (int64_t c = 0; c < C; ++c) {
-                delta[c] = static_cast<T>(sum_dy_xmu[c] * m_invstd[c]);
-                delta[C + c] = static_cast<T>(sum_dy[c]);
-            }
-            const Tensor d = gpu::upload(delta, device());
-            kg::bias_add_rows<T>(1, C, d.data<T>(), m_weight->grad.data<T>(), q);
-            kg::bias_add_rows<T>(1, C, d.data<T>() + C, m_bias->grad.data<T>(), q);
-        } else {
-            T* dgamma = m_weight->grad.data<T>();
-            T* dbeta = m_bias->grad.data<T>();
-            for (int64_t c = 0; c < C; ++c) {
-                dgamma[c] += static_cast<T>(sum_dy_xmu[c] * m_invstd[c]);
-                dbeta[c] += static_cast<T>(sum_dy[c]);
-            }
+            kc::batchnorm_backward_sums<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean, d, d + C);
+            kc::batchnorm_param_grads<T>(C, d, invstd, m_weight->grad.data<T>(), m_bias->grad.data<T>());
         }
         if (!dx.defined()) return;
-        const Tensor gamma_host = gpu::on_host(m_weight->value);
-        const T* gamma = gamma_host.data<T>();
-        std::vector<T> scale(C), mean_dy(C, T(0)), k(C, T(0));
-        for (int64_t c = 0; c < C; ++c) scale[c] = static_cast<T>(gamma[c] * m_invstd[c]);
-        if (m_mode == Mode::train) {
-            int64_t count = N * S;
-            reduce_channel_stats(sums, count);
-            PARALAB_CHECK(count == m_count, label() + ": backward reduced a different count");
-            const double n = static_cast<double>(count);
-            for (int64_t c = 0; c < C; ++c) {
-                mean_dy[c] = static_cast<T>(sum_dy[c] / n);
-                k[c] = static_cast<T>(m_invstd[c] * m_invstd[c] * sum_dy_xmu[c] / n);
-            }
+        if (train) {
+            set_count(q, d, C, N * S);
+            reduce_channel_stats(d, 2 * C + 1);
+            if (!q)
+                PARALAB_CHECK(static_cast<int64_t>(d[2 * C]) == m_count,
+                              label() + ": backward reduced a different count");
         }
+        const Tensor coeffs = new_workspace(Shape{3 * C});  // [scale, mean_dy, k]
+        T* cf = coeffs.data<T>();
+        const T* gamma = m_weight->value.data<T>();
         if (q) {
-            std::vector<T> packed(scale);  // [scale, mean_dy, k]
-            packed.insert(packed.end(), mean_dy.begin(), mean_dy.end());
-            packed.insert(packed.end(), k.begin(), k.end());
-            const Tensor d = gpu::upload(packed, device());
-            kg::batchnorm_backward_input<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean_dev.data<T>(),
-                                            d.data<T>(), d.data<T>() + C, d.data<T>() + 2 * C,
-                                            dx.data<T>(), q);
-            return;
+            kg::batchnorm_backward_coeffs<T>(C, train, d, invstd, gamma, cf, cf + C, cf + 2 * C, q);
+            kg::batchnorm_backward_input<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean, cf, cf + C,
+                                            cf + 2 * C, dx.data<T>(), q);
+        } else {
+            kc::batchnorm_backward_coeffs<T>(C, train, d, invstd, gamma, cf, cf + C, cf + 2 * C);
+            kc::batchnorm_backward_input<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean, cf, cf + C,
+                                            cf + 2 * C, dx.data<T>());
         }
-        kc::batchnorm_backward_input<T>(N, C, S, m_x.data<T>(), dy.data<T>(), mean.data(),
-                                        scale.data(), mean_dy.data(), k.data(), dx.data<T>());
     });
-    m_x = Tensor();
+    m_x = m_mean = m_invstd = Tensor();
     return dx;
 }
 

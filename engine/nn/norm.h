@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <span>
 #include <vector>
 
 #include "engine/nn/layer.h"
@@ -31,10 +30,11 @@ public:
     const Tensor& running_var() const { return m_running_var; }
 
     // SyncBatchNorm without a subclass: a data-parallel strategy installs a reducer that sums
-    // `stats` and `count` over its ranks (see reduce_channel_stats); the layer then normalises
-    // with the statistics of the global batch. Empty: local statistics.
-    using StatsReducer = std::function<void(std::span<double> stats, int64_t& count)>;
-    // The statistics are host doubles on every device (a GPU's sums are read back first).
+    // the `n` doubles at `stats` (the sums and, last, the count; see reduce_channel_stats) over
+    // its ranks, in place; the layer then normalises with the statistics of the global batch.
+    // `stats` is in the memory of the layer's device (on a GPU ordered on its queue, as the
+    // GPU communicators expect). Empty: local statistics.
+    using StatsReducer = std::function<void(double* stats, int64_t n)>;
     void set_stats_reducer(StatsReducer reducer);
     bool runs_on_gpu() const override { return true; }
 
@@ -45,15 +45,15 @@ protected:
     Tensor backward_impl(const Tensor& dy) override;
     int64_t flops_impl() const override;
 
-    // Called in train mode between the local sums and the formulas, with `count` the number
-    // of elements per channel that went into them. stats is [2, C]: in forward (sum of x, sum
-    // of x^2), in backward (sum of dy, sum of dy * (x - mean)). A synchronised batch norm
-    // replaces both, in place, by their sums over all devices (and count likewise); every
-    // device calls it the same number of times in the same order. The parameter gradients are
-    // taken from the local sums before the backward call, so that the usual gradient
-    // all-reduce of data parallelism stays correct.
-    virtual void reduce_channel_stats(std::span<double> stats, int64_t& count) {
-        if (m_stats_reducer) m_stats_reducer(stats, count);
+    // Called in train mode between the local sums and the formulas. stats is [2C + 1]: in
+    // forward (sum of x [C], sum of x^2 [C]), in backward (sum of dy, sum of dy * (x - mean)),
+    // then the number of elements per channel that went into them; in the memory of the
+    // layer's device (on a GPU ordered on its queue). A synchronised batch norm replaces all of it,
+    // in place, by its sums over all devices; every device calls it the same number of times
+    // in the same order. The parameter gradients are taken from the local sums before the
+    // backward call, so that the usual gradient all-reduce of data parallelism stays correct.
+    virtual void reduce_channel_stats(double* stats, int64_t n) {
+        if (m_stats_reducer) m_stats_reducer(stats, n);
     }
 
 private:
@@ -67,12 +67,12 @@ private:
     Tensor m_running_mean;      // [C], shares storage with the buffer
     Tensor m_running_var;       // [C]
 
-    // What the last forward normalized with, for backward.
+    // What the last forward normalized with, for backward (on the layer's device).
     Tensor m_x;
     Mode m_mode = Mode::train;
-    int64_t m_count = 0;           // elements per channel of the train-mode statistics
-    std::vector<double> m_mean;    // [C]
-    std::vector<double> m_invstd;  // [C], 1 / sqrt(var + eps)
+    int64_t m_count = 0;  // CPU: elements per channel of the train-mode statistics
+    Tensor m_mean;        // [C], T
+    Tensor m_invstd;      // [C], f64: 1 / sqrt(var + eps)
 };
 
 // Per-sample input [..., D]; each vector along the last dimension is normalized to zero mean

@@ -106,16 +106,11 @@ void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model) {
     for_each_layer(model.net(), [&](nn::Layer& layer) {
         auto* bn = dynamic_cast<nn::BatchNorm*>(&layer);
         if (!bn) return;
-        bn->set_stats_reducer([&rank_slot](std::span<double> stats, int64_t& count) {
+        // The sums and the count in place: host doubles on the CPU; on a GPU the layer's device
+        // array, which the GPU group reduces where it is (ordered after the sums' kernels).
+        bn->set_stats_reducer([&rank_slot](double* stats, int64_t n) {
             Rank& rank = *rank_slot;
-            std::vector<double> buf(stats.begin(), stats.end());
-            buf.push_back(static_cast<double>(count));
-            // On a GPU through device memory: a few doubles per channel, which the layer has
-            // read back from its sum kernels anyway.
-            rank.record_comm(all_reduce_doubles(rank, buf.data(), static_cast<int64_t>(buf.size()),
-                                                comm::ReduceOp::sum));
-            std::copy(buf.begin(), buf.end() - 1, stats.begin());
-            count = static_cast<int64_t>(buf.back());
+            rank.record_comm(rank.comm().all_reduce(stats, n, DType::f64, comm::ReduceOp::sum));
         });
     });
 }

@@ -109,6 +109,56 @@ void batchnorm_backward_input(int64_t N, int64_t C, int64_t S, const T* x, const
     }
 }
 
+// The per-channel formulas, in double, each operation rounded on its own (the kernels build
+// with -ffp-contract=off); kernels/cuda/norm.cu repeats them operation for operation.
+template <class T>
+void batchnorm_stats(int64_t C, bool train, const double* stats, double eps, double momentum,
+                     const T* gamma, T* running_mean, T* running_var, T* mean_out, T* scale,
+                     double* invstd_out) {
+    for (int64_t c = 0; c < C; ++c) {
+        double mean, invstd;
+        if (train) {
+            const double n = stats[2 * C];
+            mean = stats[c] / n;
+            double var = stats[C + c] / n - mean * mean;
+            if (var < 0.0) var = 0.0;  // rounding below zero
+            invstd = 1.0 / std::sqrt(var + eps);
+            running_mean[c] = static_cast<T>((1 - momentum) * running_mean[c] + momentum * mean);
+            running_var[c] = static_cast<T>((1 - momentum) * running_var[c] + momentum * var * n / (n - 1));
+        } else {
+            mean = static_cast<double>(running_mean[c]);
+            invstd = 1.0 / std::sqrt(static_cast<double>(running_var[c]) + eps);
+        }
+        invstd_out[c] = invstd;
+        mean_out[c] = static_cast<T>(mean);
+        scale[c] = static_cast<T>(gamma[c] * invstd);
+    }
+}
+
+template <class T>
+void batchnorm_param_grads(int64_t C, const double* sums, const double* invstd, T* dgamma, T* dbeta) {
+    for (int64_t c = 0; c < C; ++c) {
+        dgamma[c] += static_cast<T>(sums[C + c] * invstd[c]);
+        dbeta[c] += static_cast<T>(sums[c]);
+    }
+}
+
+template <class T>
+void batchnorm_backward_coeffs(int64_t C, bool train, const double* sums, const double* invstd,
+                               const T* gamma, T* scale, T* mean_dy, T* k) {
+    for (int64_t c = 0; c < C; ++c) {
+        scale[c] = static_cast<T>(gamma[c] * invstd[c]);
+        if (train) {
+            const double n = sums[2 * C];
+            mean_dy[c] = static_cast<T>(sums[c] / n);
+            k[c] = static_cast<T>(invstd[c] * invstd[c] * sums[C + c] / n);
+        } else {
+            mean_dy[c] = T(0);
+            k[c] = T(0);
+        }
+    }
+}
+
 // x: [rows, D] -> y: [rows, D], mean, rstd: [rows]
 template <class T>
 void layernorm_forward(int64_t rows, int64_t D, double eps, const T* x, const T* gamma,
@@ -181,6 +231,11 @@ void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const 
                                              const T*, double*, double*);                          \
     template void batchnorm_backward_input<T>(int64_t, int64_t, int64_t, const T*, const T*,       \
                                               const T*, const T*, const T*, const T*, T*);         \
+    template void batchnorm_stats<T>(int64_t, bool, const double*, double, double, const T*, T*,   \
+                                     T*, T*, T*, double*);                                         \
+    template void batchnorm_param_grads<T>(int64_t, const double*, const double*, T*, T*);         \
+    template void batchnorm_backward_coeffs<T>(int64_t, bool, const double*, const double*,        \
+                                               const T*, T*, T*, T*);                              \
     template void layernorm_forward<T>(int64_t, int64_t, double, const T*, const T*, const T*, T*, \
                                        T*, T*);                                                    \
     template void layernorm_backward<T>(int64_t, int64_t, const T*, const T*, const T*, const T*,  \

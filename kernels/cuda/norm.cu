@@ -172,6 +172,61 @@ struct GammaGradTerm {
     }
 };
 
+// The per-channel formulas (one thread per channel), kernels/cpu/norm.cpp's operation for
+// operation: every product, quotient, sum and square root through its _rn intrinsic, so that
+// nvcc fuses nothing and each rounds as on the CPU.
+template <class T>
+__global__ void batchnorm_stats_kernel(int64_t C, bool train, const double* stats, double eps, double momentum,
+                                       const T* gamma, T* running_mean, T* running_var, T* mean_out, T* scale,
+                                       double* invstd_out) {
+    PARALAB_GRID_STRIDE_LOOP(c, C) {
+        double mean, invstd;
+        if (train) {
+            const double n = stats[2 * C];
+            mean = __ddiv_rn(stats[c], n);
+            double var = __dsub_rn(__ddiv_rn(stats[C + c], n), __dmul_rn(mean, mean));
+            if (var < 0.0) var = 0.0;
+            invstd = __ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(var, eps)));
+            const double keep = __dsub_rn(1.0, momentum);
+            running_mean[c] = static_cast<T>(
+                __dadd_rn(__dmul_rn(keep, static_cast<double>(running_mean[c])), __dmul_rn(momentum, mean)));
+            running_var[c] = static_cast<T>(__dadd_rn(__dmul_rn(keep, static_cast<double>(running_var[c])),
+                                                      __ddiv_rn(__dmul_rn(__dmul_rn(momentum, var), n), __dsub_rn(n, 1.0))));
+        } else {
+            mean = static_cast<double>(running_mean[c]);
+            invstd = __ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(static_cast<double>(running_var[c]), eps)));
+        }
+        invstd_out[c] = invstd;
+        mean_out[c] = static_cast<T>(mean);
+        scale[c] = static_cast<T>(__dmul_rn(static_cast<double>(gamma[c]), invstd));
+    }
+}
+
+template <class T>
+__global__ void batchnorm_param_grads_kernel(int64_t C, const double* sums, const double* invstd, T* dgamma,
+                                             T* dbeta) {
+    PARALAB_GRID_STRIDE_LOOP(c, C) {
+        dgamma[c] = dgamma[c] + static_cast<T>(__dmul_rn(sums[C + c], invstd[c]));
+        dbeta[c] = dbeta[c] + static_cast<T>(sums[c]);
+    }
+}
+
+template <class T>
+__global__ void batchnorm_backward_coeffs_kernel(int64_t C, bool train, const double* sums, const double* invstd,
+                                                 const T* gamma, T* scale, T* mean_dy, T* k) {
+    PARALAB_GRID_STRIDE_LOOP(c, C) {
+        scale[c] = static_cast<T>(__dmul_rn(static_cast<double>(gamma[c]), invstd[c]));
+        if (train) {
+            const double n = sums[2 * C];
+            mean_dy[c] = static_cast<T>(__ddiv_rn(sums[c], n));
+            k[c] = static_cast<T>(__ddiv_rn(__dmul_rn(__dmul_rn(invstd[c], invstd[c]), sums[C + c]), n));
+        } else {
+            mean_dy[c] = T(0);
+            k[c] = T(0);
+        }
+    }
+}
+
 }  // namespace
 
 // The size checks of the batch norm launchers.
@@ -226,6 +281,36 @@ void batchnorm_backward_input(int64_t N, int64_t C, int64_t S, const T* x, const
     PARALAB_GPU_CHECK_LAUNCH("batchnorm_backward_input_kernel");
 }
 
+// The per-channel formulas: [C] device arrays (see kernels/gpu/norm.h).
+template <class T>
+void batchnorm_stats(int64_t C, bool train, const double* stats, double eps, double momentum, const T* gamma,
+                     T* running_mean, T* running_var, T* mean_out, T* scale, double* invstd_out, void* stream) {
+    check_batchnorm_sizes(0, C, 0, "batchnorm_stats");
+    if (C == 0) return;
+    batchnorm_stats_kernel<T><<<grid_for(C), kBlock, 0, as_stream(stream)>>>(
+        C, train, stats, eps, momentum, gamma, running_mean, running_var, mean_out, scale, invstd_out);
+    PARALAB_GPU_CHECK_LAUNCH("batchnorm_stats_kernel");
+}
+
+template <class T>
+void batchnorm_param_grads(int64_t C, const double* sums, const double* invstd, T* dgamma, T* dbeta,
+                           void* stream) {
+    check_batchnorm_sizes(0, C, 0, "batchnorm_param_grads");
+    if (C == 0) return;
+    batchnorm_param_grads_kernel<T><<<grid_for(C), kBlock, 0, as_stream(stream)>>>(C, sums, invstd, dgamma, dbeta);
+    PARALAB_GPU_CHECK_LAUNCH("batchnorm_param_grads_kernel");
+}
+
+template <class T>
+void batchnorm_backward_coeffs(int64_t C, bool train, const double* sums, const double* invstd, const T* gamma,
+                               T* scale, T* mean_dy, T* k, void* stream) {
+    check_batchnorm_sizes(0, C, 0, "batchnorm_backward_coeffs");
+    if (C == 0) return;
+    batchnorm_backward_coeffs_kernel<T><<<grid_for(C), kBlock, 0, as_stream(stream)>>>(C, train, sums, invstd,
+                                                                                        gamma, scale, mean_dy, k);
+    PARALAB_GPU_CHECK_LAUNCH("batchnorm_backward_coeffs_kernel");
+}
+
 // x: [rows, D] -> y: [rows, D], mean, rstd: [rows]
 template <class T>
 void layernorm_forward(int64_t rows, int64_t D, double eps, const T* x, const T* gamma,
@@ -255,6 +340,7 @@ void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const 
 }
 
 PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_NORM_OPS)
+PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_NORM_STATS_OPS)
 
 
 }  // namespace paralab::kernels::gpu

@@ -299,6 +299,60 @@ TYPED_TEST(GpuPoolNorm, BatchNormSumsRepeatBitForBit) {
     }
 }
 
+// The per-channel formulas between the sums and the element-wise kernels: the CPU twins' bits,
+// train (running statistics moved, the unbiased variance) and eval, and the backward's.
+TYPED_TEST(GpuPoolNorm, BatchNormFormulasEqualCpuBitForBit) {
+    using T = TypeParam;
+    const int64_t C = 37;
+    std::vector<double> stats(2 * C + 1), sums(2 * C + 1), invstd_in(C);
+    std::mt19937 rng(81);
+    std::normal_distribution<double> z(0.0, 3.0);
+    const double n = 96;
+    for (int64_t c = 0; c < C; ++c) {
+        const double mean = z(rng), var = std::abs(z(rng)) + 0.01;
+        stats[c] = mean * n;
+        stats[C + c] = (var + mean * mean) * n;
+        sums[c] = z(rng) * 10;
+        sums[C + c] = z(rng) * 10;
+        invstd_in[c] = 1.0 / std::sqrt(var + 1e-5);
+    }
+    stats[C] = 0;  // a constant channel: variance exactly 0
+    stats[2 * C] = sums[2 * C] = n;
+    const auto gamma = random_normal<T>(C, 82), rm0 = random_normal<T>(C, 83);
+    std::vector<T> rv0 = random_normal<T>(C, 84);
+    for (T& v : rv0) v = std::abs(v) + T(0.1);
+    for (bool train : {true, false}) {
+        SCOPED_TRACE(train ? "train" : "eval");
+        std::vector<T> rm = rm0, rv = rv0, mean(C), scale(C);
+        std::vector<double> invstd(C);
+        kc::batchnorm_stats<T>(C, train, stats.data(), 1e-5, 0.1, gamma.data(), rm.data(), rv.data(), mean.data(),
+                               scale.data(), invstd.data());
+        DeviceBuffer<double> d_stats(stats), d_invstd(C);
+        DeviceBuffer<T> d_gamma(gamma), d_rm(rm0), d_rv(rv0), d_mean(C), d_scale(C);
+        kg::batchnorm_stats<T>(C, train, d_stats.get(), 1e-5, 0.1, d_gamma.get(), d_rm.get(), d_rv.get(),
+                               d_mean.get(), d_scale.get(), d_invstd.get(), nullptr);
+        EXPECT_TRUE(same_bits(rm, d_rm.download()));
+        EXPECT_TRUE(same_bits(rv, d_rv.download()));
+        EXPECT_TRUE(same_bits(mean, d_mean.download()));
+        EXPECT_TRUE(same_bits(scale, d_scale.download()));
+        EXPECT_TRUE(same_bits(invstd, d_invstd.download()));
+
+        std::vector<T> dgamma = random_normal<T>(C, 85), dbeta = random_normal<T>(C, 86);
+        DeviceBuffer<T> d_dgamma(dgamma), d_dbeta(dbeta), d_cf(3 * C);
+        DeviceBuffer<double> d_sums(sums), d_inv(invstd_in);
+        kc::batchnorm_param_grads<T>(C, sums.data(), invstd_in.data(), dgamma.data(), dbeta.data());
+        kg::batchnorm_param_grads<T>(C, d_sums.get(), d_inv.get(), d_dgamma.get(), d_dbeta.get(), nullptr);
+        EXPECT_TRUE(same_bits(dgamma, d_dgamma.download()));
+        EXPECT_TRUE(same_bits(dbeta, d_dbeta.download()));
+        std::vector<T> cf(3 * C);
+        kc::batchnorm_backward_coeffs<T>(C, train, sums.data(), invstd_in.data(), gamma.data(), cf.data(),
+                                         cf.data() + C, cf.data() + 2 * C);
+        kg::batchnorm_backward_coeffs<T>(C, train, d_sums.get(), d_inv.get(), d_gamma.get(), d_cf.get(),
+                                         d_cf.get() + C, d_cf.get() + 2 * C, nullptr);
+        EXPECT_TRUE(same_bits(cf, d_cf.download()));
+    }
+}
+
 // ---- no GPU needed -------------------------------------------------------------------------
 
 // A pooling geometry without a window is refused before anything is queued, in every build

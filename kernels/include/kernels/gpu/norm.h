@@ -41,6 +41,36 @@ template <class T>
 void batchnorm_backward_input(int64_t N, int64_t C, int64_t S, const T* x, const T* dy, const T* mean,
                               const T* scale, const T* mean_dy, const T* k, T* dx, void* stream);
 
+// ---- the per-channel formulas between the sums and the element-wise kernels, one thread per
+// channel, in double, rounded as the CPU twins (kernels/cpu/norm.h) round: the CPU's bits.
+// Device arrays, so that a step waits for nothing on the host.
+
+// stats: [2C + 1] = (sum x [C], sum x^2 [C], n) with n the elements per channel the sums came
+// from (a double, so that a synchronised batch norm all-reduces it with the sums). Train:
+//   mean = sum/n, var = max(sumsq/n - mean^2, 0), invstd = 1 / sqrt(var + eps),
+//   running_mean = (1 - momentum) running_mean + momentum mean,
+//   running_var = (1 - momentum) running_var + momentum var n / (n - 1)   (unbiased).
+// Eval (stats unused, may be null): mean = running_mean, invstd = 1 / sqrt(running_var + eps),
+// the running statistics untouched. Both: mean_out = T(mean), scale = T(gamma invstd),
+// invstd_out = invstd (double, for the backward).
+template <class T>
+void batchnorm_stats(int64_t C, bool train, const double* stats, double eps, double momentum,
+                     const T* gamma, T* running_mean, T* running_var, T* mean_out, T* scale,
+                     double* invstd_out, void* stream);
+
+// sums: [2C] = (sum dy, sum dy (x - mean)) of this device's rows -> dgamma += T(sum_dy_xmu
+// invstd), dbeta += T(sum_dy).
+template <class T>
+void batchnorm_param_grads(int64_t C, const double* sums, const double* invstd, T* dgamma,
+                           T* dbeta, void* stream);
+
+// The input gradient's coefficients for batchnorm_backward_input: scale = T(gamma invstd);
+// train, from sums [2C + 1] = (sum dy, sum dy (x - mean), n) (all-reduced when synchronised):
+// mean_dy = T(sum_dy / n), k = T(invstd^2 sum_dy_xmu / n); eval: mean_dy = k = 0.
+template <class T>
+void batchnorm_backward_coeffs(int64_t C, bool train, const double* sums, const double* invstd,
+                               const T* gamma, T* scale, T* mean_dy, T* k, void* stream);
+
 // ---- layer norm
 
 // x: [rows, D] -> y: [rows, D] = (x - mean) * rstd * gamma + beta per row, rstd =
