@@ -50,16 +50,26 @@ Tensor GRU::forward_impl(const Tensor& x, Mode mode) {
                         w.w_ih->value.data<T>(), T(1), gates);
 
             const int64_t ldg = steps * G, lds = steps * H;
-            for (int64_t t = 0; t < steps; ++t) {
-                ops.bias_broadcast_rows<T>(B, G, b_hh, hhp);
-                // h_{-1} = 0: the first step's recurrent term is the bias alone.
-                if (t > 0)
-                    ops.gemm<T>(false, true, B, G, H, T(1), h + (t - 1) * H, lds, w_hh, H, T(1),
-                                hhp, G);
-                ops.gru_cell_forward<T>(B, H, gates + t * G, ldg, hhp,
-                                        t > 0 ? h + (t - 1) * H : nullptr, hn + t * H, h + t * H,
-                                        lds);
-            }
+            const auto loop = [&] {
+                for (int64_t t = 0; t < steps; ++t) {
+                    ops.bias_broadcast_rows<T>(B, G, b_hh, hhp);
+                    // h_{-1} = 0: the first step's recurrent term is the bias alone.
+                    if (t > 0)
+                        ops.gemm<T>(false, true, B, G, H, T(1), h + (t - 1) * H, lds, w_hh, H, T(1),
+                                    hhp, G);
+                    ops.gru_cell_forward<T>(B, H, gates + t * G, ldg, hhp,
+                                            t > 0 ? h + (t - 1) * H : nullptr, hn + t * H, h + t * H,
+                                            lds);
+                }
+            };
+            if (ops.q)
+                m_forward_loops[static_cast<size_t>(l)].run(
+                    ops.q, {uint64_t(B), uint64_t(steps), uint64_t(H), sizeof(T), gpu::key_of(gates),
+                            gpu::key_of(hhp), gpu::key_of(b_hh), gpu::key_of(hn), gpu::key_of(h),
+                            gpu::key_of(w_hh)},
+                    loop);
+            else
+                loop();
             input = s.h;
             m_saved.push_back(std::move(s));
         }
@@ -99,15 +109,25 @@ Tensor GRU::backward_impl(const Tensor& dy) {
             Tensor dgates_hh = new_workspace(Shape{B, steps, G});
             T* dgi = dgates_ih.data<T>();
             T* dgh = dgates_hh.data<T>();
-            for (int64_t t = steps - 1; t >= 0; --t) {
-                ops.gru_cell_backward<T>(B, H, gates + t * G, ldg, hn + t * H,
-                                         t > 0 ? h + (t - 1) * H : nullptr, dhp + t * H,
-                                         t > 0 ? dhp + (t - 1) * H : nullptr, lds, dgi + t * G,
-                                         dgh + t * G);
-                if (t > 0)
-                    ops.gemm<T>(false, false, B, H, G, T(1), dgh + t * G, ldg, w_hh, H, T(1),
-                                dhp + (t - 1) * H, lds);
-            }
+            const auto loop = [&] {
+                for (int64_t t = steps - 1; t >= 0; --t) {
+                    ops.gru_cell_backward<T>(B, H, gates + t * G, ldg, hn + t * H,
+                                             t > 0 ? h + (t - 1) * H : nullptr, dhp + t * H,
+                                             t > 0 ? dhp + (t - 1) * H : nullptr, lds, dgi + t * G,
+                                             dgh + t * G);
+                    if (t > 0)
+                        ops.gemm<T>(false, false, B, H, G, T(1), dgh + t * G, ldg, w_hh, H, T(1),
+                                    dhp + (t - 1) * H, lds);
+                }
+            };
+            if (ops.q)
+                m_backward_loops[static_cast<size_t>(l)].run(
+                    ops.q, {uint64_t(B), uint64_t(steps), uint64_t(H), sizeof(T), gpu::key_of(gates),
+                            gpu::key_of(hn), gpu::key_of(h), gpu::key_of(dhp), gpu::key_of(dgi),
+                            gpu::key_of(dgh), gpu::key_of(w_hh)},
+                    loop);
+            else
+                loop();
 
             ops.gemm<T>(true, false, G, F, B * steps, T(1), dgi, input.data<T>(), T(1),
                         w.w_ih->grad.data<T>());

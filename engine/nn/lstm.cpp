@@ -54,15 +54,24 @@ Tensor LSTM::forward_impl(const Tensor& x, Mode mode) {
                         w.w_ih->value.data<T>(), T(1), gates);
 
             const int64_t ldg = steps * G, lds = steps * H;
-            for (int64_t t = 0; t < steps; ++t) {
-                T* g_t = gates + t * G;
-                // h_{-1} = 0: the first step has no recurrent term.
-                if (t > 0)
-                    ops.gemm<T>(false, true, B, G, H, T(1), h + (t - 1) * H, lds, w_hh, H, T(1),
-                                g_t, ldg);
-                ops.lstm_cell_forward<T>(B, H, g_t, ldg, t > 0 ? c + (t - 1) * H : nullptr,
-                                         c + t * H, tanh_c + t * H, h + t * H, lds);
-            }
+            const auto loop = [&] {
+                for (int64_t t = 0; t < steps; ++t) {
+                    T* g_t = gates + t * G;
+                    // h_{-1} = 0: the first step has no recurrent term.
+                    if (t > 0)
+                        ops.gemm<T>(false, true, B, G, H, T(1), h + (t - 1) * H, lds, w_hh, H, T(1),
+                                    g_t, ldg);
+                    ops.lstm_cell_forward<T>(B, H, g_t, ldg, t > 0 ? c + (t - 1) * H : nullptr,
+                                             c + t * H, tanh_c + t * H, h + t * H, lds);
+                }
+            };
+            if (ops.q)
+                m_forward_loops[static_cast<size_t>(l)].run(
+                    ops.q, {uint64_t(B), uint64_t(steps), uint64_t(H), sizeof(T), gpu::key_of(gates),
+                            gpu::key_of(c), gpu::key_of(tanh_c), gpu::key_of(h), gpu::key_of(w_hh)},
+                    loop);
+            else
+                loop();
             input = s.h;
             m_saved.push_back(std::move(s));
         }
@@ -100,14 +109,25 @@ Tensor LSTM::backward_impl(const Tensor& dy) {
             Tensor dgates = new_workspace(Shape{B, steps, G});
             T* dg = dgates.data<T>();
             dc.zero();
-            for (int64_t t = steps - 1; t >= 0; --t) {
-                ops.lstm_cell_backward<T>(B, H, gates + t * G, ldg,
-                                          t > 0 ? c + (t - 1) * H : nullptr, tanh_c + t * H,
-                                          dhp + t * H, lds, dc.data<T>(), dg + t * G);
-                if (t > 0)
-                    ops.gemm<T>(false, false, B, H, G, T(1), dg + t * G, ldg, w_hh, H, T(1),
-                                dhp + (t - 1) * H, lds);
-            }
+            T* dcp = dc.data<T>();
+            const auto loop = [&] {
+                for (int64_t t = steps - 1; t >= 0; --t) {
+                    ops.lstm_cell_backward<T>(B, H, gates + t * G, ldg,
+                                              t > 0 ? c + (t - 1) * H : nullptr, tanh_c + t * H,
+                                              dhp + t * H, lds, dcp, dg + t * G);
+                    if (t > 0)
+                        ops.gemm<T>(false, false, B, H, G, T(1), dg + t * G, ldg, w_hh, H, T(1),
+                                    dhp + (t - 1) * H, lds);
+                }
+            };
+            if (ops.q)
+                m_backward_loops[static_cast<size_t>(l)].run(
+                    ops.q, {uint64_t(B), uint64_t(steps), uint64_t(H), sizeof(T), gpu::key_of(gates),
+                            gpu::key_of(c), gpu::key_of(tanh_c), gpu::key_of(dhp), gpu::key_of(dcp),
+                            gpu::key_of(dg), gpu::key_of(w_hh)},
+                    loop);
+            else
+                loop();
 
             ops.gemm<T>(true, false, G, F, B * steps, T(1), dg, input.data<T>(), T(1),
                         w.w_ih->grad.data<T>());

@@ -39,6 +39,10 @@ Shape RecurrentLayer::build_impl(const Shape& input) {
         w.b_hh = &add_param("bias_hh" + s, Shape{G});
         m_weights.push_back(w);
     }
+    m_forward_loops.clear();
+    m_backward_loops.clear();
+    m_forward_loops.resize(static_cast<size_t>(m_num_layers));
+    m_backward_loops.resize(static_cast<size_t>(m_num_layers));
     return m_return_sequence ? Shape{m_steps, m_hidden} : Shape{m_hidden};
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device/gpu_graph.h"
 #include "engine/nn/layer.h"
 
 namespace paralab::nn {
@@ -51,6 +52,9 @@ protected:
     int64_t m_features = 0;
     std::vector<RecurrentWeights> m_weights;  // per stacked layer
     Tensor m_x;                               // the last forward's input, released by backward
+    // On a GPU each stacked layer's time loop, forward and backward, replays as a CUDA graph
+    // (one launch for its ~2 kernels a step); per stacked layer.
+    std::vector<gpu::GraphReplay> m_forward_loops, m_backward_loops;
 };
 
 class LSTM : public RecurrentLayer {

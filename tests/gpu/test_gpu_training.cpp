@@ -11,11 +11,13 @@
 #include <string>
 #include <vector>
 
+#include <kernels/gpu/elementwise.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/comm/gpu.h"
 #include "engine/device/cuda_device.h"
 #include "engine/device/device.h"
+#include "engine/device/gpu_graph.h"
 #include "engine/device/gpu_values.h"
 #include "engine/nn/model.h"
 #include "engine/optim/loss_scaler.h"
@@ -369,6 +371,55 @@ TEST_F(GpuRuns, LossScalerSkipsAnOverflowAndBacksOff) {
     set({1, 2, 3, 4});
     EXPECT_TRUE(scaler.unscale(ps));  // two clean steps in a row: the scale grows
     EXPECT_EQ(scaler.scale(), 512.0);
+}
+
+// The recurrent layers' time loops replay as CUDA graphs: the same kernels with the same
+// arguments, so a run ends on the same bits as with every kernel launched on its own; and the
+// loops are captured once, not every step (the activations' addresses repeat).
+TEST_F(GpuRuns, RecurrentTimeLoopsAsCudaGraphsChangeNoBit) {
+    using strategy_testing::run_it;
+    json j = json::parse(R"({
+      "paralab": 1, "name": "gpu-graphs", "seed": 5,
+      "data": {"dataset": "seqclass", "samples": 256, "seq_len": 12, "features": 6, "classes": 3,
+               "batch_size": 32},
+      "model": {"layers": [{"type": "lstm", "hidden": 24, "num_layers": 2, "return": "sequence"},
+                           {"type": "gru", "hidden": 16, "return": "last"}, {"type": "linear", "out": 3}],
+        "loss": "cross_entropy"},
+      "optimizer": {"type": "adam", "lr": 0.01},
+      "devices": ["cuda:0"], "strategy": {"type": "single"},
+      "train": {"epochs": 2}
+    })");
+    gpu::set_graphs_enabled(false);
+    const auto eager = run_it(j);
+    gpu::set_graphs_enabled(true);
+    const auto graphed = run_it(j);
+    ASSERT_EQ(eager.summary.status, "finished") << eager.summary.error;
+    ASSERT_EQ(graphed.summary.status, "finished") << graphed.summary.error;
+    EXPECT_EQ(strategy_testing::max_rel_diff(eager.artifacts.parameters, graphed.artifacts.parameters), 0.0);
+    EXPECT_EQ(eager.summary.final_loss, graphed.summary.final_loss);
+}
+
+// A GraphReplay captures again when its key changes and launches the recorded graph while it
+// does not; the replay computes what running the work eagerly does.
+TEST_F(GpuRuns, GraphReplayFollowsItsKey) {
+    auto d = make_cuda_device(0);
+    d->make_current();
+    Tensor a = Tensor::zeros(Shape{64}, DType::f32, *d, MemCategory::workspace);
+    Tensor b = Tensor::zeros(Shape{64}, DType::f32, *d, MemCategory::workspace);
+    Tensor one = Tensor::empty(Shape{64}, DType::f32, *d, MemCategory::workspace);
+    one.fill(1.0);
+    gpu::GraphReplay replay;
+    const auto add_one = [&](Tensor& t) {
+        replay.run(d->queue(), {gpu::key_of(t.raw())}, [&] {
+            kernels::gpu::bias_add_rows<float>(1, 64, one.data<float>(), t.data<float>(), d->queue());
+        });
+    };
+    for (int i = 0; i < 3; ++i) add_one(a);
+    add_one(b);
+    add_one(a);
+    EXPECT_EQ(gpu::on_host(a).span<float>()[63], 4.0f);
+    EXPECT_EQ(gpu::on_host(b).span<float>()[0], 1.0f);
+    EXPECT_EQ(replay.captures(), 3);  // a, then b, then a again
 }
 
 // Two ranks, each holding part of the gradients (zero's shards, the stages): an overflow on one

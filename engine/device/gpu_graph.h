@@ -1,0 +1,52 @@
+// Replaying a fixed sequence of GPU work as a CUDA graph (kernels/gpu/graph.h): a recurrent
+// layer's time loop is ~2 kernels a step, each costing a launch (microseconds) far longer than
+// the kernel itself at small sizes; as a graph the whole loop is one launch. Free of CUDA types.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace paralab::gpu {
+
+// Whether GraphReplay captures at all: on unless the environment sets PARALAB_CUDA_GRAPHS=0
+// (read once); set_graphs_enabled overrides it (tests compare the two paths).
+bool graphs_enabled();
+void set_graphs_enabled(bool on);
+
+// One recorded sequence, replayed while what it depends on stays the same. Used by one thread
+// at a time (the layer's rank thread).
+class GraphReplay {
+public:
+    GraphReplay() = default;
+    ~GraphReplay();
+    GraphReplay(GraphReplay&& other) noexcept;
+    GraphReplay& operator=(GraphReplay&& other) noexcept;
+    GraphReplay(const GraphReplay&) = delete;
+    GraphReplay& operator=(const GraphReplay&) = delete;
+
+    // Queues `record`'s work on `stream`. `record` may only queue work on `stream` (kernels,
+    // library calls, copies between device buffers): no host waits, no allocations, nothing on
+    // other streams. `key` lists everything that work depends on and that may change between
+    // calls (pointers, sizes, scalars): with the key of the last call the recorded graph is
+    // launched; with another, `record` is captured again (and the executable graph updated in
+    // place when its shape allows). Graphs off, or a capture the runtime refused: `record` runs
+    // eagerly, and after a refusal this object stays eager (capture is only an optimisation).
+    void run(void* stream, const std::vector<uint64_t>& key, const std::function<void()>& record);
+
+    // How many times `record` was captured (for tests: a stable key captures once).
+    int captures() const { return m_captures; }
+
+private:
+    void release();
+
+    void* m_exec = nullptr;  // cudaGraphExec_t
+    std::vector<uint64_t> m_key;
+    bool m_eager = false;  // a capture failed: never try again
+    int m_captures = 0;
+};
+
+// A key word for a pointer.
+inline uint64_t key_of(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
+
+}  // namespace paralab::gpu
