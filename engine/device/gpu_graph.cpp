@@ -2,6 +2,7 @@
 
 #include <kernels/gpu/graph.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -21,24 +22,28 @@ std::atomic<int>& graphs_setting() {
     return setting;
 }
 
+std::atomic<int64_t> g_captures{0}, g_launches{0};
+
 }  // namespace
 
 bool graphs_enabled() { return graphs_setting().load() != 0; }
 void set_graphs_enabled(bool on) { graphs_setting().store(on ? 1 : 0); }
 
+GraphCounts graph_counts() { return {g_captures.load(), g_launches.load()}; }
+
 GraphReplay::~GraphReplay() { release(); }
 
 GraphReplay::GraphReplay(GraphReplay&& other) noexcept
-    : m_exec(std::exchange(other.m_exec, nullptr)),
-      m_key(std::move(other.m_key)),
+    : m_graphs(std::exchange(other.m_graphs, {})),
+      m_clock(other.m_clock),
       m_eager(other.m_eager),
       m_captures(other.m_captures) {}
 
 GraphReplay& GraphReplay::operator=(GraphReplay&& other) noexcept {
     if (this != &other) {
         release();
-        m_exec = std::exchange(other.m_exec, nullptr);
-        m_key = std::move(other.m_key);
+        m_graphs = std::exchange(other.m_graphs, {});
+        m_clock = other.m_clock;
         m_eager = other.m_eager;
         m_captures = other.m_captures;
     }
@@ -46,17 +51,24 @@ GraphReplay& GraphReplay::operator=(GraphReplay&& other) noexcept {
 }
 
 void GraphReplay::release() {
-    if (!m_exec) return;
-    try {
-        kg::graph_exec_destroy(m_exec);
-    } catch (...) {  // a destructor must not throw; a failing runtime is reported elsewhere
+    for (Graph& g : m_graphs) {
+        try {
+            kg::graph_exec_destroy(g.exec);
+        } catch (...) {  // a destructor must not throw; a failing runtime is reported elsewhere
+        }
     }
-    m_exec = nullptr;
+    m_graphs.clear();
 }
 
 void GraphReplay::run(void* stream, const std::vector<uint64_t>& key, const std::function<void()>& record) {
     if (m_eager || !graphs_enabled() || !stream) return record();
-    if (m_exec && key == m_key) return kg::graph_launch(m_exec, stream);
+    for (Graph& g : m_graphs)
+        if (g.key == key) {
+            g.last_used = ++m_clock;
+            kg::graph_launch(g.exec, stream);
+            ++g_launches;
+            return;
+        }
 
     void* graph = nullptr;
     try {
@@ -72,9 +84,18 @@ void GraphReplay::run(void* stream, const std::vector<uint64_t>& key, const std:
         }
         graph = kg::stream_end_capture(stream);
         ++m_captures;
-        if (!m_exec || !kg::graph_exec_update(m_exec, graph)) {
-            release();
-            m_exec = kg::graph_instantiate(graph);
+        ++g_captures;
+        if (m_graphs.size() < kMaxGraphs) {
+            m_graphs.push_back({key, kg::graph_instantiate(graph), 0});
+        } else {
+            Graph& lru = *std::min_element(m_graphs.begin(), m_graphs.end(),
+                                           [](const Graph& x, const Graph& y) { return x.last_used < y.last_used; });
+            if (!kg::graph_exec_update(lru.exec, graph)) {
+                void* fresh = kg::graph_instantiate(graph);
+                kg::graph_exec_destroy(lru.exec);
+                lru.exec = fresh;
+            }
+            lru.key = key;
         }
         kg::graph_destroy(graph);
         graph = nullptr;
@@ -88,12 +109,13 @@ void GraphReplay::run(void* stream, const std::vector<uint64_t>& key, const std:
             }
         }
         release();
-        m_key.clear();
         m_eager = true;
         return record();
     }
-    m_key = key;
-    kg::graph_launch(m_exec, stream);
+    Graph& made = *std::find_if(m_graphs.begin(), m_graphs.end(), [&](const Graph& g) { return g.key == key; });
+    made.last_used = ++m_clock;
+    kg::graph_launch(made.exec, stream);
+    ++g_launches;
 }
 
 }  // namespace paralab::gpu

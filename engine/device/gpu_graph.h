@@ -14,8 +14,14 @@ namespace paralab::gpu {
 bool graphs_enabled();
 void set_graphs_enabled(bool on);
 
-// One recorded sequence, replayed while what it depends on stays the same. Used by one thread
-// at a time (the layer's rank thread).
+// Every capture and graph launch of the process so far (for tests and reports).
+struct GraphCounts {
+    int64_t captures = 0, launches = 0;
+};
+GraphCounts graph_counts();
+
+// One sequence of work, recorded as a graph for each of the last few keys it ran with and
+// replayed while the key recurs. Used by one thread at a time (the layer's rank thread).
 class GraphReplay {
 public:
     GraphReplay() = default;
@@ -28,20 +34,29 @@ public:
     // Queues `record`'s work on `stream`. `record` may only queue work on `stream` (kernels,
     // library calls, copies between device buffers): no host waits, no allocations, nothing on
     // other streams. `key` lists everything that work depends on and that may change between
-    // calls (pointers, sizes, scalars): with the key of the last call the recorded graph is
-    // launched; with another, `record` is captured again (and the executable graph updated in
-    // place when its shape allows). Graphs off, or a capture the runtime refused: `record` runs
+    // calls (pointers, sizes, scalars): with a key recorded before, its graph is launched;
+    // with a new one, `record` is captured again and kept beside the others (up to
+    // kMaxGraphs; then the least recently used graph is updated in place to it, or remade).
+    // Several keys recur because the activations of consecutive steps may take turns among a
+    // few blocks of the caching allocator. Graphs off, or a capture the runtime refused: `record` runs
     // eagerly, and after a refusal this object stays eager (capture is only an optimisation).
     void run(void* stream, const std::vector<uint64_t>& key, const std::function<void()>& record);
 
-    // How many times `record` was captured (for tests: a stable key captures once).
+    // How many times `record` was captured (for tests: a recurring key captures once).
     int captures() const { return m_captures; }
 
+    static constexpr size_t kMaxGraphs = 8;
+
 private:
+    struct Graph {
+        std::vector<uint64_t> key;
+        void* exec = nullptr;  // cudaGraphExec_t
+        uint64_t last_used = 0;
+    };
     void release();
 
-    void* m_exec = nullptr;  // cudaGraphExec_t
-    std::vector<uint64_t> m_key;
+    std::vector<Graph> m_graphs;
+    uint64_t m_clock = 0;
     bool m_eager = false;  // a capture failed: never try again
     int m_captures = 0;
 };

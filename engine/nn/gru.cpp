@@ -31,12 +31,13 @@ Tensor GRU::forward_impl(const Tensor& x, Mode mode) {
     const Ops ops = ops_for(x);
     dispatch_float(x.dtype(), [&]<class T>() {
         Tensor input = x;
-        Tensor hh = new_workspace(Shape{B, G});  // one step's h_{t-1} W_hh^T + b_hh
+        Tensor hh = loop_buffer(0, kStepScratch, Shape{B, G}, false);  // one step's h_{t-1} W_hh^T + b_hh
         for (int64_t l = 0; l < m_num_layers; ++l) {
             const RecurrentWeights& w = m_weights[static_cast<size_t>(l)];
             const int64_t F = input.dim(2);
-            Saved s{new_activation(Shape{B, steps, G}), new_activation(Shape{B, steps, H}),
-                    new_activation(Shape{B, steps, H})};
+            Saved s{loop_buffer(l, kSavedGates, Shape{B, steps, G}, true),
+                    loop_buffer(l, kSavedState, Shape{B, steps, H}, true),
+                    loop_buffer(l, kSavedOut, Shape{B, steps, H}, true)};
             T* gates = s.gates.data<T>();
             T* hn = s.hn.data<T>();
             T* h = s.h.data<T>();
@@ -105,8 +106,8 @@ Tensor GRU::backward_impl(const Tensor& dy) {
             // The input side and the recurrent side differ in the n block (r scales the
             // latter), so each keeps its own gate gradients, all steps, for the GEMMs after the
             // loop.
-            Tensor dgates_ih = new_workspace(Shape{B, steps, G});
-            Tensor dgates_hh = new_workspace(Shape{B, steps, G});
+            Tensor dgates_ih = loop_buffer(l, kGradGates, Shape{B, steps, G}, false);
+            Tensor dgates_hh = loop_buffer(l, kGradGatesHh, Shape{B, steps, G}, false);
             T* dgi = dgates_ih.data<T>();
             T* dgh = dgates_hh.data<T>();
             const auto loop = [&] {
@@ -136,8 +137,8 @@ Tensor GRU::backward_impl(const Tensor& dy) {
             ops.column_sums_accumulate<T>(B * steps, G, dgh, w.b_hh->grad.data<T>());
 
             if (l > 0 || needs_input_grad()) {
-                Tensor d_in =
-                    l > 0 ? new_workspace(Shape{B, steps, F}) : new_activation(Shape{B, steps, F});
+                Tensor d_in = l > 0 ? loop_buffer(l - 1, kGradOut, Shape{B, steps, F}, false)
+                                    : new_activation(Shape{B, steps, F});
                 ops.gemm<T>(false, false, B * steps, F, G, T(1), dgi, w.w_ih->value.data<T>(), T(0),
                             d_in.data<T>());
                 (l > 0 ? dh : dx) = d_in;

@@ -35,8 +35,10 @@ Tensor LSTM::forward_impl(const Tensor& x, Mode mode) {
         for (int64_t l = 0; l < m_num_layers; ++l) {
             const RecurrentWeights& w = m_weights[static_cast<size_t>(l)];
             const int64_t F = input.dim(2);
-            Saved s{new_activation(Shape{B, steps, G}), new_activation(Shape{B, steps, H}),
-                    new_activation(Shape{B, steps, H}), new_activation(Shape{B, steps, H})};
+            Saved s{loop_buffer(l, kSavedGates, Shape{B, steps, G}, true),
+                    loop_buffer(l, kSavedState, Shape{B, steps, H}, true),
+                    loop_buffer(l, kSavedTanhState, Shape{B, steps, H}, true),
+                    loop_buffer(l, kSavedOut, Shape{B, steps, H}, true)};
             T* gates = s.gates.data<T>();
             T* c = s.c.data<T>();
             T* tanh_c = s.tanh_c.data<T>();
@@ -92,7 +94,6 @@ Tensor LSTM::backward_impl(const Tensor& dy) {
         // dh: [B, T, H], the gradient reaching each h_t of the current layer. It starts as the
         // gradient from above; the loop adds the recurrent part of step t+1 before step t.
         Tensor dh = output_gradient(dy);
-        Tensor dc = new_workspace(Shape{B, H});
         for (int64_t l = m_num_layers - 1; l >= 0; --l) {
             const Saved& s = m_saved[static_cast<size_t>(l)];
             const RecurrentWeights& w = m_weights[static_cast<size_t>(l)];
@@ -106,8 +107,9 @@ Tensor LSTM::backward_impl(const Tensor& dy) {
 
             // Gate gradients of every step, so that dW_ih, dW_hh, the biases and dx are GEMMs
             // over all B*T rows after the loop.
-            Tensor dgates = new_workspace(Shape{B, steps, G});
+            Tensor dgates = loop_buffer(l, kGradGates, Shape{B, steps, G}, false);
             T* dg = dgates.data<T>();
+            Tensor dc = loop_buffer(l, kGradState, Shape{B, H}, false);
             dc.zero();
             T* dcp = dc.data<T>();
             const auto loop = [&] {
@@ -138,8 +140,8 @@ Tensor LSTM::backward_impl(const Tensor& dy) {
             ops.column_sums_accumulate<T>(B * steps, G, dg, w.b_hh->grad.data<T>());
 
             if (l > 0 || needs_input_grad()) {
-                Tensor d_in =
-                    l > 0 ? new_workspace(Shape{B, steps, F}) : new_activation(Shape{B, steps, F});
+                Tensor d_in = l > 0 ? loop_buffer(l - 1, kGradOut, Shape{B, steps, F}, false)
+                                    : new_activation(Shape{B, steps, F});
                 ops.gemm<T>(false, false, B * steps, F, G, T(1), dg, w.w_ih->value.data<T>(), T(0),
                             d_in.data<T>());
                 (l > 0 ? dh : dx) = d_in;

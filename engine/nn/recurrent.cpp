@@ -4,6 +4,7 @@
 
 #include <kernels/cpu/recurrent.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace paralab::nn {
@@ -43,6 +44,7 @@ Shape RecurrentLayer::build_impl(const Shape& input) {
     m_backward_loops.clear();
     m_forward_loops.resize(static_cast<size_t>(m_num_layers));
     m_backward_loops.resize(static_cast<size_t>(m_num_layers));
+    m_loop_slots.assign(static_cast<size_t>(m_num_layers), std::vector<std::vector<Tensor>>(kRoles));
     return m_return_sequence ? Shape{m_steps, m_hidden} : Shape{m_hidden};
 }
 
@@ -67,9 +69,22 @@ Tensor RecurrentLayer::layer_output(const Tensor& top) const {
     return y;
 }
 
-Tensor RecurrentLayer::output_gradient(const Tensor& dy) const {
+Tensor RecurrentLayer::loop_buffer(int64_t layer, LoopRole role, const Shape& shape, bool activation) {
+    if (!device().is_gpu()) return activation ? new_activation(shape) : new_workspace(shape);
+    std::vector<Tensor>& kept = m_loop_slots[static_cast<size_t>(layer)][role];
+    auto it = std::find_if(kept.begin(), kept.end(), [&](const Tensor& t) { return t.shape() == shape; });
+    if (it == kept.end()) {
+        if (kept.size() == kShapesKept) kept.pop_back();  // the least recently used shape
+        kept.insert(kept.begin(), activation ? new_activation(shape) : new_workspace(shape));
+    } else {
+        std::rotate(kept.begin(), it, it + 1);
+    }
+    return kept.front();
+}
+
+Tensor RecurrentLayer::output_gradient(const Tensor& dy) {
     const int64_t B = dy.dim(0), H = m_hidden;
-    Tensor dh = new_workspace(Shape{B, m_steps, H});
+    Tensor dh = loop_buffer(m_num_layers - 1, kGradOut, Shape{B, m_steps, H}, false);
     if (m_return_sequence) {
         dh.copy_from(dy);
         return dh;

@@ -41,8 +41,25 @@ protected:
     // its last step [B, H].
     Tensor layer_output(const Tensor& top) const;
     // dy: [B, H] or [B, T, H] -> [B, T, H], the gradient reaching each of the top layer's h_t
-    // from above (zero but at the last step when only the last step is returned).
-    Tensor output_gradient(const Tensor& dy) const;
+    // from above (zero but at the last step when only the last step is returned); in the top
+    // layer's loop buffer kGradOut.
+    Tensor output_gradient(const Tensor& dy);
+
+    // The buffers a stacked layer's time loops read and write, by role (each layer type uses
+    // the roles it needs). On a GPU they keep their addresses from step to step, so that the
+    // loops' recorded graphs stay valid: loop_buffer gives back the (layer, role) buffer of
+    // that shape, kept from an earlier call; the last kShapesKept shapes are kept (the
+    // training batch, a smaller last batch, evaluation's batch), so that an epoch's end does not
+    // move them. On the CPU a fresh tensor each call, released with its last user, as every
+    // other layer's.
+    enum LoopRole : size_t {
+        kSavedGates, kSavedState, kSavedTanhState, kSavedOut,  // forward, kept for backward
+        kGradGates, kGradGatesHh, kGradState, kGradOut,        // backward
+        kStepScratch,                                          // one step's scratch
+        kRoles
+    };
+    Tensor loop_buffer(int64_t layer, LoopRole role, const Shape& shape, bool activation);
+    static constexpr size_t kShapesKept = 3;
 
     int64_t m_gates;
     int64_t m_hidden;
@@ -55,6 +72,8 @@ protected:
     // On a GPU each stacked layer's time loop, forward and backward, replays as a CUDA graph
     // (one launch for its ~2 kernels a step); per stacked layer.
     std::vector<gpu::GraphReplay> m_forward_loops, m_backward_loops;
+    // GPU: [stacked layer][role], the most recently used shape first.
+    std::vector<std::vector<std::vector<Tensor>>> m_loop_slots;
 };
 
 class LSTM : public RecurrentLayer {

@@ -20,8 +20,11 @@ void* Allocator::allocate(size_t bytes, MemCategory category) {
     const auto c = static_cast<size_t>(category);
     std::lock_guard lock(m_mutex);
     void* ptr = nullptr;
-    auto it = m_cache.find(size);
-    if (it != m_cache.end()) {
+    // The block of this size freed last (deallocate puts it first among its size): it is the
+    // most likely still in cache, and a steady step gets the same addresses step after step,
+    // which the GPU's recorded graphs (engine/device/gpu_graph.h) are keyed by.
+    auto it = m_cache.lower_bound(size);
+    if (it != m_cache.end() && it->first == size) {
         ptr = it->second;
         m_cache.erase(it);
         m_stats.cached_bytes -= static_cast<int64_t>(size);
@@ -65,7 +68,7 @@ void Allocator::deallocate(void* ptr, size_t bytes, MemCategory category) {
     std::lock_guard lock(m_mutex);
     m_stats.current[c] -= static_cast<int64_t>(size);
     m_stats.current_total -= static_cast<int64_t>(size);
-    m_cache.emplace(size, ptr);
+    m_cache.emplace_hint(m_cache.lower_bound(size), size, ptr);  // first of its size: reused first
     m_stats.cached_bytes += static_cast<int64_t>(size);
 }
 

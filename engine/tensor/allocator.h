@@ -76,7 +76,7 @@ private:
     std::string m_name;
     mutable std::mutex m_mutex;
     MemoryStats m_stats;                                 // guarded by m_mutex
-    std::multimap<size_t, void*> m_cache;                // guarded by m_mutex
+    std::multimap<size_t, void*> m_cache;                // guarded by m_mutex; same sizes last-freed first
     int64_t m_limit = 0;                                 // guarded by m_mutex
 };
 
