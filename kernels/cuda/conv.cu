@@ -11,6 +11,7 @@
 // (per channel, in double, a fixed order), not cudnnConvolutionBackwardBias, whose reduction
 // order cuDNN does not document.
 #include <kernels/gpu/conv.h>
+#include <kernels/gpu/detail/launch_checks.h>
 #include <kernels/gpu/error.h>
 
 #include <stdexcept>
@@ -29,33 +30,10 @@
 
 namespace paralab::kernels::gpu {
 
-namespace {
-
-// "conv2d of 64 x [1, 28, 28] into 16 channels, kernel 5, stride 1, padding 2, with bias, f32"
-std::string describe(const cpu::Conv2dGeometry& g, int64_t batch, int64_t out_channels, bool bias,
-                     bool f64, bool tf32) {
-    return "conv2d of " + std::to_string(batch) + " x [" + std::to_string(g.channels) + ", " +
-           std::to_string(g.height) + ", " + std::to_string(g.width) + "] into " +
-           std::to_string(out_channels) + " channels, kernel " + std::to_string(g.kernel) +
-           ", stride " + std::to_string(g.stride) + ", padding " + std::to_string(g.padding) +
-           (bias ? ", with bias, " : ", no bias, ") + (f64 ? "f64" : tf32 ? "f32 (TF32 allowed)" : "f32");
-}
-
-// The preconditions every build checks the same way: std::invalid_argument naming the plan.
-void validate(const cpu::Conv2dGeometry& g, int64_t batch, int64_t out_channels, const std::string& what) {
-    auto require = [&](bool ok, const char* cause) {
-        if (!ok) throw std::invalid_argument("CudnnConv2dPlan(" + what + "): " + cause);
-    };
-    require(batch >= 0, "batch must be >= 0");
-    require(g.channels >= 1 && g.height >= 1 && g.width >= 1, "channels, height and width must be >= 1");
-    require(out_channels >= 1, "out_channels must be >= 1");
-    require(g.kernel >= 1 && g.stride >= 1 && g.padding >= 0,
-            "kernel and stride must be >= 1 and padding >= 0");
-    require(g.height + 2 * g.padding >= g.kernel && g.width + 2 * g.padding >= g.kernel,
-            "the kernel is larger than the padded input (no output position)");
-}
-
-}  // namespace
+// The plan's messages and preconditions (kernels/gpu/detail/launch_checks.h): every build
+// checks them the same way.
+using detail::describe_conv;
+using detail::validate_conv_plan;
 
 #if PARALAB_HAVE_CUDNN
 
@@ -345,8 +323,8 @@ struct CudnnConv2dPlan::Impl {
 
 CudnnConv2dPlan::CudnnConv2dPlan(int device, const cpu::Conv2dGeometry& g, int64_t batch, int64_t out_channels,
                                  bool bias, bool f64, bool tf32) {
-    const std::string what = describe(g, batch, out_channels, bias, f64, tf32);
-    validate(g, batch, out_channels, what);
+    const std::string what = describe_conv(g, batch, out_channels, bias, f64, tf32);
+    validate_conv_plan(g, batch, out_channels, what);
     if (!cudnn_available())
         throw std::runtime_error("CudnnConv2dPlan(" + what +
                                  "): the cuDNN library found at run time has no convolutions "
@@ -460,8 +438,8 @@ struct CudnnConv2dPlan::Impl {};
 
 CudnnConv2dPlan::CudnnConv2dPlan(int, const cpu::Conv2dGeometry& g, int64_t batch, int64_t out_channels, bool bias,
                                  bool f64, bool tf32) {
-    const std::string what = describe(g, batch, out_channels, bias, f64, tf32);
-    validate(g, batch, out_channels, what);
+    const std::string what = describe_conv(g, batch, out_channels, bias, f64, tf32);
+    validate_conv_plan(g, batch, out_channels, what);
     throw std::runtime_error("CudnnConv2dPlan(" + what +
                              "): this ParaLab was built without cuDNN (none found, or -DPARALAB_CUDNN=OFF)");
 }

@@ -69,16 +69,7 @@ HandleCache& handles() {
     return *cache;
 }
 
-void check_gemm_shape(const char* name, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                      int64_t lda, int64_t ldb, int64_t ldc) {
-    require(M >= 0 && N >= 0 && K >= 0, name, "negative size");
-    require(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
-                ldc <= INT_MAX,
-            name, "a size or leading dimension does not fit cuBLAS's int");
-    require(lda >= std::max<int64_t>(1, trans_a ? M : K), name, "lda is smaller than a row of A");
-    require(ldb >= std::max<int64_t>(1, trans_b ? K : N), name, "ldb is smaller than a row of B");
-    require(ldc >= std::max<int64_t>(1, N), name, "ldc is smaller than a row of C");
-}
+using detail::check_gemm_shape;
 
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 

@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <kernels/gpu/detail/launch_checks.h>
+
 #include "check.cuh"
 
 namespace paralab::kernels::gpu::detail {
@@ -30,18 +32,8 @@ inline unsigned grid_for(int64_t n, int block = kBlock) {
 // this many threads: a multiple of 32, as block_sum and block_max need.
 constexpr int kRowBlock = 256;
 
-// Throws std::invalid_argument naming the launcher when a precondition fails (a size < 0, a
-// null pointer where data is needed): checked on the host before anything is queued.
-inline void require(bool ok, const char* launcher, const char* what) {
-    if (!ok) throw std::invalid_argument(std::string(launcher) + ": " + what);
-}
-
-// The same for the host arrays of a multi-tensor launcher (multi_tensor.cuh): count >= 0 and
-// every sizes[k] >= 0.
-inline void require_tensor_sizes(const char* launcher, int64_t count, const int64_t* sizes) {
-    require(count >= 0, launcher, "negative tensor count");
-    for (int64_t k = 0; k < count; ++k) require(sizes[k] >= 0, launcher, "negative tensor size");
-}
+// require, require_tensor_sizes and the launchers' other host-side checks are in
+// kernels/gpu/detail/launch_checks.h (shared with the host fakes of the tests).
 
 // Sets the calling thread's current device for a scope and restores the previous one.
 class DeviceGuard {

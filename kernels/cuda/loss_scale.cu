@@ -2,6 +2,7 @@
 // over every gradient in one multi-tensor launch, and the scale update as a one-thread kernel.
 #include <kernels/gpu/loss_scale.h>
 #include <kernels/gpu/detail/op_lists.h>
+#include <kernels/gpu/detail/single_tensor_forms.h>
 
 #include <array>
 #include <type_traits>
@@ -63,13 +64,6 @@ void non_finite_check_and_unscale_multi(int64_t count, T* const* grads, const in
         non_finite_check_and_unscale_kernel<T><<<blocks, kTensorChunkBlock, 0, s>>>(list, found_inf, inv_scale);
         PARALAB_GPU_CHECK_LAUNCH("non_finite_check_and_unscale_kernel");
     });
-}
-
-// grad: [n]
-template <class T>
-void non_finite_check_and_unscale(int64_t n, T* grad, float* found_inf, const float* inv_scale,
-                                  void* stream) {
-    non_finite_check_and_unscale_multi<T>(1, &grad, &n, found_inf, inv_scale, stream);
 }
 
 void update_loss_scale(float* scale, int32_t* growth_tracker, const float* found_inf,

@@ -229,11 +229,7 @@ __global__ void batchnorm_backward_coeffs_kernel(int64_t C, bool train, const do
 
 }  // namespace
 
-// The size checks of the batch norm launchers.
-void check_batchnorm_sizes(int64_t N, int64_t C, int64_t S, const char* launcher) {
-    require(N >= 0 && S >= 0, launcher, "N and S must be >= 0");
-    require(C >= 0 && C <= INT32_MAX, launcher, "C out of range");
-}
+using detail::check_batchnorm_sizes;
 
 // x: [N, C, S] -> sum, sumsq: [C] (device, overwritten)
 template <class T>

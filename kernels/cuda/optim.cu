@@ -2,6 +2,7 @@
 // kernels/cpu/optim.cpp; the host rounds the hyper-parameters to T exactly as the CPU does.
 #include <kernels/gpu/optim.h>
 #include <kernels/gpu/detail/op_lists.h>
+#include <kernels/gpu/detail/single_tensor_forms.h>
 
 #include <array>
 #include <cmath>
@@ -150,31 +151,7 @@ void adamw_update_multi(int64_t count, T* const* p, const T* const* g, T* const*
                        adam_step<T, true>(lr, beta1, beta2, eps, weight_decay, step), stream);
 }
 
-// ---- one tensor: a list of one ---------------------------------------------------------------
-
-template <class T>
-void sgd_update(int64_t n, T* p, const T* g, double lr, double weight_decay, void* stream) {
-    sgd_update_multi<T>(1, &p, &g, &n, lr, weight_decay, stream);
-}
-
-template <class T>
-void sgd_momentum_update(int64_t n, T* p, const T* g, T* buf, double lr, double momentum,
-                         double weight_decay, bool nesterov, bool first_step, void* stream) {
-    sgd_momentum_update_multi<T>(1, &p, &g, &buf, &n, lr, momentum, weight_decay, nesterov,
-                                 first_step, stream);
-}
-
-template <class T>
-void adam_update(int64_t n, T* p, const T* g, T* m, T* v, double lr, double beta1, double beta2,
-                 double eps, double weight_decay, int64_t step, void* stream) {
-    adam_update_multi<T>(1, &p, &g, &m, &v, &n, lr, beta1, beta2, eps, weight_decay, step, stream);
-}
-
-template <class T>
-void adamw_update(int64_t n, T* p, const T* g, T* m, T* v, double lr, double beta1, double beta2,
-                  double eps, double weight_decay, int64_t step, void* stream) {
-    adamw_update_multi<T>(1, &p, &g, &m, &v, &n, lr, beta1, beta2, eps, weight_decay, step, stream);
-}
+// ---- one tensor: a list of one (kernels/gpu/detail/single_tensor_forms.h)
 
 PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_OPTIM_OPS)
 

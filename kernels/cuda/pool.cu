@@ -135,21 +135,12 @@ __global__ void global_avgpool_backward_kernel(int64_t total, int64_t plane_size
     PARALAB_GRID_STRIDE_LOOP(i, total) dx[i] = mul_rn(dy[i / plane_size], inv_size);
 }
 
-// The geometry checks of every 2-D pooling launcher.
-void check_geometry(const cpu::Pool2dGeometry& g, const char* launcher) {
-    require(g.planes >= 0, launcher, "planes must be >= 0");
-    require(g.kernel >= 1 && g.stride >= 1, launcher, "kernel and stride must be >= 1");
-    require(g.height >= g.kernel && g.width >= g.kernel, launcher,
-            "height and width must be >= kernel (no window fits otherwise)");
-    require(g.height * g.width <= INT32_MAX, launcher, "a plane of more than 2^31 - 1 elements (int32 argmax)");
-}
-
 }  // namespace
 
 // x: [planes, H, W] -> y, argmax: [planes, OH, OW]
 template <class T>
 void maxpool2d_forward(const cpu::Pool2dGeometry& g, const T* x, T* y, int32_t* argmax, void* stream) {
-    check_geometry(g, "maxpool2d_forward");
+    detail::check_pool_geometry(g, "maxpool2d_forward");
     const int64_t total = g.planes * g.out_height() * g.out_width();
     if (total == 0) return;
     maxpool2d_forward_kernel<T><<<grid_for(total), detail::kBlock, 0, as_stream(stream)>>>(
@@ -160,7 +151,7 @@ void maxpool2d_forward(const cpu::Pool2dGeometry& g, const T* x, T* y, int32_t* 
 // dy: [planes, OH, OW] -> dx: [planes, H, W]
 template <class T>
 void maxpool2d_backward(const cpu::Pool2dGeometry& g, const int32_t* argmax, const T* dy, T* dx, void* stream) {
-    check_geometry(g, "maxpool2d_backward");
+    detail::check_pool_geometry(g, "maxpool2d_backward");
     const int64_t total = g.planes * g.height * g.width;
     if (total == 0) return;
     maxpool2d_backward_kernel<T><<<grid_for(total), detail::kBlock, 0, as_stream(stream)>>>(
@@ -171,7 +162,7 @@ void maxpool2d_backward(const cpu::Pool2dGeometry& g, const int32_t* argmax, con
 // x: [planes, H, W] -> y: [planes, OH, OW]
 template <class T>
 void avgpool2d_forward(const cpu::Pool2dGeometry& g, const T* x, T* y, void* stream) {
-    check_geometry(g, "avgpool2d_forward");
+    detail::check_pool_geometry(g, "avgpool2d_forward");
     const int64_t total = g.planes * g.out_height() * g.out_width();
     if (total == 0) return;
     const T inv_area = T(1) / static_cast<T>(g.kernel * g.kernel);
@@ -183,7 +174,7 @@ void avgpool2d_forward(const cpu::Pool2dGeometry& g, const T* x, T* y, void* str
 // dy: [planes, OH, OW] -> dx: [planes, H, W]
 template <class T>
 void avgpool2d_backward(const cpu::Pool2dGeometry& g, const T* dy, T* dx, void* stream) {
-    check_geometry(g, "avgpool2d_backward");
+    detail::check_pool_geometry(g, "avgpool2d_backward");
     const int64_t total = g.planes * g.height * g.width;
     if (total == 0) return;
     const T inv_area = T(1) / static_cast<T>(g.kernel * g.kernel);

@@ -112,12 +112,7 @@ __global__ void gru_cell_backward_kernel(int64_t batch, int64_t H, const T* gate
     }
 }
 
-void check_cell_sizes(const char* name, int64_t batch, int64_t hidden, int64_t ld_gates,
-                      int64_t gate_blocks, int64_t ld_state) {
-    require(batch >= 0 && hidden >= 0, name, "negative size");
-    require(ld_gates >= gate_blocks * hidden, name, "ld_gates is smaller than the gate row");
-    require(ld_state >= hidden, name, "ld_state is smaller than hidden");
-}
+using detail::check_cell_sizes;
 
 }  // namespace
 

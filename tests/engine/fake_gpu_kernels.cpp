@@ -28,7 +28,9 @@
 #include <kernels/cpu/threads.h>
 #include <kernels/gpu/cast.h>
 #include <kernels/gpu/conv.h>
+#include <kernels/gpu/detail/launch_checks.h>
 #include <kernels/gpu/detail/op_lists.h>
+#include <kernels/gpu/detail/single_tensor_forms.h>
 #include <kernels/gpu/dropout.h>
 #include <kernels/gpu/elementwise.h>
 #include <kernels/gpu/embedding.h>
@@ -60,15 +62,14 @@ namespace paralab::kernels::gpu {
 
 namespace {
 
-// std::invalid_argument naming the launcher, as kernels/cuda/launch.cuh's require.
-void require(bool ok, const char* launcher, const char* what) {
-    if (!ok) throw std::invalid_argument(std::string(launcher) + ": " + what);
-}
-
-void require_tensor_sizes(const char* launcher, int64_t count, const int64_t* sizes) {
-    require(count >= 0, launcher, "negative tensor count");
-    for (int64_t k = 0; k < count; ++k) require(sizes[k] >= 0, launcher, "negative tensor size");
-}
+// The CUDA launchers' own argument checks (std::invalid_argument naming the launcher), so
+// that the fakes refuse what they refuse.
+using detail::check_batchnorm_sizes;
+using detail::check_cell_sizes;
+using detail::check_gemm_shape;
+using detail::check_pool_geometry;
+using detail::require;
+using detail::require_tensor_sizes;
 
 // Queues `op` on `stream`. A stream's worker thread runs the CPU kernels on one thread: the
 // results do not depend on a thread count, and the stream threads do not each start an OpenMP
@@ -377,26 +378,7 @@ void adamw_update_multi(int64_t count, T* const* p, const T* const* g, T* const*
     });
 }
 
-template <class T>
-void sgd_update(int64_t n, T* p, const T* g, double lr, double weight_decay, void* stream) {
-    sgd_update_multi<T>(1, &p, &g, &n, lr, weight_decay, stream);
-}
-template <class T>
-void sgd_momentum_update(int64_t n, T* p, const T* g, T* buf, double lr, double momentum,
-                         double weight_decay, bool nesterov, bool first_step, void* stream) {
-    sgd_momentum_update_multi<T>(1, &p, &g, &buf, &n, lr, momentum, weight_decay, nesterov,
-                                 first_step, stream);
-}
-template <class T>
-void adam_update(int64_t n, T* p, const T* g, T* m, T* v, double lr, double beta1, double beta2,
-                 double eps, double weight_decay, int64_t step, void* stream) {
-    adam_update_multi<T>(1, &p, &g, &m, &v, &n, lr, beta1, beta2, eps, weight_decay, step, stream);
-}
-template <class T>
-void adamw_update(int64_t n, T* p, const T* g, T* m, T* v, double lr, double beta1, double beta2,
-                  double eps, double weight_decay, int64_t step, void* stream) {
-    adamw_update_multi<T>(1, &p, &g, &m, &v, &n, lr, beta1, beta2, eps, weight_decay, step, stream);
-}
+// The single-tensor forms: kernels/gpu/detail/single_tensor_forms.h.
 
 // ---- dropout.h: kernels/cuda/dropout_draw.cuh's draw -------------------------------------------
 
@@ -438,15 +420,6 @@ void dropout_backward(int64_t n, const T* dy, const T* mask, T* dx, void* stream
 }
 
 // ---- recurrent.h: the CPU's cells ---------------------------------------------------------------
-
-namespace {
-void check_cell_sizes(const char* name, int64_t batch, int64_t hidden, int64_t ld_gates,
-                      int64_t gate_blocks, int64_t ld_state) {
-    require(batch >= 0 && hidden >= 0, name, "negative size");
-    require(ld_gates >= gate_blocks * hidden, name, "ld_gates is smaller than the gate row");
-    require(ld_state >= hidden, name, "ld_state is smaller than hidden");
-}
-}  // namespace
 
 template <class T>
 void lstm_cell_forward(int64_t batch, int64_t hidden, T* gates, int64_t ld_gates, const T* c_prev,
@@ -505,13 +478,6 @@ void recurrent_weight_grad_accumulate(int64_t batch, int64_t steps, int64_t gate
 
 // ---- norm.h: the CPU's batch and layer norm
 // -------------------------------------------------------
-
-namespace {
-void check_batchnorm_sizes(int64_t N, int64_t C, int64_t S, const char* launcher) {
-    require(N >= 0 && S >= 0, launcher, "N and S must be >= 0");
-    require(C >= 0 && C <= INT32_MAX, launcher, "C out of range");
-}
-}  // namespace
 
 template <class T>
 void batchnorm_channel_sums(int64_t N, int64_t C, int64_t S, const T* x, double* sum, double* sumsq,
@@ -586,38 +552,27 @@ void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const 
 
 // ---- pool.h: the CPU's pooling ------------------------------------------------------------------
 
-namespace {
-void check_geometry(const cpu::Pool2dGeometry& g, const char* launcher) {
-    require(g.planes >= 0, launcher, "planes must be >= 0");
-    require(g.kernel >= 1 && g.stride >= 1, launcher, "kernel and stride must be >= 1");
-    require(g.height >= g.kernel && g.width >= g.kernel, launcher,
-            "height and width must be >= kernel (no window fits otherwise)");
-    require(g.height * g.width <= INT32_MAX, launcher,
-            "a plane of more than 2^31 - 1 elements (int32 argmax)");
-}
-}  // namespace
-
 // The geometry is copied into the queued work (the caller's may be a temporary).
 template <class T>
 void maxpool2d_forward(const cpu::Pool2dGeometry& g, const T* x, T* y, int32_t* argmax,
                        void* stream) {
-    check_geometry(g, "maxpool2d_forward");
+    check_pool_geometry(g, "maxpool2d_forward");
     launch(stream, [=, g = g] { cpu::maxpool2d_forward<T>(g, x, y, argmax); });
 }
 template <class T>
 void maxpool2d_backward(const cpu::Pool2dGeometry& g, const int32_t* argmax, const T* dy, T* dx,
                         void* stream) {
-    check_geometry(g, "maxpool2d_backward");
+    check_pool_geometry(g, "maxpool2d_backward");
     launch(stream, [=, g = g] { cpu::maxpool2d_backward<T>(g, argmax, dy, dx); });
 }
 template <class T>
 void avgpool2d_forward(const cpu::Pool2dGeometry& g, const T* x, T* y, void* stream) {
-    check_geometry(g, "avgpool2d_forward");
+    check_pool_geometry(g, "avgpool2d_forward");
     launch(stream, [=, g = g] { cpu::avgpool2d_forward<T>(g, x, y); });
 }
 template <class T>
 void avgpool2d_backward(const cpu::Pool2dGeometry& g, const T* dy, T* dx, void* stream) {
-    check_geometry(g, "avgpool2d_backward");
+    check_pool_geometry(g, "avgpool2d_backward");
     launch(stream, [=, g = g] { cpu::avgpool2d_backward<T>(g, dy, dx); });
 }
 template <class T>
@@ -650,11 +605,6 @@ void non_finite_check_and_unscale_multi(int64_t count, T* const* grads, const in
             }
         if (bad) *found_inf = 1.0f;
     });
-}
-template <class T>
-void non_finite_check_and_unscale(int64_t n, T* grad, float* found_inf, const float* inv_scale,
-                                  void* stream) {
-    non_finite_check_and_unscale_multi<T>(1, &grad, &n, found_inf, inv_scale, stream);
 }
 
 void update_loss_scale(float* scale, int32_t* growth_tracker, const float* found_inf,
@@ -765,16 +715,6 @@ void cast_f16_to_f32(int64_t n, const uint16_t* x, float* y, void* stream) {
 // ----------------------------------------------------------------------
 
 namespace {
-void check_gemm_shape(const char* name, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                      int64_t lda, int64_t ldb, int64_t ldc) {
-    require(M >= 0 && N >= 0 && K >= 0, name, "negative size");
-    require(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
-                ldc <= INT_MAX,
-            name, "a size or leading dimension does not fit cuBLAS's int");
-    require(lda >= std::max<int64_t>(1, trans_a ? M : K), name, "lda is smaller than a row of A");
-    require(ldb >= std::max<int64_t>(1, trans_b ? K : N), name, "ldb is smaller than a row of B");
-    require(ldc >= std::max<int64_t>(1, N), name, "ldc is smaller than a row of C");
-}
 
 // The streams (per current device) that ran a GEMM: cuBLAS would hold a handle for each until
 // release_gemm_handles. Guarded by g_handles_mutex.
@@ -898,18 +838,6 @@ struct CudnnConv2dPlan::Impl : FakeConv {};
 
 namespace {
 
-std::string describe(const cpu::Conv2dGeometry& g, int64_t batch, int64_t out_channels, bool bias,
-                     bool f64, bool tf32) {
-    return "conv2d of " + std::to_string(batch) + " x [" + std::to_string(g.channels) + ", " +
-           std::to_string(g.height) + ", " + std::to_string(g.width) + "] into " +
-           std::to_string(out_channels) + " channels, kernel " + std::to_string(g.kernel) +
-           ", stride " + std::to_string(g.stride) + ", padding " + std::to_string(g.padding) +
-           (bias ? ", with bias, " : ", no bias, ") +
-           (f64    ? "f64"
-            : tf32 ? "f32 (TF32 allowed)"
-                   : "f32");
-}
-
 // y = conv(x, w) + b per sample, as the CPU's Conv2d::forward_im2col: the bias broadcast, then
 // the GEMM with beta = 1.
 template <class T>
@@ -979,18 +907,8 @@ void conv_backward(const FakeConv& p, const T* x, const T* dy, const T* w, T* dx
 
 CudnnConv2dPlan::CudnnConv2dPlan(int device, const cpu::Conv2dGeometry& g, int64_t batch,
                                  int64_t out_channels, bool bias, bool f64, bool tf32) {
-    const std::string what = describe(g, batch, out_channels, bias, f64, tf32);
-    auto need = [&](bool ok, const char* cause) {
-        if (!ok) throw std::invalid_argument("CudnnConv2dPlan(" + what + "): " + cause);
-    };
-    need(batch >= 0, "batch must be >= 0");
-    need(g.channels >= 1 && g.height >= 1 && g.width >= 1,
-         "channels, height and width must be >= 1");
-    need(out_channels >= 1, "out_channels must be >= 1");
-    need(g.kernel >= 1 && g.stride >= 1 && g.padding >= 0,
-         "kernel and stride must be >= 1 and padding >= 0");
-    need(g.height + 2 * g.padding >= g.kernel && g.width + 2 * g.padding >= g.kernel,
-         "the kernel is larger than the padded input (no output position)");
+    const std::string what = detail::describe_conv(g, batch, out_channels, bias, f64, tf32);
+    detail::validate_conv_plan(g, batch, out_channels, what);
     auto impl = std::make_unique<Impl>();
     impl->device = device;
     impl->g = g;
