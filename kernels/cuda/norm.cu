@@ -336,7 +336,6 @@ void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const 
 }
 
 PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_NORM_OPS)
-PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_NORM_STATS_OPS)
 
 
 }  // namespace paralab::kernels::gpu

@@ -1,8 +1,9 @@
 // A host stand-in for every GPU kernel launcher (kernels/gpu/{elementwise, embedding, softmax,
 // reduce, optim, dropout, recurrent, norm, pool, loss_scale, gemm, cast, conv}.h), linked with
-// fake_gpu_runtime.cpp into the fake-GPU tests of the CPU-only build in place of
-// kernels/stub/gpu_kernels_stub.cpp, norm_stats_stub.cpp and conv_stub.cpp (it defines every
-// symbol of each: a stub object pulled in for one missing symbol would clash with the others).
+// fake_gpu_runtime.cpp into the fake-GPU tests (tests/CMakeLists.txt, paralab_fake_gpu_test)
+// in place of the GPU backend: in a CPU-only build of kernels/stub/gpu_kernels_stub.cpp and
+// conv_stub.cpp (it defines every symbol of each: a stub object pulled in for one missing
+// symbol would clash with the others); a CUDA build's tests do not link the CUDA backend.
 // Each launcher checks its arguments on the calling thread, as the CUDA launchers do before
 // they queue anything, then queues the work on the fake stream (fake::submit): it runs later,
 // on the stream's worker thread, against "device" memory that is host memory. So a result read
@@ -531,7 +532,6 @@ void batchnorm_backward_coeffs(int64_t C, bool train, const double* sums, const 
         cpu::batchnorm_backward_coeffs<T>(C, train, sums, invstd, gamma, scale, mean_dy, k);
     });
 }
-PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_NORM_STATS_OPS)
 
 template <class T>
 void layernorm_forward(int64_t rows, int64_t D, double eps, const T* x, const T* gamma,

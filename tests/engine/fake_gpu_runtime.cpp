@@ -1,6 +1,6 @@
 // A host-memory stand-in for the CUDA runtime (kernels/gpu/memory.h, stream.h, info.h,
-// comm_reduce.h, graph.h), linked into the fake-GPU tests of the CPU-only build in place of
-// kernels/stub: "device" memory is host memory, and each stream is a worker thread that runs
+// comm_reduce.h, graph.h), linked into the fake-GPU tests in place of the GPU backend
+// (kernels/stub in a CPU-only build, the CUDA backend in a CUDA one): "device" memory is host memory, and each stream is a worker thread that runs
 // its queue in order, after a random delay per operation, so that streams really run
 // asynchronously and out of step with the threads that enqueue on them. Events are (stream,
 // position) pairs; a stream waiting on an event waits for that position, as cudaStreamWaitEvent

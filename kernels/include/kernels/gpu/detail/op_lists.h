@@ -94,15 +94,11 @@
     X(batchnorm_backward_sums, int64_t, int64_t, int64_t, const T*, const T*, const T*, double*,  \
       double*, void*)                                                                             \
     X(batchnorm_backward_input, int64_t, int64_t, int64_t, const T*, const T*, const T*, const T*, \
-      const T*, const T*, T*, void*)
-
-// kernels/gpu/norm.h, the per-channel formulas. Not in PARALAB_GPU_ALL_OPS: the CPU-only
-// build's stubs for them are kernels/stub/norm_stats_stub.cpp's.
-#define PARALAB_GPU_NORM_STATS_OPS(X, T)                                                         \
-    X(batchnorm_stats, int64_t, bool, const double*, double, double, const T*, T*, T*, T*, T*,   \
-      double*, void*)                                                                            \
-    X(batchnorm_param_grads, int64_t, const double*, const double*, T*, T*, void*)               \
-    X(batchnorm_backward_coeffs, int64_t, bool, const double*, const double*, const T*, T*, T*, \
+      const T*, const T*, T*, void*)                                                              \
+    X(batchnorm_stats, int64_t, bool, const double*, double, double, const T*, T*, T*, T*, T*,    \
+      double*, void*)                                                                             \
+    X(batchnorm_param_grads, int64_t, const double*, const double*, T*, T*, void*)                \
+    X(batchnorm_backward_coeffs, int64_t, bool, const double*, const double*, const T*, T*, T*,  \
       T*, void*)
 
 // kernels/gpu/pool.h (the geometry is kernels/cpu/pool.h's)
