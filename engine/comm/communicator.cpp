@@ -85,6 +85,13 @@ int64_t checked_counts(const char* op, const std::vector<int64_t>& counts, int w
 Communicator::~Communicator() = default;
 Group::~Group() = default;
 
+Communicator& Group::rank_of(const std::vector<std::unique_ptr<Communicator>>& ranks, int r, const char* group) {
+    if (r < 0 || r >= static_cast<int>(ranks.size()))
+        throw Error(std::string(group) + "::rank: " + std::to_string(r) + " is not a rank of a world of " +
+                    std::to_string(ranks.size()));
+    return *ranks[size_t(r)];
+}
+
 template <class F>
 CommRecord Communicator::timed(const char* op, int64_t bytes, F&& call) {
     CommRecord record;

@@ -139,6 +139,10 @@ public:
 
 protected:
     Group() = default;
+    // rank(r) of a group holding one communicator per rank, all in this process: ranks[r], or
+    // Error "<group>::rank: r is not a rank of a world of N".
+    static Communicator& rank_of(const std::vector<std::unique_ptr<Communicator>>& ranks, int r,
+                                 const char* group);
 };
 
 // The in-process backend for virtual devices: ranks are threads of one process and read each

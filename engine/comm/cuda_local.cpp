@@ -437,10 +437,7 @@ int CudaLocalGroup::world() const {
 }
 
 Communicator& CudaLocalGroup::rank(int r) {
-    if (r < 0 || r >= world())
-        throw Error("CudaLocalGroup::rank: " + std::to_string(r) + " is not a rank of a world of " +
-                    std::to_string(world()));
-    return *m_ranks[size_t(r)];
+    return rank_of(m_ranks, r, "CudaLocalGroup");
 }
 
 void CudaLocalGroup::abort(const std::string& reason) {

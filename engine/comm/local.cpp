@@ -461,10 +461,7 @@ int LocalGroup::world() const {
 }
 
 Communicator& LocalGroup::rank(int r) {
-    if (r < 0 || r >= world())
-        throw Error("LocalGroup::rank: " + std::to_string(r) + " is not a rank of a world of " +
-                    std::to_string(world()));
-    return *m_ranks[size_t(r)];
+    return rank_of(m_ranks, r, "LocalGroup");
 }
 
 void LocalGroup::abort(const std::string& reason) {

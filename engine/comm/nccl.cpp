@@ -360,10 +360,7 @@ int NcclGroup::world() const {
 }
 
 Communicator& NcclGroup::rank(int r) {
-    if (r < 0 || r >= world())
-        throw Error("NcclGroup::rank: " + std::to_string(r) + " is not a rank of a world of " +
-                    std::to_string(world()));
-    return *m_ranks[size_t(r)];
+    return rank_of(m_ranks, r, "NcclGroup");
 }
 
 // The flag first, so that every waiting rank throws CommAborted at its next poll; then
