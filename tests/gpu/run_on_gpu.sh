@@ -12,9 +12,10 @@
 #     --all        build every target (the CLI, every test), not only the gpu suite and paralab
 #     --targets "T..."  build these targets instead (default: gpu_tests paralab)
 #     --tests REGEX     run only the gpu tests whose names match (ctest -R)
-#     --bench      after the tests, run bench_gpu_kernels (each kernel's ms and GB/s or GFLOP/s)
-#                  and bench_gpu_comm (all-reduce busbw, virtual GPUs and NCCL, against the copy
-#                  bandwidth)
+#     --bench      after the tests, run bench_gpu_kernels (each kernel's ms and GB/s or GFLOP/s),
+#                  bench_gpu_comm (all-reduce busbw, virtual GPUs and NCCL, against the copy
+#                  bandwidth), and `paralab bench --models-only --device cuda:0` twice: with the
+#                  recurrent layers' CUDA graphs (the default) and without (PARALAB_CUDA_GRAPHS=0)
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -109,4 +110,10 @@ status=0
 "${ctest:-ctest}" --test-dir "$build" -L gpu --output-on-failure ${tests:+-R "$tests"} || status=$?
 if [ "$bench" = 1 ]; then "$build/tests/bench_gpu_kernels"; fi
 if [ "$bench" = 1 ]; then "$build/tests/bench_gpu_comm"; fi
+if [ "$bench" = 1 ] && [ -x "$build/app/paralab" ]; then
+    echo "== the models on cuda:0, recurrent time loops as CUDA graphs"
+    "$build/app/paralab" bench --models-only --device cuda:0 || status=1
+    echo "== the same, every kernel launched on its own (PARALAB_CUDA_GRAPHS=0)"
+    PARALAB_CUDA_GRAPHS=0 "$build/app/paralab" bench --models-only --device cuda:0 || status=1
+fi
 exit $status
