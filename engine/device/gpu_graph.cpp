@@ -71,6 +71,7 @@ void GraphReplay::run(void* stream, const std::vector<uint64_t>& key, const std:
         }
 
     void* graph = nullptr;
+    Graph* made = nullptr;
     try {
         kg::stream_begin_capture(stream);
         try {
@@ -87,15 +88,16 @@ void GraphReplay::run(void* stream, const std::vector<uint64_t>& key, const std:
         ++g_captures;
         if (m_graphs.size() < kMaxGraphs) {
             m_graphs.push_back({key, kg::graph_instantiate(graph), 0});
+            made = &m_graphs.back();
         } else {
-            Graph& lru = *std::min_element(m_graphs.begin(), m_graphs.end(),
-                                           [](const Graph& x, const Graph& y) { return x.last_used < y.last_used; });
-            if (!kg::graph_exec_update(lru.exec, graph)) {
+            made = &*std::min_element(m_graphs.begin(), m_graphs.end(),
+                                      [](const Graph& x, const Graph& y) { return x.last_used < y.last_used; });
+            if (!kg::graph_exec_update(made->exec, graph)) {
                 void* fresh = kg::graph_instantiate(graph);
-                kg::graph_exec_destroy(lru.exec);
-                lru.exec = fresh;
+                kg::graph_exec_destroy(made->exec);
+                made->exec = fresh;
             }
-            lru.key = key;
+            made->key = key;
         }
         kg::graph_destroy(graph);
         graph = nullptr;
@@ -112,9 +114,8 @@ void GraphReplay::run(void* stream, const std::vector<uint64_t>& key, const std:
         m_eager = true;
         return record();
     }
-    Graph& made = *std::find_if(m_graphs.begin(), m_graphs.end(), [&](const Graph& g) { return g.key == key; });
-    made.last_used = ++m_clock;
-    kg::graph_launch(made.exec, stream);
+    made->last_used = ++m_clock;
+    kg::graph_launch(made->exec, stream);
     ++g_launches;
 }
 

@@ -4,9 +4,6 @@
 #include <kernels/gpu/memory.h>
 #include <kernels/gpu/norm.h>
 
-#include <algorithm>
-#include <cmath>
-
 #include "engine/device/device.h"
 
 namespace paralab::nn {
@@ -67,7 +64,6 @@ void BatchNorm::reset_parameters_impl(Rng& rng) {
 void BatchNorm::set_stats_reducer(StatsReducer reducer) {
     m_stats_reducer = std::move(reducer);
 }
-
 
 // x: [B, C, ...] -> y: [B, C, ...], seen as [N = B, C, S]. Train: (1) this device's sums and
 // element count, (2) the hook (SyncBatchNorm sums both over the devices), (3) the per-channel

@@ -116,7 +116,7 @@ protected:
         const run::Experiment& e = *ctx.experiment;
         build_replicas(ctx, reference, true);
         m_optimizers.push_back(optim::make_optimizer(e.optimizer));  // device 0's only
-        if (e.train.precision == "fp16") m_scaler = std::make_unique<optim::LossScaler>();
+        m_scaler = loss_scaler_for(e);
         m_rank_slots.assign(static_cast<size_t>(m_world), nullptr);
         if (e.strategy.sync_batchnorm) install_sync_batchnorm_on_local(m_rank_slots);
     }

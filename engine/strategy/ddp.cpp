@@ -144,7 +144,7 @@ protected:
         for (int r = 0; r < m_world; ++r) {
             m_optimizers.push_back(optim::make_optimizer(e.optimizer));
             m_state.push_back(std::make_unique<RankState>());
-            if (e.train.precision == "fp16") m_state.back()->scaler = std::make_unique<optim::LossScaler>();
+            m_state.back()->scaler = loss_scaler_for(e);
             if (e.strategy.sync_batchnorm && m_world > 1 && ctx.is_local(r))
                 install_sync_batchnorm(m_state.back()->rank, replica(r));
         }

@@ -38,7 +38,7 @@ public:
         // forward_backward divides by the global batch (the data-parallel convention); a Hogwild
         // update is an SGD step of this rank's own mini-batch, so its gradient is the mean over
         // its own rows: rescale by global / own.
-        optim::LossScaler* scaler = m_scalers.empty() ? nullptr : m_scalers[static_cast<size_t>(r)].get();
+        optim::LossScaler* scaler = m_scalers[static_cast<size_t>(r)].get();
         LocalPass pass = forward_backward(rank, replica(r), batch, offset, {}, {}, scaler ? scaler->scale() : 1.0);
         StepResult res{pass.loss_sum, pass.samples, pass.samples, 0};
         if (pass.samples == 0) return res;  // no rows this step (a small last batch): no update
@@ -73,14 +73,14 @@ protected:
         // it updates, so every rank's momentum or moments are accounted on device 0.
         for (int r = 0; r < m_world; ++r) {
             m_optimizers.push_back(optim::make_optimizer(ctx.experiment->optimizer));
-            if (ctx.experiment->train.precision == "fp16") m_scalers.push_back(std::make_unique<optim::LossScaler>());
+            m_scalers.push_back(loss_scaler_for(*ctx.experiment));
         }
     }
-
-private:
-    std::vector<std::unique_ptr<optim::LossScaler>> m_scalers;  // fp16: per rank; else empty
     // predict, parameters and buffers: ReplicaStrategy's, on rank 0's replica, whose values are
     // the shared ones (its batchnorm running statistics are rank 0's own).
+
+private:
+    std::vector<std::unique_ptr<optim::LossScaler>> m_scalers;  // per rank; null but in fp16
 };
 
 }  // namespace

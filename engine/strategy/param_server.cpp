@@ -148,10 +148,8 @@ protected:
                 std::to_string(m_world));
         m_async = e.strategy.ps_mode == "async";
         m_staleness = e.strategy.staleness;
-        if (e.train.precision == "fp16") {
-            m_scaler = std::make_unique<optim::LossScaler>();
-            m_worker_scale.assign(static_cast<size_t>(m_world), m_scaler->scale());
-        }
+        m_scaler = loss_scaler_for(e);
+        if (m_scaler) m_worker_scale.assign(static_cast<size_t>(m_world), m_scaler->scale());
         // Rank 0's replica is the server's copy (values, and gradients as the sum buffer); the
         // workers' replicas hold the weights they last pulled.
         build_replicas(ctx, reference, false);

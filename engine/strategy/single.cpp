@@ -17,7 +17,7 @@ protected:
                               std::to_string(m_world) + " (choose a parallel strategy)");
         build_replicas(ctx, reference, false);
         m_optimizers.push_back(optim::make_optimizer(ctx.experiment->optimizer));
-        if (ctx.experiment->train.precision == "fp16") m_scaler = std::make_unique<optim::LossScaler>();
+        m_scaler = loss_scaler_for(*ctx.experiment);
     }
 
 private:

@@ -269,7 +269,7 @@ void StagedStrategy::setup_impl(RunContext& ctx, nn::Model& reference) {
         // so that the memory picture shows each stage's parameters once.
         if (contexts > 1) device.allocator().reset_peak();
         st.optimizer = optim::make_optimizer(e.optimizer);
-        if (e.train.precision == "fp16") st.scaler = std::make_unique<optim::LossScaler>();
+        st.scaler = loss_scaler_for(e);
     }
     PARALAB_CHECK(param_at == ref_params.size() && buffer_at == ref_buffers.size(),
                   "stage: the stages do not hold every parameter of the model");

@@ -242,6 +242,10 @@ LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batc
     return pass;
 }
 
+std::unique_ptr<optim::LossScaler> loss_scaler_for(const run::Experiment& e) {
+    return e.train.precision == "fp16" ? std::make_unique<optim::LossScaler>() : nullptr;
+}
+
 namespace {
 
 // `collective` on `count` host doubles at `values`, through device memory on a GPU.

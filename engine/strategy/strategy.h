@@ -240,6 +240,10 @@ LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batc
                            int64_t global_offset, const std::function<void(size_t)>& layer_done = {},
                            const std::function<void(size_t)>& layer_begin = {}, double loss_scale = 1.0);
 
+// The dynamic loss scaler of fp16 mixed precision (train.precision), one per rank or stage
+// that steps; null for fp32 and bf16, which scale nothing.
+std::unique_ptr<optim::LossScaler> loss_scaler_for(const run::Experiment& e);
+
 // fp16 mixed precision, before the optimizer: the gradients unscaled and checked on the GPU;
 // false when one overflowed (the step is skipped, the scale backs off); timed as the phase
 // "unscale". Ranks that see the same reduced gradients (ddp) decide the same alone; ranks that

@@ -121,7 +121,7 @@ protected:
         m_state.resize(static_cast<size_t>(m_world));
         for (int r = 0; r < m_world; ++r) {
             m_optimizers.push_back(optim::make_optimizer(e.optimizer));
-            if (e.train.precision == "fp16") m_state[static_cast<size_t>(r)].scaler = std::make_unique<optim::LossScaler>();
+            m_state[static_cast<size_t>(r)].scaler = loss_scaler_for(e);
         }
         // Where each parameter starts in the flat layout.
         int64_t at = 0;
