@@ -45,7 +45,7 @@ run: deps build
 	fi
 
 test: deps build
-	cd $(BUILD) && QT_QPA_PLATFORM=offscreen ctest --output-on-failure -j$(JOBS)
+	cd $(BUILD) && QT_QPA_PLATFORM=offscreen ctest --output-on-failure --timeout 300 -j$(JOBS)
 
 clean:
 	rm -rf $(BUILD)

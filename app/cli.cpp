@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <fcntl.h>
 #include <unistd.h>
@@ -158,10 +159,17 @@ private:
     double m_last_print = -1e9;
 };
 
-run::RunControl* g_control = nullptr;
+// The run being controlled by the signals below. A signal that arrives before the run exists
+// (while the experiment and the data load) is kept as pending and applied when it is attached:
+// a job started in the background of a script ignores SIGINT until the handler is installed, so
+// the handlers go in first and an early Ctrl-C is not lost.
+std::atomic<run::RunControl*> g_control{nullptr};
+volatile std::sig_atomic_t g_stop_pending = 0;
+volatile std::sig_atomic_t g_pause_pending = 0;
 
 extern "C" void on_interrupt(int) {
-    if (g_control) g_control->stop.store(true);
+    if (auto* c = g_control.load()) c->stop.store(true);
+    else g_stop_pending = 1;
 }
 
 // SIGUSR1 pauses at the next step boundary and SIGUSR2 resumes; SIGALRM stops like SIGINT.
@@ -169,10 +177,12 @@ extern "C" void on_interrupt(int) {
 // where SIGINT to mpirun makes it kill the job a second later and stop relaying output: the
 // window stops a job with SIGALRM, and the job's last lines (its summary) still arrive.
 extern "C" void on_pause(int) {
-    if (g_control) g_control->pause.store(true);
+    if (auto* c = g_control.load()) c->pause.store(true);
+    else g_pause_pending = 1;
 }
 extern "C" void on_resume(int) {
-    if (g_control) g_control->pause.store(false);
+    if (auto* c = g_control.load()) c->pause.store(false);
+    else g_pause_pending = 0;
 }
 
 void install_run_signals() {
@@ -185,6 +195,19 @@ void install_run_signals() {
     // interrupted) must not end the run before it is stored as stopped.
     std::signal(SIGPIPE, SIG_IGN);
 }
+
+// Hands the signals to `control` for as long as it lives, with what arrived before it.
+class SignalScope {
+public:
+    explicit SignalScope(run::RunControl& control) {
+        g_control.store(&control);
+        if (g_stop_pending) control.stop.store(true);
+        if (g_pause_pending) control.pause.store(true);
+    }
+    ~SignalScope() { g_control.store(nullptr); }
+    SignalScope(const SignalScope&) = delete;
+    SignalScope& operator=(const SignalScope&) = delete;
+};
 
 // Forwards each event to several observers (the progress line and the store).
 class Observers : public run::RunObserver {
@@ -223,14 +246,13 @@ bool in_mpi_job() {
 // rank 0, which owns the store and prints; it prints nothing itself but its failures.
 int cmd_run_job_rank(const run::Experiment& e, const RunArgs& a, const run::JobOptions& job) {
     run::RunControl control;
-    g_control = &control;
-    install_run_signals();
+    SignalScope signals(control);
     const run::RunSummary s = run::run_experiment(e, nullptr, &control, a.threads, nullptr, &job);
-    g_control = nullptr;
     return s.status == "failed" ? 1 : 0;
 }
 
 int cmd_run(const RunArgs& a) {
+    install_run_signals();
     run::Experiment e = run::load_experiment(a.file);
     if (!a.devices.empty()) {
         e.devices.clear();
@@ -266,8 +288,7 @@ int cmd_run(const RunArgs& a) {
 
     store::RunStore db(store_path(a.db));
     run::RunControl control;
-    g_control = &control;
-    install_run_signals();
+    std::optional<SignalScope> signals(std::in_place, control);
     ProgressLine progress(isatty(fileno(stderr)));
     run::RunSummary s;
     int64_t run_id = 0;
@@ -293,7 +314,7 @@ int cmd_run(const RunArgs& a) {
         run_id = recorder.run_id();
         write_error = recorder.write_error();
     }
-    g_control = nullptr;
+    signals.reset();
     if (!write_error.empty()) std::cerr << "paralab: warning: some steps were not stored: " << write_error << "\n";
     if (a.stream) stream.finish(store::summary_json(s, run_id));
     if (a.json) std::cout << store::summary_json(s, run_id).dump() << std::endl;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -377,7 +378,16 @@ TEST(DataParallelRuns, PauseHoldsEveryDeviceAndResumeGoesOn) {
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
     EXPECT_EQ(rec.ends.load(), 0);  // paused from the start
     control.pause = false;
-    while (rec.ends.load() < 5) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // Bounded: a run that failed would never reach 5 steps, and must fail here, not hang.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (rec.ends.load() < 5 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (rec.ends.load() < 5) {
+        control.stop = true;
+        t.join();
+        FAIL() << "no 5 steps within 60 s of resuming; the run ended " << summary.status << ": "
+               << summary.error;
+    }
     control.pause = true;
     int held = 0;
     do {  // until the steps in flight have ended
