@@ -4,6 +4,7 @@
 #include <string>
 
 #include "check.cuh"
+#include "cublas_api.cuh"
 #if __has_include(<cudnn.h>)
 #include "check_cudnn.cuh"
 #endif
@@ -23,9 +24,13 @@ void check(cudaError_t status, const char* statement, const char* file, int line
 
 void check(cublasStatus_t status, const char* statement, const char* file, int line) {
     if (status == CUBLAS_STATUS_SUCCESS) return;
-    throw GpuError("cuBLAS", static_cast<int>(status),
-                   std::string(cublasGetStatusName(status)) + ": " + cublasGetStatusString(status),
-                   statement, file, line);
+    std::string text;
+    try {
+        text = std::string(cublas().status_name(status)) + ": " + cublas().status_string(status);
+    } catch (const GpuError&) {  // a status not from the library (it cannot be opened)
+        text = "cuBLAS status " + std::to_string(static_cast<int>(status));
+    }
+    throw GpuError("cuBLAS", static_cast<int>(status), text, statement, file, line);
 }
 
 }  // namespace paralab::kernels::gpu::detail

@@ -12,12 +12,14 @@
 #include <utility>
 
 #include "check.cuh"
+#include "cublas_api.cuh"
 #include "launch.cuh"
 
 namespace paralab::kernels::gpu {
 
 namespace {
 
+using detail::cublas;
 using detail::require;
 
 // One handle per (device, stream): a handle keeps the stream it was set to, and work on two
@@ -31,10 +33,10 @@ public:
         auto it = m_handles.find({device, stream});
         if (it != m_handles.end()) return it->second;
         cublasHandle_t handle = nullptr;
-        PARALAB_GPU_CHECK(cublasCreate(&handle));  // bound to the current device
-        const cublasStatus_t status = cublasSetStream(handle, static_cast<cudaStream_t>(stream));
+        PARALAB_GPU_CHECK(cublas().create(&handle));  // bound to the current device
+        const cublasStatus_t status = cublas().set_stream(handle, static_cast<cudaStream_t>(stream));
         if (status != CUBLAS_STATUS_SUCCESS) {
-            cublasDestroy(handle);
+            cublas().destroy(handle);
             PARALAB_GPU_CHECK(status);
         }
         m_handles.emplace(std::make_pair(device, stream), handle);
@@ -47,7 +49,7 @@ public:
         for (auto it = m_handles.begin(); it != m_handles.end();) {
             if (it->first.second == stream) {
                 detail::DeviceGuard guard(it->first.first);
-                PARALAB_GPU_CHECK(cublasDestroy(it->second));
+                PARALAB_GPU_CHECK(cublas().destroy(it->second));
                 it = m_handles.erase(it);
                 ++released;
             } else {
@@ -86,7 +88,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
     if constexpr (std::is_same_v<T, float>) {
         const cublasComputeType_t compute =
             math == GemmMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-        PARALAB_GPU_CHECK(cublasGemmEx(handle, op(trans_b), op(trans_a), static_cast<int>(N),
+        PARALAB_GPU_CHECK(cublas().gemm_ex(handle, op(trans_b), op(trans_a), static_cast<int>(N),
                                        static_cast<int>(M), static_cast<int>(K), &alpha, B,
                                        CUDA_R_32F, static_cast<int>(ldb), A, CUDA_R_32F,
                                        static_cast<int>(lda), &beta, C, CUDA_R_32F,
@@ -94,7 +96,7 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
     } else {
         static_assert(std::is_same_v<T, double>, "gemm: T = float or double");
         (void)math;  // no tensor-core shortcut for double
-        PARALAB_GPU_CHECK(cublasDgemm(handle, op(trans_b), op(trans_a), static_cast<int>(N),
+        PARALAB_GPU_CHECK(cublas().dgemm(handle, op(trans_b), op(trans_a), static_cast<int>(N),
                                       static_cast<int>(M), static_cast<int>(K), &alpha, B,
                                       static_cast<int>(ldb), A, static_cast<int>(lda), &beta, C,
                                       static_cast<int>(ldc)));
@@ -109,7 +111,7 @@ void gemm_half(HalfType type, bool trans_a, bool trans_b, int64_t M, int64_t N, 
     check_gemm_shape("gemm_half", trans_a, trans_b, M, N, K, lda, ldb, ldc);
     if (M == 0 || N == 0) return;
     const cudaDataType_t in = type == HalfType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-    PARALAB_GPU_CHECK(cublasGemmEx(handles().handle_for(stream), op(trans_b), op(trans_a),
+    PARALAB_GPU_CHECK(cublas().gemm_ex(handles().handle_for(stream), op(trans_b), op(trans_a),
                                    static_cast<int>(N), static_cast<int>(M), static_cast<int>(K),
                                    &alpha, B, in, static_cast<int>(ldb), A, in, static_cast<int>(lda),
                                    &beta, C, CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,

@@ -5,6 +5,8 @@
 #include <cublas_v2.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <string>
 
@@ -80,6 +82,28 @@ TEST(GpuCheck, CublasStatusNamesCublas) {
     EXPECT_EQ(e.status(), static_cast<int>(CUBLAS_STATUS_NOT_INITIALIZED));
     EXPECT_TRUE(contains(e.status_text(), "CUBLAS_STATUS_NOT_INITIALIZED")) << e.status_text();
     EXPECT_NO_THROW(PARALAB_GPU_CHECK(CUBLAS_STATUS_SUCCESS));
+}
+
+// Whether the process has a library whose file name contains `name` mapped.
+bool mapped(const std::string& name) {
+    std::ifstream maps("/proc/self/maps");
+    for (std::string line; std::getline(maps, line);)
+        if (contains(line, name)) return true;
+    return false;
+}
+
+// cuBLAS is opened at its first use, not at start-up (kernels/cuda/cublas_api.cuh): a process
+// that runs no GPU GEMM never maps it. In a fresh process (a death test re-runs this program):
+// not mapped at first, mapped once a cuBLAS status is named.
+TEST(GpuCheckDeathTest, CublasIsOpenedAtItsFirstUse) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            if (mapped("libcublas")) std::_Exit(1);
+            (void)error_of(CUBLAS_STATUS_NOT_INITIALIZED);
+            std::_Exit(mapped("libcublas") ? 0 : 2);
+        },
+        ::testing::ExitedWithCode(0), "");
 }
 
 #ifdef PARALAB_TEST_CUDNN

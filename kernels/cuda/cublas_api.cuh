@@ -1,0 +1,34 @@
+// cuBLAS, opened on first use instead of linked. Linking it loads libcublasLt (over 500 MB),
+// whose start-up costs every process of a CUDA build about 0.4 s, GPU or not: the CLI, each
+// rank of an MPI job, each test program. Opened here, it costs that only in a process that
+// runs a GPU GEMM. Only the functions the kernels call are bound (their declared types, so a
+// changed signature fails to compile). Private to kernels/cuda: it needs CUDA types.
+#pragma once
+
+#include <cublas_v2.h>
+
+namespace paralab::kernels::gpu::detail {
+
+struct CublasApi {
+    // cublasGemmEx has a second, inline C++ overload (a cudaDataType compute type): this is the
+    // exported one, checked against the header in cublas_api.cu.
+    using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                      int, const void*, const void*, cudaDataType, int, const void*,
+                                      cudaDataType, int, const void*, void*, cudaDataType, int,
+                                      cublasComputeType_t, cublasGemmAlgo_t);
+    decltype(&::cublasCreate) create;
+    decltype(&::cublasDestroy) destroy;
+    decltype(&::cublasSetStream) set_stream;
+    GemmEx gemm_ex;
+    decltype(&::cublasDgemm) dgemm;
+    decltype(&::cublasGetStatusName) status_name;
+    decltype(&::cublasGetStatusString) status_string;
+};
+
+// The library, opened once (thread-safe): the soname of the toolkit built against first, so
+// that LD_LIBRARY_PATH and the system's library cache apply, then the toolkit's own folder.
+// Throws GpuError naming the library and the loader's reason when it cannot be opened or lacks
+// a function; a later call tries again.
+const CublasApi& cublas();
+
+}  // namespace paralab::kernels::gpu::detail
