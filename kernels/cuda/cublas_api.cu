@@ -3,7 +3,6 @@
 
 #include <dlfcn.h>
 
-#include <mutex>
 #include <string>
 
 #include <kernels/gpu/error.h>
@@ -52,15 +51,10 @@ CublasApi load() {
 
 }  // namespace
 
+// A static's initialiser runs once, thread-safely, and runs again on the next call if it threw:
+// no lock on the GEMMs' path after the first.
 const CublasApi& cublas() {
-    static std::mutex mutex;
-    static CublasApi api{};
-    static bool loaded = false;
-    std::lock_guard lock(mutex);
-    if (!loaded) {
-        api = load();
-        loaded = true;
-    }
+    static const CublasApi api = load();
     return api;
 }
 

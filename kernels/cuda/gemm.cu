@@ -34,7 +34,8 @@ public:
         if (it != m_handles.end()) return it->second;
         cublasHandle_t handle = nullptr;
         PARALAB_GPU_CHECK(cublas().create(&handle));  // bound to the current device
-        const cublasStatus_t status = cublas().set_stream(handle, static_cast<cudaStream_t>(stream));
+        const cublasStatus_t status =
+            cublas().set_stream(handle, static_cast<cudaStream_t>(stream));
         if (status != CUBLAS_STATUS_SUCCESS) {
             cublas().destroy(handle);
             PARALAB_GPU_CHECK(status);
@@ -89,17 +90,17 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, 
         const cublasComputeType_t compute =
             math == GemmMath::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
         PARALAB_GPU_CHECK(cublas().gemm_ex(handle, op(trans_b), op(trans_a), static_cast<int>(N),
-                                       static_cast<int>(M), static_cast<int>(K), &alpha, B,
-                                       CUDA_R_32F, static_cast<int>(ldb), A, CUDA_R_32F,
-                                       static_cast<int>(lda), &beta, C, CUDA_R_32F,
-                                       static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT));
+                                           static_cast<int>(M), static_cast<int>(K), &alpha, B,
+                                           CUDA_R_32F, static_cast<int>(ldb), A, CUDA_R_32F,
+                                           static_cast<int>(lda), &beta, C, CUDA_R_32F,
+                                           static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT));
     } else {
         static_assert(std::is_same_v<T, double>, "gemm: T = float or double");
         (void)math;  // no tensor-core shortcut for double
         PARALAB_GPU_CHECK(cublas().dgemm(handle, op(trans_b), op(trans_a), static_cast<int>(N),
-                                      static_cast<int>(M), static_cast<int>(K), &alpha, B,
-                                      static_cast<int>(ldb), A, static_cast<int>(lda), &beta, C,
-                                      static_cast<int>(ldc)));
+                                         static_cast<int>(M), static_cast<int>(K), &alpha, B,
+                                         static_cast<int>(ldb), A, static_cast<int>(lda), &beta, C,
+                                         static_cast<int>(ldc)));
     }
 }
 
@@ -111,13 +112,15 @@ void gemm_half(HalfType type, bool trans_a, bool trans_b, int64_t M, int64_t N, 
     check_gemm_shape("gemm_half", trans_a, trans_b, M, N, K, lda, ldb, ldc);
     if (M == 0 || N == 0) return;
     const cudaDataType_t in = type == HalfType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-    PARALAB_GPU_CHECK(cublas().gemm_ex(handles().handle_for(stream), op(trans_b), op(trans_a),
-                                   static_cast<int>(N), static_cast<int>(M), static_cast<int>(K),
-                                   &alpha, B, in, static_cast<int>(ldb), A, in, static_cast<int>(lda),
-                                   &beta, C, CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT));
+    PARALAB_GPU_CHECK(cublas().gemm_ex(
+        handles().handle_for(stream), op(trans_b), op(trans_a), static_cast<int>(N),
+        static_cast<int>(M), static_cast<int>(K), &alpha, B, in, static_cast<int>(ldb), A, in,
+        static_cast<int>(lda), &beta, C, CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
 }
 
-int release_gemm_handles(void* stream) { return handles().release(stream); }
+int release_gemm_handles(void* stream) {
+    return handles().release(stream);
+}
 
 }  // namespace paralab::kernels::gpu
