@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -499,12 +498,7 @@ TEST(Idx, RealFashionMnist) {
     DataConfig cfg;
     cfg.dataset = "fashion-mnist";  // the default path
     EXPECT_NO_THROW(check_data_files(cfg));
-    const auto t0 = std::chrono::steady_clock::now();
     const DataSplits s = load_data(cfg, 0);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("fashion-mnist: 70000 images loaded in %.3f s\n", seconds);
-    EXPECT_LT(seconds, 10.0);
     ASSERT_EQ(s.train.size(), 60000);
     ASSERT_EQ(s.test.size(), 10000);
     EXPECT_EQ(s.train.sample_shape, (std::vector<int64_t>{1, 28, 28}));
@@ -689,25 +683,33 @@ TEST(Loader, WorkersDeliverTheSameSequence) {
     EXPECT_EQ(ids_of(collect_epoch(parallel, 7)), ids_of(collect_epoch(serial, 7)));
 }
 
-TEST(Loader, DestructionMidEpochIsPrompt) {
-    // Big batches so that an unstopped worker would take noticeable time to run an epoch.
+// Destroying a loader whose workers are mid-epoch (waiting for window room, or assembling)
+// or that never started must wake and join them: a missed wake-up hangs here, and the test's
+// time limit names it. How long destruction takes is not asserted (speed is benchmarks' job).
+TEST(Loader, DestructionMidEpochJoinsTheWorkers) {
     Dataset ds;
     ds.sample_shape = {4096};
     ds.num_classes = 2;
     ds.inputs.assign(4096 * 2000, 0.5f);
     ds.targets.assign(2000, 1.0f);
-    const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < 5; ++i) {
         DataLoader loader(ds, {.batch_size = 50, .workers = 4, .prefetch = 4});
         loader.start_epoch(0);
         Batch b;
         ASSERT_TRUE(loader.next(b));
         EXPECT_EQ(b.size, 50);
+        EXPECT_EQ(b.index_in_epoch, 0);
     }
     { DataLoader never_started(ds, {.batch_size = 50, .workers = 2}); }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(seconds, 2.0);
+    {   // restarted mid-epoch, then destroyed
+        DataLoader loader(ds, {.batch_size = 50, .workers = 3, .prefetch = 2});
+        Batch b;
+        ASSERT_TRUE(loader.next(b));
+        loader.start_epoch(1);
+        ASSERT_TRUE(loader.next(b));
+        EXPECT_EQ(b.epoch, 1);
+        EXPECT_EQ(b.index_in_epoch, 0);
+    }
 }
 
 TEST(Loader, ShardsSplitEveryGlobalBatch) {

@@ -43,7 +43,7 @@ private slots:
     void saveThenOpenRoundTrips();
     void presetLoads();
     void dropFromThePaletteAppends();
-    void shapeInferenceIsCheapForTheGuiThread();
+    void shapeInferenceCoversPresetsAndALargeStack();
     void slowInferenceArrivesLaterAndOnlyIfCurrent();
     void inputFromTheDataSetFollowsItsSection();
     void screenshot();
@@ -331,25 +331,29 @@ void TestDesigner::dropFromThePaletteAppends() {
     QCOMPARE(d.undoStack()->count(), 1);
 }
 
-// The designer infers shapes on the GUI thread after every edit (model_designer.h says why):
-// this holds that to a budget for the presets and a large convolution stack.
-void TestDesigner::shapeInferenceIsCheapForTheGuiThread() {
+// The designer infers shapes after every edit (on a worker, waited for up to a budget:
+// model_designer.h). Inference must hold for the presets and for a large convolution stack
+// without computing anything; how long it takes is printed, not asserted (speed belongs to
+// benchmarks, not tests).
+void TestDesigner::shapeInferenceCoversPresetsAndALargeStack() {
     using Clock = std::chrono::steady_clock;
-    auto timeMs = [](const paralab::ui::DesignedModel& m, const paralab::Shape& input) {
-        paralab::ui::inferShapes(m, input);  // warm
+    auto infer = [](const paralab::ui::DesignedModel& m, const paralab::Shape& input,
+                    const char* what) {
         const auto t0 = Clock::now();
-        const auto report = paralab::ui::inferShapes(m, input);
+        auto report = paralab::ui::inferShapes(m, input);
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        qInfo("%s: %.2f ms (cold)", what, ms);
         if (!report.ok) qWarning() << report.message;
-        return ms;
+        return report;
     };
     for (const char* preset : {kCnn, ":/examples/resnet-small.paralab.json"}) {
         const auto e = experimentFrom(preset);
-        const double ms = timeMs({e.layers, e.input, e.loss}, *e.input);
-        qInfo("%s: %.2f ms", preset, ms);
-        QVERIFY2(ms < 50, preset);
+        const auto report = infer({e.layers, e.input, e.loss}, *e.input, preset);
+        QVERIFY2(report.ok, preset);
+        QVERIFY2(report.parameters > 0 && report.flops > 0, preset);
+        QCOMPARE(report.output, (paralab::Shape{10}));
     }
-    // 3x224x224 through eight 256-channel 3x3 convolutions: ~4.7 M parameters.
+    // 3x224x224 through eight 256-channel 3x3 convolutions (pad 1): ~4.1 M parameters.
     paralab::ui::DesignedModel big;
     for (int i = 0; i < 8; ++i) {
         auto conv = paralab::ui::defaultLayer("conv2d");
@@ -359,8 +363,12 @@ void TestDesigner::shapeInferenceIsCheapForTheGuiThread() {
     }
     big.layers.push_back(paralab::ui::defaultLayer("global_avgpool"));
     big.layers.push_back(paralab::ui::defaultLayer("linear"));
-    qInfo("8 x conv2d 256 on 3x224x224: %.2f ms (past the budget: on the worker)",
-          timeMs(big, paralab::Shape{3, 224, 224}));
+    const auto report = infer(big, paralab::Shape{3, 224, 224}, "8 x conv2d 256 on 3x224x224");
+    QVERIFY(report.ok);
+    const int64_t first = 3 * 256 * 9 + 256, other = 256 * 256 * 9 + 256, head = 256 * 10 + 10;
+    QCOMPARE(report.parameters, first + 7 * other + head);
+    QCOMPARE(report.output, (paralab::Shape{10}));
+    QCOMPARE(report.rows.front().second.output, (paralab::Shape{256, 224, 224}));
 }
 
 void TestDesigner::slowInferenceArrivesLaterAndOnlyIfCurrent() {
