@@ -16,11 +16,12 @@
 // copied into a staging buffer on this rank's GPU (a peer copy, through the host where peer
 // access is off), then reduced.
 //
+// The counters, the host waits, abort and the ring's schedule are peer_protocol.h's.
+//
 // An event re-recorded by a peer's next call before this rank waits on it only makes this rank
 // wait for more of the peer's queued work, never for work not yet queued: no deadlock, and the
 // order still holds. Every call ends by synchronising the rank's communication stream.
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include <kernels/gpu/comm_reduce.h>
@@ -29,22 +30,16 @@
 
 #include "engine/comm/gpu.h"
 #include "engine/comm/gpu_common.h"
+#include "engine/comm/peer_protocol.h"
 #include "engine/data/loader.h"
 #include "engine/device/cuda_device.h"
 
 namespace paralab::comm {
 
 namespace kg = kernels::gpu;
-using gpu_detail::offset_of;
+using detail::offset_of;
 
 namespace {
-
-constexpr int64_t k_abort_bump = int64_t{1} << 60;
-constexpr int k_spin_polls = 256;
-
-int wrap(int r, int n) {
-    return ((r % n) + n) % n;
-}
 
 bool overlaps(const void* a, const void* b, size_t bytes) {
     const auto* x = static_cast<const std::byte*>(a);
@@ -88,8 +83,7 @@ private:
 
 struct CudaLocalGroup::State {
     explicit State(std::vector<CudaDevice*> d)
-        : world(int(d.size())), devices(std::move(d)), slots(size_t(world)),
-          events(size_t(world)) {
+        : world(int(d.size())), devices(std::move(d)), board(world), events(size_t(world)) {
         // A call ticks at most 1 + 2(N-1) times (all_reduce); one more event per rank orders
         // its communication stream after its compute stream.
         for (int r = 0; r < world; ++r)
@@ -107,27 +101,18 @@ struct CudaLocalGroup::State {
             }
     }
 
-    struct alignas(64) Slot {
-        std::atomic<int64_t> progress{0};          // ticked by its rank; bumped by abort()
-        std::atomic<const void*> buffer{nullptr};  // published before the "entered" tick
-    };
-
     void abort(const std::string& reason) {
-        if (!aborted.set(reason)) return;
-        for (Slot& s : slots) {
-            s.progress.fetch_add(k_abort_bump, std::memory_order_acq_rel);
-            s.progress.notify_all();
-        }
+        if (!board.abort(reason)) return;
         mailbox.wake_all();
     }
+    const detail::AbortFlag& aborted() const { return board.aborted(); }
 
     const int world;
     const std::vector<CudaDevice*> devices;
-    std::vector<Slot> slots;                // [world]; never resized
+    detail::PeerBoard board;
     // [rank][call tick - 1], then the rank's ready event; recorded by that rank only.
     std::vector<std::vector<void*>> events;
-    gpu_detail::AbortFlag aborted;
-    gpu_detail::HostMailbox mailbox{aborted};
+    gpu_detail::HostMailbox mailbox{board.aborted()};
 };
 
 namespace {
@@ -135,15 +120,16 @@ namespace {
 class CudaLocalCommunicator final : public Communicator {
 public:
     CudaLocalCommunicator(CudaLocalGroup::State& state, int rank)
-        : Communicator(rank, state.world), m_state(state), m_device(*state.devices[size_t(rank)]),
-          m_stage(m_device.ordinal()), m_partial(m_device.ordinal()) {}
+        : Communicator(rank, state.world), m_state(state), m_cursor(state.board, rank),
+          m_device(*state.devices[size_t(rank)]), m_stage(m_device.ordinal()),
+          m_partial(m_device.ordinal()) {}
 
     std::string backend() const override { return "cuda_local"; }
     void abort(const std::string& reason) override { m_state.abort(reason); }
 
 protected:
     void all_reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
-        m_state.aborted.check();
+        m_state.aborted().check();
         const int n = world();
         if (n == 1 || count == 0) return;
         dispatch_float(dtype, [&]<class T>() {
@@ -157,7 +143,7 @@ protected:
     }
 
     void reduce_scatter_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
-        m_state.aborted.check();
+        m_state.aborted().check();
         const int n = world();
         if (n == 1 || count == 0) return;
         dispatch_float(dtype, [&]<class T>() {
@@ -170,7 +156,7 @@ protected:
     }
 
     void all_gather_impl(void* data, int64_t count, DType dtype) override {
-        m_state.aborted.check();
+        m_state.aborted().check();
         const int n = world();
         if (n == 1 || count == 0) return;
         dispatch_float(dtype, [&]<class T>() {
@@ -184,7 +170,7 @@ protected:
 
     // Non-roots copy from the root's buffer; the root returns once all have copied.
     void broadcast_impl(void* data, int64_t count, DType dtype, int root) override {
-        m_state.aborted.check();
+        m_state.aborted().check();
         if (world() == 1 || count == 0) return;
         const size_t bytes = size_t(count) * dtype_size(dtype);
         if (rank() == root) {
@@ -203,7 +189,7 @@ protected:
     // The root reduces every rank's buffer in rank order 0..N-1 into a scratch buffer (its own
     // buffer is one of the inputs), then copies the result into its buffer.
     void reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op, int root) override {
-        m_state.aborted.check();
+        m_state.aborted().check();
         if (world() == 1 || count == 0) return;
         enter(data);
         if (rank() != root) {
@@ -229,7 +215,7 @@ protected:
 
     void scatter_impl(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
                       int root) override {
-        m_state.aborted.check();
+        m_state.aborted().check();
         const size_t esize = dtype_size(dtype);
         const size_t mine = size_t(counts[size_t(rank())]) * esize;
         const size_t offset = size_t(offset_of(counts, rank())) * esize;
@@ -257,7 +243,7 @@ protected:
 
     void gather_impl(const void* send, void* recv, const std::vector<int64_t>& counts, DType dtype,
                      int root) override {
-        m_state.aborted.check();
+        m_state.aborted().check();
         const size_t esize = dtype_size(dtype);
         if (rank() != root) {
             if (world() == 1) return;
@@ -292,62 +278,46 @@ protected:
 
     // Host-side only: every rank has entered (the GPU streams are not involved).
     void barrier_impl() override {
-        m_state.aborted.check();
+        m_state.aborted().check();
         if (world() == 1) return;
         enter(nullptr);
         for (int q = 0; q < world(); ++q)
-            if (q != rank()) wait_host(q, 1);
+            if (q != rank()) m_cursor.wait(q, 1);
     }
 
 private:
-    int prev_rank() const { return wrap(rank() - 1, world()); }
-    int next_rank() const { return wrap(rank() + 1, world()); }
+    int prev_rank() const { return m_cursor.prev(); }
+    int next_rank() const { return m_cursor.next(); }
     void* stream() const { return m_device.comm_stream(); }
     bool same_gpu(int peer) const { return m_state.devices[size_t(peer)]->ordinal() == m_device.ordinal(); }
 
     // Starts a call: this thread's GPU current, the communication stream after the compute
     // stream's queued work (the buffer is ready), `buffer` published, then tick 1 ("entered").
     void enter(const void* buffer) {
-        m_base = m_ticks;
+        m_cursor.begin_call();
         m_device.make_current();
         gpu_detail::wait_for_compute(m_device, stream(), m_state.ready_event(rank()));
-        m_state.slots[size_t(rank())].buffer.store(buffer, std::memory_order_relaxed);
+        m_cursor.publish(buffer);
         tick();
     }
 
-    // Marks the end of this call's tick (m_ticks - m_base + 1) on the stream, then on the host.
+    // Marks the end of this call's tick on the stream, then on the host.
     void tick() {
-        const int64_t call_tick = m_ticks - m_base + 1;
+        const int64_t call_tick = m_cursor.next_call_tick();
         kg::event_record(m_state.events[size_t(rank())][size_t(call_tick - 1)], stream());
-        ++m_ticks;
-        auto& progress = m_state.slots[size_t(rank())].progress;
-        progress.fetch_add(1, std::memory_order_release);
-        progress.notify_all();
+        m_cursor.tick();
     }
 
-    // Waits on the host until `peer` has made tick `call_tick` of this call; CommAborted once
-    // the group is aborted.
-    void wait_host(int peer, int64_t call_tick) {
-        const int64_t target = m_base + call_tick;
-        auto& progress = m_state.slots[size_t(peer)].progress;
-        int64_t seen = progress.load(std::memory_order_acquire);
-        for (int i = 0; seen < target && i < k_spin_polls; ++i) seen = progress.load(std::memory_order_acquire);
-        while (seen < target && !m_state.aborted.is_set()) {
-            progress.wait(seen, std::memory_order_acquire);
-            seen = progress.load(std::memory_order_acquire);
-        }
-        m_state.aborted.check();
-    }
-
-    // wait_host, then this rank's stream waits for the peer's work of that tick.
+    // Waits on the host until `peer` has made tick `call_tick` of this call (CommAborted once the
+    // group is aborted); then this rank's stream waits for the peer's work of that tick.
     void wait_for(int peer, int64_t call_tick) {
-        wait_host(peer, call_tick);
+        m_cursor.wait(peer, call_tick);
         kg::stream_wait_event(stream(), m_state.events[size_t(peer)][size_t(call_tick - 1)]);
     }
 
     const void* read_buffer(int peer) {
         wait_for(peer, 1);
-        return m_state.slots[size_t(peer)].buffer.load(std::memory_order_relaxed);
+        return m_cursor.published(peer);
     }
 
     const void* enter_and_read(const void* own, int peer) {
@@ -386,7 +356,7 @@ private:
         const int n = world();
         for (int k = 0; k <= n - 2; ++k) {
             wait_for(prev_rank(), 1 + k);
-            const auto chunk = data::shard_of_dataset(count, wrap(rank() - k - 1 - shift, n), n);
+            const auto chunk = data::shard_of_dataset(count, m_cursor.reduced_chunk(k, shift), n);
             const T* src = local_copy(prev_rank(), prev + chunk.offset, chunk.count);
             kg::comm_combine<T>(chunk.count, own + chunk.offset, src, op == ReduceOp::max, stream());
             if (k == n - 2 && op == ReduceOp::average)
@@ -401,7 +371,7 @@ private:
         const int n = world();
         for (int k = 0; k <= n - 2; ++k) {
             wait_for(prev_rank(), 1 + first_step + k);
-            const auto chunk = data::shard_of_dataset(count, wrap(rank() - k - shift, n), n);
+            const auto chunk = data::shard_of_dataset(count, m_cursor.gathered_chunk(k, shift), n);
             if (chunk.count > 0)
                 kg::copy_device_to_device_async(own + chunk.offset, prev + chunk.offset,
                                                 size_t(chunk.count) * sizeof(T), stream());
@@ -410,11 +380,10 @@ private:
     }
 
     CudaLocalGroup::State& m_state;
+    detail::PeerCursor m_cursor;
     CudaDevice& m_device;
     DeviceScratch m_stage;    // a peer GPU's chunk, copied here before it is reduced
     DeviceScratch m_partial;  // reduce's running result; overlapping moves
-    int64_t m_ticks = 0;      // ticks this rank made
-    int64_t m_base = 0;       // m_ticks when the current call entered
 };
 
 }  // namespace

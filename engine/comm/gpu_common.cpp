@@ -1,4 +1,4 @@
-// The GPU communicators' shared pieces (gpu_common.h): abort flag, host mailbox, host barrier.
+// The GPU communicators' shared pieces (gpu_common.h): host mailbox, host barrier.
 #include "engine/comm/gpu_common.h"
 
 #include <chrono>
@@ -12,24 +12,6 @@
 namespace paralab::comm::gpu_detail {
 
 namespace kg = kernels::gpu;
-
-bool AbortFlag::set(const std::string& reason) {
-    std::lock_guard lock(m_mutex);
-    if (m_aborted.load(std::memory_order_relaxed)) return false;
-    m_reason = reason;
-    m_aborted.store(true, std::memory_order_release);
-    return true;
-}
-
-void AbortFlag::check() const {
-    if (!is_set()) return;
-    std::string reason;
-    {
-        std::lock_guard lock(m_mutex);
-        reason = m_reason;
-    }
-    throw CommAborted("communicator aborted: " + reason);
-}
 
 void HostMailbox::send(CudaDevice& device, void* stream, void* ready, int from, int to, int tag,
                        const void* data, int64_t count, DType dtype) {
@@ -123,12 +105,6 @@ void wait_for_stream(void* stream, void* event, const AbortFlag& abort) {
 void wait_for_compute(CudaDevice& device, void* stream, void* ready) {
     kg::event_record(ready, device.compute_stream());
     kg::stream_wait_event(stream, ready);
-}
-
-int64_t offset_of(const std::vector<int64_t>& counts, int r) {
-    int64_t offset = 0;
-    for (int q = 0; q < r; ++q) offset += counts[size_t(q)];
-    return offset;
 }
 
 }  // namespace paralab::comm::gpu_detail

@@ -1,5 +1,5 @@
 // What the two GPU communicators (nccl.cpp, cuda_local.cpp) share, private to engine/comm: the
-// abort flag with its reason, the host mailbox behind send/recv, and the host barrier.
+// host mailbox behind send/recv and the host barrier (the abort flag is peer_protocol.h's).
 #pragma once
 
 #include <atomic>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
+#include "engine/comm/peer_protocol.h"
 
 namespace paralab {
 class CudaDevice;
@@ -20,20 +21,8 @@ class CudaDevice;
 
 namespace paralab::comm::gpu_detail {
 
-// Set once by abort(); every wait of the group polls or is woken by it.
-class AbortFlag {
-public:
-    // True for the first caller only (the first reason wins).
-    bool set(const std::string& reason);
-    bool is_set() const { return m_aborted.load(std::memory_order_acquire); }
-    // Throws CommAborted("communicator aborted: <reason>") once set.
-    void check() const;
-
-private:
-    std::atomic<bool> m_aborted{false};
-    mutable std::mutex m_mutex;
-    std::string m_reason;  // guarded by m_mutex; set once, before m_aborted
-};
+using detail::AbortFlag;  // peer_protocol.h
+using detail::offset_of;
 
 // Eager point-to-point messages through host memory: send copies the device buffer out (on the
 // sender's communication stream, after its compute stream's work) and returns; recv waits for
@@ -89,8 +78,5 @@ void wait_for_stream(void* stream, void* event, const AbortFlag& abort);
 // Work queued on `stream` from now on waits for `device`'s compute stream's queued work (the
 // buffers are ready), through `ready`, an ordering event that only this rank records.
 void wait_for_compute(CudaDevice& device, void* stream, void* ready);
-
-// The rank-order offset of rank r's rows in a scatterv/gatherv layout.
-int64_t offset_of(const std::vector<int64_t>& counts, int r);
 
 }  // namespace paralab::comm::gpu_detail

@@ -27,10 +27,12 @@
 // wait that may have to sleep until the neighbour is scheduled (16 MiB over 4 ranks on 2 cores:
 // 4.1 ms whole, 4.9 ms in pieces).
 //
-// abort() sets a flag and bumps every counter by k_abort_bump, so that every wait ends; every
-// wait then checks the flag and throws CommAborted.
+// abort() sets a flag and bumps every counter far ahead, so that every wait ends; every wait
+// then checks the flag and throws CommAborted.
+//
+// The counters, the waits, abort and the ring's schedule are peer_protocol.h's, shared with the
+// local CUDA communicator (cuda_local.cpp).
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -41,29 +43,16 @@
 #include <tuple>
 
 #include "engine/comm/communicator.h"
+#include "engine/comm/peer_protocol.h"
 #include "engine/data/loader.h"
 
 namespace paralab::comm {
 namespace {
 
-constexpr int64_t k_abort_bump = int64_t{1} << 60;
-// Polls before blocking: ranks are often more threads than cores, so a waiter must yield the
-// core to the rank it waits for soon; a short spin still catches a neighbour that is nearly done.
-constexpr int k_spin_polls = 256;
+using detail::offset_of;
+
 // The most bytes of one chunk that one ring step moves (see "Segments" above).
 constexpr int64_t k_piece_bytes = 256 * 1024;
-
-inline void cpu_pause() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-}
-
-int wrap(int r, int n) {
-    return ((r % n) + n) % n;
-}
 
 // dst[i] = src[i] (op) dst[i]; src holds the partial result of the ranks before this one.
 template <class T>
@@ -84,13 +73,8 @@ void divide(T* data, int64_t n, int world) {
 }  // namespace
 
 struct LocalGroup::State {
-    State(int world_size, int64_t piece_bytes_) : world(world_size), piece_bytes(piece_bytes_), slots(static_cast<size_t>(world_size)) {}
-
-    // One per rank, on its own cache line (the counters are polled by the neighbours).
-    struct alignas(64) Slot {
-        std::atomic<int64_t> progress{0};          // ticked by its rank; bumped by abort()
-        std::atomic<const void*> buffer{nullptr};  // published before the "entered" tick
-    };
+    State(int world_size, int64_t piece_bytes_)
+        : world(world_size), piece_bytes(piece_bytes_), board(world_size) {}
 
     struct Message {
         int64_t count = 0;
@@ -100,37 +84,16 @@ struct LocalGroup::State {
     using MailKey = std::tuple<int, int, int>;  // (src, dst, tag)
 
     void abort(const std::string& reason) {
-        {
-            std::lock_guard lock(abort_mutex);
-            if (aborted.load(std::memory_order_relaxed)) return;  // the first reason wins
-            abort_reason = reason;
-            aborted.store(true, std::memory_order_release);
-        }
-        for (Slot& s : slots) {
-            s.progress.fetch_add(k_abort_bump, std::memory_order_acq_rel);
-            s.progress.notify_all();
-        }
+        if (!board.abort(reason)) return;      // the first reason wins
         { std::lock_guard lock(mail_mutex); }  // a recv between its check and its sleep wakes
         mail_cv.notify_all();
     }
 
-    void check_aborted() {
-        if (!aborted.load(std::memory_order_acquire)) return;
-        std::string reason;
-        {
-            std::lock_guard lock(abort_mutex);
-            reason = abort_reason;
-        }
-        throw CommAborted("communicator aborted: " + reason);
-    }
+    void check_aborted() const { board.aborted().check(); }
 
     const int world;
     const int64_t piece_bytes;  // see "Segments": k_piece_bytes, or whole chunks when oversubscribed
-    std::vector<Slot> slots;    // [world]; never resized
-
-    std::atomic<bool> aborted{false};
-    std::mutex abort_mutex;
-    std::string abort_reason;  // guarded by abort_mutex; set once, before `aborted`
+    detail::PeerBoard board;
 
     std::mutex mail_mutex;
     std::condition_variable mail_cv;              // a message arrived, or abort
@@ -142,7 +105,7 @@ namespace {
 class LocalCommunicator final : public Communicator {
 public:
     LocalCommunicator(LocalGroup::State& state, int rank)
-        : Communicator(rank, state.world), m_state(state) {}
+        : Communicator(rank, state.world), m_state(state), m_cursor(state.board, rank) {}
 
     std::string backend() const override { return "local"; }
     void abort(const std::string& reason) override { m_state.abort(reason); }
@@ -269,11 +232,11 @@ protected:
         {
             std::unique_lock lock(m_state.mail_mutex);
             m_state.mail_cv.wait(lock, [&] {
-                if (m_state.aborted.load(std::memory_order_acquire)) return true;
+                if (m_state.board.aborted().is_set()) return true;
                 auto it = m_state.mail.find(key);
                 return it != m_state.mail.end() && !it->second.empty();
             });
-            if (!m_state.aborted.load(std::memory_order_acquire)) {
+            if (!m_state.board.aborted().is_set()) {
                 auto it = m_state.mail.find(key);
                 const auto& front = it->second.front();
                 if (front.count != count || front.dtype != dtype)
@@ -301,50 +264,16 @@ protected:
     }
 
 private:
-    int prev_rank() const { return wrap(rank() - 1, world()); }
-    int next_rank() const { return wrap(rank() + 1, world()); }
-
-    static int64_t offset_of(const std::vector<int64_t>& counts, int r) {
-        int64_t offset = 0;
-        for (int q = 0; q < r; ++q) offset += counts[size_t(q)];
-        return offset;
-    }
-
-    // Starts a call: publishes `buffer` for the peers, then ticks "entered" (base + 1).
-    void enter(const void* buffer) {
-        m_base = m_ticks;
-        m_state.slots[size_t(rank())].buffer.store(buffer, std::memory_order_relaxed);
-        tick();  // release: the pointer is visible to whoever sees the tick
-    }
-
-    void tick() {
-        ++m_ticks;
-        auto& progress = m_state.slots[size_t(rank())].progress;
-        progress.fetch_add(1, std::memory_order_release);
-        progress.notify_all();
-    }
-
-    // Waits until `peer` has made tick `call_tick` of this call (1 = entered, 2 + k = step k
-    // done); throws CommAborted once the group is aborted.
-    void wait_for(int peer, int64_t call_tick) {
-        const int64_t target = m_base + call_tick;
-        auto& progress = m_state.slots[size_t(peer)].progress;
-        int64_t seen = progress.load(std::memory_order_acquire);
-        for (int i = 0; seen < target && i < k_spin_polls; ++i) {
-            cpu_pause();
-            seen = progress.load(std::memory_order_acquire);
-        }
-        while (seen < target && !m_state.aborted.load(std::memory_order_acquire)) {
-            progress.wait(seen, std::memory_order_acquire);
-            seen = progress.load(std::memory_order_acquire);
-        }
-        m_state.check_aborted();
-    }
+    int prev_rank() const { return m_cursor.prev(); }
+    int next_rank() const { return m_cursor.next(); }
+    void enter(const void* buffer) { m_cursor.enter(buffer); }
+    void tick() { m_cursor.tick(); }
+    void wait_for(int peer, int64_t call_tick) { m_cursor.wait(peer, call_tick); }
 
     // `peer`'s published pointer of this call (valid: peer returns only after we are done).
     const void* read_buffer(int peer) {
         wait_for(peer, 1);
-        return m_state.slots[size_t(peer)].buffer.load(std::memory_order_relaxed);
+        return m_cursor.published(peer);
     }
 
     const void* enter_and_read(const void* own, int peer) {
@@ -407,7 +336,7 @@ private:
         const int n = world();
         for (int k = 0; k <= n - 2; ++k) {
             wait_for(prev_rank(), 1 + first_step + k);
-            const auto piece = seg.of(wrap(rank() - k - 1 - shift, n), s);
+            const auto piece = seg.of(m_cursor.reduced_chunk(k, shift), s);
             combine(own + piece.offset, prev + piece.offset, piece.count, op);
             // The finished piece is divided before anyone can read it: deterministic average.
             if (k == n - 2 && op == ReduceOp::average) divide(own + piece.offset, piece.count, n);
@@ -422,7 +351,7 @@ private:
         const int n = world();
         for (int k = 0; k <= n - 2; ++k) {
             wait_for(prev_rank(), 1 + first_step + k);
-            const auto piece = seg.of(wrap(rank() - k - shift, n), s);
+            const auto piece = seg.of(m_cursor.gathered_chunk(k, shift), s);
             if (piece.count > 0)
                 std::memcpy(own + piece.offset, prev + piece.offset, size_t(piece.count) * sizeof(T));
             tick();
@@ -430,8 +359,7 @@ private:
     }
 
     LocalGroup::State& m_state;
-    int64_t m_ticks = 0;  // ticks this rank made (its progress counter less abort bumps)
-    int64_t m_base = 0;   // m_ticks when the current call entered
+    detail::PeerCursor m_cursor;
 };
 
 }  // namespace
