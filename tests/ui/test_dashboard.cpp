@@ -4,6 +4,8 @@
 // colours spans by phase family, exports write files, a real 2-device DDP run started from the
 // window fills both, every plot of the window exports as PNG, PDF and CSV, a decimated curve
 // keeps every pixel column's extremes, and a hidden tab is not redrawn.
+#include <QCheckBox>
+#include <QComboBox>
 #include <QFile>
 #include <QMenu>
 #include <QSignalSpy>
@@ -12,6 +14,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <limits>
 #include <qcustomplot.h>
 
 #include "engine/store/run_store.h"
@@ -146,6 +149,7 @@ private slots:
     void smoothingStartsAtTheRawValue_data();
     void smoothingStartsAtTheRawValue();
     void xAxisSwitchKeepsThePoints();
+    void trainingPlotByWallTime();
     void memoryStacksAddUpToTheDeviceTotal();
     void breakdownIsTheMeanOfTheLastSteps();
     void phaseFamilies_data();
@@ -248,6 +252,87 @@ void TestDashboard::xAxisSwitchKeepsThePoints() {
     d.setLogarithmicLoss(true);
     QVERIFY(d.logarithmicLoss());
     for (const QString& device : kDevices) QCOMPARE(d.lossPointCount(device), 30);
+}
+
+// The Training tab's plot by wall time: every point at its step's wall time, an evaluation at
+// the time of the step it followed (also when it arrived first), a diverged step's NaN kept out
+// of the smoothed curve, and the controls in step with the slots.
+void TestDashboard::trainingPlotByWallTime() {
+    paralab::ui::LossPlotPanel panel;
+    auto* plot = panel.findChild<QCustomPlot*>();
+    QVERIFY(plot);
+    auto graph = [&](const QString& name) -> QCPGraph* {
+        for (int i = 0; i < plot->graphCount(); ++i)
+            if (plot->graph(i)->name() == name) return plot->graph(i);
+        return nullptr;
+    };
+    QCPGraph* raw = graph("training loss (per step)");
+    QCPGraph* smooth = graph("training loss (smoothed)");
+    QCPGraph* test = graph("test loss");
+    QCPGraph* accuracy = graph("test accuracy (right axis)");
+    QVERIFY(raw && smooth && test && accuracy);
+    auto keys = [](QCPGraph* g) {
+        QVector<double> out;
+        for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) out.append(it->key);
+        return out;
+    };
+    auto eval = [](int64_t step, double loss, double acc) {
+        paralab::run::EvalResult e;
+        e.step = step;
+        e.loss = loss;
+        e.accuracy = acc;
+        return e;
+    };
+    auto records = globalRecords(1, 50);  // wall time 0.012 s a step
+    records.back().loss = std::numeric_limits<double>::quiet_NaN();  // a diverged last step
+    panel.addSteps(records);
+    panel.addEval(eval(50, 0.4, 0.8));
+    QCOMPARE(keys(test), QVector<double>{50});
+    QCOMPARE(plot->xAxis->label(), QString("optimizer step"));
+
+    auto* box = panel.findChild<QComboBox*>("xAxisBox");
+    QVERIFY(box);
+    box->setCurrentIndex(1);  // as the user does
+    QCOMPARE(panel.xAxis(), paralab::ui::LossPlotPanel::XAxis::WallTime);
+    QCOMPARE(plot->xAxis->label(), QString("wall time (s)"));
+    QCOMPARE(raw->dataCount(), 50);
+    QCOMPARE(smooth->dataCount(), 49);  // the NaN step is a gap, not a smoothed point
+    QCOMPARE(keys(raw).front(), 0.012);
+    QCOMPARE(keys(raw).back(), 0.012 * 50);
+    QCOMPARE(keys(test), QVector<double>{0.012 * 50});
+    QCOMPARE(keys(accuracy), QVector<double>{0.012 * 50});
+    QCOMPARE(plot->xAxis->range().upper, 1.0);  // at least a second wide
+
+    // An evaluation that arrives before the step it followed moves there when the step comes.
+    panel.addEval(eval(60, 0.3, 0.85));
+    QCOMPARE(keys(test).back(), 0.012 * 50);
+    panel.addSteps(globalRecords(51, 60));
+    QCOMPARE(keys(test), (QVector<double>{0.012 * 50, 0.012 * 60}));
+    QCOMPARE(raw->dataCount(), 60);
+    QCOMPARE(panel.pointCount(), 60);
+
+    // The curves as CSV name the axis they were plotted on.
+    QTemporaryDir dir;
+    QVERIFY(panel.exportCsv(dir.filePath("training.csv")));
+    QFile csv(dir.filePath("training.csv"));
+    QVERIFY(csv.open(QIODevice::ReadOnly | QIODevice::Text));
+    const QString text = QString::fromUtf8(csv.readAll());
+    QVERIFY(text.contains("test loss,wall time (s),"));
+
+    // Back to steps through the slot: the box follows, and every point is at its step again.
+    panel.setXAxis(paralab::ui::LossPlotPanel::XAxis::Step);
+    QCOMPARE(box->currentIndex(), 0);
+    QCOMPARE(keys(raw).back(), 60.0);
+    QCOMPARE(keys(test), (QVector<double>{50, 60}));
+    QCOMPARE(plot->xAxis->range().upper, 60 * 1.02);
+
+    auto* log = panel.findChild<QCheckBox*>("logLossBox");
+    QVERIFY(log);
+    log->setChecked(true);
+    QVERIFY(panel.logarithmicLoss());
+    panel.setLogarithmicLoss(false);
+    QVERIFY(!log->isChecked());
+    QCOMPARE(plot->yAxis->scaleType(), QCPAxis::stLinear);
 }
 
 void TestDashboard::memoryStacksAddUpToTheDeviceTotal() {

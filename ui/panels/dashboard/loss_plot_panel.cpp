@@ -1,11 +1,17 @@
 #include "ui/panels/dashboard/loss_plot_panel.h"
 
+#include <QCheckBox>
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QLabel>
 #include <QMenu>
+#include <QToolButton>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "ui/panels/common/replot_pacer.h"
@@ -24,11 +30,36 @@ constexpr double kSmoothing = 0.9;
 
 LossPlotPanel::LossPlotPanel(QWidget* parent)
     : QWidget(parent),
+      m_xAxisBox(new QComboBox),
+      m_logBox(new QCheckBox(tr("Log loss"))),
       m_plot(new QCustomPlot(this)),
       m_pacer(new ReplotPacer(this, [this] { m_plot->replot(QCustomPlot::rpRefreshHint); })) {
+    // The same controls, in the same places, as the Devices tab's.
+    auto* controls = new QHBoxLayout;
+    controls->setContentsMargins(6, 4, 6, 0);
+    m_xAxisBox->addItem(tr("optimizer step"));
+    m_xAxisBox->addItem(tr("wall time (s)"));
+    m_xAxisBox->setObjectName(QStringLiteral("xAxisBox"));
+    controls->addWidget(new QLabel(tr("X axis:")));
+    controls->addWidget(m_xAxisBox);
+    controls->addSpacing(12);
+    m_logBox->setObjectName(QStringLiteral("logLossBox"));
+    controls->addWidget(m_logBox);
+    controls->addStretch(1);
+    auto* exportButton = new QToolButton;
+    exportButton->setText(tr("Export…"));
+    exportButton->setObjectName(QStringLiteral("exportButton"));
+    exportButton->setToolTip(tr("The plot as PNG or PDF, or its curves as CSV"));
+    connect(exportButton, &QToolButton::clicked, this, &LossPlotPanel::exportWithDialog);
+    controls->addWidget(exportButton);
+
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
-    layout->addWidget(m_plot);
+    layout->addLayout(controls);
+    layout->addWidget(m_plot, 1);
+    connect(m_xAxisBox, &QComboBox::currentIndexChanged, this,
+            [this](int index) { setXAxis(index == 1 ? XAxis::WallTime : XAxis::Step); });
+    connect(m_logBox, &QCheckBox::toggled, this, &LossPlotPanel::setLogarithmicLoss);
 
     m_plot->setAntialiasedElements(QCP::aePlottables | QCP::aeLegendItems);
     m_plot->plotLayout()->insertRow(0);
@@ -90,35 +121,99 @@ void LossPlotPanel::clear() {
     m_ema = m_emaWeight = 0;
     m_testLoss->data()->clear();
     m_accuracy->data()->clear();
+    m_points.clear();
+    m_evals.clear();
     m_maxLoss = 0;
     m_minLoss = std::numeric_limits<double>::infinity();
-    m_lastStep = 0;
+    m_lastKey = 0;
     fitToData();
 }
 
 void LossPlotPanel::addSteps(const QVector<run::StepRecord>& steps) {
+    if (steps.isEmpty()) return;
+    const double wallBefore = m_points.isEmpty() ? 0 : m_points.back().wall;
     for (const auto& s : steps) {
-        m_train->append(static_cast<double>(s.step), s.loss);
+        TrainingPoint p{static_cast<double>(s.step), s.wall_s, s.loss,
+                        std::numeric_limits<double>::quiet_NaN()};
+        const double key = keyOf(p.step, p.wall);
+        m_train->append(key, s.loss);
         // The step that ends a diverging run carries an infinite or NaN loss: plotted as a
         // gap, and kept out of the averages and the axis range.
-        if (!std::isfinite(s.loss)) continue;
-        m_ema = kSmoothing * m_ema + (1 - kSmoothing) * s.loss;
-        m_emaWeight = kSmoothing * m_emaWeight + (1 - kSmoothing);
-        m_trainSmooth->append(static_cast<double>(s.step), m_ema / m_emaWeight);
-        includeLoss(s.loss);
+        if (std::isfinite(s.loss)) {
+            m_ema = kSmoothing * m_ema + (1 - kSmoothing) * s.loss;
+            m_emaWeight = kSmoothing * m_emaWeight + (1 - kSmoothing);
+            p.smoothed = m_ema / m_emaWeight;
+            m_trainSmooth->append(key, p.smoothed);
+            includeLoss(s.loss);
+        }
+        m_lastKey = std::max(m_lastKey, key);
+        m_points.append(p);
     }
-    if (!steps.isEmpty()) m_lastStep = static_cast<double>(steps.back().step);
+    // By wall time, an evaluation that came before the step it followed moves to that step's time.
+    if (m_xAxis == XAxis::WallTime &&
+        std::any_of(m_evals.begin(), m_evals.end(), [&](const EvalPoint& e) { return wallAtStep(e.step) > wallBefore; }))
+        replaceEvalPoints();
     fitRanges();
     m_pacer->request();
 }
 
 void LossPlotPanel::addEval(const run::EvalResult& eval) {
-    m_testLoss->addData(static_cast<double>(eval.step), eval.loss);
-    if (std::isfinite(eval.loss)) includeLoss(eval.loss);
-    if (eval.accuracy) m_accuracy->addData(static_cast<double>(eval.step), *eval.accuracy);
-    m_lastStep = std::max(m_lastStep, static_cast<double>(eval.step));
+    const EvalPoint e{static_cast<double>(eval.step), eval.loss, eval.accuracy};
+    m_evals.append(e);
+    const double key = keyOf(e.step, wallAtStep(e.step));
+    m_testLoss->addData(key, e.loss);
+    if (std::isfinite(e.loss)) includeLoss(e.loss);
+    if (e.accuracy) m_accuracy->addData(key, *e.accuracy);
+    m_lastKey = std::max(m_lastKey, key);
     fitRanges();
     m_pacer->request();
+}
+
+double LossPlotPanel::wallAtStep(double step) const {
+    const auto after = std::upper_bound(m_points.begin(), m_points.end(), step,
+                                        [](double s, const TrainingPoint& p) { return s < p.step; });
+    return after == m_points.begin() ? 0.0 : std::prev(after)->wall;
+}
+
+void LossPlotPanel::replaceTrainingCurves() {
+    QVector<QCPGraphData> raw, smooth;
+    raw.reserve(m_points.size());
+    smooth.reserve(m_points.size());
+    for (const TrainingPoint& p : m_points) {
+        const double key = keyOf(p.step, p.wall);
+        raw.append({key, p.loss});
+        if (std::isfinite(p.smoothed)) smooth.append({key, p.smoothed});
+    }
+    // Steps arrive in order; wall times do too, but a merged job's are not promised to.
+    const bool sorted = m_xAxis == XAxis::Step;
+    m_train->setPoints(raw, sorted);
+    m_trainSmooth->setPoints(smooth, sorted);
+}
+
+void LossPlotPanel::replaceEvalPoints() {
+    m_testLoss->data()->clear();
+    m_accuracy->data()->clear();
+    for (const EvalPoint& e : m_evals) {
+        const double key = keyOf(e.step, wallAtStep(e.step));
+        m_testLoss->addData(key, e.loss);
+        if (e.accuracy) m_accuracy->addData(key, *e.accuracy);
+    }
+}
+
+void LossPlotPanel::setXAxis(XAxis axis) {
+    if (m_xAxisBox->currentIndex() != (axis == XAxis::WallTime ? 1 : 0)) {
+        const QSignalBlocker block(m_xAxisBox);
+        m_xAxisBox->setCurrentIndex(axis == XAxis::WallTime ? 1 : 0);
+    }
+    if (axis == m_xAxis) return;
+    m_xAxis = axis;
+    m_plot->xAxis->setLabel(axis == XAxis::Step ? tr("optimizer step") : tr("wall time (s)"));
+    replaceTrainingCurves();
+    replaceEvalPoints();
+    m_lastKey = 0;
+    for (const TrainingPoint& p : m_points) m_lastKey = std::max(m_lastKey, keyOf(p.step, p.wall));
+    for (const EvalPoint& e : m_evals) m_lastKey = std::max(m_lastKey, keyOf(e.step, wallAtStep(e.step)));
+    fitToData();
 }
 
 void LossPlotPanel::includeLoss(double loss) {
@@ -132,7 +227,8 @@ void LossPlotPanel::fitToData() {
 }
 
 void LossPlotPanel::fitRanges() {
-    m_plot->xAxis->setRange(0, std::max(10.0, m_lastStep * 1.02));
+    // At least 10 steps or 1 s wide, so that a run's first points do not fill the plot.
+    m_plot->xAxis->setRange(0, std::max(m_xAxis == XAxis::Step ? 10.0 : 1.0, m_lastKey * 1.02));
     const double top = m_maxLoss > 0 ? m_maxLoss : 1.0;
     if (m_logLoss) {
         const double bottom = std::isfinite(m_minLoss) ? m_minLoss : top / 100;
@@ -143,6 +239,10 @@ void LossPlotPanel::fitRanges() {
 }
 
 void LossPlotPanel::setLogarithmicLoss(bool on) {
+    if (m_logBox->isChecked() != on) {
+        const QSignalBlocker block(m_logBox);
+        m_logBox->setChecked(on);
+    }
     m_logLoss = on;
     m_plot->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     if (on) m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
