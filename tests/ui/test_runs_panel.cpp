@@ -111,6 +111,7 @@ private slots:
     void aDamagedStoreShowsAnErrorNotACrash();
     void aLockedStoreRefusesANoteWithAClearMessage();
     void theWindowsRunsTabShowsARunWhenItFinishes();
+    void screenshot();
 
 private:
     QTemporaryDir m_dir;
@@ -395,6 +396,55 @@ void TestRunsPanel::theWindowsRunsTabShowsARunWhenItFinishes() {
     QTRY_COMPARE_WITH_TIMEOUT(w.runsPanel()->model()->runs().at(0).status, QString("finished"),
                               10000);
     QCOMPARE(w.runsPanel()->model()->runs().at(0).strategy, QString("ddp"));
+    qunsetenv("XDG_DATA_HOME");
+}
+
+// Not a check: the README's picture of the Runs tab (docs/screenshot-compare.png): the default
+// spirals experiment run on one device and with ddp, zero and a 1F1B pipeline on two, compared by
+// wall time. Run under a display (xvfb-run -s "-screen 0 1600x1000x24" ui_runs_panel_test
+// screenshot -platform xcb) with PARALAB_SCREENSHOT_DIR set to the folder to write it into.
+void TestRunsPanel::screenshot() {
+    const QString dir = qEnvironmentVariable("PARALAB_SCREENSHOT_DIR");
+    if (dir.isEmpty()) QSKIP("set PARALAB_SCREENSHOT_DIR to take the README's screenshot");
+    QTemporaryDir home;  // the window's default store, fresh
+    qputenv("XDG_DATA_HOME", home.path().toUtf8());
+    QFile file(":/examples/spirals-mlp.paralab.json");
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    const auto base = nlohmann::json::parse(file.readAll().toStdString());
+    struct Variant {
+        nlohmann::json devices, strategy;
+        const char* notes;
+    };
+    const std::vector<Variant> variants = {
+        {{"cpu:0"}, {{"type", "single"}}, "baseline"},
+        {{"cpu:0", "cpu:1"}, {{"type", "ddp"}}, "25 MB buckets, overlap on"},
+        {{"cpu:0", "cpu:1"}, {{"type", "zero"}, {"stage", 1}}, "stage 1"},
+        {{"cpu:0", "cpu:1"}, {{"type", "pipeline"}, {"schedule", "1f1b"}, {"micro_batches", 4}},
+         "1F1B, 4 micro-batches"},
+    };
+    QList<qint64> ids;
+    {
+        store::RunStore db(store::RunStore::default_path());
+        for (const Variant& v : variants) {
+            auto j = base;
+            j["devices"] = v.devices;
+            j["strategy"] = v.strategy;
+            ids.append(recordRun(db, run::parse_experiment(j)));
+            QVERIFY(db.set_notes(ids.back(), v.notes));
+        }
+    }
+    ui::MainWindow w;
+    QCOMPARE(w.openExperiment(":/examples/spirals-mlp.paralab.json", false), QString());
+    w.resize(1600, 1000);
+    w.move(0, 0);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.viewTabs()->setCurrentWidget(w.runsPanel());
+    QVERIFY(waitLoaded(*w.runsPanel()));
+    w.runsPanel()->setXAxisIsTime(true);
+    QVERIFY(waitCompared(*w.runsPanel(), ids));
+    QTest::qWait(500);
+    QVERIFY(w.grab().save(QDir(dir).filePath("screenshot-compare.png")));
     qunsetenv("XDG_DATA_HOME");
 }
 
