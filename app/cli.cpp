@@ -379,7 +379,10 @@ namespace {
 // The window needs a display (or a Qt platform chosen by hand, such as offscreen): without one
 // Qt aborts, so say what to do instead.
 int open_window(int argc, char** argv, int (*open_gui)(int, char**)) {
-    const auto set = [](const char* name) { return std::getenv(name) && *std::getenv(name); };
+    const auto set = [](const char* name) {
+        const char* value = std::getenv(name);
+        return value != nullptr && *value != '\0';
+    };
     if (!set("DISPLAY") && !set("WAYLAND_DISPLAY") && !set("QT_QPA_PLATFORM")) {
         std::cerr << "paralab: no display to open the window on; run an experiment headless with "
                      "`paralab run FILE`, or see `paralab --help`\n";

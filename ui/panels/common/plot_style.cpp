@@ -1,6 +1,10 @@
 #include "ui/panels/common/plot_style.h"
 
+#include <QCheckBox>
+#include <QComboBox>
 #include <QFileDialog>
+#include <QHBoxLayout>
+#include <QLabel>
 #include <QMessageBox>
 #include <qcustomplot.h>
 
@@ -68,6 +72,37 @@ QString askExportPath(QWidget* parent, const QString& suggestedName, ExportKind 
 
 void reportExportFailure(QWidget* parent, const QString& path) {
     QMessageBox::warning(parent, QObject::tr("Export failed"), QObject::tr("Could not write %1").arg(path));
+}
+
+void addLossControls(QHBoxLayout* row, QComboBox* xAxis, QCheckBox* logLoss) {
+    row->setContentsMargins(6, 4, 6, 0);
+    xAxis->addItem(QObject::tr("optimizer step"));
+    xAxis->addItem(QObject::tr("wall time (s)"));
+    xAxis->setObjectName(QStringLiteral("xAxisBox"));
+    row->addWidget(new QLabel(QObject::tr("X axis:")));
+    row->addWidget(xAxis);
+    row->addSpacing(12);
+    logLoss->setText(QObject::tr("Log loss"));
+    logLoss->setObjectName(QStringLiteral("logLossBox"));
+    row->addWidget(logLoss);
+}
+
+void showQuietly(QComboBox* box, int index) {
+    if (box->currentIndex() == index) return;
+    const QSignalBlocker block(box);
+    box->setCurrentIndex(index);
+}
+
+void showQuietly(QCheckBox* box, bool checked) {
+    if (box->isChecked() == checked) return;
+    const QSignalBlocker block(box);
+    box->setChecked(checked);
+}
+
+void setLogarithmic(QCPAxis* axis, bool on) {
+    axis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+    if (on) axis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+    else axis->setTicker(QSharedPointer<QCPAxisTicker>::create());
 }
 
 }  // namespace paralab::ui::plotstyle

@@ -4,8 +4,12 @@
 
 #include <QString>
 
+class QCheckBox;
+class QComboBox;
+class QCPAxis;
 class QCPTextElement;
 class QCustomPlot;
+class QHBoxLayout;
 class QWidget;
 
 namespace paralab::ui::plotstyle {
@@ -15,6 +19,16 @@ void styleGrid(QCustomPlot* plot);
 // Moves the legend out of the axis rect to a row under it (no curve is ever hidden by it),
 // filled row by row, `columns` items wide.
 void putLegendBelow(QCustomPlot* plot, int columns);
+
+// The start of a loss plot's row of controls, the same on the Training and Devices tabs: "X axis:"
+// with "optimizer step" (index 0) and "wall time (s)" (index 1), then the "Log loss" box; named
+// xAxisBox and logLossBox for tests.
+void addLossControls(QHBoxLayout* row, QComboBox* xAxis, QCheckBox* logLoss);
+// A setter called from code shows the value in its control without the control calling back.
+void showQuietly(QComboBox* box, int index);
+void showQuietly(QCheckBox* box, bool checked);
+// An axis to logarithmic scale or back, with the matching ticker.
+void setLogarithmic(QCPAxis* axis, bool on);
 
 enum class ExportKind { Image, Csv, ImageOrCsv };
 // Asks for a file name; adds the chosen filter's suffix (".png" by default, ".csv" for Csv)

@@ -143,7 +143,7 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
       m_plots(std::make_unique<Plots>()),
       m_plotArea(new QWidget),
       m_xAxisBox(new QComboBox),
-      m_logBox(new QCheckBox(tr("Log loss"))),
+      m_logBox(new QCheckBox),
       m_smoothingSlider(new QSlider(Qt::Horizontal)),
       m_smoothingLabel(new QLabel),
       m_windowBox(new QSpinBox),
@@ -152,15 +152,7 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
       })) {
     // ---- controls ---------------------------------------------------------------------------
     auto* controls = new QHBoxLayout;
-    controls->setContentsMargins(6, 4, 6, 0);
-    m_xAxisBox->addItem(tr("optimizer step"));
-    m_xAxisBox->addItem(tr("wall time (s)"));
-    m_xAxisBox->setObjectName(QStringLiteral("xAxisBox"));
-    controls->addWidget(new QLabel(tr("X axis:")));
-    controls->addWidget(m_xAxisBox);
-    controls->addSpacing(12);
-    m_logBox->setObjectName(QStringLiteral("logLossBox"));
-    controls->addWidget(m_logBox);
+    plotstyle::addLossControls(controls, m_xAxisBox, m_logBox);
     controls->addSpacing(12);
     controls->addWidget(new QLabel(tr("Smoothing:")));
     m_smoothingSlider->setRange(0, 99);
@@ -555,25 +547,16 @@ void DeviceDashboard::setSmoothing(double weight) {
 }
 
 void DeviceDashboard::setXAxis(XAxis axis) {
-    if (m_xAxisBox->currentIndex() != (axis == XAxis::WallTime ? 1 : 0)) {
-        const QSignalBlocker block(m_xAxisBox);
-        m_xAxisBox->setCurrentIndex(axis == XAxis::WallTime ? 1 : 0);
-    }
+    plotstyle::showQuietly(m_xAxisBox, axis == XAxis::WallTime ? 1 : 0);
     if (axis == m_xAxis) return;
     m_xAxis = axis;
     rebuildCurves();
 }
 
 void DeviceDashboard::setLogarithmicLoss(bool on) {
-    if (m_logBox->isChecked() != on) {
-        const QSignalBlocker block(m_logBox);
-        m_logBox->setChecked(on);
-    }
+    plotstyle::showQuietly(m_logBox, on);
     m_logLoss = on;
-    QCPAxis* axis = m_plots->loss->yAxis;
-    axis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-    if (on) axis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
-    else axis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    plotstyle::setLogarithmic(m_plots->loss->yAxis, on);
     updateRanges();
     replotAll();
 }

@@ -3,7 +3,6 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QHBoxLayout>
-#include <QLabel>
 #include <QMenu>
 #include <QToolButton>
 #include <QVBoxLayout>
@@ -14,6 +13,7 @@
 #include <iterator>
 #include <limits>
 
+#include "ui/panels/common/plot_style.h"
 #include "ui/panels/common/replot_pacer.h"
 #include "ui/panels/dashboard/decimated_graph.h"
 
@@ -31,20 +31,12 @@ constexpr double kSmoothing = 0.9;
 LossPlotPanel::LossPlotPanel(QWidget* parent)
     : QWidget(parent),
       m_xAxisBox(new QComboBox),
-      m_logBox(new QCheckBox(tr("Log loss"))),
+      m_logBox(new QCheckBox),
       m_plot(new QCustomPlot(this)),
       m_pacer(new ReplotPacer(this, [this] { m_plot->replot(QCustomPlot::rpRefreshHint); })) {
     // The same controls, in the same places, as the Devices tab's.
     auto* controls = new QHBoxLayout;
-    controls->setContentsMargins(6, 4, 6, 0);
-    m_xAxisBox->addItem(tr("optimizer step"));
-    m_xAxisBox->addItem(tr("wall time (s)"));
-    m_xAxisBox->setObjectName(QStringLiteral("xAxisBox"));
-    controls->addWidget(new QLabel(tr("X axis:")));
-    controls->addWidget(m_xAxisBox);
-    controls->addSpacing(12);
-    m_logBox->setObjectName(QStringLiteral("logLossBox"));
-    controls->addWidget(m_logBox);
+    plotstyle::addLossControls(controls, m_xAxisBox, m_logBox);
     controls->addStretch(1);
     auto* exportButton = new QToolButton;
     exportButton->setText(tr("Export…"));
@@ -201,10 +193,7 @@ void LossPlotPanel::replaceEvalPoints() {
 }
 
 void LossPlotPanel::setXAxis(XAxis axis) {
-    if (m_xAxisBox->currentIndex() != (axis == XAxis::WallTime ? 1 : 0)) {
-        const QSignalBlocker block(m_xAxisBox);
-        m_xAxisBox->setCurrentIndex(axis == XAxis::WallTime ? 1 : 0);
-    }
+    plotstyle::showQuietly(m_xAxisBox, axis == XAxis::WallTime ? 1 : 0);
     if (axis == m_xAxis) return;
     m_xAxis = axis;
     m_plot->xAxis->setLabel(axis == XAxis::Step ? tr("optimizer step") : tr("wall time (s)"));
@@ -239,14 +228,9 @@ void LossPlotPanel::fitRanges() {
 }
 
 void LossPlotPanel::setLogarithmicLoss(bool on) {
-    if (m_logBox->isChecked() != on) {
-        const QSignalBlocker block(m_logBox);
-        m_logBox->setChecked(on);
-    }
+    plotstyle::showQuietly(m_logBox, on);
     m_logLoss = on;
-    m_plot->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-    if (on) m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
-    else m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    plotstyle::setLogarithmic(m_plot->yAxis, on);
     fitToData();
 }
 
