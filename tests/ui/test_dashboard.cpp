@@ -256,7 +256,8 @@ void TestDashboard::xAxisSwitchKeepsThePoints() {
 
 // The Training tab's plot by wall time: every point at its step's wall time, an evaluation at
 // the time of the step it followed (also when it arrived first), a diverged step's NaN kept out
-// of the smoothed curve, and the controls in step with the slots.
+// of the smoothed curve, the learning-rate strip on the same x, and the controls in step with
+// the slots.
 void TestDashboard::trainingPlotByWallTime() {
     paralab::ui::LossPlotPanel panel;
     auto* plot = panel.findChild<QCustomPlot*>();
@@ -270,7 +271,9 @@ void TestDashboard::trainingPlotByWallTime() {
     QCPGraph* smooth = graph("training loss (smoothed)");
     QCPGraph* test = graph("test loss");
     QCPGraph* accuracy = graph("test accuracy (right axis)");
-    QVERIFY(raw && smooth && test && accuracy);
+    QCPGraph* lr = graph("learning rate");
+    QVERIFY(raw && smooth && test && accuracy && lr);
+    QVERIFY(lr->keyAxis()->axisRect() != raw->keyAxis()->axisRect());  // its own strip
     auto keys = [](QCPGraph* g) {
         QVector<double> out;
         for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) out.append(it->key);
@@ -285,7 +288,12 @@ void TestDashboard::trainingPlotByWallTime() {
     };
     auto records = globalRecords(1, 50);  // wall time 0.012 s a step
     records.back().loss = std::numeric_limits<double>::quiet_NaN();  // a diverged last step
+    for (auto& r : records) r.lr = 0.05 * (1.0 - static_cast<double>(r.step) / 100.0);  // decaying
     panel.addSteps(records);
+    QCOMPARE(lr->dataCount(), 50);
+    QCOMPARE(lr->data()->constBegin()->key, 1.0);
+    QCOMPARE(lr->data()->constBegin()->value, 0.05 * 0.99);
+    QCOMPARE(lr->valueAxis()->range().upper, 0.05 * 0.99 * 1.1);  // the largest rate, and room
     panel.addEval(eval(50, 0.4, 0.8));
     QCOMPARE(keys(test), QVector<double>{50});
     QCOMPARE(plot->xAxis->label(), QString("optimizer step"));
@@ -301,7 +309,9 @@ void TestDashboard::trainingPlotByWallTime() {
     QCOMPARE(keys(raw).back(), 0.012 * 50);
     QCOMPARE(keys(test), QVector<double>{0.012 * 50});
     QCOMPARE(keys(accuracy), QVector<double>{0.012 * 50});
+    QCOMPARE(keys(lr), keys(raw));
     QCOMPARE(plot->xAxis->range().upper, 1.0);  // at least a second wide
+    QCOMPARE(lr->keyAxis()->range(), plot->xAxis->range());
 
     // An evaluation that arrives before the step it followed moves there when the step comes.
     panel.addEval(eval(60, 0.3, 0.85));
@@ -325,6 +335,9 @@ void TestDashboard::trainingPlotByWallTime() {
     QCOMPARE(keys(raw).back(), 60.0);
     QCOMPARE(keys(test), (QVector<double>{50, 60}));
     QCOMPARE(plot->xAxis->range().upper, 60 * 1.02);
+    QCOMPARE(keys(lr).back(), 60.0);
+    plot->xAxis->setRange(10, 20);  // as a drag or a zoom does: the strip follows
+    QCOMPARE(lr->keyAxis()->range(), QCPRange(10, 20));
 
     auto* log = panel.findChild<QCheckBox*>("logLossBox");
     QVERIFY(log);

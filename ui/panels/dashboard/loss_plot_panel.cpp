@@ -24,6 +24,7 @@ namespace {
 const QColor kTrainColor(31, 119, 180);
 const QColor kTestLossColor(214, 39, 40);
 const QColor kAccuracyColor(44, 160, 44);
+const QColor kLearningRateColor(148, 103, 189);  // matplotlib's fifth
 // TensorBoard's default smoothing: the trend is readable, yet lags only ~10 steps.
 constexpr double kSmoothing = 0.9;
 }  // namespace
@@ -102,6 +103,34 @@ LossPlotPanel::LossPlotPanel(QWidget* parent)
     m_plot->axisRect()->setRangeDragAxes(m_plot->xAxis, m_plot->yAxis);
     m_plot->axisRect()->setRangeZoomAxes(m_plot->xAxis, m_plot->yAxis);
 
+    // The learning rate in a strip under the loss, on the same x (its ticks line up with the
+    // loss plot's labels just above): a schedule's warm-up and decay beside what they did.
+    m_lrRect = new QCPAxisRect(m_plot);
+    m_plot->plotLayout()->addElement(2, 0, m_lrRect);
+    m_plot->plotLayout()->setRowStretchFactor(1, 5);
+    m_plot->plotLayout()->setRowStretchFactor(2, 1);
+    auto* margins = new QCPMarginGroup(m_plot);
+    m_plot->axisRect()->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
+    m_lrRect->setMarginGroup(QCP::msLeft | QCP::msRight, margins);
+    QCPAxis* lrX = m_lrRect->axis(QCPAxis::atBottom);
+    QCPAxis* lrY = m_lrRect->axis(QCPAxis::atLeft);
+    m_lrRect->axis(QCPAxis::atRight)->setVisible(true);  // the same frame as the loss plot's
+    m_lrRect->axis(QCPAxis::atRight)->setTicks(false);
+    lrX->setTickLabels(false);
+    lrY->setLabel(tr("learning rate"));
+    lrY->ticker()->setTickCount(2);
+    for (QCPAxis* axis : {lrX, lrY}) {
+        axis->grid()->setPen(QPen(QColor(225, 225, 225), 1, Qt::SolidLine));
+        axis->grid()->setZeroLinePen(Qt::NoPen);
+    }
+    m_learningRate = new DecimatedGraph(lrX, lrY);
+    m_learningRate->setName(tr("learning rate"));
+    m_learningRate->setPen(QPen(kLearningRateColor, 1.5));
+    m_learningRate->removeFromLegend();
+    // Dragged or zoomed, the loss plot takes the strip along.
+    connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), lrX,
+            qOverload<const QCPRange&>(&QCPAxis::setRange));
+
     m_plot->setContextMenuPolicy(Qt::CustomContextMenu);
     connect(m_plot, &QWidget::customContextMenuRequested, this, &LossPlotPanel::showContextMenu);
     clear();
@@ -110,6 +139,8 @@ LossPlotPanel::LossPlotPanel(QWidget* parent)
 void LossPlotPanel::clear() {
     m_train->clearPoints();
     m_trainSmooth->clearPoints();
+    m_learningRate->clearPoints();
+    m_maxLearningRate = 0;
     m_ema = m_emaWeight = 0;
     m_testLoss->data()->clear();
     m_accuracy->data()->clear();
@@ -126,9 +157,11 @@ void LossPlotPanel::addSteps(const QVector<run::StepRecord>& steps) {
     const double wallBefore = m_points.isEmpty() ? 0 : m_points.back().wall;
     for (const auto& s : steps) {
         TrainingPoint p{static_cast<double>(s.step), s.wall_s, s.loss,
-                        std::numeric_limits<double>::quiet_NaN()};
+                        std::numeric_limits<double>::quiet_NaN(), s.lr};
         const double key = keyOf(p.step, p.wall);
         m_train->append(key, s.loss);
+        m_learningRate->append(key, s.lr);
+        if (std::isfinite(s.lr)) m_maxLearningRate = std::max(m_maxLearningRate, s.lr);
         // The step that ends a diverging run carries an infinite or NaN loss: plotted as a
         // gap, and kept out of the averages and the axis range.
         if (std::isfinite(s.loss)) {
@@ -168,18 +201,21 @@ double LossPlotPanel::wallAtStep(double step) const {
 }
 
 void LossPlotPanel::replaceTrainingCurves() {
-    QVector<QCPGraphData> raw, smooth;
+    QVector<QCPGraphData> raw, smooth, lr;
     raw.reserve(m_points.size());
     smooth.reserve(m_points.size());
+    lr.reserve(m_points.size());
     for (const TrainingPoint& p : m_points) {
         const double key = keyOf(p.step, p.wall);
         raw.append({key, p.loss});
+        lr.append({key, p.lr});
         if (std::isfinite(p.smoothed)) smooth.append({key, p.smoothed});
     }
     // Steps arrive in order; wall times do too, but a merged job's are not promised to.
     const bool sorted = m_xAxis == XAxis::Step;
     m_train->setPoints(raw, sorted);
     m_trainSmooth->setPoints(smooth, sorted);
+    m_learningRate->setPoints(lr, sorted);
 }
 
 void LossPlotPanel::replaceEvalPoints() {
@@ -218,6 +254,7 @@ void LossPlotPanel::fitToData() {
 void LossPlotPanel::fitRanges() {
     // At least 10 steps or 1 s wide, so that a run's first points do not fill the plot.
     m_plot->xAxis->setRange(0, std::max(m_xAxis == XAxis::Step ? 10.0 : 1.0, m_lastKey * 1.02));
+    m_lrRect->axis(QCPAxis::atLeft)->setRange(0, m_maxLearningRate > 0 ? m_maxLearningRate * 1.1 : 1.0);
     const double top = m_maxLoss > 0 ? m_maxLoss : 1.0;
     if (m_logLoss) {
         const double bottom = std::isfinite(m_minLoss) ? m_minLoss : top / 100;

@@ -1,5 +1,6 @@
-// Training loss per step, and test loss / accuracy at each evaluation, on one QCustomPlot, by
-// optimizer step or by wall time (the controls above the plot: X axis, log loss, export).
+// Training loss per step, and test loss / accuracy at each evaluation, on one QCustomPlot, with
+// the learning rate in a strip under it; by optimizer step or by wall time (the controls above
+// the plot: X axis, log loss, export).
 // Steps arrive in batches; redraws are paced to their cost and skipped while the panel is hidden
 // (ReplotPacer), and the per-step curves are DecimatedGraphs (one or two points per pixel
 // column), so that a long run costs the GUI thread no more than a short one.
@@ -16,6 +17,7 @@
 class QCheckBox;
 class QComboBox;
 class QCustomPlot;
+class QCPAxisRect;
 class QCPGraph;
 
 namespace paralab::ui {
@@ -65,6 +67,7 @@ private:
 
     struct TrainingPoint {
         double step, wall, loss, smoothed;  // smoothed: NaN where the loss is not finite
+        double lr;
     };
     struct EvalPoint {
         double step, loss;
@@ -76,6 +79,9 @@ private:
     QCustomPlot* m_plot;
     DecimatedGraph* m_train;
     DecimatedGraph* m_trainSmooth;  // the trend through the per-step noise
+    QCPAxisRect* m_lrRect;          // the learning-rate strip
+    DecimatedGraph* m_learningRate;
+    double m_maxLearningRate = 0;
     QCPGraph* m_testLoss;
     QCPGraph* m_accuracy;
     double m_maxLoss = 0;
