@@ -328,6 +328,8 @@ void TestDashboard::trainingPlotByWallTime() {
     QVERIFY(csv.open(QIODevice::ReadOnly | QIODevice::Text));
     const QString text = QString::fromUtf8(csv.readAll());
     QVERIFY(text.contains("test loss,wall time (s),"));
+    QVERIFY(text.contains("learning rate,wall time (s),0.012,learning rate,"));
+    QVERIFY(lr->keyAxis()->label().isEmpty());  // still none on screen
 
     // Back to steps through the slot: the box follows, and every point is at its step again.
     panel.setXAxis(paralab::ui::LossPlotPanel::XAxis::Step);

@@ -279,7 +279,13 @@ bool LossPlotPanel::exportTo(const QString& path) {
 }
 
 bool LossPlotPanel::exportCsv(const QString& path) const {
-    return plotexport::saveCsv(m_plot, path);
+    // On screen the strip's x axis has no label (the loss plot's is just above it); in the file
+    // its rows name their axis like every other series'.
+    QCPAxis* lrX = m_lrRect->axis(QCPAxis::atBottom);
+    lrX->setLabel(m_plot->xAxis->label());
+    const bool ok = plotexport::saveCsv(m_plot, path);
+    lrX->setLabel(QString());
+    return ok;
 }
 
 QVector<PlotExport> LossPlotPanel::plotExports() {
