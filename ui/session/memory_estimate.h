@@ -6,22 +6,23 @@
 // global batch, shard_of_batch's rule):
 //   parameters   P on every replica; a stage's own parameters (model_parallel, pipeline); only
 //                the server's for param_server's server, hogwild's shared set on device 0
-//   gradients    P per replica; zero: P + the reduced shard P / N (stage 2: the shard and the
-//                largest top-level layer's gradients, alive during its backward);
-//                the server: P (the workers' pushes summed)
+//   gradients    P per replica (ddp's and zero stage 1's are views of flat buffers, reduced in
+//                place); zero stage 2: the shard P / N and the largest top-level layer's
+//                gradients, alive during its backward; the server: P (the workers' pushes summed)
 //   optimizer    k·P; zero: k·P / N; data_parallel: on device 0 only
 //   activations  (input + every layer's output) per example × rows; a stage: its input twice
 //                (received, and its gradient sent back) and its layers' outputs, × the
 //                micro-batches it holds in flight (GPipe all of them, 1F1B at most p − s)
-//   communication ddp: the buckets and their flat buffers (2P); zero: the flat parameters
-//                (P); data_parallel: the reduce buffer (P) and, on device 0, the gathered
-//                outputs; param_server: P per worker plus one on the server, P on a worker;
-//                stages: none (what they send is accounted as activations)
+//   communication ddp and zero: the flat buffer the parameters are broadcast through at the
+//                start (P; the peak); data_parallel: the reduce buffer (P) and, on device 0, the
+//                gathered outputs; param_server: P per worker plus one on the server, P on a
+//                worker; stages: none (what they send is accounted as activations)
 // It is an estimate, checked against real runs (tests/ui/test_setup_panels.cpp): parameters,
 // gradients, optimizer state and communication within ±35% (mostly exact up to the allocator's
 // 64-byte rounding); activations are the rough part (backward's temporaries, the loss's
 // buffers, a layer's saved inputs; convolutions and recurrent layers keep more), within a
-// factor of 2.5 on the tested MLP. Workspace is not predicted.
+// factor of 2.5 on the tested MLP. Workspace is not predicted (zero keeps its shard's master
+// copy there, P / N).
 #pragma once
 
 #include <array>
