@@ -4,6 +4,7 @@
 // cannot start, or fails on the way, reports why.
 #include <QAction>
 #include <QFile>
+#include <QSettings>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTreeWidgetItem>
@@ -12,14 +13,17 @@
 
 #include "engine/store/run_store.h"
 #include "ui/mainwindow/main_window.h"
+#include "ui/panels/dashboard/device_dashboard.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/designer/layer_views.h"
 #include "ui/panels/designer/model_designer.h"
 #include "ui/panels/experiment/experiment_panel.h"
 #include "ui/session/run_controller.h"
 
+using paralab::ui::DeviceDashboard;
 using paralab::ui::ExperimentPanel;
 using paralab::ui::LayerStackView;
+using paralab::ui::LossPlotPanel;
 using paralab::ui::MainWindow;
 using paralab::ui::ModelDesigner;
 using paralab::ui::RunController;
@@ -39,6 +43,7 @@ private slots:
     void runThatCannotStartReportsWhy();
     void runThatFailsDuringTrainingReportsWhy();
     void exportsThePlot();
+    void plotChoicesAreRemembered();
 };
 
 static const char* kDefault = ":/examples/spirals-mlp.paralab.json";
@@ -323,6 +328,39 @@ static void useTemporaryStore() {
     qputenv("XDG_DATA_HOME", dir.path().toUtf8());
 }
 Q_CONSTRUCTOR_FUNCTION(useTemporaryStore)
+
+// How the user reads the plots (x axis, log loss, smoothing) is kept for the next window.
+void TestMainWindow::plotChoicesAreRemembered() {
+    static QTemporaryDir settingsDir;  // this program's settings from here on: never the user's
+    QVERIFY(settingsDir.isValid());
+    QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, settingsDir.path());
+    {
+        MainWindow w;
+        QCOMPARE(w.plot()->xAxis(), LossPlotPanel::XAxis::Step);
+        QVERIFY(!w.deviceDashboard()->logarithmicLoss());
+        w.plot()->setXAxis(LossPlotPanel::XAxis::WallTime);
+        w.plot()->setLogarithmicLoss(true);
+        w.deviceDashboard()->setXAxis(DeviceDashboard::XAxis::WallTime);
+        w.deviceDashboard()->setLogarithmicLoss(true);
+        w.deviceDashboard()->setSmoothing(0.3);
+        w.show();
+        QVERIFY(w.close());  // as the user closes it: the settings are saved
+    }
+    MainWindow again;
+    QCOMPARE(again.plot()->xAxis(), LossPlotPanel::XAxis::WallTime);
+    QVERIFY(again.plot()->logarithmicLoss());
+    QCOMPARE(again.deviceDashboard()->xAxis(), DeviceDashboard::XAxis::WallTime);
+    QVERIFY(again.deviceDashboard()->logarithmicLoss());
+    QCOMPARE(again.deviceDashboard()->smoothing(), 0.3);
+    // Back to the defaults for the tests after this one.
+    again.plot()->setXAxis(LossPlotPanel::XAxis::Step);
+    again.plot()->setLogarithmicLoss(false);
+    again.deviceDashboard()->setXAxis(DeviceDashboard::XAxis::Step);
+    again.deviceDashboard()->setLogarithmicLoss(false);
+    again.deviceDashboard()->setSmoothing(0.6);
+    again.show();
+    QVERIFY(again.close());
+}
 
 QTEST_MAIN(TestMainWindow)
 #include "test_main_window.moc"

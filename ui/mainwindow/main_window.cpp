@@ -514,6 +514,13 @@ void MainWindow::saveSettings() const {
     if (m_experimentTabs) settings.setValue(QStringLiteral("window/experimentTab"), m_experimentTabs->currentIndex());
     const QString last = m_currentPath.startsWith(QLatin1String(":/")) ? QString() : m_currentPath;
     if (!last.isEmpty()) settings.setValue(QStringLiteral("lastFile"), last);
+    // How the plots are read: kept for the next window.
+    settings.setValue(QStringLiteral("plots/trainingWallTime"), m_plot->xAxis() == LossPlotPanel::XAxis::WallTime);
+    settings.setValue(QStringLiteral("plots/trainingLogLoss"), m_plot->logarithmicLoss());
+    settings.setValue(QStringLiteral("plots/devicesWallTime"),
+                      m_devices->xAxis() == DeviceDashboard::XAxis::WallTime);
+    settings.setValue(QStringLiteral("plots/devicesLogLoss"), m_devices->logarithmicLoss());
+    settings.setValue(QStringLiteral("plots/devicesSmoothing"), m_devices->smoothing());
 }
 
 void MainWindow::restoreSettings() {
@@ -526,6 +533,14 @@ void MainWindow::restoreSettings() {
     if (m_experimentTabs)
         m_experimentTabs->setCurrentIndex(settings.value(QStringLiteral("window/experimentTab"), 0).toInt());
     m_lastFile = settings.value(QStringLiteral("lastFile")).toString();
+    if (settings.value(QStringLiteral("plots/trainingWallTime"), false).toBool())
+        m_plot->setXAxis(LossPlotPanel::XAxis::WallTime);
+    m_plot->setLogarithmicLoss(settings.value(QStringLiteral("plots/trainingLogLoss"), false).toBool());
+    if (settings.value(QStringLiteral("plots/devicesWallTime"), false).toBool())
+        m_devices->setXAxis(DeviceDashboard::XAxis::WallTime);
+    m_devices->setLogarithmicLoss(settings.value(QStringLiteral("plots/devicesLogLoss"), false).toBool());
+    if (settings.contains(QStringLiteral("plots/devicesSmoothing")))
+        m_devices->setSmoothing(settings.value(QStringLiteral("plots/devicesSmoothing")).toDouble());
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
