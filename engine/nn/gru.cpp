@@ -63,14 +63,11 @@ Tensor GRU::forward_impl(const Tensor& x, Mode mode) {
                                             lds);
                 }
             };
-            if (ops.q)
-                m_forward_loops[static_cast<size_t>(l)].run(
-                    ops.q, {uint64_t(B), uint64_t(steps), uint64_t(H), sizeof(T), gpu::key_of(gates),
-                            gpu::key_of(hhp), gpu::key_of(b_hh), gpu::key_of(hn), gpu::key_of(h),
-                            gpu::key_of(w_hh)},
-                    loop);
-            else
-                loop();
+            run_loop(m_forward_loops[static_cast<size_t>(l)], ops.q,
+                     {uint64_t(B), uint64_t(steps), uint64_t(H), sizeof(T), gpu::key_of(gates),
+                      gpu::key_of(hhp), gpu::key_of(b_hh), gpu::key_of(hn), gpu::key_of(h),
+                      gpu::key_of(w_hh)},
+                     loop);
             input = s.h;
             m_saved.push_back(std::move(s));
         }
@@ -96,7 +93,6 @@ Tensor GRU::backward_impl(const Tensor& dy) {
             const Saved& s = m_saved[static_cast<size_t>(l)];
             const RecurrentWeights& w = m_weights[static_cast<size_t>(l)];
             const Tensor& input = l > 0 ? m_saved[static_cast<size_t>(l - 1)].h : m_x;
-            const int64_t F = input.dim(2);
             const T* gates = s.gates.data<T>();
             const T* hn = s.hn.data<T>();
             const T* h = s.h.data<T>();
@@ -121,28 +117,12 @@ Tensor GRU::backward_impl(const Tensor& dy) {
                                     dhp + (t - 1) * H, lds);
                 }
             };
-            if (ops.q)
-                m_backward_loops[static_cast<size_t>(l)].run(
-                    ops.q, {uint64_t(B), uint64_t(steps), uint64_t(H), sizeof(T), gpu::key_of(gates),
-                            gpu::key_of(hn), gpu::key_of(h), gpu::key_of(dhp), gpu::key_of(dgi),
-                            gpu::key_of(dgh), gpu::key_of(w_hh)},
-                    loop);
-            else
-                loop();
-
-            ops.gemm<T>(true, false, G, F, B * steps, T(1), dgi, input.data<T>(), T(1),
-                        w.w_ih->grad.data<T>());
-            ops.recurrent_weight_grad_accumulate<T>(B, steps, G, H, dgh, h, w.w_hh->grad.data<T>());
-            ops.column_sums_accumulate<T>(B * steps, G, dgi, w.b_ih->grad.data<T>());
-            ops.column_sums_accumulate<T>(B * steps, G, dgh, w.b_hh->grad.data<T>());
-
-            if (l > 0 || needs_input_grad()) {
-                Tensor d_in = l > 0 ? loop_buffer(l - 1, kGradOut, Shape{B, steps, F}, false)
-                                    : new_activation(Shape{B, steps, F});
-                ops.gemm<T>(false, false, B * steps, F, G, T(1), dgi, w.w_ih->value.data<T>(), T(0),
-                            d_in.data<T>());
-                (l > 0 ? dh : dx) = d_in;
-            }
+            run_loop(m_backward_loops[static_cast<size_t>(l)], ops.q,
+                     {uint64_t(B), uint64_t(steps), uint64_t(H), sizeof(T), gpu::key_of(gates),
+                      gpu::key_of(hn), gpu::key_of(h), gpu::key_of(dhp), gpu::key_of(dgi),
+                      gpu::key_of(dgh), gpu::key_of(w_hh)},
+                     loop);
+            finish_layer_backward<T>(ops, l, B, input, dgi, dgh, h, dh, dx);
         }
     });
     m_x = Tensor();  // the saved state is dead once its gradients are out

@@ -108,4 +108,40 @@ int64_t RecurrentLayer::flops_impl() const {
     return flops;
 }
 
+void RecurrentLayer::run_loop(gpu::GraphReplay& replay, void* queue,
+                              std::initializer_list<uint64_t> key,
+                              const std::function<void()>& loop) {
+    if (queue) replay.run(queue, std::vector<uint64_t>(key), loop);
+    else loop();
+}
+
+template <class T>
+void RecurrentLayer::finish_layer_backward(const Ops& ops, int64_t l, int64_t B,
+                                           const Tensor& input, const T* dg_ih, const T* dg_hh,
+                                           const T* h, Tensor& dh, Tensor& dx) {
+    const RecurrentWeights& w = m_weights[static_cast<size_t>(l)];
+    const int64_t steps = m_steps, H = m_hidden, G = m_gates * H, F = input.dim(2);
+    ops.gemm<T>(true, false, G, F, B * steps, T(1), dg_ih, input.data<T>(), T(1),
+                w.w_ih->grad.data<T>());
+    ops.recurrent_weight_grad_accumulate<T>(B, steps, G, H, dg_hh, h, w.w_hh->grad.data<T>());
+    ops.column_sums_accumulate<T>(B * steps, G, dg_ih, w.b_ih->grad.data<T>());
+    ops.column_sums_accumulate<T>(B * steps, G, dg_hh, w.b_hh->grad.data<T>());
+    if (l > 0 || needs_input_grad()) {
+        Tensor d_in = l > 0 ? loop_buffer(l - 1, kGradOut, Shape{B, steps, F}, false)
+                            : new_activation(Shape{B, steps, F});
+        ops.gemm<T>(false, false, B * steps, F, G, T(1), dg_ih, w.w_ih->value.data<T>(), T(0),
+                    d_in.data<T>());
+        (l > 0 ? dh : dx) = d_in;
+    }
+}
+
+template void RecurrentLayer::finish_layer_backward<float>(const Ops&, int64_t, int64_t,
+                                                           const Tensor&, const float*,
+                                                           const float*, const float*, Tensor&,
+                                                           Tensor&);
+template void RecurrentLayer::finish_layer_backward<double>(const Ops&, int64_t, int64_t,
+                                                            const Tensor&, const double*,
+                                                            const double*, const double*, Tensor&,
+                                                            Tensor&);
+
 }  // namespace paralab::nn

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,8 @@
 #include "engine/nn/layer.h"
 
 namespace paralab::nn {
+
+struct Ops;
 
 // One stacked layer's parameters (pointers into Layer::m_params).
 struct RecurrentWeights {
@@ -60,6 +64,20 @@ protected:
     };
     Tensor loop_buffer(int64_t layer, LoopRole role, const Shape& shape, bool activation);
     static constexpr size_t kShapesKept = 3;
+
+    // A stacked layer's time loop: on a GPU (queue set) replayed as a recorded graph, `key`
+    // listing everything its work depends on (gpu_graph.h); on the CPU run as it is.
+    static void run_loop(gpu::GraphReplay& replay, void* queue, std::initializer_list<uint64_t> key,
+                         const std::function<void()>& loop);
+
+    // The end of stacked layer l's backward, once its loop has left the gate gradients of every
+    // step ([B, T, G]; dg_ih for the input side, dg_hh for the recurrent side, one buffer when the
+    // sides share them, as in an LSTM): dW_ih, dW_hh and both biases accumulated, and the input
+    // gradient [B, T, F] when someone reads it, as the output gradient of the layer below (dh)
+    // or as the layer's own input gradient (dx). `h` is the layer's saved outputs [B, T, H].
+    template <class T>
+    void finish_layer_backward(const Ops& ops, int64_t l, int64_t B, const Tensor& input,
+                               const T* dg_ih, const T* dg_hh, const T* h, Tensor& dh, Tensor& dx);
 
     int64_t m_gates;
     int64_t m_hidden;
