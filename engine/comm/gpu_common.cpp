@@ -90,7 +90,7 @@ void HostBarrier::wake_all() {
     m_cv.notify_all();
 }
 
-void wait_for_stream(void* stream, void* event, const AbortFlag& abort) {
+void wait_for_stream(void* stream, void* event, const detail::AbortFlag& abort) {
     kg::event_record(event, stream);
     // Spin briefly (short collectives finish in microseconds), then sleep between polls.
     for (int polls = 0; !kg::event_completed(event); ++polls) {

@@ -21,16 +21,13 @@ class CudaDevice;
 
 namespace paralab::comm::gpu_detail {
 
-using detail::AbortFlag;  // peer_protocol.h
-using detail::offset_of;
-
 // Eager point-to-point messages through host memory: send copies the device buffer out (on the
 // sender's communication stream, after its compute stream's work) and returns; recv waits for
 // the oldest message of (peer, tag) and copies it into the device buffer. Messages between one
 // pair with one tag arrive in order.
 class HostMailbox {
 public:
-    explicit HostMailbox(const AbortFlag& abort) : m_abort(abort) {}
+    explicit HostMailbox(const detail::AbortFlag& abort) : m_abort(abort) {}
 
     // stream: the rank's communication stream; ready: an ordering event of the rank's.
     void send(CudaDevice& device, void* stream, void* ready, int from, int to, int tag,
@@ -48,7 +45,7 @@ private:
     };
     using Key = std::tuple<int, int, int>;  // (from, to, tag)
 
-    const AbortFlag& m_abort;
+    const detail::AbortFlag& m_abort;
     std::mutex m_mutex;
     std::condition_variable m_cv;              // a message arrived, or abort
     std::map<Key, std::deque<Message>> m_mail;  // guarded by m_mutex
@@ -57,13 +54,13 @@ private:
 // A reusable barrier of `world` threads that abort() wakes.
 class HostBarrier {
 public:
-    HostBarrier(int world, const AbortFlag& abort) : m_world(world), m_abort(abort) {}
+    HostBarrier(int world, const detail::AbortFlag& abort) : m_world(world), m_abort(abort) {}
     void arrive_and_wait();
     void wake_all();
 
 private:
     const int m_world;
-    const AbortFlag& m_abort;
+    const detail::AbortFlag& m_abort;
     std::mutex m_mutex;
     std::condition_variable m_cv;
     int m_arrived = 0;         // guarded by m_mutex
@@ -73,7 +70,7 @@ private:
 // Records `event` on `stream` and waits until the stream has passed it, polling `abort`: a
 // stream stuck in a collective whose peers never came (NCCL) does not hold the thread once the
 // group is aborted. Throws CommAborted then.
-void wait_for_stream(void* stream, void* event, const AbortFlag& abort);
+void wait_for_stream(void* stream, void* event, const detail::AbortFlag& abort);
 
 // Work queued on `stream` from now on waits for `device`'s compute stream's queued work (the
 // buffers are ready), through `ready`, an ordering event that only this rank records.

@@ -27,7 +27,7 @@ namespace paralab::comm {
 
 namespace kg = kernels::gpu;
 namespace nccl = kernels::gpu::nccl;
-using gpu_detail::offset_of;
+using detail::offset_of;
 
 struct NcclGroup::State {
     std::vector<CudaDevice*> devices;
@@ -36,7 +36,7 @@ struct NcclGroup::State {
     bool own_streams = false;    // streams were made for this group (split()), not the devices'
     std::vector<void*> events;   // per rank: the wait event on its stream
     std::vector<void*> ready;    // per rank: orders its stream after its compute stream
-    gpu_detail::AbortFlag aborted;
+    detail::AbortFlag aborted;
     gpu_detail::HostMailbox mailbox{aborted};
     gpu_detail::HostBarrier barrier;
     // Held shared by a rank while it enqueues NCCL work, exclusive by abort() while it

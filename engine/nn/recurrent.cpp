@@ -108,13 +108,6 @@ int64_t RecurrentLayer::flops_impl() const {
     return flops;
 }
 
-void RecurrentLayer::run_loop(gpu::GraphReplay& replay, void* queue,
-                              std::initializer_list<uint64_t> key,
-                              const std::function<void()>& loop) {
-    if (queue) replay.run(queue, std::vector<uint64_t>(key), loop);
-    else loop();
-}
-
 template <class T>
 void RecurrentLayer::finish_layer_backward(const Ops& ops, int64_t l, int64_t B,
                                            const Tensor& input, const T* dg_ih, const T* dg_hh,

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -66,9 +65,14 @@ protected:
     static constexpr size_t kShapesKept = 3;
 
     // A stacked layer's time loop: on a GPU (queue set) replayed as a recorded graph, `key`
-    // listing everything its work depends on (gpu_graph.h); on the CPU run as it is.
+    // listing everything its work depends on (gpu_graph.h); on the CPU called as it is (no
+    // std::function, no key vector on that path).
+    template <class Loop>
     static void run_loop(gpu::GraphReplay& replay, void* queue, std::initializer_list<uint64_t> key,
-                         const std::function<void()>& loop);
+                         const Loop& loop) {
+        if (queue) replay.run(queue, std::vector<uint64_t>(key), loop);
+        else loop();
+    }
 
     // The end of stacked layer l's backward, once its loop has left the gate gradients of every
     // step ([B, T, G]; dg_ih for the input side, dg_hh for the recurrent side, one buffer when the

@@ -154,7 +154,6 @@ void LossPlotPanel::clear() {
 
 void LossPlotPanel::addSteps(const QVector<run::StepRecord>& steps) {
     if (steps.isEmpty()) return;
-    const double wallBefore = m_points.isEmpty() ? 0 : m_points.back().wall;
     for (const auto& s : steps) {
         TrainingPoint p{static_cast<double>(s.step), s.wall_s, s.loss,
                         std::numeric_limits<double>::quiet_NaN(), s.lr};
@@ -174,10 +173,9 @@ void LossPlotPanel::addSteps(const QVector<run::StepRecord>& steps) {
         m_lastKey = std::max(m_lastKey, key);
         m_points.append(p);
     }
-    // By wall time, an evaluation that came before the step it followed moves to that step's time.
-    if (m_xAxis == XAxis::WallTime &&
-        std::any_of(m_evals.begin(), m_evals.end(), [&](const EvalPoint& e) { return wallAtStep(e.step) > wallBefore; }))
-        replaceEvalPoints();
+    // By wall time, an evaluation that came before the step it followed moves to that step's
+    // time (evaluations are a few per run: placing them all again costs nothing).
+    if (m_xAxis == XAxis::WallTime && !m_evals.isEmpty()) replaceEvalPoints();
     fitRanges();
     m_pacer->request();
 }
