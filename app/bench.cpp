@@ -200,8 +200,8 @@ bench::ModelBenchOptions model_options(const BenchArgs& a) {
     return o;
 }
 
-// The models table: on one CPU device at 1 and 2 threads (issue 7, with the sgemm rate for
-// scale), or on one GPU (issue 6; no thread count, no sgemm column).
+// The models table: on one CPU device at 1 and 2 threads (with the sgemm rate for
+// scale), or on one GPU (no thread count, no sgemm column).
 void print_models(const std::vector<bench::ModelTiming>& rows, int rounds, const std::string& device) {
     const bool cpu = device == "cpu";
     std::printf("\nModels: one %s device, SGD momentum, optimizer step included, warm-up steps left out, "

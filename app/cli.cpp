@@ -24,6 +24,7 @@
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
 #include "engine/store/run_store.h"
+#include "engine/strategy/registry.h"
 
 namespace paralab::app {
 
@@ -37,15 +38,6 @@ std::string human_bytes(double bytes) {
     while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
     char buf[32];
     std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
-    return buf;
-}
-
-std::string human_count(double n) {
-    char buf[32];
-    if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", n / 1e9);
-    else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
-    else if (n >= 1e4) std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
-    else std::snprintf(buf, sizeof buf, "%.0f", n);
     return buf;
 }
 
@@ -82,34 +74,71 @@ int cmd_devices(bool as_json) {
     return 0;
 }
 
-int cmd_validate(const std::string& file) {
-    const run::Experiment e = run::load_experiment(file);
+// 56810 -> "56,810": validate's figures are exact.
+std::string grouped(int64_t n) {
+    std::string digits = std::to_string(n < 0 ? -n : n), out;
+    for (size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+        out += digits[i];
+    }
+    return n < 0 ? "-" + out : out;
+}
+
+int cmd_validate(const std::string& file, bool as_json) {
+    const config::Experiment e = run::load_experiment(file);
+    if (const auto issues = run::validate(e); !issues.empty()) throw ConfigError(file + ": " + issues.front().text());
     data::check_data_files(e.data);
     const Shape input = run::model_input_shape(e);
     auto device = make_cpu_device(0);
     nn::Model model(e.layers, input, e.loss, DType::f32, *device);
     const auto rows = model.summary();
+    const int64_t batch = e.data.batch_size;
+    int64_t activations = input.numel();  // numbers per example: the input and every top-level output
+    for (const auto& r : rows)
+        if (r.depth == 0) activations += r.output.numel();
+    const int64_t params = model.parameter_count();
+    const int64_t flops = model.flops_per_sample();
 
+    if (as_json) {
+        json layers = json::array();
+        for (const auto& r : rows)
+            layers.push_back({{"path", r.path},
+                              {"type", r.type},
+                              {"depth", r.depth},
+                              {"output", r.output.dims()},
+                              {"parameters", r.parameters},
+                              {"flops", r.flops},
+                              {"activation_bytes", r.output.numel() * batch * 4}});
+        json out{{"file", file},
+                 {"name", e.name},
+                 {"input", input.dims()},
+                 {"loss", e.loss},
+                 {"layers", layers},
+                 {"totals",
+                  {{"parameters", params},
+                   {"parameter_bytes", params * 4},
+                   {"flops_per_example", flops},
+                   {"activation_bytes", activations * batch * 4},
+                   {"batch_size", batch}}},
+                 {"devices", e.devices},
+                 {"strategy", run::to_json(e)["strategy"]},
+                 {"optimizer", run::to_json(e)["optimizer"]}};
+        std::cout << out.dump(2) << "\n";
+        return 0;
+    }
     std::printf("%s: %s, %zu layers, input %s, loss %s\n", file.c_str(), e.name.c_str(),
                 e.layers.size(), input.to_string().c_str(), e.loss.c_str());
-    std::printf("%-28s %-15s %-16s %12s %12s\n", "layer", "type", "output", "parameters", "FLOPs");
-    int64_t activations = input.numel();
+    std::printf("%-28s %-15s %-16s %14s %16s\n", "layer", "type", "output", "parameters", "FLOPs");
     for (const auto& r : rows) {
         const std::string indent(2 * r.depth, ' ');
-        std::printf("%-28s %-15s %-16s %12s %12s\n", (indent + r.path.substr(6)).c_str(),
-                    r.type.c_str(), r.output.to_string().c_str(),
-                    human_count(static_cast<double>(r.parameters)).c_str(),
-                    human_count(static_cast<double>(r.flops)).c_str());
-        if (r.depth == 0) activations += r.output.numel();
+        std::printf("%-28s %-15s %-16s %14s %16s\n", (indent + r.path.substr(6)).c_str(),
+                    r.type.c_str(), r.output.to_string().c_str(), grouped(r.parameters).c_str(),
+                    grouped(r.flops).c_str());
     }
-    const int64_t params = model.parameter_count();
-    const int64_t batch = e.data.batch_size;
     std::printf("total: %s parameters (%s), %s FLOPs per example forward, "
                 "activations %s for a batch of %lld\n",
-                human_count(static_cast<double>(params)).c_str(),
-                human_bytes(static_cast<double>(params) * 4).c_str(),
-                human_count(static_cast<double>(model.flops_per_sample())).c_str(),
-                human_bytes(static_cast<double>(activations) * batch * 4).c_str(),
+                grouped(params).c_str(), human_bytes(static_cast<double>(params) * 4).c_str(),
+                grouped(flops).c_str(), human_bytes(static_cast<double>(activations) * batch * 4).c_str(),
                 static_cast<long long>(batch));
     std::printf("devices %s, strategy %s, optimizer %s (lr %g)\n",
                 json(e.devices).dump().c_str(), e.strategy.type.c_str(), e.optimizer.type.c_str(),
@@ -121,14 +150,14 @@ int cmd_validate(const std::string& file) {
 class ProgressLine : public run::RunObserver {
 public:
     explicit ProgressLine(bool tty) : m_tty(tty) {}
-    void on_start(const run::Experiment& e, int64_t total) override {
+    void on_start(const config::Experiment& e, int64_t total) override {
         m_total = total;
         std::string devices;
         for (const auto& d : e.devices) devices += (devices.empty() ? "" : ",") + d;
         std::fprintf(stderr, "%s: %lld steps on %s (%s)\n", e.name.c_str(),
                      static_cast<long long>(total), devices.c_str(), e.strategy.type.c_str());
     }
-    void on_step_end(const run::StepRecord& r) override {
+    void on_step_end(const config::StepRecord& r) override {
         m_samples += r.samples;
         if (r.wall_s - m_last_print < (m_tty ? 0.1 : 2.0) && r.step != m_total) return;
         m_last_print = r.wall_s;
@@ -139,13 +168,13 @@ public:
                      static_cast<long long>(r.step), static_cast<long long>(m_total), r.loss, rate,
                      eta, m_tty ? "" : "\n");
     }
-    void on_eval(const run::EvalResult& r) override {
+    void on_eval(const config::EvalResult& r) override {
         if (m_tty) std::fprintf(stderr, "\n");
         std::fprintf(stderr, "eval at step %lld: loss %.4f", static_cast<long long>(r.step), r.loss);
         if (r.accuracy) std::fprintf(stderr, "  accuracy %.4f", *r.accuracy);
         std::fprintf(stderr, "\n");
     }
-    void on_finish(const run::RunSummary& s) override {
+    void on_finish(const config::RunSummary& s) override {
         if (m_tty) std::fprintf(stderr, "\n");
         std::fprintf(stderr, "%s after %lld steps in %.1fs", s.status.c_str(),
                      static_cast<long long>(s.steps), s.wall_s);
@@ -213,12 +242,12 @@ public:
 class Observers : public run::RunObserver {
 public:
     explicit Observers(std::vector<run::RunObserver*> all) : m_all(std::move(all)) {}
-    void on_start(const run::Experiment& e, int64_t n) override { for (auto* o : m_all) o->on_start(e, n); }
-    void on_span(const run::Span& s) override { for (auto* o : m_all) o->on_span(s); }
-    void on_step(const run::StepRecord& r) override { for (auto* o : m_all) o->on_step(r); }
-    void on_step_end(const run::StepRecord& r) override { for (auto* o : m_all) o->on_step_end(r); }
-    void on_eval(const run::EvalResult& r) override { for (auto* o : m_all) o->on_eval(r); }
-    void on_finish(const run::RunSummary& s) override { for (auto* o : m_all) o->on_finish(s); }
+    void on_start(const config::Experiment& e, int64_t n) override { for (auto* o : m_all) o->on_start(e, n); }
+    void on_span(const config::Span& s) override { for (auto* o : m_all) o->on_span(s); }
+    void on_step(const config::StepRecord& r) override { for (auto* o : m_all) o->on_step(r); }
+    void on_step_end(const config::StepRecord& r) override { for (auto* o : m_all) o->on_step_end(r); }
+    void on_eval(const config::EvalResult& r) override { for (auto* o : m_all) o->on_eval(r); }
+    void on_finish(const config::RunSummary& s) override { for (auto* o : m_all) o->on_finish(s); }
 
 private:
     std::vector<run::RunObserver*> m_all;
@@ -244,16 +273,16 @@ bool in_mpi_job() {
 
 // A process of an MPI job other than rank 0: it trains its device and forwards its records to
 // rank 0, which owns the store and prints; it prints nothing itself but its failures.
-int cmd_run_job_rank(const run::Experiment& e, const RunArgs& a, const run::JobOptions& job) {
+int cmd_run_job_rank(const config::Experiment& e, const RunArgs& a, const run::JobOptions& job) {
     run::RunControl control;
     SignalScope signals(control);
-    const run::RunSummary s = run::run_experiment(e, nullptr, &control, a.threads, nullptr, &job);
+    const config::RunSummary s = run::run_experiment(e, nullptr, &control, a.threads, nullptr, &job);
     return s.status == "failed" ? 1 : 0;
 }
 
 int cmd_run(const RunArgs& a) {
     install_run_signals();
-    run::Experiment e = run::load_experiment(a.file);
+    config::Experiment e = run::load_experiment(a.file);
     if (!a.devices.empty()) {
         e.devices.clear();
         std::stringstream ss(a.devices);
@@ -261,11 +290,12 @@ int cmd_run(const RunArgs& a) {
         while (std::getline(ss, item, ',')) e.devices.push_back(parse_device_id(item).to_string());
     }
     if (!a.strategy.empty()) {
-        const auto& types = run::strategy_types();
-        if (std::find(types.begin(), types.end(), a.strategy) == types.end())
-            throw ConfigError("--strategy: unknown strategy '" + a.strategy + "'");
-        e.strategy = run::StrategyConfig{};
-        e.strategy.type = a.strategy;
+        if (!strategy::find_strategy(a.strategy)) {
+            std::string names;
+            for (const auto& n : strategy::strategy_names()) names += (names.empty() ? "" : ", ") + n;
+            throw ConfigError("--strategy", "unknown strategy '" + a.strategy + "'; expected one of " + names);
+        }
+        e.strategy = strategy::default_config(a.strategy);
     }
     if (a.epochs > 0) e.train.epochs = a.epochs;
     if (a.steps > 0) e.train.max_steps = a.steps;
@@ -290,7 +320,7 @@ int cmd_run(const RunArgs& a) {
     run::RunControl control;
     std::optional<SignalScope> signals(std::in_place, control);
     ProgressLine progress(isatty(fileno(stderr)));
-    run::RunSummary s;
+    config::RunSummary s;
     int64_t run_id = 0;
     std::string write_error;
     // --stream: the run's events as JSON lines on stdout (engine/run/event_stream.h).
@@ -305,7 +335,7 @@ int cmd_run(const RunArgs& a) {
         if (a.stream) all.push_back(&stream);
         Observers observers(all);
         if (job)
-            job->on_abort = [&](const run::RunSummary& failed) {
+            job->on_abort = [&](const config::RunSummary& failed) {
                 const auto summary = store::summary_json(failed, recorder.run_id());
                 if (a.stream) stream.finish(summary);
                 if (a.json) std::cout << summary.dump() << std::endl;
@@ -441,6 +471,8 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     std::string validate_file;
     auto* validate = app.add_subcommand("validate", "check an experiment file; print the model summary");
     validate->add_option("file", validate_file, "experiment file")->required();
+    bool validate_json = false;
+    validate->add_flag("--json", validate_json, "print the model summary as JSON");
 
     bool devices_json = false;
     auto* devices = app.add_subcommand("devices", "list the devices found (GPUs, CPU)");
@@ -466,7 +498,7 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     try {
         if (devices->parsed()) return cmd_devices(devices_json);
         if (bench->parsed()) return cmd_bench(bench_args);
-        if (validate->parsed()) return cmd_validate(validate_file);
+        if (validate->parsed()) return cmd_validate(validate_file, validate_json);
         if (run->parsed()) return cmd_run(run_args);
         if (runs_list->parsed()) return cmd_runs_list(store_path(runs_db), runs_json);
         if (runs_show->parsed()) return cmd_runs_show(store_path(runs_db), run_id, runs_json);

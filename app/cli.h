@@ -1,4 +1,4 @@
-// The `paralab` command line (EXPERIMENT.md, "Command line"). Subcommands never open a window.
+// The `paralab` command line (docs/experiment-format.md, "Command line"). Subcommands never open a window.
 #pragma once
 
 namespace paralab::app {

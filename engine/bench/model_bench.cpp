@@ -139,7 +139,7 @@ double measure_sgemm_gflops(int64_t n, int threads) {
 
 std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress& progress) {
     std::vector<ModelTiming> rows;
-    std::vector<run::Experiment> experiments;
+    std::vector<config::Experiment> experiments;
     std::vector<bool> built;  // false: the experiment could not be built (the row says why)
     for (const auto& c : cases())
         for (int threads : o.threads) {
@@ -161,7 +161,7 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
             if (t.warmup_steps >= t.steps) t.warmup_steps = t.steps - 1;
             t.status = "not run";
             try {
-                run::Experiment e = run::parse_experiment(model_bench_experiment(c.name, o.data_path, t.steps, o.device));
+                config::Experiment e = run::parse_experiment(model_bench_experiment(c.name, o.data_path, t.steps, o.device));
                 auto device = make_cpu_device(0, threads);
                 nn::Model m(e.layers, run::model_input_shape(e), e.loss, DType::f32, *device);
                 t.forward_flops_per_sample = m.flops_per_sample();

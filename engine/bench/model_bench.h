@@ -1,4 +1,4 @@
-// Single-device training speed on the CPU-speed issue's three models (issue 7), for the
+// Single-device training speed on the CPU-speed issue's three models, for the
 // "models" table of `paralab bench` and the comparison with PyTorch
 // (tests/bench/compare_torch.py runs the same models, batches and optimizer).
 //
@@ -9,7 +9,7 @@
 //           batch 64, on `seqclass` (seq_len 50, features 32)
 //   mlp-ddp2, mlp-ddp2-b256   the MLP with ddp on cpu:0 and cpu:1, 1 compute thread each, global
 //           batch 128 (64 per device) and 256 (128 per device, the single device's batch);
-//           their note gives samples/s over the 1-thread single-device MLP's (issue 7: >= 1.6)
+//           their note gives samples/s over the 1-thread single-device MLP's (the goal: >= 1.6)
 //   mlp-zero2   the MLP with zero stage 1 (the optimizer step sharded) on the same two devices,
 //           global batch 128
 // All three: SGD lr 0.01, momentum 0.9, constant schedule, cross entropy, one CPU device

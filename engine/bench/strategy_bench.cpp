@@ -41,8 +41,8 @@ json blobs_data(int64_t train, int64_t features) {
 // lock), so the maps need no lock of their own.
 class TimingObserver final : public run::RunObserver {
 public:
-    void on_step(const run::StepRecord& r) override { m_records[r.device].push_back(r); }
-    void on_step_end(const run::StepRecord& r) override {
+    void on_step(const config::StepRecord& r) override { m_records[r.device].push_back(r); }
+    void on_step_end(const config::StepRecord& r) override {
         m_end_s.push_back(r.wall_s);
         m_samples.push_back(r.samples);
         m_loss = r.loss;
@@ -53,10 +53,10 @@ public:
     int64_t steps() const { return static_cast<int64_t>(m_end_s.size()); }
     int64_t samples(int64_t step) const { return m_samples[static_cast<size_t>(step - 1)]; }
     double loss() const { return m_loss; }
-    const std::map<std::string, std::vector<run::StepRecord>>& records() const { return m_records; }
+    const std::map<std::string, std::vector<config::StepRecord>>& records() const { return m_records; }
 
 private:
-    std::map<std::string, std::vector<run::StepRecord>> m_records;  // per device, in step order
+    std::map<std::string, std::vector<config::StepRecord>> m_records;  // per device, in step order
     std::vector<double> m_end_s;
     std::vector<int64_t> m_samples;
     double m_loss = 0;
@@ -82,7 +82,7 @@ struct BenchCase {
 };
 
 StrategyTiming run_case(const BenchCase& c, int round, int rounds, const Progress& progress) {
-    const run::Experiment e = run::parse_experiment(c.experiment);
+    const config::Experiment e = run::parse_experiment(c.experiment);
     std::string what = c.model + ": " + c.label + " on " + std::to_string(e.devices.size()) + " device" +
                        (e.devices.size() == 1 ? "" : "s");
     if (rounds > 1) what += " (round " + std::to_string(round + 1) + "/" + std::to_string(rounds) + ")";
@@ -181,7 +181,7 @@ json uniform_mlp_experiment(int devices, const json& strategy, int64_t steps) {
             {"train", {{"epochs", 1}, {"max_steps", steps}}}};
 }
 
-StrategyTiming time_experiment(const run::Experiment& e, int64_t warmup_steps, int compute_threads) {
+StrategyTiming time_experiment(const config::Experiment& e, int64_t warmup_steps, int compute_threads) {
     StrategyTiming t;
     t.strategy = run::to_json(e)["strategy"];
     t.devices = static_cast<int>(e.devices.size());
@@ -190,7 +190,7 @@ StrategyTiming time_experiment(const run::Experiment& e, int64_t warmup_steps, i
 
     TimingObserver obs;
     run::RunControl control;
-    const run::RunSummary s = run::run_experiment(e, &obs, &control, compute_threads);
+    const config::RunSummary s = run::run_experiment(e, &obs, &control, compute_threads);
     t.status = s.status;
     t.error = s.error;
     t.final_loss = obs.loss();
@@ -217,7 +217,7 @@ StrategyTiming time_experiment(const run::Experiment& e, int64_t warmup_steps, i
         d.device = device;
         double wall_sum_ms = 0;
         int64_t count = 0;
-        for (const run::StepRecord& r : it->second) {
+        for (const config::StepRecord& r : it->second) {
             if (r.step < first || r.step > n) continue;
             d.compute_ms += r.compute_ms;
             d.comm_ms += r.comm_ms;

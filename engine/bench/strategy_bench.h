@@ -71,7 +71,7 @@ struct StrategyTiming {
 
 // Runs `e` (its train.max_steps set) with one compute thread per device and times it.
 // Configuration errors propagate (ConfigError); a run that fails is a row with status "failed".
-StrategyTiming time_experiment(const run::Experiment& e, int64_t warmup_steps, int compute_threads = 1);
+StrategyTiming time_experiment(const config::Experiment& e, int64_t warmup_steps, int compute_threads = 1);
 
 using Progress = std::function<void(const std::string& what)>;
 
@@ -92,7 +92,7 @@ struct StrategySuiteOptions {
     bool uniform_pipeline = true;  // the idle-fraction table also on the balanced model
 };
 
-// One row per strategy of DESIGN.md §3 on the Fashion-MNIST MLP: single on 1 device, every
+// One row per strategy of docs/strategies.md on the Fashion-MNIST MLP: single on 1 device, every
 // other strategy on each of `device_counts` where it applies (param_server needs 2).
 std::vector<StrategyTiming> bench_strategies(const BenchData& data, const StrategySuiteOptions& o,
                                              const Progress& progress = {});

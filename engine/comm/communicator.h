@@ -1,5 +1,5 @@
 // Communicator: the collectives and point-to-point messages that ranks of one run use
-// (DESIGN.md §2, "comm"). One Communicator object per rank, bound to that rank; every rank
+// (docs/design.md, "comm"). One Communicator object per rank, bound to that rank; every rank
 // of a group must call the collectives in the same order with the same counts (as with NCCL
 // and MPI). Public non-virtual entry points check their arguments and account bytes and time,
 // then call the backend's virtual *_impl (STYLE.md 6).

@@ -1,4 +1,4 @@
-// The GPU communicators (DESIGN.md §2 comm, §4 devices; issue 6), behind comm::Group:
+// The GPU communicators (docs/design.md), behind comm::Group:
 //
 //   NcclGroup       real multi-GPU: one process, one rank thread per GPU, communicators made by
 //                   ncclCommInitAll over the group's distinct GPUs.

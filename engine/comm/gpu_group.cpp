@@ -22,7 +22,7 @@ std::string list_of(const std::vector<DeviceId>& devices) {
 }  // namespace
 
 DeviceGroupChoice choose_device_group(const std::vector<DeviceId>& devices, bool nccl_built) {
-    if (devices.empty()) throw ConfigError("devices: a run needs at least one device");
+    if (devices.empty()) throw ConfigError("devices", "a run needs at least one device");
     int cpus = 0;
     std::map<int, int> per_gpu;  // ordinal -> ranks on it
     for (const DeviceId& d : devices) {
@@ -34,7 +34,7 @@ DeviceGroupChoice choose_device_group(const std::vector<DeviceId>& devices, bool
     if (cpus == int(devices.size()))
         return {DeviceGroupBackend::local, "cpu devices: the in-process local communicator"};
     if (cpus > 0)
-        throw ConfigError("devices: [" + list_of(devices) +
+        throw ConfigError("devices", "[" + list_of(devices) +
                           "] mixes cpu and cuda devices; no communicator serves both (GPU "
                           "buffers are not host memory): list only cpu devices or only cuda "
                           "devices");

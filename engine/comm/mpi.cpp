@@ -133,7 +133,7 @@ public:
     std::string backend() const override { return "mpi"; }
 
     // MPI cannot wake a peer that is blocked in a call, so the job ends as a whole: mpirun
-    // kills every rank (issue 8: "the other ranks exit within a bounded time").
+    // kills every rank.
     void abort(const std::string& reason) override {
         if (m_aborted.exchange(true)) return;
         std::fprintf(stderr, "paralab: rank %d of %d aborts the MPI job: %s\n", rank(), world(),

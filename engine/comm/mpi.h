@@ -1,9 +1,9 @@
-// The MPI backend of Communicator (DESIGN.md §2, "comm"; §4): ranks are processes started by
+// The MPI backend of Communicator (docs/design.md, "comm"; §4): ranks are processes started by
 // Open MPI's `mpirun`, on one host or several, and collectives are MPI's own (MPI_Allreduce,
 // MPI_Reduce_scatter, MPI_Allgatherv, MPI_Bcast, MPI_Reduce, MPI_Scatterv/Gatherv, MPI_Send/
 // MPI_Recv, MPI_Barrier) on host buffers.
 //
-// No MPI type appears here (DESIGN.md §1): the same header serves a build with MPI (mpi.cpp)
+// No MPI type appears here (docs/design.md, "Layers"): the same header serves a build with MPI (mpi.cpp)
 // and one without (mpi_stub.cpp, where available() is false and world() throws "this build has
 // no MPI support").
 //

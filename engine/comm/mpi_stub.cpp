@@ -1,6 +1,6 @@
 // MpiGroup in a build without MPI (configured with PARALAB_MPI=OFF, or no Open MPI found): the
 // same interface as mpi.cpp, so that callers build unchanged; asking for the group says why it
-// cannot be had (DESIGN.md §1: optional parts have a stub).
+// cannot be had (docs/design.md, "Layers": optional parts have a stub).
 #include <memory>
 
 #include "engine/comm/mpi.h"

@@ -91,7 +91,7 @@ bool is_synthetic_dataset(const std::string& name) {
 void validate_data_config(const DataConfig& cfg) {
     const auto& names = dataset_names();
     if (std::find(names.begin(), names.end(), cfg.dataset) == names.end())
-        throw ConfigError("data.dataset: unknown data set '" + cfg.dataset + "' (expected one of " +
+        throw ConfigError("data.dataset", "unknown data set '" + cfg.dataset + "' (expected one of " +
                           join_names() + ")");
     require_non_negative(cfg.train_limit, "train_limit");
     require_non_negative(cfg.test_limit, "test_limit");
@@ -101,7 +101,7 @@ void validate_data_config(const DataConfig& cfg) {
     require(std::isfinite(cfg.test_fraction) && cfg.test_fraction >= 0.0 && cfg.test_fraction < 1.0,
             "test_fraction", "a number in [0, 1)", number_text(cfg.test_fraction));
     if (cfg.dataset == "csv" && cfg.path.empty())
-        throw ConfigError("data.path: the csv data set needs the path of a CSV file");
+        throw ConfigError("data.path", "the csv data set needs the path of a CSV file");
     if (!is_synthetic_dataset(cfg.dataset)) return;
 
     require_non_negative(cfg.samples, "samples");
@@ -123,19 +123,19 @@ void validate_data_config(const DataConfig& cfg) {
     const int64_t features = cfg.features > 0 ? cfg.features : d.features;
     const int64_t classes = cfg.classes > 0 ? cfg.classes : d.classes;
     if (classes > samples)
-        throw ConfigError("data.classes: " + std::to_string(classes) +
+        throw ConfigError("data.classes", std::to_string(classes) +
                           " classes need at least as many samples, got " + std::to_string(samples));
     const bool sequence = cfg.dataset == "sine" || cfg.dataset == "seqclass";
     const int64_t per_sample = sequence ? seq_len * features : features;
     if (seq_len > max_synthetic_values || features > max_synthetic_values ||
         per_sample > max_synthetic_values / samples)
-        throw ConfigError("data.samples: " + std::to_string(samples) + " examples of " +
+        throw ConfigError("data.samples", std::to_string(samples) + " examples of " +
                           std::to_string(per_sample) + " values is too large (at most " +
                           std::to_string(max_synthetic_values) + " values in all)");
     const auto test =
         static_cast<int64_t>(std::llround(static_cast<double>(samples) * cfg.test_fraction));
     if (samples - test < 1)
-        throw ConfigError("data.samples: " + std::to_string(samples) +
+        throw ConfigError("data.samples", std::to_string(samples) +
                           " examples leave none for training with test_fraction " +
                           number_text(cfg.test_fraction));
 }

@@ -12,7 +12,7 @@
 
 namespace paralab::data {
 
-// The experiment file's "data" section (EXPERIMENT.md), already checked for JSON types;
+// The experiment file's "data" section (docs/experiment-format.md), already checked for JSON types;
 // validate_data_config checks the values.
 struct DataConfig {
     std::string dataset =

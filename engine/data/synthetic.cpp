@@ -48,7 +48,7 @@ SyntheticDefaults synthetic_defaults(const std::string& dataset) {
     if (dataset == "blobs") return {2000, 4, 0, 2, 0.5};
     if (dataset == "sine") return {4000, 0, 20, 1, 0.05};
     if (dataset == "seqclass") return {4000, 4, 20, 4, 0.8};
-    throw ConfigError("data.dataset: '" + dataset + "' is not a synthetic data set");
+    throw ConfigError("data.dataset", "'" + dataset + "' is not a synthetic data set");
 }
 
 // out: samples x {2}; class c occupies arm c.
@@ -176,7 +176,7 @@ Dataset make_synthetic(const DataConfig& cfg, uint64_t seed) {
     if (cfg.dataset == "blobs") return make_blobs(cfg, seed);
     if (cfg.dataset == "sine") return make_sine(cfg, seed);
     if (cfg.dataset == "seqclass") return make_seqclass(cfg, seed);
-    throw ConfigError("data.dataset: '" + cfg.dataset + "' is not a synthetic data set");
+    throw ConfigError("data.dataset", "'" + cfg.dataset + "' is not a synthetic data set");
 }
 
 }  // namespace paralab::data

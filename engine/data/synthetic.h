@@ -1,5 +1,5 @@
 // Synthetic data sets made in process, so that every example runs with nothing installed
-// (DESIGN.md §7). Each generator resolves the config's 0 / negative "use the default" values,
+// (docs/experiment-format.md). Each generator resolves the config's 0 / negative "use the default" values,
 // draws everything from `seed`, and returns the examples in generation order (load_data
 // shuffles and splits them).
 #pragma once

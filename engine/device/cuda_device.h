@@ -1,4 +1,4 @@
-// CudaDevice: one `cuda:N` of a run (DESIGN.md §4). It owns a caching allocator with the CPU's
+// CudaDevice: one `cuda:N` of a run (docs/design.md). It owns a caching allocator with the CPU's
 // category accounting plus what the driver reports free, a compute stream and a communication
 // stream, and timing events for spans. Several CudaDevice objects may sit on one physical GPU
 // (virtual GPUs: `cuda:0` listed twice): each owns its streams and its accounting. Everything

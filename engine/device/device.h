@@ -1,5 +1,5 @@
 // Devices: `cpu:K` virtual CPU devices (a rank thread each, own memory accounting, settable
-// compute threads) and `cuda:N` GPUs (CUDA backend). See DESIGN.md §4.
+// compute threads) and `cuda:N` GPUs (CUDA backend). See docs/design.md.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Layers from their specs (EXPERIMENT.md, model.layers[]).
+// Layers from their specs (docs/experiment-format.md, model.layers[]).
 #pragma once
 
 #include <memory>
@@ -10,7 +10,7 @@
 
 namespace paralab::nn {
 
-// Every type the experiment file accepts, in the order EXPERIMENT.md lists them.
+// Every type the experiment file accepts, in the order docs/experiment-format.md lists them.
 const std::vector<std::string>& layer_types();
 
 // Throws ConfigError for an unknown type or a bad option (negative size, p outside [0,1)).

@@ -9,7 +9,7 @@ Layer::~Layer() = default;
 Shape Layer::build(const Shape& input, DType dtype, Device& device) {
     if (built()) throw Error(m_label + ": layer is already built");
     if (device.is_gpu() && !runs_on_gpu())
-        throw ConfigError(m_label + ": the " + m_type + " layer has no CUDA kernels in this version; "
+        throw ConfigError(m_path, m_label + ": the " + m_type + " layer has no CUDA kernels in this version; "
                           "run this model on cpu devices");
     m_dtype = dtype;
     m_device = &device;
@@ -24,7 +24,7 @@ Shape Layer::build(const Shape& input, DType dtype, Device& device) {
     }
     for (int64_t d : m_output_shape.dims())
         if (d <= 0)
-            throw ShapeError(m_label + ": input " + input.to_string() + " gives an empty output " +
+            throw ShapeError(m_path, m_label + ": input " + input.to_string() + " gives an empty output " +
                              m_output_shape.to_string());
     return m_output_shape;
 }
@@ -37,7 +37,7 @@ void Layer::reset_parameters(Rng& rng) {
 Tensor Layer::forward(const Tensor& x, Mode mode) {
     PARALAB_CHECK(built(), m_label + ": forward before build");
     if (x.rank() != m_input_shape.rank() + 1 || x.shape().drop_first() != m_input_shape)
-        throw ShapeError(m_label + ": expects input [B, " +
+        throw ShapeError(m_path, m_label + ": expects input [B, " +
                          m_input_shape.to_string().substr(1) + ", got " + x.shape().to_string());
     if (x.dtype() != m_dtype)
         throw Error(m_label + ": input is " + std::string(dtype_name(x.dtype())) +
@@ -49,7 +49,7 @@ Tensor Layer::forward(const Tensor& x, Mode mode) {
 Tensor Layer::backward(const Tensor& dy) {
     PARALAB_CHECK(m_last_batch >= 0, m_label + ": backward before forward");
     if (dy.shape() != m_output_shape.with_batch(m_last_batch))
-        throw ShapeError(m_label + ": backward expects gradient " +
+        throw ShapeError(m_path, m_label + ": backward expects gradient " +
                          m_output_shape.with_batch(m_last_batch).to_string() + ", got " +
                          dy.shape().to_string());
     return backward_impl(dy);
@@ -111,7 +111,7 @@ Tensor Layer::new_workspace(const Shape& shape) const {
 }
 
 void Layer::shape_error(const std::string& expected, const Shape& got) const {
-    throw ShapeError(m_label + ": expects " + expected + ", got " + got.to_string());
+    throw ShapeError(m_path, m_label + ": expects " + expected + ", got " + got.to_string());
 }
 
 }  // namespace paralab::nn

@@ -38,9 +38,14 @@ public:
     Layer& operator=(const Layer&) = delete;
 
     const std::string& type() const { return m_type; }
-    // How errors name this layer: "layer 3 (conv2d)". Set by the model that owns it.
+    // How errors name this layer: "model.layers[3] (conv2d)", and the JSON path of its spec
+    // ("model.layers[3]"; "" when unknown), which errors carry as data. Set by the owner.
     const std::string& label() const { return m_label; }
-    void set_label(std::string label) { m_label = std::move(label); }
+    const std::string& path() const { return m_path; }
+    void set_label(std::string label, std::string path = {}) {
+        m_label = std::move(label);
+        m_path = std::move(path);
+    }
 
     // Infers the output shape from the per-sample input shape and creates the parameters
     // (zeroed; call reset_parameters) on `device` in `dtype`. Throws ShapeError naming the
@@ -116,6 +121,7 @@ protected:
 private:
     std::string m_type;
     std::string m_label;
+    std::string m_path;
     Shape m_input_shape, m_output_shape;
     DType m_dtype = DType::f32;
     Device* m_device = nullptr;

@@ -11,14 +11,15 @@ std::unique_ptr<Layer> make_labelled(const LayerSpec& spec, const std::string& p
     try {
         layer = make_layer(spec);
     } catch (const ConfigError& e) {
-        throw ConfigError(path + ": " + e.what());
+        throw ConfigError(path, e.what());
     }
-    layer->set_label(path + " (" + spec.type + ")");
+    layer->set_label(path + " (" + spec.type + ")", path);
     if (spec.type == "residual") {
         auto body = layer->children().front()->children();
         for (size_t i = 0; i < body.size(); ++i)
             body[i]->set_label(path + ".layers[" + std::to_string(i) + "] (" +
-                               spec.layers[i].type + ")");
+                                   spec.layers[i].type + ")",
+                               path + ".layers[" + std::to_string(i) + "]");
     }
     return layer;
 }
@@ -59,12 +60,12 @@ std::unique_ptr<Model> Model::stage(const std::vector<LayerSpec>& layers, size_t
 Model::Model(const std::vector<LayerSpec>& layers, size_t first, size_t last, const Shape& input,
              const std::string& loss, DType dtype, Device& device)
     : m_first(first) {
-    if (layers.empty()) throw ConfigError("model.layers: expected at least one layer");
+    if (layers.empty()) throw ConfigError("model.layers", "expected at least one layer");
     std::vector<std::unique_ptr<Layer>> built;
     for (size_t i = first; i < last; ++i) {
         if (layers[i].type == "embedding" && i != 0)
-            throw ConfigError("model.layers[" + std::to_string(i) +
-                              "]: an embedding takes token ids and must be the first layer");
+            throw ConfigError("model.layers[" + std::to_string(i) + "]",
+                              "an embedding takes token ids and must be the first layer");
         built.push_back(make_labelled(layers[i], "model.layers[" + std::to_string(i) + "]"));
     }
     m_net = std::make_unique<Sequential>(std::move(built), "model");

@@ -83,12 +83,12 @@ std::vector<Layer*> Residual::children() {
 }
 
 Shape Residual::build_impl(const Shape& input) {
-    m_body->set_label(label());
+    m_body->set_label(label(), path());
     auto body = m_body->children();
     for (size_t i = 0; i < body.size(); ++i)
         if (body[i]->label() == body[i]->type())  // not named by the model: name it here
-            body[i]->set_label(label() + ".layers[" + std::to_string(i) + "] (" +
-                               body[i]->type() + ")");
+            body[i]->set_label(label() + ".layers[" + std::to_string(i) + "] (" + body[i]->type() + ")",
+                               path().empty() ? std::string() : path() + ".layers[" + std::to_string(i) + "]");
     const Shape out = m_body->build(input, dtype(), device());
     if (out == input) return out;
 
@@ -99,14 +99,14 @@ Shape Residual::build_impl(const Shape& input) {
                std::equal(input.dims().begin(), input.dims().end() - 1, out.dims().begin())) {
         m_projection = std::make_unique<Linear>(out.back(), true);
     } else {
-        throw ShapeError(label() + ": the body maps " + input.to_string() + " to " +
+        throw ShapeError(path(), label() + ": the body maps " + input.to_string() + " to " +
                          out.to_string() + ", which no projection of the input can match "
                          "(a 1x1 strided convolution or a linear map of the last dimension)");
     }
-    m_projection->set_label(label() + ".projection (" + m_projection->type() + ")");
+    m_projection->set_label(label() + ".projection (" + m_projection->type() + ")", path());
     const Shape projected = m_projection->build(input, dtype(), device());
     if (projected != out)
-        throw ShapeError(label() + ": projection gives " + projected.to_string() +
+        throw ShapeError(path(), label() + ": projection gives " + projected.to_string() +
                          " but the body gives " + out.to_string());
     return out;
 }

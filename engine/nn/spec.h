@@ -1,4 +1,4 @@
-// A layer's description as the experiment file gives it (EXPERIMENT.md, model.layers[]).
+// A layer's description as the experiment file gives it (docs/experiment-format.md, model.layers[]).
 // Parsing and validation of the JSON live in engine/run; the engine builds layers from this.
 #pragma once
 
@@ -9,7 +9,7 @@
 namespace paralab::nn {
 
 struct LayerSpec {
-    std::string type;  // "linear", "conv2d", ... as in EXPERIMENT.md
+    std::string type;  // "linear", "conv2d", ... as in docs/experiment-format.md
     // linear
     int64_t out = 0;
     bool bias = true;

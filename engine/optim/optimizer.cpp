@@ -32,7 +32,7 @@ std::string param_text(size_t i, const nn::Param& p) {
 
 void validate_optimizer_config(const OptimizerConfig& c) {
     if (c.type != "sgd" && c.type != "adam" && c.type != "adamw")
-        throw ConfigError("optimizer.type: unknown optimizer '" + c.type +
+        throw ConfigError("optimizer.type", "unknown optimizer '" + c.type +
                           "'; expected sgd, adam or adamw");
     // Written as !(x in range) so that NaN fails too.
     require(c.lr > 0 && std::isfinite(c.lr), "lr", "a positive number", c.lr);
@@ -40,9 +40,9 @@ void validate_optimizer_config(const OptimizerConfig& c) {
             "a non-negative number", c.weight_decay);
     require(c.momentum >= 0 && c.momentum < 1, "momentum", "a number in [0, 1)", c.momentum);
     if (c.nesterov && !(c.momentum > 0))
-        throw ConfigError("optimizer.nesterov: needs a momentum greater than 0");
+        throw ConfigError("optimizer.nesterov", "needs a momentum greater than 0");
     if (!(c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1))
-        throw ConfigError("optimizer.betas: expected two numbers in [0, 1), got [" +
+        throw ConfigError("optimizer.betas", "expected two numbers in [0, 1), got [" +
                           number_text(c.beta1) + ", " + number_text(c.beta2) + "]");
     require(c.eps > 0 && std::isfinite(c.eps), "eps", "a positive number", c.eps);
 }

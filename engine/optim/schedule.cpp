@@ -67,25 +67,25 @@ double Schedule::lr_at(int64_t step) const {
 std::unique_ptr<Schedule> make_schedule(const ScheduleConfig& c, double base_lr,
                                         int64_t total_steps) {
     if (!(base_lr > 0) || !std::isfinite(base_lr))
-        throw ConfigError("optimizer.lr: expected a positive number, got " + number_text(base_lr));
+        throw ConfigError("optimizer.lr", "expected a positive number, got " + number_text(base_lr));
     PARALAB_CHECK(total_steps >= 0, "schedule for " + std::to_string(total_steps) + " steps");
     if (c.type == "constant") return std::make_unique<ConstantSchedule>(c, base_lr, total_steps);
     if (c.type == "step") {
         if (c.step_size < 1)
-            throw ConfigError("schedule.step_size: expected a positive integer, got " +
+            throw ConfigError("schedule.step_size", "expected a positive integer, got " +
                               std::to_string(c.step_size));
         if (!(c.gamma > 0) || !std::isfinite(c.gamma))
-            throw ConfigError("schedule.gamma: expected a positive number, got " +
+            throw ConfigError("schedule.gamma", "expected a positive number, got " +
                               number_text(c.gamma));
         return std::make_unique<StepSchedule>(c, base_lr, total_steps);
     }
     if (c.type == "cosine") {
         if (c.warmup_steps < 0)
-            throw ConfigError("schedule.warmup_steps: expected a non-negative integer, got " +
+            throw ConfigError("schedule.warmup_steps", "expected a non-negative integer, got " +
                               std::to_string(c.warmup_steps));
         return std::make_unique<CosineSchedule>(c, base_lr, total_steps);
     }
-    throw ConfigError("schedule.type: unknown schedule '" + c.type +
+    throw ConfigError("schedule.type", "unknown schedule '" + c.type +
                       "'; expected constant, step or cosine");
 }
 

@@ -34,7 +34,7 @@ MemoryStats memory_from(const json& j) {
     return m;
 }
 
-json record_json(const StepRecord& r) {
+json record_json(const config::StepRecord& r) {
     return json{{"step", r.step},
                 {"epoch", r.epoch},
                 {"steps_per_epoch", r.steps_per_epoch},
@@ -52,8 +52,8 @@ json record_json(const StepRecord& r) {
                 {"memory", memory_json(r.memory)}};
 }
 
-StepRecord record_from(const json& j) {
-    StepRecord r;
+config::StepRecord record_from(const json& j) {
+    config::StepRecord r;
     r.step = j.at("step").get<int64_t>();
     r.epoch = j.at("epoch").get<int64_t>();
     r.steps_per_epoch = j.at("steps_per_epoch").get<int64_t>();
@@ -72,10 +72,10 @@ StepRecord record_from(const json& j) {
     return r;
 }
 
-json span_json(const Span& s) { return json::array({s.step, s.device, s.phase, s.t_begin, s.t_end, s.bytes}); }
+json span_json(const config::Span& s) { return json::array({s.step, s.device, s.phase, s.t_begin, s.t_end, s.bytes}); }
 
-Span span_from(const json& j) {
-    Span s;
+config::Span span_from(const json& j) {
+    config::Span s;
     s.step = j.at(0).get<int64_t>();
     s.device = j.at(1).get<std::string>();
     s.phase = j.at(2).get<std::string>();
@@ -85,8 +85,8 @@ Span span_from(const json& j) {
     return s;
 }
 
-RunSummary summary_from(const json& j) {
-    RunSummary s;
+config::RunSummary summary_from(const json& j) {
+    config::RunSummary s;
     s.status = j.at("status").get<std::string>();
     s.error = j.value("error", std::string());
     s.name = j.at("name").get<std::string>();
@@ -142,28 +142,28 @@ Writer::Writer(std::function<void(const std::string&)> out, double flush_s)
     : m_out(std::move(out)), m_flush_s(flush_s), m_device_steps(json::array()), m_steps(json::array()),
       m_spans(json::array()), m_last_flush(Clock::now()) {}
 
-void Writer::on_start(const Experiment& e, int64_t total_steps) {
+void Writer::on_start(const config::Experiment& e, int64_t total_steps) {
     std::lock_guard lock(m_mutex);
     m_out(json{{"event", "start"}, {"total_steps", total_steps}, {"devices", e.devices}}.dump());
 }
 
-void Writer::on_span(const Span& s) {
+void Writer::on_span(const config::Span& s) {
     std::lock_guard lock(m_mutex);
     m_spans.push_back(span_json(s));
 }
 
-void Writer::on_step(const StepRecord& r) {
+void Writer::on_step(const config::StepRecord& r) {
     std::lock_guard lock(m_mutex);
     m_device_steps.push_back(record_json(r));
 }
 
-void Writer::on_step_end(const StepRecord& r) {
+void Writer::on_step_end(const config::StepRecord& r) {
     std::lock_guard lock(m_mutex);
     m_steps.push_back(record_json(r));
     if (std::chrono::duration<double>(Clock::now() - m_last_flush).count() >= m_flush_s) flush_locked();
 }
 
-void Writer::on_eval(const EvalResult& r) {
+void Writer::on_eval(const config::EvalResult& r) {
     std::lock_guard lock(m_mutex);
     flush_locked();
     m_out(json{{"event", "eval"},

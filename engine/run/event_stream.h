@@ -27,23 +27,23 @@ namespace paralab::run::stream {
 // Exact for every double they carry (a NaN as null).
 nlohmann::json number_json(double x);
 double number_from(const nlohmann::json& j);
-nlohmann::json record_json(const StepRecord& r);
-StepRecord record_from(const nlohmann::json& j);
-nlohmann::json span_json(const Span& s);
-Span span_from(const nlohmann::json& j);
+nlohmann::json record_json(const config::StepRecord& r);
+config::StepRecord record_from(const nlohmann::json& j);
+nlohmann::json span_json(const config::Span& s);
+config::Span span_from(const nlohmann::json& j);
 nlohmann::json memory_json(const MemoryStats& m);
 MemoryStats memory_from(const nlohmann::json& j);
-RunSummary summary_from(const nlohmann::json& j);  // the shape of store::summary_json
+config::RunSummary summary_from(const nlohmann::json& j);  // the shape of store::summary_json
 
 struct Event {
     enum class Kind { start, steps, eval, finish } kind = Kind::steps;
     int64_t total_steps = 0;              // start
     std::vector<std::string> devices;     // start
-    std::vector<StepRecord> device_steps; // steps: one per device per step
-    std::vector<StepRecord> steps;        // steps: the step over all devices
-    std::vector<Span> spans;              // steps
-    EvalResult eval;                      // eval
-    RunSummary summary;                   // finish
+    std::vector<config::StepRecord> device_steps; // steps: one per device per step
+    std::vector<config::StepRecord> steps;        // steps: the step over all devices
+    std::vector<config::Span> spans;              // steps
+    config::EvalResult eval;                      // eval
+    config::RunSummary summary;                   // finish
 };
 // The event of one line; nullopt for a line that is not one (blank, or another program's).
 // Throws Error for a line that is an event but broken.
@@ -54,11 +54,11 @@ std::optional<Event> decode(const std::string& line);
 class Writer : public RunObserver {
 public:
     explicit Writer(std::function<void(const std::string&)> out, double flush_s = 0.1);
-    void on_start(const Experiment& e, int64_t total_steps) override;
-    void on_span(const Span& s) override;
-    void on_step(const StepRecord& r) override;
-    void on_step_end(const StepRecord& r) override;
-    void on_eval(const EvalResult& r) override;
+    void on_start(const config::Experiment& e, int64_t total_steps) override;
+    void on_span(const config::Span& s) override;
+    void on_step(const config::StepRecord& r) override;
+    void on_step_end(const config::StepRecord& r) override;
+    void on_eval(const config::EvalResult& r) override;
     // The run's end: `summary` as `paralab run --json` prints it (store::summary_json).
     void finish(const nlohmann::json& summary);
 

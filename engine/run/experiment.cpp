@@ -7,17 +7,11 @@
 #include "engine/device/device.h"
 #include "engine/nn/factory.h"
 #include "engine/run/json_reader.h"
+#include "engine/strategy/registry.h"
 
 namespace paralab::run {
 
 using nlohmann::json;
-
-const std::vector<std::string>& strategy_types() {
-    static const std::vector<std::string> types{"single", "data_parallel", "ddp",
-                                                "zero",   "hogwild",       "param_server",
-                                                "model_parallel", "pipeline"};
-    return types;
-}
 
 namespace {
 
@@ -25,12 +19,12 @@ const std::vector<std::string> kDatasets{"spirals", "blobs", "sine", "seqclass",
                                          "fashion-mnist", "mnist", "csv"};
 
 std::vector<int64_t> int_list(const json& v, const std::string& path, int64_t min) {
-    if (!v.is_array()) throw ConfigError(path + ": expected an array of integers, got " + describe_json(v));
+    if (!v.is_array()) throw ConfigError(path, "expected an array of integers, got " + describe_json(v));
     std::vector<int64_t> out;
     for (size_t i = 0; i < v.size(); ++i) {
         const json& e = v[i];
         if (!e.is_number_integer() || e.get<int64_t>() < min)
-            throw ConfigError(path + "[" + std::to_string(i) + "]: expected " +
+            throw ConfigError(path + "[" + std::to_string(i) + "]", std::string("expected ") +
                               (min == 1 ? "a positive integer" : "a non-negative integer") +
                               ", got " + describe_json(e));
         out.push_back(e.get<int64_t>());
@@ -133,28 +127,32 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path) {
     return s;
 }
 
-StrategyConfig parse_strategy(const json& j) {
+// One option of the strategy as its descriptor declares it.
+config::OptionValue parse_option(JsonObjectReader& r, const config::OptionSpec& o) {
+    using config::OptionKind;
+    switch (o.kind) {
+        case OptionKind::boolean: return r.boolean(o.key, std::get<bool>(o.fallback));
+        case OptionKind::integer:
+            return r.integer(o.key, std::get<int64_t>(o.fallback), static_cast<int64_t>(o.min),
+                             std::isinf(o.max) ? INT64_MAX : static_cast<int64_t>(o.max));
+        case OptionKind::number:
+            return r.number(o.key, std::get<double>(o.fallback), o.min, o.max, o.min_inclusive);
+        case OptionKind::choice: return r.choice(o.key, std::get<std::string>(o.fallback), o.choices);
+        case OptionKind::index_list: return int_list(r.raw(o.key), r.path_of(o.key), 0);
+    }
+    return {};
+}
+
+config::StrategyConfig parse_strategy(const json& j) {
     JsonObjectReader r(j, "strategy");
-    StrategyConfig s;
-    s.type = r.choice("type", "single", strategy_types());
-    if (s.type == "data_parallel" || s.type == "ddp" || s.type == "zero")
-        s.sync_batchnorm = r.boolean("sync_batchnorm", true);
-    if (s.type == "ddp") {
-        s.bucket_mb = r.number("bucket_mb", 25.0, 0.0, INFINITY, false);
-        s.overlap = r.boolean("overlap", true);
-        s.balance = r.choice("balance", "even", {"even", "speed"});
-    } else if (s.type == "zero") {
-        s.zero_stage = static_cast<int>(r.integer("stage", 1, 1, 2));
-    } else if (s.type == "param_server") {
-        s.ps_mode = r.choice("mode", "sync", {"sync", "async"});
-        s.staleness = r.integer("staleness", 0, 0, INT64_MAX);
-    } else if (s.type == "model_parallel" || s.type == "pipeline") {
-        if (r.has("split")) s.split = int_list(r.raw("split"), r.path_of("split"), 0);
-        else r.raw("split");
-        if (s.type == "pipeline") {
-            s.micro_batches = r.integer("micro_batches", 4, 1, INT64_MAX);
-            s.schedule = r.choice("schedule", "gpipe", {"gpipe", "1f1b"});
+    config::StrategyConfig s;
+    s.type = r.choice("type", "single", strategy::strategy_names());
+    for (const auto& o : strategy::find_strategy(s.type)->options) {
+        if (o.kind == config::OptionKind::index_list && !r.has(o.key)) {
+            r.raw(o.key);  // absent: automatic
+            continue;
         }
+        s.options[o.key] = parse_option(r, o);
     }
     if (r.has("straggler")) {
         JsonObjectReader st(r.raw("straggler"), r.path_of("straggler"));
@@ -177,9 +175,10 @@ StrategyConfig parse_strategy(const json& j) {
     } else {
         r.raw("straggler");
     }
-    r.finish({"bucket_mb", "overlap", "stage", "mode", "staleness", "split", "micro_batches",
-              "schedule", "sync_batchnorm", "straggler", "balance"},
-             "the " + s.type + " strategy");
+    std::vector<std::string> others{"straggler"};
+    for (const auto& other : strategy::registry())
+        for (const auto& o : other.options) others.push_back(o.key);
+    r.finish(others, "the " + s.type + " strategy");
     return s;
 }
 
@@ -227,9 +226,9 @@ optim::ScheduleConfig parse_schedule(const json& j) {
     return s;
 }
 
-TrainConfig parse_train(const json& j) {
+config::TrainConfig parse_train(const json& j) {
     JsonObjectReader r(j, "train");
-    TrainConfig t;
+    config::TrainConfig t;
     t.epochs = r.integer("epochs", 1, 1, INT64_MAX);
     t.max_steps = r.integer("max_steps", 1);
     t.grad_accum = r.integer("grad_accum", 1, 1, INT64_MAX);
@@ -242,27 +241,27 @@ TrainConfig parse_train(const json& j) {
 
 }  // namespace
 
-Experiment parse_experiment(const json& j) {
+config::Experiment parse_experiment(const json& j) {
     JsonObjectReader r(j, "");
-    Experiment e;
+    config::Experiment e;
     const json& version = r.raw("paralab");
     if (version.is_null())
-        throw ConfigError("paralab: missing; an experiment file starts with \"paralab\": 1 "
+        throw ConfigError("paralab", "missing; an experiment file starts with \"paralab\": 1 "
                           "(the file-format version)");
     if (!version.is_number_integer() || version.get<int64_t>() < 1)
-        throw ConfigError("paralab: expected the file-format version 1, got " + describe_json(version));
-    if (version.get<int64_t>() > kExperimentFormat)
-        throw ConfigError("paralab: this file has format version " + version.dump() +
-                          ", newer than this ParaLab reads (" + std::to_string(kExperimentFormat) +
+        throw ConfigError("paralab", "expected the file-format version 1, got " + describe_json(version));
+    if (version.get<int64_t>() > config::kExperimentFormat)
+        throw ConfigError("paralab", "this file has format version " + version.dump() +
+                          ", newer than this ParaLab reads (" + std::to_string(config::kExperimentFormat) +
                           "); update ParaLab to open it");
     e.format = static_cast<int>(version.get<int64_t>());
     e.name = r.string("name", "experiment");
     e.seed = static_cast<uint64_t>(r.integer("seed", 0, 0, INT64_MAX));
 
-    if (!r.has("data")) throw ConfigError("data: missing; an experiment needs a data section");
+    if (!r.has("data")) throw ConfigError("data", "missing; an experiment needs a data section");
     e.data = parse_data(r.raw("data"));
 
-    if (!r.has("model")) throw ConfigError("model: missing; an experiment needs a model section");
+    if (!r.has("model")) throw ConfigError("model", "missing; an experiment needs a model section");
     {
         JsonObjectReader m(r.raw("model"), "model");
         if (m.has("input")) {
@@ -284,39 +283,51 @@ Experiment parse_experiment(const json& j) {
     if (r.has("devices")) {
         const json& d = r.raw("devices");
         if (!d.is_array() || d.empty())
-            throw ConfigError("devices: expected a non-empty array such as [\"cpu:0\", \"cpu:1\"], got " +
+            throw ConfigError("devices", "expected a non-empty array such as [\"cpu:0\", \"cpu:1\"], got " +
                               describe_json(d));
         e.devices.clear();
         for (size_t i = 0; i < d.size(); ++i) {
             const std::string path = "devices[" + std::to_string(i) + "]";
             if (!d[i].is_string())
-                throw ConfigError(path + ": expected a device name such as \"cpu:0\", got " + describe_json(d[i]));
+                throw ConfigError(path, "expected a device name such as \"cpu:0\", got " + describe_json(d[i]));
             try {
                 e.devices.push_back(parse_device_id(d[i].get<std::string>()).to_string());
             } catch (const ConfigError& err) {
-                throw ConfigError(path + ": " + err.what());
+                throw ConfigError(path, err.what());
             }
         }
     } else {
         r.raw("devices");
     }
 
-    e.strategy = r.has("strategy") ? parse_strategy(r.raw("strategy")) : (r.raw("strategy"), StrategyConfig{});
+    e.strategy = r.has("strategy") ? parse_strategy(r.raw("strategy")) : (r.raw("strategy"), config::StrategyConfig{});
     e.optimizer = r.has("optimizer") ? parse_optimizer(r.raw("optimizer")) : (r.raw("optimizer"), optim::OptimizerConfig{});
     e.schedule = r.has("schedule") ? parse_schedule(r.raw("schedule")) : (r.raw("schedule"), optim::ScheduleConfig{});
-    e.train = r.has("train") ? parse_train(r.raw("train")) : (r.raw("train"), TrainConfig{});
+    e.train = r.has("train") ? parse_train(r.raw("train")) : (r.raw("train"), config::TrainConfig{});
     r.finish();
     return e;
 }
 
-Shape model_input_shape(const Experiment& e) {
+std::vector<config::Issue> validate(const config::Experiment& e) {
+    try {
+        parse_experiment(to_json(e));
+        const strategy::StrategyDescriptor& d = strategy::descriptor_of(e);
+        if (d.check_devices) d.check_devices(e);
+        if (d.check_options) d.check_options(e);
+    } catch (const ConfigError& err) {
+        return {config::Issue{err.path(), err.reason()}};
+    }
+    return {};
+}
+
+Shape model_input_shape(const config::Experiment& e) {
     if (e.input) return *e.input;
     data::DataConfig probe = e.data;
     probe.train_limit = probe.test_limit = 1;
     return Shape(data::load_data(probe, e.seed).train.sample_shape);
 }
 
-Experiment load_experiment(const std::string& path) {
+config::Experiment load_experiment(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ConfigError(path + ": cannot open the experiment file");
     std::stringstream text;
@@ -379,7 +390,7 @@ json layer_to_json(const nn::LayerSpec& s) {
 
 }  // namespace
 
-json to_json(const Experiment& e) {
+json to_json(const config::Experiment& e) {
     json j;
     j["paralab"] = e.format;
     j["name"] = e.name;
@@ -412,12 +423,7 @@ json to_json(const Experiment& e) {
     j["devices"] = e.devices;
     const auto& s = e.strategy;
     json st{{"type", s.type}};
-    if (s.type == "data_parallel" || s.type == "ddp" || s.type == "zero") st["sync_batchnorm"] = s.sync_batchnorm;
-    if (s.type == "ddp") st["bucket_mb"] = s.bucket_mb, st["overlap"] = s.overlap, st["balance"] = s.balance;
-    if (s.type == "zero") st["stage"] = s.zero_stage;
-    if (s.type == "param_server") st["mode"] = s.ps_mode, st["staleness"] = s.staleness;
-    if ((s.type == "model_parallel" || s.type == "pipeline") && !s.split.empty()) st["split"] = s.split;
-    if (s.type == "pipeline") st["micro_batches"] = s.micro_batches, st["schedule"] = s.schedule;
+    for (const auto& [key, value] : s.options) st[key] = std::visit([](const auto& v) { return json(v); }, value);
     if (!s.straggler_device.empty())
         st["straggler"] = {{"device", s.straggler_device}, {"delay_ms", s.straggler_delay_ms}};
     j["strategy"] = st;

@@ -53,7 +53,7 @@ std::string nearest_word(const std::string& word, const std::vector<std::string>
 JsonObjectReader::JsonObjectReader(const json& value, std::string path)
     : m_value(value), m_path(std::move(path)) {
     if (!value.is_object())
-        throw ConfigError(m_path + ": expected an object, got " + describe_json(value));
+        throw ConfigError(m_path, "expected an object, got " + describe_json(value));
 }
 
 std::string JsonObjectReader::path_of(const std::string& key) const {
@@ -71,7 +71,7 @@ const json& JsonObjectReader::raw(const std::string& key) {
 }
 
 void JsonObjectReader::fail(const std::string& key, const std::string& message) const {
-    throw ConfigError(path_of(key) + ": " + message);
+    throw ConfigError(path_of(key), message);
 }
 
 std::optional<int64_t> JsonObjectReader::integer(const std::string& key, int64_t min, int64_t max) {
@@ -169,12 +169,12 @@ void JsonObjectReader::finish(const std::vector<std::string>& other_variants,
     for (const auto& [key, value] : m_value.items()) {
         if (m_read.count(key)) continue;
         if (std::find(other_variants.begin(), other_variants.end(), key) != other_variants.end())
-            throw ConfigError(path_of(key) + ": not an option of " +
+            throw ConfigError(path_of(key), "not an option of " +
                               (variant.empty() ? "this " + m_path : variant));
         const std::string near = nearest_word(key, valid);
         std::string list;
         for (const auto& k : m_read) list += (list.empty() ? "" : ", ") + k;
-        throw ConfigError(path_of(key) + ": unknown key" +
+        throw ConfigError(path_of(key), "unknown key" +
                           (near.empty() ? "" : " (did you mean \"" + near + "\"?)") +
                           "; valid keys here: " + list);
     }

@@ -1,4 +1,4 @@
-// Reading a JSON object field by field with the errors EXPERIMENT.md promises: every error
+// Reading a JSON object field by field with the errors docs/experiment-format.md promises: every error
 // names the JSON path and what was expected ("model.layers[3].out: expected a positive integer,
 // got -4"), and a key nobody read is refused with the nearest valid key suggested.
 #pragma once

@@ -13,28 +13,28 @@ void LiveMetrics::push(std::deque<T>& q, const T& v) {
     q.push_back(v);
 }
 
-void LiveMetrics::on_start(const Experiment& e, int64_t total_steps) {
+void LiveMetrics::on_start(const config::Experiment& e, int64_t total_steps) {
     (void)e;
     std::lock_guard lock(m_mutex);
     m_total_steps = total_steps;
 }
 
-void LiveMetrics::on_span(const Span& s) {
+void LiveMetrics::on_span(const config::Span& s) {
     std::lock_guard lock(m_mutex);
     push(m_spans, s);
 }
 
-void LiveMetrics::on_step(const StepRecord& r) {
+void LiveMetrics::on_step(const config::StepRecord& r) {
     std::lock_guard lock(m_mutex);
     push(m_device_steps, r);
 }
 
-void LiveMetrics::on_step_end(const StepRecord& r) {
+void LiveMetrics::on_step_end(const config::StepRecord& r) {
     std::lock_guard lock(m_mutex);
     push(m_steps, r);
 }
 
-void LiveMetrics::on_eval(const EvalResult& r) {
+void LiveMetrics::on_eval(const config::EvalResult& r) {
     std::lock_guard lock(m_mutex);
     push(m_evals, r);
 }

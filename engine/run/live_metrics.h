@@ -21,10 +21,10 @@ public:
     // What arrived since the last drain, oldest first.
     struct Frame {
         int64_t total_steps = -1;             // announced by on_start since the last drain; else -1
-        std::vector<StepRecord> device_steps; // one per device per step
-        std::vector<StepRecord> steps;        // the step over all devices (on_step_end)
-        std::vector<Span> spans;
-        std::vector<EvalResult> evals;
+        std::vector<config::StepRecord> device_steps; // one per device per step
+        std::vector<config::StepRecord> steps;        // the step over all devices (on_step_end)
+        std::vector<config::Span> spans;
+        std::vector<config::EvalResult> evals;
         int64_t dropped = 0;                  // entries lost to the capacity since the last drain
         bool empty() const {
             return total_steps < 0 && device_steps.empty() && steps.empty() && spans.empty() && evals.empty();
@@ -32,11 +32,11 @@ public:
     };
     Frame drain();
 
-    void on_start(const Experiment& e, int64_t total_steps) override;
-    void on_span(const Span& s) override;
-    void on_step(const StepRecord& r) override;
-    void on_step_end(const StepRecord& r) override;
-    void on_eval(const EvalResult& r) override;
+    void on_start(const config::Experiment& e, int64_t total_steps) override;
+    void on_span(const config::Span& s) override;
+    void on_step(const config::StepRecord& r) override;
+    void on_step_end(const config::StepRecord& r) override;
+    void on_eval(const config::EvalResult& r) override;
 
 private:
     template <class T>
@@ -45,10 +45,10 @@ private:
     const size_t m_capacity;
     std::mutex m_mutex;
     int64_t m_total_steps = -1;            // guarded by m_mutex
-    std::deque<StepRecord> m_device_steps; // guarded by m_mutex
-    std::deque<StepRecord> m_steps;        // guarded by m_mutex
-    std::deque<Span> m_spans;              // guarded by m_mutex
-    std::deque<EvalResult> m_evals;        // guarded by m_mutex
+    std::deque<config::StepRecord> m_device_steps; // guarded by m_mutex
+    std::deque<config::StepRecord> m_steps;        // guarded by m_mutex
+    std::deque<config::Span> m_spans;              // guarded by m_mutex
+    std::deque<config::EvalResult> m_evals;        // guarded by m_mutex
     int64_t m_dropped = 0;                 // guarded by m_mutex
 };
 

@@ -4,14 +4,14 @@
 
 namespace paralab::run {
 
-void MetricsBus::publish(std::vector<Span> spans, const StepRecord& r, double loss_sum, int64_t loss_samples) {
+void MetricsBus::publish(std::vector<config::Span> spans, const config::StepRecord& r, double loss_sum, int64_t loss_samples) {
     std::lock_guard lock(m_mutex);
     if (m_observer) {
-        for (const Span& s : spans) m_observer->on_span(s);
+        for (const config::Span& s : spans) m_observer->on_span(s);
         m_observer->on_step(r);
     }
     Pending& p = m_pending[r.step];
-    StepRecord& t = p.total;
+    config::StepRecord& t = p.total;
     if (p.reported == 0) {
         t = r;
         t.device = "all";
@@ -46,12 +46,12 @@ void MetricsBus::publish(std::vector<Span> spans, const StepRecord& r, double lo
     }
 }
 
-void MetricsBus::publish_eval(const EvalResult& r) {
+void MetricsBus::publish_eval(const config::EvalResult& r) {
     std::lock_guard lock(m_mutex);
     if (m_observer) m_observer->on_eval(r);
 }
 
-void MetricsBus::publish_finish(const RunSummary& s) {
+void MetricsBus::publish_finish(const config::RunSummary& s) {
     std::lock_guard lock(m_mutex);
     if (m_observer) m_observer->on_finish(s);
 }

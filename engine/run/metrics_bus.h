@@ -1,4 +1,4 @@
-// The metrics bus (DESIGN.md §2): rank threads publish spans and per-device step records; the
+// The metrics bus (docs/design.md): rank threads publish spans and per-device step records; the
 // bus hands them to the run's observer (the store's recorder, the CLI's progress line, the
 // window), one call at a time, and once every device has reported a step it publishes the
 // step over all devices (on_step_end), in step order.
@@ -24,10 +24,10 @@ public:
 
     // Any rank thread. `loss_sum` / `loss_samples`: this device's part of the step's loss
     // (loss_samples 0 when the device computes no loss).
-    void publish(std::vector<Span> spans, const StepRecord& record, double loss_sum, int64_t loss_samples);
-    void publish_eval(const EvalResult& r);
+    void publish(std::vector<config::Span> spans, const config::StepRecord& record, double loss_sum, int64_t loss_samples);
+    void publish_eval(const config::EvalResult& r);
     // The run's end, when it does not come from the run's own thread (a job's failure).
-    void publish_finish(const RunSummary& s);
+    void publish_finish(const config::RunSummary& s);
 
     // The global loss of the last step that every device reported (NaN before the first).
     double last_step_loss() const;
@@ -38,7 +38,7 @@ public:
 private:
     struct Pending {
         int reported = 0;
-        StepRecord total;
+        config::StepRecord total;
         double loss_sum = 0;
         int64_t loss_samples = 0;
     };

@@ -28,7 +28,7 @@ using stream::number_from;
 
 json published_json(const Published& p) {
     json spans = json::array();
-    for (const Span& s : p.spans) spans.push_back(stream::span_json(s));
+    for (const config::Span& s : p.spans) spans.push_back(stream::span_json(s));
     return json{{"record", stream::record_json(p.record)},
                 {"loss_sum", stream::number_json(p.loss_sum)},
                 {"loss_samples", p.loss_samples},

@@ -24,8 +24,8 @@ namespace paralab::run::job {
 
 // One rank's published step, as it travels to rank 0.
 struct Published {
-    std::vector<Span> spans;
-    StepRecord record;
+    std::vector<config::Span> spans;
+    config::StepRecord record;
     double loss_sum = 0;
     int64_t loss_samples = 0;
 };

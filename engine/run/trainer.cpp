@@ -20,6 +20,7 @@
 #include "engine/nn/model.h"
 #include "engine/run/metrics_bus.h"
 #include "engine/run/process_run.h"
+#include "engine/strategy/registry.h"
 #include "engine/strategy/strategy.h"
 #include "engine/util/own_thread.h"
 
@@ -42,33 +43,33 @@ void check_model_fits_data(const nn::Model& model, const data::Dataset& ds, cons
     const Shape& out = model.output_shape();
     if (loss == "cross_entropy") {
         if (ds.num_classes == 0)
-            throw ConfigError("model.loss: cross_entropy needs class labels, but the " + ds.name +
+            throw ConfigError("model.loss", "cross_entropy needs class labels, but the " + ds.name +
                               " data set is a regression set (use \"mse\")");
         if (out.rank() != 1)
-            throw ConfigError("model: the last layer gives " + out.to_string() +
+            throw ConfigError("model", "the last layer gives " + out.to_string() +
                               " per example; cross_entropy needs class scores [" +
                               std::to_string(ds.num_classes) + "] (add a flatten and a linear layer)");
         if (out[0] < ds.num_classes)
-            throw ConfigError("model: the last layer gives " + std::to_string(out[0]) +
+            throw ConfigError("model", "the last layer gives " + std::to_string(out[0]) +
                               " class scores, but the " + ds.name + " data set has " +
                               std::to_string(ds.num_classes) + " classes");
     } else {
         const Shape target = ds.target_shape.empty() ? Shape{1} : Shape(ds.target_shape);
         if (ds.num_classes > 0 && ds.target_shape.empty())
-            throw ConfigError("model.loss: mse needs regression targets, but the " + ds.name +
+            throw ConfigError("model.loss", "mse needs regression targets, but the " + ds.name +
                               " data set has class labels (use \"cross_entropy\")");
         if (out != target)
-            throw ConfigError("model: the last layer gives " + out.to_string() +
+            throw ConfigError("model", "the last layer gives " + out.to_string() +
                               " per example, but the " + ds.name + " data set's targets are " +
                               target.to_string());
     }
 }
 
 // The straggler, when the experiment names one, must be one of the run's devices.
-void check_straggler(const Experiment& e, const std::vector<std::string>& names) {
+void check_straggler(const config::Experiment& e, const std::vector<std::string>& names) {
     if (!e.strategy.straggler_device.empty() &&
         std::find(names.begin(), names.end(), e.strategy.straggler_device) == names.end())
-        throw ConfigError("strategy.straggler.device: " + e.strategy.straggler_device +
+        throw ConfigError("strategy.straggler.device", e.strategy.straggler_device +
                           " is not one of the run's devices" +
                           (names.empty() || names.front().find('/') == std::string::npos ? std::string()
                                                                                        : " (" + names.front() + ", ...)"));
@@ -76,7 +77,8 @@ void check_straggler(const Experiment& e, const std::vector<std::string>& names)
 
 // The devices of the run, one per rank (this process's, in an MPI job); refuses what this
 // build cannot run.
-std::vector<std::unique_ptr<Device>> make_devices(const Experiment& e, int compute_threads) {
+std::vector<std::unique_ptr<Device>> make_devices(const config::Experiment& e, int compute_threads) {
+    if (const auto rule = strategy::descriptor_of(e).check_devices) rule(e);
     std::vector<std::unique_ptr<Device>> devices;
     bool any_cpu = false, any_gpu = false;
     for (size_t i = 0; i < e.devices.size(); ++i) {
@@ -86,7 +88,7 @@ std::vector<std::unique_ptr<Device>> make_devices(const Experiment& e, int compu
         for (size_t j = 0; j < i; ++j) {
             if (e.devices[j] != e.devices[i]) continue;
             if (id.kind == DeviceKind::cpu)
-                throw ConfigError(path + ": " + e.devices[i] + " is listed twice (devices[" +
+                throw ConfigError(path, e.devices[i] + " is listed twice (devices[" +
                                   std::to_string(j) + "]); virtual CPU devices are cpu:0, cpu:1, ...");
             ++earlier;
         }
@@ -97,35 +99,29 @@ std::vector<std::unique_ptr<Device>> make_devices(const Experiment& e, int compu
         }
         any_gpu = true;
         if (!cuda_backend_built())
-            throw ConfigError(path + ": " + e.devices[i] +
+            throw ConfigError(path, e.devices[i] +
                               " is a GPU, and this build has no CUDA backend; use cpu:" + std::to_string(i));
-        // hogwild's ranks update rank 0's parameters in place: on one card (virtual GPUs), where
-        // every rank's kernels can address them.
-        if (e.strategy.type == "hogwild" && id.index != parse_device_id(e.devices[0]).index)
-            throw ConfigError(path + ": hogwild on CUDA runs on virtual GPUs of one card (cuda:" +
-                              std::to_string(parse_device_id(e.devices[0]).index) +
-                              " listed several times), not on " + e.devices[i]);
         // The k-th listing of cuda:N after the first is the virtual GPU "cuda:N#k".
         const std::string name = id.to_string() + (earlier ? "#" + std::to_string(earlier) : "");
         try {
             devices.push_back(make_cuda_device(id.index, name));
         } catch (const ConfigError& err) {
-            throw ConfigError(path + ": " + err.what());
+            throw ConfigError(path, err.what());
         }
     }
     if (any_cpu && any_gpu)
-        throw ConfigError("devices: CPU and CUDA devices cannot be mixed in one run; list only cpu:K "
+        throw ConfigError("devices", "CPU and CUDA devices cannot be mixed in one run; list only cpu:K "
                           "or only cuda:N");
     return devices;
 }
 
 // train.precision: bf16/fp16 mixed precision on GPUs (their float GEMMs take half-precision
 // inputs; fp16 also scales the loss, which every strategy does).
-void set_precision(const Experiment& e, const std::vector<std::unique_ptr<Device>>& devices) {
+void set_precision(const config::Experiment& e, const std::vector<std::unique_ptr<Device>>& devices) {
     if (e.train.precision == "fp32") return;
     for (const auto& d : devices)
         if (!d->is_gpu())
-            throw ConfigError("train.precision: " + e.train.precision +
+            throw ConfigError("train.precision", e.train.precision +
                               " mixed precision needs CUDA devices; CPU devices train in fp32");
     const MatmulPrecision p = e.train.precision == "bf16" ? MatmulPrecision::bf16 : MatmulPrecision::fp16;
     for (const auto& d : devices) d->set_matmul_precision(p);
@@ -175,9 +171,9 @@ private:
 
 // One pass over the test split on the calling thread, through `predict` (the trained model's
 // eval-mode output for a batch on `device`).
-EvalResult evaluate(const std::function<Tensor(const Tensor&)>& predict, Device& device, nn::Loss& loss,
+config::EvalResult evaluate(const std::function<Tensor(const Tensor&)>& predict, Device& device, nn::Loss& loss,
                     const data::Dataset& test, int64_t batch_size, const RunContext& ctx) {
-    EvalResult r;
+    config::EvalResult r;
     if (test.size() == 0) return r;
     data::DataLoader::Options opt;
     opt.batch_size = batch_size;
@@ -201,13 +197,13 @@ EvalResult evaluate(const std::function<Tensor(const Tensor&)>& predict, Device&
 
 // What the rank threads share besides the strategy's context.
 struct Shared {
-    Shared(const Experiment& e_, const data::DataSplits& splits_, strategy::Strategy& strategy_,
+    Shared(const config::Experiment& e_, const data::DataSplits& splits_, strategy::Strategy& strategy_,
            RunContext& ctx_, MetricsBus& bus_, RunControl* control, nn::Loss& eval_loss_,
            const optim::Schedule& schedule_, int64_t steps_per_epoch_)
         : e(e_), splits(splits_), strategy(strategy_), ctx(ctx_), bus(bus_), gate(control),
           eval_loss(eval_loss_), schedule(schedule_), steps_per_epoch(steps_per_epoch_) {}
 
-    const Experiment& e;
+    const config::Experiment& e;
     const data::DataSplits& splits;
     strategy::Strategy& strategy;
     RunContext& ctx;
@@ -229,7 +225,7 @@ struct Shared {
     job::Receiver* receiver = nullptr;  // rank 0
     nn::Model* reference = nullptr;     // rank 0: the model put together for evaluation
     Device* reference_device = nullptr;
-    RunSummary base;                    // name, strategy, devices, parameters
+    config::RunSummary base;                    // name, strategy, devices, parameters
     std::once_flag job_failed;
     bool stopped_in_job = false;        // guarded by mutex: the ranks agreed to stop
     int first_local = 0;                // this process's first rank
@@ -239,22 +235,22 @@ struct Shared {
     // The model as trained so far, evaluated where the run's owner holds it: device 0's
     // replica or stages in one process; rank 0's put-together model in a job (collective
     // there: every rank thread calls it, between steps).
-    EvalResult evaluate_now(Rank& rank, int64_t step);
-    void publish(std::vector<Span> spans, const StepRecord& r, double loss_sum, int64_t loss_samples);
+    config::EvalResult evaluate_now(Rank& rank, int64_t step);
+    void publish(std::vector<config::Span> spans, const config::StepRecord& r, double loss_sum, int64_t loss_samples);
     // Rank 0 of a job: records the run as failed, naming `rank`, and ends the job.
     [[noreturn]] void fail_job(int rank, const std::string& reason);
 };
 
-void Shared::publish(std::vector<Span> spans, const StepRecord& r, double loss_sum, int64_t loss_samples) {
+void Shared::publish(std::vector<config::Span> spans, const config::StepRecord& r, double loss_sum, int64_t loss_samples) {
     if (sender)
         sender->publish({std::move(spans), r, loss_sum, loss_samples});
     else
         bus.publish(std::move(spans), r, loss_sum, loss_samples);
 }
 
-EvalResult Shared::evaluate_now(Rank& rank, int64_t step) {
+config::EvalResult Shared::evaluate_now(Rank& rank, int64_t step) {
     const int64_t batch = std::max<int64_t>(256, e.data.batch_size);
-    EvalResult ev;
+    config::EvalResult ev;
     if (!mpi) {
         ev = evaluate([this](const Tensor& x) { return strategy.predict(x); }, *ctx.devices[0], eval_loss,
                       splits.test, batch, ctx);
@@ -272,7 +268,7 @@ EvalResult Shared::evaluate_now(Rank& rank, int64_t step) {
 
 void Shared::fail_job(int rank, const std::string& reason) {
     std::call_once(job_failed, [&] {
-        RunSummary s = base;
+        config::RunSummary s = base;
         s.status = "failed";
         s.error = (rank < 0 ? std::string() : "rank " + std::to_string(rank) + " (" + base.devices[size_t(rank)] + "): ") + reason;
         s.steps = bus.steps_ended();
@@ -349,7 +345,7 @@ bool begin_step(Shared& sh, Rank& rank, int64_t step) {
 
 void rank_main(Shared& sh, int index) {
     Rank rank(index, sh.ctx);
-    const Experiment& e = sh.e;
+    const config::Experiment& e = sh.e;
     bool started = false;
     try {
         rank.device().make_current();
@@ -401,7 +397,7 @@ void rank_main(Shared& sh, int index) {
                                 rank.device().name() +
                                 "; the model diverged: lower optimizer.lr or set train.clip_norm");
                 const auto times = rank.end_step();
-                StepRecord rec;
+                config::StepRecord rec;
                 rec.step = step;
                 rec.epoch = epoch;
                 rec.steps_per_epoch = sh.steps_per_epoch;
@@ -423,8 +419,8 @@ void rank_main(Shared& sh, int index) {
                 rec.idle_ms = std::max(times.idle_ms, ms_between(t_start, t_end) - times.compute_ms - times.comm_ms);
                 rec.grad_norm = res.grad_norm;
                 rec.memory = rank.device().allocator().stats();
-                std::vector<Span> spans = rank.take_spans();
-                Span wait;
+                std::vector<config::Span> spans = rank.take_spans();
+                config::Span wait;
                 wait.step = step;
                 wait.device = rec.device;
                 wait.phase = "data_wait";
@@ -439,7 +435,7 @@ void rank_main(Shared& sh, int index) {
                     rank.comm().barrier();
                     if (index == 0 || sh.mpi) {
                         const auto te = Clock::now();
-                        EvalResult ev = sh.evaluate_now(rank, step);
+                        config::EvalResult ev = sh.evaluate_now(rank, step);
                         std::lock_guard lock(sh.mutex);
                         // Once per process: its first rank's (every rank of a job takes part).
                         if (index == 0 || index == sh.first_local)
@@ -515,9 +511,9 @@ void refused_alike(bool root, F&& check) {
 // (`per_process` gets how many each runs). Refuses, on every process alike, a job whose
 // processes disagree or cannot run (`local_error`: this process's problem before training, ""
 // when none).
-std::vector<std::string> agree_on_job(comm::MpiGroup& mpi, const Experiment& e, const std::vector<std::string>& devices,
+std::vector<std::string> agree_on_job(comm::MpiGroup& mpi, const config::Experiment& e, const std::vector<std::string>& devices,
                                       const std::string& local_error, std::vector<int>& per_process) {
-    Experiment common = e;
+    config::Experiment common = e;
     common.devices.clear();
     const std::string mine = nlohmann::json{{"devices", devices},
                                             {"error", local_error},
@@ -554,9 +550,9 @@ std::vector<std::string> agree_on_job(comm::MpiGroup& mpi, const Experiment& e, 
 
 }  // namespace
 
-RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl* control,
+config::RunSummary run_experiment(const config::Experiment& e, RunObserver* observer, RunControl* control,
                           int compute_threads, RunArtifacts* artifacts, const JobOptions* job) {
-    RunSummary summary;
+    config::RunSummary summary;
     summary.name = e.name;
     summary.strategy = e.strategy.type;
     summary.devices = e.devices;
@@ -574,15 +570,15 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
         devices = make_devices(e, compute_threads);
         // MPI's collectives read host memory: GPUs across processes would need NCCL there.
         if (mpi && std::any_of(devices.begin(), devices.end(), [](const auto& d) { return d->is_gpu(); }))
-            throw ConfigError("devices: CUDA devices in a job across processes (mpirun) are not supported "
+            throw ConfigError("devices", "CUDA devices in a job across processes (mpirun) are not supported "
                               "in this version; run the GPUs of one machine in one process");
         set_precision(e, devices);
         splits = data::load_data(e.data, e.seed);
-        if (splits.train.size() == 0) throw ConfigError("data: the training split is empty");
+        if (splits.train.size() == 0) throw ConfigError("data", "the training split is empty");
         const Shape data_shape(splits.train.sample_shape);
         input = e.input.value_or(data_shape);
         if (input != data_shape)
-            throw ConfigError("model.input: " + input.to_string() + " does not match the " + splits.train.name +
+            throw ConfigError("model.input", input.to_string() + " does not match the " + splits.train.name +
                               " examples, which are " + data_shape.to_string());
         // The reference model: built and initialised from the seed on a scratch host device, so
         // that every strategy starts from the single device's parameters.
@@ -667,7 +663,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     sh.sender = sender.get();
     sh.receiver = receiver.get();
     if (observer && root) {
-        Experiment as_run = e;
+        config::Experiment as_run = e;
         as_run.devices = summary.devices;
         observer->on_start(as_run, ctx.total_steps);
     }
@@ -734,7 +730,7 @@ RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl
     if (summary.status == "finished" && splits.test.size() > 0 && root) {
         try {
             const int64_t batch = std::max<int64_t>(256, e.data.batch_size);
-            EvalResult ev;
+            config::EvalResult ev;
             // On a thread of its own, with the device's compute threads: this thread may live on
             // (the GUI's run controller) and must not keep an OpenMP team (engine/util/own_thread.h).
             if (!mpi) {

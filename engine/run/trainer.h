@@ -9,77 +9,27 @@
 #include <optional>
 #include <string>
 
+#include "engine/config/records.h"
 #include "engine/run/experiment.h"
 #include "engine/tensor/allocator.h"
 #include "engine/tensor/tensor.h"
 
 namespace paralab::run {
 
-// One optimizer step on one device.
-struct StepRecord {
-    int64_t step = 0;        // 1-based optimizer step
-    int64_t epoch = 0;       // 0-based
-    int64_t steps_per_epoch = 0;
-    int64_t total_steps = 0; // the planned number of steps (epochs and max_steps)
-    std::string device;
-    double loss = 0;         // mean training loss of the step's batch
-    int64_t samples = 0;
-    double lr = 0;
-    double wall_s = 0;       // since training started
-    double compute_ms = 0;   // forward, backward, optimizer (and other compute) on the rank thread
-    double comm_ms = 0;      // communication calls (also those overlapped on a second thread)
-    double idle_ms = 0;      // waiting for a peer, a communication thread or a server
-    double data_wait_ms = 0; // waiting for the batch
-    double grad_norm = 0;    // before clipping (0 when not computed)
-    MemoryStats memory;
-};
-
-// One phase of one step on one device, for the timeline: times in seconds since training
-// started, on one steady clock for every device.
-struct Span {
-    int64_t step = 0;
-    std::string device;
-    std::string phase;  // data_wait, forward, backward, optimizer (strategies add comm phases)
-    double t_begin = 0, t_end = 0;
-    int64_t bytes = 0;  // bytes moved, for communication phases
-};
-
-struct EvalResult {
-    int64_t step = 0;
-    double loss = 0;
-    std::optional<double> accuracy;  // classification only
-    int64_t samples = 0;
-};
-
-struct RunSummary {
-    std::string status = "finished";  // finished | stopped | failed
-    std::string error;                 // when failed
-    std::string name, strategy;
-    std::vector<std::string> devices;
-    int64_t steps = 0;
-    int64_t epochs = 0;                // epochs started
-    double final_loss = 0;
-    std::optional<double> test_loss, test_accuracy;
-    double samples_per_s = 0;
-    double wall_s = 0;                 // training only; evaluation excluded
-    std::map<std::string, int64_t> peak_memory_bytes;
-    int64_t parameters = 0;
-};
-
 // What a run reports while it goes. Called on the rank thread: return quickly.
 class RunObserver {
 public:
     virtual ~RunObserver();
-    virtual void on_start(const Experiment& e, int64_t total_steps) { (void)e, (void)total_steps; }
+    virtual void on_start(const config::Experiment& e, int64_t total_steps) { (void)e, (void)total_steps; }
     // The step's spans come just before its record; one record per device per step.
-    virtual void on_span(const Span& s) { (void)s; }
-    virtual void on_step(const StepRecord& r) { (void)r; }
+    virtual void on_span(const config::Span& s) { (void)s; }
+    virtual void on_step(const config::StepRecord& r) { (void)r; }
     // Once every device has reported step r.step: the step over all devices (device "all",
     // loss the mean over the global batch, samples the global batch, times the slowest
     // device's, memory device 0's). Steps end in order.
-    virtual void on_step_end(const StepRecord& r) { (void)r; }
-    virtual void on_eval(const EvalResult& r) { (void)r; }
-    virtual void on_finish(const RunSummary& s) { (void)s; }
+    virtual void on_step_end(const config::StepRecord& r) { (void)r; }
+    virtual void on_eval(const config::EvalResult& r) { (void)r; }
+    virtual void on_finish(const config::RunSummary& s) { (void)s; }
 };
 
 struct RunControl {
@@ -120,7 +70,7 @@ struct JobOptions {
     double rank_timeout_s = 60;
     double stop_grace_s = 0.5;  // mpirun sends SIGKILL about 1 s after SIGTERM
     // Rank 0, just before the job is aborted: the failed run's summary (the CLI prints it).
-    std::function<void(const RunSummary&)> on_abort;
+    std::function<void(const config::RunSummary&)> on_abort;
 };
 
 // Runs `e` to the end, to its step cap, or until `control.stop`, with one rank thread per
@@ -128,7 +78,7 @@ struct JobOptions {
 // files, a model that does not fit the data, an unsupported device or strategy) throw
 // ConfigError; failures during training (a NaN loss, out of memory, on any rank) end the run
 // with status "failed" and the reason in `error`.
-RunSummary run_experiment(const Experiment& e, RunObserver* observer, RunControl* control,
+config::RunSummary run_experiment(const config::Experiment& e, RunObserver* observer, RunControl* control,
                           int compute_threads = 1, RunArtifacts* artifacts = nullptr,
                           const JobOptions* job = nullptr);
 

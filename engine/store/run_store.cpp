@@ -248,7 +248,7 @@ void RunStore::mark_interrupted() {
     }
 }
 
-int64_t RunStore::create_run(const run::Experiment& e, const json& config) {
+int64_t RunStore::create_run(const config::Experiment& e, const json& config) {
     std::lock_guard lock(m_mutex);
     char host[256] = {};
     gethostname(host, sizeof host - 1);
@@ -269,7 +269,7 @@ void RunStore::finish_run(int64_t run_id, const std::string& status, const json&
     s.step();
 }
 
-void RunStore::add_records(int64_t run_id, const std::vector<run::StepRecord>& records) {
+void RunStore::add_records(int64_t run_id, const std::vector<config::StepRecord>& records) {
     if (records.empty()) return;
     std::lock_guard lock(m_mutex);
     exec("BEGIN");
@@ -295,7 +295,7 @@ void RunStore::add_records(int64_t run_id, const std::vector<run::StepRecord>& r
     }
 }
 
-void RunStore::add_eval(int64_t run_id, const run::EvalResult& ev) {
+void RunStore::add_eval(int64_t run_id, const config::EvalResult& ev) {
     std::lock_guard lock(m_mutex);
     Statement s(m_db, "INSERT INTO evaluations (run_id, step, loss, accuracy, samples) VALUES (?, ?, ?, ?, ?)",
                 m_path);
@@ -305,7 +305,7 @@ void RunStore::add_eval(int64_t run_id, const run::EvalResult& ev) {
     s.bind(5, ev.samples).step();
 }
 
-void RunStore::add_spans(int64_t run_id, const std::vector<run::Span>& spans) {
+void RunStore::add_spans(int64_t run_id, const std::vector<config::Span>& spans) {
     if (spans.empty()) return;
     std::lock_guard lock(m_mutex);
     exec("BEGIN");
@@ -326,16 +326,16 @@ void RunStore::add_spans(int64_t run_id, const std::vector<run::Span>& spans) {
     }
 }
 
-std::vector<run::Span> RunStore::spans(int64_t run_id, int64_t first_step, int64_t last_step) {
+std::vector<config::Span> RunStore::spans(int64_t run_id, int64_t first_step, int64_t last_step) {
     std::lock_guard lock(m_mutex);
     Statement q(m_db,
                 "SELECT step, device, phase, t_begin, t_end, bytes FROM spans "
                 "WHERE run_id = ? AND step BETWEEN ? AND ? ORDER BY device, t_begin",
                 m_path);
     q.bind(1, run_id).bind(2, first_step).bind(3, last_step);
-    std::vector<run::Span> out;
+    std::vector<config::Span> out;
     while (q.step()) {
-        run::Span sp;
+        config::Span sp;
         sp.step = q.integer(0);
         sp.device = q.text(1);
         sp.phase = q.text(2);
@@ -505,28 +505,28 @@ RunRecorder::~RunRecorder() {
     m_writer.join();
 }
 
-void RunRecorder::on_start(const run::Experiment& e, int64_t) {
+void RunRecorder::on_start(const config::Experiment& e, int64_t) {
     // The devices as run: in an MPI job, every process's (the file lists one process's).
     if (m_config.is_object()) m_config["devices"] = e.devices;
     m_run_id = m_store.create_run(e, m_config);
 }
 
-void RunRecorder::on_span(const run::Span& s) {
+void RunRecorder::on_span(const config::Span& s) {
     std::lock_guard lock(m_mutex);
     m_span_queue.push_back(s);
 }
 
-void RunRecorder::on_step(const run::StepRecord& r) {
+void RunRecorder::on_step(const config::StepRecord& r) {
     std::lock_guard lock(m_mutex);
     m_queue.push_back(r);
     if (m_queue.size() >= 512) m_wake.notify_all();
 }
 
-void RunRecorder::on_eval(const run::EvalResult& r) {
+void RunRecorder::on_eval(const config::EvalResult& r) {
     if (m_run_id) m_store.add_eval(m_run_id, r);
 }
 
-void RunRecorder::on_finish(const run::RunSummary& s) {
+void RunRecorder::on_finish(const config::RunSummary& s) {
     {
         std::unique_lock lock(m_mutex);
         flush_queue(lock);
@@ -545,8 +545,8 @@ void RunRecorder::writer_loop() {
 
 void RunRecorder::flush_queue(std::unique_lock<std::mutex>& lock) {
     if ((m_queue.empty() && m_span_queue.empty()) || m_run_id == 0) return;
-    std::vector<run::StepRecord> batch;
-    std::vector<run::Span> spans;
+    std::vector<config::StepRecord> batch;
+    std::vector<config::Span> spans;
     batch.swap(m_queue);
     spans.swap(m_span_queue);
     lock.unlock();  // training goes on queueing while the transaction is written
@@ -566,7 +566,7 @@ std::string RunRecorder::write_error() {
     return m_error;
 }
 
-json summary_json(const run::RunSummary& s, int64_t run_id) {
+json summary_json(const config::RunSummary& s, int64_t run_id) {
     json j{{"run_id", run_id ? json(run_id) : json(nullptr)},
            {"status", s.status},
            {"name", s.name},

@@ -1,4 +1,4 @@
-// The run store (DESIGN.md §6): one SQLite file keeps every run — its experiment, status,
+// The run store (docs/design.md): one SQLite file keeps every run — its experiment, status,
 // summary, per-step per-device records and evaluations — so that runs can be compared
 // afterwards. WAL mode, so the window reads while a run writes; the schema version is
 // PRAGMA user_version and migrations go forward only; a file from a newer ParaLab is refused.
@@ -71,17 +71,17 @@ public:
     // ~/.local/share/ParaLab/runs.db.
     static std::string default_path();
 
-    int64_t create_run(const run::Experiment& e, const nlohmann::json& config);
+    int64_t create_run(const config::Experiment& e, const nlohmann::json& config);
     void finish_run(int64_t run_id, const std::string& status, const nlohmann::json& summary);
-    void add_records(int64_t run_id, const std::vector<run::StepRecord>& records);
-    void add_eval(int64_t run_id, const run::EvalResult& eval);
-    void add_spans(int64_t run_id, const std::vector<run::Span>& spans);
+    void add_records(int64_t run_id, const std::vector<config::StepRecord>& records);
+    void add_eval(int64_t run_id, const config::EvalResult& eval);
+    void add_spans(int64_t run_id, const std::vector<config::Span>& spans);
     // The timeline of steps [first_step, last_step], ordered by device and time.
-    std::vector<run::Span> spans(int64_t run_id, int64_t first_step, int64_t last_step);
+    std::vector<config::Span> spans(int64_t run_id, int64_t first_step, int64_t last_step);
 
     std::vector<RunRow> list_runs();  // oldest first
     std::optional<RunRow> get_run(int64_t run_id);
-    // One CSV row per step per device (EXPERIMENT.md's columns); false when the run is unknown.
+    // One CSV row per step per device (docs/experiment-format.md's columns); false when the run is unknown.
     bool export_csv(int64_t run_id, std::ostream& out);
 
     // Queries for the window's runs view.
@@ -112,11 +112,11 @@ public:
     RunRecorder(RunStore& store, nlohmann::json config);
     ~RunRecorder() override;  // flushes what is queued
 
-    void on_start(const run::Experiment& e, int64_t total_steps) override;
-    void on_span(const run::Span& s) override;
-    void on_step(const run::StepRecord& r) override;
-    void on_eval(const run::EvalResult& r) override;
-    void on_finish(const run::RunSummary& s) override;
+    void on_start(const config::Experiment& e, int64_t total_steps) override;
+    void on_span(const config::Span& s) override;
+    void on_step(const config::StepRecord& r) override;
+    void on_eval(const config::EvalResult& r) override;
+    void on_finish(const config::RunSummary& s) override;
     int64_t run_id() const { return m_run_id; }
     // The first failure to write steps ("" when none): the run goes on, the caller reports it.
     std::string write_error();
@@ -130,14 +130,14 @@ private:
     int64_t m_run_id = 0;
     std::mutex m_mutex;
     std::condition_variable m_wake;
-    std::vector<run::StepRecord> m_queue;  // guarded by m_mutex
-    std::vector<run::Span> m_span_queue;   // guarded by m_mutex
+    std::vector<config::StepRecord> m_queue;  // guarded by m_mutex
+    std::vector<config::Span> m_span_queue;   // guarded by m_mutex
     bool m_stop = false;                   // guarded by m_mutex
     std::string m_error;                   // guarded by m_mutex: the first write failure
     std::thread m_writer;
 };
 
-// The --json summary object of EXPERIMENT.md.
-nlohmann::json summary_json(const run::RunSummary& s, int64_t run_id);
+// The --json summary object of docs/experiment-format.md.
+nlohmann::json summary_json(const config::RunSummary& s, int64_t run_id);
 
 }  // namespace paralab::store

@@ -14,7 +14,7 @@
 #include <kernels/gpu/memory.h>
 
 #include "engine/optim/clip.h"
-#include "engine/strategy/strategies.h"
+#include "engine/strategy/registry.h"
 
 namespace paralab::strategy {
 
@@ -30,7 +30,7 @@ public:
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
         (void)offset;  // rank 0 holds the whole global batch
-        const run::Experiment& e = rank.experiment();
+        const config::Experiment& e = rank.experiment();
         const RunContext& ctx = rank.context();
         const int r = rank.index(), world = rank.world();
         comm::Communicator& comm = rank.comm();
@@ -113,12 +113,12 @@ public:
 
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
-        const run::Experiment& e = *ctx.experiment;
+        const config::Experiment& e = *ctx.experiment;
         build_replicas(ctx, reference, true);
         m_optimizers.push_back(optim::make_optimizer(e.optimizer));  // device 0's only
         m_scaler = loss_scaler_for(e);
         m_rank_slots.assign(static_cast<size_t>(m_world), nullptr);
-        if (e.strategy.sync_batchnorm) install_sync_batchnorm_on_local(m_rank_slots);
+        if (option<bool>(e.strategy, "sync_batchnorm")) install_sync_batchnorm_on_local(m_rank_slots);
     }
 
 private:
@@ -128,6 +128,58 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_data_parallel() { return std::make_unique<DataParallel>(); }
+namespace {
+
+// Every device a replica for its rows; device 0 also holds the whole batch's outputs and
+// their gradients, the optimizer state and the flat buffer the gradients are reduced in (with
+// the gathered outputs); the others hold no optimizer state.
+std::vector<DeviceMemoryEstimate> memory(const config::Experiment& e, const ModelCost& m) {
+    auto out = blank_estimates(e);
+    const int n = static_cast<int>(out.size());
+    const int64_t batch = e.data.batch_size, p = m.parameters();
+    for (int r = 0; r < n; ++r) {
+        const int64_t rows = rows_of(batch, r, n);
+        whole_replica(out[r], e, m, rows);
+        out[r].set(MemCategory::communication, p);
+        if (r == 0) {
+            out[r].role = "device 0: gathers, steps";
+            out[r].set(MemCategory::activations, m.activations_per_example() * rows + 2 * m.output_numel * batch);
+            out[r].set(MemCategory::communication, p + m.output_numel * batch);
+        } else {
+            out[r].set(MemCategory::optimizer_state, 0);
+        }
+    }
+    return out;
+}
+
+StepPicture picture(const config::Experiment& e) {
+    StepPicture p;
+    p.layout = StepPicture::Layout::hub;
+    p.hub_title = e.devices[0] + " · device 0";
+    p.hub_subtitle = "loss, gathered outputs, optimizer";
+    p.subtitles.assign(e.devices.size(), "replica");
+    p.down_label = "replicate, scatter rows";
+    p.caption = "↓ parameters and input rows   ↑ outputs, then gradients (reduced on device 0)";
+    return p;
+}
+
+}  // namespace
+
+StrategyDescriptor data_parallel_descriptor() {
+    StrategyDescriptor d;
+    d.name = "data_parallel";
+    d.options = {sync_batchnorm_option()};
+    d.explanation =
+        "torch's `nn.DataParallel`: every step device 0 copies its parameters to every device and "
+        "scatters the batch's rows. Each device runs forward on its rows; the outputs are gathered "
+        "on device 0, which computes the loss and sends the output gradients back. After backward "
+        "the gradients are reduced onto device 0, which alone steps the optimizer — watch its "
+        "extra memory and the others' idle time.";
+    d.color = "#ff7f0e";
+    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<DataParallel>()); };
+    d.memory = memory;
+    d.picture = picture;
+    return d;
+}
 
 }  // namespace paralab::strategy

@@ -21,11 +21,24 @@
 #include <thread>
 
 #include "engine/strategy/replicas.h"
-#include "engine/strategy/strategies.h"
+#include "engine/strategy/registry.h"
 
 namespace paralab::strategy {
 
 namespace {
+
+// The ddp options (the descriptor below declares them).
+struct DdpOptions {
+    double bucket_mb;
+    bool overlap;
+    bool balance_by_speed;
+    bool sync_batchnorm;
+    explicit DdpOptions(const config::StrategyConfig& s)
+        : bucket_mb(option<double>(s, "bucket_mb")),
+          overlap(option<bool>(s, "overlap")),
+          balance_by_speed(option<std::string>(s, "balance") == "speed"),
+          sync_batchnorm(option<bool>(s, "sync_batchnorm")) {}
+};
 
 struct Bucket {
     size_t first = 0, last = 0;  // parameters [first, last) in model order
@@ -74,7 +87,7 @@ public:
     }
 
     StepResult step(Rank& rank, const data::Batch& full, int64_t offset, double lr) override {
-        const run::Experiment& e = rank.experiment();
+        const config::Experiment& e = rank.experiment();
         const int r = rank.index();
         RankState& s = state(rank);
         data::Batch own;
@@ -137,15 +150,16 @@ public:
 
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
-        const run::Experiment& e = *ctx.experiment;
-        m_overlap = e.strategy.overlap;
-        m_balance = e.strategy.balance == "speed";
+        const config::Experiment& e = *ctx.experiment;
+        const DdpOptions o(e.strategy);
+        m_overlap = o.overlap;
+        m_balance = o.balance_by_speed;
         build_replicas(ctx, reference, true);
         for (int r = 0; r < m_world; ++r) {
             m_optimizers.push_back(optim::make_optimizer(e.optimizer));
             m_state.push_back(std::make_unique<RankState>());
             m_state.back()->scaler = loss_scaler_for(e);
-            if (e.strategy.sync_batchnorm && m_world > 1 && ctx.is_local(r))
+            if (o.sync_batchnorm && m_world > 1 && ctx.is_local(r))
                 install_sync_batchnorm(m_state.back()->rank, replica(r));
         }
         m_bucket_group = ctx.group->split();
@@ -153,7 +167,7 @@ protected:
         // Buckets in reverse parameter order, each closed once it reaches bucket_mb MiB (a
         // parameter larger than that is a bucket of its own), as torch's Reducer does.
         const auto& ps = layout();
-        const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(e.strategy.bucket_mb * 1024 * 1024));
+        const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(o.bucket_mb * 1024 * 1024));
         m_bucket_of.assign(ps.size(), 0);
         Bucket cur;
         cur.last = ps.size();
@@ -291,8 +305,71 @@ private:
     std::unique_ptr<comm::Group> m_bucket_group;
 };
 
+
+// A whole replica on every device for its rows; the gradients are views of the buckets
+// (counted as gradients); the flat buffer the parameters are broadcast through at the start.
+std::vector<DeviceMemoryEstimate> ddp_memory(const config::Experiment& e, const ModelCost& m) {
+    auto out = blank_estimates(e);
+    const int n = static_cast<int>(out.size());
+    for (int r = 0; r < n; ++r) {
+        whole_replica(out[r], e, m, rows_of(e.data.batch_size, r, n));
+        out[r].set(MemCategory::communication, m.parameters());
+    }
+    return out;
+}
+
+StepPicture ddp_picture(const config::Experiment& e) {
+    const DdpOptions o(e.strategy);
+    StepPicture p;
+    p.layout = StepPicture::Layout::ring;
+    p.subtitles.assign(e.devices.size(), "full replica");
+    p.centre = "ring all-reduce of the gradients\nin " + format_number(o.bucket_mb) + " MiB buckets" +
+               (o.overlap ? ", during backward" : "");
+    p.caption = "Every device ends the step with the same summed gradients and takes the same step.";
+    return p;
+}
+
 }  // namespace
 
-std::unique_ptr<Strategy> make_ddp() { return std::make_unique<Ddp>(); }
+StrategyDescriptor ddp_descriptor() {
+    StrategyDescriptor d;
+    d.name = "ddp";
+    config::OptionSpec bucket;
+    bucket.key = "bucket_mb";
+    bucket.kind = config::OptionKind::number;
+    bucket.fallback = 25.0;
+    bucket.min = 0;
+    bucket.min_inclusive = false;
+    bucket.label = "Bucket size";
+    bucket.unit = "MiB";
+    bucket.help = "Gradients are all-reduced in buckets of this size, filled from the last layer back.";
+    config::OptionSpec overlap;
+    overlap.key = "overlap";
+    overlap.kind = config::OptionKind::boolean;
+    overlap.fallback = true;
+    overlap.label = "Overlap all-reduce with backward";
+    overlap.help = "A bucket's all-reduce starts as soon as the layers that fill it are done, while "
+                   "backward goes on; false: every bucket after backward.";
+    config::OptionSpec balance;
+    balance.key = "balance";
+    balance.kind = config::OptionKind::choice;
+    balance.fallback = std::string("even");
+    balance.choices = {"even", "speed"};
+    balance.label = "Rows per device";
+    balance.help = "even: batch / N rows each; speed: rows in proportion to each device's measured "
+                   "speed (a straggler gets fewer).";
+    d.options = {bucket, overlap, balance, sync_batchnorm_option()};
+    d.explanation =
+        "Distributed data parallel: every device keeps a full replica (broadcast from device 0 "
+        "once, at the start) and runs forward and backward on its share of the batch. Gradients "
+        "are summed across devices by all-reduce in buckets of `bucket_mb` MiB, last layers "
+        "first; with `overlap` a bucket is sent as soon as the layers that fill it are done, "
+        "while backward goes on. Every device then takes the same optimizer step.";
+    d.color = "#2ca02c";
+    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<Ddp>()); };
+    d.memory = ddp_memory;
+    d.picture = ddp_picture;
+    return d;
+}
 
 }  // namespace paralab::strategy

@@ -17,7 +17,9 @@
 // point of the strategy is to show what lock-free updates cost and gain.
 #include "engine/optim/clip.h"
 #include "engine/strategy/replicas.h"
-#include "engine/strategy/strategies.h"
+#include "engine/strategy/registry.h"
+
+#include "engine/device/device.h"
 
 namespace paralab::strategy {
 
@@ -32,7 +34,7 @@ public:
     Hogwild() : ReplicaStrategy("hogwild") {}
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
-        const run::Experiment& e = rank.experiment();
+        const config::Experiment& e = rank.experiment();
         const int r = rank.index();
         auto& ps = params(r);
         // forward_backward divides by the global batch (the data-parallel convention); a Hogwild
@@ -83,10 +85,59 @@ private:
     std::vector<std::unique_ptr<optim::LossScaler>> m_scalers;  // per rank; null but in fp16
 };
 
+// Every rank updates rank 0's parameters in place: on CUDA, only virtual GPUs of one card
+// (every rank's kernels can address them).
+void check_devices(const config::Experiment& e) {
+    const DeviceId first = parse_device_id(e.devices[0]);
+    for (size_t i = 1; i < e.devices.size(); ++i) {
+        const DeviceId id = parse_device_id(e.devices[i]);
+        if (id.kind != DeviceKind::cpu && id.kind == first.kind && id.index != first.index)
+            throw ConfigError("devices[" + std::to_string(i) + "]",
+                              "hogwild on CUDA runs on virtual GPUs of one card (cuda:" +
+                                  std::to_string(first.index) + " listed several times), not on " + e.devices[i]);
+    }
+}
+
+// A replica per device for its rows; only device 0 holds parameters (the others use its values).
+std::vector<DeviceMemoryEstimate> memory(const config::Experiment& e, const ModelCost& m) {
+    auto out = blank_estimates(e);
+    const int n = static_cast<int>(out.size());
+    for (int r = 0; r < n; ++r) {
+        whole_replica(out[r], e, m, rows_of(e.data.batch_size, r, n));
+        out[r].role = r == 0 ? "holds the shared parameters" : "worker (shared parameters)";
+        if (r != 0) out[r].set(MemCategory::parameters, 0);
+    }
+    return out;
+}
+
+StepPicture picture(const config::Experiment& e) {
+    StepPicture p;
+    p.layout = StepPicture::Layout::hub;
+    p.hub_title = "shared parameters";
+    p.hub_subtitle = "one set, in " + e.devices[0] + "'s memory";
+    p.shared = true;
+    p.subtitles.assign(e.devices.size(), "own rows, own steps");
+    p.down_label = "read, write (no locks)";
+    p.caption = "No communication: every device updates the same values whenever it likes.";
+    return p;
+}
+
 }  // namespace
 
-std::unique_ptr<Strategy> make_hogwild() {
-    return std::make_unique<Hogwild>();
+StrategyDescriptor hogwild_descriptor() {
+    StrategyDescriptor d;
+    d.name = "hogwild";
+    d.explanation =
+        "Hogwild: one parameter set, on device 0, shared by all. Each device trains on its rows as "
+        "a mini-batch of its own and updates the shared values with its own optimizer, without "
+        "locks and without any communication. Fast, but not deterministic: updates overwrite each "
+        "other and the loss is noisier.";
+    d.color = "#9467bd";
+    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<Hogwild>()); };
+    d.check_devices = check_devices;
+    d.memory = memory;
+    d.picture = picture;
+    return d;
 }
 
 }  // namespace paralab::strategy

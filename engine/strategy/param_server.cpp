@@ -36,7 +36,7 @@
 
 #include "engine/device/gpu_values.h"
 #include "engine/strategy/replicas.h"
-#include "engine/strategy/strategies.h"
+#include "engine/strategy/registry.h"
 
 namespace paralab::strategy {
 
@@ -140,14 +140,13 @@ public:
 
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
-        const run::Experiment& e = *ctx.experiment;
+        const config::Experiment& e = *ctx.experiment;
         if (m_world < 2)
-            throw ConfigError(
-                "devices: param_server needs at least 2 devices (the first is the server, "
-                "the others are workers), got " +
-                std::to_string(m_world));
-        m_async = e.strategy.ps_mode == "async";
-        m_staleness = e.strategy.staleness;
+            throw ConfigError("devices",
+                              "param_server needs at least 2 devices (the first is the server, "
+                              "the others are workers), got " + std::to_string(m_world));
+        m_async = option<std::string>(e.strategy, "mode") == "async";
+        m_staleness = option<int64_t>(e.strategy, "staleness");
         m_scaler = loss_scaler_for(e);
         if (m_scaler) m_worker_scale.assign(static_cast<size_t>(m_world), m_scaler->scale());
         // Rank 0's replica is the server's copy (values, and gradients as the sum buffer); the
@@ -194,7 +193,7 @@ private:
     // ---- workers ------------------------------------------------------------------------------
 
     StepResult worker_step(Rank& rank, const data::Batch& batch, int64_t offset) {
-        const run::Experiment& e = rank.experiment();
+        const config::Experiment& e = rank.experiment();
         const int r = rank.index();
         const int64_t s = ++m_worker_steps[static_cast<size_t>(r)];
         if (m_async) wait_staleness(rank, s);
@@ -301,7 +300,7 @@ private:
     // ---- the server, sync ---------------------------------------------------------------------
 
     StepResult server_step_sync(Rank& rank, double lr) {
-        const run::Experiment& e = rank.experiment();
+        const config::Experiment& e = rank.experiment();
         auto& ps = params(0);
         bool overflow = false;  // fp16: a worker's gradients overflowed; the step is skipped
         for (int w = 1; w < m_world; ++w) {
@@ -550,8 +549,80 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_param_server() {
-    return std::make_unique<ParamServer>();
+namespace {
+
+// The server: the parameters, the workers' pushes summed, the optimizer state and a buffer per
+// worker plus one to send; a worker: a replica (no optimizer) for its rows and one buffer.
+std::vector<DeviceMemoryEstimate> memory(const config::Experiment& e, const ModelCost& m) {
+    auto out = blank_estimates(e);
+    const int n = static_cast<int>(out.size());
+    const int workers = n - 1;
+    const int64_t p = m.parameters();
+    out[0].role = "server";
+    out[0].set(MemCategory::parameters, p);
+    out[0].set(MemCategory::gradients, p);
+    out[0].set(MemCategory::optimizer_state, optimizer_state_per_parameter(e.optimizer) * p);
+    out[0].set(MemCategory::communication, (workers + 1) * p);
+    for (int r = 1; r < n; ++r) {
+        whole_replica(out[r], e, m, rows_of(e.data.batch_size, r - 1, workers));
+        out[r].role = "worker";
+        out[r].set(MemCategory::optimizer_state, 0);
+        out[r].set(MemCategory::communication, p);
+    }
+    return out;
+}
+
+StepPicture picture(const config::Experiment& e) {
+    const bool async = option<std::string>(e.strategy, "mode") == "async";
+    StepPicture p;
+    p.layout = StepPicture::Layout::hub;
+    p.hub_is_device = true;
+    p.hub_title = e.devices[0] + " · server";
+    p.hub_subtitle = "parameters + optimizer, " + option<std::string>(e.strategy, "mode");
+    p.subtitles.assign(e.devices.size(), "worker");
+    p.down_label = "pull weights";
+    p.caption = std::string("↑ push gradients   ↓ pull weights") +
+                (async ? " · async: at most " + std::to_string(option<int64_t>(e.strategy, "staleness")) +
+                             " steps ahead"
+                       : " · sync: waits for every worker");
+    return p;
+}
+
+}  // namespace
+
+StrategyDescriptor param_server_descriptor() {
+    StrategyDescriptor d;
+    d.name = "param_server";
+    config::OptionSpec mode;
+    mode.key = "mode";
+    mode.kind = config::OptionKind::choice;
+    mode.fallback = std::string("sync");
+    mode.choices = {"sync", "async"};
+    mode.label = "Mode";
+    mode.help = "sync: the server sums every worker's push and steps once; async: each push is "
+                "applied as it arrives.";
+    config::OptionSpec staleness;
+    staleness.key = "staleness";
+    staleness.kind = config::OptionKind::integer;
+    staleness.fallback = int64_t{0};
+    staleness.min = 0;
+    staleness.label = "Staleness bound";
+    staleness.unit = "steps";
+    staleness.help = "async: how many steps a worker may run ahead of the slowest.";
+    staleness.shown_when_key = "mode";
+    staleness.shown_when_value = "async";
+    d.options = {mode, staleness};
+    d.explanation =
+        "A parameter server: device 0 holds the parameters and the optimizer and computes no "
+        "gradients; the other devices are workers that push gradients and pull weights. `sync`: "
+        "the server sums every worker's push and steps once, so everyone waits for the slowest. "
+        "`async`: each push is applied as it arrives, and a worker may run at most `staleness` "
+        "steps ahead of the slowest.";
+    d.color = "#8c564b";
+    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<ParamServer>()); };
+    d.memory = memory;
+    d.picture = picture;
+    return d;
 }
 
 }  // namespace paralab::strategy

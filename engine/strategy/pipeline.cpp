@@ -1,16 +1,45 @@
 // pipeline: the stages of model_parallel fed with `strategy.micro_batches` micro-batches in a
 // GPipe (every forward, then every backward) or 1F1B (one forward, one backward, after a
 // warm-up) schedule, so that the bubble shrinks as micro-batches are added, and 1F1B's
-// activation memory stays bounded by the number of stages (DESIGN.md §3). The split, the
+// activation memory stays bounded by the number of stages (docs/strategies.md). The split, the
 // schedules, the contexts that hold micro-batches in flight and grad_accum are described in
 // stages.h.
 #include "engine/strategy/stages.h"
-#include "engine/strategy/strategies.h"
 
 namespace paralab::strategy {
 
-std::unique_ptr<Strategy> make_pipeline() {
-    return stages::make_staged_strategy(/*pipelined=*/true);
+StrategyDescriptor pipeline_descriptor() {
+    StrategyDescriptor d;
+    d.name = "pipeline";
+    config::OptionSpec micro;
+    micro.key = "micro_batches";
+    micro.kind = config::OptionKind::integer;
+    micro.fallback = int64_t{4};
+    micro.min = 1;
+    micro.label = "Micro-batches";
+    micro.help = "The global batch is cut into this many micro-batches, which flow through the "
+                 "stages one after another.";
+    config::OptionSpec schedule;
+    schedule.key = "schedule";
+    schedule.kind = config::OptionKind::choice;
+    schedule.fallback = std::string("gpipe");
+    schedule.choices = {"gpipe", "1f1b"};
+    schedule.label = "Schedule";
+    schedule.help = "gpipe: every forward, then every backward; 1f1b: one forward and one "
+                    "backward in turn after a warm-up.";
+    d.options = {micro, schedule, split_option()};
+    d.explanation =
+        "Pipeline: the stages of model parallel, with the batch cut into `micro_batches` so that "
+        "stages work on different micro-batches at once. GPipe runs all forwards, then all "
+        "backwards; 1F1B alternates one forward and one backward after a warm-up. The idle bubble "
+        "is (p−1)/(m+p−1) of the step; GPipe holds every micro-batch's activations, 1F1B at most "
+        "as many as there are stages.";
+    d.color = "#17becf";
+    d.make = [] { return stages::make_staged_strategy(/*pipelined=*/true); };
+    d.check_options = stages::check_stages;
+    d.memory = [](const config::Experiment& e, const ModelCost& m) { return stages::stage_memory(e, m, true); };
+    d.picture = [](const config::Experiment& e) { return stages::stage_picture(e, true); };
+    return d;
 }
 
 }  // namespace paralab::strategy

@@ -1,5 +1,7 @@
 #include "engine/strategy/replicas.h"
 
+#include "engine/strategy/registry.h"
+
 #include <kernels/gpu/memory.h>
 
 #include <cstring>
@@ -18,7 +20,7 @@ void for_each_layer(nn::Layer& layer, const std::function<void(nn::Layer&)>& fn)
 }  // namespace
 
 void ReplicaStrategy::build_replicas(RunContext& ctx, nn::Model& reference, bool broadcast_at_start) {
-    const run::Experiment& e = *ctx.experiment;
+    const config::Experiment& e = *ctx.experiment;
     m_replicas.resize(static_cast<size_t>(m_world));
     m_params.resize(static_cast<size_t>(m_world));
     for (int r = m_world; r-- > 0;) {
@@ -46,12 +48,14 @@ void ReplicaStrategy::build_replicas(RunContext& ctx, nn::Model& reference, bool
     // batch would skip it and leave the others waiting. Refuse such runs up front.
     bool has_batchnorm = false;
     for_each_layer(net, [&](nn::Layer& l) { has_batchnorm |= dynamic_cast<nn::BatchNorm*>(&l) != nullptr; });
-    if (has_batchnorm && e.strategy.sync_batchnorm && m_world > 1) {
+    const StrategyDescriptor* d = find_strategy(e.strategy.type);
+    const bool sync = d && d->option("sync_batchnorm") && option<bool>(e.strategy, "sync_batchnorm");
+    if (has_batchnorm && sync && m_world > 1) {
         const int64_t B = e.data.batch_size;
         const int64_t last = ctx.train_size % B == 0 ? B : ctx.train_size % B;
         const int64_t smallest = std::min(B, last) / std::min<int64_t>(e.train.grad_accum, std::min(B, last));
         if (smallest < m_world)
-            throw ConfigError("data.batch_size: with batchnorm synchronised over " + std::to_string(m_world) +
+            throw ConfigError("data.batch_size", "with batchnorm synchronised over " + std::to_string(m_world) +
                               " devices, every device needs rows of every batch, but the smallest (micro-)batch has " +
                               std::to_string(smallest) + " rows; use a larger batch, fewer devices, or "
                               "strategy.sync_batchnorm: false");

@@ -1,6 +1,6 @@
-// single: one device, the baseline every other strategy is held to (DESIGN.md §3).
+// single: one device, the baseline every other strategy is held to (docs/strategies.md).
+#include "engine/strategy/registry.h"
 #include "engine/strategy/replicas.h"
-#include "engine/strategy/strategies.h"
 
 namespace paralab::strategy {
 
@@ -13,7 +13,7 @@ public:
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
         if (m_world != 1)
-            throw ConfigError("devices: the single strategy runs on one device, got " +
+            throw ConfigError("devices", "the single strategy runs on one device, got " +
                               std::to_string(m_world) + " (choose a parallel strategy)");
         build_replicas(ctx, reference, false);
         m_optimizers.push_back(optim::make_optimizer(ctx.experiment->optimizer));
@@ -24,7 +24,7 @@ private:
     std::unique_ptr<optim::LossScaler> m_scaler;  // fp16 mixed precision
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
-        const run::Experiment& e = rank.experiment();
+        const config::Experiment& e = rank.experiment();
         nn::Model& model = replica(0);
         LocalPass pass = forward_backward(rank, model, batch, offset, {}, {}, m_scaler ? m_scaler->scale() : 1.0);
         StepResult r{pass.loss_sum, pass.samples, pass.samples, 0};
@@ -37,6 +37,17 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_single() { return std::make_unique<Single>(); }
+StrategyDescriptor single_descriptor() {
+    StrategyDescriptor d;
+    d.name = "single";
+    d.explanation =
+        "One device runs forward, backward and the optimizer step on the whole batch. It is the "
+        "baseline: every other strategy is compared with it, and the deterministic ones must end "
+        "with its parameters.";
+    d.color = "#1f77b4";
+    d.baseline = true;
+    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<Single>()); };
+    return d;
+}
 
 }  // namespace paralab::strategy

@@ -10,6 +10,7 @@
 
 #include "engine/device/device.h"
 #include "engine/optim/clip.h"
+#include "engine/strategy/registry.h"
 
 namespace paralab::strategy::stages {
 
@@ -96,38 +97,52 @@ std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_params, in
     return split;
 }
 
-std::vector<size_t> stage_bounds(const run::Experiment& e, nn::Model& reference, int world,
+void check_stage_count(int world, size_t layers, const std::string& strategy_name) {
+    if (static_cast<size_t>(world) > layers)
+        throw ConfigError("devices", strategy_name + " places at least one top-level layer on each device, but "
+                          "there are " + std::to_string(world) + " devices for a model of " +
+                          std::to_string(layers) + " layers");
+}
+
+void check_split(const std::vector<int64_t>& split, int world, size_t layers) {
+    if (split.size() != static_cast<size_t>(world - 1))
+        throw ConfigError("strategy.split", "expected " + std::to_string(world - 1) +
+                          " layer indices (the first layer of each stage after the first, for " +
+                          std::to_string(world) + " devices), got " + std::to_string(split.size()));
+    int64_t last = 0;
+    for (size_t i = 0; i < split.size(); ++i) {
+        const int64_t b = split[i];
+        const std::string key = "strategy.split[" + std::to_string(i) + "]";
+        if (b <= 0 || b >= static_cast<int64_t>(layers))
+            throw ConfigError(key, "expected a layer index from 1 to " + std::to_string(layers - 1) +
+                              " (the first layer of a stage after the first), got " + std::to_string(b));
+        if (b <= last)
+            throw ConfigError(key, "expected indices in increasing order, got " + std::to_string(b) +
+                              " after " + std::to_string(last));
+        last = b;
+    }
+}
+
+void check_stages(const config::Experiment& e) {
+    const auto split = option<std::vector<int64_t>>(e.strategy, "split");
+    const int world = static_cast<int>(e.devices.size());
+    check_stage_count(world, e.layers.size(), e.strategy.type);
+    if (!split.empty()) check_split(split, world, e.layers.size());
+}
+
+std::vector<size_t> stage_bounds(const config::Experiment& e, nn::Model& reference, int world,
                                  const std::string& strategy_name) {
     const size_t n = reference.net().size();
-    if (static_cast<size_t>(world) > n)
-        throw ConfigError("devices: " + strategy_name +
-                          " places at least one top-level layer on "
-                          "each device, but there are " +
-                          std::to_string(world) + " devices for a model of " + std::to_string(n) +
-                          " layers");
-    std::vector<int64_t> split = e.strategy.split;
+    check_stage_count(world, n, strategy_name);
+    std::vector<int64_t> split = option<std::vector<int64_t>>(e.strategy, "split");
     if (split.empty() && world > 1) {
         std::vector<int64_t> counts;
         for (size_t i = 0; i < n; ++i) counts.push_back(reference.net().at(i).parameter_count());
         split = balanced_split(counts, world);
     }
-    if (split.size() != static_cast<size_t>(world - 1))
-        throw ConfigError("strategy.split: expected " + std::to_string(world - 1) +
-                          " layer indices (the first layer of each stage after the first, for " +
-                          std::to_string(world) + " devices), got " + std::to_string(split.size()));
+    check_split(split, world, n);
     std::vector<size_t> bounds{0};
-    for (size_t i = 0; i < split.size(); ++i) {
-        const int64_t b = split[i];
-        const std::string key = "strategy.split[" + std::to_string(i) + "]";
-        if (b <= 0 || b >= static_cast<int64_t>(n))
-            throw ConfigError(key + ": expected a layer index from 1 to " + std::to_string(n - 1) +
-                              " (the first layer of a stage after the first), got " +
-                              std::to_string(b));
-        if (static_cast<size_t>(b) <= bounds.back())
-            throw ConfigError(key + ": expected indices in increasing order, got " +
-                              std::to_string(b) + " after " + std::to_string(bounds.back()));
-        bounds.push_back(static_cast<size_t>(b));
-    }
+    for (int64_t b : split) bounds.push_back(static_cast<size_t>(b));
     bounds.push_back(n);
     return bounds;
 }
@@ -207,14 +222,14 @@ private:
 };
 
 void StagedStrategy::setup_impl(RunContext& ctx, nn::Model& reference) {
-    const run::Experiment& e = *ctx.experiment;
+    const config::Experiment& e = *ctx.experiment;
     const std::vector<size_t> bounds = stage_bounds(e, reference, m_world, name());
     if (m_pipelined) {
-        m_micro_batches = e.strategy.micro_batches;
-        m_schedule = e.strategy.schedule == "1f1b" ? Schedule::one_f_one_b : Schedule::gpipe;
+        m_micro_batches = option<int64_t>(e.strategy, "micro_batches");
+        m_schedule = schedule_of(e);
     }
     if (m_micro_batches < 1)
-        throw ConfigError("strategy.micro_batches: expected a positive integer, got " +
+        throw ConfigError("strategy.micro_batches", "expected a positive integer, got " +
                           std::to_string(m_micro_batches));
 
     auto ref_params = reference.parameters();
@@ -276,7 +291,7 @@ void StagedStrategy::setup_impl(RunContext& ctx, nn::Model& reference) {
 }
 
 StepResult StagedStrategy::step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) {
-    const run::Experiment& e = rank.experiment();
+    const config::Experiment& e = rank.experiment();
     Stage& st = m_stages[size_t(rank.index())];
     StepResult result;
     st.master().zero_grad();
@@ -321,7 +336,7 @@ void StagedStrategy::run_flush(Rank& rank, Stage& st, const data::Batch& batch, 
 
 void StagedStrategy::forward(Rank& rank, Stage& st, nn::Model& c, const data::Batch& batch,
                              int64_t offset, int index, const Micro& mb, StepResult& result) {
-    const run::Experiment& e = rank.experiment();
+    const config::Experiment& e = rank.experiment();
     const RunContext& ctx = rank.context();
     Device& device = rank.device();
     const int s = rank.index();
@@ -431,6 +446,53 @@ std::vector<Tensor> StagedStrategy::buffers() {
 }
 
 }  // namespace
+
+Schedule schedule_of(const config::Experiment& e) {
+    return option<std::string>(e.strategy, "schedule") == "1f1b" ? Schedule::one_f_one_b : Schedule::gpipe;
+}
+
+std::vector<DeviceMemoryEstimate> stage_memory(const config::Experiment& e, const ModelCost& m, bool pipelined) {
+    auto out = blank_estimates(e);
+    const int n = static_cast<int>(out.size());
+    const int64_t layers = static_cast<int64_t>(m.layer_parameters.size());
+    std::vector<int64_t> split = option<std::vector<int64_t>>(e.strategy, "split");
+    if (split.size() != static_cast<size_t>(n - 1) && n <= layers) split = balanced_split(m.layer_parameters, n);
+    std::vector<int64_t> bounds{0};
+    for (int64_t b : split) bounds.push_back(std::clamp<int64_t>(b, 0, layers));
+    while (static_cast<int>(bounds.size()) < n) bounds.push_back(layers);
+    bounds.push_back(layers);
+    const int micro = pipelined ? static_cast<int>(std::max<int64_t>(1, option<int64_t>(e.strategy, "micro_batches"))) : 1;
+    const int64_t micro_rows = (e.data.batch_size + micro - 1) / micro;
+    const int64_t k = optimizer_state_per_parameter(e.optimizer);
+    for (int r = 0; r < n; ++r) {
+        // The stage's input (received, and its gradient sent back) and its layers' outputs;
+        // what crosses devices is accounted as activations, not communication.
+        const int64_t stage_input = bounds[r] == 0 ? m.input_numel : m.layer_outputs[bounds[r] - 1];
+        int64_t params = 0, acts = 2 * stage_input;
+        for (int64_t l = bounds[r]; l < bounds[r + 1]; ++l) params += m.layer_parameters[l], acts += m.layer_outputs[l];
+        const int in_flight = pipelined ? contexts_needed(schedule_of(e), r, n, micro) : 1;
+        out[r].role = "stage " + std::to_string(r + 1) + ": layers " + std::to_string(bounds[r]) + "–" +
+                      std::to_string(std::max<int64_t>(bounds[r], bounds[r + 1] - 1));
+        out[r].set(MemCategory::parameters, params);
+        out[r].set(MemCategory::gradients, params);
+        out[r].set(MemCategory::optimizer_state, k * params);
+        out[r].set(MemCategory::activations, acts * micro_rows * in_flight);
+    }
+    return out;
+}
+
+StepPicture stage_picture(const config::Experiment& e, bool pipelined) {
+    StepPicture p;
+    p.layout = StepPicture::Layout::chain;
+    for (size_t i = 0; i < e.devices.size(); ++i) p.subtitles.push_back("stage " + std::to_string(i + 1));
+    p.top = "→ activations forward      ← their gradients back";
+    p.caption = pipelined ? "The batch is cut into " + std::to_string(option<int64_t>(e.strategy, "micro_batches")) +
+                                " micro-batches (" + (schedule_of(e) == Schedule::one_f_one_b ? "1F1B" : "GPipe") +
+                                "): stages work on different micro-batches at once; the idle start and end "
+                                "are the bubble."
+                          : "One batch at a time: while one stage works, the others wait.";
+    return p;
+}
 
 std::unique_ptr<Strategy> make_staged_strategy(bool pipelined) {
     return std::make_unique<StagedStrategy>(pipelined);

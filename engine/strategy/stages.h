@@ -1,4 +1,4 @@
-// Layers split across devices: the machinery model_parallel and pipeline share (DESIGN.md §3).
+// Layers split across devices: the machinery model_parallel and pipeline share (docs/strategies.md).
 //
 // Rank s holds stage s, a contiguous range of the model's top-level layers, on its device.
 // Activations go forward from stage s to s + 1 and input gradients come back from s + 1 to s
@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/strategy/registry.h"
 #include "engine/strategy/strategy.h"
 
 namespace paralab::strategy::stages {
@@ -66,11 +67,28 @@ std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_params, in
 // strategy.split, validated, or the balanced split of `reference`'s layers. Throws ConfigError
 // naming `devices` when there are more devices than top-level layers and `strategy.split`
 // when the split is not world - 1 strictly increasing indices in (0, L).
-std::vector<size_t> stage_bounds(const run::Experiment& e, nn::Model& reference, int world,
+std::vector<size_t> stage_bounds(const config::Experiment& e, nn::Model& reference, int world,
                                  const std::string& strategy_name);
 
 // model_parallel (one micro-batch, no schedule options) or pipeline (strategy.micro_batches
 // and strategy.schedule).
 std::unique_ptr<Strategy> make_staged_strategy(bool pipelined);
+
+// Refuses more stages than top-level layers ("devices") and a split that is not world - 1
+// strictly increasing indices in (0, layers) ("strategy.split[i]").
+void check_stage_count(int world, size_t layers, const std::string& strategy_name);
+void check_split(const std::vector<int64_t>& split, int world, size_t layers);
+// The registry's option check of model_parallel and pipeline: both of the above for the
+// experiment's devices and top-level layers.
+void check_stages(const config::Experiment& e);
+
+// pipeline's strategy.schedule.
+Schedule schedule_of(const config::Experiment& e);
+// The registry's memory model of the stages: a stage's own parameters, gradients and
+// optimizer state; activations: its input twice (received, and its gradient sent back) and its
+// layers' outputs, for each micro-batch it holds in flight (contexts_needed: GPipe all of
+// them, 1F1B at most p − s).
+std::vector<DeviceMemoryEstimate> stage_memory(const config::Experiment& e, const ModelCost& m, bool pipelined);
+StepPicture stage_picture(const config::Experiment& e, bool pipelined);
 
 }  // namespace paralab::strategy::stages

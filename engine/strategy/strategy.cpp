@@ -9,7 +9,7 @@
 
 #include "engine/device/gpu_values.h"
 #include "engine/optim/clip.h"
-#include "engine/strategy/strategies.h"
+#include "engine/strategy/registry.h"
 
 namespace paralab::strategy {
 
@@ -26,7 +26,7 @@ double Rank::seconds_since_t0(Clock::time_point t) const {
 }
 
 void Rank::add_span(const char* phase, double b, double e, int64_t bytes) {
-    run::Span s;
+    config::Span s;
     s.step = m_step;
     s.device = device().name();
     s.phase = phase;
@@ -86,9 +86,9 @@ Rank::StepTimes Rank::end_step() {
     return t;
 }
 
-std::vector<run::Span> Rank::take_spans() {
+std::vector<config::Span> Rank::take_spans() {
     std::lock_guard lock(m_mutex);
-    std::vector<run::Span> out;
+    std::vector<config::Span> out;
     out.swap(m_spans);
     return out;
 }
@@ -108,23 +108,14 @@ void Strategy::setup(RunContext& ctx, nn::Model& reference) {
     m_world = static_cast<int>(ctx.devices.size());
     if (ctx.spans_processes())
         if (const char* why = single_process_only())
-            throw ConfigError("strategy.type: " + m_name + " runs in one process (" + why +
+            throw ConfigError("strategy.type", m_name + " runs in one process (" + why +
                               "); run it without mpirun, or use ddp, zero, data_parallel, "
                               "model_parallel or pipeline across processes");
     setup_impl(ctx, reference);
 }
 
-std::unique_ptr<Strategy> make_strategy(const run::Experiment& e) {
-    const std::string& t = e.strategy.type;
-    if (t == "single") return make_single();
-    if (t == "data_parallel") return make_data_parallel();
-    if (t == "ddp") return make_ddp();
-    if (t == "zero") return make_zero();
-    if (t == "hogwild") return make_hogwild();
-    if (t == "param_server") return make_param_server();
-    if (t == "model_parallel") return make_model_parallel();
-    if (t == "pipeline") return make_pipeline();
-    throw ConfigError("strategy.type: unknown strategy '" + t + "'");
+std::unique_ptr<Strategy> make_strategy(const config::Experiment& e) {
+    return descriptor_of(e).make();
 }
 
 // ---- building blocks ------------------------------------------------------------------------
@@ -134,7 +125,7 @@ void copy_parameters(const std::vector<nn::Param*>& from, const std::vector<nn::
     for (size_t i = 0; i < from.size(); ++i) to[i]->value.copy_from(from[i]->value);
 }
 
-std::unique_ptr<nn::Model> make_replica(const run::Experiment& e, const Shape& input,
+std::unique_ptr<nn::Model> make_replica(const config::Experiment& e, const Shape& input,
                                         nn::Model& reference, Device& device) {
     auto model = std::make_unique<nn::Model>(e.layers, input, e.loss, DType::f32, device);
     copy_parameters(reference.parameters(), model->parameters());
@@ -209,7 +200,7 @@ static void backward_by_layer(nn::Model& model, const Tensor& dy,
 LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batch,
                            int64_t global_offset, const std::function<void(size_t)>& layer_done,
                            const std::function<void(size_t)>& layer_begin, double loss_scale) {
-    const run::Experiment& e = rank.experiment();
+    const config::Experiment& e = rank.experiment();
     const RunContext& ctx = rank.context();
     LocalPass pass;
     model.zero_grad();
@@ -242,7 +233,7 @@ LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batc
     return pass;
 }
 
-std::unique_ptr<optim::LossScaler> loss_scaler_for(const run::Experiment& e) {
+std::unique_ptr<optim::LossScaler> loss_scaler_for(const config::Experiment& e) {
     return e.train.precision == "fp16" ? std::make_unique<optim::LossScaler>() : nullptr;
 }
 

@@ -1,4 +1,4 @@
-// Parallel strategies (DESIGN.md §3) behind one interface. A strategy is written as the code
+// Parallel strategies (docs/strategies.md) behind one interface. A strategy is written as the code
 // one rank runs for one optimizer step, plus collectives — the shape of a DDP script. The run
 // (engine/run/trainer.cpp) owns the rank threads, the loaders, the stop gate and the records;
 // the strategy owns the replicas or stages, the optimizers and the communication.
@@ -23,8 +23,8 @@
 #include "engine/nn/model.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/optim/optimizer.h"
-#include "engine/run/experiment.h"
-#include "engine/run/trainer.h"
+#include "engine/config/experiment.h"
+#include "engine/config/records.h"
 
 namespace paralab::strategy {
 
@@ -48,7 +48,7 @@ struct StepResult {
 
 // What the run shares with the strategy; valid from setup until the run ends.
 struct RunContext {
-    const run::Experiment* experiment = nullptr;
+    const config::Experiment* experiment = nullptr;
     Shape input;                   // per-example model input
     Shape target;                  // per-example target shape ({} for class ids)
     int64_t train_size = 0;        // examples in the training split
@@ -79,7 +79,7 @@ public:
     int world() const { return static_cast<int>(m_ctx.devices.size()); }
     Device& device() const { return *m_ctx.devices[static_cast<size_t>(m_index)]; }
     comm::Communicator& comm() const { return m_ctx.group->rank(m_index); }
-    const run::Experiment& experiment() const { return *m_ctx.experiment; }
+    const config::Experiment& experiment() const { return *m_ctx.experiment; }
     const RunContext& context() const { return m_ctx; }
     int64_t step() const { return m_step; }  // 1-based step being run
 
@@ -125,7 +125,7 @@ public:
     };
     StepTimes end_step();
     // The spans recorded since begin_step (and async ones that arrived meanwhile).
-    std::vector<run::Span> take_spans();
+    std::vector<config::Span> take_spans();
     double seconds_since_t0(Clock::time_point t) const;
 
 private:
@@ -141,7 +141,7 @@ private:
     double m_compute_ms = 0, m_comm_ms = 0, m_idle_ms = 0;
     std::mutex m_mutex;
     double m_async_comm_ms = 0;       // guarded by m_mutex
-    std::vector<run::Span> m_spans;   // guarded by m_mutex
+    std::vector<config::Span> m_spans;   // guarded by m_mutex
 };
 
 class Strategy {
@@ -194,14 +194,15 @@ private:
     std::string m_name;
 };
 
-// For experiment.strategy.type; throws ConfigError for an unknown type.
-std::unique_ptr<Strategy> make_strategy(const run::Experiment& e);
+// The registry's factory for experiment.strategy.type (registry.h); throws ConfigError for an
+// unknown type.
+std::unique_ptr<Strategy> make_strategy(const config::Experiment& e);
 
 // ---- building blocks the strategies share ---------------------------------------------------
 
 // A model of the experiment built on `device` with the parameters of `reference` copied in
 // (the reference's buffers too).
-std::unique_ptr<nn::Model> make_replica(const run::Experiment& e, const Shape& input,
+std::unique_ptr<nn::Model> make_replica(const config::Experiment& e, const Shape& input,
                                         nn::Model& reference, Device& device);
 // The record of a communication call under the name the timeline shows ("reduce_grads").
 inline comm::CommRecord named(comm::CommRecord r, const char* op) {
@@ -242,7 +243,7 @@ LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batc
 
 // The dynamic loss scaler of fp16 mixed precision (train.precision), one per rank or stage
 // that steps; null for fp32 and bf16, which scale nothing.
-std::unique_ptr<optim::LossScaler> loss_scaler_for(const run::Experiment& e);
+std::unique_ptr<optim::LossScaler> loss_scaler_for(const config::Experiment& e);
 
 // fp16 mixed precision, before the optimizer: the gradients unscaled and checked on the GPU;
 // false when one overflowed (the step is skipped, the scale backs off); timed as the phase

@@ -15,7 +15,7 @@
 // another), as torch's ZeRO keeps flat parameter groups: the reduce-scatter and the all-gather
 // run in place, with nothing packed or unpacked; only the updated shard is copied in.
 #include "engine/strategy/replicas.h"
-#include "engine/strategy/strategies.h"
+#include "engine/strategy/registry.h"
 
 namespace paralab::strategy {
 
@@ -47,7 +47,7 @@ public:
         // private master copy, copied into the flat parameters after each update. Updating the
         // flat parameters in place instead writes cache lines the other ranks read in the last
         // all-gather: on the 2-vCPU development machine that made the step 0.1-0.6 ms slower,
-        // depending on where the hypervisor had put the vCPUs (docs/benchmarks.md, issue 7).
+        // depending on where the hypervisor had put the vCPUs (docs/benchmarks.md, "Strategies on virtual CPU devices").
         s.shard_param.name = "zero_shard";
         s.shard_param.value = Tensor::empty(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::workspace);
         if (m_stage == 1) {
@@ -65,7 +65,7 @@ public:
     }
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
-        const run::Experiment& e = rank.experiment();
+        const config::Experiment& e = rank.experiment();
         const int r = rank.index();
         RankState& s = m_state[static_cast<size_t>(r)];
         auto& ps = params(r);
@@ -112,12 +112,12 @@ public:
 
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
-        const run::Experiment& e = *ctx.experiment;
-        m_stage = e.strategy.zero_stage;
+        const config::Experiment& e = *ctx.experiment;
+        m_stage = static_cast<int>(option<int64_t>(e.strategy, "stage"));
         build_replicas(ctx, reference, true);
         m_total = total_numel(layout());
         m_rank_slots.assign(static_cast<size_t>(m_world), nullptr);
-        if (e.strategy.sync_batchnorm) install_sync_batchnorm_on_local(m_rank_slots);
+        if (option<bool>(e.strategy, "sync_batchnorm")) install_sync_batchnorm_on_local(m_rank_slots);
         m_state.resize(static_cast<size_t>(m_world));
         for (int r = 0; r < m_world; ++r) {
             m_optimizers.push_back(optim::make_optimizer(e.optimizer));
@@ -174,8 +174,65 @@ private:
     std::vector<Rank*> m_rank_slots;
 };
 
+// A replica per device for its rows with 1/N of the optimizer state; stage 1 keeps the full
+// gradients (the shard is a view of them), stage 2 the shard and the gradients of the layer
+// whose backward is running (the largest, at the peak); the flat buffer the parameters are
+// broadcast through at the start (they are all-gathered in place).
+std::vector<DeviceMemoryEstimate> memory(const config::Experiment& e, const ModelCost& m) {
+    auto out = blank_estimates(e);
+    const int n = static_cast<int>(out.size());
+    const int64_t p = m.parameters();
+    const int64_t k = optimizer_state_per_parameter(e.optimizer);
+    const int64_t largest =
+        m.layer_parameters.empty() ? 0 : *std::max_element(m.layer_parameters.begin(), m.layer_parameters.end());
+    const bool stage2 = option<int64_t>(e.strategy, "stage") == 2;
+    for (int r = 0; r < n; ++r) {
+        whole_replica(out[r], e, m, rows_of(e.data.batch_size, r, n));
+        out[r].set(MemCategory::optimizer_state, (k * p + n - 1) / n);
+        out[r].set(MemCategory::gradients, stage2 ? (p + n - 1) / n + largest : p);
+        out[r].set(MemCategory::communication, p);
+    }
+    return out;
+}
+
+StepPicture picture(const config::Experiment& e) {
+    const int64_t stage = option<int64_t>(e.strategy, "stage");
+    StepPicture p;
+    p.layout = StepPicture::Layout::shards;
+    p.subtitles.assign(e.devices.size(), stage == 2 ? "own optimizer + grads"
+                                                    : "owns 1/" + std::to_string(e.devices.size()));
+    p.down_label = "all-gather: every device sends its updated shard to all";
+    p.up_label = "reduce-scatter: shard k of the summed gradients goes to device k";
+    p.note = std::string("Coloured cell: the shard of optimizer state") + (stage == 2 ? " and gradients" : "") +
+             " a device keeps (stage " + std::to_string(stage) + ").";
+    return p;
+}
+
 }  // namespace
 
-std::unique_ptr<Strategy> make_zero() { return std::make_unique<Zero>(); }
+StrategyDescriptor zero_descriptor() {
+    StrategyDescriptor d;
+    d.name = "zero";
+    config::OptionSpec stage;
+    stage.key = "stage";
+    stage.kind = config::OptionKind::integer;
+    stage.fallback = int64_t{1};
+    stage.min = 1;
+    stage.max = 2;
+    stage.label = "ZeRO stage";
+    stage.help = "1: the optimizer state is sharded; 2: the gradients too.";
+    d.options = {stage, sync_batchnorm_option()};
+    d.explanation =
+        "ZeRO: like DDP, but each device keeps the optimizer state of only 1/N of the parameters "
+        "and updates only that shard. Gradients are reduce-scattered (each device receives the "
+        "sum for its shard) and the updated parameters are all-gathered. Stage 2 shards the "
+        "gradients too: each layer's gradients go to their owners as soon as its backward is "
+        "done, then are freed.";
+    d.color = "#d62728";
+    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<Zero>()); };
+    d.memory = memory;
+    d.picture = picture;
+    return d;
+}
 
 }  // namespace paralab::strategy

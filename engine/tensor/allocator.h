@@ -1,6 +1,6 @@
 // Per-device memory with accounting by category. Freed blocks are cached by size and handed out
 // again, so a training step that repeats the previous step's allocations touches no system
-// allocator in the steady state (DESIGN.md §2).
+// allocator in the steady state (docs/design.md).
 #pragma once
 
 #include <array>

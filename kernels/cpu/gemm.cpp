@@ -25,7 +25,7 @@ thread_local int t_threads = 1;
 // to 1 thread, process-wide, so its workers never wake), and a GEMM on more than one compute
 // thread is split here into one single-threaded OpenBLAS call per thread of our OpenMP team,
 // the team that also runs the elementwise loops. Two thread pools each spinning on the same
-// two cores made the 2-thread steps collapse (docs/benchmarks.md, "CPU speed").
+// two cores made the 2-thread steps collapse.
 //
 // Below this many FLOPs (2*M*N*K) a parallel region costs more than it saves.
 constexpr int64_t kSplitMinFlops = int64_t{1} << 21;
@@ -35,8 +35,8 @@ constexpr int64_t kSplitQuantum = 16;
 
 // Single precision goes to oneDNN's sgemm where it is built in: it JITs its kernel for the
 // machine's widest vector unit (AVX-512 on the development machine), about twice OpenBLAS's
-// rate where the environment holds OpenBLAS to its Haswell kernel (docs/benchmarks.md, "CPU
-// speed"). Double precision (the gradient checks' reference) stays with OpenBLAS.
+// rate where the environment holds OpenBLAS to its Haswell kernel (docs/benchmarks.md, "Layer
+// kernels"). Double precision (the gradient checks' reference) stays with OpenBLAS.
 template <class T>
 void blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
           const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {

@@ -14,7 +14,7 @@ namespace paralab::kernels::cpu {
 // region), else a single call on the calling thread. The body's own inner loop carries the
 // `omp simd`. A combined `omp parallel for simd if (...)` whose condition was false ran GCC's
 // scalar fallback instead: relu as a compare and a branch per element, ~5 ns an element on
-// random signs, 15x the vector loop (docs/benchmarks.md, "CPU speed", third part).
+// random signs, 15x the vector loop (docs/benchmarks.md, "Layer kernels").
 template <class Body>
 inline void parallel_ranges(int64_t n, int64_t min_parallel, const Body& body) {
     if (n <= 0) return;

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch's side of the CPU-speed comparison (issue 7, docs/benchmarks.md).
+"""PyTorch's side of the CPU-speed comparison (docs/benchmarks.md).
 
 The three models of `paralab bench --models-only` (engine/bench/model_bench.h), with the same
 batch, optimizer (SGD lr 0.01, momentum 0.9) and thread count, on synthetic tensors of the

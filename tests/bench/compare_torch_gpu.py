@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch 2 eager's side of the GPU-speed comparison (issue 6, docs/benchmarks.md).
+"""PyTorch 2 eager's side of the GPU-speed comparison (docs/benchmarks.md).
 
 The three models of `paralab bench --models-only` (engine/bench/model_bench.h; the same as
 tests/bench/compare_torch.py), trained on one CUDA GPU on synthetic tensors of the same shapes,
@@ -11,7 +11,7 @@ loss, which waits for the step). Modes:
   tf32    eager, TF32 on for both
   bf16    eager under torch.autocast(bfloat16), fp32 master weights
   graph   the whole step captured once in a CUDA graph and replayed (fp32), the PyTorch form
-          of issue 6's stretch goal; loss read every step as above
+          of the stretch goal; loss read every step as above
 
 Per case: warm-up steps, then `--steps` timed steps in each of `--rounds` rounds; prints the
 median round's ms/step and samples/s. Run where PyTorch sees the GPU:

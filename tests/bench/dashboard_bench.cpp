@@ -1,6 +1,6 @@
-// Not a test: the figures of docs/benchmarks.md's "Dashboard" section (issue 5: "the dashboard
+// Not a test: the figures of docs/benchmarks.md's "Dashboard" section (the goals: the dashboard
 // with 8 devices x 100,000 points per series replots in under 16 ms median, and the GUI thread
-// never stalls more than 50 ms during a run").
+// never stalls more than 50 ms during a run).
 //
 //   dashboard_bench replot [--devices 8] [--points 100000] [--replots 50] [--png FILE]
 //       The Devices tab's dashboard, shown at the size it has in a 1600x1000 window, filled with
@@ -39,7 +39,7 @@
 #include "ui/panels/timeline/timeline_panel.h"
 #include "ui/session/run_controller.h"
 
-using paralab::run::StepRecord;
+using paralab::config::StepRecord;
 using paralab::ui::DeviceDashboard;
 using paralab::ui::MainWindow;
 using paralab::ui::RunController;
@@ -285,7 +285,7 @@ int benchLag(int devices, int steps, const QString& tab) {
     QObject::connect(w.controller(), &RunController::deviceStepsArrived,
                      [&](const QVector<StepRecord>& s) { arrived += s.size(); });
     QObject::connect(w.controller(), &RunController::finished,
-                     [&](const paralab::run::RunSummary& s) {
+                     [&](const paralab::config::RunSummary& s) {
                          status = QString::fromStdString(s.status);
                          finishedMs = static_cast<double>(clock.nsecsElapsed()) / 1e6;
                          done = true;

@@ -7,7 +7,7 @@
 For each device and span kind (forward, backward, all_reduce_bucket, optimizer, data_wait, ...)
 prints the count, median and mean in ms over the steps after the first `--skip`, and the step
 period (from one step's first span to the next's). docs/benchmarks.md uses it for the ddp
-breakdowns of issue 7.
+breakdowns of docs/benchmarks.md.
 """
 import argparse
 import collections

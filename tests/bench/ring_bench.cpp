@@ -1,4 +1,4 @@
-// The local all-reduce as DDP meets it (issue 7, docs/benchmarks.md "Fifth part"): every call
+// The local all-reduce as DDP meets it (docs/benchmarks.md, "The ring on freshly written buffers"): every call
 // reduces buffers that each rank has just written, as backward writes its gradients, so the
 // ring reads data that sits in the other core's cache or in memory, not a buffer it reduced a
 // moment ago (paralab bench's all-reduce table repeats calls on the same buffers). Not a test;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The command line as a user meets it (EXPERIMENT.md): exit codes 0/1/2, one clear line on
+# The command line as a user meets it (docs/experiment-format.md): exit codes 0/1/2, one clear line on
 # bad input, the --json summary with every key, and each shipped example running a few steps.
 # Usage: cli_test.sh PARALAB EXAMPLES_DIR
 set -u
@@ -30,7 +30,7 @@ check() {  # check NAME EXPECTED_CODE EXPECTED_TEXT -- command...
 
 good="$examples/spirals-mlp.paralab.json"
 
-# --json prints exactly one JSON object with every key EXPERIMENT.md lists.
+# --json prints exactly one JSON object with every key docs/experiment-format.md lists.
 check run_json 0 '"status":"finished"' -- "$paralab" run "$good" --steps 20 --json
 for key in run_id status name strategy devices steps epochs final_loss test_loss test_accuracy \
            samples_per_s wall_s peak_memory_bytes; do
@@ -39,7 +39,18 @@ done
 [ "$(grep -c '^{' "$tmp/out")" = 1 ] || { echo "FAIL run_json: not exactly one JSON line"; failed=$((failed + 1)); }
 grep -q '"steps":20' "$tmp/out" || { echo "FAIL run_json: --steps 20 not honoured"; failed=$((failed + 1)); }
 
-check validate 0 'parameters' -- "$paralab" validate "$good"
+check validate 0 'total: 4,547 parameters (17.8 KiB), 9,091 FLOPs per example' -- "$paralab" validate "$good"
+# validate --json: the summary as data, totals exact (2*64+64 + 64*64+64 + 64*3+3 = 4547).
+check validate_json 0 '"parameters": 4547' -- "$paralab" validate "$good" --json
+python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert [l["type"] for l in s["layers"]] == ["linear", "relu", "linear", "relu", "linear"], s["layers"]
+assert s["layers"][0]["output"] == [64] and s["layers"][0]["parameters"] == 192 and s["layers"][0]["flops"] == 320
+assert sum(l["parameters"] for l in s["layers"]) == s["totals"]["parameters"] == 4547
+assert s["totals"]["activation_bytes"] == (2 + 64 * 4 + 3) * s["totals"]["batch_size"] * 4
+assert s["strategy"]["type"] == "single"
+' "$tmp/out" || { echo "FAIL validate_json: summary"; failed=$((failed + 1)); }
 check devices 0 'cpu' -- "$paralab" devices
 check devices_json 0 '"kind": "cpu"' -- "$paralab" devices --json
 
@@ -52,6 +63,11 @@ sed 's/"batch_size"/"batch_sise"/' "$good" >"$tmp/typo.paralab.json"
 check misspelled_key 2 'did you mean "batch_size"' -- "$paralab" run "$tmp/typo.paralab.json"
 sed 's/"type": "single"/"type": "ddq"/' "$good" >"$tmp/strategy.paralab.json"
 check unknown_strategy 2 'strategy.type: unknown value "ddq"' -- "$paralab" run "$tmp/strategy.paralab.json"
+sed 's/"type": "single"/"type": "ddp", "stage": 2/' "$good" >"$tmp/option.paralab.json"
+check foreign_option 2 'strategy.stage: not an option of the ddp strategy' -- "$paralab" validate "$tmp/option.paralab.json"
+sed 's/"type": "single"/"type": "pipeline", "split": [3, 1]/' "$good" >"$tmp/split.paralab.json"
+check split_against_layers 2 'strategy.split: expected 0 layer indices' -- "$paralab" validate "$tmp/split.paralab.json"
+check unknown_strategy_flag 2 "--strategy: unknown strategy 'ddq'; expected one of single, data_parallel" -- "$paralab" run "$good" --strategy ddq
 sed 's/"type": "relu"/"type": "rleu"/' "$good" >"$tmp/layer.paralab.json"
 check unknown_layer 2 'did you mean "relu"' -- "$paralab" validate "$tmp/layer.paralab.json"
 sed 's/"input": \[2\]/"input": [1, 28, 28]/' "$good" >"$tmp/shape.paralab.json"

@@ -47,7 +47,7 @@ inline json with_strategy(json j, int n, json strategy) {
 }
 
 struct Result {
-    paralab::run::RunSummary summary;
+    paralab::config::RunSummary summary;
     paralab::run::RunArtifacts artifacts;  // host copies: valid after the run
 };
 

@@ -19,26 +19,26 @@ namespace {
 // Every event a run reports, as heard.
 class Recorded : public RunObserver {
 public:
-    void on_start(const Experiment& e, int64_t n) override { devices = e.devices, total = n; }
-    void on_span(const Span& s) override { spans.push_back(s); }
-    void on_step(const StepRecord& r) override { device_steps.push_back(r); }
-    void on_step_end(const StepRecord& r) override { steps.push_back(r); }
-    void on_eval(const EvalResult& r) override { evals.push_back(r); }
+    void on_start(const config::Experiment& e, int64_t n) override { devices = e.devices, total = n; }
+    void on_span(const config::Span& s) override { spans.push_back(s); }
+    void on_step(const config::StepRecord& r) override { device_steps.push_back(r); }
+    void on_step_end(const config::StepRecord& r) override { steps.push_back(r); }
+    void on_eval(const config::EvalResult& r) override { evals.push_back(r); }
     std::vector<std::string> devices;
     int64_t total = 0;
-    std::vector<Span> spans;
-    std::vector<StepRecord> device_steps, steps;
-    std::vector<EvalResult> evals;
+    std::vector<config::Span> spans;
+    std::vector<config::StepRecord> device_steps, steps;
+    std::vector<config::EvalResult> evals;
 };
 
 class Both : public RunObserver {
 public:
     Both(RunObserver& a, RunObserver& b) : m_a(a), m_b(b) {}
-    void on_start(const Experiment& e, int64_t n) override { m_a.on_start(e, n), m_b.on_start(e, n); }
-    void on_span(const Span& s) override { m_a.on_span(s), m_b.on_span(s); }
-    void on_step(const StepRecord& r) override { m_a.on_step(r), m_b.on_step(r); }
-    void on_step_end(const StepRecord& r) override { m_a.on_step_end(r), m_b.on_step_end(r); }
-    void on_eval(const EvalResult& r) override { m_a.on_eval(r), m_b.on_eval(r); }
+    void on_start(const config::Experiment& e, int64_t n) override { m_a.on_start(e, n), m_b.on_start(e, n); }
+    void on_span(const config::Span& s) override { m_a.on_span(s), m_b.on_span(s); }
+    void on_step(const config::StepRecord& r) override { m_a.on_step(r), m_b.on_step(r); }
+    void on_step_end(const config::StepRecord& r) override { m_a.on_step_end(r), m_b.on_step_end(r); }
+    void on_eval(const config::EvalResult& r) override { m_a.on_eval(r), m_b.on_eval(r); }
 
 private:
     RunObserver &m_a, &m_b;
@@ -46,7 +46,7 @@ private:
 
 bool same(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-void expect_same(const StepRecord& a, const StepRecord& b) {
+void expect_same(const config::StepRecord& a, const config::StepRecord& b) {
     EXPECT_EQ(a.step, b.step);
     EXPECT_EQ(a.epoch, b.epoch);
     EXPECT_EQ(a.steps_per_epoch, b.steps_per_epoch);
@@ -67,7 +67,7 @@ void expect_same(const StepRecord& a, const StepRecord& b) {
 }
 
 TEST(EventStream, ARunReadBackFromItsLinesIsTheRunAsHeard) {
-    const Experiment e = parse_experiment(nlohmann::json::parse(R"({
+    const config::Experiment e = parse_experiment(nlohmann::json::parse(R"({
       "paralab": 1, "name": "stream", "seed": 2, "devices": ["cpu:0", "cpu:1"],
       "data": {"dataset": "spirals", "samples": 200, "classes": 3, "batch_size": 16},
       "model": {"layers": [{"type": "linear", "out": 16}, {"type": "relu"}, {"type": "linear", "out": 3}],
@@ -80,7 +80,7 @@ TEST(EventStream, ARunReadBackFromItsLinesIsTheRunAsHeard) {
     stream::Writer writer([&](const std::string& line) { lines.push_back(line); }, 0.0);
     Recorded heard;
     Both both(heard, writer);
-    const RunSummary s = run_experiment(e, &both, nullptr);
+    const config::RunSummary s = run_experiment(e, &both, nullptr);
     writer.finish(nlohmann::json{{"status", s.status}, {"name", s.name}, {"strategy", s.strategy},
                                  {"devices", s.devices}, {"steps", s.steps}, {"epochs", s.epochs},
                                  {"final_loss", s.final_loss}, {"test_loss", *s.test_loss},
@@ -91,7 +91,7 @@ TEST(EventStream, ARunReadBackFromItsLinesIsTheRunAsHeard) {
 
     Recorded read;
     std::vector<stream::Event::Kind> kinds;
-    RunSummary summary;
+    config::RunSummary summary;
     for (const std::string& line : lines) {
         ASSERT_EQ(line.find('\n'), std::string::npos);
         const auto ev = stream::decode(line);

@@ -1,4 +1,4 @@
-// The experiment file contract of EXPERIMENT.md: valid files parse, and every bad value is an
+// The experiment file contract of docs/experiment-format.md: valid files parse, and every bad value is an
 // error naming its JSON path and what was expected.
 #include <gtest/gtest.h>
 

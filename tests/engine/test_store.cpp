@@ -25,15 +25,15 @@ namespace {
 
 using store_testing::TempDir;
 
-run::Experiment experiment(const std::string& name) {
-    run::Experiment e;
+config::Experiment experiment(const std::string& name) {
+    config::Experiment e;
     e.name = name;
     e.devices = {"cpu:0"};
     return e;
 }
 
-run::StepRecord record(int64_t step, double loss) {
-    run::StepRecord r;
+config::StepRecord record(int64_t step, double loss) {
+    config::StepRecord r;
     r.step = step;
     r.device = "cpu:0";
     r.loss = loss;
@@ -53,7 +53,7 @@ TEST(RunStore, RecordsARunAndExportsCsv) {
         id = rec.run_id();
         for (int64_t s = 1; s <= 100; ++s) {
             for (const char* phase : {"forward", "backward"}) {
-                run::Span sp;
+                config::Span sp;
                 sp.step = s;
                 sp.device = "cpu:0";
                 sp.phase = phase;
@@ -63,13 +63,13 @@ TEST(RunStore, RecordsARunAndExportsCsv) {
             }
             rec.on_step(record(s, 1.0 / static_cast<double>(s)));
         }
-        run::EvalResult ev;
+        config::EvalResult ev;
         ev.step = 100;
         ev.loss = 0.5;
         ev.accuracy = 0.9;
         ev.samples = 10;
         rec.on_eval(ev);
-        run::RunSummary summary;
+        config::RunSummary summary;
         summary.status = "finished";
         summary.name = "a";
         summary.steps = 100;
@@ -172,7 +172,7 @@ TEST(RunStore, AKilledRunIsMarkedInterruptedAndKeepsItsRows) {
     if (child == 0) {  // a training process that gets killed mid-run
         store::RunStore db(path);
         const int64_t id = db.create_run(experiment("killed"), {});
-        std::vector<run::StepRecord> rows;
+        std::vector<config::StepRecord> rows;
         for (int64_t s = 1; s <= 10; ++s) rows.push_back(record(s, 0.5));
         db.add_records(id, rows);
         char ok = 'y';

@@ -21,16 +21,16 @@ namespace {
 
 using store_testing::TempDir;
 
-run::Experiment experiment(const std::string& name, std::vector<std::string> devices) {
-    run::Experiment e;
+config::Experiment experiment(const std::string& name, std::vector<std::string> devices) {
+    config::Experiment e;
     e.name = name;
     e.devices = std::move(devices);
     return e;
 }
 
-run::StepRecord record(int64_t step, const std::string& device, double loss, int64_t samples,
+config::StepRecord record(int64_t step, const std::string& device, double loss, int64_t samples,
                        double wall_s, int64_t memory = 0) {
-    run::StepRecord r;
+    config::StepRecord r;
     r.step = step;
     r.device = device;
     r.loss = loss;
@@ -57,12 +57,12 @@ int64_t count_rows(const std::string& path, const std::string& table, int64_t ru
 // A run with `steps` steps on two devices, spans and an evaluation.
 int64_t fill_run(store::RunStore& db, const std::string& name, int64_t steps) {
     const int64_t id = db.create_run(experiment(name, {"cpu:0", "cpu:1"}), {});
-    std::vector<run::StepRecord> rows;
-    std::vector<run::Span> spans;
+    std::vector<config::StepRecord> rows;
+    std::vector<config::Span> spans;
     for (int64_t s = 1; s <= steps; ++s) {
         rows.push_back(record(s, "cpu:0", 1.0, 32, 0.1 * static_cast<double>(s)));
         rows.push_back(record(s, "cpu:1", 1.0, 32, 0.1 * static_cast<double>(s)));
-        run::Span sp;
+        config::Span sp;
         sp.step = s;
         sp.device = "cpu:0";
         sp.phase = "forward";
@@ -70,7 +70,7 @@ int64_t fill_run(store::RunStore& db, const std::string& name, int64_t steps) {
     }
     db.add_records(id, rows);
     db.add_spans(id, spans);
-    run::EvalResult ev;
+    config::EvalResult ev;
     ev.step = steps;
     ev.loss = 0.5;
     db.add_eval(id, ev);

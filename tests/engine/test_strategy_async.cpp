@@ -1,4 +1,4 @@
-// hogwild and param_server (DESIGN.md §3). A sync parameter server gives the single device's
+// hogwild and param_server (docs/strategies.md). A sync parameter server gives the single device's
 // parameters on the same global batch; hogwild and an async server (staleness-bounded) trade
 // exactness for speed but still learn spirals and Fashion-MNIST about as well as one device; a
 // straggler makes a sync server's other workers wait, while an async one lets them run ahead,
@@ -72,13 +72,13 @@ json param_server(const std::string& mode, int64_t staleness = 0) {
 // Every step record and span, by device (on_step runs on the rank threads).
 struct Recorder : run::RunObserver {
     std::mutex mutex;
-    std::map<std::string, std::vector<run::StepRecord>> steps;
+    std::map<std::string, std::vector<config::StepRecord>> steps;
     std::map<std::string, std::set<std::string>> phases;
-    void on_span(const run::Span& s) override {
+    void on_span(const config::Span& s) override {
         std::lock_guard lock(mutex);
         phases[s.device].insert(s.phase);
     }
-    void on_step(const run::StepRecord& r) override {
+    void on_step(const config::StepRecord& r) override {
         std::lock_guard lock(mutex);
         steps[r.device].push_back(r);
     }
@@ -324,7 +324,7 @@ TEST(AsyncStrategies, StopEndsEveryRankAtTheSameStep) {
          {json{{"type", "hogwild"}}, param_server("sync"), param_server("async", 2)}) {
         struct Stopper : Recorder {
             run::RunControl* control = nullptr;
-            void on_step(const run::StepRecord& r) override {
+            void on_step(const config::StepRecord& r) override {
                 Recorder::on_step(r);
                 if (r.step == 4) control->stop = true;
             }

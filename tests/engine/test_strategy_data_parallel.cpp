@@ -1,4 +1,4 @@
-// The data-parallel strategies (DESIGN.md §3): data_parallel, ddp (with and without overlap,
+// The data-parallel strategies (docs/strategies.md): data_parallel, ddp (with and without overlap,
 // one bucket or many) and zero (stages 1 and 2) on N = 2, 3, 4 devices end with the single
 // device's parameters and batchnorm statistics on the same global batch — an MLP with dropout,
 // a CNN with batchnorm (SyncBatchNorm), an LSTM, batches that N does not divide. And the
@@ -286,11 +286,11 @@ struct Records : run::RunObserver {
     int step_ends = 0;
     std::atomic<bool>* stop_flag = nullptr;
     int stop_at = 0;
-    void on_span(const run::Span& s) override {
+    void on_span(const config::Span& s) override {
         if (s.phase == "all_reduce_bucket") ++bucket_spans[s.device];
     }
-    void on_step(const run::StepRecord& r) override { ++steps_by_device[r.device]; }
-    void on_step_end(const run::StepRecord& r) override {
+    void on_step(const config::StepRecord& r) override { ++steps_by_device[r.device]; }
+    void on_step_end(const config::StepRecord& r) override {
         ++step_ends;
         EXPECT_EQ(r.step, step_ends);  // in order, once
         if (stop_flag && r.step == stop_at) stop_flag->store(true);
@@ -335,7 +335,7 @@ TEST(DataParallelRuns, StopEndsEveryDeviceAtTheSameStep) {
 TEST(DataParallelRuns, SpeedBalancingGivesTheStragglerFewerRows) {
     struct Samples : run::RunObserver {
         std::map<std::string, std::vector<int64_t>> rows;
-        void on_step(const run::StepRecord& r) override { rows[r.device].push_back(r.samples); }
+        void on_step(const config::StepRecord& r) override { rows[r.device].push_back(r.samples); }
     };
     json j = mlp();
     j["data"]["batch_size"] = 60;
@@ -364,7 +364,7 @@ TEST(DataParallelRuns, SpeedBalancingGivesTheStragglerFewerRows) {
 TEST(DataParallelRuns, PauseHoldsEveryDeviceAndResumeGoesOn) {
     struct Steps : run::RunObserver {
         std::atomic<int> ends{0};
-        void on_step_end(const run::StepRecord&) override { ++ends; }
+        void on_step_end(const config::StepRecord&) override { ++ends; }
     } rec;
     json j = mlp();
     j["devices"] = devices(3);
@@ -373,7 +373,7 @@ TEST(DataParallelRuns, PauseHoldsEveryDeviceAndResumeGoesOn) {
     j["train"]["epochs"] = 100000;
     run::RunControl control;
     control.pause = true;
-    run::RunSummary summary;
+    config::RunSummary summary;
     std::thread t([&] { summary = run::run_experiment(run::parse_experiment(j), &rec, &control); });
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
     EXPECT_EQ(rec.ends.load(), 0);  // paused from the start
@@ -408,7 +408,7 @@ TEST(DataParallelRuns, CommunicationInsideComputeIsNotCountedTwice) {
     struct Times : run::RunObserver {
         double compute = 0, comm = 0;
         int n = 0;
-        void on_step(const run::StepRecord& r) override {
+        void on_step(const config::StepRecord& r) override {
             if (r.device != "cpu:0" || r.step == 1) return;
             compute += r.compute_ms, comm += r.comm_ms, ++n;
         }

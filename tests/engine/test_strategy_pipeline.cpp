@@ -1,4 +1,4 @@
-// model_parallel and pipeline (DESIGN.md §3): N stages give the single device's parameters on
+// model_parallel and pipeline (docs/strategies.md): N stages give the single device's parameters on
 // the same global batch (GPipe and 1F1B, any number of micro-batches, batches that divide
 // evenly into neither), GPipe's activation memory grows with the micro-batches in flight while
 // 1F1B's stays bounded, and bad splits are refused naming the key.
@@ -187,8 +187,8 @@ TEST(Stages, SpansNameTheMessagesBetweenStages) {
     struct Phases : run::RunObserver {
         std::map<std::string, std::set<std::string>> by_device;
         std::map<std::string, double> idle_ms;
-        void on_span(const run::Span& s) override { by_device[s.device].insert(s.phase); }
-        void on_step(const run::StepRecord& r) override { idle_ms[r.device] += r.idle_ms; }
+        void on_span(const config::Span& s) override { by_device[s.device].insert(s.phase); }
+        void on_step(const config::StepRecord& r) override { idle_ms[r.device] += r.idle_ms; }
     } phases;
     json j = with_strategy(spirals_mlp(), 3,
                            {{"type", "pipeline"}, {"micro_batches", 4}, {"schedule", "1f1b"}});

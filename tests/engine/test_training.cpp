@@ -28,7 +28,7 @@ struct Recorder : run::RunObserver {
     std::vector<double> losses;
     run::RunControl* control = nullptr;
     int64_t stop_after = -1;
-    void on_step(const run::StepRecord& r) override {
+    void on_step(const config::StepRecord& r) override {
         losses.push_back(r.loss);
         if (control && r.step == stop_after) control->stop = true;
     }
@@ -79,10 +79,10 @@ TEST(Training, GradientAccumulationMatchesTheWholeBatch) {
 
 TEST(Training, EveryStepHasOrderedSpansOnOneClock) {
     struct SpanRecorder : run::RunObserver {
-        std::vector<run::Span> spans;
-        std::vector<run::StepRecord> steps;
-        void on_span(const run::Span& s) override { spans.push_back(s); }
-        void on_step(const run::StepRecord& r) override { steps.push_back(r); }
+        std::vector<config::Span> spans;
+        std::vector<config::StepRecord> steps;
+        void on_span(const config::Span& s) override { spans.push_back(s); }
+        void on_step(const config::StepRecord& r) override { steps.push_back(r); }
     } rec;
     json j = spirals_mlp();
     j["train"]["max_steps"] = 6;
@@ -190,7 +190,7 @@ TEST(Training, RegressionWithMse) {
 // are dropped and counted, and a drain empties it.
 TEST(LiveMetrics, KeepsTheNewestAndCountsWhatItDropped) {
     run::LiveMetrics live(5);
-    run::StepRecord r;
+    config::StepRecord r;
     for (int i = 1; i <= 8; ++i) {
         r.step = i;
         live.on_step(r);

@@ -1,5 +1,5 @@
-// All-reduce bus bandwidth of the GPU communicators (issue 6: "all-reduce bus bandwidth on
-// virtual GPUs against the device's copy bandwidth"). Not a test: run by
+// All-reduce bus bandwidth of the GPU communicators on virtual GPUs, against the device's copy
+// bandwidth. Not a test: run by
 // tests/gpu/run_on_gpu.sh --bench on a GPU machine.
 //
 // For each size (f32, 1 MiB .. 256 MiB per rank) and world (2, 4 virtual GPUs on GPU 0; 2..N

@@ -108,7 +108,7 @@ std::vector<To> convert(const std::vector<From>& v) {
     return std::vector<To>(v.begin(), v.end());
 }
 
-// Relative error bounds by precision (issue 6): fp32 ~1e-5, tf32 ~1e-3, bf16 ~1e-2.
+// Relative error bounds by precision: fp32 ~1e-5, tf32 ~1e-3, bf16 ~1e-2.
 constexpr double kFp32Tol = 1e-5;
 constexpr double kFp64Tol = 1e-12;
 constexpr double kTf32Tol = 1e-3;

@@ -1,4 +1,4 @@
-// The CUDA training path against the CPU engine (issue 6): every layer with GPU kernels, forward
+// The CUDA training path against the CPU engine: every layer with GPU kernels, forward
 // and backward, on a GPU and on the CPU from the same parameters and inputs; runs of the single
 // strategy on cuda:0 against cpu:0, ddp on two virtual GPUs (cuda:0 listed twice) against the
 // single GPU, a run that converges, and what the GPU path refuses. SKIPPED without a GPU.
@@ -75,7 +75,7 @@ TEST_P(GpuLayers, ForwardAndBackwardMatchTheCpu) {
            {"data", {{"dataset", "blobs"}, {"samples", 64}, {"features", 4}, {"batch_size", 16}}},
            {"model", {{"input", c.input}, {"layers", c.layers}, {"loss", c.loss}}},
            {"devices", {"cpu:0"}}, {"strategy", {{"type", "single"}}}};
-    const run::Experiment e = run::parse_experiment(j);
+    const config::Experiment e = run::parse_experiment(j);
     const Shape input(c.input);
     auto cpu = make_cpu_device(0);
     auto gpu = make_cuda_device(0);
@@ -216,7 +216,7 @@ TEST_F(GpuRuns, DdpOnTwoVirtualGpusMatchesTheSingleGpu) {
     EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.parameters, r3.artifacts.parameters), 1e-5);
 }
 
-// Every deterministic strategy on two virtual GPUs ends where the single GPU does (DESIGN.md §3).
+// Every deterministic strategy on two virtual GPUs ends where the single GPU does (docs/strategies.md).
 class GpuStrategies : public gpu_testing::GpuParamTest<std::string> {};
 
 TEST_P(GpuStrategies, MatchTheSingleGpu) {
@@ -261,7 +261,7 @@ TEST_F(GpuRuns, HalfPrecisionGemmsStayNearFp32) {
            {"data", {{"dataset", "blobs"}, {"samples", 64}, {"features", 4}, {"batch_size", 16}}},
            {"model", {{"input", {48}}, {"layers", layers}, {"loss", "cross_entropy"}}},
            {"devices", {"cpu:0"}}, {"strategy", {{"type", "single"}}}};
-    const run::Experiment e = run::parse_experiment(j);
+    const config::Experiment e = run::parse_experiment(j);
     auto cpu = make_cpu_device(0);
     nn::Model host(e.layers, Shape{48}, "cross_entropy", DType::f32, *cpu);
     Rng init(5);

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Faults of a run across processes (issue 8), on the real CLI under mpirun (CTest label `mpi`):
+# Faults of a run across processes, on the real CLI under mpirun (CTest label `mpi`):
 #   1. a stop (SIGINT to mpirun, as the window's Stop does) ends every rank and the run is
 #      `stopped`, with its steps stored;
 #   2. a rank killed mid-run (SIGKILL): mpirun ends the job, and the run is `failed` with a

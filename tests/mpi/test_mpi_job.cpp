@@ -1,4 +1,4 @@
-// Runs across the processes of an MPI job (issue 8), run by `mpirun -np N` (N = 2 and 3; CTest
+// Runs across the processes of an MPI job, run by `mpirun -np N` (N = 2 and 3; CTest
 // label `mpi`): every process runs one device, or two, and
 //   - ddp, zero, data_parallel, model_parallel, pipeline and the sync parameter server train to
 //     the parameters of the in-process run on as many devices (rank 0 runs that too): the same
@@ -56,25 +56,25 @@ json experiment(const std::string& strategy) {
 // What rank 0's observer hears.
 class Heard : public run::RunObserver {
 public:
-    void on_start(const run::Experiment& e, int64_t) override { devices = e.devices; }
-    void on_span(const run::Span& s) override {
+    void on_start(const config::Experiment& e, int64_t) override { devices = e.devices; }
+    void on_span(const config::Span& s) override {
         std::lock_guard lock(m);
         span_devices.insert(s.device);
     }
-    void on_step(const run::StepRecord& r) override {
+    void on_step(const config::StepRecord& r) override {
         std::lock_guard lock(m);
         steps[r.device].push_back(r.step);
     }
-    void on_step_end(const run::StepRecord& r) override { ended.push_back(r.step); }
-    void on_eval(const run::EvalResult& r) override { evals.push_back(r); }
-    void on_finish(const run::RunSummary& s) override { finished = s.status; }
+    void on_step_end(const config::StepRecord& r) override { ended.push_back(r.step); }
+    void on_eval(const config::EvalResult& r) override { evals.push_back(r); }
+    void on_finish(const config::RunSummary& s) override { finished = s.status; }
 
     std::mutex m;
     std::vector<std::string> devices;
     std::set<std::string> span_devices;
     std::map<std::string, std::vector<int64_t>> steps;
     std::vector<int64_t> ended;
-    std::vector<run::EvalResult> evals;
+    std::vector<config::EvalResult> evals;
     std::string finished;
 };
 
@@ -97,7 +97,7 @@ TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
     job.rank_timeout_s = 30;
     Heard heard;
     run::RunArtifacts artifacts;
-    const run::RunSummary s =
+    const config::RunSummary s =
         run::run_experiment(run::parse_experiment(j), me == 0 ? &heard : nullptr, nullptr, 1, &artifacts, &job);
     ASSERT_EQ(s.status, "finished") << s.error;
     if (me != 0) {
@@ -190,7 +190,7 @@ TEST_F(JobTest, AsyncParameterServerRunsWithItsWorkersInOtherProcesses) {
     Heard heard;
     run::RunArtifacts artifacts;
     const int me = mpi_testing::comm().rank();
-    const run::RunSummary s =
+    const config::RunSummary s =
         run::run_experiment(run::parse_experiment(j), me == 0 ? &heard : nullptr, nullptr, 1, &artifacts, &job);
     ASSERT_EQ(s.status, "finished") << s.error;
     if (me != 0) return;

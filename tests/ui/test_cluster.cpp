@@ -1,4 +1,4 @@
-// The window's cluster device source (issue 8): the settings (host list, hostfile, processes,
+// The window's cluster device source: the settings (host list, hostfile, processes,
 // mpirun) and their checks, their round trip through QSettings, jobs that cannot start, and a
 // real 2-process job on this host started through ClusterRunController and through the window:
 // every rank's devices arrive live, Pause stops the flow and Resume restarts it, Stop ends the
@@ -48,9 +48,9 @@ namespace {
 const char* const kSpirals = PARALAB_SOURCE_DIR "/resources/examples/spirals-mlp.paralab.json";
 
 // Spirals, ddp, many steps: a job that runs until it is stopped.
-paralab::run::Experiment longDdpExperiment() {
+paralab::config::Experiment longDdpExperiment() {
     auto e = paralab::run::load_experiment(kSpirals);
-    e.strategy = paralab::run::StrategyConfig{};
+    e.strategy = paralab::config::StrategyConfig{};
     e.strategy.type = "ddp";
     e.devices = {"cpu:0", "cpu:1"};
     e.train.epochs = 100000;
@@ -308,7 +308,7 @@ void TestCluster::twoDevicesPerProcessJobFinishes() {
     controller.setSettings(s);
     controller.setProgram(PARALAB_EXE);
     QSet<QString> devices;
-    connect(&controller, &RunSource::deviceStepsArrived, this, [&](const QVector<paralab::run::StepRecord>& steps) {
+    connect(&controller, &RunSource::deviceStepsArrived, this, [&](const QVector<paralab::config::StepRecord>& steps) {
         for (const auto& r : steps) devices.insert(QString::fromStdString(r.device));
     });
     QSignalSpy failed(&controller, &RunSource::failed);
@@ -316,7 +316,7 @@ void TestCluster::twoDevicesPerProcessJobFinishes() {
     controller.start(e);
     QTRY_VERIFY_WITH_TIMEOUT(failed.count() + finished.count() > 0, 120000);
     QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.at(0).at(0).toString()));
-    const auto summary = finished.at(0).at(0).value<paralab::run::RunSummary>();
+    const auto summary = finished.at(0).at(0).value<paralab::config::RunSummary>();
     QCOMPARE(QString::fromStdString(summary.status), QString("finished"));
     QCOMPARE(summary.steps, 20);
     QCOMPARE(devices, (QSet<QString>{"r0/cpu:0", "r0/cpu:1", "r1/cpu:0", "r1/cpu:1"}));
@@ -408,15 +408,15 @@ void TestCluster::twoProcessJobPausesResumesAndStops() {
     QSignalSpy finished(&controller, &RunSource::finished);
     QSet<QString> devices;
     qint64 steps = 0, lastStep = 0, spans = 0;
-    connect(&controller, &RunSource::deviceStepsArrived, this, [&](const QVector<paralab::run::StepRecord>& records) {
+    connect(&controller, &RunSource::deviceStepsArrived, this, [&](const QVector<paralab::config::StepRecord>& records) {
         for (const auto& r : records) devices.insert(QString::fromStdString(r.device));
     });
-    connect(&controller, &RunSource::stepsArrived, this, [&](const QVector<paralab::run::StepRecord>& records) {
+    connect(&controller, &RunSource::stepsArrived, this, [&](const QVector<paralab::config::StepRecord>& records) {
         steps += records.size();
         lastStep = records.back().step;
     });
     connect(&controller, &RunSource::spansArrived, this,
-            [&](const QVector<paralab::run::Span>& s) { spans += s.size(); });
+            [&](const QVector<paralab::config::Span>& s) { spans += s.size(); });
 
     controller.start(longDdpExperiment());
     QCOMPARE(controller.state(), RunSource::State::Running);
@@ -454,7 +454,7 @@ void TestCluster::twoProcessJobPausesResumesAndStops() {
     QCOMPARE(controller.state(), RunSource::State::Stopping);
     QTRY_VERIFY_WITH_TIMEOUT(finished.count() + failed.count() > 0, 60000);
     QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
-    const auto summary = finished.at(0).at(0).value<paralab::run::RunSummary>();
+    const auto summary = finished.at(0).at(0).value<paralab::config::RunSummary>();
     QCOMPARE(QString::fromStdString(summary.status), QStringLiteral("stopped"));
     QVERIFY(summary.steps >= lastStep);
     QCOMPARE(summary.devices, (std::vector<std::string>{"r0/cpu:0", "r1/cpu:0"}));
@@ -482,7 +482,7 @@ void TestCluster::stopBeforeTheJobTrains() {
     QCOMPARE(controller.state(), RunSource::State::Stopping);
     QTRY_VERIFY_WITH_TIMEOUT(finished.count() + failed.count() > 0, 60000);
     QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
-    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::run::RunSummary>().status),
+    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::config::RunSummary>().status),
              QStringLiteral("stopped"));
     QCOMPARE(controller.state(), RunSource::State::Stopped);
     QVERIFY(::kill(static_cast<pid_t>(pid), 0) == -1 && errno == ESRCH);
@@ -498,7 +498,7 @@ void TestCluster::destroyingTheControllerEndsTheJob() {
     controller->setProgram(PARALAB_EXE);
     qint64 steps = 0;
     connect(controller.get(), &RunSource::stepsArrived, this,
-            [&](const QVector<paralab::run::StepRecord>& records) { steps += records.size(); });
+            [&](const QVector<paralab::config::StepRecord>& records) { steps += records.size(); });
     controller->start(longDdpExperiment());
     QTRY_VERIFY_WITH_TIMEOUT(steps > 10 || controller->state() == RunSource::State::Failed, 120000);
     QCOMPARE(controller->state(), RunSource::State::Running);
@@ -556,7 +556,7 @@ void TestCluster::windowRunsAJobOnItsDashboard() {
     w.stopRun();
     QTRY_VERIFY_WITH_TIMEOUT(finished.count() + failed.count() > 0, 60000);
     QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
-    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::run::RunSummary>().status), QStringLiteral("stopped"));
+    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::config::RunSummary>().status), QStringLiteral("stopped"));
     QVERIFY2(w.statusText().startsWith("Run stopped"), qPrintable(w.statusText()));
     w.clusterPanel()->setSettings(ClusterSettings{});
 }

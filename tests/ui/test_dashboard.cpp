@@ -27,8 +27,8 @@
 #include "ui/panels/timeline/timeline_panel.h"
 #include "ui/session/run_controller.h"
 
-using paralab::run::Span;
-using paralab::run::StepRecord;
+using paralab::config::Span;
+using paralab::config::StepRecord;
 using paralab::ui::DecimatedGraph;
 using paralab::ui::DeviceDashboard;
 using paralab::ui::PlotExport;
@@ -280,7 +280,7 @@ void TestDashboard::trainingPlotByWallTime() {
         return out;
     };
     auto eval = [](int64_t step, double loss, double acc) {
-        paralab::run::EvalResult e;
+        paralab::config::EvalResult e;
         e.step = step;
         e.loss = loss;
         e.accuracy = acc;
@@ -512,7 +512,7 @@ void TestDashboard::plotsExportAsPngAndPdf() {
 
 // The spirals MLP by ddp on cpu:0 and cpu:1 for `steps` steps, started from the window `w`
 // (left with that experiment); its summary.
-static paralab::run::RunSummary runDdpFromWindow(MainWindow& w, int steps) {
+static paralab::config::RunSummary runDdpFromWindow(MainWindow& w, int steps) {
     [&] { QCOMPARE(w.openExperiment(":/examples/spirals-mlp.paralab.json", false), QString()); }();
     auto e = *w.experiment();
     e.devices = {"cpu:0", "cpu:1"};
@@ -525,7 +525,7 @@ static paralab::run::RunSummary runDdpFromWindow(MainWindow& w, int steps) {
         [&] { QFAIL(qPrintable("the run did not finish: " + w.statusText())); }();
         return {};
     }
-    return finished.at(0).at(0).value<paralab::run::RunSummary>();
+    return finished.at(0).at(0).value<paralab::config::RunSummary>();
 }
 
 void TestDashboard::realDdpRunFillsBothDevices() {

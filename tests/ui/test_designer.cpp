@@ -52,7 +52,7 @@ private slots:
 static const char* kMlp = ":/examples/spirals-mlp.paralab.json";
 static const char* kCnn = ":/examples/fashion-cnn.paralab.json";
 
-static paralab::run::Experiment experimentFrom(const char* resource) {
+static paralab::config::Experiment experimentFrom(const char* resource) {
     QFile file(resource);
     if (!file.open(QIODevice::ReadOnly)) qFatal("cannot open %s", resource);
     return paralab::run::parse_experiment(nlohmann::json::parse(file.readAll().toStdString()));
@@ -114,7 +114,7 @@ void TestDesigner::addingLayersUpdatesShapes() {
     QVERIFY(!last->text(LayerStackView::MemoryColumn).isEmpty());
     // The new layer is selected, and the experiment handed out carries it.
     QCOMPARE(d.selectedPath(), LayerPath{d.stackView()->topLevelItemCount() - 1});
-    const auto e = edited.last().at(0).value<paralab::run::Experiment>();
+    const auto e = edited.last().at(0).value<paralab::config::Experiment>();
     QCOMPARE(static_cast<int>(e.layers.size()), before + added.size());
     QCOMPARE(e.name, experimentFrom(kMlp).name);
 }

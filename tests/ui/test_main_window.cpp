@@ -65,13 +65,13 @@ void TestMainWindow::shortRunPlotsAndFinishes() {
     QSignalSpy finished(w.controller(), &RunController::finished);
     w.startRun();
     QVERIFY(finished.wait(20000));
-    const auto summary = finished.at(0).at(0).value<paralab::run::RunSummary>();
+    const auto summary = finished.at(0).at(0).value<paralab::config::RunSummary>();
     QCOMPARE(QString::fromStdString(summary.status), QString("finished"));
     QCOMPARE(summary.steps, 40);
     QVERIFY(steps.count() >= 1);
     QVERIFY(steps.count() < 40);  // batched, not one signal per step
     qsizetype received = 0;
-    for (const auto& args : steps) received += args.at(0).value<QVector<paralab::run::StepRecord>>().size();
+    for (const auto& args : steps) received += args.at(0).value<QVector<paralab::config::StepRecord>>().size();
     QCOMPARE(received, 40);
     QCOMPARE(w.plot()->pointCount(), 40);
     QVERIFY(w.plot()->evalPointCount() >= 1);  // the evaluation at the end
@@ -103,7 +103,7 @@ void TestMainWindow::stopEndsTheRun() {
     QVERIFY(!w.findChild<QAction*>("stopAction")->isEnabled());
     // Bounded so that a stop that never ends fails here by name (a run stops within a step).
     QVERIFY(finished.count() == 1 || finished.wait(30000));
-    const auto summary = finished.at(0).at(0).value<paralab::run::RunSummary>();
+    const auto summary = finished.at(0).at(0).value<paralab::config::RunSummary>();
     QCOMPARE(QString::fromStdString(summary.status), QString("stopped"));
     QCOMPARE(w.controller()->state(), RunController::State::Stopped);
     QVERIFY(w.findChild<QAction*>("startAction")->isEnabled());
@@ -304,7 +304,7 @@ void TestMainWindow::runThatFailsDuringTrainingReportsWhy() {
     QSignalSpy finished(w.controller(), &RunController::finished);
     w.startRun();
     QVERIFY(finished.wait(10000));
-    const auto summary = finished.at(0).at(0).value<paralab::run::RunSummary>();
+    const auto summary = finished.at(0).at(0).value<paralab::config::RunSummary>();
     QCOMPARE(QString::fromStdString(summary.status), QString("failed"));
     QCOMPARE(w.controller()->state(), RunController::State::Failed);
     QVERIFY2(w.statusText().contains("Run failed"), qPrintable(w.statusText()));

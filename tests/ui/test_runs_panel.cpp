@@ -28,7 +28,7 @@ using paralab::ui::RunsPanel;
 
 namespace {
 
-run::Experiment spirals(const std::string& strategy, int devices, int64_t steps) {
+config::Experiment spirals(const std::string& strategy, int devices, int64_t steps) {
     nlohmann::json device_list = nlohmann::json::array();
     for (int d = 0; d < devices; ++d) device_list.push_back("cpu:" + std::to_string(d));
     const nlohmann::json j = {
@@ -55,7 +55,7 @@ run::Experiment spirals(const std::string& strategy, int devices, int64_t steps)
 }
 
 // A real run, recorded the way the window and the CLI record theirs.
-qint64 recordRun(store::RunStore& db, const run::Experiment& e) {
+qint64 recordRun(store::RunStore& db, const config::Experiment& e) {
     store::RunRecorder recorder(db, run::to_json(e));
     const auto summary = run::run_experiment(e, &recorder, nullptr);
     if (summary.status != "finished")

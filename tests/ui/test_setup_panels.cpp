@@ -27,7 +27,7 @@
 #include "ui/panels/devices/devices_panel.h"
 #include "ui/panels/strategy/strategy_diagram.h"
 #include "ui/panels/strategy/strategy_panel.h"
-#include "ui/session/memory_estimate.h"
+#include "engine/strategy/registry.h"
 #include "ui/session/run_controller.h"
 
 using paralab::MemCategory;
@@ -40,7 +40,7 @@ constexpr auto cat(MemCategory c) {
     return static_cast<size_t>(c);
 }
 
-paralab::run::Experiment defaultExperiment() {
+paralab::config::Experiment defaultExperiment() {
     QFile f(kDefault);
     f.open(QIODevice::ReadOnly);
     return paralab::run::parse_experiment(nlohmann::json::parse(f.readAll().toStdString()));
@@ -145,7 +145,7 @@ void TestSetupPanels::gpuListHasEachIdOnce() {
     panel.cpuCountBox()->setValue(2);
     QCOMPARE(edited.count(), 1);
     QStringList after;
-    for (const auto& d : edited.at(0).at(0).value<paralab::run::Experiment>().devices)
+    for (const auto& d : edited.at(0).at(0).value<paralab::config::Experiment>().devices)
         after << QString::fromStdString(d);
     QCOMPARE(after, afterEdit);
     QCOMPARE(panel.gpuIds(), rows);
@@ -153,7 +153,7 @@ void TestSetupPanels::gpuListHasEachIdOnce() {
     panel.setGpuChecked(afterEdit.front(), false);
     QCOMPARE(edited.count(), 2);
     after.clear();
-    for (const auto& d : edited.at(1).at(0).value<paralab::run::Experiment>().devices)
+    for (const auto& d : edited.at(1).at(0).value<paralab::config::Experiment>().devices)
         after << QString::fromStdString(d);
     QVERIFY2(!after.contains(afterEdit.front()), qPrintable(after.join(',')));
     QCOMPARE(after.filter("cpu:").size(), 2);
@@ -167,7 +167,7 @@ void TestSetupPanels::fourCpuDevicesAndDdpUpdateTheExperiment() {
     const auto& e = *w.experiment();
     QCOMPARE(e.devices, (std::vector<std::string>{"cpu:0", "cpu:1", "cpu:2", "cpu:3"}));
     QCOMPARE(QString::fromStdString(e.strategy.type), QString("ddp"));
-    QCOMPARE(e.strategy.bucket_mb, 25.0);
+    QCOMPARE(paralab::strategy::option<double>(e.strategy, "bucket_mb"), 25.0);
     // The other panels were handed the edit: the strategy panel predicts for four devices, the
     // data panel still has the batch, and the data panel's next edit keeps devices and strategy.
     QCOMPARE(w.strategyPanel()->memoryEstimate().size(), size_t(4));
@@ -228,7 +228,7 @@ void TestSetupPanels::runControlsFollowTheRun() {
     w.pauseAction()->trigger();
     stop->trigger();  // a paused run stops too
     QVERIFY(finished.wait(20000));
-    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::run::RunSummary>().status),
+    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::config::RunSummary>().status),
              QString("stopped"));
     QVERIFY(start->isEnabled() && !w.pauseAction()->isEnabled() && !stop->isEnabled());
 }
@@ -290,7 +290,7 @@ void TestSetupPanels::badValueShowsTheParsersMessage_data() {
     QTest::newRow("split not increasing") << "pipeline"
                                           << "strategy.split"
                                           << "3, 1"
-                                          << "strategy.split: expected 2";
+                                          << "strategy.split[1]: expected indices in increasing order";
     QTest::newRow("split not numbers") << "model_parallel"
                                        << "strategy.split"
                                        << "two"
@@ -341,16 +341,16 @@ void TestSetupPanels::badValueShowsTheParsersMessage() {
 void TestSetupPanels::memoryEstimateShardsZeroOptimizerState() {
     auto e = defaultExperiment();  // Adam: two numbers of state per parameter
     e.devices = {"cpu:0", "cpu:1", "cpu:2", "cpu:3"};
-    const auto cost = paralab::ui::model_cost(e);
+    const auto cost = paralab::strategy::model_cost(e, paralab::run::model_input_shape(e));
     const int64_t p = cost.parameters();
     QCOMPARE(p, int64_t(2 * 64 + 64 + 64 * 64 + 64 + 64 * 3 + 3));
     e.strategy.type = "ddp";
-    const auto ddp = paralab::ui::estimate_memory(e, cost);
+    const auto ddp = paralab::strategy::estimate_memory(e, cost);
     e.strategy.type = "zero";
-    e.strategy.zero_stage = 1;
-    const auto zero1 = paralab::ui::estimate_memory(e, cost);
-    e.strategy.zero_stage = 2;
-    const auto zero2 = paralab::ui::estimate_memory(e, cost);
+    e.strategy.options["stage"] = int64_t{1};
+    const auto zero1 = paralab::strategy::estimate_memory(e, cost);
+    e.strategy.options["stage"] = int64_t{2};
+    const auto zero2 = paralab::strategy::estimate_memory(e, cost);
     QCOMPARE(ddp.size(), size_t(4));
     for (size_t r = 0; r < 4; ++r) {
         QCOMPARE(ddp[r].bytes[cat(MemCategory::optimizer_state)], 2 * p * 4);
@@ -393,14 +393,14 @@ void TestSetupPanels::memoryEstimateIsNearARealRun() {
     QFETCH(int, devices);
     QFETCH(int, stage);
     auto e = defaultExperiment();
-    e.strategy.zero_stage = stage;
-    if (QTest::currentDataTag() == QLatin1String("pipeline 1f1b")) e.strategy.schedule = "1f1b";
+    e.strategy = paralab::strategy::default_config(strategy.toStdString());
+    if (strategy == QLatin1String("zero")) e.strategy.options["stage"] = int64_t{stage};
+    if (QTest::currentDataTag() == QLatin1String("pipeline 1f1b")) e.strategy.options["schedule"] = std::string("1f1b");
     e.devices.clear();
     for (int k = 0; k < devices; ++k) e.devices.push_back("cpu:" + std::to_string(k));
-    e.strategy.type = strategy.toStdString();
     e.train.max_steps = 3;
     e.train.eval_every = 0;
-    const auto estimate = paralab::ui::estimate_memory(e, paralab::ui::model_cost(e));
+    const auto estimate = paralab::strategy::estimate_memory(e, paralab::strategy::model_cost(e, paralab::run::model_input_shape(e)));
     paralab::run::RunControl control;
     paralab::run::RunArtifacts artifacts;
     const auto summary = paralab::run::run_experiment(e, nullptr, &control, 1, &artifacts);
@@ -452,7 +452,7 @@ void TestSetupPanels::pauseHoldsARunAndResumeFinishesIt() {
     auto received = [&] {
         qsizetype n = 0;
         for (const auto& args : steps)
-            n += args.at(0).value<QVector<paralab::run::StepRecord>>().size();
+            n += args.at(0).value<QVector<paralab::config::StepRecord>>().size();
         return n;
     };
     const qsizetype held = received();
@@ -463,7 +463,7 @@ void TestSetupPanels::pauseHoldsARunAndResumeFinishesIt() {
     controller.resume();
     QCOMPARE(controller.state(), RunController::State::Running);
     QVERIFY(finished.wait(60000));
-    const auto summary = finished.at(0).at(0).value<paralab::run::RunSummary>();
+    const auto summary = finished.at(0).at(0).value<paralab::config::RunSummary>();
     QCOMPARE(QString::fromStdString(summary.status), QString("finished"));
     QCOMPARE(summary.steps, 400);
     QCOMPARE(received(), 400);
@@ -511,7 +511,7 @@ void TestSetupPanels::screenshot() {
     QVERIFY(content->grab().save(QDir(dir).filePath("screenshot-strategy.png")));
     QVERIFY(w.grab().save(QDir(dir).filePath("screenshot-strategy-window.png")));
     // Every strategy's diagram, to look at.
-    for (const auto& type : paralab::run::strategy_types()) {
+    for (const auto& type : paralab::strategy::strategy_names()) {
         w.strategyPanel()->strategyBox()->setCurrentText(QString::fromStdString(type));
         QVERIFY(static_cast<QWidget*>(w.strategyPanel()->diagram())
                     ->grab()

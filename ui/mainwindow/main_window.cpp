@@ -44,7 +44,7 @@ namespace paralab::ui {
 namespace {
 // Files through the engine's reader (it gives line and column of a syntax error); the
 // embedded examples through Qt's resource system.
-run::Experiment readExperiment(const QString& path) {
+config::Experiment readExperiment(const QString& path) {
     if (!path.startsWith(QLatin1String(":/"))) return run::load_experiment(path.toStdString());
     QFile file(path);
     if (!file.open(QIODevice::ReadOnly))
@@ -110,7 +110,7 @@ void MainWindow::connectRunSource(RunSource* source) {
         m_progress->setValue(0);
     });
     connect(source, &RunSource::stepsArrived, this,
-            [this](const QVector<run::StepRecord>& steps) {
+            [this](const QVector<config::StepRecord>& steps) {
                 m_plot->addSteps(steps);
                 const auto& last = steps.back();
                 for (const auto& s : steps) m_samples += s.samples;
@@ -136,7 +136,7 @@ void MainWindow::connectRunSource(RunSource* source) {
     // `paralab run` added meanwhile appear when the tab is opened.
     connect(source, &RunSource::started, m_runs, &RunsPanel::refresh);
     connect(source, &RunSource::finished, m_runs, &RunsPanel::refresh);
-    connect(source, &RunSource::finished, this, [this](const run::RunSummary& s) {
+    connect(source, &RunSource::finished, this, [this](const config::RunSummary& s) {
         QString text = tr("Run %1 after %2 steps in %3 s").arg(QString::fromStdString(s.status)).arg(s.steps).arg(s.wall_s, 0, 'f', 1);
         if (s.test_accuracy) text += tr(" · test accuracy %1").arg(*s.test_accuracy, 0, 'f', 4);
         if (s.test_loss) text += tr(" · test loss %1").arg(*s.test_loss, 0, 'f', 4);
@@ -223,7 +223,7 @@ QString MainWindow::openExperiment(const QString& path, bool interactive) {
     // Only a file the experiment contract refuses (not JSON, unknown keys, bad values) is
     // refused, and then nothing changes. A model that does not fit its data opens in the
     // designer, its layer in red and Start disabled, so that it can be fixed there.
-    run::Experiment e;
+    config::Experiment e;
     try {
         e = readExperiment(path);
     } catch (const std::exception& err) {  // names the file, and the JSON path or line
@@ -236,7 +236,7 @@ QString MainWindow::openExperiment(const QString& path, bool interactive) {
     return {};
 }
 
-void MainWindow::setExperiment(const run::Experiment& e) {
+void MainWindow::setExperiment(const config::Experiment& e) {
     try {
         m_panel->showExperiment(e);
     } catch (const std::exception& err) {  // the designer says which layer, and why
@@ -358,7 +358,7 @@ void MainWindow::buildDesignerMenus(QMenu* file) {
     edit->addAction(m_designer->redoAction());
 }
 
-void MainWindow::applyModelEdit(const run::Experiment& e) {
+void MainWindow::applyModelEdit(const config::Experiment& e) {
     // The designer's experiment is the one Start runs. The summary tab follows while the model
     // builds; a model that does not fit leaves the last good summary there.
     m_experiment = e;
@@ -435,17 +435,17 @@ void MainWindow::buildSetupTabs(QTabWidget* tabs) {
         tabs->addTab(devicesTab, tr("Devices"));
         tabs->addTab(m_strategyPanel, tr("Strategy"));
     }
-    connect(m_dataPanel, &DataPanel::experimentEdited, this, [this](const run::Experiment& e) { applySetupEdit(e, m_dataPanel); });
+    connect(m_dataPanel, &DataPanel::experimentEdited, this, [this](const config::Experiment& e) { applySetupEdit(e, m_dataPanel); });
     connect(m_devicesPanel, &DevicesPanel::experimentEdited, this,
-            [this](const run::Experiment& e) { applySetupEdit(e, m_devicesPanel); });
+            [this](const config::Experiment& e) { applySetupEdit(e, m_devicesPanel); });
     connect(m_strategyPanel, &StrategyPanel::experimentEdited, this,
-            [this](const run::Experiment& e) { applySetupEdit(e, m_strategyPanel); });
+            [this](const config::Experiment& e) { applySetupEdit(e, m_strategyPanel); });
     // Connected after the designer's own handler: that one takes the designer's copy of the
     // experiment, whose data, devices and strategy may be older than the setup panels' edits.
     connect(m_designer, &ModelDesigner::modelEdited, this, &MainWindow::mergeModelEdit);
 }
 
-void MainWindow::showInSetupPanels(const run::Experiment& e, QWidget* except) {
+void MainWindow::showInSetupPanels(const config::Experiment& e, QWidget* except) {
     m_setup = e;
     // Each panel shows without emitting, so handing an edit on starts no loop.
     if (except != m_dataPanel) m_dataPanel->setExperiment(e);
@@ -453,7 +453,7 @@ void MainWindow::showInSetupPanels(const run::Experiment& e, QWidget* except) {
     if (except != m_strategyPanel) m_strategyPanel->setExperiment(e);
 }
 
-void MainWindow::applySetupEdit(const run::Experiment& e, QWidget* from) {
+void MainWindow::applySetupEdit(const config::Experiment& e, QWidget* from) {
     m_experiment = e;
     showInSetupPanels(e, from);
     m_designer->updateContext(e);  // its model and undo history stay; a new data set re-infers
@@ -464,8 +464,8 @@ void MainWindow::applySetupEdit(const run::Experiment& e, QWidget* from) {
     updateActions();
 }
 
-void MainWindow::mergeModelEdit(const run::Experiment& e) {
-    run::Experiment merged = m_setup ? *m_setup : e;
+void MainWindow::mergeModelEdit(const config::Experiment& e) {
+    config::Experiment merged = m_setup ? *m_setup : e;
     merged.layers = e.layers;
     merged.input = e.input;
     merged.loss = e.loss;

@@ -44,10 +44,10 @@ public:
     // and all. A model that does not fit its data opens: the designer shows the layer in red and
     // Start stays disabled until it is fixed.
     QString openExperiment(const QString& path, bool interactive = true);
-    const std::optional<run::Experiment>& experiment() const { return m_experiment; }
+    const std::optional<config::Experiment>& experiment() const { return m_experiment; }
     // For tests and scripted runs: the experiment that Start runs (Start disabled while its
     // model does not fit).
-    void setExperiment(const run::Experiment& e);
+    void setExperiment(const config::Experiment& e);
 
     RunController* controller() const { return m_controller; }
     // Runs across the processes of an mpirun job, when the Devices tab's cluster is chosen; the
@@ -110,17 +110,17 @@ private:
     // The designer's side of the window: its tab, its File and Edit menu entries, its edits.
     QWidget* buildDesignerTabs();
     void buildDesignerMenus(QMenu* file);
-    void applyModelEdit(const run::Experiment& e);
+    void applyModelEdit(const config::Experiment& e);
     void rememberFile(const QString& path);
     void rebuildRecentMenu();
     // The setup panels' side: their tabs, their edits, Pause / Resume.
     void buildSetupTabs(QTabWidget* tabs);
-    void showInSetupPanels(const run::Experiment& e, QWidget* except = nullptr);
-    void applySetupEdit(const run::Experiment& e, QWidget* from);
-    void mergeModelEdit(const run::Experiment& e);
+    void showInSetupPanels(const config::Experiment& e, QWidget* except = nullptr);
+    void applySetupEdit(const config::Experiment& e, QWidget* from);
+    void mergeModelEdit(const config::Experiment& e);
     void buildPauseActions(QMenu* runMenu, QToolBar* toolbar);
 
-    std::optional<run::Experiment> m_experiment;
+    std::optional<config::Experiment> m_experiment;
     ExperimentPanel* m_panel;
     LossPlotPanel* m_plot;
     DeviceDashboard* m_devices;
@@ -145,7 +145,7 @@ private:
     QSplitter* m_splitter = nullptr;
     QAction* m_pauseAction = nullptr;
     QAction* m_resumeAction = nullptr;
-    std::optional<run::Experiment> m_setup;  // the experiment as the setup panels last had it
+    std::optional<config::Experiment> m_setup;  // the experiment as the setup panels last had it
     QString m_lastFile;
     bool m_shownOnce = false;
     QLabel* m_status;

@@ -32,11 +32,11 @@ struct ClusterRunController::Shared {
     bool closed = false;            // guarded by m_mutex: no more lines will come
 
     int64_t total_steps = -1;                   // guarded by m_mutex: the start event, once
-    std::vector<run::StepRecord> steps;         // guarded by m_mutex
-    std::vector<run::StepRecord> device_steps;  // guarded by m_mutex
-    std::vector<run::Span> spans;               // guarded by m_mutex
-    std::vector<run::EvalResult> evals;         // guarded by m_mutex
-    std::optional<run::RunSummary> summary;     // guarded by m_mutex: the finish event
+    std::vector<config::StepRecord> steps;         // guarded by m_mutex
+    std::vector<config::StepRecord> device_steps;  // guarded by m_mutex
+    std::vector<config::Span> spans;               // guarded by m_mutex
+    std::vector<config::EvalResult> evals;         // guarded by m_mutex
+    std::optional<config::RunSummary> summary;     // guarded by m_mutex: the finish event
     QString decodeError;                        // guarded by m_mutex: the first broken event
 
     // The decoder thread's loop: returns once the input is closed and every line decoded.
@@ -123,7 +123,7 @@ void ClusterRunController::refuse(const QString& message) {
     emit failed(message);
 }
 
-void ClusterRunController::start(run::Experiment experiment) {
+void ClusterRunController::start(config::Experiment experiment) {
     if (isRunning()) return;
     const QString problems = m_settings.problemText();
     if (!problems.isEmpty()) return refuse(tr("The cluster settings are not complete: %1").arg(problems));
@@ -304,9 +304,9 @@ void ClusterRunController::closeInput() {
 void ClusterRunController::drain() {
     if (!m_shared) return;
     int64_t total = -1;
-    std::vector<run::StepRecord> steps, deviceSteps;
-    std::vector<run::Span> spans;
-    std::vector<run::EvalResult> evals;
+    std::vector<config::StepRecord> steps, deviceSteps;
+    std::vector<config::Span> spans;
+    std::vector<config::EvalResult> evals;
     {
         std::lock_guard lock(m_shared->m_mutex);
         std::swap(total, m_shared->total_steps);
@@ -325,11 +325,11 @@ void ClusterRunController::drain() {
     }
     if (!steps.empty()) {
         m_lastStep = steps.back().step;
-        emit stepsArrived(QVector<run::StepRecord>(steps.begin(), steps.end()));
+        emit stepsArrived(QVector<config::StepRecord>(steps.begin(), steps.end()));
     }
     if (!deviceSteps.empty())
-        emit deviceStepsArrived(QVector<run::StepRecord>(deviceSteps.begin(), deviceSteps.end()));
-    if (!spans.empty()) emit spansArrived(QVector<run::Span>(spans.begin(), spans.end()));
+        emit deviceStepsArrived(QVector<config::StepRecord>(deviceSteps.begin(), deviceSteps.end()));
+    if (!spans.empty()) emit spansArrived(QVector<config::Span>(spans.begin(), spans.end()));
     for (const auto& e : evals) emit evalArrived(e);
 }
 
@@ -339,7 +339,7 @@ void ClusterRunController::onDecoderFinished() {
     m_decoder->wait();
     delete m_decoder;
     m_decoder = nullptr;
-    std::optional<run::RunSummary> summary;
+    std::optional<config::RunSummary> summary;
     {
         std::lock_guard lock(m_shared->m_mutex);
         summary = m_shared->summary;
@@ -355,7 +355,7 @@ void ClusterRunController::onDecoderFinished() {
     m_stopTimer.stop();
     if (stoppedEarly) {
         // Stopped before any rank trained: the job had nothing to record but that.
-        run::RunSummary s;
+        config::RunSummary s;
         s.status = "stopped";
         s.name = m_experimentName;
         s.strategy = m_strategy;

@@ -1,4 +1,4 @@
-// A run across the processes of an MPI job, for the window (issue 8): the experiment is
+// A run across the processes of an MPI job, for the window: the experiment is
 // written to a file, `mpirun ... paralab run FILE --devices cpu:0 --db STORE --stream` is
 // started through QProcess, and rank 0's event lines (engine/run/event_stream.h) are decoded on
 // a thread of their own; a 30 Hz timer on the GUI thread drains what was decoded and emits the
@@ -51,7 +51,7 @@ public:
     static constexpr int kStderrLines = 50;
 
 public slots:
-    void start(paralab::run::Experiment experiment) override;
+    void start(paralab::config::Experiment experiment) override;
     void stop() override;
     void pause() override;
     void resume() override;

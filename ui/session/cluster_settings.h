@@ -1,4 +1,4 @@
-// The window's cluster device source (issue 8): where a job's processes run (a host list with
+// The window's cluster device source: where a job's processes run (a host list with
 // slots, or an Open MPI hostfile), how many there are, and which mpirun starts them. Kept in
 // QSettings under "cluster/"; checked field by field so that the Devices panel can say what is
 // wrong beside the field, and turned into mpirun's arguments for ClusterRunController.

@@ -15,7 +15,7 @@ struct RunController::Shared {
     run::LiveMetrics live;    // locks inside: the rank threads push, the drain timer takes
 
     std::mutex m_mutex;
-    run::RunSummary summary;  // guarded by m_mutex
+    config::RunSummary summary;  // guarded by m_mutex
     QString error;            // guarded by m_mutex; set when the run could not start
 };
 
@@ -25,24 +25,24 @@ struct RunController::Shared {
 class RunController::Observer : public run::RunObserver {
 public:
     Observer(Shared& shared, store::RunRecorder& recorder) : m_live(shared.live), m_recorder(recorder) {}
-    void on_start(const run::Experiment& e, int64_t total) override {
+    void on_start(const config::Experiment& e, int64_t total) override {
         m_recorder.on_start(e, total);
         m_live.on_start(e, total);
     }
-    void on_span(const run::Span& s) override {
+    void on_span(const config::Span& s) override {
         m_recorder.on_span(s);
         m_live.on_span(s);
     }
-    void on_step(const run::StepRecord& r) override {
+    void on_step(const config::StepRecord& r) override {
         m_recorder.on_step(r);
         m_live.on_step(r);
     }
-    void on_step_end(const run::StepRecord& r) override { m_live.on_step_end(r); }
-    void on_eval(const run::EvalResult& r) override {
+    void on_step_end(const config::StepRecord& r) override { m_live.on_step_end(r); }
+    void on_eval(const config::EvalResult& r) override {
         m_recorder.on_eval(r);
         m_live.on_eval(r);
     }
-    void on_finish(const run::RunSummary& s) override { m_recorder.on_finish(s); }
+    void on_finish(const config::RunSummary& s) override { m_recorder.on_finish(s); }
 
 private:
     run::LiveMetrics& m_live;
@@ -65,13 +65,13 @@ RunController::~RunController() {
     else qWarning("ParaLab: the run did not stop within 10 s");
 }
 
-void RunController::start(run::Experiment experiment) {
+void RunController::start(config::Experiment experiment) {
     if (isRunning()) return;
     m_shared = std::make_shared<Shared>();
     const std::string storePath =
         m_storePath.isEmpty() ? store::RunStore::default_path() : m_storePath.toStdString();
     m_thread = QThread::create([shared = m_shared, e = std::move(experiment), storePath] {
-        run::RunSummary summary;
+        config::RunSummary summary;
         QString error;
         try {
             // Every run is kept: a store that cannot be opened stops the run before it starts.
@@ -116,10 +116,10 @@ void RunController::drain() {
     run::LiveMetrics::Frame f = m_shared->live.drain();
     if (f.empty()) return;
     if (f.total_steps >= 0) emit started(f.total_steps);
-    if (!f.steps.empty()) emit stepsArrived(QVector<run::StepRecord>(f.steps.begin(), f.steps.end()));
+    if (!f.steps.empty()) emit stepsArrived(QVector<config::StepRecord>(f.steps.begin(), f.steps.end()));
     if (!f.device_steps.empty())
-        emit deviceStepsArrived(QVector<run::StepRecord>(f.device_steps.begin(), f.device_steps.end()));
-    if (!f.spans.empty()) emit spansArrived(QVector<run::Span>(f.spans.begin(), f.spans.end()));
+        emit deviceStepsArrived(QVector<config::StepRecord>(f.device_steps.begin(), f.device_steps.end()));
+    if (!f.spans.empty()) emit spansArrived(QVector<config::Span>(f.spans.begin(), f.spans.end()));
     for (const auto& e : f.evals) emit evalArrived(e);  // a few per run: one signal each is fine
 }
 
@@ -129,7 +129,7 @@ void RunController::onThreadFinished() {
     m_thread->wait();  // `finished` comes just before the thread ends: at most a moment
     delete m_thread;
     m_thread = nullptr;
-    run::RunSummary summary;
+    config::RunSummary summary;
     QString error;
     {
         std::lock_guard lock(m_shared->m_mutex);

@@ -22,7 +22,7 @@ public:
     ~RunController() override;  // stops a run and waits for it (with a time limit)
 
 public slots:
-    void start(paralab::run::Experiment experiment) override;
+    void start(paralab::config::Experiment experiment) override;
     void stop() override;
     void pause() override;
     void resume() override;

@@ -3,10 +3,10 @@
 namespace paralab::ui {
 
 RunSource::RunSource(QObject* parent) : QObject(parent) {
-    qRegisterMetaType<paralab::run::StepRecord>();
-    qRegisterMetaType<paralab::run::EvalResult>();
-    qRegisterMetaType<paralab::run::RunSummary>();
-    qRegisterMetaType<paralab::run::Span>();
+    qRegisterMetaType<paralab::config::StepRecord>();
+    qRegisterMetaType<paralab::config::EvalResult>();
+    qRegisterMetaType<paralab::config::RunSummary>();
+    qRegisterMetaType<paralab::config::Span>();
 }
 
 void RunSource::setState(State state) {

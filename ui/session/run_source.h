@@ -27,7 +27,7 @@ public:
     }
 
 public slots:
-    virtual void start(paralab::run::Experiment experiment) = 0;
+    virtual void start(paralab::config::Experiment experiment) = 0;
     virtual void stop() = 0;
     virtual void pause() = 0;
     virtual void resume() = 0;
@@ -36,14 +36,14 @@ signals:
     void stateChanged(paralab::ui::RunSource::State state);
     void started(qint64 totalSteps);
     // The steps over all devices (one record per step, device "all").
-    void stepsArrived(const QVector<paralab::run::StepRecord>& steps);
+    void stepsArrived(const QVector<paralab::config::StepRecord>& steps);
     // One record per device per step, and the timeline's spans, for the per-device views.
-    void deviceStepsArrived(const QVector<paralab::run::StepRecord>& steps);
-    void spansArrived(const QVector<paralab::run::Span>& spans);
-    void evalArrived(const paralab::run::EvalResult& eval);
+    void deviceStepsArrived(const QVector<paralab::config::StepRecord>& steps);
+    void spansArrived(const QVector<paralab::config::Span>& spans);
+    void evalArrived(const paralab::config::EvalResult& eval);
     // The run ended with status finished, stopped, or failed during training (a NaN loss...);
     // the summary says which and why.
-    void finished(const paralab::run::RunSummary& summary);
+    void finished(const paralab::config::RunSummary& summary);
     // The run could not start (bad data files, a model that does not fit the data, a job
     // mpirun could not launch...), or a job ended without saying how.
     void failed(const QString& message);
@@ -58,7 +58,7 @@ private:
 
 }  // namespace paralab::ui
 
-Q_DECLARE_METATYPE(paralab::run::StepRecord)
-Q_DECLARE_METATYPE(paralab::run::EvalResult)
-Q_DECLARE_METATYPE(paralab::run::RunSummary)
-Q_DECLARE_METATYPE(paralab::run::Span)
+Q_DECLARE_METATYPE(paralab::config::StepRecord)
+Q_DECLARE_METATYPE(paralab::config::EvalResult)
+Q_DECLARE_METATYPE(paralab::config::RunSummary)
+Q_DECLARE_METATYPE(paralab::config::Span)

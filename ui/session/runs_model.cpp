@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "engine/store/run_store.h"
+#include "engine/strategy/registry.h"
 
 namespace paralab::ui {
 
@@ -151,12 +152,13 @@ QString formatBytes(qint64 bytes) {
 std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run,
                                                    const QVector<RunInfo>& runs) {
     if (run.samplesPerS <= 0 || run.devices.isEmpty()) return std::nullopt;
-    if (run.devices.size() == 1 && run.strategy == QLatin1String("single"))
+    auto isBaseline = [](const RunInfo& r) { return strategy::is_baseline(r.strategy.toStdString()); };
+    if (run.devices.size() == 1 && isBaseline(run))
         return ScalingEfficiency{run.id, run.samplesPerS, 1.0};
     const RunInfo* best = nullptr;
     auto rank = [&](const RunInfo& c) {
-        // same name beats same model; strategy "single" beats a one-device hogwild; newest wins
-        return std::tuple(c.name == run.name, c.strategy == QLatin1String("single"), c.id);
+        // same name beats same model; the baseline strategy beats a one-device hogwild; newest wins
+        return std::tuple(c.name == run.name, isBaseline(c), c.id);
     };
     for (const RunInfo& c : runs) {
         if (c.id == run.id || c.devices.size() != 1 || c.status != QLatin1String("finished") ||

@@ -1,4 +1,4 @@
-// The run store's runs as a table for the window (DESIGN.md §1, ui/session: QtCore only).
+// The run store's runs as a table for the window (docs/design.md, "Layers", ui/session: QtCore only).
 // Every store query runs on a worker thread of the model's own, one at a time and in the order
 // asked (a notes edit is written before the refresh that follows it); results come back to
 // the GUI thread as queued calls. The GUI thread never opens the database: a locked store
@@ -49,7 +49,7 @@ struct ScalingEfficiency {
     double value = 0;  // 1.0: perfect scaling
 };
 // The newest finished single-device run among `runs` with `run`'s name, else with its model;
-// a single-device run of strategy "single" is its own baseline. Empty when there is none or
+// a single-device run of the baseline strategy (the registry's, single) is its own baseline. Empty when there is none or
 // `run` has no throughput.
 std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run,
                                                    const QVector<RunInfo>& runs);

@@ -1,4 +1,4 @@
-// Where a run's devices are (issue 8): this machine's rank threads, or a cluster of processes
+// Where a run's devices are: this machine's rank threads, or a cluster of processes
 // started by mpirun — a host list with slots (or an Open MPI hostfile), the number of processes
 // (one per slot unless told), mpirun's path, a folder every host sees for the job's file, and
 // the devices the job will have (r0/cpu:0 ...). Shown in the Devices panel; what it holds is

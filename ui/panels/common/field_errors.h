@@ -1,6 +1,5 @@
-// Which field an experiment parser message belongs to: messages start with the JSON path of
-// the value ("strategy.split[1]: expected ..."); the field is the longest key that is a prefix
-// of that path.
+// Form fields with their error line, and placing an experiment's issue under the field of its
+// JSON path (config::Issue carries the path as data; no message text is read).
 #pragma once
 
 #include <QFormLayout>
@@ -10,10 +9,13 @@
 #include <QVBoxLayout>
 #include <QWidget>
 
+#include "engine/config/issue.h"
+
 namespace paralab::ui {
 
-inline QString fieldOfMessage(const QString& message, const QStringList& keys) {
-    const QString path = message.section(QLatin1Char(':'), 0, 0);
+// The field an issue at `path` belongs to: the longest key that is the path or contains it
+// ("strategy.split" for "strategy.split[1]"); "" when none does.
+inline QString fieldOfPath(const QString& path, const QStringList& keys) {
     QString best;
     for (const QString& key : keys) {
         if ((path == key || path.startsWith(key + QLatin1Char('[')) ||
@@ -22,6 +24,14 @@ inline QString fieldOfMessage(const QString& message, const QStringList& keys) {
             best = key;
     }
     return best;
+}
+
+// Shows `issue` ("path: message") in the error label of its field among `errors` (key ->
+// label), or in `general` when no field holds its path.
+inline void showIssue(const config::Issue& issue, const QHash<QString, QLabel*>& errors, QLabel* general) {
+    QLabel* label = errors.value(fieldOfPath(QString::fromStdString(issue.path), errors.keys()), general);
+    label->setText(QString::fromStdString(issue.text()));
+    label->show();
 }
 
 // A form cell: `editor` with a red error line under it (hidden until a message is shown),

@@ -1,5 +1,5 @@
 // Colours shared by every plot, so that a device, a phase of the timeline and a memory category
-// look the same wherever they appear (issue 5: "a device keeps its colour in every plot").
+// look the same wherever they appear.
 #pragma once
 
 #include <QColor>

@@ -1,4 +1,4 @@
-// Exports of one plot (issue 5: "export of any plot as PNG or PDF and of the data as CSV").
+// Exports of one plot.
 // Each panel lists its plots as PlotExports; the plot's context menu and File ▸ Export use the
 // same list, so every plot drawn can be written both ways.
 #pragma once

@@ -322,7 +322,7 @@ QColor DeviceDashboard::colorOf(const QString& device) const {
     return i < 0 ? QColor() : palette::deviceColor(static_cast<int>(i));
 }
 
-void DeviceDashboard::append(Series& s, const run::StepRecord& r) {
+void DeviceDashboard::append(Series& s, const config::StepRecord& r) {
     Series::Row row;
     row.step = r.step;
     row.epoch = r.epoch;
@@ -358,7 +358,7 @@ void DeviceDashboard::append(Series& s, const run::StepRecord& r) {
     }
 }
 
-void DeviceDashboard::addDeviceSteps(const QVector<run::StepRecord>& steps) {
+void DeviceDashboard::addDeviceSteps(const QVector<config::StepRecord>& steps) {
     if (steps.isEmpty()) return;
     for (const auto& r : steps) append(seriesFor(QString::fromStdString(r.device)), r);
     updateBars();
@@ -366,7 +366,7 @@ void DeviceDashboard::addDeviceSteps(const QVector<run::StepRecord>& steps) {
     m_pacer->request();
 }
 
-void DeviceDashboard::addSteps(const QVector<run::StepRecord>& steps) {
+void DeviceDashboard::addSteps(const QVector<config::StepRecord>& steps) {
     if (steps.isEmpty()) return;
     Series& global = seriesFor(kAll);
     for (const auto& r : steps) append(global, r);

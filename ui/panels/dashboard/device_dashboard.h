@@ -1,4 +1,4 @@
-// Every device live (issue 5's dashboard): loss per device and over all devices with
+// Every device live (the dashboard): loss per device and over all devices with
 // TensorBoard's debiased EMA smoothing, throughput per device and in total, memory per device
 // stacked by category (at the latest step) and over time, and where each device's step time
 // goes (compute / communication / idle / data wait, mean over the last N steps).
@@ -75,8 +75,8 @@ public:
 
     // Connected to RunController's batches with function-pointer connects (not moc slots: moc
     // would instantiate the records' metatypes before run_controller.h declares them).
-    void addDeviceSteps(const QVector<run::StepRecord>& steps);
-    void addSteps(const QVector<run::StepRecord>& steps);  // over all devices
+    void addDeviceSteps(const QVector<config::StepRecord>& steps);
+    void addSteps(const QVector<config::StepRecord>& steps);  // over all devices
 
 public slots:
     void clear();
@@ -94,7 +94,7 @@ private:
 
     Series* series(const QString& device) const;  // nullptr when not seen
     Series& seriesFor(const QString& device);      // creates the device's curves
-    void append(Series& s, const run::StepRecord& r);
+    void append(Series& s, const config::StepRecord& r);
     void rebuildCurves();  // after a change of smoothing or x axis
     void recolor();
     void updateBars();

@@ -152,7 +152,7 @@ void LossPlotPanel::clear() {
     fitToData();
 }
 
-void LossPlotPanel::addSteps(const QVector<run::StepRecord>& steps) {
+void LossPlotPanel::addSteps(const QVector<config::StepRecord>& steps) {
     if (steps.isEmpty()) return;
     for (const auto& s : steps) {
         TrainingPoint p{static_cast<double>(s.step), s.wall_s, s.loss,
@@ -180,7 +180,7 @@ void LossPlotPanel::addSteps(const QVector<run::StepRecord>& steps) {
     m_pacer->request();
 }
 
-void LossPlotPanel::addEval(const run::EvalResult& eval) {
+void LossPlotPanel::addEval(const config::EvalResult& eval) {
     const EvalPoint e{static_cast<double>(eval.step), eval.loss, eval.accuracy};
     m_evals.append(e);
     const double key = keyOf(e.step, wallAtStep(e.step));

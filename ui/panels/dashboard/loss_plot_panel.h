@@ -35,8 +35,8 @@ public:
     explicit LossPlotPanel(QWidget* parent = nullptr);
 
     void clear();
-    void addSteps(const QVector<run::StepRecord>& steps);
-    void addEval(const run::EvalResult& eval);
+    void addSteps(const QVector<config::StepRecord>& steps);
+    void addEval(const config::EvalResult& eval);
     int pointCount() const;        // training-loss points (one per step)
     int evalPointCount() const;    // test-loss points
     bool logarithmicLoss() const { return m_logLoss; }

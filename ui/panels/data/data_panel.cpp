@@ -153,7 +153,7 @@ void DataPanel::updateVisibility() {
                                               : tr("a CSV file with a header row"));
 }
 
-void DataPanel::setExperiment(const run::Experiment& e) {
+void DataPanel::setExperiment(const config::Experiment& e) {
     m_updating = true;
     m_experiment = e;
     const auto& d = e.data;
@@ -179,7 +179,7 @@ void DataPanel::setExperiment(const run::Experiment& e) {
 
 void DataPanel::edited() {
     if (m_updating) return;
-    run::Experiment e = m_experiment;
+    config::Experiment e = m_experiment;
     auto& d = e.data;
     const std::string name = m_dataset->currentText().toStdString();
     const bool changedSet = name != d.dataset;
@@ -208,13 +208,8 @@ void DataPanel::edited() {
 
     for (QLabel* l : std::as_const(m_errors)) l->hide();
     m_generalError->hide();
-    try {
-        run::parse_experiment(run::to_json(e));
-    } catch (const std::exception& err) {
-        const QString message = QString::fromUtf8(err.what());
-        QLabel* label = m_errors.value(fieldOfMessage(message, m_errors.keys()), m_generalError);
-        label->setText(message);
-        label->show();
+    if (const auto issues = run::validate(e); !issues.empty()) {
+        showIssue(issues.front(), m_errors, m_generalError);
         return;
     }
     if (changedSet) setExperiment(e);  // shows the new set's defaults

@@ -25,12 +25,12 @@ public:
     explicit DataPanel(QWidget* parent = nullptr);
 
     // Shows `e` without emitting experimentEdited.
-    void setExperiment(const run::Experiment& e);
+    void setExperiment(const config::Experiment& e);
     // The parser's message shown under the field it names ("" when every value is valid).
     QString errorText() const;
 
 signals:
-    void experimentEdited(const paralab::run::Experiment& e);
+    void experimentEdited(const paralab::config::Experiment& e);
 
 private:
     void addField(const QString& key, const QString& label, QWidget* editor);
@@ -39,7 +39,7 @@ private:
     void chooseFile();
     void chooseFolder();
 
-    run::Experiment m_experiment;
+    config::Experiment m_experiment;
     bool m_updating = false;
     QFormLayout* m_form;
     QComboBox* m_dataset;

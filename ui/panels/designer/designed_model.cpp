@@ -14,11 +14,11 @@ QString layerPathString(const LayerPath& path) {
     return s;
 }
 
-LayerPath layerPathInMessage(const QString& message) {
+LayerPath layerPathOf(const std::string& jsonPath) {
     static const QRegularExpression head(QStringLiteral("^model((?:\\.layers\\[\\d+\\])+)"));
     static const QRegularExpression index(QStringLiteral("\\[(\\d+)\\]"));
     LayerPath path;
-    const auto m = head.match(message);
+    const auto m = head.match(QString::fromStdString(jsonPath));
     if (!m.hasMatch()) return path;
     auto it = index.globalMatch(m.captured(1));
     while (it.hasNext()) path << it.next().captured(1).toInt();
@@ -111,9 +111,14 @@ ShapeReport inferShapes(const DesignedModel& m, const Shape& input) {
             if (path.find('.', 6) == std::string::npos)
                 report.activationBytes += info.activationBytes;
         return report;
+    } catch (const ShapeError& err) {
+        report.message = QString::fromUtf8(err.what());
+        report.errorPath = layerPathOf(err.path());
+    } catch (const ConfigError& err) {
+        report.message = QString::fromUtf8(err.what());
+        report.errorPath = layerPathOf(err.path());
     } catch (const std::exception& err) {
         report.message = QString::fromUtf8(err.what());
-        report.errorPath = layerPathInMessage(report.message);
     }
     // The layers above the failing one still have shapes: build that prefix.
     const int failing = report.errorPath.isEmpty() ? 0 : report.errorPath.front();

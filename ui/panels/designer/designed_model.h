@@ -24,9 +24,10 @@ using LayerPath = QList<int>;
 
 // "model.layers[2].layers[0]" for {2, 0}.
 QString layerPathString(const LayerPath& path);
-// The deepest layer path named at the start of an error message ("model.layers[2].layers[1]
-// (conv2d): ..." or "model.layers[3].out: ..."); empty when the message names no layer.
-LayerPath layerPathInMessage(const QString& message);
+// The deepest layer in an error's JSON path (ConfigError::path, ShapeError::path):
+// "model.layers[2].layers[1]" or "model.layers[3].out" -> {2, 1} or {3}; empty for a path that
+// names no layer.
+LayerPath layerPathOf(const std::string& jsonPath);
 
 // The list that holds the layer at `path` (the model's, or a residual body) and its index there;
 // nullptr when the path does not exist.
@@ -34,7 +35,7 @@ std::vector<nn::LayerSpec>* parentList(std::vector<nn::LayerSpec>& layers, const
 nn::LayerSpec* layerAt(std::vector<nn::LayerSpec>& layers, const LayerPath& path);
 const nn::LayerSpec* layerAt(const std::vector<nn::LayerSpec>& layers, const LayerPath& path);
 
-// A layer of the type with the options a person most likely wants first (EXPERIMENT.md's
+// A layer of the type with the options a person most likely wants first (docs/experiment-format.md's
 // required options filled in: linear out 10, conv2d 16 channels 3x3 padding 1, ...).
 nn::LayerSpec defaultLayer(const std::string& type);
 // "out 128", "16 ch, 3x3, pad 1": the options worth reading in the stack, short.
@@ -51,7 +52,7 @@ struct LayerShapeInfo {
 struct ShapeReport {
     bool ok = false;
     QString message;      // the engine's error when !ok
-    LayerPath errorPath;  // the layer the message names (may be empty)
+    LayerPath errorPath;  // the layer the error names (may be empty)
     std::vector<std::pair<std::string, LayerShapeInfo>> rows;  // by JSON path, "model.layers[0]"
     int64_t parameters = 0;                                    // whole model, when ok
     int64_t flops = 0;

@@ -1,4 +1,4 @@
-// The options of the selected layer, one editor per option of its type (EXPERIMENT.md):
+// The options of the selected layer, one editor per option of its type (docs/experiment-format.md):
 // integers in spin boxes, floats in line edits, bool in a check box, lstm/gru `return` in a
 // combo box. Editors do not range-check: the designer validates every edit with the file
 // format's own parser, so the message a person sees is the one the file would give.

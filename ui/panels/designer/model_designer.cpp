@@ -229,7 +229,7 @@ ModelDesigner::ModelDesigner(QWidget* parent)
 // Waits for inference still in flight (the futures' destructors): at most one model build.
 ModelDesigner::~ModelDesigner() = default;
 
-void ModelDesigner::setExperiment(const run::Experiment& e) {
+void ModelDesigner::setExperiment(const config::Experiment& e) {
     m_base = e;
     m_model = DesignedModel{e.layers, e.input, e.loss};
     m_dataInput.reset();
@@ -239,7 +239,7 @@ void ModelDesigner::setExperiment(const run::Experiment& e) {
     startInference({});
 }
 
-void ModelDesigner::updateContext(const run::Experiment& e) {
+void ModelDesigner::updateContext(const config::Experiment& e) {
     const bool dataChanged = run::to_json(e)["data"] != run::to_json(m_base)["data"];
     m_base = e;
     if (!dataChanged) return;
@@ -250,7 +250,7 @@ void ModelDesigner::updateContext(const run::Experiment& e) {
 
 void ModelDesigner::readDataInput() {
     // Once per experiment (or data section), when first needed: for an IDX set this opens the file.
-    run::Experiment probe = m_base;
+    config::Experiment probe = m_base;
     probe.input.reset();
     try {
         m_dataInput = run::model_input_shape(probe);
@@ -260,8 +260,8 @@ void ModelDesigner::readDataInput() {
     }
 }
 
-run::Experiment ModelDesigner::experiment() const {
-    run::Experiment e = m_base;
+config::Experiment ModelDesigner::experiment() const {
+    config::Experiment e = m_base;
     e.layers = m_model.layers;
     e.input = m_model.input;
     e.loss = m_model.loss;
@@ -281,13 +281,13 @@ void ModelDesigner::selectLayer(const LayerPath& path) {
 QString ModelDesigner::commit(const QString& text, DesignedModel next, const LayerPath& selectAfter,
                               const QString& mergeKey) {
     // The file format's parser is the one judge of options: what it refuses, the designer refuses
-    // with the same message (EXPERIMENT.md: the JSON path, what was expected, what was given).
-    run::Experiment e = m_base;
+    // with the same message (docs/experiment-format.md: the JSON path, what was expected, what was given).
+    config::Experiment e = m_base;
     e.layers = next.layers;
     e.input = next.input;
     e.loss = next.loss;
     try {
-        const run::Experiment parsed = run::parse_experiment(run::to_json(e));
+        const config::Experiment parsed = run::parse_experiment(run::to_json(e));
         next = DesignedModel{parsed.layers, parsed.input, parsed.loss};
     } catch (const std::exception& err) {
         return QString::fromUtf8(err.what());
@@ -403,7 +403,7 @@ QString ModelDesigner::setLayerOption(const LayerPath& path, const QString& key,
     if (key == QLatin1String("stride") && v == 0 &&
         (layer->value("type", "") == "maxpool2d" || layer->value("type", "") == "avgpool2d"))
         layer->erase("stride");
-    run::Experiment parsed;
+    config::Experiment parsed;
     try {
         parsed = run::parse_experiment(j);
     } catch (const std::exception& err) {

@@ -1,4 +1,4 @@
-// The model designer (issue 5): a palette of layer types, the layer stack as a tree (residual
+// The model designer: a palette of layer types, the layer stack as a tree (residual
 // blocks hold their body), a property editor for the selected layer, live shape inference
 // (output shape, parameters, FLOPs, activation memory per example), undo/redo, presets.
 // It edits the model section only (layers, input, loss) of the experiment it was given, and
@@ -40,14 +40,14 @@ public:
     ~ModelDesigner() override;
 
     // Starts editing `e`'s model: clears the undo history, emits validityChanged (not modelEdited).
-    void setExperiment(const run::Experiment& e);
+    void setExperiment(const config::Experiment& e);
     // The other sections of the experiment changed elsewhere (data, devices, strategy panels):
     // takes them, keeps the designed model and the undo history; re-infers the shapes (and
     // checks model.input against the data set's examples) when the data section changed. Emits nothing but
     // validityChanged (when the verdict changes).
-    void updateContext(const run::Experiment& e);
+    void updateContext(const config::Experiment& e);
     // The experiment given, with the designed model in it.
-    run::Experiment experiment() const;
+    config::Experiment experiment() const;
     const DesignedModel& model() const { return m_model; }
     bool isValid() const { return m_report.ok; }
     QString validationMessage() const { return m_report.message; }
@@ -85,7 +85,7 @@ public:
     QComboBox* presetBox() const { return m_presets; }
 
 signals:
-    void modelEdited(const paralab::run::Experiment& e);
+    void modelEdited(const paralab::config::Experiment& e);
     void validityChanged(bool ok, const QString& message);
     // A preset chosen in the combo box: ":/examples/NAME.paralab.json".
     void presetRequested(const QString& path);
@@ -104,7 +104,7 @@ private:
     void showSelection();
     void updateButtons();
 
-    run::Experiment m_base;
+    config::Experiment m_base;
     DesignedModel m_model;
     std::optional<Shape> m_dataInput;  // the data set's example shape, read once per experiment
     QString m_dataInputError;

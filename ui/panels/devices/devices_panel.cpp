@@ -159,7 +159,7 @@ void DevicesPanel::rebuildGpuRows() {
     m_updating = updating;
 }
 
-void DevicesPanel::setExperiment(const run::Experiment& e) {
+void DevicesPanel::setExperiment(const config::Experiment& e) {
     m_updating = true;
     m_experiment = e;
     // The count shows the highest cpu:K + 1, so that cpu:0..cpu:N-1 come back as they were.
@@ -182,7 +182,7 @@ void DevicesPanel::setExperiment(const run::Experiment& e) {
 
 void DevicesPanel::edited() {
     if (m_updating) return;
-    run::Experiment e = m_experiment;
+    config::Experiment e = m_experiment;
     e.devices.clear();
     for (int i = 0; i < m_gpus->count(); ++i) {
         if (m_gpus->item(i)->checkState() != Qt::Checked) continue;
@@ -205,10 +205,8 @@ void DevicesPanel::edited() {
     m_chosen->setText(
         tr("This run: %1")
             .arg(names.isEmpty() ? tr("no device") : names.join(QStringLiteral(", "))));
-    try {
-        run::parse_experiment(run::to_json(e));
-    } catch (const std::exception& err) {
-        m_error->setText(QString::fromUtf8(err.what()));
+    if (const auto issues = run::validate(e); !issues.empty()) {
+        m_error->setText(QString::fromStdString(issues.front().text()));
         m_error->show();
         return;
     }

@@ -5,7 +5,7 @@
 // The GPU list has one row per GPU id, whichever comes first (the experiment or discovery) and
 // however often either is shown: the GPUs found, then those the experiment names that were not
 // found here (a file from another machine), marked so. A GPU the experiment lists N times
-// (virtual devices sharing it, DESIGN.md §4) is one row saying so, and edits keep it N times.
+// (virtual devices sharing it, docs/design.md) is one row saying so, and edits keep it N times.
 #pragma once
 
 #include <QWidget>
@@ -26,7 +26,7 @@ class DevicesPanel : public QWidget {
 public:
     explicit DevicesPanel(QWidget* parent = nullptr);
 
-    void setExperiment(const run::Experiment& e);
+    void setExperiment(const config::Experiment& e);
     // For tests: the virtual CPU devices' count box, and whether discovery has answered.
     QSpinBox* cpuCountBox() const { return m_cpuCount; }
     bool discovered() const { return m_discovered; }
@@ -40,14 +40,14 @@ public:
     void showDiscovered(const std::vector<DeviceInfo>& devices);
 
 signals:
-    void experimentEdited(const paralab::run::Experiment& e);
+    void experimentEdited(const paralab::config::Experiment& e);
     void devicesDiscovered();
 
 private:
     void rebuildGpuRows();
     void edited();
 
-    run::Experiment m_experiment;
+    config::Experiment m_experiment;
     std::vector<DeviceInfo> m_foundGpus;  // discovery's GPUs, each id once
     bool m_updating = false;
     bool m_discovered = false;

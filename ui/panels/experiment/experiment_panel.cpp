@@ -47,7 +47,7 @@ ExperimentPanel::ExperimentPanel(QWidget* parent)
 // The futures' destructors wait for builds still running: at most one model build each.
 ExperimentPanel::~ExperimentPanel() = default;
 
-ExperimentPanel::Built ExperimentPanel::build(const run::Experiment& e) {
+ExperimentPanel::Built ExperimentPanel::build(const config::Experiment& e) {
     Built b;
     b.input = run::model_input_shape(e);  // reads the data set when model.input is absent
     auto device = make_cpu_device(0);
@@ -58,7 +58,7 @@ ExperimentPanel::Built ExperimentPanel::build(const run::Experiment& e) {
     return b;
 }
 
-void ExperimentPanel::showExperiment(const run::Experiment& e) {
+void ExperimentPanel::showExperiment(const config::Experiment& e) {
     if (m_job.valid()) m_stale.push_back(std::move(m_job));
     auto job = std::async(std::launch::async, [e] { return build(e); });
     if (job.wait_for(std::chrono::milliseconds(m_syncBudgetMs)) == std::future_status::ready) {
@@ -111,7 +111,7 @@ void ExperimentPanel::showBuilt(const Built& b) {
                           .arg(b.flops / 1e6, 0, 'f', 2));
 }
 
-void ExperimentPanel::showSections(const run::Experiment& e) {
+void ExperimentPanel::showSections(const config::Experiment& e) {
     QStringList devices;
     for (const auto& d : e.devices) devices << QString::fromStdString(d);
     m_summary->setText(
@@ -129,7 +129,7 @@ void ExperimentPanel::showSections(const run::Experiment& e) {
             .arg(e.train.max_steps ? tr(", at most %1 steps").arg(*e.train.max_steps) : QString()));
 }
 
-void ExperimentPanel::showUnbuildable(const run::Experiment& e, const QString& message) {
+void ExperimentPanel::showUnbuildable(const config::Experiment& e, const QString& message) {
     if (m_job.valid()) m_stale.push_back(std::move(m_job));  // a build still running is outdated
     showSections(e);
     m_layers->setRowCount(0);

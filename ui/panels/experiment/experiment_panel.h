@@ -31,10 +31,10 @@ public:
     // Shows `e`; throws paralab::Error (ConfigError, ShapeError) when its model cannot be built
     // within the budget, leaving what was shown before. A build past the budget shows its rows,
     // or its error in red (as showUnbuildable), when it ends.
-    void showExperiment(const run::Experiment& e);
+    void showExperiment(const config::Experiment& e);
     // Shows `e` whose model does not build: its sections, no layer rows, and `message` in red
     // where the totals go (the designer marks the layer).
-    void showUnbuildable(const run::Experiment& e, const QString& message);
+    void showUnbuildable(const config::Experiment& e, const QString& message);
     int layerRowCount() const;
     QString totalsText() const;
     bool buildPending() const { return m_job.valid(); }
@@ -47,8 +47,8 @@ private:
         int64_t parameters = 0;
         double flops = 0;
     };
-    static Built build(const run::Experiment& e);  // on the worker; throws as nn::Model does
-    void showSections(const run::Experiment& e);
+    static Built build(const config::Experiment& e);  // on the worker; throws as nn::Model does
+    void showSections(const config::Experiment& e);
     void showBuilt(const Built& b);
     void poll();
 
@@ -57,7 +57,7 @@ private:
     QLabel* m_totals;
     std::future<Built> m_job;                 // the newest experiment's build
     std::vector<std::future<Built>> m_stale;  // older ones, left to finish
-    run::Experiment m_pending;                // what m_job builds
+    config::Experiment m_pending;                // what m_job builds
     QTimer* m_poll;
     int m_syncBudgetMs = 50;
 };

@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <cmath>
+
+#include "engine/strategy/registry.h"
 #include <limits>
 
 #include "ui/panels/common/plot_style.h"
@@ -29,21 +31,6 @@ namespace paralab::ui {
 
 namespace {
 
-// Tableau 10, one colour per strategy of DESIGN.md §3, in its table's order.
-struct StrategyColor {
-    const char* strategy;
-    QColor color;
-};
-const StrategyColor kStrategyColors[] = {
-    {"single", QColor(31, 119, 180)},
-    {"data_parallel", QColor(255, 127, 14)},
-    {"ddp", QColor(44, 160, 44)},
-    {"zero", QColor(214, 39, 40)},
-    {"hogwild", QColor(148, 103, 189)},
-    {"param_server", QColor(140, 86, 75)},
-    {"model_parallel", QColor(227, 119, 194)},
-    {"pipeline", QColor(23, 190, 207)},
-};
 // Two runs of one strategy share its colour; the line style tells them apart.
 const Qt::PenStyle kPenStyles[] = {Qt::SolidLine, Qt::DashLine, Qt::DotLine, Qt::DashDotLine};
 // Bars stay readable up to about this many runs side by side.
@@ -112,9 +99,9 @@ QCPItemText* addText(QCustomPlot* plot, QCPAxisRect* rect, const QString& text, 
 }  // namespace
 
 QColor RunsPanel::strategyColor(const QString& strategy) {
-    for (const auto& sc : kStrategyColors)
-        if (strategy == QLatin1String(sc.strategy)) return sc.color;
-    return QColor(127, 127, 127);
+    // The registry's colour; a strategy this build does not know (an older store's) is grey.
+    const strategy::StrategyDescriptor* d = strategy::find_strategy(strategy.toStdString());
+    return d ? QColor(QString::fromStdString(d->color)) : QColor(127, 127, 127);
 }
 
 RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
@@ -397,8 +384,8 @@ void RunsPanel::redraw() {
                        .arg(r.devices.size())
                        .arg(r.devices.size() == 1 ? QString() : QStringLiteral("s"))
                        .arg(r.id));
-        // Deterministic strategies follow the single device's curve step for step (DESIGN.md
-        // §3): earlier runs are drawn wider, so that curves on top of each other all show.
+        // Deterministic strategies follow the single device's curve step for step
+        // (docs/strategies.md): earlier runs are drawn wider, so that curves on top of each other all show.
         const double width = std::min(1.6 + 1.2 * static_cast<double>(runs.size() - 1 - i), 5.2);
         g->setPen(QPen(color, width, kPenStyles[seen[r.strategy]++ % 4]));
         const QVector<double>& keys = byTime ? curves[i]->wallS : curves[i]->steps;

@@ -107,91 +107,65 @@ StrategyDiagram::StrategyDiagram(QWidget* parent) : QWidget(parent) {
     setMinimumHeight(220);
 }
 
-void StrategyDiagram::setStrategy(const run::StrategyConfig& strategy, const QStringList& devices) {
-    m_strategy = strategy;
+void StrategyDiagram::setPicture(const strategy::StepPicture& picture, const QStringList& devices) {
+    m_picture = picture;
     m_devices = devices;
     update();
 }
 
 void StrategyDiagram::paintEvent(QPaintEvent*) {
+    using Layout = strategy::StepPicture::Layout;
     QPainter p(this);
     p.setRenderHint(QPainter::Antialiasing);
     p.fillRect(rect(), palette().base());
     const QRectF area = QRectF(rect()).adjusted(12, 10, -12, -10);
-    const QString& type = QString::fromStdString(m_strategy.type);
+    const strategy::StepPicture& pic = m_picture;
+    auto q = [](const std::string& s) { return QString::fromStdString(s); };
     const int n = std::max<int>(1, static_cast<int>(m_devices.size()));
     auto name = [&](int i) {
         return i < m_devices.size() ? m_devices[i] : QStringLiteral("cpu:%1").arg(i);
     };
+    auto subtitle = [&](int i) {
+        return i < static_cast<int>(pic.subtitles.size()) ? q(pic.subtitles[static_cast<size_t>(i)]) : QString();
+    };
     auto color = [](int i) { return palette::deviceColor(i); };
     const double boxH = 52;
 
-    if (type == QLatin1String("single") || n == 1) {
+    switch (pic.layout) {
+    case Layout::one: {
         const QRectF box(area.center().x() - 90, area.center().y() - 40, 180, 64);
-        drawBox(p, box, name(0), tr("forward → backward → step"), color(0));
-        drawCaption(p, QRectF(area.left(), box.bottom() + 8, area.width(), 40),
-                    tr("One device does everything: nothing moves between devices."));
-        if (n > 1)
-            drawCaption(p, QRectF(area.left(), area.top(), area.width(), 30),
-                        tr("(only the first of the %1 devices is used)").arg(n), kMuted);
+        drawBox(p, box, name(0), subtitle(0), color(0));
+        drawCaption(p, QRectF(area.left(), box.bottom() + 8, area.width(), 40), q(pic.caption));
+        if (!pic.note.empty()) drawCaption(p, QRectF(area.left(), area.top(), area.width(), 30), q(pic.note), kMuted);
         return;
     }
-
-    if (type == QLatin1String("data_parallel") || type == QLatin1String("param_server") ||
-        type == QLatin1String("hogwild")) {
-        // A hub on top, the others in a row below.
-        const bool ps = type == QLatin1String("param_server");
-        const bool hog = type == QLatin1String("hogwild");
+    case Layout::hub: {
+        // A hub on top, the devices (all, or all but the hub's own) in a row below.
         const QRectF hub(area.center().x() - 110, area.top() + 4, 220, boxH + 6);
-        const QString hubTitle = ps    ? tr("%1 · server").arg(name(0))
-                                 : hog ? tr("shared parameters")
-                                       : tr("%1 · device 0").arg(name(0));
-        const QString hubSub =
-            ps    ? tr("parameters + optimizer, %1").arg(QString::fromStdString(m_strategy.ps_mode))
-            : hog ? tr("one set, in %1's memory").arg(name(0))
-                  : tr("loss, gathered outputs, optimizer");
-        drawBox(p, hub, hubTitle, hubSub, hog ? kMuted : color(0));
-        const int first = ps ? 1 : 0;
+        drawBox(p, hub, q(pic.hub_title), q(pic.hub_subtitle), pic.shared ? kMuted : color(0));
+        const int first = pic.hub_is_device ? 1 : 0;
         QVector<QRectF> boxes = rowOfBoxes(
             QRectF(area.left(), area.bottom() - boxH - 44, area.width(), boxH), n - first, boxH);
         for (int i = first; i < n; ++i) {
             const QRectF& b = boxes[i - first];
-            drawBox(p, b, name(i),
-                    ps    ? tr("worker")
-                    : hog ? tr("own rows, own steps")
-                          : tr("replica"),
-                    color(i));
-            const QPointF hubPoint(hub.left() + hub.width() * (i - first + 1) / (n - first + 1),
-                                   hub.bottom());
+            drawBox(p, b, name(i), subtitle(i), color(i));
+            const QPointF hubPoint(hub.left() + hub.width() * (i - first + 1) / (n - first + 1), hub.bottom());
             const QPointF off(5, 0);
-            const bool labelled = i == first;
-            if (hog) {
-                drawArrow(p, topOf(b), hubPoint, kMuted,
-                          labelled ? tr("read, write (no locks)") : QString(), true, true);
+            const QString label = i == first ? q(pic.down_label) : QString();
+            if (pic.shared) {
+                drawArrow(p, topOf(b), hubPoint, kMuted, label, true, true);
             } else {
-                drawArrow(p, hubPoint - off, topOf(b) - off, kDown,
-                          labelled ? (ps ? tr("pull weights") : tr("replicate, scatter rows"))
-                                   : QString());
+                drawArrow(p, hubPoint - off, topOf(b) - off, kDown, label);
                 drawArrow(p, topOf(b) + off, hubPoint + off, kUp, QString());
             }
         }
-        QString caption =
-            ps ? tr("↑ push gradients   ↓ pull weights") +
-                     (m_strategy.ps_mode == "async"
-                          ? tr(" · async: at most %1 steps ahead").arg(m_strategy.staleness)
-                          : tr(" · sync: waits for every worker"))
-            : hog ? tr("No communication: every device updates the same values whenever it likes.")
-                  : tr("↓ parameters and input rows   ↑ outputs, then gradients (reduced on device "
-                       "0)");
-        drawCaption(p, QRectF(area.left(), area.bottom() - 38, area.width(), 36), caption);
+        drawCaption(p, QRectF(area.left(), area.bottom() - 38, area.width(), 36), q(pic.caption));
         return;
     }
-
-    if (type == QLatin1String("ddp")) {
+    case Layout::ring: {
         // A ring: each device sends a chunk to the next, N-1 times to reduce, N-1 to share.
         const QPointF c(area.center().x(), area.top() + (area.height() - 40) / 2);
-        const double rx = std::min(area.width() / 2 - 75, 200.0),
-                     ry = (area.height() - 40) / 2 - 30;
+        const double rx = std::min(area.width() / 2 - 75, 200.0), ry = (area.height() - 40) / 2 - 30;
         QVector<QRectF> boxes;
         const double w = n > 8 ? 72 : 100, h = n > 8 ? 40 : 46;
         for (int i = 0; i < n; ++i) {
@@ -208,27 +182,18 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
             if (len < 1) continue;
             const QPointF u = d / len;
             auto edge = [&](const QRectF& r, QPointF dir) {
-                const double tx =
-                    std::abs(dir.x()) > 1e-6 ? (r.width() / 2 + 4) / std::abs(dir.x()) : 1e9;
-                const double ty =
-                    std::abs(dir.y()) > 1e-6 ? (r.height() / 2 + 4) / std::abs(dir.y()) : 1e9;
+                const double tx = std::abs(dir.x()) > 1e-6 ? (r.width() / 2 + 4) / std::abs(dir.x()) : 1e9;
+                const double ty = std::abs(dir.y()) > 1e-6 ? (r.height() / 2 + 4) / std::abs(dir.y()) : 1e9;
                 return r.center() + dir * std::min(tx, ty);
             };
             drawArrow(p, edge(a, u), edge(b, -u), kUp);
         }
-        for (int i = 0; i < n; ++i) drawBox(p, boxes[i], name(i), tr("full replica"), color(i));
-        drawCaption(p, QRectF(c.x() - 130, c.y() - 26, 260, 52),
-                    tr("ring all-reduce of the gradients\nin %1 MiB buckets%2")
-                        .arg(m_strategy.bucket_mb)
-                        .arg(m_strategy.overlap ? tr(", during backward") : QString()),
-                    kUp.darker(130));
-        drawCaption(p, QRectF(area.left(), area.bottom() - 36, area.width(), 34),
-                    tr("Every device ends the step with the same summed gradients and takes the "
-                       "same step."));
+        for (int i = 0; i < n; ++i) drawBox(p, boxes[i], name(i), subtitle(i), color(i));
+        drawCaption(p, QRectF(c.x() - 130, c.y() - 26, 260, 52), q(pic.centre), kUp.darker(130));
+        drawCaption(p, QRectF(area.left(), area.bottom() - 36, area.width(), 34), q(pic.caption));
         return;
     }
-
-    if (type == QLatin1String("zero")) {
+    case Layout::shards: {
         // Devices in a row; each box shows the flat parameters cut into N shards, its own filled.
         // centred: caption, bus, boxes with their shards, bus, caption, note (~190 px)
         const double top = area.top() + std::max(40.0, (area.height() - 190) / 2 + 40);
@@ -236,64 +201,41 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
         const double busUp = top - 22, busDown = top + 80 + 24;
         for (int i = 0; i < n; ++i) {
             const QRectF& b = boxes[i];
-            drawBox(
-                p, QRectF(b.left(), b.top(), b.width(), 44), name(i),
-                m_strategy.zero_stage == 2 ? tr("own optimizer + grads") : tr("owns 1/%1").arg(n),
-                color(i));
-            // the shards
+            drawBox(p, QRectF(b.left(), b.top(), b.width(), 44), name(i), subtitle(i), color(i));
             const double sw = (b.width() - 8) / n;
             for (int s = 0; s < n; ++s) {
                 const QRectF cell(b.left() + 4 + s * sw, b.top() + 52, sw - 1, 20);
-                QColor fill = s == i ? color(i) : QColor(0xdd, 0xdd, 0xdd);
-                p.fillRect(cell, fill);
+                p.fillRect(cell, s == i ? color(i) : QColor(0xdd, 0xdd, 0xdd));
             }
-            drawArrow(p, QPointF(b.center().x() - 6, b.top() + 72),
-                      QPointF(b.center().x() - 6, busDown - 2), kUp);
-            drawArrow(p, QPointF(b.center().x() + 6, busUp + 2),
-                      QPointF(b.center().x() + 6, b.top() - 2), kDown);
+            drawArrow(p, QPointF(b.center().x() - 6, b.top() + 72), QPointF(b.center().x() - 6, busDown - 2), kUp);
+            drawArrow(p, QPointF(b.center().x() + 6, busUp + 2), QPointF(b.center().x() + 6, b.top() - 2), kDown);
         }
         p.setPen(QPen(kUp, 2.5));
         p.drawLine(QPointF(boxes.first().left(), busDown), QPointF(boxes.last().right(), busDown));
         p.setPen(QPen(kDown, 2.5));
         p.drawLine(QPointF(boxes.first().left(), busUp), QPointF(boxes.last().right(), busUp));
-        drawCaption(p, QRectF(area.left(), busUp - 24, area.width(), 22),
-                    tr("all-gather: every device sends its updated shard to all"),
-                    kDown.darker(130));
-        drawCaption(p, QRectF(area.left(), busDown + 2, area.width(), 22),
-                    tr("reduce-scatter: shard k of the summed gradients goes to device k"),
-                    kUp.darker(130));
-        drawCaption(p, QRectF(area.left(), busDown + 26, area.width(), 22),
-                    tr("Coloured cell: the shard of optimizer state%1 a device keeps (stage %2).")
-                        .arg(m_strategy.zero_stage == 2 ? tr(" and gradients") : QString())
-                        .arg(m_strategy.zero_stage),
-                    kMuted);
+        drawCaption(p, QRectF(area.left(), busUp - 24, area.width(), 22), q(pic.down_label), kDown.darker(130));
+        drawCaption(p, QRectF(area.left(), busDown + 2, area.width(), 22), q(pic.up_label), kUp.darker(130));
+        drawCaption(p, QRectF(area.left(), busDown + 26, area.width(), 22), q(pic.note), kMuted);
         return;
     }
-
-    // model_parallel, pipeline: a chain of stages.
-    const bool pipe = type == QLatin1String("pipeline");
-    const double top = area.top() + (area.height() - 60) / 2 - 20;
-    QVector<QRectF> boxes = rowOfBoxes(QRectF(area.left(), top, area.width(), boxH), n, boxH, 120);
-    for (int i = 0; i < n; ++i) {
-        drawBox(p, boxes[i], name(i), tr("stage %1").arg(i + 1), color(i));
-        if (i + 1 < n) {
-            const QRectF& a = boxes[i];
-            const QRectF& b = boxes[i + 1];
-            drawArrow(p, QPointF(a.right() + 2, a.center().y() - 9),
-                      QPointF(b.left() - 2, b.center().y() - 9), kDown);
-            drawArrow(p, QPointF(b.left() - 2, b.center().y() + 9),
-                      QPointF(a.right() + 2, a.center().y() + 9), kUp);
+    case Layout::chain: {
+        const double top = area.top() + (area.height() - 60) / 2 - 20;
+        QVector<QRectF> boxes = rowOfBoxes(QRectF(area.left(), top, area.width(), boxH), n, boxH, 120);
+        for (int i = 0; i < n; ++i) {
+            drawBox(p, boxes[i], name(i), subtitle(i), color(i));
+            if (i + 1 < n) {
+                const QRectF& a = boxes[i];
+                const QRectF& b = boxes[i + 1];
+                drawArrow(p, QPointF(a.right() + 2, a.center().y() - 9), QPointF(b.left() - 2, b.center().y() - 9), kDown);
+                drawArrow(p, QPointF(b.left() - 2, b.center().y() + 9), QPointF(a.right() + 2, a.center().y() + 9), kUp);
+            }
         }
+        drawCaption(p, QRectF(area.left(), top - 36, area.width(), 32), q(pic.top));
+        drawCaption(p, QRectF(area.left(), top + boxH + 8, area.width(), 48), q(pic.caption));
+        return;
     }
-    drawCaption(p, QRectF(area.left(), top - 36, area.width(), 32),
-                tr("→ activations forward      ← their gradients back"));
-    const QString below =
-        pipe ? tr("The batch is cut into %1 micro-batches (%2): stages work on different "
-                  "micro-batches at once; the idle start and end are the bubble.")
-                   .arg(m_strategy.micro_batches)
-                   .arg(m_strategy.schedule == "1f1b" ? tr("1F1B") : tr("GPipe"))
-             : tr("One batch at a time: while one stage works, the others wait.");
-    drawCaption(p, QRectF(area.left(), top + boxH + 8, area.width(), 48), below);
+    }
 }
 
 }  // namespace paralab::ui

@@ -1,13 +1,13 @@
 // A teaching picture of one step of a strategy: devices as boxes, what moves between them as
-// labelled arrows (broadcast / scatter / gather for data_parallel, a ring all-reduce for ddp,
-// reduce-scatter + all-gather for zero, one shared parameter set for hogwild, a server and its
-// workers, a chain of stages).
+// labelled arrows. The strategy describes its picture as data (strategy::StepPicture: a layout
+// and its words, from the registry); this widget draws each layout (a hub and its devices, a
+// ring, shards on two buses, a chain of stages, one box).
 #pragma once
 
 #include <QStringList>
 #include <QWidget>
 
-#include "engine/run/experiment.h"
+#include "engine/strategy/registry.h"
 
 namespace paralab::ui {
 
@@ -16,7 +16,7 @@ class StrategyDiagram : public QWidget {
 public:
     explicit StrategyDiagram(QWidget* parent = nullptr);
 
-    void setStrategy(const run::StrategyConfig& strategy, const QStringList& devices);
+    void setPicture(const strategy::StepPicture& picture, const QStringList& devices);
     QSize sizeHint() const override { return {520, 300}; }
     QSize minimumSizeHint() const override { return {320, 220}; }
 
@@ -24,7 +24,7 @@ protected:
     void paintEvent(QPaintEvent* event) override;
 
 private:
-    run::StrategyConfig m_strategy;
+    strategy::StepPicture m_picture;
     QStringList m_devices;
 };
 

@@ -12,8 +12,11 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include <cmath>
+
 #include <qcustomplot.h>
 
+#include "engine/run/experiment.h"
 #include "ui/panels/common/field_errors.h"
 #include "ui/panels/common/palette.h"
 #include "ui/panels/common/plot_style.h"
@@ -23,27 +26,22 @@ namespace paralab::ui {
 
 namespace {
 
-QComboBox* choices(const QStringList& items) {
-    auto* box = new QComboBox;
-    box->addItems(items);
-    return box;
+using config::OptionKind;
+using config::OptionSpec;
+using config::OptionValue;
+
+QString keyOf(const std::string& option) {
+    return QStringLiteral("strategy.") + QString::fromStdString(option);
 }
 
-bool isDataParallel(const std::string& t) {
-    return t == "data_parallel" || t == "ddp" || t == "zero";
-}
-bool isStaged(const std::string& t) {
-    return t == "model_parallel" || t == "pipeline";
-}
-
-QStringList deviceNames(const run::Experiment& e) {
+QStringList deviceNames(const config::Experiment& e) {
     QStringList names;
     for (const auto& d : e.devices) names << QString::fromStdString(d);
     return names;
 }
 
 // "2, 4" -> {2, 4}; a token that is not a whole number -> false.
-bool parseSplit(const QString& text, std::vector<int64_t>& out) {
+bool parseIndices(const QString& text, std::vector<int64_t>& out) {
     out.clear();
     for (const QString& token :
          text.split(QRegularExpression(QStringLiteral("[,;\\s]+")), Qt::SkipEmptyParts)) {
@@ -55,79 +53,32 @@ bool parseSplit(const QString& text, std::vector<int64_t>& out) {
     return true;
 }
 
+// An integer option with a few values (ZeRO's stage) is a list to pick from.
+bool isSmallRange(const OptionSpec& o) {
+    return o.kind == OptionKind::integer && std::isfinite(o.max) && o.max - o.min <= 3;
+}
+
+// The value the option holds in `s`: the file's, else the declared default.
+OptionValue valueIn(const config::StrategyConfig& s, const OptionSpec& o) {
+    const auto it = s.options.find(o.key);
+    return it != s.options.end() ? it->second : o.fallback;
+}
+
 }  // namespace
 
 QString StrategyPanel::explain(const std::string& t) {
-    if (t == "single")
-        return tr(
-            "One device runs forward, backward and the optimizer step on the whole batch. It is "
-            "the baseline: every other strategy is compared with it, and the deterministic ones "
-            "must end with its parameters.");
-    if (t == "data_parallel")
-        return tr(
-            "torch's <i>nn.DataParallel</i>: every step device 0 copies its parameters to every "
-            "device and scatters the batch's rows. Each device runs forward on its rows; the "
-            "outputs are gathered on device 0, which computes the loss and sends the output "
-            "gradients back. After backward the gradients are reduced onto device 0, which alone "
-            "steps the optimizer — watch its extra memory and the others' idle time.");
-    if (t == "ddp")
-        return tr(
-            "Distributed data parallel: every device keeps a full replica (broadcast from "
-            "device 0 once, at the start) and runs forward and backward on its share of the "
-            "batch. Gradients are summed across devices by all-reduce in buckets of "
-            "<i>bucket_mb</i> MiB, last layers first; with <i>overlap</i> a bucket is sent as "
-            "soon as the layers that fill it are done, while backward goes on. Every device "
-            "then takes the same optimizer step.");
-    if (t == "zero")
-        return tr(
-            "ZeRO: like DDP, but each device keeps the optimizer state of only 1/N of the "
-            "parameters and updates only that shard. Gradients are reduce-scattered (each "
-            "device receives the sum for its shard) and the updated parameters are "
-            "all-gathered. Stage 2 shards the gradients too: each layer's gradients go to their "
-            "owners as soon as its backward is done, then are freed.");
-    if (t == "hogwild")
-        return tr(
-            "Hogwild: one parameter set, on device 0, shared by all. Each device trains on its "
-            "rows as a mini-batch of its own and updates the shared values with its own "
-            "optimizer, without locks and without any communication. Fast, but not "
-            "deterministic: updates overwrite each other and the loss is noisier.");
-    if (t == "param_server")
-        return tr(
-            "A parameter server: device 0 holds the parameters and the optimizer and computes "
-            "no gradients; the other devices are workers that push gradients and pull weights. "
-            "<i>sync</i>: the server sums every worker's push and steps once, so everyone waits "
-            "for the slowest. <i>async</i>: each push is applied as it arrives, and a worker may "
-            "run at most <i>staleness</i> steps ahead of the slowest.");
-    if (t == "model_parallel")
-        return tr(
-            "Model parallel: consecutive top-level layers are placed on consecutive devices "
-            "(balanced by parameter count unless <i>split</i> says where stages begin). "
-            "Activations travel forward from stage to stage and their gradients come back. Only "
-            "one stage works at a time: the others wait.");
-    if (t == "pipeline")
-        return tr(
-            "Pipeline: the stages of model parallel, with the batch cut into "
-            "<i>micro_batches</i> so that stages work on different micro-batches at once. GPipe "
-            "runs all forwards, then all backwards; 1F1B alternates one forward and one backward "
-            "after a warm-up. The idle bubble is (p−1)/(m+p−1) of the step; GPipe holds every "
-            "micro-batch's activations, 1F1B at most as many as there are stages.");
-    return {};
+    const strategy::StrategyDescriptor* d = strategy::find_strategy(t);
+    if (!d) return {};
+    // `option` -> <i>option</i>
+    QString text = QString::fromStdString(d->explanation).toHtmlEscaped();
+    text.replace(QRegularExpression(QStringLiteral("`([^`]*)`")), QStringLiteral("<i>\\1</i>"));
+    return text;
 }
 
 StrategyPanel::StrategyPanel(QWidget* parent)
     : QWidget(parent),
       m_form(new QFormLayout),
       m_type(new QComboBox),
-      m_bucketMb(new QDoubleSpinBox),
-      m_overlap(new QCheckBox(tr("Overlap all-reduce with backward"))),
-      m_balance(choices({QStringLiteral("even"), QStringLiteral("speed")})),
-      m_stage(choices({QStringLiteral("1"), QStringLiteral("2")})),
-      m_mode(choices({QStringLiteral("sync"), QStringLiteral("async")})),
-      m_staleness(new QSpinBox),
-      m_microBatches(new QSpinBox),
-      m_schedule(choices({QStringLiteral("gpipe"), QStringLiteral("1f1b")})),
-      m_split(new QLineEdit),
-      m_syncBatchnorm(new QCheckBox(tr("SyncBatchNorm (statistics over all devices)"))),
       m_straggler(new QComboBox),
       m_stragglerDelay(new QDoubleSpinBox),
       m_generalError(new QLabel),
@@ -136,15 +87,8 @@ StrategyPanel::StrategyPanel(QWidget* parent)
       m_memoryPlot(new QCustomPlot),
       m_memoryNote(new QLabel) {
     setObjectName(QStringLiteral("strategyPanel"));
-    for (const auto& t : run::strategy_types()) m_type->addItem(QString::fromStdString(t));
+    for (const auto& d : strategy::registry()) m_type->addItem(QString::fromStdString(d.name));
     m_type->setObjectName(QStringLiteral("strategyType"));
-    // Loose ranges: the parser has the last word and names the key when it refuses.
-    m_bucketMb->setRange(0, 4096);
-    m_bucketMb->setDecimals(2);
-    m_bucketMb->setSuffix(tr(" MiB"));
-    m_staleness->setRange(0, 100000);
-    m_microBatches->setRange(0, 4096);
-    m_split->setPlaceholderText(tr("balanced by parameters (or e.g. 2, 4)"));
     m_stragglerDelay->setRange(0, 100000);
     m_stragglerDelay->setSuffix(tr(" ms"));
     m_stragglerDelay->setDecimals(1);
@@ -161,21 +105,20 @@ StrategyPanel::StrategyPanel(QWidget* parent)
         "QLabel { background: palette(alternate-base); padding: 6px; border-radius: 4px; }"));
     layout->addWidget(m_explanation);
     layout->addLayout(m_form);
-    addOption(QStringLiteral("strategy.bucket_mb"), tr("Bucket size"), m_bucketMb);
-    addOption(QStringLiteral("strategy.overlap"), QString(), m_overlap);
-    addOption(QStringLiteral("strategy.balance"), tr("Rows per device"), m_balance);
-    addOption(QStringLiteral("strategy.stage"), tr("ZeRO stage"), m_stage);
-    addOption(QStringLiteral("strategy.mode"), tr("Mode"), m_mode);
-    addOption(QStringLiteral("strategy.staleness"), tr("Staleness bound"), m_staleness);
-    addOption(QStringLiteral("strategy.micro_batches"), tr("Micro-batches"), m_microBatches);
-    addOption(QStringLiteral("strategy.schedule"), tr("Schedule"), m_schedule);
-    addOption(QStringLiteral("strategy.split"), tr("Stages start at layers"), m_split);
-    addOption(QStringLiteral("strategy.sync_batchnorm"), QString(), m_syncBatchnorm);
+    // Every strategy's options, one editor per key (a key several strategies declare, such as
+    // sync_batchnorm or split, is one field shown for each of them).
+    m_updating = true;  // the editors' first values are no edit
+    for (const auto& d : strategy::registry())
+        for (const auto& o : d.options)
+            if (!m_editor.contains(keyOf(o.key))) {
+                QWidget* editor = makeEditor(o);
+                addOption(keyOf(o.key), o.kind == OptionKind::boolean ? QString() : QString::fromStdString(o.label),
+                          editor);
+                setEditorValue(o, o.fallback);
+            }
+    m_updating = false;
     addOption(QStringLiteral("strategy.straggler"), tr("Straggler"), m_straggler);
-    addOption(QStringLiteral("strategy.straggler.delay_ms"), tr("Straggler delay"),
-              m_stragglerDelay);
-    m_balance->setToolTip(
-        tr("even: batch / N rows each; speed: rows in proportion to each device's measured speed"));
+    addOption(QStringLiteral("strategy.straggler.delay_ms"), tr("Straggler delay"), m_stragglerDelay);
     m_straggler->setToolTip(
         tr("A device that sleeps inside each forward: a slow device to teach with"));
     m_generalError->setWordWrap(true);
@@ -212,15 +155,8 @@ StrategyPanel::StrategyPanel(QWidget* parent)
         showOptionsFor(t.toStdString());
         edited();
     });
-    connect(m_bucketMb, &QDoubleSpinBox::valueChanged, this, &StrategyPanel::edited);
     connect(m_stragglerDelay, &QDoubleSpinBox::valueChanged, this, &StrategyPanel::edited);
-    for (QSpinBox* box : {m_staleness, m_microBatches})
-        connect(box, &QSpinBox::valueChanged, this, &StrategyPanel::edited);
-    for (QComboBox* box : {m_balance, m_stage, m_mode, m_schedule, m_straggler})
-        connect(box, &QComboBox::currentIndexChanged, this, &StrategyPanel::edited);
-    for (QCheckBox* box : {m_overlap, m_syncBatchnorm})
-        connect(box, &QCheckBox::toggled, this, &StrategyPanel::edited);
-    connect(m_split, &QLineEdit::editingFinished, this, &StrategyPanel::edited);
+    connect(m_straggler, &QComboBox::currentIndexChanged, this, &StrategyPanel::edited);
     showOptionsFor("single");
     refreshViews();
 }
@@ -234,6 +170,95 @@ void StrategyPanel::addOption(const QString& key, const QString& label, QWidget*
     m_errors.insert(key, error);
 }
 
+QWidget* StrategyPanel::makeEditor(const OptionSpec& o) {
+    QWidget* editor = nullptr;
+    // Loose ranges: the registry's check has the last word and names the key when it refuses.
+    const double top = std::isfinite(o.max) ? o.max : 100000;
+    switch (o.kind) {
+        case OptionKind::boolean: {
+            auto* box = new QCheckBox(QString::fromStdString(o.label));
+            connect(box, &QCheckBox::toggled, this, &StrategyPanel::edited);
+            editor = box;
+            break;
+        }
+        case OptionKind::integer:
+            if (isSmallRange(o)) {
+                auto* box = new QComboBox;
+                for (auto v = static_cast<int64_t>(o.min); v <= static_cast<int64_t>(o.max); ++v)
+                    box->addItem(QString::number(v));
+                connect(box, &QComboBox::currentIndexChanged, this, &StrategyPanel::edited);
+                editor = box;
+            } else {
+                auto* box = new QSpinBox;
+                box->setRange(0, static_cast<int>(std::min(top, 1e9)));
+                if (!o.unit.empty()) box->setSuffix(QStringLiteral(" ") + QString::fromStdString(o.unit));
+                connect(box, &QSpinBox::valueChanged, this, &StrategyPanel::edited);
+                editor = box;
+            }
+            break;
+        case OptionKind::number: {
+            auto* box = new QDoubleSpinBox;
+            box->setRange(0, std::min(top, 4096.0));
+            box->setDecimals(2);
+            if (!o.unit.empty()) box->setSuffix(QStringLiteral(" ") + QString::fromStdString(o.unit));
+            connect(box, &QDoubleSpinBox::valueChanged, this, &StrategyPanel::edited);
+            editor = box;
+            break;
+        }
+        case OptionKind::choice: {
+            auto* box = new QComboBox;
+            for (const auto& c : o.choices) box->addItem(QString::fromStdString(c));
+            connect(box, &QComboBox::currentIndexChanged, this, &StrategyPanel::edited);
+            editor = box;
+            break;
+        }
+        case OptionKind::index_list: {
+            auto* line = new QLineEdit;
+            line->setPlaceholderText(tr("automatic (or e.g. 2, 4)"));
+            connect(line, &QLineEdit::editingFinished, this, &StrategyPanel::edited);
+            editor = line;
+            break;
+        }
+    }
+    editor->setToolTip(QString::fromStdString(o.help));
+    return editor;
+}
+
+void StrategyPanel::setEditorValue(const OptionSpec& o, const OptionValue& v) {
+    QWidget* editor = m_editor.value(keyOf(o.key));
+    if (auto* box = qobject_cast<QCheckBox*>(editor)) box->setChecked(std::get<bool>(v));
+    else if (auto* spin = qobject_cast<QSpinBox*>(editor)) spin->setValue(static_cast<int>(std::get<int64_t>(v)));
+    else if (auto* dspin = qobject_cast<QDoubleSpinBox*>(editor)) dspin->setValue(std::get<double>(v));
+    else if (auto* combo = qobject_cast<QComboBox*>(editor))
+        combo->setCurrentText(o.kind == OptionKind::integer ? QString::number(std::get<int64_t>(v))
+                                                            : QString::fromStdString(std::get<std::string>(v)));
+    else if (auto* line = qobject_cast<QLineEdit*>(editor)) {
+        QStringList items;
+        for (int64_t b : std::get<std::vector<int64_t>>(v)) items << QString::number(b);
+        line->setText(items.join(QStringLiteral(", ")));
+    }
+}
+
+bool StrategyPanel::editorValue(const OptionSpec& o, OptionValue& v, config::Issue& issue) const {
+    QWidget* editor = m_editor.value(keyOf(o.key));
+    if (auto* box = qobject_cast<QCheckBox*>(editor)) v = box->isChecked();
+    else if (auto* spin = qobject_cast<QSpinBox*>(editor)) v = int64_t{spin->value()};
+    else if (auto* dspin = qobject_cast<QDoubleSpinBox*>(editor)) v = dspin->value();
+    else if (auto* combo = qobject_cast<QComboBox*>(editor)) {
+        if (o.kind == OptionKind::integer) v = int64_t{combo->currentText().toLongLong()};
+        else v = combo->currentText().toStdString();
+    } else if (auto* line = qobject_cast<QLineEdit*>(editor)) {
+        std::vector<int64_t> indices;
+        if (!parseIndices(line->text(), indices)) {
+            issue = {"strategy." + o.key,
+                     "expected layer indices such as \"2, 4\", got \"" + line->text().toStdString() + "\""};
+            return false;
+        }
+        v = indices;
+    }
+    return true;
+}
+
 QWidget* StrategyPanel::optionEditor(const QString& key) const {
     return m_editor.value(key);
 }
@@ -244,41 +269,29 @@ bool StrategyPanel::isOptionShown(const QString& key) const {
 }
 
 void StrategyPanel::showOptionsFor(const std::string& t) {
-    auto show = [this](const char* key, bool visible) {
-        m_form->setRowVisible(m_rows.value(QString::fromLatin1(key)), visible);
-    };
-    show("strategy.bucket_mb", t == "ddp");
-    show("strategy.overlap", t == "ddp");
-    show("strategy.balance", t == "ddp");
-    show("strategy.stage", t == "zero");
-    show("strategy.mode", t == "param_server");
-    show("strategy.staleness",
-         t == "param_server" && m_mode->currentText() == QLatin1String("async"));
-    show("strategy.micro_batches", t == "pipeline");
-    show("strategy.schedule", t == "pipeline");
-    show("strategy.split", isStaged(t));
-    show("strategy.sync_batchnorm", isDataParallel(t));
-    show("strategy.straggler", true);
-    show("strategy.straggler.delay_ms", m_straggler->currentIndex() > 0);
+    const strategy::StrategyDescriptor* d = strategy::find_strategy(t);
+    for (auto it = m_rows.cbegin(); it != m_rows.cend(); ++it) {
+        if (!it.key().startsWith(QStringLiteral("strategy.")) || it.key().startsWith(QStringLiteral("strategy.straggler")))
+            continue;
+        const OptionSpec* o = d ? d->option(it.key().mid(9).toStdString()) : nullptr;
+        bool visible = o != nullptr;
+        if (visible && !o->shown_when_key.empty()) {
+            auto* when = qobject_cast<QComboBox*>(m_editor.value(keyOf(o->shown_when_key)));
+            visible = when && when->currentText() == QString::fromStdString(o->shown_when_value);
+        }
+        m_form->setRowVisible(it.value(), visible);
+    }
+    m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler")), true);
+    m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler.delay_ms")), m_straggler->currentIndex() > 0);
 }
 
-void StrategyPanel::setExperiment(const run::Experiment& e) {
+void StrategyPanel::setExperiment(const config::Experiment& e) {
     m_updating = true;
     m_experiment = e;
     const auto& s = e.strategy;
     m_type->setCurrentText(QString::fromStdString(s.type));
-    m_bucketMb->setValue(s.bucket_mb);
-    m_overlap->setChecked(s.overlap);
-    m_balance->setCurrentText(QString::fromStdString(s.balance));
-    m_stage->setCurrentIndex(s.zero_stage == 2 ? 1 : 0);
-    m_mode->setCurrentText(QString::fromStdString(s.ps_mode));
-    m_staleness->setValue(static_cast<int>(s.staleness));
-    m_microBatches->setValue(static_cast<int>(s.micro_batches));
-    m_schedule->setCurrentText(QString::fromStdString(s.schedule));
-    QStringList split;
-    for (int64_t b : s.split) split << QString::number(b);
-    m_split->setText(split.join(QStringLiteral(", ")));
-    m_syncBatchnorm->setChecked(s.sync_batchnorm);
+    if (const strategy::StrategyDescriptor* d = strategy::find_strategy(s.type))
+        for (const auto& o : d->options) setEditorValue(o, valueIn(s, o));
     m_straggler->clear();
     m_straggler->addItem(tr("none"));
     m_straggler->addItems(deviceNames(e));
@@ -292,63 +305,37 @@ void StrategyPanel::setExperiment(const run::Experiment& e) {
     refreshViews();
 }
 
+void StrategyPanel::showIssue(const config::Issue& issue) {
+    ui::showIssue(issue, m_errors, m_generalError);
+}
+
 void StrategyPanel::edited() {
     if (m_updating) return;
-    run::Experiment e = m_experiment;
+    config::Experiment e = m_experiment;
     auto& s = e.strategy;
-    s.type = m_type->currentText().toStdString();
-    s.bucket_mb = m_bucketMb->value();
-    s.overlap = m_overlap->isChecked();
-    s.balance = m_balance->currentText().toStdString();
-    s.zero_stage = m_stage->currentIndex() + 1;
-    s.ps_mode = m_mode->currentText().toStdString();
-    s.staleness = m_staleness->value();
-    s.micro_batches = m_microBatches->value();
-    s.schedule = m_schedule->currentText().toStdString();
-    s.sync_batchnorm = m_syncBatchnorm->isChecked();
+    const std::string type = m_type->currentText().toStdString();
+    const strategy::StrategyDescriptor* d = strategy::find_strategy(type);
+    if (!d) return;
+    showOptionsFor(type);
+    for (QLabel* l : std::as_const(m_errors)) l->hide();
+    m_generalError->hide();
+
+    s.type = type;
+    s.options.clear();
+    for (const auto& o : d->options) {
+        OptionValue v;
+        config::Issue issue;
+        if (!editorValue(o, v, issue)) return showIssue(issue);
+        // An empty index list is "automatic": not written.
+        if (o.kind == OptionKind::index_list && std::get<std::vector<int64_t>>(v).empty()) continue;
+        s.options[o.key] = v;
+    }
     s.straggler_device =
         m_straggler->currentIndex() > 0 ? m_straggler->currentText().toStdString() : std::string();
     s.straggler_delay_ms = s.straggler_device.empty() ? 0.0 : m_stragglerDelay->value();
-    showOptionsFor(s.type);
 
-    for (QLabel* l : std::as_const(m_errors)) l->hide();
-    m_generalError->hide();
-    auto fail = [this](const QString& message) {
-        QLabel* label = m_errors.value(fieldOfMessage(message, m_errors.keys()), m_generalError);
-        label->setText(message);
-        label->show();
-    };
-    std::vector<int64_t> split;
-    if (!parseSplit(m_split->text(), split)) {
-        fail(tr("strategy.split: expected layer indices such as \"2, 4\", got \"%1\"")
-                 .arg(m_split->text()));
-        return;
-    }
-    s.split = isStaged(s.type) ? split : std::vector<int64_t>{};
-    try {
-        run::parse_experiment(run::to_json(e));
-    } catch (const std::exception& err) {
-        fail(QString::fromUtf8(err.what()));
-        return;
-    }
-    // What the parser cannot know without the model: a split needs N-1 increasing indices in
-    // (0, L), checked again (with the same words) when the run starts.
-    if (!s.split.empty()) {
-        const auto layers = static_cast<int64_t>(e.layers.size());
-        const auto n = static_cast<int64_t>(e.devices.size());
-        bool ok = static_cast<int64_t>(s.split.size()) == n - 1;
-        for (size_t i = 0; ok && i < s.split.size(); ++i)
-            ok = s.split[i] > 0 && s.split[i] < layers && (i == 0 || s.split[i] > s.split[i - 1]);
-        if (!ok) {
-            fail(tr("strategy.split: expected %1 strictly increasing layer indices in (0, %2) for "
-                    "%3 devices, got %4")
-                     .arg(n - 1)
-                     .arg(layers)
-                     .arg(n)
-                     .arg(m_split->text()));
-            return;
-        }
-    }
+    const auto issues = run::validate(e);
+    if (!issues.empty()) return showIssue(issues.front());
     m_experiment = e;
     refreshViews();
     emit experimentEdited(e);
@@ -367,7 +354,7 @@ QString StrategyPanel::explanation() const {
 void StrategyPanel::refreshViews() {
     const auto& e = m_experiment;
     m_explanation->setText(explain(e.strategy.type));
-    m_diagram->setStrategy(e.strategy, deviceNames(e));
+    m_diagram->setPicture(strategy::step_picture(e), deviceNames(e));
 
     // The model's shapes change only with the model or the data: cache them.
     const nlohmann::json j = run::to_json(e);
@@ -376,14 +363,14 @@ void StrategyPanel::refreshViews() {
         m_costKey = key;
         m_costError.clear();
         try {
-            m_cost = model_cost(e);
+            m_cost = strategy::model_cost(e, run::model_input_shape(e));
         } catch (const std::exception& err) {
             m_cost = {};
             m_costError = QString::fromUtf8(err.what());
         }
     }
-    m_estimate =
-        m_costError.isEmpty() ? estimate_memory(e, m_cost) : std::vector<DeviceMemoryEstimate>{};
+    m_estimate = m_costError.isEmpty() ? strategy::estimate_memory(e, m_cost)
+                                       : std::vector<strategy::DeviceMemoryEstimate>{};
     plotMemory();
 }
 
@@ -446,7 +433,7 @@ void StrategyPanel::plotMemory() {
            "so "
            "real activations run higher for convolutions and recurrent layers.%3")
             .arg(locale.toString(static_cast<qlonglong>(m_cost.parameters())))
-            .arg(optimizer_state_per_parameter(m_experiment.optimizer))
+            .arg(strategy::optimizer_state_per_parameter(m_experiment.optimizer))
             .arg(roles.isEmpty() ? QString()
                                  : QStringLiteral("<br>") + roles.join(QStringLiteral(" · "))));
 }

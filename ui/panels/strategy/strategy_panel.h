@@ -1,6 +1,8 @@
 // The Strategy panel: the strategy and its options (only those that apply to it), a
 // plain-language explanation, a diagram of what moves where in one step, and the predicted
-// memory per device by category for the current model (an estimate, before the run).
+// memory per device by category for the current model (an estimate, before the run). All of
+// it comes from the strategy registry (engine/strategy/registry.h): the form is made from the
+// strategies' option declarations, the rest from their descriptors.
 #pragma once
 
 #include <QHash>
@@ -10,8 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/run/experiment.h"
-#include "ui/session/memory_estimate.h"
+#include "engine/config/experiment.h"
+#include "engine/config/issue.h"
+#include "engine/strategy/registry.h"
 
 class QCheckBox;
 class QComboBox;
@@ -31,7 +34,7 @@ class StrategyPanel : public QWidget {
 public:
     explicit StrategyPanel(QWidget* parent = nullptr);
 
-    void setExperiment(const run::Experiment& e);
+    void setExperiment(const config::Experiment& e);
 
     // For tests and screenshots.
     QComboBox* strategyBox() const { return m_type; }
@@ -40,36 +43,32 @@ public:
     bool isOptionShown(const QString& key) const;
     QString errorText() const;
     QString explanation() const;
-    const std::vector<DeviceMemoryEstimate>& memoryEstimate() const { return m_estimate; }
+    const std::vector<strategy::DeviceMemoryEstimate>& memoryEstimate() const { return m_estimate; }
     StrategyDiagram* diagram() const { return m_diagram; }
 
-    // The plain-language explanation of a strategy (docs/strategies.md, in 2-4 sentences).
+    // The plain-language explanation of a strategy (its descriptor's), as rich text.
     static QString explain(const std::string& type);
 
 signals:
-    void experimentEdited(const paralab::run::Experiment& e);
+    void experimentEdited(const paralab::config::Experiment& e);
 
 private:
     void addOption(const QString& key, const QString& label, QWidget* editor);
+    // The editor of a registry option (made once per key, for the first strategy declaring it).
+    QWidget* makeEditor(const config::OptionSpec& spec);
     void showOptionsFor(const std::string& type);
+    void setEditorValue(const config::OptionSpec& spec, const config::OptionValue& value);
+    // The editor's value; false (with `issue` set) when its text is not a value of the kind.
+    bool editorValue(const config::OptionSpec& spec, config::OptionValue& value, config::Issue& issue) const;
     void edited();
+    void showIssue(const config::Issue& issue);
     void refreshViews();  // explanation, diagram, memory for m_experiment
     void plotMemory();
 
-    run::Experiment m_experiment;
+    config::Experiment m_experiment;
     bool m_updating = false;
     QFormLayout* m_form;
     QComboBox* m_type;
-    QDoubleSpinBox* m_bucketMb;
-    QCheckBox* m_overlap;
-    QComboBox* m_balance;
-    QComboBox* m_stage;
-    QComboBox* m_mode;
-    QSpinBox* m_staleness;
-    QSpinBox* m_microBatches;
-    QComboBox* m_schedule;
-    QLineEdit* m_split;
-    QCheckBox* m_syncBatchnorm;
     QComboBox* m_straggler;
     QDoubleSpinBox* m_stragglerDelay;
     QHash<QString, QWidget*> m_rows;    // key -> the row's cell (editor + its error label)
@@ -82,9 +81,9 @@ private:
     QLabel* m_memoryNote;
 
     std::string m_costKey;  // the model and data the cached cost was computed for
-    ModelCost m_cost;
+    strategy::ModelCost m_cost;
     QString m_costError;
-    std::vector<DeviceMemoryEstimate> m_estimate;
+    std::vector<strategy::DeviceMemoryEstimate> m_estimate;
 };
 
 }  // namespace paralab::ui

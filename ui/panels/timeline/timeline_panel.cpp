@@ -176,7 +176,7 @@ TimelinePanel::TimelinePanel(QWidget* parent)
     refresh();
 }
 
-void TimelinePanel::addSpans(const QVector<run::Span>& spans) {
+void TimelinePanel::addSpans(const QVector<config::Span>& spans) {
     if (spans.isEmpty()) return;
     for (const auto& s : spans) {
         const QString device = QString::fromStdString(s.device);

@@ -1,4 +1,4 @@
-// The timeline (issue 5): a Gantt chart of the last K steps (default 5) of each device, one row
+// The timeline: a Gantt chart of the last K steps (default 5) of each device, one row
 // per device,
 // one rectangle per span coloured by its phase family (forward, backward, other compute,
 // communication, idle, data wait). Each device row has two lanes: the rank thread's phases
@@ -61,7 +61,7 @@ public:
     QVector<PlotExport> plotExports();  // the one plot: exportTo and exportCsv
 
     // Connected to RunController::spansArrived (a plain member: see DeviceDashboard).
-    void addSpans(const QVector<run::Span>& spans);
+    void addSpans(const QVector<config::Span>& spans);
 
 public slots:
     void clear();

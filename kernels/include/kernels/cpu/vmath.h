@@ -1,7 +1,7 @@
 // Single-precision exp, sigmoid and tanh that vectorize: plain arithmetic and bit operations,
 // no libm call, so an `omp simd` loop over them runs in vector registers. glibc's expf is a
-// scalar call (~4 ns); an LSTM step evaluates five of them per cell element, and they were 40%
-// of the LSTM benchmark's step (docs/benchmarks.md, "CPU speed", third part). Accuracy against
+// scalar call (~4 ns); an LSTM step evaluates five of them per cell element (docs/benchmarks.md,
+// "Layer kernels"). Accuracy against
 // libm is tested in tests/kernels/test_vmath.cpp.
 #pragma once
 

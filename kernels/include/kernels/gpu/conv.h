@@ -4,7 +4,7 @@
 // algorithms of one (geometry, batch, out_channels, precision); the caller owns every buffer,
 // the workspace included, so that the engine's memory accounting sees it. Device pointers; the
 // stream is an opaque cudaStream_t (nullptr: the legacy default stream). Free of CUDA and cuDNN
-// types (DESIGN.md §1). Implemented by kernels/cuda/conv.cu; a build without cuDNN, or without
+// types (docs/design.md, "Layers"). Implemented by kernels/cuda/conv.cu; a build without cuDNN, or without
 // CUDA (kernels/stub/conv_stub.cpp), answers cudnn_available() false and its plans throw.
 #pragma once
 

@@ -1,0 +1,257 @@
+#include "engine/strategy/registry.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+#include <type_traits>
+
+#include "engine/device/device.h"
+#include "engine/nn/model.h"
+#include "engine/strategy/strategy.h"
+
+namespace paralab::strategy {
+
+// The registry: one line per strategy, in the order the docs and the GUI list them. Each
+// `X(name)` is defined in name.cpp as `StrategyDescriptor name_descriptor()`.
+#define PARALAB_STRATEGIES(X) \
+    X(single)                 \
+    X(data_parallel)          \
+    X(ddp)                    \
+    X(zero)                   \
+    X(hogwild)                \
+    X(param_server)           \
+    X(model_parallel)         \
+    X(pipeline)
+
+#define PARALAB_DECLARE(name) StrategyDescriptor name##_descriptor();
+PARALAB_STRATEGIES(PARALAB_DECLARE)
+#undef PARALAB_DECLARE
+
+const std::vector<StrategyDescriptor>& registry() {
+#define PARALAB_LIST(name) name##_descriptor(),
+    static const std::vector<StrategyDescriptor> all{PARALAB_STRATEGIES(PARALAB_LIST)};
+#undef PARALAB_LIST
+    return all;
+}
+
+const StrategyDescriptor* find_strategy(const std::string& name) {
+    for (const auto& d : registry())
+        if (d.name == name) return &d;
+    return nullptr;
+}
+
+std::vector<std::string> strategy_names() {
+    std::vector<std::string> names;
+    for (const auto& d : registry()) names.push_back(d.name);
+    return names;
+}
+
+bool is_baseline(const std::string& name) {
+    const StrategyDescriptor* d = find_strategy(name);
+    return d && d->baseline;
+}
+
+const StrategyDescriptor& descriptor_of(const config::Experiment& e) {
+    const StrategyDescriptor* d = find_strategy(e.strategy.type);
+    if (!d) throw ConfigError("strategy.type", "unknown strategy \"" + e.strategy.type + "\"");
+    return *d;
+}
+
+const config::OptionSpec* StrategyDescriptor::option(const std::string& key) const {
+    for (const auto& o : options)
+        if (o.key == key) return &o;
+    return nullptr;
+}
+
+config::StrategyConfig default_config(const std::string& type) {
+    const StrategyDescriptor* d = find_strategy(type);
+    if (!d) throw ConfigError("strategy.type", "unknown strategy \"" + type + "\"");
+    config::StrategyConfig s;
+    s.type = type;
+    for (const auto& o : d->options)
+        if (o.kind != config::OptionKind::index_list) s.options[o.key] = o.fallback;
+    return s;
+}
+
+template <class T>
+T option(const config::StrategyConfig& s, const std::string& key) {
+    const StrategyDescriptor* d = find_strategy(s.type);
+    const config::OptionSpec* spec = d ? d->option(key) : nullptr;
+    PARALAB_CHECK(spec, "strategy " + s.type + " has no option " + key);
+    const auto it = s.options.find(key);
+    const config::OptionValue& v = it != s.options.end() ? it->second : spec->fallback;
+    const T* typed = std::get_if<T>(&v);
+    PARALAB_CHECK(typed, "strategy option " + key + " read as another type than it holds");
+    return *typed;
+}
+
+template bool option<bool>(const config::StrategyConfig&, const std::string&);
+template int64_t option<int64_t>(const config::StrategyConfig&, const std::string&);
+template double option<double>(const config::StrategyConfig&, const std::string&);
+template std::string option<std::string>(const config::StrategyConfig&, const std::string&);
+template std::vector<int64_t> option<std::vector<int64_t>>(const config::StrategyConfig&,
+                                                           const std::string&);
+
+config::OptionSpec sync_batchnorm_option() {
+    config::OptionSpec o;
+    o.key = "sync_batchnorm";
+    o.kind = config::OptionKind::boolean;
+    o.fallback = true;
+    o.label = "SyncBatchNorm (statistics over all devices)";
+    o.help = "Batch-norm layers normalise with the statistics of the whole global batch, summed "
+             "over the devices (as on one device); false: each device its own rows'.";
+    return o;
+}
+
+config::OptionSpec split_option() {
+    config::OptionSpec o;
+    o.key = "split";
+    o.kind = config::OptionKind::index_list;
+    o.fallback = std::vector<int64_t>{};
+    o.label = "Stages start at layers";
+    o.help = "The first top-level layer index of each stage after the first (N − 1 strictly "
+             "increasing indices in (0, L)); absent: balanced by parameter count.";
+    return o;
+}
+
+std::string format_number(double v) {
+    std::ostringstream s;
+    s << v;
+    return s.str();
+}
+
+namespace {
+
+std::string default_text(const config::OptionSpec& o) {
+    return std::visit(
+        [](const auto& v) -> std::string {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, bool>) return v ? "`true`" : "`false`";
+            else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(v);
+            else if constexpr (std::is_same_v<T, double>) return format_number(v);
+            else if constexpr (std::is_same_v<T, std::string>) return "`\"" + v + "\"`";
+            else return "automatic";
+        },
+        o.fallback);
+}
+
+std::string range_text(const config::OptionSpec& o) {
+    switch (o.kind) {
+        case config::OptionKind::boolean: return "`true`, `false`";
+        case config::OptionKind::integer:
+            if (std::isinf(o.max)) return "≥ " + format_number(o.min);
+            return format_number(o.min) + "–" + format_number(o.max);
+        case config::OptionKind::number: {
+            std::string lo = (o.min_inclusive ? "≥ " : "> ") + format_number(o.min);
+            return std::isinf(o.max) ? lo : lo + ", ≤ " + format_number(o.max);
+        }
+        case config::OptionKind::choice: {
+            std::string out;
+            for (const auto& c : o.choices) out += (out.empty() ? "" : ", ") + ("`\"" + c + "\"`");
+            return out;
+        }
+        case config::OptionKind::index_list: return "layer indices ≥ 0";
+    }
+    return "";
+}
+
+}  // namespace
+
+std::string options_markdown() {
+    std::string md = "| `strategy.type` | option | type | default | allowed | meaning |\n"
+                     "|---|---|---|---|---|---|\n";
+    for (const auto& d : registry()) {
+        if (d.options.empty()) md += "| `" + d.name + "` | — | | | | no options |\n";
+        for (const auto& o : d.options)
+            md += "| `" + d.name + "` | `" + o.key + "` | " + config::option_kind_name(o.kind) + " | " +
+                  default_text(o) + (o.unit.empty() ? "" : " " + o.unit) + " | " + range_text(o) + " | " +
+                  o.help + " |\n";
+    }
+    return md;
+}
+
+// ---- memory ---------------------------------------------------------------------------------
+
+int64_t DeviceMemoryEstimate::total() const {
+    return std::accumulate(bytes.begin(), bytes.end(), int64_t{0});
+}
+
+int64_t ModelCost::parameters() const {
+    return std::accumulate(layer_parameters.begin(), layer_parameters.end(), int64_t{0});
+}
+
+int64_t ModelCost::activations_per_example() const {
+    return input_numel + std::accumulate(layer_outputs.begin(), layer_outputs.end(), int64_t{0});
+}
+
+int optimizer_state_per_parameter(const optim::OptimizerConfig& o) {
+    if (o.type == "adam" || o.type == "adamw") return 2;
+    return o.momentum > 0 ? 1 : 0;
+}
+
+int64_t rows_of(int64_t batch, int r, int shards) {
+    if (shards <= 0) return 0;
+    return batch / shards + (r < batch % shards ? 1 : 0);
+}
+
+ModelCost model_cost(const config::Experiment& e, const Shape& input) {
+    auto device = make_cpu_device(0);
+    nn::Model model(e.layers, input, e.loss, DType::f32, *device);
+    ModelCost cost;
+    cost.input_numel = input.numel();
+    cost.output_numel = model.output_shape().numel();
+    for (const auto& row : model.summary()) {
+        if (row.depth == 0) {
+            cost.layer_parameters.push_back(row.parameters);
+            cost.layer_outputs.push_back(row.output.numel());
+        } else if (!cost.layer_outputs.empty()) {
+            cost.layer_outputs.back() += row.output.numel();  // a residual body's outputs
+        }
+    }
+    return cost;
+}
+
+std::vector<DeviceMemoryEstimate> blank_estimates(const config::Experiment& e) {
+    const size_t n = std::max<size_t>(1, e.devices.size());
+    std::vector<DeviceMemoryEstimate> out(n);
+    for (size_t r = 0; r < n; ++r)
+        out[r].device = r < e.devices.size() ? e.devices[r] : "cpu:" + std::to_string(r);
+    return out;
+}
+
+void whole_replica(DeviceMemoryEstimate& d, const config::Experiment& e, const ModelCost& m,
+                   int64_t rows) {
+    const int64_t p = m.parameters();
+    d.role = "replica";
+    d.set(MemCategory::parameters, p);
+    d.set(MemCategory::gradients, p);
+    d.set(MemCategory::optimizer_state, optimizer_state_per_parameter(e.optimizer) * p);
+    d.set(MemCategory::activations, m.activations_per_example() * rows);
+}
+
+std::vector<DeviceMemoryEstimate> estimate_memory(const config::Experiment& e, const ModelCost& m) {
+    const StrategyDescriptor* d = find_strategy(e.strategy.type);
+    if (!d || e.devices.size() <= 1 || !d->memory) {
+        auto out = blank_estimates(e);
+        for (auto& device : out) {
+            whole_replica(device, e, m, e.data.batch_size);
+            device.role = "single";
+        }
+        return out;
+    }
+    return d->memory(e, m);
+}
+
+StepPicture step_picture(const config::Experiment& e) {
+    const StrategyDescriptor* d = find_strategy(e.strategy.type);
+    if (d && d->picture && e.devices.size() > 1) return d->picture(e);
+    StepPicture p;
+    p.layout = StepPicture::Layout::one;
+    p.subtitles = {"forward → backward → step"};
+    p.caption = "One device does everything: nothing moves between devices.";
+    if (e.devices.size() > 1)
+        p.note = "(only the first of the " + std::to_string(e.devices.size()) + " devices is used)";
+    return p;
+}
+
+}  // namespace paralab::strategy

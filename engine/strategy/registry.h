@@ -1,0 +1,160 @@
+// The strategy registry (docs/strategies.md): one descriptor per strategy, declared in the
+// strategy's own file beside its code, and listed once in registry.cpp. Everything that knows
+// about strategies reads it: the experiment parser and `to_json` (the options), the CLI's
+// `--strategy`, the run (the factory and the device rule), the Strategy tab (its form,
+// explanation, diagram and predicted memory), the Runs tab's colours and
+// docs/experiment-format.md.
+//
+// Adding a strategy: one file with its code and a `StrategyDescriptor <name>_descriptor()`,
+// and one line in registry.cpp's list.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config/experiment.h"
+#include "engine/tensor/allocator.h"
+
+namespace paralab::strategy {
+
+class Strategy;
+
+// ---- the memory model ---------------------------------------------------------------------
+// The memory each device of a run should need, by category, predicted from the experiment and
+// the model's shapes before anything runs. Rules shared by the strategies (bytes are f32, 4
+// per number; P = parameters, k = optimizer numbers per parameter: 0 for plain SGD, 1 for SGD
+// with momentum, 2 for Adam/AdamW; rows = the device's share of the global batch,
+// shard_of_batch's rule); each strategy's own rule is beside its code. It is an estimate,
+// checked against real runs (tests/ui/test_setup_panels.cpp): parameters, gradients,
+// optimizer state and communication within ±35% (mostly exact up to the allocator's 64-byte
+// rounding); activations are the rough part (backward's temporaries, the loss's buffers, a
+// layer's saved inputs; convolutions and recurrent layers keep more). Workspace is not
+// predicted.
+
+struct DeviceMemoryEstimate {
+    std::string device;  // "cpu:0"
+    std::string role;    // "replica", "server", "worker", "stage 2: layers 3–4", ...
+    std::array<int64_t, kMemCategoryCount> bytes{};
+    int64_t total() const;
+    void set(MemCategory c, int64_t numbers) { bytes[static_cast<size_t>(c)] = numbers * 4; }
+};
+
+// The model as the memory models need it: per top-level layer, its parameters and the numbers
+// it outputs per example (a residual block's body counted with it).
+struct ModelCost {
+    std::vector<int64_t> layer_parameters;
+    std::vector<int64_t> layer_outputs;
+    int64_t input_numel = 0;   // per example
+    int64_t output_numel = 0;  // the model's output per example
+    int64_t parameters() const;
+    // Numbers per example held for backward: the input and every layer's output.
+    int64_t activations_per_example() const;
+};
+
+// Reads the shapes of `e`'s model for per-example `input` (run::model_input_shape), built on
+// a throwaway CPU device. Throws like nn::Model (ShapeError, ConfigError) when it does not build.
+ModelCost model_cost(const config::Experiment& e, const Shape& input);
+
+// How many optimizer numbers each parameter carries (0, 1 or 2).
+int optimizer_state_per_parameter(const optim::OptimizerConfig& o);
+// Rows of a global batch of `batch` for shard `r` of `shards` (data::shard_of_batch's rule).
+int64_t rows_of(int64_t batch, int r, int shards);
+// One estimate per device of `e`, in order, with its name set and every byte zero.
+std::vector<DeviceMemoryEstimate> blank_estimates(const config::Experiment& e);
+// The device as one whole replica training `rows` rows: parameters, gradients, optimizer state
+// and activations (role "replica").
+void whole_replica(DeviceMemoryEstimate& d, const config::Experiment& e, const ModelCost& m,
+                   int64_t rows);
+
+// ---- the picture of one step ----------------------------------------------------------------
+// What the Strategy tab's diagram draws: devices as boxes and what moves between them, as
+// data. The diagram has one drawing per layout; the strategy gives the words.
+struct StepPicture {
+    enum class Layout {
+        one,     // a single box
+        hub,     // one box above a row of devices, arrows down and up (or shared, both ways)
+        ring,    // the devices in a ring, a chunk passed to the next
+        shards,  // the devices in a row, each with its 1/N shard marked, two buses
+        chain,   // the devices in a row, activations forward and gradients back
+    };
+    Layout layout = Layout::one;
+    std::vector<std::string> subtitles;  // under each device's name (by device index)
+    // hub: its title and subtitle; the first device is the hub itself when `hub_is_device`
+    // (param_server's server), else the hub is drawn above every device; `shared`: dashed
+    // two-way arrows (no messages: one memory).
+    std::string hub_title, hub_subtitle;
+    bool hub_is_device = false;
+    bool shared = false;
+    std::string down_label;  // hub: on the first arrow down; shards: the upper bus
+    std::string up_label;    // shards: the lower bus
+    std::string centre;      // ring: the label inside the ring
+    std::string top;         // chain: the line above the devices
+    std::string caption;     // the sentence under the picture
+    std::string note;        // a muted remark (one: above; shards: last line)
+};
+
+// ---- the descriptor -------------------------------------------------------------------------
+struct StrategyDescriptor {
+    std::string name;  // strategy.type
+    std::vector<config::OptionSpec> options;
+    // One paragraph for the Strategy tab and the file-format page; option keys in `backticks`.
+    std::string explanation;
+    std::string color;  // "#rrggbb": the strategy's colour in the Runs tab's plots
+    // The single-device baseline that scaling efficiency is measured against (single).
+    bool baseline = false;
+    std::unique_ptr<Strategy> (*make)() = nullptr;
+    // Refuses, before any device is made, devices this strategy cannot run on: throws
+    // ConfigError naming the JSON path ("devices[2]"). Null: any devices.
+    void (*check_devices)(const config::Experiment& e) = nullptr;
+    // Refuses options that do not fit the experiment's model and devices (a split against the
+    // layers): throws ConfigError naming the path. `paralab validate` and the GUI call it; the run
+    // makes the same check when it sets the strategy up. Null: nothing to check.
+    void (*check_options)(const config::Experiment& e) = nullptr;
+    // The estimate for each device of `e` (on more than one device; one device is always a
+    // whole replica).
+    std::vector<DeviceMemoryEstimate> (*memory)(const config::Experiment& e, const ModelCost& m) = nullptr;
+    StepPicture (*picture)(const config::Experiment& e) = nullptr;
+
+    const config::OptionSpec* option(const std::string& key) const;
+};
+
+// Every strategy, in the order the docs and the GUI list them.
+const std::vector<StrategyDescriptor>& registry();
+// The descriptor of `name`, or null.
+const StrategyDescriptor* find_strategy(const std::string& name);
+// The descriptor of e.strategy.type; throws ConfigError("strategy.type") for an unknown one.
+const StrategyDescriptor& descriptor_of(const config::Experiment& e);
+std::vector<std::string> strategy_names();
+// True for the registry's baseline strategy (single).
+bool is_baseline(const std::string& name);
+
+// A strategy config of `type` with every option at its default (the CLI's --strategy, tests).
+// Throws ConfigError("strategy.type") for an unknown type.
+config::StrategyConfig default_config(const std::string& type);
+
+// An option of `s` read as its declared type (bool, int64_t, double, std::string,
+// std::vector<int64_t>): the file's value, else the descriptor's default. Throws Error when
+// the strategy has no such option or it has another type (a programming error).
+template <class T>
+T option(const config::StrategyConfig& s, const std::string& key);
+
+// The predicted memory per device (above); a whole replica on one device.
+std::vector<DeviceMemoryEstimate> estimate_memory(const config::Experiment& e, const ModelCost& m);
+// What the diagram draws for `e`.
+StepPicture step_picture(const config::Experiment& e);
+
+// Options several strategies declare alike.
+config::OptionSpec sync_batchnorm_option();
+config::OptionSpec split_option();
+
+// The file-format page's table of every strategy and its options (docs/experiment-format.md,
+// between its "strategy options" markers; a test holds the page to it).
+std::string options_markdown();
+
+// "25", "0.25", "1e+06": a number as a person writes it.
+std::string format_number(double v);
+
+}  // namespace paralab::strategy
