@@ -105,17 +105,22 @@ StrategyPanel::StrategyPanel(QWidget* parent)
         "QLabel { background: palette(alternate-base); padding: 6px; border-radius: 4px; }"));
     layout->addWidget(m_explanation);
     layout->addLayout(m_form);
-    // Every strategy's options, one editor per key (a key several strategies declare, such as
-    // sync_batchnorm or split, is one field shown for each of them).
-    m_updating = true;  // the editors' first values are no edit
+    // Every strategy's options, one editor per key: a key several strategies declare (such as
+    // sync_batchnorm or split) is one field shown for each of them, placed after the options
+    // of one strategy only.
+    QHash<QString, int> declared;
     for (const auto& d : strategy::registry())
-        for (const auto& o : d.options)
-            if (!m_editor.contains(keyOf(o.key))) {
-                QWidget* editor = makeEditor(o);
-                addOption(keyOf(o.key), o.kind == OptionKind::boolean ? QString() : QString::fromStdString(o.label),
-                          editor);
-                setEditorValue(o, o.fallback);
-            }
+        for (const auto& o : d.options) ++declared[keyOf(o.key)];
+    m_updating = true;  // the editors' first values are no edit
+    for (const bool shared : {false, true})
+        for (const auto& d : strategy::registry())
+            for (const auto& o : d.options)
+                if ((declared.value(keyOf(o.key)) > 1) == shared && !m_editor.contains(keyOf(o.key))) {
+                    addOption(keyOf(o.key),
+                              o.kind == OptionKind::boolean ? QString() : QString::fromStdString(o.label),
+                              makeEditor(o));
+                    setEditorValue(o, o.fallback);
+                }
     m_updating = false;
     addOption(QStringLiteral("strategy.straggler"), tr("Straggler"), m_straggler);
     addOption(QStringLiteral("strategy.straggler.delay_ms"), tr("Straggler delay"), m_stragglerDelay);
