@@ -1,5 +1,5 @@
 #include "cli.h"
-#include "bench.h"
+#include "bench/suite.h"
 
 #include <CLI/CLI.hpp>
 
@@ -478,7 +478,7 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     auto* devices = app.add_subcommand("devices", "list the devices found (GPUs, CPU)");
     devices->add_flag("--json", devices_json, "print JSON");
 
-    BenchArgs bench_args;
+    paralab::bench::BenchArgs bench_args;
     auto* bench = app.add_subcommand("bench", "the benchmark suite: all-reduce, strategies, pipeline bubble");
     bench->add_flag("--json", bench_args.json, "print one JSON object with every table");
     bench->add_flag("--quick", bench_args.quick, "a ~20 s version");
@@ -497,7 +497,7 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
 
     try {
         if (devices->parsed()) return cmd_devices(devices_json);
-        if (bench->parsed()) return cmd_bench(bench_args);
+        if (bench->parsed()) return paralab::bench::run_suite(bench_args);
         if (validate->parsed()) return cmd_validate(validate_file, validate_json);
         if (run->parsed()) return cmd_run(run_args);
         if (runs_list->parsed()) return cmd_runs_list(store_path(runs_db), runs_json);

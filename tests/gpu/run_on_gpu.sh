@@ -108,8 +108,8 @@ fi
 ctest=$(sed -n 's/^CMAKE_CTEST_COMMAND:INTERNAL=//p' "$build/CMakeCache.txt")
 status=0
 "${ctest:-ctest}" --test-dir "$build" -L gpu --output-on-failure ${tests:+-R "$tests"} || status=$?
-if [ "$bench" = 1 ]; then "$build/tests/bench_gpu_kernels"; fi
-if [ "$bench" = 1 ]; then "$build/tests/bench_gpu_comm"; fi
+if [ "$bench" = 1 ]; then "$build/bench/bench_gpu_kernels"; fi
+if [ "$bench" = 1 ]; then "$build/bench/bench_gpu_comm"; fi
 if [ "$bench" = 1 ] && [ -x "$build/app/paralab" ]; then
     echo "== the models on cuda:0, recurrent time loops as CUDA graphs"
     "$build/app/paralab" bench --models-only --device cuda:0 || status=1

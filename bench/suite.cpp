@@ -1,4 +1,4 @@
-#include "bench.h"
+#include "bench/suite.h"
 
 #include <unistd.h>
 
@@ -16,12 +16,12 @@
 
 #include <kernels/cpu/gemm.h>
 
-#include "engine/bench/comm_bench.h"
-#include "engine/bench/model_bench.h"
-#include "engine/bench/strategy_bench.h"
+#include "bench/comm_bench.h"
+#include "bench/model_bench.h"
+#include "bench/strategy_bench.h"
 #include "engine/device/device.h"
 
-namespace paralab::app {
+namespace paralab::bench {
 
 namespace {
 
@@ -236,7 +236,7 @@ void print_models(const std::vector<bench::ModelTiming>& rows, int rounds, const
 
 }  // namespace
 
-int cmd_bench(const BenchArgs& a) {
+int run_suite(const BenchArgs& a) {
     if (a.models_only) {
         const bool tty_models = isatty(fileno(stderr));
         const bench::ModelBenchOptions mo = model_options(a);
@@ -423,4 +423,4 @@ int cmd_bench(const BenchArgs& a) {
     return 0;
 }
 
-}  // namespace paralab::app
+}  // namespace paralab::bench

@@ -1,6 +1,6 @@
 // Single-device training speed on the CPU-speed issue's three models, for the
 // "models" table of `paralab bench` and the comparison with PyTorch
-// (tests/bench/compare_torch.py runs the same models, batches and optimizer).
+// (bench/compare_torch.py runs the same models, batches and optimizer).
 //
 //   mlp     784-512-512-10, ReLU, batch 128, on `blobs` with 784 features
 //   lenet   conv 5x5 16 pad 2 - relu - maxpool 2 - conv 5x5 32 pad 2 - relu - maxpool 2 -
@@ -29,7 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/bench/strategy_bench.h"
+#include "bench/strategy_bench.h"
 
 namespace paralab::bench {
 

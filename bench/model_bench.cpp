@@ -1,4 +1,4 @@
-#include "engine/bench/model_bench.h"
+#include "bench/model_bench.h"
 
 #include <algorithm>
 #include <chrono>

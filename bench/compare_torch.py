@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch's side of the CPU-speed comparison (docs/benchmarks.md).
 
-The three models of `paralab bench --models-only` (engine/bench/model_bench.h), with the same
+The three models of `paralab bench --models-only` (bench/model_bench.h), with the same
 batch, optimizer (SGD lr 0.01, momentum 0.9) and thread count, on synthetic tensors of the
 same shapes and the same threads (torch's intra-op threads and OpenBLAS's pool, which
 torch.set_num_threads does not set); the optimizer step is in the step time, warm-up steps are left out, and each case
@@ -13,7 +13,7 @@ mlp-ddp2 rows run the MLP under DistributedDataParallel in 2 processes (gloo ove
 Run with Debian's python3-torch (1.13, CPU). OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, where the
 machine sets them, change OpenBLAS's kernel choice; docs/benchmarks.md says which were used:
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 tests/bench/compare_torch.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE /usr/bin/python3 bench/compare_torch.py
 """
 import argparse
 import ctypes
@@ -27,7 +27,7 @@ import time
 import torch
 from torch import nn
 
-# model -> (batch, steps, warm-up), as in engine/bench/model_bench.cpp
+# model -> (batch, steps, warm-up), as in bench/model_bench.cpp
 CASES = {
     "mlp": (128, 80, 8),
     "lenet": (64, 30, 4),

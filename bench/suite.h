@@ -3,7 +3,7 @@
 
 #include <string>
 
-namespace paralab::app {
+namespace paralab::bench {
 
 struct BenchArgs {
     bool json = false;   // one JSON object with every table on stdout
@@ -18,6 +18,6 @@ struct BenchArgs {
 
 // Runs the suite, prints aligned text tables (or JSON) on stdout and progress on stderr.
 // Returns the exit code (0; configuration problems throw).
-int cmd_bench(const BenchArgs& args);
+int run_suite(const BenchArgs& args);
 
-}  // namespace paralab::app
+}  // namespace paralab::bench

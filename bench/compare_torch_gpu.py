@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch 2 eager's side of the GPU-speed comparison (docs/benchmarks.md).
 
-The three models of `paralab bench --models-only` (engine/bench/model_bench.h; the same as
-tests/bench/compare_torch.py), trained on one CUDA GPU on synthetic tensors of the same shapes,
+The three models of `paralab bench --models-only` (bench/model_bench.h; the same as
+bench/compare_torch.py), trained on one CUDA GPU on synthetic tensors of the same shapes,
 with the same optimizer (SGD lr 0.01, momentum 0.9). Each step is zero_grad, forward,
 cross-entropy, backward, optimizer step, and `loss.item()` (ParaLab's trainer reads each step's
 loss, which waits for the step). Modes:
@@ -16,7 +16,7 @@ loss, which waits for the step). Modes:
 Per case: warm-up steps, then `--steps` timed steps in each of `--rounds` rounds; prints the
 median round's ms/step and samples/s. Run where PyTorch sees the GPU:
 
-    python3 tests/bench/compare_torch_gpu.py [--batches 128,1024] [--json]
+    python3 bench/compare_torch_gpu.py [--batches 128,1024] [--json]
 """
 import argparse
 import json
@@ -29,7 +29,7 @@ from torch import nn
 # The same three models as the CPU comparison (this folder's compare_torch.py).
 from compare_torch import make
 
-# model -> default batch, as in engine/bench/model_bench.cpp
+# model -> default batch, as in bench/model_bench.cpp
 BATCH = {"mlp": 128, "lenet": 64, "lstm": 64}
 
 

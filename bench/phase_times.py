@@ -2,7 +2,7 @@
 """Where a step's time goes, per device: the spans of a `paralab run --stream` output.
 
     paralab run EXPERIMENT --stream > run.jsonl
-    tests/bench/phase_times.py run.jsonl [--skip 50]
+    bench/phase_times.py run.jsonl [--skip 50]
 
 For each device and span kind (forward, backward, all_reduce_bucket, optimizer, data_wait, ...)
 prints the count, median and mean in ms over the steps after the first `--skip`, and the step

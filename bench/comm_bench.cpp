@@ -1,4 +1,4 @@
-#include "engine/bench/comm_bench.h"
+#include "bench/comm_bench.h"
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +18,20 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// As nccl-tests do, every benchmark checks what it timed: after the timed calls each rank
+// all-reduces r + 1 once more, and every element must be the exact sum N(N+1)/2.
+void check_sum(comm::Communicator& comm, std::vector<float>& data, const char* who) {
+    const int n = comm.world();
+    std::fill(data.begin(), data.end(), float(comm.rank() + 1));
+    comm.all_reduce(data.data(), static_cast<int64_t>(data.size()), DType::f32, comm::ReduceOp::sum);
+    const float want = float(n) * float(n + 1) / 2;
+    for (size_t i = 0; i < data.size(); ++i)
+        if (data[i] != want)
+            throw Error(std::string(who) + ": element " + std::to_string(i) + " of rank " +
+                        std::to_string(comm.rank()) + " is " + std::to_string(data[i]) + ", expected " +
+                        std::to_string(want));
 }
 
 }  // namespace
@@ -64,6 +78,7 @@ AllReduceBench bench_all_reduce(int world, int64_t bytes, int iterations) {
                 for (int i = 0; i < iterations; ++i)
                     comm.all_reduce(data.data(), count, DType::f32, comm::ReduceOp::sum);
                 rank_seconds[static_cast<size_t>(r)] = seconds_since(t0);
+                check_sum(comm, data, "bench_all_reduce");
             } catch (...) {
                 errors[static_cast<size_t>(r)] = std::current_exception();
                 group.abort("bench_all_reduce: rank " + std::to_string(r) + " failed");
@@ -102,6 +117,7 @@ AllReduceBench bench_mpi_all_reduce(int64_t bytes, int iterations) {
         comm.all_reduce(data.data(), count, DType::f32, comm::ReduceOp::sum);
     double slowest = seconds_since(t0);
     comm.all_reduce(&slowest, 1, DType::f64, comm::ReduceOp::max);
+    check_sum(comm, data, "bench_mpi_all_reduce");
 
     AllReduceBench result;
     result.world = world;

@@ -16,7 +16,7 @@
 #include <malloc.h>
 #endif
 
-#include "engine/bench/comm_bench.h"
+#include "bench/comm_bench.h"
 #include "engine/comm/mpi.h"
 
 namespace {

@@ -2,7 +2,7 @@
 // around many launches on one stream, next to the bandwidth it reached (bytes it must move /
 // time) or, for GEMMs, its GFLOP/s. Compare the GB/s with the device's memory bandwidth
 // (H100 SXM: ~3.35 TB/s HBM3) to see how far each kernel is from its bound. Not a test: run
-// `build/tests/bench_gpu_kernels [--size N]` on a GPU machine. Without a GPU it says so.
+// `build/bench/bench_gpu_kernels [--size N]` on a GPU machine. Without a GPU it says so.
 #include <kernels/gpu/cast.h>
 #include <kernels/gpu/conv.h>
 #include <kernels/gpu/dropout.h>

@@ -1,4 +1,4 @@
-#include "engine/bench/strategy_bench.h"
+#include "bench/strategy_bench.h"
 
 #include <algorithm>
 #include <cmath>
@@ -341,7 +341,21 @@ void fill_pipeline_rows(std::vector<PipelineIdleRow>& rows, const std::vector<St
 
 std::vector<StrategyTiming> bench_strategies(const BenchData& data, const StrategySuiteOptions& o,
                                              const Progress& progress) {
-    return run_rounds(strategy_cases(data, o), o.rounds, progress);
+    std::vector<StrategyTiming> rows = run_rounds(strategy_cases(data, o), o.rounds, progress);
+    // What was timed is checked: the same steps from the same seed end, for every deterministic
+    // strategy, at the single device's loss (to float rounding); hogwild is not deterministic.
+    const StrategyTiming& single = rows.front();
+    if (single.status != "finished") return rows;
+    for (StrategyTiming& t : rows) {
+        if (t.status != "finished" || t.label == "hogwild") continue;
+        const double gap = std::abs(t.final_loss - single.final_loss) / std::max(1e-6, std::abs(single.final_loss));
+        if (!(gap <= 1e-3)) {
+            t.status = "failed";
+            t.error = "its last step's loss " + std::to_string(t.final_loss) + " is not the single device's " +
+                      std::to_string(single.final_loss) + ": the strategy no longer matches one device";
+        }
+    }
+    return rows;
 }
 
 std::vector<StrategyTiming> bench_ddp_variants(const BenchData& data, const StrategySuiteOptions& o,
