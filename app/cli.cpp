@@ -89,15 +89,14 @@ int cmd_validate(const std::string& file, bool as_json) {
     if (const auto issues = run::validate(e); !issues.empty()) throw ConfigError(file + ": " + issues.front().text());
     data::check_data_files(e.data);
     const Shape input = run::model_input_shape(e);
-    auto device = make_cpu_device(0);
-    nn::Model model(e.layers, input, e.loss, DType::f32, *device);
-    const auto rows = model.summary();
+    const nn::ModelSummary model = nn::summarize(e.layers, input, e.loss);  // allocates nothing
+    const auto& rows = model.layers;
     const int64_t batch = e.data.batch_size;
     int64_t activations = input.numel();  // numbers per example: the input and every top-level output
     for (const auto& r : rows)
         if (r.depth == 0) activations += r.output.numel();
-    const int64_t params = model.parameter_count();
-    const int64_t flops = model.flops_per_sample();
+    const int64_t params = model.parameters;
+    const int64_t flops = model.flops_per_sample;
 
     if (as_json) {
         json layers = json::array();

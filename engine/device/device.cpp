@@ -57,6 +57,15 @@ public:
     void make_current() override { kernels::cpu::set_num_threads(compute_threads()); }
 };
 
+class MetaDevice final : public Device {
+public:
+    MetaDevice() : Device(DeviceId{DeviceKind::cpu, 0}, std::make_unique<HostAllocator>("meta")) {
+        set_name("meta");
+        set_meta();
+    }
+    void make_current() override {}
+};
+
 std::string cpu_model_name() {
     std::ifstream in("/proc/cpuinfo");
     std::string line;
@@ -105,6 +114,11 @@ std::vector<DeviceInfo> discover_devices() {
 Device& detached_host_device() {
     // Never destroyed: tensors on it may be released during static destruction.
     static Device* device = make_cpu_device(0).release();
+    return *device;
+}
+
+Device& meta_device() {
+    static Device* device = new MetaDevice();  // never destroyed, as above
     return *device;
 }
 

@@ -58,11 +58,14 @@ public:
     // and not only their launches.
     virtual void finish_queued() {}
     bool is_gpu() const { return m_id.kind == DeviceKind::cuda; }
+    // A meta device holds shapes, not data: its tensors have no memory (shape inference).
+    bool is_meta() const { return m_meta; }
     MatmulPrecision matmul_precision() const { return m_matmul; }
     void set_matmul_precision(MatmulPrecision p) { m_matmul = p; }
 
 protected:
     Device(DeviceId id, std::unique_ptr<Allocator> allocator);
+    void set_meta() { m_meta = true; }
 
 private:
     DeviceId m_id;
@@ -70,10 +73,16 @@ private:
     std::unique_ptr<Allocator> m_allocator;
     int m_threads = 1;
     MatmulPrecision m_matmul = MatmulPrecision::fp32;
+    bool m_meta = false;
 };
 
 // A virtual CPU device: host memory with its own accounting.
 std::unique_ptr<Device> make_cpu_device(int index, int compute_threads = 1);
+
+// The meta device: tensors made on it have a shape and no memory, and filling them does
+// nothing, so that a model built on it has every layer's shapes and parameter counts and
+// allocates nothing (nn::summarize). No kernel may run on it. Lives as long as the process.
+Device& meta_device();
 
 // A host device that lives as long as the process, for tensors that outlive a run (the
 // trained parameters a run hands back). Not one of any run's devices.

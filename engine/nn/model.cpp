@@ -1,5 +1,6 @@
 #include "engine/nn/model.h"
 
+#include "engine/device/device.h"
 #include "engine/nn/factory.h"
 
 namespace paralab::nn {
@@ -74,6 +75,16 @@ Model::Model(const std::vector<LayerSpec>& layers, size_t first, size_t last, co
     m_net->set_needs_input_grad(first > 0);
     m_net->build(input, dtype, device);
     m_loss = make_loss(loss);
+}
+
+ModelSummary summarize(const std::vector<LayerSpec>& layers, const Shape& input, const std::string& loss) {
+    Model model(layers, input, loss, DType::f32, meta_device());
+    ModelSummary s;
+    s.layers = model.summary();
+    s.output = model.output_shape();
+    s.parameters = model.parameter_count();
+    s.flops_per_sample = model.flops_per_sample();
+    return s;
 }
 
 std::vector<LayerSummary> Model::summary() {

@@ -23,6 +23,20 @@ struct LayerSummary {
     int depth = 0;      // nesting level (residual bodies are 1 deeper)
 };
 
+// A model's shapes, parameters and FLOPs, read without allocating it.
+struct ModelSummary {
+    std::vector<LayerSummary> layers;  // every layer, residual bodies nested (depth)
+    Shape output;                      // per sample
+    int64_t parameters = 0;
+    int64_t flops_per_sample = 0;
+};
+
+class Model;
+// Builds the model on the meta device (engine/device/device.h): every shape and count, no
+// parameter memory, so that a model of any size is summarised at once. Throws like Model's
+// constructor (ShapeError, ConfigError naming the layer) when it does not build.
+ModelSummary summarize(const std::vector<LayerSpec>& layers, const Shape& input, const std::string& loss);
+
 class Model {
 public:
     // Builds every layer for per-sample `input` on `device`; throws ShapeError naming the layer

@@ -195,12 +195,11 @@ int64_t rows_of(int64_t batch, int r, int shards) {
 }
 
 ModelCost model_cost(const config::Experiment& e, const Shape& input) {
-    auto device = make_cpu_device(0);
-    nn::Model model(e.layers, input, e.loss, DType::f32, *device);
+    const nn::ModelSummary model = nn::summarize(e.layers, input, e.loss);
     ModelCost cost;
     cost.input_numel = input.numel();
-    cost.output_numel = model.output_shape().numel();
-    for (const auto& row : model.summary()) {
+    cost.output_numel = model.output.numel();
+    for (const auto& row : model.layers) {
         if (row.depth == 0) {
             cost.layer_parameters.push_back(row.parameters);
             cost.layer_outputs.push_back(row.output.numel());

@@ -54,8 +54,9 @@ struct ModelCost {
     int64_t activations_per_example() const;
 };
 
-// Reads the shapes of `e`'s model for per-example `input` (run::model_input_shape), built on
-// a throwaway CPU device. Throws like nn::Model (ShapeError, ConfigError) when it does not build.
+// Reads the shapes of `e`'s model for per-example `input` (run::model_input_shape) through
+// nn::summarize (nothing allocated). Throws like nn::Model (ShapeError, ConfigError) when it does
+// not build.
 ModelCost model_cost(const config::Experiment& e, const Shape& input);
 
 // How many optimizer numbers each parameter carries (0, 1 or 2).

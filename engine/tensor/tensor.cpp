@@ -12,11 +12,13 @@ namespace paralab {
 Storage::Storage(Device& device, size_t bytes, MemCategory category)
     : m_device(&device),
       m_queue(device.queue()),
-      m_data(device.allocator().allocate(bytes, category)),
+      m_data(device.is_meta() ? nullptr : device.allocator().allocate(bytes, category)),
       m_bytes(bytes),
       m_category(category) {}
 
-Storage::~Storage() { m_device->allocator().deallocate(m_data, m_bytes, m_category); }
+Storage::~Storage() {
+    if (!m_device->is_meta()) m_device->allocator().deallocate(m_data, m_bytes, m_category);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device& device, MemCategory category) {
     for (int64_t d : shape.dims())
@@ -67,7 +69,7 @@ Tensor host_copy(const Tensor& t, DType dtype) {
 }  // namespace
 
 void Tensor::fill(double value) const {
-    if (!defined()) return;
+    if (!defined() || m_storage->device().is_meta()) return;
     if (on_gpu()) {
         if (value == 0.0) return zero();
         Tensor h = Tensor::empty(m_shape, m_dtype, detached_host_device(), MemCategory::workspace);
@@ -83,7 +85,7 @@ void Tensor::fill(double value) const {
 }
 
 void Tensor::zero() const {
-    if (!defined()) return;
+    if (!defined() || m_storage->device().is_meta()) return;
     if (on_gpu()) kg::fill_bytes_async(raw(), 0, nbytes(), queue());
     else std::memset(raw(), 0, nbytes());
 }

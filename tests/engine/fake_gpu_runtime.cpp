@@ -180,7 +180,10 @@ struct FakeEvent {
 };
 
 std::mutex g_streams_mutex;
-std::set<FakeStream*> g_streams;  // guarded by g_streams_mutex
+// Every live stream, owned here and by a synchronize_device waiting on it: a stream destroyed
+// by one thread while another thread's cudaDeviceSynchronize (or cudaFree) waits on it lives
+// until that wait ends.
+std::map<FakeStream*, std::shared_ptr<FakeStream>> g_streams;  // guarded by g_streams_mutex
 
 // Pinned host blocks: start -> size. Guarded by g_pinned_mutex.
 std::mutex g_pinned_mutex;
@@ -344,10 +347,10 @@ int current_device() {
 // Waits for the work queued so far on every stream of `device`.
 void synchronize_device(int device) {
     forbid_while_capturing("cudaDeviceSynchronize");
-    std::vector<std::pair<FakeStream*, int64_t>> marks;
+    std::vector<std::pair<std::shared_ptr<FakeStream>, int64_t>> marks;
     {
         std::lock_guard lock(g_streams_mutex);
-        for (FakeStream* s : g_streams)
+        for (const auto& [raw, s] : g_streams)
             if (s->device() == device) marks.emplace_back(s, s->enqueued());
     }
     for (auto& [s, position] : marks) s->wait_done(position);
@@ -355,19 +358,22 @@ void synchronize_device(int device) {
 
 void* stream_create(int device, bool) {
     check_device(device, "stream_create");
-    auto* s = new FakeStream(device);
+    auto s = std::make_shared<FakeStream>(device);
     std::lock_guard lock(g_streams_mutex);
-    g_streams.insert(s);
-    return s;
+    g_streams.emplace(s.get(), s);
+    return s.get();
 }
 void stream_destroy(void* stream) {
     if (!stream) return;
+    std::shared_ptr<FakeStream> owned;
     {
         std::lock_guard lock(g_streams_mutex);
-        g_streams.erase(as_stream(stream));
+        const auto it = g_streams.find(as_stream(stream));
+        if (it == g_streams.end()) return;
+        owned = std::move(it->second);
+        g_streams.erase(it);
     }
-    stream_synchronize(stream);
-    delete as_stream(stream);
+    stream_synchronize(stream);  // then gone, unless another thread still waits on it
 }
 void stream_synchronize(void* stream) {
     if (stream == nullptr) return;

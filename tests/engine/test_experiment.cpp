@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/nn/model.h"
+#include "engine/device/device.h"
 #include "engine/run/experiment.h"
 
 using namespace paralab;
@@ -44,6 +46,42 @@ TEST(Experiment, EveryShippedExampleParsesAndRoundTrips) {
         EXPECT_EQ(run::to_json(run::parse_experiment(canonical)), canonical);
     }
     EXPECT_GE(count, 1);
+}
+
+// nn::summarize reads every shipped model's shapes, parameters and FLOPs as building it does,
+// and allocates nothing: a model of 10^10 parameters is summarised at once.
+TEST(Experiment, SummarizeMatchesTheBuiltModelAndAllocatesNothing) {
+    for (const auto& entry : std::filesystem::directory_iterator(PARALAB_EXAMPLES_DIR)) {
+        if (entry.path().string().find(".paralab.json") == std::string::npos) continue;
+        SCOPED_TRACE(entry.path().string());
+        const auto e = run::load_experiment(entry.path().string());
+        if (!e.input) continue;  // the shape comes from a data set that may not be installed
+        auto device = make_cpu_device(0);
+        nn::Model model(e.layers, *e.input, e.loss, DType::f32, *device);
+        const nn::ModelSummary s = nn::summarize(e.layers, *e.input, e.loss);
+        const auto rows = model.summary();
+        ASSERT_EQ(s.layers.size(), rows.size());
+        for (size_t i = 0; i < rows.size(); ++i) {
+            EXPECT_EQ(s.layers[i].path, rows[i].path);
+            EXPECT_EQ(s.layers[i].output, rows[i].output);
+            EXPECT_EQ(s.layers[i].parameters, rows[i].parameters);
+            EXPECT_EQ(s.layers[i].flops, rows[i].flops);
+        }
+        EXPECT_EQ(s.parameters, model.parameter_count());
+        EXPECT_EQ(s.output, model.output_shape());
+    }
+    const std::vector<nn::LayerSpec> huge{{.type = "linear", .out = 100000}, {.type = "relu"},
+                                          {.type = "linear", .out = 10}};
+    const nn::ModelSummary s = nn::summarize(huge, Shape{100000}, "cross_entropy");
+    EXPECT_EQ(s.parameters, int64_t{100000} * 100000 + 100000 + 100000 * 10 + 10);
+    EXPECT_EQ(meta_device().allocator().stats().peak_total, 0);
+    // A shape error names its layer by path, as building does.
+    try {
+        nn::summarize({{.type = "conv2d", .out_channels = 4, .kernel = 3}}, Shape{10}, "mse");
+        FAIL() << "a conv2d on a vector built";
+    } catch (const ShapeError& err) {
+        EXPECT_EQ(err.path(), "model.layers[0]");
+    }
 }
 
 struct BadCase {

@@ -84,8 +84,8 @@ QString layerOptionsText(const nn::LayerSpec& s) {
 
 namespace {
 
-void collectRows(nn::Model& model, ShapeReport& report) {
-    for (const auto& row : model.summary()) {
+void collectRows(const nn::ModelSummary& model, ShapeReport& report) {
+    for (const auto& row : model.layers) {
         LayerShapeInfo info;
         info.output = row.output;
         info.parameters = row.parameters;
@@ -99,14 +99,13 @@ void collectRows(nn::Model& model, ShapeReport& report) {
 
 ShapeReport inferShapes(const DesignedModel& m, const Shape& input) {
     ShapeReport report;
-    auto device = make_cpu_device(0);
     try {
-        nn::Model model(m.layers, input, m.loss, DType::f32, *device);
+        const nn::ModelSummary model = nn::summarize(m.layers, input, m.loss);
         collectRows(model, report);
         report.ok = true;
-        report.parameters = model.parameter_count();
-        report.flops = model.flops_per_sample();
-        report.output = model.output_shape();
+        report.parameters = model.parameters;
+        report.flops = model.flops_per_sample;
+        report.output = model.output;
         for (const auto& [path, info] : report.rows)
             if (path.find('.', 6) == std::string::npos)
                 report.activationBytes += info.activationBytes;
@@ -125,8 +124,7 @@ ShapeReport inferShapes(const DesignedModel& m, const Shape& input) {
     if (failing > 0 && failing <= static_cast<int>(m.layers.size())) {
         try {
             std::vector<nn::LayerSpec> prefix(m.layers.begin(), m.layers.begin() + failing);
-            nn::Model model(prefix, input, m.loss, DType::f32, *device);
-            collectRows(model, report);
+            collectRows(nn::summarize(prefix, input, m.loss), report);
         } catch (const std::exception&) {  // the prefix has its own error: show none of it
         }
     }

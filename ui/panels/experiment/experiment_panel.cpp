@@ -50,11 +50,10 @@ ExperimentPanel::~ExperimentPanel() = default;
 ExperimentPanel::Built ExperimentPanel::build(const config::Experiment& e) {
     Built b;
     b.input = run::model_input_shape(e);  // reads the data set when model.input is absent
-    auto device = make_cpu_device(0);
-    nn::Model model(e.layers, b.input, e.loss, DType::f32, *device);
-    b.rows = model.summary();
-    b.parameters = model.parameter_count();
-    b.flops = static_cast<double>(model.flops_per_sample());
+    const nn::ModelSummary model = nn::summarize(e.layers, b.input, e.loss);
+    b.rows = model.layers;
+    b.parameters = model.parameters;
+    b.flops = static_cast<double>(model.flops_per_sample);
     return b;
 }
 
