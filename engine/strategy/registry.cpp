@@ -221,7 +221,6 @@ std::vector<DeviceMemoryEstimate> blank_estimates(const config::Experiment& e) {
 void whole_replica(DeviceMemoryEstimate& d, const config::Experiment& e, const ModelCost& m,
                    int64_t rows) {
     const int64_t p = m.parameters();
-    d.role = "replica";
     d.set(MemCategory::parameters, p);
     d.set(MemCategory::gradients, p);
     d.set(MemCategory::optimizer_state, optimizer_state_per_parameter(e.optimizer) * p);
@@ -234,7 +233,6 @@ std::vector<DeviceMemoryEstimate> estimate_memory(const config::Experiment& e, c
         auto out = blank_estimates(e);
         for (auto& device : out) {
             whole_replica(device, e, m, e.data.batch_size);
-            device.role = "single";
         }
         return out;
     }

@@ -36,7 +36,9 @@ class Strategy;
 
 struct DeviceMemoryEstimate {
     std::string device;  // "cpu:0"
-    std::string role;    // "replica", "server", "worker", "stage 2: layers 3–4", ...
+    // What the device is when it differs from a plain replica: "server", "worker",
+    // "stage 2: layers 3–4", ...; empty for a replica (or the single device).
+    std::string role;
     std::array<int64_t, kMemCategoryCount> bytes{};
     int64_t total() const;
     void set(MemCategory c, int64_t numbers) { bytes[static_cast<size_t>(c)] = numbers * 4; }
@@ -66,7 +68,7 @@ int64_t rows_of(int64_t batch, int r, int shards);
 // One estimate per device of `e`, in order, with its name set and every byte zero.
 std::vector<DeviceMemoryEstimate> blank_estimates(const config::Experiment& e);
 // The device as one whole replica training `rows` rows: parameters, gradients, optimizer state
-// and activations (role "replica").
+// and activations (no role).
 void whole_replica(DeviceMemoryEstimate& d, const config::Experiment& e, const ModelCost& m,
                    int64_t rows);
 

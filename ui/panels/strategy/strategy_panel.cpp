@@ -162,7 +162,7 @@ StrategyPanel::StrategyPanel(QWidget* parent)
     });
     connect(m_stragglerDelay, &QDoubleSpinBox::valueChanged, this, &StrategyPanel::edited);
     connect(m_straggler, &QComboBox::currentIndexChanged, this, &StrategyPanel::edited);
-    showOptionsFor("single");
+    showOptionsFor(strategy::registry().front().name);
     refreshViews();
 }
 
@@ -427,7 +427,7 @@ void StrategyPanel::plotMemory() {
 
     QStringList roles;
     for (const auto& d : m_estimate)
-        if (!d.role.empty() && d.role != "replica" && d.role != "single")
+        if (!d.role.empty())
             roles << QStringLiteral("%1: %2").arg(QString::fromStdString(d.device),
                                                   QString::fromStdString(d.role));
     const QLocale locale;
