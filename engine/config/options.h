@@ -24,18 +24,18 @@ enum class OptionKind {
 using OptionValue = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>>;
 
 struct OptionSpec {
-    std::string key;  // "bucket_mb": the JSON key under "strategy"
+    std::string key{};  // "bucket_mb": the JSON key under "strategy"
     OptionKind kind = OptionKind::boolean;
-    OptionValue fallback;  // the default; an index_list's is empty and means "automatic"
+    OptionValue fallback{};  // the default; an index_list's is empty and means "automatic"
     double min = 0, max = INFINITY;
     bool min_inclusive = true;
-    std::vector<std::string> choices;
-    std::string label;  // the form's label: "Bucket size"
-    std::string unit;   // "MiB", "ms" or ""
-    std::string help;   // one sentence: the form's tooltip and the file-format page
+    std::vector<std::string> choices{};
+    std::string label{};  // the form's label: "Bucket size"
+    std::string unit{};   // "MiB", "ms" or ""
+    std::string help{};   // one sentence: the form's tooltip and the file-format page
     // The form shows the option only while option `shown_when_key` is `shown_when_value`
     // (param_server's staleness: only in async mode). The file may give it at any time.
-    std::string shown_when_key, shown_when_value;
+    std::string shown_when_key{}, shown_when_value{};
 };
 
 // The options of a strategy file's `strategy` object. The parser fills in every option of the

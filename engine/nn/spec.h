@@ -31,7 +31,7 @@ struct LayerSpec {
     double eps = 1e-5;
     double momentum = 0.1;
     // residual
-    std::vector<LayerSpec> layers;
+    std::vector<LayerSpec> layers{};
 };
 
 }  // namespace paralab::nn

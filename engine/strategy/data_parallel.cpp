@@ -166,20 +166,20 @@ StepPicture picture(const config::Experiment& e) {
 }  // namespace
 
 StrategyDescriptor data_parallel_descriptor() {
-    StrategyDescriptor d;
-    d.name = "data_parallel";
-    d.options = {sync_batchnorm_option()};
-    d.explanation =
-        "torch's `nn.DataParallel`: every step device 0 copies its parameters to every device and "
-        "scatters the batch's rows. Each device runs forward on its rows; the outputs are gathered "
-        "on device 0, which computes the loss and sends the output gradients back. After backward "
-        "the gradients are reduced onto device 0, which alone steps the optimizer — watch its "
-        "extra memory and the others' idle time.";
-    d.color = "#ff7f0e";
-    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<DataParallel>()); };
-    d.memory = memory;
-    d.picture = picture;
-    return d;
+    return {
+        .name = "data_parallel",
+        .options = {sync_batchnorm_option()},
+        .explanation =
+            "torch's `nn.DataParallel`: every step device 0 copies its parameters to every device and "
+            "scatters the batch's rows. Each device runs forward on its rows; the outputs are gathered "
+            "on device 0, which computes the loss and sends the output gradients back. After backward "
+            "the gradients are reduced onto device 0, which alone steps the optimizer — watch its "
+            "extra memory and the others' idle time.",
+        .color = "#ff7f0e",
+        .make = [] { return std::unique_ptr<Strategy>(std::make_unique<DataParallel>()); },
+        .memory = memory,
+        .picture = picture,
+    };
 }
 
 }  // namespace paralab::strategy

@@ -332,44 +332,33 @@ StepPicture ddp_picture(const config::Experiment& e) {
 }  // namespace
 
 StrategyDescriptor ddp_descriptor() {
-    StrategyDescriptor d;
-    d.name = "ddp";
-    config::OptionSpec bucket;
-    bucket.key = "bucket_mb";
-    bucket.kind = config::OptionKind::number;
-    bucket.fallback = 25.0;
-    bucket.min = 0;
-    bucket.min_inclusive = false;
-    bucket.label = "Bucket size";
-    bucket.unit = "MiB";
-    bucket.help = "Gradients are all-reduced in buckets of this size, filled from the last layer back.";
-    config::OptionSpec overlap;
-    overlap.key = "overlap";
-    overlap.kind = config::OptionKind::boolean;
-    overlap.fallback = true;
-    overlap.label = "Overlap all-reduce with backward";
-    overlap.help = "A bucket's all-reduce starts as soon as the layers that fill it are done, while "
-                   "backward goes on; false: every bucket after backward.";
-    config::OptionSpec balance;
-    balance.key = "balance";
-    balance.kind = config::OptionKind::choice;
-    balance.fallback = std::string("even");
-    balance.choices = {"even", "speed"};
-    balance.label = "Rows per device";
-    balance.help = "even: batch / N rows each; speed: rows in proportion to each device's measured "
-                   "speed (a straggler gets fewer).";
-    d.options = {bucket, overlap, balance, sync_batchnorm_option()};
-    d.explanation =
-        "Distributed data parallel: every device keeps a full replica (broadcast from device 0 "
-        "once, at the start) and runs forward and backward on its share of the batch. Gradients "
-        "are summed across devices by all-reduce in buckets of `bucket_mb` MiB, last layers "
-        "first; with `overlap` a bucket is sent as soon as the layers that fill it are done, "
-        "while backward goes on. Every device then takes the same optimizer step.";
-    d.color = "#2ca02c";
-    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<Ddp>()); };
-    d.memory = ddp_memory;
-    d.picture = ddp_picture;
-    return d;
+    using config::OptionKind;
+    return {
+        .name = "ddp",
+        .options =
+            {{.key = "bucket_mb", .kind = OptionKind::number, .fallback = 25.0, .min = 0, .min_inclusive = false,
+              .label = "Bucket size", .unit = "MiB",
+              .help = "Gradients are all-reduced in buckets of this size, filled from the last layer back."},
+             {.key = "overlap", .kind = OptionKind::boolean, .fallback = true,
+              .label = "Overlap all-reduce with backward",
+              .help = "A bucket's all-reduce starts as soon as the layers that fill it are done, while "
+                      "backward goes on; false: every bucket after backward."},
+             {.key = "balance", .kind = OptionKind::choice, .fallback = std::string("even"),
+              .choices = {"even", "speed"}, .label = "Rows per device",
+              .help = "even: batch / N rows each; speed: rows in proportion to each device's measured "
+                      "speed (a straggler gets fewer)."},
+             sync_batchnorm_option()},
+        .explanation =
+            "Distributed data parallel: every device keeps a full replica (broadcast from device 0 "
+            "once, at the start) and runs forward and backward on its share of the batch. Gradients "
+            "are summed across devices by all-reduce in buckets of `bucket_mb` MiB, last layers "
+            "first; with `overlap` a bucket is sent as soon as the layers that fill it are done, "
+            "while backward goes on. Every device then takes the same optimizer step.",
+        .color = "#2ca02c",
+        .make = [] { return std::unique_ptr<Strategy>(std::make_unique<Ddp>()); },
+        .memory = ddp_memory,
+        .picture = ddp_picture,
+    };
 }
 
 }  // namespace paralab::strategy

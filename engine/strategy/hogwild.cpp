@@ -125,19 +125,19 @@ StepPicture picture(const config::Experiment& e) {
 }  // namespace
 
 StrategyDescriptor hogwild_descriptor() {
-    StrategyDescriptor d;
-    d.name = "hogwild";
-    d.explanation =
-        "Hogwild: one parameter set, on device 0, shared by all. Each device trains on its rows as "
-        "a mini-batch of its own and updates the shared values with its own optimizer, without "
-        "locks and without any communication. Fast, but not deterministic: updates overwrite each "
-        "other and the loss is noisier.";
-    d.color = "#9467bd";
-    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<Hogwild>()); };
-    d.check_devices = check_devices;
-    d.memory = memory;
-    d.picture = picture;
-    return d;
+    return {
+        .name = "hogwild",
+        .explanation =
+            "Hogwild: one parameter set, on device 0, shared by all. Each device trains on its rows as "
+            "a mini-batch of its own and updates the shared values with its own optimizer, without "
+            "locks and without any communication. Fast, but not deterministic: updates overwrite each "
+            "other and the loss is noisier.",
+        .color = "#9467bd",
+        .make = [] { return std::unique_ptr<Strategy>(std::make_unique<Hogwild>()); },
+        .check_devices = check_devices,
+        .memory = memory,
+        .picture = picture,
+    };
 }
 
 }  // namespace paralab::strategy

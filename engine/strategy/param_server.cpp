@@ -591,38 +591,28 @@ StepPicture picture(const config::Experiment& e) {
 }  // namespace
 
 StrategyDescriptor param_server_descriptor() {
-    StrategyDescriptor d;
-    d.name = "param_server";
-    config::OptionSpec mode;
-    mode.key = "mode";
-    mode.kind = config::OptionKind::choice;
-    mode.fallback = std::string("sync");
-    mode.choices = {"sync", "async"};
-    mode.label = "Mode";
-    mode.help = "sync: the server sums every worker's push and steps once; async: each push is "
-                "applied as it arrives.";
-    config::OptionSpec staleness;
-    staleness.key = "staleness";
-    staleness.kind = config::OptionKind::integer;
-    staleness.fallback = int64_t{0};
-    staleness.min = 0;
-    staleness.label = "Staleness bound";
-    staleness.unit = "steps";
-    staleness.help = "async: how many steps a worker may run ahead of the slowest.";
-    staleness.shown_when_key = "mode";
-    staleness.shown_when_value = "async";
-    d.options = {mode, staleness};
-    d.explanation =
-        "A parameter server: device 0 holds the parameters and the optimizer and computes no "
-        "gradients; the other devices are workers that push gradients and pull weights. `sync`: "
-        "the server sums every worker's push and steps once, so everyone waits for the slowest. "
-        "`async`: each push is applied as it arrives, and a worker may run at most `staleness` "
-        "steps ahead of the slowest.";
-    d.color = "#8c564b";
-    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<ParamServer>()); };
-    d.memory = memory;
-    d.picture = picture;
-    return d;
+    using config::OptionKind;
+    return {
+        .name = "param_server",
+        .options = {{.key = "mode", .kind = OptionKind::choice, .fallback = std::string("sync"),
+                     .choices = {"sync", "async"}, .label = "Mode",
+                     .help = "sync: the server sums every worker's push and steps once; async: each "
+                             "push is applied as it arrives."},
+                    {.key = "staleness", .kind = OptionKind::integer, .fallback = int64_t{0}, .min = 0,
+                     .label = "Staleness bound", .unit = "steps",
+                     .help = "async: how many steps a worker may run ahead of the slowest.",
+                     .shown_when_key = "mode", .shown_when_value = "async"}},
+        .explanation =
+            "A parameter server: device 0 holds the parameters and the optimizer and computes no "
+            "gradients; the other devices are workers that push gradients and pull weights. `sync`: "
+            "the server sums every worker's push and steps once, so everyone waits for the slowest. "
+            "`async`: each push is applied as it arrives, and a worker may run at most `staleness` "
+            "steps ahead of the slowest.",
+        .color = "#8c564b",
+        .make = [] { return std::unique_ptr<Strategy>(std::make_unique<ParamServer>()); },
+        .memory = memory,
+        .picture = picture,
+    };
 }
 
 }  // namespace paralab::strategy

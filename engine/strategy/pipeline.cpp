@@ -9,37 +9,30 @@
 namespace paralab::strategy {
 
 StrategyDescriptor pipeline_descriptor() {
-    StrategyDescriptor d;
-    d.name = "pipeline";
-    config::OptionSpec micro;
-    micro.key = "micro_batches";
-    micro.kind = config::OptionKind::integer;
-    micro.fallback = int64_t{4};
-    micro.min = 1;
-    micro.label = "Micro-batches";
-    micro.help = "The global batch is cut into this many micro-batches, which flow through the "
-                 "stages one after another.";
-    config::OptionSpec schedule;
-    schedule.key = "schedule";
-    schedule.kind = config::OptionKind::choice;
-    schedule.fallback = std::string("gpipe");
-    schedule.choices = {"gpipe", "1f1b"};
-    schedule.label = "Schedule";
-    schedule.help = "gpipe: every forward, then every backward; 1f1b: one forward and one "
-                    "backward in turn after a warm-up.";
-    d.options = {micro, schedule, split_option()};
-    d.explanation =
-        "Pipeline: the stages of model parallel, with the batch cut into `micro_batches` so that "
-        "stages work on different micro-batches at once. GPipe runs all forwards, then all "
-        "backwards; 1F1B alternates one forward and one backward after a warm-up. The idle bubble "
-        "is (p−1)/(m+p−1) of the step; GPipe holds every micro-batch's activations, 1F1B at most "
-        "as many as there are stages.";
-    d.color = "#17becf";
-    d.make = [] { return stages::make_staged_strategy(/*pipelined=*/true); };
-    d.check_options = stages::check_stages;
-    d.memory = [](const config::Experiment& e, const ModelCost& m) { return stages::stage_memory(e, m, true); };
-    d.picture = [](const config::Experiment& e) { return stages::stage_picture(e, true); };
-    return d;
+    using config::OptionKind;
+    return {
+        .name = "pipeline",
+        .options = {{.key = "micro_batches", .kind = OptionKind::integer, .fallback = int64_t{4}, .min = 1,
+                     .label = "Micro-batches",
+                     .help = "The global batch is cut into this many micro-batches, which flow through "
+                             "the stages one after another."},
+                    {.key = "schedule", .kind = OptionKind::choice, .fallback = std::string("gpipe"),
+                     .choices = {"gpipe", "1f1b"}, .label = "Schedule",
+                     .help = "gpipe: every forward, then every backward; 1f1b: one forward and one "
+                             "backward in turn after a warm-up."},
+                    split_option()},
+        .explanation =
+            "Pipeline: the stages of model parallel, with the batch cut into `micro_batches` so that "
+            "stages work on different micro-batches at once. GPipe runs all forwards, then all "
+            "backwards; 1F1B alternates one forward and one backward after a warm-up. The idle bubble "
+            "is (p−1)/(m+p−1) of the step; GPipe holds every micro-batch's activations, 1F1B at most "
+            "as many as there are stages.",
+        .color = "#17becf",
+        .make = [] { return stages::make_staged_strategy(/*pipelined=*/true); },
+        .check_options = stages::check_stages,
+        .memory = [](const config::Experiment& e, const ModelCost& m) { return stages::stage_memory(e, m, true); },
+        .picture = [](const config::Experiment& e) { return stages::stage_picture(e, true); },
+    };
 }
 
 }  // namespace paralab::strategy

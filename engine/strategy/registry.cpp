@@ -93,25 +93,17 @@ template std::vector<int64_t> option<std::vector<int64_t>>(const config::Strateg
                                                            const std::string&);
 
 config::OptionSpec sync_batchnorm_option() {
-    config::OptionSpec o;
-    o.key = "sync_batchnorm";
-    o.kind = config::OptionKind::boolean;
-    o.fallback = true;
-    o.label = "SyncBatchNorm (statistics over all devices)";
-    o.help = "Batch-norm layers normalise with the statistics of the whole global batch, summed "
-             "over the devices (as on one device); false: each device its own rows'.";
-    return o;
+    return {.key = "sync_batchnorm", .kind = config::OptionKind::boolean, .fallback = true,
+            .label = "SyncBatchNorm (statistics over all devices)",
+            .help = "Batch-norm layers normalise with the statistics of the whole global batch, summed "
+                    "over the devices (as on one device); false: each device its own rows'."};
 }
 
 config::OptionSpec split_option() {
-    config::OptionSpec o;
-    o.key = "split";
-    o.kind = config::OptionKind::index_list;
-    o.fallback = std::vector<int64_t>{};
-    o.label = "Stages start at layers";
-    o.help = "The first top-level layer index of each stage after the first (N − 1 strictly "
-             "increasing indices in (0, L)); absent: balanced by parameter count.";
-    return o;
+    return {.key = "split", .kind = config::OptionKind::index_list, .fallback = std::vector<int64_t>{},
+            .label = "Stages start at layers",
+            .help = "The first top-level layer index of each stage after the first (N − 1 strictly "
+                    "increasing indices in (0, L)); absent: balanced by parameter count."};
 }
 
 std::string format_number(double v) {

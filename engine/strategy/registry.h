@@ -84,28 +84,28 @@ struct StepPicture {
         chain,   // the devices in a row, activations forward and gradients back
     };
     Layout layout = Layout::one;
-    std::vector<std::string> subtitles;  // under each device's name (by device index)
+    std::vector<std::string> subtitles{};  // under each device's name (by device index)
     // hub: its title and subtitle; the first device is the hub itself when `hub_is_device`
     // (param_server's server), else the hub is drawn above every device; `shared`: dashed
     // two-way arrows (no messages: one memory).
-    std::string hub_title, hub_subtitle;
+    std::string hub_title{}, hub_subtitle{};
     bool hub_is_device = false;
     bool shared = false;
-    std::string down_label;  // hub: on the first arrow down; shards: the upper bus
-    std::string up_label;    // shards: the lower bus
-    std::string centre;      // ring: the label inside the ring
-    std::string top;         // chain: the line above the devices
-    std::string caption;     // the sentence under the picture
-    std::string note;        // a muted remark (one: above; shards: last line)
+    std::string down_label{};  // hub: on the first arrow down; shards: the upper bus
+    std::string up_label{};    // shards: the lower bus
+    std::string centre{};      // ring: the label inside the ring
+    std::string top{};         // chain: the line above the devices
+    std::string caption{};     // the sentence under the picture
+    std::string note{};        // a muted remark (one: above; shards: last line)
 };
 
 // ---- the descriptor -------------------------------------------------------------------------
 struct StrategyDescriptor {
-    std::string name;  // strategy.type
-    std::vector<config::OptionSpec> options;
+    std::string name{};  // strategy.type
+    std::vector<config::OptionSpec> options{};
     // One paragraph for the Strategy tab and the file-format page; option keys in `backticks`.
-    std::string explanation;
-    std::string color;  // "#rrggbb": the strategy's colour in the Runs tab's plots
+    std::string explanation{};
+    std::string color{};  // "#rrggbb": the strategy's colour in the Runs tab's plots
     // The single-device baseline that scaling efficiency is measured against (single).
     bool baseline = false;
     std::unique_ptr<Strategy> (*make)() = nullptr;

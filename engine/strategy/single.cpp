@@ -38,16 +38,15 @@ private:
 }  // namespace
 
 StrategyDescriptor single_descriptor() {
-    StrategyDescriptor d;
-    d.name = "single";
-    d.explanation =
-        "One device runs forward, backward and the optimizer step on the whole batch. It is the "
-        "baseline: every other strategy is compared with it, and the deterministic ones must end "
-        "with its parameters.";
-    d.color = "#1f77b4";
-    d.baseline = true;
-    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<Single>()); };
-    return d;
+    return {
+        .name = "single",
+        .explanation = "One device runs forward, backward and the optimizer step on the whole batch. It is "
+                       "the baseline: every other strategy is compared with it, and the deterministic ones "
+                       "must end with its parameters.",
+        .color = "#1f77b4",
+        .baseline = true,
+        .make = [] { return std::unique_ptr<Strategy>(std::make_unique<Single>()); },
+    };
 }
 
 }  // namespace paralab::strategy

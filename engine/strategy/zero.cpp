@@ -211,28 +211,23 @@ StepPicture picture(const config::Experiment& e) {
 }  // namespace
 
 StrategyDescriptor zero_descriptor() {
-    StrategyDescriptor d;
-    d.name = "zero";
-    config::OptionSpec stage;
-    stage.key = "stage";
-    stage.kind = config::OptionKind::integer;
-    stage.fallback = int64_t{1};
-    stage.min = 1;
-    stage.max = 2;
-    stage.label = "ZeRO stage";
-    stage.help = "1: the optimizer state is sharded; 2: the gradients too.";
-    d.options = {stage, sync_batchnorm_option()};
-    d.explanation =
-        "ZeRO: like DDP, but each device keeps the optimizer state of only 1/N of the parameters "
-        "and updates only that shard. Gradients are reduce-scattered (each device receives the "
-        "sum for its shard) and the updated parameters are all-gathered. Stage 2 shards the "
-        "gradients too: each layer's gradients go to their owners as soon as its backward is "
-        "done, then are freed.";
-    d.color = "#d62728";
-    d.make = [] { return std::unique_ptr<Strategy>(std::make_unique<Zero>()); };
-    d.memory = memory;
-    d.picture = picture;
-    return d;
+    return {
+        .name = "zero",
+        .options = {{.key = "stage", .kind = config::OptionKind::integer, .fallback = int64_t{1}, .min = 1,
+                     .max = 2, .label = "ZeRO stage",
+                     .help = "1: the optimizer state is sharded; 2: the gradients too."},
+                    sync_batchnorm_option()},
+        .explanation =
+            "ZeRO: like DDP, but each device keeps the optimizer state of only 1/N of the parameters "
+            "and updates only that shard. Gradients are reduce-scattered (each device receives the "
+            "sum for its shard) and the updated parameters are all-gathered. Stage 2 shards the "
+            "gradients too: each layer's gradients go to their owners as soon as its backward is "
+            "done, then are freed.",
+        .color = "#d62728",
+        .make = [] { return std::unique_ptr<Strategy>(std::make_unique<Zero>()); },
+        .memory = memory,
+        .picture = picture,
+    };
 }
 
 }  // namespace paralab::strategy
