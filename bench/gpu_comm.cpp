@@ -19,6 +19,9 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -66,6 +69,8 @@ double copy_seconds(size_t bytes) {
 double all_reduce_seconds(comm::Group& group, const std::vector<CudaDevice*>& devices, int64_t count) {
     const int world = group.world();
     std::vector<double> times;
+    std::mutex failures_mutex;
+    std::vector<std::string> failures;  // guarded by failures_mutex
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r)
         threads.emplace_back([&, r] {
@@ -81,9 +86,27 @@ double all_reduce_seconds(comm::Group& group, const std::vector<CudaDevice*>& de
                 const double s = std::chrono::duration<double>(Clock::now() - t0).count();
                 if (r == 0 && i >= k_warmup) times.push_back(s);
             }
+            // What was timed is checked (as nccl-tests do): every rank all-reduces r + 1 once
+            // more, and every element must be the exact sum N(N+1)/2.
+            std::vector<float> host(size_t(count), float(r + 1));
+            const int ordinal = devices[size_t(r)]->ordinal();
+            kg::copy_host_to_device(data, host.data(), bytes);
+            kg::synchronize_device(ordinal);
+            c.all_reduce(data, count, DType::f32, comm::ReduceOp::sum);
+            kg::synchronize_device(ordinal);
+            kg::copy_device_to_host(host.data(), data, bytes);
+            const float want = float(world) * float(world + 1) / 2;
+            for (size_t i = 0; i < host.size(); ++i)
+                if (host[i] != want) {
+                    std::lock_guard lock(failures_mutex);
+                    failures.push_back("rank " + std::to_string(r) + ", element " + std::to_string(i) + ": " +
+                                       std::to_string(host[i]) + ", expected " + std::to_string(want));
+                    break;
+                }
             kg::device_free(devices[size_t(r)]->ordinal(), data);
         });
     for (auto& t : threads) t.join();
+    if (!failures.empty()) throw std::runtime_error("bench_gpu_comm: a wrong sum: " + failures.front());
     return median(times);
 }
 

@@ -19,9 +19,8 @@
 //
 // Segments. A large call runs the ring once per segment: segment s is piece s (k_piece_bytes at
 // most) of every chunk, so that what a step reads from its neighbour was written moments ago and
-// is still in that core's cache, as NCCL pipelines its ring in slices. On the development machine
-// (two vCPUs) a 2.6 MB all-reduce of freshly written buffers takes 0.21 ms in pieces of 256 KiB
-// against 0.40 ms in one piece (docs/benchmarks.md, "Collectives"). The chunks, and so the order of
+// is still in that core's cache, as NCCL pipelines its ring in slices (docs/benchmarks.md,
+// "Collectives", has the figures in pieces and in one piece). The chunks, and so the order of
 // every sum and the bytes each rank reads, are those of the unsegmented ring. A group with more
 // ranks than the machine has hardware threads runs whole chunks: there every extra step is a
 // wait that may have to sleep until the neighbour is scheduled (16 MiB over 4 ranks on 2 cores:

@@ -110,7 +110,7 @@ public:
         // The last bucket is ready only when backward ends, so nothing is left to overlap it
         // with: the rank thread reduces it itself once the communication thread has done the
         // others (collectives on the bucket group keep their order), which saves handing it to
-        // that thread and waking it (~0.1 ms a step on the development machine).
+        // that thread and waking it.
         const size_t last = m_buckets.size() - 1;
         auto layer_done = [&](size_t layer) {
             for (size_t p : params_of_layer()[layer]) {

@@ -46,8 +46,8 @@ public:
         // gradient views this rank's part of the flat gradients at stage 1; its value is a
         // private master copy, copied into the flat parameters after each update. Updating the
         // flat parameters in place instead writes cache lines the other ranks read in the last
-        // all-gather: on the 2-vCPU development machine that made the step 0.1-0.6 ms slower,
-        // depending on where the hypervisor had put the vCPUs (docs/benchmarks.md, "Strategies on virtual CPU devices").
+        // all-gather, which makes the step slower where those lines must move between cores
+        // (docs/benchmarks.md, "Strategies on virtual CPU devices").
         s.shard_param.name = "zero_shard";
         s.shard_param.value = Tensor::empty(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::workspace);
         if (m_stage == 1) {

@@ -34,8 +34,8 @@ constexpr int64_t kSplitMinFlops = int64_t{1} << 21;
 constexpr int64_t kSplitQuantum = 16;
 
 // Single precision goes to oneDNN's sgemm where it is built in: it JITs its kernel for the
-// machine's widest vector unit (AVX-512 on the development machine), about twice OpenBLAS's
-// rate where the environment holds OpenBLAS to its Haswell kernel (docs/benchmarks.md, "Layer
+// machine's widest vector unit (AVX-512 where there is one), about twice OpenBLAS's rate where
+// the environment holds OpenBLAS to its Haswell kernel (docs/benchmarks.md, "Layer
 // kernels"). Double precision (the gradient checks' reference) stays with OpenBLAS.
 template <class T>
 void blas(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
