@@ -86,8 +86,11 @@ std::string grouped(int64_t n) {
 
 int cmd_validate(const std::string& file, bool as_json) {
     const config::Experiment e = run::load_experiment(file);
-    if (const auto issues = run::validate(e); !issues.empty()) throw ConfigError(file + ": " + issues.front().text());
-    data::check_data_files(e.data);
+    try {
+        run::check_before_training(e);
+    } catch (const ConfigError& err) {
+        throw ConfigError(file + ": " + err.what());
+    }
     const Shape input = run::model_input_shape(e);
     const nn::ModelSummary model = nn::summarize(e.layers, input, e.loss);  // allocates nothing
     const auto& rows = model.layers;

@@ -1,5 +1,6 @@
 #include "engine/run/experiment.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -308,9 +309,41 @@ config::Experiment parse_experiment(const json& j) {
     return e;
 }
 
+void check_device_list(const config::Experiment& e) {
+    bool any_cpu = false, any_gpu = false;
+    for (size_t i = 0; i < e.devices.size(); ++i) {
+        const std::string path = "devices[" + std::to_string(i) + "]";
+        const DeviceId id = parse_device_id(e.devices[i]);
+        if (id.kind == DeviceKind::cpu) {
+            any_cpu = true;
+            for (size_t j = 0; j < i; ++j)
+                if (e.devices[j] == e.devices[i])
+                    throw ConfigError(path, e.devices[i] + " is listed twice (devices[" + std::to_string(j) +
+                                                "]); virtual CPU devices are cpu:0, cpu:1, ...");
+            continue;
+        }
+        any_gpu = true;
+        if (!cuda_backend_built())
+            throw ConfigError(path, e.devices[i] + " is a GPU, and this build has no CUDA backend; use cpu:" +
+                                        std::to_string(i));
+    }
+    if (any_cpu && any_gpu)
+        throw ConfigError("devices", "CPU and CUDA devices cannot be mixed in one run; list only cpu:K "
+                                     "or only cuda:N");
+    if (e.train.precision != "fp32" && any_cpu)
+        throw ConfigError("train.precision", e.train.precision +
+                                                 " mixed precision needs CUDA devices; CPU devices train in fp32");
+}
+
 std::vector<config::Issue> validate(const config::Experiment& e) {
     try {
         parse_experiment(to_json(e));
+        // A straggler of this process's devices must be one of them ("r2/cpu:0", another
+        // process's, is checked when the job's processes agree on the world).
+        const std::string& straggler = e.strategy.straggler_device;
+        if (!straggler.empty() && straggler.find('/') == std::string::npos &&
+            std::find(e.devices.begin(), e.devices.end(), straggler) == e.devices.end())
+            throw ConfigError("strategy.straggler.device", straggler + " is not one of the run's devices");
         const strategy::StrategyDescriptor& d = strategy::descriptor_of(e);
         if (d.check_devices) d.check_devices(e);
         if (d.check_options) d.check_options(e);

@@ -22,10 +22,18 @@ config::Experiment load_experiment(const std::string& path);
 nlohmann::json to_json(const config::Experiment& e);
 
 // The checks an experiment gets before anything is loaded or allocated: every check of the
-// parser (so an experiment edited in memory is held to the file's rules) and the strategy's
-// own rules on its devices and its options against the model (registry.h). Returns the first
-// problem with its JSON path; empty when there is none.
+// parser (so an experiment edited in memory is held to the file's rules), the straggler among
+// the devices, and the strategy's own rules on its devices and its options against the model
+// (registry.h). Returns the first problem with its JSON path; empty when there is none. What
+// this machine and build can run (check_device_list), the strategy's device count and what
+// needs the data are checked by check_before_training (trainer.h): the window's panels edit
+// devices and strategy one after the other and call only this.
 std::vector<config::Issue> validate(const config::Experiment& e);
+
+// The rules on the device list that need no device made: a CPU device listed twice, a GPU in a
+// build without the CUDA backend, CPU and CUDA devices mixed, half precision on CPU devices.
+// Throws ConfigError naming the path. The run makes the same checks before it makes devices.
+void check_device_list(const config::Experiment& e);
 
 // The model's per-example input: model.input when given, else the data set's example shape
 // (read from one example of each split, so it is cheap even for large sets).

@@ -46,6 +46,13 @@ struct RunArtifacts {
     std::map<std::string, MemoryStats> memory;  // per device, at the end (peaks by category)
 };
 
+// Every check a run makes before training, without training and without allocating the model
+// (`paralab validate`): validate(e), the strategy's device count, the data files, and the data
+// (the model's input against the examples, its output against the targets and the loss).
+// Throws ConfigError naming the JSON path. Checked as a local run: under mpirun the device
+// count is the job's.
+void check_before_training(const config::Experiment& e);
+
 // A run whose ranks are spread over the processes of an MPI job (`mpirun -np N paralab run
 // FILE`): every process runs its own devices (its experiment's `devices`), and the world is all
 // processes' devices in process order, named "r<process>/<device>" ("r1/cpu:0"). Rank 0's

@@ -22,8 +22,7 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 }
 
 // Refuses, before any step runs, a model whose output cannot meet the data and the loss.
-void check_model_fits_data(const nn::Model& model, const data::Dataset& ds, const std::string& loss) {
-    const Shape& out = model.output_shape();
+void check_model_fits_data(const Shape& out, const data::Dataset& ds, const std::string& loss) {
     if (loss == "cross_entropy") {
         if (ds.num_classes == 0)
             throw ConfigError("model.loss", "cross_entropy needs class labels, but the " + ds.name +
@@ -64,52 +63,32 @@ namespace {
 // The devices of the run, one per rank (this process's, in an MPI job); refuses what this
 // build cannot run.
 std::vector<std::unique_ptr<Device>> make_devices(const config::Experiment& e, int compute_threads) {
+    check_device_list(e);
     if (const auto rule = strategy::descriptor_of(e).check_devices) rule(e);
     std::vector<std::unique_ptr<Device>> devices;
-    bool any_cpu = false, any_gpu = false;
     for (size_t i = 0; i < e.devices.size(); ++i) {
-        const std::string path = "devices[" + std::to_string(i) + "]";
         const DeviceId id = parse_device_id(e.devices[i]);
-        int earlier = 0;  // the same name listed before: virtual devices of one GPU
-        for (size_t j = 0; j < i; ++j) {
-            if (e.devices[j] != e.devices[i]) continue;
-            if (id.kind == DeviceKind::cpu)
-                throw ConfigError(path, e.devices[i] + " is listed twice (devices[" +
-                                  std::to_string(j) + "]); virtual CPU devices are cpu:0, cpu:1, ...");
-            ++earlier;
-        }
         if (id.kind == DeviceKind::cpu) {
-            any_cpu = true;
             devices.push_back(make_cpu_device(id.index, compute_threads));
             continue;
         }
-        any_gpu = true;
-        if (!cuda_backend_built())
-            throw ConfigError(path, e.devices[i] +
-                              " is a GPU, and this build has no CUDA backend; use cpu:" + std::to_string(i));
         // The k-th listing of cuda:N after the first is the virtual GPU "cuda:N#k".
+        const auto earlier = std::count(e.devices.begin(), e.devices.begin() + static_cast<std::ptrdiff_t>(i), e.devices[i]);
         std::string name = id.to_string();
         if (earlier) name += '#' + std::to_string(earlier);  // piecewise: GCC 12 warns (-Wrestrict) on "#" + ...
         try {
             devices.push_back(make_cuda_device(id.index, name));
         } catch (const ConfigError& err) {
-            throw ConfigError(path, err.what());
+            throw ConfigError("devices[" + std::to_string(i) + "]", err.what());
         }
     }
-    if (any_cpu && any_gpu)
-        throw ConfigError("devices", "CPU and CUDA devices cannot be mixed in one run; list only cpu:K "
-                          "or only cuda:N");
     return devices;
 }
 
 // train.precision: bf16/fp16 mixed precision on GPUs (their float GEMMs take half-precision
 // inputs; fp16 also scales the loss, which every strategy does).
 void set_precision(const config::Experiment& e, const std::vector<std::unique_ptr<Device>>& devices) {
-    if (e.train.precision == "fp32") return;
-    for (const auto& d : devices)
-        if (!d->is_gpu())
-            throw ConfigError("train.precision", e.train.precision +
-                              " mixed precision needs CUDA devices; CPU devices train in fp32");
+    if (e.train.precision == "fp32") return;  // check_device_list refused half precision on CPUs
     const MatmulPrecision p = e.train.precision == "bf16" ? MatmulPrecision::bf16 : MatmulPrecision::fp16;
     for (const auto& d : devices) d->set_matmul_precision(p);
 }
@@ -365,6 +344,22 @@ void run_local_ranks(Shared& sh, int world) {
     for (auto& t : ranks) t.join();
 }
 
+namespace {
+
+// The model's input for these splits: model.input, which must match the examples' shape, or
+// theirs. Refuses an empty training split.
+Shape checked_input(const config::Experiment& e, const data::DataSplits& splits) {
+    if (splits.train.size() == 0) throw ConfigError("data", "the training split is empty");
+    const Shape data_shape(splits.train.sample_shape);
+    const Shape input = e.input.value_or(data_shape);
+    if (input != data_shape)
+        throw ConfigError("model.input", input.to_string() + " does not match the " + splits.train.name +
+                                             " examples, which are " + data_shape.to_string());
+    return input;
+}
+
+}  // namespace
+
 Prepared prepare(const config::Experiment& e, int compute_threads, bool across_processes) {
     Prepared p;
     p.devices = make_devices(e, compute_threads);
@@ -374,15 +369,10 @@ Prepared prepare(const config::Experiment& e, int compute_threads, bool across_p
                           "in this version; run the GPUs of one machine in one process");
     set_precision(e, p.devices);
     p.splits = data::load_data(e.data, e.seed);
-    if (p.splits.train.size() == 0) throw ConfigError("data", "the training split is empty");
-    const Shape data_shape(p.splits.train.sample_shape);
-    p.input = e.input.value_or(data_shape);
-    if (p.input != data_shape)
-        throw ConfigError("model.input", p.input.to_string() + " does not match the " + p.splits.train.name +
-                          " examples, which are " + data_shape.to_string());
+    p.input = checked_input(e, p.splits);
     p.scratch = make_cpu_device(0, compute_threads);
     p.reference = std::make_unique<nn::Model>(e.layers, p.input, e.loss, DType::f32, *p.scratch);
-    check_model_fits_data(*p.reference, p.splits.train, e.loss);
+    check_model_fits_data(p.reference->output_shape(), p.splits.train, e.loss);
     Rng init_rng(e.seed);
     p.reference->reset_parameters(init_rng);
     return p;
@@ -451,3 +441,18 @@ void evaluate_at_end(config::RunSummary& s, RunObserver* observer, const Shared&
 }
 
 }  // namespace paralab::run::detail
+
+namespace paralab::run {
+
+void check_before_training(const config::Experiment& e) {
+    if (const auto issues = validate(e); !issues.empty())
+        throw ConfigError(issues.front().path, issues.front().message);
+    check_device_list(e);
+    strategy::check_device_count(strategy::descriptor_of(e), static_cast<int>(e.devices.size()));
+    data::check_data_files(e.data);
+    const data::DataSplits splits = data::load_data(e.data, e.seed);
+    const Shape input = detail::checked_input(e, splits);
+    detail::check_model_fits_data(nn::summarize(e.layers, input, e.loss).output, splits.train, e.loss);
+}
+
+}  // namespace paralab::run

@@ -141,10 +141,6 @@ public:
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
         const config::Experiment& e = *ctx.experiment;
-        if (m_world < 2)
-            throw ConfigError("devices",
-                              "param_server needs at least 2 devices (the first is the server, "
-                              "the others are workers), got " + std::to_string(m_world));
         m_async = option<std::string>(e.strategy, "mode") == "async";
         m_staleness = option<int64_t>(e.strategy, "staleness");
         m_scaler = loss_scaler_for(e);
@@ -609,6 +605,8 @@ StrategyDescriptor param_server_descriptor() {
             "`async`: each push is applied as it arrives, and a worker may run at most `staleness` "
             "steps ahead of the slowest.",
         .color = "#8c564b",
+        .min_devices = 2,
+        .device_rule = "the first is the server, the others are workers",
         .make = [] { return std::unique_ptr<Strategy>(std::make_unique<ParamServer>()); },
         .memory = memory,
         .picture = picture,

@@ -63,6 +63,19 @@ const config::OptionSpec* StrategyDescriptor::option(const std::string& key) con
     return nullptr;
 }
 
+void check_device_count(const StrategyDescriptor& d, int world) {
+    const std::string why = d.device_rule.empty() ? "" : " (" + d.device_rule + ")";
+    if (d.max_devices == 1 && world != 1)
+        throw ConfigError("devices", "the " + d.name + " strategy runs on one device, got " + std::to_string(world) +
+                                         why + "; choose a parallel strategy");
+    if (d.max_devices > 1 && world > d.max_devices)
+        throw ConfigError("devices", "the " + d.name + " strategy runs on at most " + std::to_string(d.max_devices) +
+                                         " devices, got " + std::to_string(world) + why);
+    if (world < d.min_devices)
+        throw ConfigError("devices", "the " + d.name + " strategy needs at least " + std::to_string(d.min_devices) +
+                                         " devices, got " + std::to_string(world) + why);
+}
+
 config::StrategyConfig default_config(const std::string& type) {
     const StrategyDescriptor* d = find_strategy(type);
     if (!d) throw ConfigError("strategy.type", "unknown strategy \"" + type + "\"");

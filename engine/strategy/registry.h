@@ -108,6 +108,11 @@ struct StrategyDescriptor {
     std::string color{};  // "#rrggbb": the strategy's colour in the Runs tab's plots
     // The single-device baseline that scaling efficiency is measured against (single).
     bool baseline = false;
+    // How many devices (ranks) it runs on; 0: no upper bound. `device_rule` says why, for the
+    // message that refuses another count.
+    int min_devices = 1;
+    int max_devices = 0;
+    std::string device_rule{};
     std::unique_ptr<Strategy> (*make)() = nullptr;
     // Refuses, before any device is made, devices this strategy cannot run on: throws
     // ConfigError naming the JSON path ("devices[2]"). Null: any devices.
@@ -143,6 +148,9 @@ config::StrategyConfig default_config(const std::string& type);
 // the strategy has no such option or it has another type (a programming error).
 template <class T>
 T option(const config::StrategyConfig& s, const std::string& key);
+
+// Refuses a number of devices (ranks) outside the descriptor's bounds: ConfigError("devices").
+void check_device_count(const StrategyDescriptor& d, int world);
 
 // The predicted memory per device (above); a whole replica on one device.
 std::vector<DeviceMemoryEstimate> estimate_memory(const config::Experiment& e, const ModelCost& m);

@@ -12,9 +12,6 @@ public:
 
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
-        if (m_world != 1)
-            throw ConfigError("devices", "the single strategy runs on one device, got " +
-                              std::to_string(m_world) + " (choose a parallel strategy)");
         build_replicas(ctx, reference, false);
         m_optimizers.push_back(optim::make_optimizer(ctx.experiment->optimizer));
         m_scaler = loss_scaler_for(*ctx.experiment);
@@ -45,6 +42,7 @@ StrategyDescriptor single_descriptor() {
                        "must end with its parameters.",
         .color = "#1f77b4",
         .baseline = true,
+        .max_devices = 1,
         .make = [] { return std::unique_ptr<Strategy>(std::make_unique<Single>()); },
     };
 }

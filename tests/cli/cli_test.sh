@@ -67,6 +67,23 @@ sed 's/"type": "single"/"type": "ddp", "stage": 2/' "$good" >"$tmp/option.parala
 check foreign_option 2 'strategy.stage: not an option of the ddp strategy' -- "$paralab" validate "$tmp/option.paralab.json"
 sed 's/"type": "single"/"type": "pipeline", "split": [3, 1]/' "$good" >"$tmp/split.paralab.json"
 check split_against_layers 2 'strategy.split: expected 0 layer indices' -- "$paralab" validate "$tmp/split.paralab.json"
+# validate makes every check run makes before training: each of these files is refused by both,
+# with the same message.
+sed 's/"devices": \["cpu:0"\]/"devices": ["cpu:0", "cpu:1"]/' "$good" >"$tmp/m_single.paralab.json"
+sed -e 's/"type": "single"}/"type": "ddp", "straggler": {"device": "cpu:3", "delay_ms": 1}}/' \
+    -e 's/"devices": \["cpu:0"\]/"devices": ["cpu:0", "cpu:1"]/' "$good" >"$tmp/m_straggler.paralab.json"
+sed -e 's/"devices": \["cpu:0"\]/"devices": ["cpu:0", "cpu:0"]/' -e 's/"type": "single"/"type": "ddp"/' "$good" >"$tmp/m_twice.paralab.json"
+sed 's/"classes": 3/"classes": 5/' "$good" >"$tmp/m_classes.paralab.json"
+sed 's/"type": "single"/"type": "param_server"/' "$good" >"$tmp/m_server.paralab.json"
+for m in "single:devices: the single strategy runs on one device, got 2" \
+         "straggler:strategy.straggler.device: cpu:3 is not one of the run's devices" \
+         "twice:devices[1]: cpu:0 is listed twice" \
+         "classes:model: the last layer gives 3 class scores, but the spirals data set has 5 classes" \
+         "server:devices: the param_server strategy needs at least 2 devices, got 1"; do
+    name=${m%%:*} text=${m#*:}
+    check "validate_refuses_$name" 2 "$text" -- "$paralab" validate "$tmp/m_$name.paralab.json"
+    check "run_refuses_$name" 2 "$text" -- "$paralab" run "$tmp/m_$name.paralab.json" --steps 2
+done
 check unknown_strategy_flag 2 "--strategy: unknown strategy 'ddq'; expected one of single, data_parallel" -- "$paralab" run "$good" --strategy ddq
 sed 's/"type": "relu"/"type": "rleu"/' "$good" >"$tmp/layer.paralab.json"
 check unknown_layer 2 'did you mean "relu"' -- "$paralab" validate "$tmp/layer.paralab.json"
