@@ -149,13 +149,15 @@ void RunStore::migrate() {
         throw StoreError(m_path + ": this run store has schema version " + std::to_string(version) +
                          ", written by a newer ParaLab (this one reads up to " +
                          std::to_string(kSchemaVersion) + "); update ParaLab or choose another file");
-    if (version < 1) {
-        exec("BEGIN IMMEDIATE");
-        version = read_version();  // another opener may have migrated meanwhile
-    }
-    if (version < 1) {
-        try {
-            exec(R"(
+    if (version >= kSchemaVersion) return;
+    // One write transaction: the version read again under the write lock (another opener may
+    // have migrated meanwhile, even to the newest schema), the steps still missing, the commit.
+    // Every path ends the transaction: one left open would hold this connection's later writes
+    // (a run's rows) and roll them back when the store closes.
+    exec("BEGIN IMMEDIATE");
+    try {
+        version = read_version();
+        if (version < 1) exec(R"(
 CREATE TABLE IF NOT EXISTS runs (
   run_id      INTEGER PRIMARY KEY AUTOINCREMENT,
   name        TEXT NOT NULL,
@@ -195,21 +197,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
 );
 PRAGMA user_version = 1;
 )");
-            exec("COMMIT");
-        } catch (...) {
-            sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-            throw;
-        }
-    }
-    if (version < 2) {
-        if (sqlite3_get_autocommit(m_db)) exec("BEGIN IMMEDIATE");
-        version = read_version();
-        if (version >= 2) {
-            exec("COMMIT");
-            return;
-        }
-        try {
-            exec(R"(
+        if (version < 2) exec(R"(
 CREATE TABLE IF NOT EXISTS spans (
   run_id  INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
   device  TEXT NOT NULL,
@@ -222,11 +210,10 @@ CREATE TABLE IF NOT EXISTS spans (
 CREATE INDEX IF NOT EXISTS spans_by_step ON spans (run_id, step);
 PRAGMA user_version = 2;
 )");
-            exec("COMMIT");
-        } catch (...) {
-            sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-            throw;
-        }
+        exec("COMMIT");
+    } catch (...) {
+        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
     }
 }
 

@@ -232,3 +232,45 @@ TEST(RunStore, ConcurrentFirstOpensOfANewStoreBothSucceed) {
         std::remove((path + "-shm").c_str());
     }
 }
+
+// Runs recorded at once into a store that does not exist yet are all kept: an opener that finds
+// the schema made by another meanwhile ends its migration transaction (it once stayed open, and
+// the run's rows rolled back when the store closed, though the run had reported "finished").
+TEST(RunStore, RunsWrittenAtOnceIntoANewStoreAreAllKept) {
+    constexpr int kWriters = 4;
+    for (int round = 0; round < 25; ++round) {
+        const std::string path = ::testing::TempDir() + "/together-" + std::to_string(::getpid()) + "-" +
+                                 std::to_string(round) + ".db";
+        std::remove(path.c_str());
+        std::atomic<int> ready{0};
+        std::string errors;
+        std::mutex m;
+        auto write_a_run = [&](int w) {
+            ++ready;
+            while (ready.load() < kWriters) std::this_thread::yield();  // all open at once
+            try {
+                store::RunStore db(path);
+                const int64_t id = db.create_run(experiment("writer " + std::to_string(w)), {});
+                db.add_records(id, {record(1, 0.5), record(2, 0.25)});
+                db.finish_run(id, "finished", nlohmann::json{{"steps", 2}});
+            } catch (const std::exception& e) {
+                std::lock_guard lock(m);
+                errors += e.what();
+            }
+        };
+        std::vector<std::thread> writers;
+        for (int w = 0; w < kWriters; ++w) writers.emplace_back(write_a_run, w);
+        for (auto& t : writers) t.join();
+        EXPECT_EQ(errors, "");
+        store::RunStore db(path);
+        const auto runs = db.list_runs();
+        ASSERT_EQ(runs.size(), size_t(kWriters)) << "round " << round;
+        for (const auto& r : runs) {
+            EXPECT_EQ(r.status, "finished");
+            EXPECT_EQ(db.loss_curve(r.run_id).size(), 2u);
+        }
+        std::remove(path.c_str());
+        std::remove((path + "-wal").c_str());
+        std::remove((path + "-shm").c_str());
+    }
+}
