@@ -16,6 +16,12 @@ Shape Layer::build(const Shape& input, DType dtype, Device& device) {
     m_input_shape = input;
     try {
         m_output_shape = build_impl(input);
+    } catch (const ShapeError& err) {
+        m_device = nullptr;
+        m_params.clear();
+        m_buffers.clear();
+        if (!err.path().empty() || m_path.empty()) throw;
+        throw ShapeError(m_path, m_label + ": " + err.what());  // a size overflow inside the layer
     } catch (...) {
         m_device = nullptr;
         m_params.clear();

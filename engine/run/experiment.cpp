@@ -16,18 +16,27 @@ using nlohmann::json;
 
 namespace {
 
+// The largest extent a file may give a layer, an input or a batch: 2^31. Products of extents
+// (a layer's parameters, a batch's activations) are checked for overflow where they are formed
+// (Shape::numel), with the layer's path.
+constexpr int64_t kMaxExtent = int64_t{1} << 31;
+
 const std::vector<std::string> kDatasets{"spirals", "blobs", "sine", "seqclass",
                                          "fashion-mnist", "mnist", "csv"};
 
-std::vector<int64_t> int_list(const json& v, const std::string& path, int64_t min) {
+std::vector<int64_t> int_list(const json& v, const std::string& path, int64_t min, int64_t max = INT64_MAX) {
     if (!v.is_array()) throw ConfigError(path, "expected an array of integers, got " + describe_json(v));
     std::vector<int64_t> out;
     for (size_t i = 0; i < v.size(); ++i) {
         const json& e = v[i];
-        if (!e.is_number_integer() || e.get<int64_t>() < min)
-            throw ConfigError(path + "[" + std::to_string(i) + "]", std::string("expected ") +
-                              (min == 1 ? "a positive integer" : "a non-negative integer") +
-                              ", got " + describe_json(e));
+        if (!e.is_number_integer() || (e.is_number_unsigned() && e.get<uint64_t>() > uint64_t(INT64_MAX)) ||
+            e.get<int64_t>() < min || e.get<int64_t>() > max)
+            throw ConfigError(path + "[" + std::to_string(i) + "]",
+                              std::string("expected ") +
+                                  (max != INT64_MAX ? "an integer from " + std::to_string(min) + " to " + std::to_string(max)
+                                   : min == 1       ? "a positive integer"
+                                                    : "a non-negative integer") +
+                                  ", got " + describe_json(e));
         out.push_back(e.get<int64_t>());
     }
     return out;
@@ -45,7 +54,7 @@ data::DataConfig parse_data(const json& j) {
         r.fail("path", "missing; the " + d.dataset + " data set needs a path");
     d.train_limit = r.integer("train_limit", 0, 0, INT64_MAX);
     d.test_limit = r.integer("test_limit", 0, 0, INT64_MAX);
-    d.batch_size = r.integer("batch_size", 32, 1, INT64_MAX);
+    d.batch_size = r.integer("batch_size", 32, 1, kMaxExtent);
     d.workers = static_cast<int>(r.integer("workers", 0, 0, 64));
     d.shuffle = r.boolean("shuffle", true);
     std::vector<std::string> also{"path", "label_column", "samples", "classes", "noise",
@@ -69,7 +78,13 @@ data::DataConfig parse_data(const json& j) {
     return d;
 }
 
-nn::LayerSpec parse_layer(const json& j, const std::string& path) {
+// Residual blocks nest at most this deep (a deeper file would exhaust the stack of every
+// recursive walk of the model).
+constexpr int kMaxNesting = 64;
+
+nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0) {
+    if (depth > kMaxNesting)
+        throw ConfigError(path, "residual blocks nested more than " + std::to_string(kMaxNesting) + " deep");
     JsonObjectReader r(j, path);
     nn::LayerSpec s;
     auto type = r.required_choice("type", nn::layer_types());
@@ -77,23 +92,23 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path) {
     s.type = *type;
     const std::string& t = s.type;
     if (t == "linear") {
-        auto out = r.integer("out", 1);
+        auto out = r.integer("out", 1, kMaxExtent);
         if (!out) r.fail("out", "missing; expected a positive integer");
         s.out = *out;
         s.bias = r.boolean("bias", true);
     } else if (t == "conv2d") {
-        auto oc = r.integer("out_channels", 1);
+        auto oc = r.integer("out_channels", 1, kMaxExtent);
         if (!oc) r.fail("out_channels", "missing; expected a positive integer");
         s.out_channels = *oc;
-        auto k = r.integer("kernel", 1);
+        auto k = r.integer("kernel", 1, kMaxExtent);
         if (!k) r.fail("kernel", "missing; expected a positive integer");
         s.kernel = *k;
-        s.stride = r.integer("stride", 1, 1, INT64_MAX);
-        s.padding = r.integer("padding", 0, 0, INT64_MAX);
+        s.stride = r.integer("stride", 1, 1, kMaxExtent);
+        s.padding = r.integer("padding", 0, 0, kMaxExtent);
         s.bias = r.boolean("bias", true);
     } else if (t == "maxpool2d" || t == "avgpool2d") {
-        s.kernel = r.integer("kernel", 2, 1, INT64_MAX);
-        s.stride = r.integer("stride", 0, 1, INT64_MAX);
+        s.kernel = r.integer("kernel", 2, 1, kMaxExtent);
+        s.stride = r.integer("stride", 0, 1, kMaxExtent);
     } else if (t == "batchnorm") {
         s.eps = r.number("eps", 1e-5, 0.0, 1.0, false);
         s.momentum = r.number("momentum", 0.1, 0.0, 1.0);
@@ -103,14 +118,14 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path) {
         s.p = r.number("p", 0.5, 0.0, 1.0);
         if (s.p >= 1.0) r.fail("p", "expected a number in [0, 1), got " + json(s.p).dump());
     } else if (t == "embedding") {
-        auto vocab = r.integer("vocab", 1);
+        auto vocab = r.integer("vocab", 1, kMaxExtent);
         if (!vocab) r.fail("vocab", "missing; expected a positive integer");
-        auto dim = r.integer("dim", 1);
+        auto dim = r.integer("dim", 1, kMaxExtent);
         if (!dim) r.fail("dim", "missing; expected a positive integer");
         s.vocab = *vocab;
         s.dim = *dim;
     } else if (t == "lstm" || t == "gru") {
-        auto hidden = r.integer("hidden", 1);
+        auto hidden = r.integer("hidden", 1, kMaxExtent);
         if (!hidden) r.fail("hidden", "missing; expected a positive integer");
         s.hidden = *hidden;
         s.num_layers = r.integer("num_layers", 1, 1, 64);
@@ -120,7 +135,7 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path) {
         if (!body.is_array() || body.empty())
             r.fail("layers", "expected a non-empty array of layers, got " + describe_json(body));
         for (size_t i = 0; i < body.size(); ++i)
-            s.layers.push_back(parse_layer(body[i], r.path_of("layers") + "[" + std::to_string(i) + "]"));
+            s.layers.push_back(parse_layer(body[i], r.path_of("layers") + "[" + std::to_string(i) + "]", depth + 1));
     }
     r.finish({"out", "bias", "out_channels", "kernel", "stride", "padding", "eps", "momentum", "p",
               "vocab", "dim", "hidden", "num_layers", "return", "layers"},
@@ -266,7 +281,7 @@ config::Experiment parse_experiment(const json& j) {
     {
         JsonObjectReader m(r.raw("model"), "model");
         if (m.has("input")) {
-            auto dims = int_list(m.raw("input"), "model.input", 1);
+            auto dims = int_list(m.raw("input"), "model.input", 1, kMaxExtent);
             if (dims.empty()) m.fail("input", "expected a non-empty array of positive integers");
             e.input = Shape(dims);
         } else {
@@ -363,8 +378,15 @@ Shape model_input_shape(const config::Experiment& e) {
 config::Experiment load_experiment(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ConfigError(path + ": cannot open the experiment file");
-    std::stringstream text;
-    text << in.rdbuf();
+    // An experiment is a few kilobytes: read at most the limit, and refuse what is larger
+    // (a device, a huge or endless file) before parsing any of it.
+    constexpr std::streamsize kMaxBytes = 16 << 20;
+    std::string buffer(static_cast<size_t>(kMaxBytes) + 1, '\0');
+    in.read(buffer.data(), kMaxBytes + 1);
+    buffer.resize(static_cast<size_t>(in.gcount()));
+    if (static_cast<std::streamsize>(buffer.size()) > kMaxBytes)
+        throw ConfigError(path + ": larger than 16 MiB; an experiment file is at most 16 MiB");
+    std::stringstream text(buffer);
     json j;
     try {
         j = json::parse(text.str());
@@ -380,6 +402,10 @@ config::Experiment load_experiment(const std::string& path) {
         const auto pos = what.find("syntax error");
         throw ConfigError(path + ":" + std::to_string(line) + ":" + std::to_string(col) +
                           ": not valid JSON (" + (pos == std::string::npos ? what : what.substr(pos)) + ")");
+    } catch (const json::exception& err) {  // a number beyond a double (1e99999), and the like
+        std::string what = err.what();
+        const auto pos = what.find("] ");
+        throw ConfigError(path + ": not valid JSON (" + (pos == std::string::npos ? what : what.substr(pos + 2)) + ")");
     }
     try {
         return parse_experiment(j);

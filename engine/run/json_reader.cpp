@@ -83,11 +83,14 @@ std::optional<int64_t> JsonObjectReader::integer(const std::string& key, int64_t
     std::string expected = min == 1     ? "a positive integer"
                            : min == 0   ? "a non-negative integer"
                                         : "an integer";
-    if (max != INT64_MAX) expected = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
-    if (!integral) fail(key, "expected " + expected + ", got " + describe_json(v));
-    const int64_t value = v.is_number_float() ? static_cast<int64_t>(v.get<double>())
-                          : v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX ? INT64_MAX
-                                                                                    : v.get<int64_t>();
+    // A small range is said whole ("from 1 to 2"); a size's bound only to a value above it.
+    const bool above = v.is_number() && v.get<double>() > static_cast<double>(max);
+    if (max != INT64_MAX && (max - min < (int64_t{1} << 20) || above))
+        expected = "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+    // An integer beyond int64 (2^64 - 1 as a seed) is refused, not clamped.
+    if (!integral || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+        fail(key, "expected " + expected + ", got " + describe_json(v));
+    const int64_t value = v.is_number_float() ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>();
     if (value < min || value > max) fail(key, "expected " + expected + ", got " + describe_json(v));
     return value;
 }

@@ -316,6 +316,8 @@ void rank_main(Shared& sh, int index) {
                     if (index == 0 || sh.mpi) {
                         const auto te = Clock::now();
                         config::EvalResult ev = sh.evaluate_now(rank, step);
+                        if (index == 0 && ev.samples > 0 && !std::isfinite(ev.loss))
+                            throw Error(not_finite_test_loss(ev.loss, step));
                         std::lock_guard lock(sh.mutex);
                         // Once per process: its first rank's (every rank of a job takes part).
                         if (index == 0 || index == sh.first_local)
@@ -335,6 +337,12 @@ void rank_main(Shared& sh, int index) {
         fail_run(sh, std::current_exception(), rank.device().name() + " failed: " + err.what());
         if (started) sh.strategy.finish_rank(rank);
     }
+}
+
+std::string not_finite_test_loss(double loss, int64_t step) {
+    return std::string("the test loss became ") + (std::isnan(loss) ? "NaN" : "infinite") +
+           " in the evaluation after step " + std::to_string(step) +
+           ": the model's outputs are not finite (it diverged); lower optimizer.lr or set train.clip_norm";
 }
 
 void run_local_ranks(Shared& sh, int world) {
@@ -389,7 +397,9 @@ RunContext make_context(const config::Experiment& e, const Prepared& p, std::vec
     ctx.target = Shape(p.splits.train.target_shape);
     ctx.train_size = p.splits.train.size();
     ctx.devices = std::move(world);
-    ctx.total_steps = steps_per_epoch(e, ctx.train_size) * e.train.epochs;
+    // Saturated, not wrapped: epochs up to 2^63 - 1 are a run that ends only at max_steps or a stop.
+    if (__builtin_mul_overflow(steps_per_epoch(e, ctx.train_size), e.train.epochs, &ctx.total_steps))
+        ctx.total_steps = INT64_MAX;
     if (e.train.max_steps) ctx.total_steps = std::min(ctx.total_steps, *e.train.max_steps);
     return ctx;
 }
@@ -431,6 +441,11 @@ void evaluate_at_end(config::RunSummary& s, RunObserver* observer, const Shared&
             return evaluate(predict, device, sh.eval_loss, sh.splits.test, batch, sh.ctx);
         });
         ev.step = steps;
+        if (ev.samples > 0 && !std::isfinite(ev.loss)) {
+            s.status = "failed";
+            s.error = not_finite_test_loss(ev.loss, steps);
+            return;
+        }
         s.test_loss = ev.loss;
         s.test_accuracy = ev.accuracy;
         if (observer) observer->on_eval(ev);

@@ -122,6 +122,9 @@ struct Shared {
     [[noreturn]] void fail_job(int rank, const std::string& reason);
 };
 
+// The failure of a run whose evaluation after `step` gave a NaN or infinite test loss.
+std::string not_finite_test_loss(double loss, int64_t step);
+
 // A rank thread: its loader, its steps until the end, a stop or a failure, the evaluations
 // every train.eval_every steps.
 void rank_main(Shared& sh, int index);

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/util/error.h"
+
 namespace paralab {
 
 class Shape {
@@ -20,9 +22,12 @@ public:
     const std::vector<int64_t>& dims() const { return m_dims; }
     int64_t back() const { return m_dims.back(); }
 
+    // The element count; throws ShapeError when it does not fit in int64 (a model of absurd
+    // sizes), never wraps.
     int64_t numel() const {
         int64_t n = 1;
-        for (int64_t d : m_dims) n *= d;
+        for (int64_t d : m_dims)
+            if (__builtin_mul_overflow(n, d, &n)) overflow();
         return n;
     }
 
@@ -53,6 +58,10 @@ public:
     bool operator==(const Shape&) const = default;
 
 private:
+    [[noreturn]] void overflow() const {
+        throw ShapeError("the shape " + to_string() + " has more elements than a 64-bit count holds");
+    }
+
     std::vector<int64_t> m_dims;
 };
 

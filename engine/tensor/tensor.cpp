@@ -23,11 +23,13 @@ Storage::~Storage() {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device& device, MemCategory category) {
     for (int64_t d : shape.dims())
         if (d < 0) throw ShapeError("negative extent in tensor shape " + shape.to_string());
+    const int64_t n = shape.numel();
+    if (n > INT64_MAX / static_cast<int64_t>(dtype_size(dtype)))
+        throw ShapeError("a tensor of shape " + shape.to_string() + " has more bytes than a 64-bit count holds");
     Tensor t;
     t.m_shape = shape;
     t.m_dtype = dtype;
-    t.m_storage = std::make_shared<Storage>(
-        device, static_cast<size_t>(shape.numel()) * dtype_size(dtype), category);
+    t.m_storage = std::make_shared<Storage>(device, static_cast<size_t>(n) * dtype_size(dtype), category);
     return t;
 }
 

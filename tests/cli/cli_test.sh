@@ -84,6 +84,19 @@ for m in "single:devices: the single strategy runs on one device, got 2" \
     check "validate_refuses_$name" 2 "$text" -- "$paralab" validate "$tmp/m_$name.paralab.json"
     check "run_refuses_$name" 2 "$text" -- "$paralab" run "$tmp/m_$name.paralab.json" --steps 2
 done
+# Hostile sizes and files: clear errors naming the path, no crash, no wrapped numbers.
+sed 's/"out": 64}/"out": 4611686018427387904}/' "$good" >"$tmp/h_out.paralab.json"
+check huge_out 2 'model.layers[0].out: expected an integer from 1 to 2147483648, got 4611686018427387904' -- "$paralab" validate "$tmp/h_out.paralab.json"
+sed 's/"seed": [0-9]*/"seed": 18446744073709551615/' "$good" >"$tmp/h_seed.paralab.json"
+check huge_seed 2 'seed: expected a non-negative integer, got 18446744073709551615' -- "$paralab" validate "$tmp/h_seed.paralab.json"
+sed 's/"seed": [0-9]*/"seed": 1e99999/' "$good" >"$tmp/h_number.paralab.json"
+check huge_number 2 'h_number.paralab.json: not valid JSON (number overflow' -- "$paralab" validate "$tmp/h_number.paralab.json"
+python3 -c 'import sys; s = open(sys.argv[1]).read(); n = 10000
+print(s.replace("\"layers\": [", "\"layers\": [" + "{\"type\": \"residual\", \"layers\": [" * n + "{\"type\": \"relu\"}" + "]}" * n + ", ", 1))' "$good" >"$tmp/h_deep.paralab.json"
+check deep_nesting 2 'residual blocks nested more than 64 deep' -- "$paralab" validate "$tmp/h_deep.paralab.json"
+check endless_file 2 'larger than 16 MiB' -- "$paralab" validate /dev/zero
+sed 's/"epochs": [0-9]*/"epochs": 9223372036854775807/' "$good" >"$tmp/h_epochs.paralab.json"
+check huge_epochs 0 '"steps":3' -- "$paralab" run "$tmp/h_epochs.paralab.json" --steps 3 --json
 check unknown_strategy_flag 2 "--strategy: unknown strategy 'ddq'; expected one of single, data_parallel" -- "$paralab" run "$good" --strategy ddq
 sed 's/"type": "relu"/"type": "rleu"/' "$good" >"$tmp/layer.paralab.json"
 check unknown_layer 2 'did you mean "relu"' -- "$paralab" validate "$tmp/layer.paralab.json"

@@ -75,6 +75,15 @@ TEST(Experiment, SummarizeMatchesTheBuiltModelAndAllocatesNothing) {
     const nn::ModelSummary s = nn::summarize(huge, Shape{100000}, "cross_entropy");
     EXPECT_EQ(s.parameters, int64_t{100000} * 100000 + 100000 + 100000 * 10 + 10);
     EXPECT_EQ(meta_device().allocator().stats().peak_total, 0);
+    // A size that overflows a 64-bit count is an error naming the layer, never a wrapped count.
+    try {
+        nn::summarize({{.type = "flatten"}, {.type = "linear", .out = 2}}, Shape{int64_t{1} << 31, int64_t{1} << 31, 4},
+                      "cross_entropy");
+        FAIL() << "2^64 elements fit";
+    } catch (const ShapeError& err) {
+        EXPECT_EQ(err.path(), "model.layers[0]");
+        EXPECT_NE(std::string(err.what()).find("more elements than a 64-bit count holds"), std::string::npos) << err.what();
+    }
     // A shape error names its layer by path, as building does.
     try {
         nn::summarize({{.type = "conv2d", .out_channels = 4, .kernel = 3}}, Shape{10}, "mse");
