@@ -1,5 +1,7 @@
 #include "engine/data/idx.h"
 
+#include <sys/stat.h>
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -30,6 +32,17 @@ public:
             throw Error(path +
                         ": cannot open: " + (errno != 0 ? std::strerror(errno) : "out of memory"));
         gzbuffer(m_file, 1 << 20);
+        struct stat st {};
+        if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) m_file_bytes = st.st_size;
+    }
+
+    // The most bytes the file can hold once decompressed: its size when plain; deflate expands
+    // at most 1032:1 (zlib's technical notes), so a gzip file at most that (plus a margin for the
+    // header). -1 when the size is unknown (not a regular file).
+    int64_t max_content_bytes() const {
+        if (m_file_bytes < 0) return -1;
+        if (gzdirect(m_file)) return m_file_bytes;
+        return m_file_bytes > INT64_MAX / 1032 ? INT64_MAX : m_file_bytes * 1032 + 4096;
     }
     ~GzReader() {
         if (m_file != nullptr) gzclose(m_file);
@@ -67,6 +80,7 @@ private:
 
     std::string m_path;
     gzFile m_file = nullptr;
+    int64_t m_file_bytes = -1;
 };
 
 std::string hex32(uint32_t v) {
@@ -102,6 +116,10 @@ std::vector<int64_t> parse_header(GzReader& in, const std::string& path, int ran
         dims[d] = int64_t{b[0]} << 24 | int64_t{b[1]} << 16 | int64_t{b[2]} << 8 | int64_t{b[3]};
         // An empty file (count 0) is well-formed; an item with no bytes is not.
         if (d > 0 && dims[d] == 0) throw Error(path + ": dimension " + std::to_string(d) + " is 0");
+        // Checked before the product is formed: four dimensions of 0xFFFFFFFF overflow int64.
+        if (total > 0 && dims[d] > max_idx_bytes / total)
+            throw Error(path + ": implausible dimensions (more than " + std::to_string(max_idx_bytes) +
+                        " bytes of data)");
         total = dims[d] == 0 ? 0 : total * dims[d];
         if (total > max_idx_bytes)
             throw Error(path + ": implausible dimensions (more than " +
@@ -202,11 +220,16 @@ IdxArray read_idx(const std::string& path, int rank, int64_t max_items) {
     out.count = read_all ? out.dims[0] : max_items;
     const int64_t per_item = item_bytes(out.dims);
     const int64_t want = out.count * per_item;
+    // What the header claims, against what the file can hold, before anything is allocated.
+    const int64_t header = 4 + 4 * int64_t{rank};
+    if (const int64_t room = in.max_content_bytes(); room >= 0 && header + want > room)
+        throw Error(path + ": the header announces " + std::to_string(header + want) + " bytes" +
+                    (read_all ? "" : " for the first " + std::to_string(out.count) + " items") +
+                    ", but the file can hold at most " + std::to_string(room) + " (truncated or corrupt)");
     out.data.resize(static_cast<size_t>(want));
     const int64_t got = in.read(out.data.data(), want);
     if (got < want) {
         // Sizes as the whole (uncompressed) file, the number a reader can check with ls.
-        const int64_t header = 4 + 4 * int64_t{rank};
         throw Error(path + ": truncated: expected " +
                     std::to_string(header + out.dims[0] * per_item) + " bytes of data, got " +
                     std::to_string(header + got));

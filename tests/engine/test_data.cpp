@@ -409,8 +409,10 @@ TEST_P(IdxFormat, TruncatedFileNamesTheFileAndTheSizes) {
     std::vector<unsigned char> bytes = TinyIdx::images(50);  // 16 + 600 bytes
     bytes.resize(100);
     write_bytes(path, bytes, GetParam());
+    // A plain file is refused by its size before reading; a gzip stream when it ends early.
     EXPECT_CONTAINS(error_of<Error>([&] { load_data(idx_config(dir.str()), 0); }),
-                    path + ": truncated: expected 616 bytes of data, got 100");
+                    GetParam() ? path + ": truncated: expected 616 bytes of data, got 100"
+                               : path + ": the header announces 616 bytes, but the file can hold at most 100");
     // A limit within what the file holds reads only that much.
     DataConfig cfg = idx_config(dir.str());
     cfg.train_limit = 5;
@@ -469,6 +471,21 @@ TEST(Idx, CutGzipStreamIsTruncated) {
     write_bytes(path, gz, false);
     const std::string msg = error_of<Error>([&] { read_idx(path, 3); });
     EXPECT_CONTAINS(msg, path + ": truncated: expected 36016 bytes of data, got ");
+}
+
+// What a header claims is checked before anything is allocated: dimensions whose product
+// overflows, and sizes the file cannot hold (a 16-byte file claiming 1.5 GB; its gzip too).
+TEST(Idx, ClaimsBeyondTheFileAreRefusedBeforeAllocating) {
+    TempDir dir;
+    const std::string path = dir.file("huge-idx3-ubyte");
+    write_bytes(path, idx_bytes(0x803, {0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, {}), false);
+    EXPECT_CONTAINS(error_of<Error>([&] { read_idx(path, 3); }), path + ": implausible dimensions");
+    write_bytes(path, idx_bytes(0x803, {1500, 1000, 1000}, {}), false);
+    EXPECT_CONTAINS(error_of<Error>([&] { read_idx(path, 3); }),
+                    path + ": the header announces 1500000016 bytes, but the file can hold at most 16");
+    const std::string gz = dir.file("huge-idx3-ubyte.gz");
+    write_bytes(gz, idx_bytes(0x803, {1500, 1000, 1000}, {}), true);
+    EXPECT_CONTAINS(error_of<Error>([&] { read_idx(gz, 3); }), gz + ": the header announces 1500000016 bytes");
 }
 
 TEST(Idx, MissingFileAndDottedNames) {
