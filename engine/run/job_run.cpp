@@ -133,6 +133,7 @@ config::RunSummary run_job(const config::Experiment& e, RunObserver* observer, R
     }
 
     RunContext ctx = make_context(e, p, world);
+    if (control) ctx.stop_requested = &control->stop;
     std::unique_ptr<comm::Group> group;
     if (std::all_of(per_process.begin(), per_process.end(), [](int n) { return n == 1; }))
         group = std::make_unique<comm::MpiRankGroup>();  // MPI's own collectives

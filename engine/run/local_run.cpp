@@ -21,6 +21,7 @@ config::RunSummary run_local(const config::Experiment& e, RunObserver* observer,
     for (auto& d : p.devices) world.push_back(d.get());
 
     RunContext ctx = make_context(e, p, world);
+    if (control) ctx.stop_requested = &control->stop;
     std::unique_ptr<comm::Group> group = comm::make_device_group(world);  // threads, or the GPUs'
     ctx.group = group.get();
     auto strat = strategy::make_strategy(e);

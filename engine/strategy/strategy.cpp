@@ -68,9 +68,16 @@ void Rank::record_idle(const char* phase, Clock::time_point b, Clock::time_point
     add_span(phase, seconds_since_t0(b), seconds_since_t0(e), 0);
 }
 
-void Rank::straggle() const {
-    if (m_straggle_ms > 0)
-        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(m_straggle_ms));
+bool Rank::straggle() const {
+    if (m_straggle_ms <= 0) return true;
+    // In slices of at most 20 ms, so that a stop request ends the sleep promptly.
+    const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double, std::milli>(m_straggle_ms));
+    for (auto now = Clock::now(); now < end; now = Clock::now()) {
+        if (m_ctx.stop_requested && m_ctx.stop_requested->load()) return false;
+        std::this_thread::sleep_for(std::min<Clock::duration>(end - now, std::chrono::milliseconds(20)));
+    }
+    return true;
 }
 
 void Rank::begin_step(int64_t step) {

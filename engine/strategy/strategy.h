@@ -8,6 +8,7 @@
 // predict / parameters (any one thread, while no rank steps).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -61,6 +62,9 @@ struct RunContext {
     comm::Communicator* processes = nullptr;
     int64_t total_steps = 0;
     Clock::time_point t0;          // spans are seconds since t0
+    // Set when the run is asked to stop (null: never): long waits of the strategy's own (the
+    // straggler's sleep) end early on it.
+    const std::atomic<bool>* stop_requested = nullptr;
 
     bool is_local(int r) const { return devices[static_cast<size_t>(r)] != nullptr; }
     // True when some rank runs in another process.
@@ -115,8 +119,10 @@ public:
     void record_async_comm(const comm::CommRecord& r);
     // Time this thread waited for another (its communication thread, a server).
     void record_idle(const char* phase, Clock::time_point b, Clock::time_point e);
-    // Sleeps `ms` inside the current phase when this rank is the experiment's straggler.
-    void straggle() const;
+    // Sleeps strategy.straggler.delay_ms inside the current phase when this rank is the
+    // experiment's straggler; a stop request (RunContext::stop_requested) ends the sleep early.
+    // False when it did.
+    bool straggle() const;
 
     // ---- for the run ------------------------------------------------------------------------
     void begin_step(int64_t step);

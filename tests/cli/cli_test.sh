@@ -95,6 +95,9 @@ python3 -c 'import sys; s = open(sys.argv[1]).read(); n = 10000
 print(s.replace("\"layers\": [", "\"layers\": [" + "{\"type\": \"residual\", \"layers\": [" * n + "{\"type\": \"relu\"}" + "]}" * n + ", ", 1))' "$good" >"$tmp/h_deep.paralab.json"
 check deep_nesting 2 'residual blocks nested more than 64 deep' -- "$paralab" validate "$tmp/h_deep.paralab.json"
 check endless_file 2 'larger than 16 MiB' -- "$paralab" validate /dev/zero
+sed -e 's/"type": "single"}/"type": "ddp", "straggler": {"device": "cpu:1", "delay_ms": 3600000}}/' \
+    -e 's/"devices": \["cpu:0"\]/"devices": ["cpu:0", "cpu:1"]/' "$good" >"$tmp/h_delay.paralab.json"
+check endless_straggler 2 'strategy.straggler.delay_ms: expected a number in [0, 60000]' -- "$paralab" validate "$tmp/h_delay.paralab.json"
 sed 's/"epochs": [0-9]*/"epochs": 9223372036854775807/' "$good" >"$tmp/h_epochs.paralab.json"
 check huge_epochs 0 '"steps":3' -- "$paralab" run "$tmp/h_epochs.paralab.json" --steps 3 --json
 check unknown_strategy_flag 2 "--strategy: unknown strategy 'ddq'; expected one of single, data_parallel" -- "$paralab" run "$good" --strategy ddq

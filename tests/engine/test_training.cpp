@@ -3,6 +3,7 @@
 // changing the result, and fails or stops cleanly.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "engine/run/experiment.h"
 #include "engine/run/live_metrics.h"
 #include "engine/run/trainer.h"
+#include "engine/strategy/strategy.h"
 #include "engine/util/own_thread.h"
 #include "strategy_testing.h"
 
@@ -130,6 +132,27 @@ TEST(Training, StopIsHonouredBetweenSteps) {
     EXPECT_EQ(s.status, "stopped");
     EXPECT_EQ(s.steps, 5);
     EXPECT_FALSE(s.test_accuracy.has_value());
+}
+
+// The straggler's sleep (up to a minute a step) ends when a stop is requested, so that a stop
+// is prompt even then.
+TEST(Training, AStopEndsTheStragglersSleep) {
+    config::Experiment e;
+    e.devices = {"cpu:0"};
+    e.strategy.straggler_device = "cpu:0";
+    e.strategy.straggler_delay_ms = 60000;
+    auto device = make_cpu_device(0);
+    std::atomic<bool> stop{true};
+    strategy::RunContext ctx;
+    ctx.experiment = &e;
+    ctx.devices = {device.get()};
+    ctx.stop_requested = &stop;
+    strategy::Rank rank(0, ctx);
+    EXPECT_FALSE(rank.straggle());  // cut short; it would sleep a minute
+    e.strategy.straggler_delay_ms = 1;
+    stop = false;
+    strategy::Rank quick(0, ctx);
+    EXPECT_TRUE(quick.straggle());  // no stop: the whole delay
 }
 
 TEST(Training, ModelThatDoesNotFitTheDataIsRefusedBeforeTheFirstStep) {
