@@ -161,7 +161,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"unknown_top_level", "/modle", json::object(), "modle: unknown key (did you mean \"model\"?)"},
         BadCase{"straggler_device", "/strategy",
                 json{{"type", "ddp"}, {"straggler", {{"device", "cpu"}, {"delay_ms", -1}}}},
-                "strategy.straggler.delay_ms: expected a non-negative number, got -1"},
+                "strategy.straggler.delay_ms: expected a number in [0, 60000], got -1"},
         BadCase{"straggler_of_a_process", "/strategy",
                 json{{"type", "ddp"}, {"straggler", {{"device", "x3/cpu:0"}, {"delay_ms", 1}}}},
                 "strategy.straggler.device: expected a device such as \"cpu:1\", or \"r2/cpu:0\""},
