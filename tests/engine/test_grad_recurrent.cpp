@@ -245,9 +245,12 @@ TEST(RecurrentShapes, OutputShapesAndFlops) {
     EXPECT_EQ(gru.layer->output_shape(), (Shape{6, 8}));
     EXPECT_EQ(gru.layer->flops_per_sample(), 2 * 6 * 3 * 8 * (3 + 8) + 2 * 6 * 3 * 8 * (8 + 8));
 
-    Tensor x = Tensor::zeros(Shape{4, 6, 3}, DType::f64, *gru.device, MemCategory::activations);
-    EXPECT_EQ(lstm.layer->forward(x, Mode::train).shape(), (Shape{4, 8}));
-    EXPECT_EQ(gru.layer->forward(x, Mode::eval).shape(), (Shape{4, 6, 8}));
+    // Each layer's input on its own device: a layer keeps its last input for backward, and a
+    // tensor must not outlive the device it lives on (gru's is destroyed before lstm).
+    Tensor x_lstm = Tensor::zeros(Shape{4, 6, 3}, DType::f64, *lstm.device, MemCategory::activations);
+    Tensor x_gru = Tensor::zeros(Shape{4, 6, 3}, DType::f64, *gru.device, MemCategory::activations);
+    EXPECT_EQ(lstm.layer->forward(x_lstm, Mode::train).shape(), (Shape{4, 8}));
+    EXPECT_EQ(gru.layer->forward(x_gru, Mode::eval).shape(), (Shape{4, 6, 8}));
 }
 
 TEST(RecurrentShapes, ResetDrawsWithinOneOverSqrtHidden) {
