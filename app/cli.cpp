@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <iostream>
@@ -354,7 +355,14 @@ int cmd_run(const RunArgs& a) {
 }
 
 int cmd_runs_list(const std::string& path, bool as_json) {
-    store::RunStore db(path);
+    // No store yet: no runs (and none is created to say so).
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+        std::fprintf(stderr, "paralab: no run store at %s yet: no runs\n", path.c_str());
+        if (as_json) std::cout << "[]\n";
+        return 0;
+    }
+    store::RunStore db(path, store::RunStore::Access::read_only);
     const auto rows = db.list_runs();
     if (as_json) {
         json out = json::array();
@@ -377,7 +385,7 @@ int cmd_runs_list(const std::string& path, bool as_json) {
 }
 
 int cmd_runs_show(const std::string& path, int64_t id, bool as_json) {
-    store::RunStore db(path);
+    store::RunStore db(path, store::RunStore::Access::read_only);
     const auto row = db.get_run(id);
     if (!row) throw ConfigError("no run " + std::to_string(id) + " in " + path);
     json j = row->summary;
@@ -395,7 +403,7 @@ int cmd_runs_show(const std::string& path, int64_t id, bool as_json) {
 }
 
 int cmd_runs_export(const std::string& path, int64_t id, const std::string& file) {
-    store::RunStore db(path);
+    store::RunStore db(path, store::RunStore::Access::read_only);
     if (!db.get_run(id)) throw ConfigError("no run " + std::to_string(id) + " in " + path);
     std::ofstream out(file);
     if (!out) throw ConfigError(file + ": cannot write the CSV file");

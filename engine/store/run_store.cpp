@@ -86,13 +86,21 @@ std::string RunStore::default_path() {
     return std::string(home && *home ? home : ".") + "/.local/share/ParaLab/runs.db";
 }
 
-RunStore::RunStore(const std::string& path) : m_path(path) {
-    const auto parent = std::filesystem::path(path).parent_path();
+RunStore::RunStore(const std::string& path, Access access) : m_path(path) {
+    const bool write = access == Access::write;
     std::error_code ec;
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    if (ec) throw StoreError(path + ": cannot create the folder " + parent.string() + ": " + ec.message());
-    if (sqlite3_open_v2(path.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                        nullptr) != SQLITE_OK) {
+    if (!write) {
+        // Listing never creates a store (nor its folder) where there is none.
+        if (!std::filesystem::is_regular_file(path, ec))
+            throw StoreError(path + ": no run store here (" +
+                             (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file") + ")");
+    } else {
+        const auto parent = std::filesystem::path(path).parent_path();
+        if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+        if (ec) throw StoreError(path + ": cannot create the folder " + parent.string() + ": " + ec.message());
+    }
+    const int flags = (write ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY) | SQLITE_OPEN_FULLMUTEX;
+    if (sqlite3_open_v2(path.c_str(), &m_db, flags, nullptr) != SQLITE_OK) {
         const std::string why = m_db ? sqlite3_errmsg(m_db) : "out of memory";
         sqlite3_close(m_db);
         m_db = nullptr;
@@ -100,6 +108,12 @@ RunStore::RunStore(const std::string& path) : m_path(path) {
     }
     try {
         sqlite3_busy_timeout(m_db, 5000);
+        const int64_t version = check_is_ours();
+        if (!write) {
+            if (version == 0) throw StoreError(path + ": an empty database, not a ParaLab run store yet");
+            mark_interrupted(false);  // read as it is: no journal switch, no migration, no writes
+            return;
+        }
         // Switching a new file to WAL takes a lock that the busy timeout does not wait for: two
         // openers of a store that does not exist yet (the window's runs view and a run) could
         // fail here at once. Retry for as long as the busy timeout would have waited.
@@ -112,7 +126,7 @@ RunStore::RunStore(const std::string& path) : m_path(path) {
         exec("PRAGMA synchronous=NORMAL");
         exec("PRAGMA foreign_keys=ON");
         migrate();
-        mark_interrupted();
+        mark_interrupted(true);
     } catch (const StoreError& e) {
         sqlite3_close(m_db);
         m_db = nullptr;
@@ -133,6 +147,35 @@ void RunStore::exec(const char* sql) {
         sqlite3_free(err);
         throw StoreError(m_path + ": " + why);
     }
+}
+
+int64_t RunStore::check_is_ours() {
+    std::lock_guard lock(m_mutex);
+    // One statement, one snapshot: another opener may be creating the schema meanwhile.
+    Statement q(m_db,
+                "SELECT (SELECT user_version FROM pragma_user_version), "
+                "(SELECT count(*) FROM sqlite_master WHERE type = 'table')",
+                m_path);
+    q.step();
+    const int64_t version = q.integer(0), tables = q.integer(1);
+    if (version > kSchemaVersion)
+        throw StoreError(m_path + ": this run store has schema version " + std::to_string(version) +
+                         ", written by a newer ParaLab (this one reads up to " +
+                         std::to_string(kSchemaVersion) + "); update ParaLab or choose another file");
+    if (version > 0) {
+        // Ours has a runs table with these columns; another application may use user_version too.
+        Statement c(m_db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name IN ('run_id', 'strategy', 'config', 'status')",
+                    m_path);
+        c.step();
+        if (c.integer(0) != 4)
+            throw StoreError(m_path + ": not a ParaLab run store (schema version " + std::to_string(version) +
+                             " but no ParaLab runs table); it was left as it was: choose another file with --db");
+    }
+    if (version == 0 && tables > 0)
+        throw StoreError(m_path + ": not a ParaLab run store (the database holds " + std::to_string(tables) +
+                         " table" + (tables == 1 ? "" : "s") + " of another application); it was left "
+                         "as it was: choose another file with --db");
+    return version;
 }
 
 void RunStore::migrate() {
@@ -217,7 +260,7 @@ PRAGMA user_version = 2;
     }
 }
 
-void RunStore::mark_interrupted() {
+void RunStore::mark_interrupted(bool write) {
     std::lock_guard lock(m_mutex);
     char host[256] = {};
     gethostname(host, sizeof host - 1);
@@ -227,6 +270,10 @@ void RunStore::mark_interrupted() {
         const auto pid = static_cast<pid_t>(q.integer(1));
         // Only a process on this machine can be checked; kill(pid, 0) fails with ESRCH when it is gone.
         if (q.text(2) == host && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) dead.push_back(q.integer(0));
+    }
+    if (!write) {  // read-only: reported so, not written
+        m_interrupted.insert(dead.begin(), dead.end());
+        return;
     }
     Statement u(m_db, "UPDATE runs SET status = 'interrupted' WHERE run_id = ?", m_path);
     for (int64_t id : dead) {
@@ -346,6 +393,7 @@ std::vector<RunRow> RunStore::list_runs() {
         r.run_id = q.integer(0);
         r.name = q.text(1);
         r.status = q.text(2);
+        if (r.status == "running" && m_interrupted.count(r.run_id)) r.status = "interrupted";
         r.strategy = q.text(3);
         const json devices = parse_or_null(q.text(4));
         if (devices.is_array())

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,10 +59,16 @@ struct DeviceStats {
 
 class RunStore {
 public:
-    // Opens (creating it and its folder when missing) and migrates. Runs left `running` by a
-    // process that no longer exists are marked `interrupted`; their rows stay. Throws
-    // StoreError naming the file and the cause (unwritable, not a database, newer schema).
-    explicit RunStore(const std::string& path);
+    enum class Access {
+        write,      // creates the store (and its folder) when missing, migrates, marks dead runs
+        read_only,  // for listing: never creates, migrates or writes; a read-only file works
+    };
+    // Opens the store. Before anything is written, a file that is not a ParaLab store (another
+    // application's database, a newer schema) is refused and left as it was. With write access
+    // a missing store is created and an older one migrated, and runs left `running` by a process
+    // that no longer exists are marked `interrupted` (their rows stay). Throws StoreError naming
+    // the file and the cause (missing, unwritable, not a database, not ParaLab's, newer schema).
+    explicit RunStore(const std::string& path, Access access = Access::write);
     ~RunStore();
     RunStore(const RunStore&) = delete;
     RunStore& operator=(const RunStore&) = delete;
@@ -97,12 +104,18 @@ public:
 
 private:
     void exec(const char* sql);
+    // Refuses, writing nothing, a database that is not a ParaLab store: tables but no schema
+    // version of ours, or a version newer than this build reads. Returns the version (0: empty).
+    int64_t check_is_ours();
     void migrate();
-    void mark_interrupted();
+    // Runs left `running` by a process of this machine that is gone become `interrupted`: in the
+    // store with write access, in what this object reports when read-only.
+    void mark_interrupted(bool write);
 
     std::string m_path;
     sqlite3* m_db = nullptr;
     std::mutex m_mutex;  // one connection, used from the writer thread and the caller
+    std::set<int64_t> m_interrupted;  // read-only access: runs reported interrupted
 };
 
 // A RunObserver that records a run into a store from a writer thread of its own: steps are

@@ -95,6 +95,13 @@ python3 -c 'import sys; s = open(sys.argv[1]).read(); n = 10000
 print(s.replace("\"layers\": [", "\"layers\": [" + "{\"type\": \"residual\", \"layers\": [" * n + "{\"type\": \"relu\"}" + "]}" * n + ", ", 1))' "$good" >"$tmp/h_deep.paralab.json"
 check deep_nesting 2 'residual blocks nested more than 64 deep' -- "$paralab" validate "$tmp/h_deep.paralab.json"
 check endless_file 2 'larger than 16 MiB' -- "$paralab" validate /dev/zero
+# Listing creates nothing; another application's database is refused and left as it was.
+check list_missing_store 0 'no run store at' -- "$paralab" runs list --db "$tmp/typo/sub/x.db"
+[ ! -e "$tmp/typo" ] || { echo "FAIL list_missing_store: created $tmp/typo"; failed=$((failed + 1)); }
+python3 -c 'import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute("CREATE TABLE runs (id INTEGER)"); c.commit()' "$tmp/foreign.db"
+sum_before=$(md5sum <"$tmp/foreign.db")
+check foreign_store 2 'not a ParaLab run store' -- "$paralab" run "$good" --steps 2 --db "$tmp/foreign.db"
+[ "$(md5sum <"$tmp/foreign.db")" = "$sum_before" ] || { echo "FAIL foreign_store: the file changed"; failed=$((failed + 1)); }
 sed -e 's/"type": "single"}/"type": "ddp", "straggler": {"device": "cpu:1", "delay_ms": 3600000}}/' \
     -e 's/"devices": \["cpu:0"\]/"devices": ["cpu:0", "cpu:1"]/' "$good" >"$tmp/h_delay.paralab.json"
 check endless_straggler 2 'strategy.straggler.delay_ms: expected a number in [0, 60000]' -- "$paralab" validate "$tmp/h_delay.paralab.json"

@@ -32,6 +32,13 @@ config::Experiment experiment(const std::string& name) {
     return e;
 }
 
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
 config::StepRecord record(int64_t step, double loss) {
     config::StepRecord r;
     r.step = step;
@@ -137,12 +144,59 @@ TEST(RunStore, ANewerSchemaIsRefusedAndLeftAlone) {
     ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
     sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
     sqlite3_close(raw);
-    try {
-        store::RunStore db(path);
-        FAIL();
-    } catch (const store::StoreError& e) {
-        EXPECT_NE(std::string(e.what()).find("newer ParaLab"), std::string::npos) << e.what();
+    const auto before = read_file(path);
+    for (auto access : {store::RunStore::Access::write, store::RunStore::Access::read_only}) {
+        try {
+            store::RunStore db(path, access);
+            FAIL();
+        } catch (const store::StoreError& e) {
+            EXPECT_NE(std::string(e.what()).find("newer ParaLab"), std::string::npos) << e.what();
+        }
     }
+    EXPECT_EQ(read_file(path), before);  // not even switched to WAL
+}
+
+// Another application's database is refused before anything is written: its bytes, its
+// journal mode and its own `runs` table stay as they were.
+TEST(RunStore, AForeignDatabaseIsRefusedUntouched) {
+    TempDir dir;
+    for (const char* schema : {"CREATE TABLE notes (id INTEGER, text TEXT);",
+                               "CREATE TABLE runs (id INTEGER, what TEXT); PRAGMA user_version = 1;"}) {
+        SCOPED_TRACE(schema);
+        const std::string path = (dir.path / "foreign.db").string();
+        std::remove(path.c_str());
+        sqlite3* raw = nullptr;
+        ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+        ASSERT_EQ(sqlite3_exec(raw, schema, nullptr, nullptr, nullptr), SQLITE_OK);
+        sqlite3_close(raw);
+        const auto before = read_file(path);
+        for (auto access : {store::RunStore::Access::write, store::RunStore::Access::read_only}) {
+            try {
+                store::RunStore db(path, access);
+                FAIL() << "opened";
+            } catch (const store::StoreError& e) {
+                EXPECT_NE(std::string(e.what()).find("not a ParaLab run store"), std::string::npos) << e.what();
+            }
+        }
+        EXPECT_EQ(read_file(path), before);
+        EXPECT_FALSE(fs::exists(path + "-wal"));
+    }
+}
+
+// Listing opens read-only: it never creates a store or its folder, and reads a store as it is.
+TEST(RunStore, ReadOnlyAccessCreatesNothing) {
+    TempDir dir;
+    const fs::path missing = dir.path / "typo" / "sub" / "x.db";
+    EXPECT_THROW(store::RunStore(missing.string(), store::RunStore::Access::read_only), store::StoreError);
+    EXPECT_FALSE(fs::exists(dir.path / "typo"));
+    const std::string path = (dir.path / "runs.db").string();
+    {
+        store::RunStore db(path);
+        db.create_run(experiment("kept"), {});
+    }
+    store::RunStore db(path, store::RunStore::Access::read_only);
+    ASSERT_EQ(db.list_runs().size(), 1u);
+    EXPECT_EQ(db.list_runs()[0].name, "kept");
 }
 
 TEST(RunStore, ADamagedFileIsRefusedAndLeftAlone) {
