@@ -25,6 +25,9 @@ std::string describe_json(const json& v) {
 }
 
 std::string nearest_word(const std::string& word, const std::vector<std::string>& candidates) {
+    // No key or value is this long: a suggestion would cost time (the distance is quadratic)
+    // and help no one.
+    if (word.size() > 64) return "";
     auto distance = [](const std::string& a, const std::string& b) {
         std::vector<size_t> row(b.size() + 1);
         for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -154,7 +157,7 @@ std::optional<std::string> JsonObjectReader::required_choice(const std::string& 
     const std::string s = v.get<std::string>();
     if (std::find(allowed.begin(), allowed.end(), s) == allowed.end()) {
         const std::string near = nearest_word(s, allowed);
-        fail(key, "unknown value \"" + s + "\"" +
+        fail(key, "unknown value " + describe_json(v) +
                       (near.empty() ? "" : " (did you mean \"" + near + "\"?)") +
                       "; expected one of " + list);
     }
@@ -177,7 +180,9 @@ void JsonObjectReader::finish(const std::vector<std::string>& other_variants,
         const std::string near = nearest_word(key, valid);
         std::string list;
         for (const auto& k : m_read) list += (list.empty() ? "" : ", ") + k;
-        throw ConfigError(path_of(key), "unknown key" +
+        // A key is named in the path: a long one shortened as describe_json shortens strings.
+        const std::string shown = key.size() > 40 ? key.substr(0, 40) + "..." : key;
+        throw ConfigError(m_path.empty() ? shown : m_path + "." + shown, "unknown key" +
                           (near.empty() ? "" : " (did you mean \"" + near + "\"?)") +
                           "; valid keys here: " + list);
     }

@@ -95,6 +95,11 @@ python3 -c 'import sys; s = open(sys.argv[1]).read(); n = 10000
 print(s.replace("\"layers\": [", "\"layers\": [" + "{\"type\": \"residual\", \"layers\": [" * n + "{\"type\": \"relu\"}" + "]}" * n + ", ", 1))' "$good" >"$tmp/h_deep.paralab.json"
 check deep_nesting 2 'residual blocks nested more than 64 deep' -- "$paralab" validate "$tmp/h_deep.paralab.json"
 check endless_file 2 'larger than 16 MiB' -- "$paralab" validate /dev/zero
+# A 10 MB unknown value and key: named shortened, with no suggestion worked out for them.
+python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); j["strategy"]["type"] = "x" * 10000000; j["y" * 1000] = 1
+json.dump(j, open(sys.argv[2], "w"))' "$good" "$tmp/h_long.paralab.json"
+check long_value 2 'strategy.type: unknown value "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx..."' -- "$paralab" validate "$tmp/h_long.paralab.json"
+[ "$(wc -c <"$tmp/err")" -lt 600 ] || { echo "FAIL long_value: the message echoes the value"; failed=$((failed + 1)); }
 # Listing creates nothing; another application's database is refused and left as it was.
 check list_missing_store 0 'no run store at' -- "$paralab" runs list --db "$tmp/typo/sub/x.db"
 [ ! -e "$tmp/typo" ] || { echo "FAIL list_missing_store: created $tmp/typo"; failed=$((failed + 1)); }
