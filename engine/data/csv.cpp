@@ -32,6 +32,10 @@ public:
         // An ifstream opens a directory without complaint and then reads nothing.
         if (std::filesystem::is_directory(path, ec))
             throw Error(path + ": is a directory, expected a CSV file");
+        // Nor may it be a pipe (opening one waits for a writer, forever) or a device (/dev/zero
+        // reads without end): refused before it is opened.
+        if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+            throw Error(path + ": is not a regular file (a pipe, a device or a socket); expected a CSV file");
         errno = 0;
         m_in.open(path, std::ios::binary);
         if (!m_in)

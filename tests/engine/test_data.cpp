@@ -2,6 +2,8 @@
 // error messages, the real Fashion-MNIST when installed, batching, shuffling, workers and
 // the sharding rule.
 #include <gtest/gtest.h>
+
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -585,6 +587,17 @@ TEST(Csv, BadRowsNameFileLineAndColumn) {
     EXPECT_CONTAINS(error_of<Error>([&] { read_csv(path, ""); }), "empty file");
     EXPECT_CONTAINS(error_of<Error>([&] { read_csv(dir.file("none.csv"), ""); }),
                     "none.csv: cannot open: No such file or directory");
+}
+
+// A pipe (opening one would wait for a writer forever) and a device (/dev/zero reads without
+// end) are refused before they are opened.
+TEST(Csv, APipeOrADeviceIsRefusedBeforeOpening) {
+    TempDir dir;
+    const std::string fifo = dir.file("rows.csv");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    EXPECT_EQ(error_of<Error>([&] { read_csv(fifo, ""); }),
+              fifo + ": is not a regular file (a pipe, a device or a socket); expected a CSV file");
+    EXPECT_CONTAINS(error_of<Error>([&] { read_csv("/dev/zero", ""); }), "/dev/zero: is not a regular file");
 }
 
 TEST(Csv, LoadDataShufflesAndSplits) {
