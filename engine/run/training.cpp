@@ -110,12 +110,14 @@ config::EvalResult evaluate(const std::function<Tensor(const Tensor&)>& predict,
     double loss_sum = 0;
     int64_t correct = 0;
     while (loader.next(b)) {
+        if (ctx.stop_requested && ctx.stop_requested->load()) break;  // a stop is prompt here too
         auto db = strategy::to_device(b, 0, b.size, ctx.input, ctx.target, device);
         Tensor out = predict(db.x);
         loss_sum += loss.forward(out, db.y, 1);  // a sum over the batch
         if (test.num_classes > 0) correct += nn::count_correct(out, db.y);
         r.samples += b.size;
     }
+    if (r.samples == 0) return r;
     r.loss = loss_sum / static_cast<double>(r.samples);
     if (test.num_classes > 0) r.accuracy = static_cast<double>(correct) / static_cast<double>(r.samples);
     return r;
@@ -322,7 +324,8 @@ void rank_main(Shared& sh, int index) {
                         // Once per process: its first rank's (every rank of a job takes part).
                         if (index == 0 || index == sh.first_local)
                             sh.eval_s += std::chrono::duration<double>(Clock::now() - te).count();
-                        if (index == 0) sh.bus.publish_eval(ev);
+                        const bool stopped = sh.ctx.stop_requested && sh.ctx.stop_requested->load();
+                        if (index == 0 && !stopped) sh.bus.publish_eval(ev);  // a cut-short pass is no result
                     }
                     rank.comm().barrier();
                 }
@@ -441,6 +444,10 @@ void evaluate_at_end(config::RunSummary& s, RunObserver* observer, const Shared&
             return evaluate(predict, device, sh.eval_loss, sh.splits.test, batch, sh.ctx);
         });
         ev.step = steps;
+        if (sh.ctx.stop_requested && sh.ctx.stop_requested->load()) {
+            s.status = "stopped";  // during the evaluation: it is not reported, and the run is not finished
+            return;
+        }
         if (ev.samples > 0 && !std::isfinite(ev.loss)) {
             s.status = "failed";
             s.error = not_finite_test_loss(ev.loss, steps);

@@ -155,6 +155,21 @@ TEST(Training, AStopEndsTheStragglersSleep) {
     EXPECT_TRUE(quick.straggle());  // no stop: the whole delay
 }
 
+// A stop that comes after the last step, during the evaluation after training, is honoured:
+// the pass ends, the run is stopped (not finished) and reports no test metrics.
+TEST(Training, StopDuringTheFinalEvaluationStopsTheRun) {
+    run::RunControl control;
+    Recorder rec;
+    rec.control = &control;
+    rec.stop_after = 5;  // the last step
+    json j = spirals_mlp();
+    j["train"]["max_steps"] = 5;
+    const auto s = run::run_experiment(run::parse_experiment(j), &rec, &control);
+    EXPECT_EQ(s.status, "stopped");
+    EXPECT_EQ(s.steps, 5);
+    EXPECT_FALSE(s.test_accuracy.has_value());
+}
+
 TEST(Training, ModelThatDoesNotFitTheDataIsRefusedBeforeTheFirstStep) {
     json j = spirals_mlp();
     j["model"]["layers"].back()["out"] = 2;  // 3 classes
