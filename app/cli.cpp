@@ -9,6 +9,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <cstdio>
+#include <cstring>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -405,11 +407,13 @@ int cmd_runs_show(const std::string& path, int64_t id, bool as_json) {
 int cmd_runs_export(const std::string& path, int64_t id, const std::string& file) {
     store::RunStore db(path, store::RunStore::Access::read_only);
     if (!db.get_run(id)) throw ConfigError("no run " + std::to_string(id) + " in " + path);
+    errno = 0;
     std::ofstream out(file);
-    if (!out) throw ConfigError(file + ": cannot write the CSV file");
+    if (!out) throw ConfigError(file + ": cannot write the CSV file: " + std::strerror(errno ? errno : EIO));
     db.export_csv(id, out);
+    errno = 0;
     out.close();
-    if (!out) throw ConfigError(file + ": writing the CSV file failed");
+    if (!out) throw ConfigError(file + ": writing the CSV file failed: " + std::strerror(errno ? errno : EIO));
     return 0;
 }
 

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
+#include <unordered_set>
 
 #include "engine/util/error.h"
 
@@ -27,7 +29,7 @@ bool is_blank(const std::string& line) {
 // Reads lines one by one, counting physical lines for messages and dropping a '\r' ending.
 class LineReader {
 public:
-    explicit LineReader(const std::string& path) {
+    explicit LineReader(const std::string& path) : m_path(path) {
         std::error_code ec;
         // An ifstream opens a directory without complaint and then reads nothing.
         if (std::filesystem::is_directory(path, ec))
@@ -43,7 +45,31 @@ public:
                         ": cannot open: " + (errno != 0 ? std::strerror(errno) : "unknown error"));
     }
     bool next(std::string& line) {
-        if (!std::getline(m_in, line)) return false;
+        // A line is read in pieces up to a bound, not grown without one (a 1 GB line ended in
+        // std::bad_alloc): no CSV row of a data set comes near it.
+        constexpr size_t kMaxLine = size_t{64} << 20;
+        line.clear();
+        char piece[1 << 16];
+        bool any = false;
+        for (;;) {
+            m_in.get(piece, sizeof piece, '\n');  // stops before the '\n' or when the piece is full
+            const auto n = static_cast<size_t>(m_in.gcount());
+            if (n > 0) {
+                any = true;
+                if (line.size() + n > kMaxLine)
+                    throw Error(m_path + ":" + std::to_string(m_line_number + 1) + ": a line longer than 64 MiB");
+                line.append(piece, n);
+            }
+            if (m_in.eof()) break;
+            if (m_in.bad()) throw Error(m_path + ": read error: " + std::strerror(errno));
+            if (m_in.fail()) m_in.clear();  // nothing extracted: at the '\n' itself
+            if (m_in.peek() == '\n') {
+                m_in.get();
+                any = true;
+                break;
+            }
+        }
+        if (!any) return false;
         ++m_line_number;
         if (!line.empty() && line.back() == '\r') line.pop_back();
         // A UTF-8 byte-order mark is not part of the first column's name.
@@ -53,6 +79,7 @@ public:
     int64_t line_number() const { return m_line_number; }
 
 private:
+    std::string m_path;
     std::ifstream m_in;
     int64_t m_line_number = 0;
 };
@@ -77,11 +104,11 @@ Header read_header(LineReader& reader, const std::string& path, const std::strin
         throw Error(path + ":" + std::to_string(reader.line_number()) + ": the header names " +
                     std::to_string(header.columns.size()) +
                     " column; a data set needs at least one feature and a label");
-    for (size_t i = 0; i < header.columns.size(); ++i)
-        for (size_t j = 0; j < i; ++j)
-            if (header.columns[i] == header.columns[j])
-                throw Error(path + ":" + std::to_string(reader.line_number()) +
-                            ": duplicate column '" + header.columns[i] + "'");
+    // Duplicates found in one pass (a pairwise check took 37 s for 100,000 columns).
+    std::unordered_set<std::string_view> seen;
+    for (const std::string& c : header.columns)
+        if (!seen.insert(c).second)
+            throw Error(path + ":" + std::to_string(reader.line_number()) + ": duplicate column '" + c + "'");
     if (label_column.empty()) {
         header.label = header.columns.size() - 1;
         return header;

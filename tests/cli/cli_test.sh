@@ -158,6 +158,7 @@ check runs_show 0 '"config"' -- "$paralab" runs show 1 --db "$db" --json
 check runs_export 0 '' -- "$paralab" runs export 1 --csv "$tmp/run1.csv" --db "$db"
 [ "$(wc -l <"$tmp/run1.csv")" = 31 ] || { echo "FAIL runs_export: expected 31 lines"; failed=$((failed + 1)); }
 check runs_show_missing 2 'no run 7' -- "$paralab" runs show 7 --db "$db"
+check runs_export_unwritable 2 'cannot write the CSV file: No such file or directory' -- "$paralab" runs export 1 --csv "$tmp/none/run1.csv" --db "$db"
 "$paralab" run "$good" --db "$db" --epochs 100000 >/dev/null 2>&1 &
 pid=$!
 # Killed once it has committed steps (polled, at most 60 s, so a slow machine is no failure).

@@ -600,6 +600,28 @@ TEST(Csv, APipeOrADeviceIsRefusedBeforeOpening) {
     EXPECT_CONTAINS(error_of<Error>([&] { read_csv("/dev/zero", ""); }), "/dev/zero: is not a regular file");
 }
 
+// A line beyond 64 MiB is an error naming the file and the line (it ended in bad_alloc at
+// 1 GB); duplicate names among many columns are found.
+TEST(Csv, AnEndlessLineAndDuplicateColumns) {
+    TempDir dir;
+    const std::string path = dir.file("long.csv");
+    {
+        std::ofstream out(path, std::ios::binary);
+        out << "a,b\n1,2\n";
+        const std::string block(1 << 20, '7');
+        for (int i = 0; i < 65; ++i) out << block;
+        out << ",1\n";
+    }
+    EXPECT_EQ(error_of<Error>([&] { read_csv(path, ""); }), path + ":3: a line longer than 64 MiB");
+    std::string header;
+    for (int i = 0; i < 20000; ++i) header += "c" + std::to_string(i) + ",";
+    header += "c777";
+    write_text(path, header + "\n");
+    EXPECT_EQ(error_of<Error>([&] { read_csv(path, ""); }), path + ":1: duplicate column 'c777'");
+    write_text(path, "a,b\r\n1,2\r\n\n3,4");  // CRLF, a blank line, no newline at the end
+    EXPECT_EQ(read_csv(path, "").size(), 2);
+}
+
 TEST(Csv, LoadDataShufflesAndSplits) {
     TempDir dir;
     DataConfig cfg;
