@@ -31,6 +31,7 @@ using paralab::ui::RunController;
 class TestMainWindow : public QObject {
     Q_OBJECT
 private slots:
+    void settingsAreTheTestsOwn();  // first: before any test points QSettings elsewhere
     void opensTheDefaultExperiment();
     void shortRunPlotsAndFinishes();
     void stopEndsTheRun();
@@ -360,6 +361,14 @@ void TestMainWindow::plotChoicesAreRemembered() {
     again.deviceDashboard()->setSmoothing(0.6);
     again.show();
     QVERIFY(again.close());
+}
+
+// The suite never writes into the user's settings (it once left its temporary files in Open
+// Recent): under CTest every window test has a settings folder of its own in the build tree.
+void TestMainWindow::settingsAreTheTestsOwn() {
+    // Run by hand, give it XDG_CONFIG_HOME as CTest does (tests/ui/CMakeLists.txt).
+    const QString file = QSettings(QStringLiteral("ParaLab"), QStringLiteral("ParaLab")).fileName();
+    QVERIFY2(!file.startsWith(QDir::homePath() + QStringLiteral("/.config/")), qPrintable(file));
 }
 
 QTEST_MAIN(TestMainWindow)
