@@ -1,5 +1,6 @@
-// The strategy registry (docs/strategies.md): one descriptor per strategy, declared in the
-// strategy's own file beside its code, and listed once in registry.cpp. Everything that knows
+// The strategy registry (docs/design.md, "The strategy registry"): one descriptor per
+// strategy, declared in the strategy's own file beside its code, and listed once in
+// registry.cpp. Everything that knows
 // about strategies reads it: the experiment parser and `to_json` (the options), the CLI's
 // `--strategy`, the run (the factory and the device rule), the Strategy tab (its form,
 // explanation, diagram and predicted memory), the Runs tab's colours and
