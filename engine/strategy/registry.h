@@ -1,10 +1,9 @@
 // The strategy registry (docs/design.md, "The strategy registry"): one descriptor per
 // strategy, declared in the strategy's own file beside its code, and listed once in
-// registry.cpp. Everything that knows
-// about strategies reads it: the experiment parser and `to_json` (the options), the CLI's
-// `--strategy`, the run (the factory and the device rule), the Strategy tab (its form,
-// explanation, diagram and predicted memory), the Runs tab's colours and
-// docs/experiment-format.md.
+// registry.cpp. Everything that knows about strategies reads it: the experiment parser and
+// `to_json` (the options), the CLI's `--strategy`, the run (the factory and the device rule),
+// the Strategy tab (its form, explanation, diagram and predicted memory), the Runs tab's
+// colours and docs/experiment-format.md.
 //
 // Adding a strategy: one file with its code and a `StrategyDescriptor <name>_descriptor()`,
 // and one line in registry.cpp's list.
