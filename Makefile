@@ -14,7 +14,7 @@ PACKAGES := cmake g++ make pkg-config \
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test clean
+.PHONY: all deps build run test test-asan clean
 
 all: build
 
@@ -46,6 +46,16 @@ run: deps build
 
 test: deps build
 	cd $(BUILD) && QT_QPA_PLATFORM=offscreen ctest --output-on-failure --timeout 300 -j$(JOBS)
+
+# The engine, kernels and command line under AddressSanitizer and UndefinedBehaviorSanitizer
+# (no window, no CUDA; the MPI jobs left out: Open MPI's own allocations are not ours to judge).
+ASAN_BUILD ?= build-asan
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPARALAB_GUI=OFF -DPARALAB_CUDA=OFF \
+	  "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined"
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 600 -j$(JOBS) -E 'mpi|Mpi'
 
 clean:
 	rm -rf $(BUILD)
