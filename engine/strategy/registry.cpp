@@ -251,8 +251,9 @@ StepPicture step_picture(const config::Experiment& e) {
     p.layout = StepPicture::Layout::one;
     p.subtitles = {"forward → backward → step"};
     p.caption = "One device does everything: nothing moves between devices.";
-    if (e.devices.size() > 1)
-        p.note = "(only the first of the " + std::to_string(e.devices.size()) + " devices is used)";
+    if (e.devices.size() > 1)  // what Start would refuse (check_device_count), said before it
+        p.note = "single runs on one device: choose a parallel strategy for " + std::to_string(e.devices.size()) +
+                 " devices";
     return p;
 }
 
