@@ -89,13 +89,14 @@ std::string grouped(int64_t n) {
 
 int cmd_validate(const std::string& file, bool as_json) {
     const config::Experiment e = run::load_experiment(file);
+    run::CheckedModel checked;
     try {
-        run::check_before_training(e);
+        checked = run::check_before_training(e);  // the data read once; the model allocates nothing
     } catch (const ConfigError& err) {
         throw ConfigError(file + ": " + err.what());
     }
-    const Shape input = run::model_input_shape(e);
-    const nn::ModelSummary model = nn::summarize(e.layers, input, e.loss);  // allocates nothing
+    const Shape& input = checked.input;
+    const nn::ModelSummary& model = checked.model;
     const auto& rows = model.layers;
     const int64_t batch = e.data.batch_size;
     int64_t activations = input.numel();  // numbers per example: the input and every top-level output

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <sstream>
 
 #include "engine/device/device.h"
 #include "engine/nn/factory.h"
@@ -351,15 +350,21 @@ void check_device_list(const config::Experiment& e) {
                                                  " mixed precision needs CUDA devices; CPU devices train in fp32");
 }
 
+void check_straggler(const config::Experiment& e, const std::vector<std::string>& names) {
+    if (!e.strategy.straggler_device.empty() &&
+        std::find(names.begin(), names.end(), e.strategy.straggler_device) == names.end())
+        throw ConfigError("strategy.straggler.device", e.strategy.straggler_device +
+                          " is not one of the run's devices" +
+                          (names.empty() || names.front().find('/') == std::string::npos ? std::string()
+                                                                                       : " (" + names.front() + ", ...)"));
+}
+
 std::vector<config::Issue> validate(const config::Experiment& e) {
     try {
         parse_experiment(to_json(e));
         // A straggler of this process's devices must be one of them ("r2/cpu:0", another
         // process's, is checked when the job's processes agree on the world).
-        const std::string& straggler = e.strategy.straggler_device;
-        if (!straggler.empty() && straggler.find('/') == std::string::npos &&
-            std::find(e.devices.begin(), e.devices.end(), straggler) == e.devices.end())
-            throw ConfigError("strategy.straggler.device", straggler + " is not one of the run's devices");
+        if (e.strategy.straggler_device.find('/') == std::string::npos) check_straggler(e, e.devices);
         const strategy::StrategyDescriptor& d = strategy::descriptor_of(e);
         if (d.check_devices) d.check_devices(e);
         if (d.check_options) d.check_options(e);
@@ -379,21 +384,21 @@ Shape model_input_shape(const config::Experiment& e) {
 config::Experiment load_experiment(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ConfigError(path + ": cannot open the experiment file");
-    // An experiment is a few kilobytes: read at most the limit, and refuse what is larger
-    // (a device, a huge or endless file) before parsing any of it.
-    constexpr std::streamsize kMaxBytes = 16 << 20;
-    std::string buffer(static_cast<size_t>(kMaxBytes) + 1, '\0');
-    in.read(buffer.data(), kMaxBytes + 1);
-    buffer.resize(static_cast<size_t>(in.gcount()));
-    if (static_cast<std::streamsize>(buffer.size()) > kMaxBytes)
-        throw ConfigError(path + ": larger than 16 MiB; an experiment file is at most 16 MiB");
-    std::stringstream text(buffer);
+    // An experiment is a few kilobytes: read in pieces, and refuse what passes the limit (a
+    // device, a huge or endless file) before parsing any of it.
+    constexpr size_t kMaxBytes = 16 << 20;
+    std::string s;
+    char piece[1 << 16];
+    while (in.read(piece, sizeof piece) || in.gcount() > 0) {
+        s.append(piece, static_cast<size_t>(in.gcount()));
+        if (s.size() > kMaxBytes)
+            throw ConfigError(path + ": larger than 16 MiB; an experiment file is at most 16 MiB");
+    }
     json j;
     try {
-        j = json::parse(text.str());
+        j = json::parse(s);
     } catch (const json::parse_error& err) {
         // nlohmann reports a byte offset; turn it into line and column for people.
-        const std::string s = text.str();
         size_t line = 1, col = 1;
         for (size_t i = 0; i + 1 < err.byte && i < s.size(); ++i) {
             if (s[i] == '\n') ++line, col = 1;

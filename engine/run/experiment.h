@@ -35,6 +35,10 @@ std::vector<config::Issue> validate(const config::Experiment& e);
 // Throws ConfigError naming the path. The run makes the same checks before it makes devices.
 void check_device_list(const config::Experiment& e);
 
+// The straggler, when the experiment names one, must be one of the run's devices (`names`: the
+// experiment's, or a job's "r<process>/<device>" world). Throws ConfigError naming the path.
+void check_straggler(const config::Experiment& e, const std::vector<std::string>& names);
+
 // The model's per-example input: model.input when given, else the data set's example shape
 // (read from one example of each split, so it is cheap even for large sets).
 Shape model_input_shape(const config::Experiment& e);

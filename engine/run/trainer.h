@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/config/records.h"
+#include "engine/nn/model.h"
 #include "engine/run/experiment.h"
 #include "engine/tensor/allocator.h"
 #include "engine/tensor/tensor.h"
@@ -51,7 +52,12 @@ struct RunArtifacts {
 // (the model's input against the examples, its output against the targets and the loss).
 // Throws ConfigError naming the JSON path. Checked as a local run: under mpirun the device
 // count is the job's.
-void check_before_training(const config::Experiment& e);
+// Returns the model's input and summary it checked.
+struct CheckedModel {
+    Shape input;
+    nn::ModelSummary model;
+};
+CheckedModel check_before_training(const config::Experiment& e);
 
 // A run whose ranks are spread over the processes of an MPI job (`mpirun -np N paralab run
 // FILE`): every process runs its own devices (its experiment's `devices`), and the world is all

@@ -49,15 +49,6 @@ void check_model_fits_data(const Shape& out, const data::Dataset& ds, const std:
 
 }  // namespace
 
-void check_straggler(const config::Experiment& e, const std::vector<std::string>& names) {
-    if (!e.strategy.straggler_device.empty() &&
-        std::find(names.begin(), names.end(), e.strategy.straggler_device) == names.end())
-        throw ConfigError("strategy.straggler.device", e.strategy.straggler_device +
-                          " is not one of the run's devices" +
-                          (names.empty() || names.front().find('/') == std::string::npos ? std::string()
-                                                                                       : " (" + names.front() + ", ...)"));
-}
-
 namespace {
 
 // The devices of the run, one per rank (this process's, in an MPI job); refuses what this
@@ -466,15 +457,17 @@ void evaluate_at_end(config::RunSummary& s, RunObserver* observer, const Shared&
 
 namespace paralab::run {
 
-void check_before_training(const config::Experiment& e) {
+CheckedModel check_before_training(const config::Experiment& e) {
     if (const auto issues = validate(e); !issues.empty())
         throw ConfigError(issues.front().path, issues.front().message);
     check_device_list(e);
     strategy::check_device_count(strategy::descriptor_of(e), static_cast<int>(e.devices.size()));
     data::check_data_files(e.data);
     const data::DataSplits splits = data::load_data(e.data, e.seed);
-    const Shape input = detail::checked_input(e, splits);
-    detail::check_model_fits_data(nn::summarize(e.layers, input, e.loss).output, splits.train, e.loss);
+    CheckedModel checked{detail::checked_input(e, splits), {}};
+    checked.model = nn::summarize(e.layers, checked.input, e.loss);
+    detail::check_model_fits_data(checked.model.output, splits.train, e.loss);
+    return checked;
 }
 
 }  // namespace paralab::run

@@ -131,9 +131,6 @@ void rank_main(Shared& sh, int index);
 // Starts a thread per local rank of `sh` and joins them.
 void run_local_ranks(Shared& sh, int world);
 
-// The straggler, when the experiment names one, must be one of the run's devices (`names`).
-void check_straggler(const config::Experiment& e, const std::vector<std::string>& names);
-
 // What a run needs before its world is placed: this process's devices, the data, the model's
 // input, and the reference model (initialised from the seed on a scratch host device, so that
 // every strategy starts from the single device's parameters). Throws ConfigError for what this
