@@ -86,13 +86,17 @@ config::StrategyConfig default_config(const std::string& type) {
     return s;
 }
 
-template <class T>
-T option(const config::StrategyConfig& s, const std::string& key) {
+const config::OptionValue& option_value(const config::StrategyConfig& s, const std::string& key) {
     const StrategyDescriptor* d = find_strategy(s.type);
     const config::OptionSpec* spec = d ? d->option(key) : nullptr;
     PARALAB_CHECK(spec, "strategy " + s.type + " has no option " + key);
     const auto it = s.options.find(key);
-    const config::OptionValue& v = it != s.options.end() ? it->second : spec->fallback;
+    return it != s.options.end() ? it->second : spec->fallback;
+}
+
+template <class T>
+T option(const config::StrategyConfig& s, const std::string& key) {
+    const config::OptionValue& v = option_value(s, key);
     const T* typed = std::get_if<T>(&v);
     PARALAB_CHECK(typed, "strategy option " + key + " read as another type than it holds");
     return *typed;

@@ -148,6 +148,8 @@ config::StrategyConfig default_config(const std::string& type);
 // the strategy has no such option or it has another type (a programming error).
 template <class T>
 T option(const config::StrategyConfig& s, const std::string& key);
+// The same, untyped.
+const config::OptionValue& option_value(const config::StrategyConfig& s, const std::string& key);
 
 // Refuses a number of devices (ranks) outside the descriptor's bounds: ConfigError("devices").
 void check_device_count(const StrategyDescriptor& d, int world);

@@ -58,12 +58,6 @@ bool isSmallRange(const OptionSpec& o) {
     return o.kind == OptionKind::integer && std::isfinite(o.max) && o.max - o.min <= 3;
 }
 
-// The value the option holds in `s`: the file's, else the declared default.
-OptionValue valueIn(const config::StrategyConfig& s, const OptionSpec& o) {
-    const auto it = s.options.find(o.key);
-    return it != s.options.end() ? it->second : o.fallback;
-}
-
 }  // namespace
 
 QString StrategyPanel::explain(const std::string& t) {
@@ -296,7 +290,7 @@ void StrategyPanel::setExperiment(const config::Experiment& e) {
     const auto& s = e.strategy;
     m_type->setCurrentText(QString::fromStdString(s.type));
     if (const strategy::StrategyDescriptor* d = strategy::find_strategy(s.type))
-        for (const auto& o : d->options) setEditorValue(o, valueIn(s, o));
+        for (const auto& o : d->options) setEditorValue(o, strategy::option_value(s, o.key));
     m_straggler->clear();
     m_straggler->addItem(tr("none"));
     m_straggler->addItems(deviceNames(e));
@@ -308,10 +302,6 @@ void StrategyPanel::setExperiment(const config::Experiment& e) {
     showOptionsFor(s.type);
     m_updating = false;
     refreshViews();
-}
-
-void StrategyPanel::showIssue(const config::Issue& issue) {
-    ui::showIssue(issue, m_errors, m_generalError);
 }
 
 void StrategyPanel::edited() {
@@ -330,7 +320,7 @@ void StrategyPanel::edited() {
     for (const auto& o : d->options) {
         OptionValue v;
         config::Issue issue;
-        if (!editorValue(o, v, issue)) return showIssue(issue);
+        if (!editorValue(o, v, issue)) return ui::showIssue(issue, m_errors, m_generalError);
         // An empty index list is "automatic": not written.
         if (o.kind == OptionKind::index_list && std::get<std::vector<int64_t>>(v).empty()) continue;
         s.options[o.key] = v;
@@ -340,7 +330,7 @@ void StrategyPanel::edited() {
     s.straggler_delay_ms = s.straggler_device.empty() ? 0.0 : m_stragglerDelay->value();
 
     const auto issues = run::validate(e);
-    if (!issues.empty()) return showIssue(issues.front());
+    if (!issues.empty()) return ui::showIssue(issues.front(), m_errors, m_generalError);
     m_experiment = e;
     refreshViews();
     emit experimentEdited(e);

@@ -61,7 +61,6 @@ private:
     // The editor's value; false (with `issue` set) when its text is not a value of the kind.
     bool editorValue(const config::OptionSpec& spec, config::OptionValue& value, config::Issue& issue) const;
     void edited();
-    void showIssue(const config::Issue& issue);
     void refreshViews();  // explanation, diagram, memory for m_experiment
     void plotMemory();
 
