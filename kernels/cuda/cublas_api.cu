@@ -44,6 +44,8 @@ CublasApi load() {
     bind(lib, api.set_stream, PARALAB_SYMBOL_NAME(cublasSetStream));
     bind(lib, api.gemm_ex, PARALAB_SYMBOL_NAME(cublasGemmEx));
     bind(lib, api.dgemm, PARALAB_SYMBOL_NAME(cublasDgemm));
+    bind(lib, api.sgemm_strided_batched, PARALAB_SYMBOL_NAME(cublasSgemmStridedBatched));
+    bind(lib, api.dgemm_strided_batched, PARALAB_SYMBOL_NAME(cublasDgemmStridedBatched));
     bind(lib, api.status_name, PARALAB_SYMBOL_NAME(cublasGetStatusName));
     bind(lib, api.status_string, PARALAB_SYMBOL_NAME(cublasGetStatusString));
     return api;

@@ -21,6 +21,8 @@ struct CublasApi {
     decltype(&::cublasSetStream) set_stream;
     GemmEx gemm_ex;
     decltype(&::cublasDgemm) dgemm;
+    decltype(&::cublasSgemmStridedBatched) sgemm_strided_batched;
+    decltype(&::cublasDgemmStridedBatched) dgemm_strided_batched;
     decltype(&::cublasGetStatusName) status_name;
     decltype(&::cublasGetStatusString) status_string;
 };
@@ -30,5 +32,10 @@ struct CublasApi {
 // Throws GpuError naming the library and the loader's reason when it cannot be opened or lacks
 // a function; a later call tries again.
 const CublasApi& cublas();
+
+// The handle for `stream` on the current device, made on first use and set to that stream:
+// gemm.cu's cache, which every launcher that calls cuBLAS shares, so that release_gemm_handles
+// (kernels/gpu/gemm.h) releases them all.
+cublasHandle_t cublas_handle_for(void* stream);
 
 }  // namespace paralab::kernels::gpu::detail

@@ -78,6 +78,10 @@ cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 }  // namespace
 
+cublasHandle_t detail::cublas_handle_for(void* stream) {
+    return handles().handle_for(stream);
+}
+
 // op(A): [M, K], op(B): [K, N] -> C: [M, N], row-major
 template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,

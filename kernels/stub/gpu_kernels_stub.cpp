@@ -1,5 +1,6 @@
 // The CPU-only build's GPU kernel launchers (kernels/gpu/*.h): the same symbols, each throwing
 // "built without the CUDA backend", so that code calling them links and fails with the reason.
+#include <kernels/gpu/attention.h>
 #include <kernels/gpu/cast.h>
 #include <kernels/gpu/detail/op_lists.h>
 #include <kernels/gpu/dropout.h>

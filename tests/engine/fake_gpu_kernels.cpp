@@ -1,9 +1,10 @@
 // A host stand-in for every GPU kernel launcher (kernels/gpu/{elementwise, embedding, softmax,
-// reduce, optim, dropout, recurrent, norm, pool, loss_scale, gemm, cast, conv}.h), linked with
-// fake_gpu_runtime.cpp into the fake-GPU tests (tests/CMakeLists.txt, paralab_fake_gpu_test)
-// in place of the GPU backend: in a CPU-only build of kernels/stub/gpu_kernels_stub.cpp and
-// conv_stub.cpp (it defines every symbol of each: a stub object pulled in for one missing
-// symbol would clash with the others); a CUDA build's tests do not link the CUDA backend.
+// reduce, optim, dropout, recurrent, norm, pool, loss_scale, gemm, attention, cast, conv}.h),
+// linked with fake_gpu_runtime.cpp into the fake-GPU tests (tests/CMakeLists.txt,
+// paralab_fake_gpu_test) in place of the GPU backend: in a CPU-only build of
+// kernels/stub/gpu_kernels_stub.cpp and conv_stub.cpp (it defines every symbol of each: a stub
+// object pulled in for one missing symbol would clash with the others); a CUDA build's tests do
+// not link the CUDA backend.
 // Each launcher checks its arguments on the calling thread, as the CUDA launchers do before
 // they queue anything, then queues the work on the fake stream (fake::submit): it runs later,
 // on the stream's worker thread, against "device" memory that is host memory. So a result read
@@ -18,6 +19,7 @@
 // rounded half values with fp32 accumulation, so the half path differs from fp32 as on a GPU.
 // The convolution plan (cudnn_available() is true) is the CPU's im2col + GEMM, with its column
 // buffer in the caller's workspace.
+#include <kernels/cpu/attention.h>
 #include <kernels/cpu/conv.h>
 #include <kernels/cpu/elementwise.h>
 #include <kernels/cpu/gemm.h>
@@ -27,6 +29,7 @@
 #include <kernels/cpu/recurrent.h>
 #include <kernels/cpu/softmax.h>
 #include <kernels/cpu/threads.h>
+#include <kernels/gpu/attention.h>
 #include <kernels/gpu/cast.h>
 #include <kernels/gpu/conv.h>
 #include <kernels/gpu/detail/launch_checks.h>
@@ -65,6 +68,7 @@ namespace {
 
 // The CUDA launchers' own argument checks (std::invalid_argument naming the launcher), so
 // that the fakes refuse what they refuse.
+using detail::check_attention_sizes;
 using detail::check_batchnorm_sizes;
 using detail::check_cell_sizes;
 using detail::check_gemm_shape;
@@ -800,6 +804,48 @@ int release_gemm_handles(void* stream) {
         }
     }
     return released;
+}
+
+// ---- attention.h: the CPU's passes
+// --------------------------------------------------------------
+
+// Each pass is cuBLAS GEMMs on the stream's handle (noted as gemm notes it) around row kernels.
+template <class T>
+void attention_scores_softmax(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal,
+                              const T* qkv, T* probs, void* stream) {
+    check_attention_sizes("attention_scores_softmax", B, T_, H, Dh);
+    if (B == 0 || T_ == 0 || H == 0) return;
+    note_handle(stream);
+    launch(stream, [=] { cpu::attention_scores_softmax<T>(B, T_, H, Dh, causal, qkv, probs); });
+}
+template <class T>
+void attention_apply(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal, const T* probs,
+                     const T* qkv, T* out, void* stream) {
+    check_attention_sizes("attention_apply", B, T_, H, Dh);
+    if (B == 0 || T_ == 0 || H == 0) return;
+    note_handle(stream);
+    launch(stream, [=] { cpu::attention_apply<T>(B, T_, H, Dh, causal, probs, qkv, out); });
+}
+template <class T>
+void attention_backward_values(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal,
+                               const T* probs, const T* qkv, const T* dout, T* dprobs, T* dqkv,
+                               void* stream) {
+    check_attention_sizes("attention_backward_values", B, T_, H, Dh);
+    if (B == 0 || T_ == 0 || H == 0) return;
+    note_handle(stream);
+    launch(stream, [=] {
+        cpu::attention_backward_values<T>(B, T_, H, Dh, causal, probs, qkv, dout, dprobs, dqkv);
+    });
+}
+template <class T>
+void attention_backward_scores(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal,
+                               const T* probs, const T* qkv, T* dprobs, T* dqkv, void* stream) {
+    check_attention_sizes("attention_backward_scores", B, T_, H, Dh);
+    if (B == 0 || T_ == 0 || H == 0) return;
+    note_handle(stream);
+    launch(stream, [=] {
+        cpu::attention_backward_scores<T>(B, T_, H, Dh, causal, probs, qkv, dprobs, dqkv);
+    });
 }
 
 PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_ALL_OPS)

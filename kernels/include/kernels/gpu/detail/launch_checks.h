@@ -40,6 +40,19 @@ inline void check_gemm_shape(const char* name, bool trans_a, bool trans_b, int64
     require(ldc >= std::max<int64_t>(1, N), name, "ldc is smaller than a row of C");
 }
 
+// The attention passes (kernels/gpu/attention.h): B sequences of T positions, H heads of Dh;
+// the leading dimensions (3 H Dh), T and the head count within cuBLAS's int, and the B H T rows
+// of probabilities within a grid's x dimension (one block per row).
+inline void check_attention_sizes(const char* launcher, int64_t B, int64_t T, int64_t H,
+                                  int64_t Dh) {
+    require(B >= 0 && T >= 0 && H >= 0, launcher, "negative size");
+    require(Dh >= 1, launcher, "Dh (the head width) must be >= 1");
+    require(T <= INT_MAX && Dh <= INT_MAX / 3 && H <= INT_MAX / (3 * Dh), launcher,
+            "a size or leading dimension does not fit cuBLAS's int");
+    require(B == 0 || H == 0 || T == 0 || B <= INT32_MAX / (H * T), launcher,
+            "more than 2^31 - 1 rows of probabilities (B * H * T)");
+}
+
 // The recurrent cells: gate rows of gate_blocks * hidden, state rows of hidden.
 inline void check_cell_sizes(const char* name, int64_t batch, int64_t hidden, int64_t ld_gates,
                              int64_t gate_blocks, int64_t ld_state) {

@@ -121,6 +121,15 @@
     X(gemm, bool, bool, int64_t, int64_t, int64_t, T, const T*, int64_t, const T*, int64_t, T, T*, \
       int64_t, void*, GemmMath)
 
+// kernels/gpu/attention.h
+#define PARALAB_GPU_ATTENTION_OPS(X, T)                                                            \
+    X(attention_scores_softmax, int64_t, int64_t, int64_t, int64_t, bool, const T*, T*, void*)     \
+    X(attention_apply, int64_t, int64_t, int64_t, int64_t, bool, const T*, const T*, T*, void*)    \
+    X(attention_backward_values, int64_t, int64_t, int64_t, int64_t, bool, const T*, const T*,     \
+      const T*, T*, T*, void*)                                                                     \
+    X(attention_backward_scores, int64_t, int64_t, int64_t, int64_t, bool, const T*, const T*, T*, \
+      T*, void*)
+
 // Every list, for the stub.
 #define PARALAB_GPU_ALL_OPS(X, T)     \
     PARALAB_GPU_ELEMENTWISE_OPS(X, T) \
@@ -133,7 +142,8 @@
     PARALAB_GPU_NORM_OPS(X, T)        \
     PARALAB_GPU_POOL_OPS(X, T)        \
     PARALAB_GPU_LOSS_SCALE_OPS(X, T)  \
-    PARALAB_GPU_GEMM_OPS(X, T)
+    PARALAB_GPU_GEMM_OPS(X, T)        \
+    PARALAB_GPU_ATTENTION_OPS(X, T)
 
 // X for a list: the explicit instantiation of one launcher (T deduced from the parameters).
 #define PARALAB_GPU_INSTANTIATE(name, ...) template void name(__VA_ARGS__);

@@ -1,0 +1,46 @@
+// Scaled dot-product attention on the CPU, split into the four passes a layer with attention
+// dropout needs (the probabilities are dropped between the softmax and the product with V).
+// T = float or double; plain pointers to contiguous row-major arrays.
+//
+// Layouts, for B sequences of T positions, H heads of width Dh (D = H * Dh):
+//   qkv   [B, T, 3D]: row (b, t) holds q | k | v, each D wide; head h's part of each starts at
+//                     column h * Dh of its third (torch's qkv.split(D) then view(T, H, Dh)).
+//   probs [B, H, T, T]: softmax over the last index of q_i . k_j / sqrt(Dh); with `causal`,
+//                     position i attends to j <= i only and probs[..., i, j > i] is 0.
+//   out   [B, T, D]: head h's output at columns h * Dh (the heads concatenated).
+// With `causal` the passes skip the masked upper triangle wherever a block of it is whole.
+// Work is split over (b, h) pairs; every output element is made by one thread in a fixed
+// order, so results do not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+namespace paralab::kernels::cpu {
+
+// probs = softmax(q k^T / sqrt(Dh)) per (b, h), masked when causal.
+template <class T>
+void attention_scores_softmax(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal,
+                              const T* qkv, T* probs);
+
+// out[b, i, head h] = sum over j of probs[b, h, i, j] v_j (overwritten). `probs` may be the
+// softmax's output or a dropped-out copy of it; with `causal` its entries j > i must be 0 (as
+// the softmax leaves them): whole masked blocks are skipped, the diagonal ones multiplied.
+template <class T>
+void attention_apply(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal, const T* probs,
+                     const T* qkv, T* out);
+
+// The backward of attention_apply: dprobs[b, h, i, j] = dout_i . v_j (overwritten; 0 where
+// causal masks), and the v part of dqkv = sum over i of probs[b, h, i, j] dout_i (overwritten;
+// the q and k parts are left alone).
+template <class T>
+void attention_backward_values(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal,
+                               const T* probs, const T* qkv, const T* dout, T* dprobs, T* dqkv);
+
+// The backward of attention_scores_softmax: with P = probs (the softmax's own output, before
+// any dropout) and dP = dprobs, dS = P * (dP - rowsum(dP * P)) / sqrt(Dh) (written over dprobs),
+// then the q part of dqkv = dS k and the k part = dS^T q (both overwritten; v left alone).
+template <class T>
+void attention_backward_scores(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal,
+                               const T* probs, const T* qkv, T* dprobs, T* dqkv);
+
+}  // namespace paralab::kernels::cpu
