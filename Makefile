@@ -6,11 +6,12 @@ JOBS ?= 2
 CMAKE_FLAGS ?=
 DEFAULT_EXPERIMENT := resources/examples/spirals-mlp.paralab.json
 
-# Debian packages the project needs (benchmarks use python3-torch as the reference).
+# Debian packages the project needs (benchmarks use python3-torch as the reference; fortunes
+# is the text data set's default corpus, /usr/share/games/fortunes).
 PACKAGES := cmake g++ make pkg-config \
 	qt6-base-dev qt6-base-dev-tools libqcustomplot-dev libsqlite3-dev libopenblas-dev libdnnl-dev \
 	nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev openmpi-bin libopenmpi-dev \
-	dataset-fashion-mnist xvfb xauth ccache python3-torch
+	dataset-fashion-mnist fortunes xvfb xauth ccache python3-torch
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 

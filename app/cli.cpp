@@ -99,9 +99,11 @@ int cmd_validate(const std::string& file, bool as_json) {
     const nn::ModelSummary& model = checked.model;
     const auto& rows = model.layers;
     const int64_t batch = e.data.batch_size;
-    int64_t activations = input.numel();  // numbers per example: the input and every top-level output
+    // Numbers per example held for backward: the input and what every top-level layer keeps
+    // (its output; inside a transformer block the attention probabilities too).
+    int64_t activations = input.numel();
     for (const auto& r : rows)
-        if (r.depth == 0) activations += r.output.numel();
+        if (r.depth == 0) activations += r.activations;
     const int64_t params = model.parameters;
     const int64_t flops = model.flops_per_sample;
 
@@ -110,11 +112,12 @@ int cmd_validate(const std::string& file, bool as_json) {
         for (const auto& r : rows)
             layers.push_back({{"path", r.path},
                               {"type", r.type},
+                              {"copies", r.copies},
                               {"depth", r.depth},
                               {"output", r.output.dims()},
                               {"parameters", r.parameters},
                               {"flops", r.flops},
-                              {"activation_bytes", r.output.numel() * batch * 4}});
+                              {"activation_bytes", r.activations * batch * 4}});
         json out{{"file", file},
                  {"name", e.name},
                  {"input", input.dims()},
@@ -137,8 +140,9 @@ int cmd_validate(const std::string& file, bool as_json) {
     std::printf("%-28s %-15s %-16s %14s %16s\n", "layer", "type", "output", "parameters", "FLOPs");
     for (const auto& r : rows) {
         const std::string indent(2 * r.depth, ' ');
+        const std::string type = r.copies > 1 ? r.type + " x" + std::to_string(r.copies) : r.type;
         std::printf("%-28s %-15s %-16s %14s %16s\n", (indent + r.path.substr(6)).c_str(),
-                    r.type.c_str(), r.output.to_string().c_str(), grouped(r.parameters).c_str(),
+                    type.c_str(), r.output.to_string().c_str(), grouped(r.parameters).c_str(),
                     grouped(r.flops).c_str());
     }
     std::printf("total: %s parameters (%s), %s FLOPs per example forward, "
@@ -179,6 +183,11 @@ public:
         std::fprintf(stderr, "eval at step %lld: loss %.4f", static_cast<long long>(r.step), r.loss);
         if (r.accuracy) std::fprintf(stderr, "  accuracy %.4f", *r.accuracy);
         std::fprintf(stderr, "\n");
+        if (!r.sample.empty()) {  // a text model's sample, each line behind a bar
+            std::string text = "  | " + r.prompt + "[" + r.sample + "]";
+            for (size_t at = 0; (at = text.find('\n', at)) != std::string::npos; at += 5) text.replace(at, 1, "\n  | ");
+            std::fprintf(stderr, "%s\n", text.c_str());
+        }
     }
     void on_finish(const config::RunSummary& s) override {
         if (m_tty) std::fprintf(stderr, "\n");

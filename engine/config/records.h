@@ -47,6 +47,9 @@ struct EvalResult {
     double loss = 0;
     std::optional<double> accuracy;  // classification only
     int64_t samples = 0;
+    // Text models: a continuation of `prompt` (the start of the test split) drawn from the model
+    // at this evaluation (run/generate.h), as printable text; empty otherwise.
+    std::string prompt, sample;
 };
 
 struct RunSummary {

@@ -8,6 +8,7 @@
 #include "engine/data/csv.h"
 #include "engine/data/idx.h"
 #include "engine/data/synthetic.h"
+#include "engine/data/text.h"
 #include "engine/util/error.h"
 #include "engine/util/rng.h"
 
@@ -28,7 +29,7 @@ std::string join_names() {
 }
 
 void require(bool ok, const std::string& key, const std::string& expected, const std::string& got) {
-    if (!ok) throw ConfigError("data." + key + ": expected " + expected + ", got " + got);
+    if (!ok) throw ConfigError("data." + key, "expected " + expected + ", got " + got);
 }
 
 void require_non_negative(int64_t v, const std::string& key) {
@@ -74,13 +75,14 @@ int64_t Dataset::target_numel() const {
 }
 
 int64_t Dataset::size() const {
+    if (is_text()) return windows;
     const int64_t n = sample_numel();
     return n > 0 ? static_cast<int64_t>(inputs.size()) / n : 0;
 }
 
 const std::vector<std::string>& dataset_names() {
     static const std::vector<std::string> names = {"spirals",       "blobs", "sine", "seqclass",
-                                                   "fashion-mnist", "mnist", "csv"};
+                                                   "fashion-mnist", "mnist", "csv",  "text"};
     return names;
 }
 
@@ -102,6 +104,20 @@ void validate_data_config(const DataConfig& cfg) {
             "test_fraction", "a number in [0, 1)", number_text(cfg.test_fraction));
     if (cfg.dataset == "csv" && cfg.path.empty())
         throw ConfigError("data.path", "the csv data set needs the path of a CSV file");
+    if (cfg.dataset == "text") {
+        if (cfg.seq_len == 0)
+            throw ConfigError("data.seq_len",
+                              "missing; the text data set needs seq_len, the context "
+                              "length T of its examples (model.input is [T])");
+        require(cfg.seq_len > 0, "seq_len", "a positive integer", std::to_string(cfg.seq_len));
+        require(std::isfinite(cfg.val_fraction) && cfg.val_fraction > 0.0 && cfg.val_fraction < 1.0,
+                "val_fraction", "a number in (0, 1)", number_text(cfg.val_fraction));
+        if (cfg.tokenizer != "byte")
+            throw ConfigError("data.tokenizer",
+                              "unknown tokenizer '" + cfg.tokenizer +
+                                  "' (expected \"byte\": one token per byte, vocabulary 256)");
+        return;
+    }
     if (!is_synthetic_dataset(cfg.dataset)) return;
 
     require_non_negative(cfg.samples, "samples");
@@ -144,10 +160,12 @@ std::string resolved_data_path(const DataConfig& cfg) {
     if (!cfg.path.empty()) return cfg.path;
     if (cfg.dataset == "fashion-mnist") return "/usr/share/datasets/fashion-mnist";
     if (cfg.dataset == "mnist") return "/usr/share/datasets/mnist";
+    if (cfg.dataset == "text") return kDefaultTextPath;
     return {};
 }
 
 void shuffle_examples(Dataset& ds, uint64_t seed) {
+    PARALAB_CHECK(!ds.is_text(), "shuffle_examples: a text set is cut into windows by the loader");
     const int64_t n = ds.size();
     std::vector<int64_t> perm(static_cast<size_t>(n));
     std::iota(perm.begin(), perm.end(), int64_t{0});
@@ -166,6 +184,8 @@ void shuffle_examples(Dataset& ds, uint64_t seed) {
 
 DataSplits split_examples(Dataset&& all, double test_fraction) {
     PARALAB_CHECK(test_fraction >= 0.0 && test_fraction < 1.0, "test_fraction out of [0, 1)");
+    PARALAB_CHECK(!all.is_text(),
+                  "split_examples: a text set is split by bytes (split_text_bytes)");
     const int64_t n = all.size();
     const auto n_test = static_cast<int64_t>(std::llround(static_cast<double>(n) * test_fraction));
     DataSplits splits;
@@ -179,6 +199,10 @@ DataSplits split_examples(Dataset&& all, double test_fraction) {
 void truncate_examples(Dataset& ds, int64_t limit) {
     PARALAB_CHECK(limit >= 0, "negative example limit");
     if (limit == 0 || limit >= ds.size()) return;
+    if (ds.is_text()) {
+        ds.windows = limit;
+        return;
+    }
     ds.inputs.resize(static_cast<size_t>(limit * ds.sample_numel()));
     ds.targets.resize(static_cast<size_t>(limit * ds.target_numel()));
     ds.inputs.shrink_to_fit();
@@ -187,6 +211,7 @@ void truncate_examples(Dataset& ds, int64_t limit) {
 
 DataSplits load_data(const DataConfig& cfg, uint64_t seed) {
     validate_data_config(cfg);
+    if (cfg.dataset == "text") return load_text(cfg);
     DataSplits splits;
     if (is_idx_dataset(cfg.dataset)) {
         // The files' own split; the limits are applied while reading.
@@ -215,6 +240,8 @@ void check_data_files(const DataConfig& cfg) {
         check_mnist_format(cfg.dataset, resolved_data_path(cfg));
     else if (cfg.dataset == "csv")
         check_csv_file(cfg.path, cfg.label_column);
+    else if (cfg.dataset == "text")
+        check_text_corpus(cfg);
 }
 
 }  // namespace paralab::data

@@ -1,12 +1,15 @@
 // Data sets: the experiment file's "data" section (DataConfig), an in-memory data set
-// (Dataset: flat float inputs and targets), and load_data, which builds the train and test
-// splits for a config. Plain C++: the trainer copies batches into device tensors.
+// (Dataset: flat float inputs and targets, or windows of a byte corpus), and load_data, which
+// builds the train and test splits for a config. Plain C++: the trainer copies batches into
+// device tensors.
 //
 // Layout: example i's input is inputs[i * sample_numel() .. (i + 1) * sample_numel()), its
-// target targets[i * target_numel() ..]; class ids are stored as floats.
+// target targets[i * target_numel() ..]; class ids are stored as floats. A text set keeps no
+// examples: the loader cuts each one out of the corpus bytes (text.h).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,9 +19,10 @@ namespace paralab::data {
 // validate_data_config checks the values.
 struct DataConfig {
     std::string dataset =
-        "spirals";  // spirals | blobs | sine | seqclass | fashion-mnist | mnist | csv
-    // IDX folder or CSV file. Empty: fashion-mnist -> /usr/share/datasets/fashion-mnist,
-    // mnist -> /usr/share/datasets/mnist.
+        "spirals";  // spirals | blobs | sine | seqclass | fashion-mnist | mnist | csv | text
+    // IDX folder, CSV file, or text file or folder. Empty: fashion-mnist ->
+    // /usr/share/datasets/fashion-mnist, mnist -> /usr/share/datasets/mnist, text ->
+    // /usr/share/games/fortunes.
     std::string path;
     int64_t train_limit = 0, test_limit = 0;  // first N examples of each split; 0 = all
     int64_t batch_size = 32;                  // the global batch of one optimizer step
@@ -27,23 +31,38 @@ struct DataConfig {
     int64_t samples = 0;  // synthetic: total examples (train + test); 0 = the data set's default
     int64_t classes = 0;  // spirals / blobs / seqclass; 0 = default
     double noise = -1;    // < 0 = default
-    int64_t seq_len = 0, features = 0;  // sine / seqclass (features also blobs); 0 = default
+    // sine / seqclass (features also blobs); 0 = default. text: the context length T (required).
+    int64_t seq_len = 0, features = 0;
     std::string label_column;           // csv: header name of the label column; empty = last
     double test_fraction = 0.2;         // synthetic and csv: share held out for the test split
+    double val_fraction = 0.1;          // text: share of the bytes, at the end, for the test split
+    std::string tokenizer = "byte";     // text: "byte" (token id = byte value, vocabulary 256)
 };
 
 struct Dataset {
     std::string name;
     std::vector<int64_t> sample_shape;  // per-sample input shape: {2}, {1, 28, 28}, {T, F}
-    std::vector<int64_t> target_shape;  // {} for class ids; regression target shape otherwise
+    std::vector<int64_t> target_shape;  // {} class ids, {T} token ids (text), else regression
     int64_t num_classes = 0;            // 0 = regression
-    std::vector<float> inputs;          // size() * sample_numel()
-    std::vector<float> targets;         // size() * target_numel()
+    std::vector<float> inputs;          // size() * sample_numel(); empty for text
+    std::vector<float> targets;         // size() * target_numel(); empty for text
+
+    // Text: sample_shape = target_shape = {window}, num_classes = the vocabulary. Example k is
+    // the window of window + 1 bytes at text_window_offset (text.h): x = its first `window`
+    // bytes, y = its last `window`, as token ids. Both splits share one corpus buffer.
+    std::shared_ptr<const std::vector<uint8_t>> text;
+    int64_t text_begin = 0, text_end = 0;  // this split's bytes of *text: [text_begin, text_end)
+    int64_t window = 0;                    // T
+    // true (training): each example's offset is drawn from (seed, epoch, index in the epoch);
+    // false (test): window k starts at text_begin + k * window.
+    bool random_windows = false;
+    int64_t windows = 0;  // the examples of one epoch
 
     int64_t sample_numel() const;
     int64_t target_numel() const;  // max(1, prod(target_shape))
     int64_t size() const;
     bool is_classification() const { return num_classes > 0; }
+    bool is_text() const { return text != nullptr; }
 };
 
 struct DataSplits {
@@ -77,7 +96,8 @@ std::string resolved_data_path(const DataConfig& cfg);
 void shuffle_examples(Dataset& ds, uint64_t seed);
 // The last round(size * test_fraction) examples become the test split, the rest train.
 DataSplits split_examples(Dataset&& all, double test_fraction);
-// Keeps the first `limit` examples (0 = all; a limit above the size keeps all).
+// Keeps the first `limit` examples (0 = all; a limit above the size keeps all). A text set
+// keeps its corpus and serves `limit` windows.
 void truncate_examples(Dataset& ds, int64_t limit);
 
 }  // namespace paralab::data

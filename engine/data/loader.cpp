@@ -4,6 +4,7 @@
 #include <numeric>
 #include <string>
 
+#include "engine/data/text.h"
 #include "engine/util/error.h"
 #include "engine/util/rng.h"
 
@@ -63,9 +64,11 @@ DataLoader::~DataLoader() {
 }
 
 void DataLoader::start_epoch(int64_t epoch) {
-    auto order = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(m_dataset.size()));
+    // A text set needs no order: its windows are drawn per (seed, epoch, index) in assemble.
+    auto order = std::make_shared<std::vector<int64_t>>(
+        static_cast<size_t>(m_dataset.is_text() ? 0 : m_dataset.size()));
     std::iota(order->begin(), order->end(), int64_t{0});
-    if (m_options.shuffle) {
+    if (m_options.shuffle && !m_dataset.is_text()) {
         // Seeded by (seed, epoch) alone, so every shard and every worker count agrees.
         Rng rng(splitmix64(m_options.seed) + static_cast<uint64_t>(epoch));
         for (int64_t i = static_cast<int64_t>(order->size()) - 1; i > 0; --i)
@@ -149,10 +152,11 @@ void DataLoader::worker_loop() {
     }
 }
 
-// order: the epoch's permutation; fills rows [index * B, ...) of it, this shard's part.
+// order: the epoch's permutation; fills rows [index * B, ...) of it, this shard's part. A text
+// row is the window of example begin + r: token ids x = bytes [o, o + T), y = [o + 1, o + T + 1).
 void DataLoader::assemble(const std::vector<int64_t>& order, int64_t epoch, int64_t index,
                           Batch& out) const {
-    const int64_t total = static_cast<int64_t>(order.size());
+    const int64_t total = m_dataset.size();
     const int64_t begin = index * m_options.batch_size;
     const int64_t global = std::min(m_options.batch_size, total - begin);
     const ShardRange shard = shard_of_batch(global, m_options.shard, m_options.num_shards);
@@ -164,6 +168,18 @@ void DataLoader::assemble(const std::vector<int64_t>& order, int64_t epoch, int6
     out.inputs.resize(static_cast<size_t>(shard.count * in));
     out.targets.resize(static_cast<size_t>(shard.count * tn));
     out.sample_ids.resize(static_cast<size_t>(shard.count));
+    if (m_dataset.is_text()) {
+        const uint8_t* bytes = m_dataset.text->data();
+        const int64_t t = m_dataset.window;
+        for (int64_t r = 0; r < shard.count; ++r) {
+            const int64_t id = begin + shard.offset + r;
+            const int64_t o = text_window_offset(m_dataset, m_options.seed, epoch, id);
+            out.sample_ids[r] = id;
+            std::copy_n(bytes + o, t, out.inputs.data() + r * t);
+            std::copy_n(bytes + o + 1, t, out.targets.data() + r * t);
+        }
+        return;
+    }
     const float* inputs = m_dataset.inputs.data();
     const float* targets = m_dataset.targets.data();
     for (int64_t r = 0; r < shard.count; ++r) {

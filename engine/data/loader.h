@@ -38,7 +38,7 @@ struct Batch {
     int64_t epoch = 0;
     std::vector<float> inputs;        // [size, ...sample_shape]
     std::vector<float> targets;       // [size, ...target_shape] (class ids as floats)
-    std::vector<int64_t> sample_ids;  // [size]: each row's index in the dataset
+    std::vector<int64_t> sample_ids;  // [size]: each row's index in the dataset (text: epoch)
 };
 
 class DataLoader {
@@ -66,7 +66,8 @@ public:
     DataLoader& operator=(const DataLoader&) = delete;
 
     // Starts (or restarts) an epoch: the order is a permutation drawn from (seed, epoch),
-    // the same on every shard; without shuffle the dataset order. Batches of a previous
+    // the same on every shard; without shuffle the dataset order. A text set's windows
+    // follow its own rule (text_window_offset), whatever `shuffle`. Batches of a previous
     // epoch not yet taken are dropped. next() without a start_epoch starts epoch 0.
     void start_epoch(int64_t epoch);
 

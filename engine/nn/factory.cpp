@@ -1,6 +1,7 @@
 #include "engine/nn/factory.h"
 
 #include "engine/nn/activation.h"
+#include "engine/nn/attention.h"
 #include "engine/nn/conv2d.h"
 #include "engine/nn/dropout.h"
 #include "engine/nn/embedding.h"
@@ -16,7 +17,8 @@ const std::vector<std::string>& layer_types() {
     static const std::vector<std::string> types{
         "linear",  "conv2d", "maxpool2d", "avgpool2d", "global_avgpool", "batchnorm",
         "layernorm", "dropout", "relu",   "gelu",      "tanh",           "sigmoid",
-        "flatten", "embedding", "lstm",   "gru",       "residual"};
+        "flatten", "embedding", "lstm",   "gru",       "residual",  "position_embedding",
+        "attention", "transformer_block"};
     return types;
 }
 
@@ -66,10 +68,17 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
     if (t == "gru")
         return std::make_unique<GRU>(positive(s.hidden, "hidden", t),
                                      positive(s.num_layers, "num_layers", t), s.return_sequence);
+    if (t == "position_embedding") return std::make_unique<PositionEmbedding>();
+    if (t == "attention")
+        return std::make_unique<Attention>(positive(s.heads, "heads", t), s.causal, s.dropout);
+    if (t == "transformer_block")
+        return std::make_unique<TransformerBlock>(positive(s.heads, "heads", t), positive(s.ffn, "ffn", t),
+                                                  s.dropout, s.causal);
     if (t == "residual") {
         if (s.layers.empty()) throw ConfigError("residual.layers: expected at least one layer");
         std::vector<std::unique_ptr<Layer>> body;
-        for (const auto& child : s.layers) body.push_back(make_layer(child));
+        for (const auto& child : s.layers)
+            for (int64_t copy = 0; copy < child.repeat; ++copy) body.push_back(make_layer(child));
         return std::make_unique<Residual>(std::move(body));
     }
     std::string allowed;

@@ -73,6 +73,10 @@ public:
     int64_t parameter_count();
     // Forward floating-point operations per sample (a multiply-add counts 2).
     int64_t flops_per_sample() const { return flops_impl(); }
+    // Numbers per sample the layer holds from forward to backward (its output; a composite layer
+    // its children's; attention its probabilities too): what the memory estimates count as
+    // activations.
+    int64_t activations_per_sample() { return built() ? activations_impl() : 0; }
 
     const Shape& input_shape() const { return m_input_shape; }
     const Shape& output_shape() const { return m_output_shape; }
@@ -100,6 +104,7 @@ protected:
     virtual Tensor forward_impl(const Tensor& x, Mode mode) = 0;
     virtual Tensor backward_impl(const Tensor& dy) = 0;
     virtual int64_t flops_impl() const { return 0; }
+    virtual int64_t activations_impl() { return output_shape().numel(); }
     virtual void set_needs_input_grad_impl(bool needs) { (void)needs; }
     virtual void set_random_state_impl(uint64_t seed, uint64_t step, int64_t sample_offset) {
         (void)seed, (void)step, (void)sample_offset;

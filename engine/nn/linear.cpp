@@ -13,6 +13,11 @@ Linear::Linear(int64_t out, bool bias) : Layer("linear"), m_out(out), m_has_bias
         throw ConfigError("linear: out must be a positive integer, got " + std::to_string(out));
 }
 
+void Linear::set_out(int64_t out) {
+    PARALAB_CHECK(!built() && out >= 1, label() + ": set_out after build or with a width below 1");
+    m_out = out;
+}
+
 // input: [..., in] -> [..., out]
 Shape Linear::build_impl(const Shape& input) {
     if (input.rank() == 0 || input.back() < 1)

@@ -12,6 +12,8 @@ public:
     // Throws ConfigError when out < 1.
     Linear(int64_t out, bool bias = true);
     bool runs_on_gpu() const override { return true; }
+    // Before build only: the output width (a layer whose width follows its input's).
+    void set_out(int64_t out);
 
 protected:
     Shape build_impl(const Shape& input) override;

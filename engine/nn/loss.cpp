@@ -5,6 +5,7 @@
 #include <kernels/gpu/elementwise.h>
 #include <kernels/gpu/softmax.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -23,11 +24,17 @@ namespace {
                      target.shape().to_string() + " do not fit: " + expected);
 }
 
-// logits: [B, C] and target: [B], else ShapeError naming both.
-void check_class_shapes(const std::string& who, const Tensor& logits, const Tensor& target) {
-    const std::string expected = "expected logits [B, C] and target [B] of class ids";
-    if (logits.rank() != 2 || logits.dim(1) < 1) throw_mismatch(who, logits, target, expected);
-    if (target.shape() != Shape{logits.dim(0)}) throw_mismatch(who, logits, target, expected);
+// logits [B, C] with target [B], or per position logits [B, T, C] with target [B, T]; else
+// ShapeError naming both. Returns the rows of the softmax (B, or B * T).
+int64_t check_class_shapes(const std::string& who, const Tensor& logits, const Tensor& target) {
+    const std::string expected =
+        "expected logits [B, C] and target [B] of class ids, or [B, T, C] and [B, T] (one per position)";
+    if ((logits.rank() != 2 && logits.rank() != 3) || logits.shape().back() < 1)
+        throw_mismatch(who, logits, target, expected);
+    Shape want = logits.shape();
+    want = logits.rank() == 2 ? Shape{want[0]} : Shape{want[0], want[1]};
+    if (target.shape() != want) throw_mismatch(who, logits, target, expected);
+    return target.numel();
 }
 
 // target: [B] integral values in the float dtype -> ids in [0, classes); Error naming the
@@ -87,13 +94,16 @@ void Loss::shape_mismatch(const Tensor& pred, const Tensor& target,
 
 // ---- CrossEntropyLoss -------------------------------------------------------------------
 
-// pred: [B, C] logits, target: [B] class ids -> mean-over-denominator cross-entropy
+// pred: [B, C] logits, target: [B] class ids -> mean-over-denominator cross-entropy; per
+// position ([B, T, C], [B, T]) a sample's loss is its mean over the T positions, so the sum
+// over rows is divided by denominator * T.
 double CrossEntropyLoss::forward_impl(const Tensor& pred, const Tensor& target,
                                       int64_t denominator) {
-    check_class_shapes(name(), pred, target);
-    const int64_t rows = pred.dim(0), classes = pred.dim(1);
+    const int64_t rows = check_class_shapes(name(), pred, target);
+    const int64_t classes = pred.shape().back();
     read_class_ids(name(), target, classes, m_ids);
     m_probs = new_like(pred);
+    denominator *= rows / std::max<int64_t>(1, pred.dim(0));
     m_denominator = denominator;
     if (void* q = pred.queue()) {
         m_ids_on_gpu = gpu::upload_ids(m_ids, pred.device());
@@ -118,7 +128,7 @@ Tensor CrossEntropyLoss::backward_impl() {
     if (void* q = d.queue()) {
         dispatch_float(d.dtype(), [&]<class T>() {
             kg::softmax_cross_entropy_backward<T>(
-                m_probs.dim(0), m_probs.dim(1), m_probs.data<T>(),
+                static_cast<int64_t>(m_ids.size()), m_probs.shape().back(), m_probs.data<T>(),
                 static_cast<const int64_t*>(m_ids_on_gpu.raw()),
                 static_cast<T>(1.0 / static_cast<double>(m_denominator)), d.data<T>(), q);
         });
@@ -126,7 +136,7 @@ Tensor CrossEntropyLoss::backward_impl() {
     }
     dispatch_float(d.dtype(), [&]<class T>() {
         kc::softmax_cross_entropy_backward<T>(
-            m_probs.dim(0), m_probs.dim(1), m_probs.data<T>(), m_ids.data(),
+            static_cast<int64_t>(m_ids.size()), m_probs.shape().back(), m_probs.data<T>(), m_ids.data(),
             static_cast<T>(1.0 / static_cast<double>(m_denominator)), d.data<T>());
     });
     return d;
@@ -185,11 +195,11 @@ std::unique_ptr<Loss> make_loss(const std::string& name) {
     throw ConfigError("unknown loss '" + name + "': expected cross_entropy or mse");
 }
 
-// logits: [B, C], target: [B] -> count of rows with argmax == target
+// logits: [B, C], target: [B] (or [B, T, C] and [B, T]) -> count of rows with argmax == target
 int64_t count_correct(const Tensor& logits_anywhere, const Tensor& target) {
     const Tensor logits = gpu::on_host(logits_anywhere);
-    check_class_shapes("count_correct", logits, target);
-    const int64_t rows = logits.dim(0), classes = logits.dim(1);
+    const int64_t rows = check_class_shapes("count_correct", logits, target);
+    const int64_t classes = logits.shape().back();
     std::vector<int64_t> ids, best(static_cast<size_t>(rows));
     read_class_ids("count_correct", target, classes, ids);
     dispatch_float(logits.dtype(), [&]<class T>() {

@@ -48,8 +48,9 @@ private:
 };
 
 // Softmax cross-entropy over logits: pred [B, C], target [B] of class ids (integral values in
-// the float dtype). Fused and max-subtracted, so any finite logits give a finite loss.
-// Backward is (softmax - onehot) / denominator.
+// the float dtype), or per position pred [B, T, C], target [B, T] (a language model's next
+// tokens), where a sample's loss is the mean over its T positions. Fused and max-subtracted, so
+// any finite logits give a finite loss. Backward is (softmax - onehot) / (denominator [* T]).
 class CrossEntropyLoss : public Loss {
 public:
     CrossEntropyLoss() : Loss("cross_entropy") {}
@@ -83,7 +84,8 @@ private:
 // "cross_entropy" or "mse"; throws ConfigError "unknown loss 'x': expected cross_entropy or mse".
 std::unique_ptr<Loss> make_loss(const std::string& name);
 
-// logits: [B, C], target: [B] class ids -> the number of rows whose argmax is the target.
+// logits: [B, C], target: [B] class ids (or [B, T, C] and [B, T]) -> the number of rows (or
+// positions) whose argmax is the target.
 int64_t count_correct(const Tensor& logits, const Tensor& target);
 
 }  // namespace paralab::nn

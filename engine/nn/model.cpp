@@ -7,20 +7,31 @@ namespace paralab::nn {
 
 namespace {
 
-std::unique_ptr<Layer> make_labelled(const LayerSpec& spec, const std::string& path) {
+// `copy` names one of a repeated layer's copies ("1 of 4"), empty otherwise: labels tell the
+// copies apart (errors name the copy; dropout masks are drawn by label).
+std::unique_ptr<Layer> make_labelled(const LayerSpec& spec, const std::string& path, const std::string& copy = {}) {
     std::unique_ptr<Layer> layer;
     try {
         layer = make_layer(spec);
     } catch (const ConfigError& e) {
         throw ConfigError(path, e.what());
     }
-    layer->set_label(path + " (" + spec.type + ")", path);
+    std::string suffix;  // " 1 of 4" for a copy
+    if (!copy.empty()) suffix.append(" ").append(copy);
+    layer->set_label(path + " (" + spec.type + suffix + ")", path);
     if (spec.type == "residual") {
         auto body = layer->children().front()->children();
-        for (size_t i = 0; i < body.size(); ++i)
-            body[i]->set_label(path + ".layers[" + std::to_string(i) + "] (" +
-                                   spec.layers[i].type + ")",
-                               path + ".layers[" + std::to_string(i) + "]");
+        size_t k = 0;
+        for (size_t i = 0; i < spec.layers.size(); ++i) {
+            const LayerSpec& child = spec.layers[i];
+            const std::string child_path = path + ".layers[" + std::to_string(i) + "]";
+            for (int64_t c = 0; c < child.repeat && k < body.size(); ++c, ++k) {
+                std::string name = child_path + " (" + child.type;
+                if (child.repeat > 1) name.append(" ").append(std::to_string(c + 1)).append(" of ").append(std::to_string(child.repeat));
+                if (!copy.empty()) name.append(", ").append(copy);
+                body[k]->set_label(name + ")", child_path);
+            }
+        }
     }
     return layer;
 }
@@ -32,6 +43,7 @@ void collect(Layer& layer, const std::string& path, int depth, std::vector<Layer
     row.output = layer.output_shape();
     row.parameters = layer.parameter_count();
     row.flops = layer.flops_per_sample();
+    row.activations = layer.activations_per_sample();
     row.depth = depth;
     out.push_back(row);
     if (layer.type() == "residual") {
@@ -67,7 +79,14 @@ Model::Model(const std::vector<LayerSpec>& layers, size_t first, size_t last, co
         if (layers[i].type == "embedding" && i != 0)
             throw ConfigError("model.layers[" + std::to_string(i) + "]",
                               "an embedding takes token ids and must be the first layer");
-        built.push_back(make_labelled(layers[i], "model.layers[" + std::to_string(i) + "]"));
+        const std::string path = "model.layers[" + std::to_string(i) + "]";
+        for (int64_t copy = 0; copy < layers[i].repeat; ++copy) {
+            const std::string name = layers[i].repeat > 1 ? std::to_string(copy + 1) + " of " +
+                                                                 std::to_string(layers[i].repeat)
+                                                           : std::string();
+            built.push_back(make_labelled(layers[i], path, name));
+            m_spec_of.push_back(i);
+        }
     }
     m_net = std::make_unique<Sequential>(std::move(built), "model");
     m_net->set_label("model");
@@ -89,8 +108,23 @@ ModelSummary summarize(const std::vector<LayerSpec>& layers, const Shape& input,
 
 std::vector<LayerSummary> Model::summary() {
     std::vector<LayerSummary> rows;
-    for (size_t i = 0; i < m_net->size(); ++i)
-        collect(m_net->at(i), "model.layers[" + std::to_string(m_first + i) + "]", 0, rows);
+    for (size_t i = 0; i < m_net->size(); ++i) {
+        const std::string path = "model.layers[" + std::to_string(m_spec_of[i]) + "]";
+        if (i > 0 && m_spec_of[i] == m_spec_of[i - 1]) {  // another copy of a repeated layer
+            std::vector<LayerSummary> copy;
+            collect(m_net->at(i), path, 0, copy);
+            for (auto& r : rows) {
+                if (r.path != path || r.depth != 0) continue;
+                r.output = copy.front().output;
+                r.parameters += copy.front().parameters;
+                r.flops += copy.front().flops;
+                r.activations += copy.front().activations;
+                ++r.copies;
+            }
+            continue;
+        }
+        collect(m_net->at(i), path, 0, rows);
+    }
     return rows;
 }
 

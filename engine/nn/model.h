@@ -20,7 +20,9 @@ struct LayerSummary {
     Shape output;      // per sample
     int64_t parameters = 0;
     int64_t flops = 0;  // forward, per sample
+    int64_t activations = 0;  // numbers per sample held for backward (Layer::activations_per_sample)
     int depth = 0;      // nesting level (residual bodies are 1 deeper)
+    int64_t copies = 1; // a layer with "repeat": N is one row for its N copies (counts summed)
 };
 
 // A model's shapes, parameters and FLOPs, read without allocating it.
@@ -78,7 +80,8 @@ public:
     Device& device() const { return m_net->device(); }
 
     std::vector<LayerSummary> summary();
-    // The index in the whole model of net().at(0): 0 except for a stage.
+    // The index in the whole model of net().at(0): 0 except for a stage. A layer with
+    // "repeat": N is N consecutive layers of net(), all of one index in the file.
     size_t first_layer() const { return m_first; }
 
 private:
@@ -86,6 +89,7 @@ private:
           const std::string& loss, DType dtype, Device& device);
 
     size_t m_first = 0;
+    std::vector<size_t> m_spec_of;  // per layer of m_net: its index in the experiment's layers
     std::unique_ptr<Sequential> m_net;
     std::unique_ptr<Loss> m_loss;
 };

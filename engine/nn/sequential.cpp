@@ -67,6 +67,12 @@ int64_t Sequential::flops_impl() const {
     return f;
 }
 
+int64_t Sequential::activations_impl() {
+    int64_t n = 0;
+    for (auto& l : m_layers) n += l->activations_per_sample();
+    return n;
+}
+
 void Sequential::set_needs_input_grad_impl(bool needs) {
     if (!m_layers.empty()) m_layers.front()->set_needs_input_grad(needs);
 }
@@ -150,6 +156,11 @@ void Residual::set_needs_input_grad_impl(bool needs) {
 int64_t Residual::flops_impl() const {
     const int64_t adds = output_shape().numel();
     return m_body->flops_per_sample() + (m_projection ? m_projection->flops_per_sample() : 0) + adds;
+}
+
+int64_t Residual::activations_impl() {
+    return m_body->activations_per_sample() + (m_projection ? m_projection->activations_per_sample() : 0) +
+           output_shape().numel();
 }
 
 // ---- Flatten ---------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ protected:
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
     int64_t flops_impl() const override;
+    int64_t activations_impl() override;
     void set_needs_input_grad_impl(bool needs) override;
 
 private:
@@ -47,6 +48,7 @@ protected:
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
     int64_t flops_impl() const override;
+    int64_t activations_impl() override;
     void set_needs_input_grad_impl(bool needs) override;
 
 private:

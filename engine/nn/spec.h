@@ -30,8 +30,15 @@ struct LayerSpec {
     // batchnorm, layernorm
     double eps = 1e-5;
     double momentum = 0.1;
+    // attention, transformer_block (dropout: attention probabilities and outputs)
+    int64_t heads = 0;
+    int64_t ffn = 0;
+    bool causal = true;
+    double dropout = 0.0;
     // residual
     std::vector<LayerSpec> layers{};
+    // Any layer: this many consecutive copies, each with its own parameters.
+    int64_t repeat = 1;
 };
 
 }  // namespace paralab::nn

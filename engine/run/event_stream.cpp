@@ -166,12 +166,13 @@ void Writer::on_step_end(const config::StepRecord& r) {
 void Writer::on_eval(const config::EvalResult& r) {
     std::lock_guard lock(m_mutex);
     flush_locked();
-    m_out(json{{"event", "eval"},
+    json event{{"event", "eval"},
                {"step", r.step},
                {"loss", r.loss},
                {"accuracy", r.accuracy ? json(*r.accuracy) : json(nullptr)},
-               {"samples", r.samples}}
-              .dump());
+               {"samples", r.samples}};
+    if (!r.sample.empty()) event["prompt"] = r.prompt, event["text"] = r.sample;
+    m_out(event.dump());
 }
 
 void Writer::finish(const json& summary) {

@@ -20,8 +20,8 @@ namespace {
 // (Shape::numel), with the layer's path.
 constexpr int64_t kMaxExtent = int64_t{1} << 31;
 
-const std::vector<std::string> kDatasets{"spirals", "blobs", "sine", "seqclass",
-                                         "fashion-mnist", "mnist", "csv"};
+// The data set registry's names (engine/data/dataset.h), in the order messages list them.
+const std::vector<std::string>& kDatasets = data::dataset_names();
 
 std::vector<int64_t> int_list(const json& v, const std::string& path, int64_t min, int64_t max = INT64_MAX) {
     if (!v.is_array()) throw ConfigError(path, "expected an array of integers, got " + describe_json(v));
@@ -45,8 +45,11 @@ data::DataConfig parse_data(const json& j) {
     JsonObjectReader r(j, "data");
     data::DataConfig d;
     auto dataset = r.required_choice("dataset", kDatasets);
-    if (!dataset) r.fail("dataset", "missing; expected one of spirals, blobs, sine, seqclass, "
-                                    "fashion-mnist, mnist, csv");
+    if (!dataset) {
+        std::string names;
+        for (const auto& n : kDatasets) names += (names.empty() ? "" : ", ") + n;
+        r.fail("dataset", "missing; expected one of " + names);
+    }
     d.dataset = *dataset;
     d.path = r.string("path", "");
     if ((d.dataset == "mnist" || d.dataset == "csv") && d.path.empty())
@@ -57,7 +60,8 @@ data::DataConfig parse_data(const json& j) {
     d.workers = static_cast<int>(r.integer("workers", 0, 0, 64));
     d.shuffle = r.boolean("shuffle", true);
     std::vector<std::string> also{"path", "label_column", "samples", "classes", "noise",
-                                  "seq_len", "features", "test_fraction"};
+                                  "seq_len", "features", "test_fraction", "val_fraction",
+                                  "tokenizer"};
     const bool synthetic = d.dataset == "spirals" || d.dataset == "blobs" ||
                            d.dataset == "sine" || d.dataset == "seqclass";
     if (synthetic) {
@@ -72,6 +76,18 @@ data::DataConfig parse_data(const json& j) {
     if (d.dataset == "csv") {
         d.label_column = r.string("label_column", "");
         d.test_fraction = r.number("test_fraction", 0.2, 0.0, 0.9);
+    }
+    if (d.dataset == "text") {
+        const auto seq_len = r.integer("seq_len", 1, kMaxExtent);
+        if (!seq_len)
+            r.fail("seq_len", "missing; the text data set needs seq_len, the context length T of its "
+                              "examples (model.input is [T])");
+        d.seq_len = *seq_len;
+        d.val_fraction = r.number("val_fraction", 0.1, 0.0, 1.0, false);
+        if (d.val_fraction >= 1.0)
+            r.fail("val_fraction",
+                   "expected a number in (0, 1), got " + describe_json(r.raw("val_fraction")));
+        d.tokenizer = r.choice("tokenizer", "byte", {"byte"});
     }
     r.finish(also, "the " + d.dataset + " data set");
     return d;
@@ -129,6 +145,18 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0)
         s.hidden = *hidden;
         s.num_layers = r.integer("num_layers", 1, 1, 64);
         s.return_sequence = r.choice("return", "last", {"last", "sequence"}) == "sequence";
+    } else if (t == "attention" || t == "transformer_block") {
+        auto heads = r.integer("heads", 1, kMaxExtent);
+        if (!heads) r.fail("heads", "missing; expected a positive integer");
+        s.heads = *heads;
+        if (t == "transformer_block") {
+            auto ffn = r.integer("ffn", 1, kMaxExtent);
+            if (!ffn) r.fail("ffn", "missing; expected a positive integer (usually 4 times the width)");
+            s.ffn = *ffn;
+        }
+        s.causal = r.boolean("causal", true);
+        s.dropout = r.number("dropout", 0.0, 0.0, 1.0);
+        if (s.dropout >= 1.0) r.fail("dropout", "expected a number in [0, 1), got " + json(s.dropout).dump());
     } else if (t == "residual") {
         const json& body = r.raw("layers");
         if (!body.is_array() || body.empty())
@@ -136,8 +164,18 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0)
         for (size_t i = 0; i < body.size(); ++i)
             s.layers.push_back(parse_layer(body[i], r.path_of("layers") + "[" + std::to_string(i) + "]", depth + 1));
     }
+    if (r.has("repeat")) {
+        const json& n = r.raw("repeat");
+        if (!n.is_number_integer() || n.get<int64_t>() < 1 || n.get<int64_t>() > 100000)
+            r.fail("repeat", "expected a positive integer (the number of copies, each with its own "
+                             "parameters), got " + describe_json(n));
+        s.repeat = n.get<int64_t>();
+    } else {
+        r.raw("repeat");
+    }
     r.finish({"out", "bias", "out_channels", "kernel", "stride", "padding", "eps", "momentum", "p",
-              "vocab", "dim", "hidden", "num_layers", "return", "layers"},
+              "vocab", "dim", "hidden", "num_layers", "return", "layers", "heads", "ffn", "causal",
+              "dropout", "repeat"},
              "a " + t + " layer");
     return s;
 }
@@ -376,6 +414,8 @@ std::vector<config::Issue> validate(const config::Experiment& e) {
 
 Shape model_input_shape(const config::Experiment& e) {
     if (e.input) return *e.input;
+    // Text examples are [seq_len] token ids: known without reading the corpus.
+    if (e.data.dataset == "text" && e.data.seq_len > 0) return Shape{e.data.seq_len};
     data::DataConfig probe = e.data;
     probe.train_limit = probe.test_limit = 1;
     return Shape(data::load_data(probe, e.seed).train.sample_shape);
@@ -446,10 +486,17 @@ json layer_to_json(const nn::LayerSpec& s) {
         j["num_layers"] = s.num_layers;
         j["return"] = s.return_sequence ? "sequence" : "last";
     }
+    if (t == "attention" || t == "transformer_block") {
+        j["heads"] = s.heads;
+        if (t == "transformer_block") j["ffn"] = s.ffn;
+        j["causal"] = s.causal;
+        j["dropout"] = s.dropout;
+    }
     if (t == "residual") {
         j["layers"] = json::array();
         for (const auto& c : s.layers) j["layers"].push_back(layer_to_json(c));
     }
+    if (s.repeat != 1) j["repeat"] = s.repeat;
     return j;
 }
 
@@ -478,6 +525,7 @@ json to_json(const config::Experiment& e) {
         if (!d.label_column.empty()) data["label_column"] = d.label_column;
         data["test_fraction"] = d.test_fraction;
     }
+    if (d.dataset == "text") data["val_fraction"] = d.val_fraction, data["tokenizer"] = d.tokenizer;
     j["data"] = data;
     json model;
     if (e.input) model["input"] = e.input->dims();

@@ -10,6 +10,7 @@
 #include "engine/comm/gpu.h"
 #include "engine/data/loader.h"
 #include "engine/device/cuda_device.h"
+#include "engine/run/generate.h"
 #include "engine/strategy/registry.h"
 #include "engine/util/own_thread.h"
 
@@ -27,6 +28,20 @@ void check_model_fits_data(const Shape& out, const data::Dataset& ds, const std:
         if (ds.num_classes == 0)
             throw ConfigError("model.loss", "cross_entropy needs class labels, but the " + ds.name +
                               " data set is a regression set (use \"mse\")");
+        if (ds.target_shape.size() == 1) {  // a class per position: [T] targets, [T, V] scores
+            const int64_t T = ds.target_shape[0];
+            if (out.rank() != 2 || out[0] != T)
+                throw ConfigError("model", "the last layer gives " + out.to_string() +
+                                  " per example; cross_entropy over the " + ds.name + " data set's " +
+                                  std::to_string(T) + " positions needs scores [" + std::to_string(T) + ", " +
+                                  std::to_string(ds.num_classes) + "] (end with a linear layer of out " +
+                                  std::to_string(ds.num_classes) + ")");
+            if (out[1] < ds.num_classes)
+                throw ConfigError("model", "the last layer gives " + std::to_string(out[1]) +
+                                  " scores per position, but the " + ds.name + " data set's vocabulary has " +
+                                  std::to_string(ds.num_classes) + " tokens");
+            return;
+        }
         if (out.rank() != 1)
             throw ConfigError("model", "the last layer gives " + out.to_string() +
                               " per example; cross_entropy needs class scores [" +
@@ -86,6 +101,9 @@ void set_precision(const config::Experiment& e, const std::vector<std::unique_pt
 
 }  // namespace
 
+// The length of the text an evaluation of a text model draws.
+constexpr int64_t kSampleTokens = 160;
+
 // One pass over the test split on the calling thread, through `predict` (the trained model's
 // eval-mode output for a batch on `device`).
 config::EvalResult evaluate(const std::function<Tensor(const Tensor&)>& predict, Device& device, nn::Loss& loss,
@@ -110,7 +128,22 @@ config::EvalResult evaluate(const std::function<Tensor(const Tensor&)>& predict,
     }
     if (r.samples == 0) return r;
     r.loss = loss_sum / static_cast<double>(r.samples);
-    if (test.num_classes > 0) r.accuracy = static_cast<double>(correct) / static_cast<double>(r.samples);
+    // Per-position targets ([T]) count each position.
+    const int64_t positions = test.target_shape.size() == 1 ? test.target_shape[0] : 1;
+    if (test.num_classes > 0)
+        r.accuracy = static_cast<double>(correct) / static_cast<double>(r.samples * positions);
+    if (test.is_text() && !(ctx.stop_requested && ctx.stop_requested->load())) {
+        // The prompt: the test split's first words (up to its last space within 24 bytes).
+        const auto first = test.text->begin() + test.text_begin;
+        std::string prompt(first, first + std::min<int64_t>(24, test.text_end - test.text_begin));
+        if (const auto space = prompt.find_last_of(' '); space != std::string::npos && space > 0)
+            prompt.resize(space + 1);
+        GenerateOptions g;
+        g.prompt = prompt;
+        g.tokens = kSampleTokens;
+        r.prompt = printable_text(prompt);
+        r.sample = printable_text(generate_text(predict, device, test.window, g));
+    }
     return r;
 }
 
@@ -354,6 +387,9 @@ Shape checked_input(const config::Experiment& e, const data::DataSplits& splits)
     if (splits.train.size() == 0) throw ConfigError("data", "the training split is empty");
     const Shape data_shape(splits.train.sample_shape);
     const Shape input = e.input.value_or(data_shape);
+    if (splits.train.is_text() && input != data_shape)
+        throw ConfigError("model.input", input.to_string() + " must be [T] = [seq_len] = " +
+                                             data_shape.to_string() + " for the text data set (token ids)");
     if (input != data_shape)
         throw ConfigError("model.input", input.to_string() + " does not match the " + splits.train.name +
                                              " examples, which are " + data_shape.to_string());

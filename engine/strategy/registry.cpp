@@ -190,7 +190,7 @@ int64_t ModelCost::parameters() const {
 }
 
 int64_t ModelCost::activations_per_example() const {
-    return input_numel + std::accumulate(layer_outputs.begin(), layer_outputs.end(), int64_t{0});
+    return input_numel + std::accumulate(layer_activations.begin(), layer_activations.end(), int64_t{0});
 }
 
 int optimizer_state_per_parameter(const optim::OptimizerConfig& o) {
@@ -209,12 +209,10 @@ ModelCost model_cost(const config::Experiment& e, const Shape& input) {
     cost.input_numel = input.numel();
     cost.output_numel = model.output.numel();
     for (const auto& row : model.layers) {
-        if (row.depth == 0) {
-            cost.layer_parameters.push_back(row.parameters);
-            cost.layer_outputs.push_back(row.output.numel());
-        } else if (!cost.layer_outputs.empty()) {
-            cost.layer_outputs.back() += row.output.numel();  // a residual body's outputs
-        }
+        if (row.depth != 0) continue;  // a residual's body is counted in its row
+        cost.layer_parameters.push_back(row.parameters);
+        cost.layer_outputs.push_back(row.output.numel());
+        cost.layer_activations.push_back(row.activations);
     }
     return cost;
 }

@@ -48,11 +48,13 @@ struct DeviceMemoryEstimate {
 // it outputs per example (a residual block's body counted with it).
 struct ModelCost {
     std::vector<int64_t> layer_parameters;
-    std::vector<int64_t> layer_outputs;
+    std::vector<int64_t> layer_outputs;      // per example, by layer of the file
+    std::vector<int64_t> layer_activations;  // per example: what each layer holds for backward
     int64_t input_numel = 0;   // per example
     int64_t output_numel = 0;  // the model's output per example
     int64_t parameters() const;
-    // Numbers per example held for backward: the input and every layer's output.
+    // Numbers per example held for backward: the input and every layer's activations (its
+    // output; a composite's inner outputs; attention's probabilities).
     int64_t activations_per_example() const;
 };
 

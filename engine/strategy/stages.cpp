@@ -469,7 +469,7 @@ std::vector<DeviceMemoryEstimate> stage_memory(const config::Experiment& e, cons
         // what crosses devices is accounted as activations, not communication.
         const int64_t stage_input = bounds[r] == 0 ? m.input_numel : m.layer_outputs[bounds[r] - 1];
         int64_t params = 0, acts = 2 * stage_input;
-        for (int64_t l = bounds[r]; l < bounds[r + 1]; ++l) params += m.layer_parameters[l], acts += m.layer_outputs[l];
+        for (int64_t l = bounds[r]; l < bounds[r + 1]; ++l) params += m.layer_parameters[l], acts += m.layer_activations[l];
         const int in_flight = pipelined ? contexts_needed(schedule_of(e), r, n, micro) : 1;
         out[r].role = "stage " + std::to_string(r + 1) + ": layers " + std::to_string(bounds[r]) + "–" +
                       std::to_string(std::max<int64_t>(bounds[r], bounds[r + 1] - 1));

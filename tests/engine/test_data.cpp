@@ -1,6 +1,6 @@
 // Data sets and the DataLoader: synthetic generators, the IDX and CSV readers with their
-// error messages, the real Fashion-MNIST when installed, batching, shuffling, workers and
-// the sharding rule.
+// error messages, the real Fashion-MNIST when installed, the text corpus and its windows
+// (the real fortunes when installed), batching, shuffling, workers and the sharding rule.
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -12,9 +12,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/data/csv.h"
@@ -22,6 +26,7 @@
 #include "engine/data/idx.h"
 #include "engine/data/loader.h"
 #include "engine/data/synthetic.h"
+#include "engine/data/text.h"
 #include "engine/util/error.h"
 
 namespace fs = std::filesystem;
@@ -828,4 +833,329 @@ TEST(Shard, RangesTileExactly) {
             }
         }
     }
+}
+
+// ---- text -----------------------------------------------------------------------------------
+
+namespace {
+
+// n corpus bytes, never NUL, with values above 127 (a signed char would show as negative):
+// byte k = (131 k + k / 256) % 255 + 1.
+std::string corpus_bytes(int64_t n) {
+    std::string out(static_cast<size_t>(n), ' ');
+    for (int64_t k = 0; k < n; ++k) out[k] = static_cast<char>((131 * k + k / 256) % 255 + 1);
+    return out;
+}
+
+DataConfig text_config(const std::string& path, int64_t seq_len) {
+    DataConfig cfg;
+    cfg.dataset = "text";
+    cfg.path = path;
+    cfg.seq_len = seq_len;
+    return cfg;
+}
+
+float token(const std::string& bytes, int64_t k) {
+    return static_cast<float>(static_cast<unsigned char>(bytes[static_cast<size_t>(k)]));
+}
+
+// A ConfigError's path and message, for the checks that name the key.
+std::pair<std::string, std::string> config_error_of(const std::function<void()>& fn) {
+    try {
+        fn();
+    } catch (const ConfigError& e) {
+        return {e.path(), e.what()};
+    }
+    ADD_FAILURE() << "no ConfigError thrown";
+    return {};
+}
+
+}  // namespace
+
+TEST(Text, FolderReadsRegularNulFreeFilesInNameOrder) {
+    TempDir dir;
+    write_text(dir.file("b.txt"), "BBBB");
+    write_text(dir.file("a.txt"), "AAAA\n");
+    write_text(dir.file("c.dat"), std::string("xx\0yy", 5));    // binary: skipped
+    write_text(dir.file("empty"), "");                          // counts, adds nothing
+    fs::create_symlink(dir.file("b.txt"), dir.file("a2.txt"));  // a symlink: skipped
+    fs::create_directory(dir.file("sub"));
+    write_text(dir.file("sub/z.txt"), "ZZZZ");  // a sub-folder's files: not read
+    EXPECT_EQ(text_corpus_files(dir.str()),
+              (std::vector<std::string>{dir.file("a.txt"), dir.file("b.txt"), dir.file("empty")}));
+    const std::vector<uint8_t> bytes = read_text_corpus(dir.str());
+    EXPECT_EQ(std::string(bytes.begin(), bytes.end()), "AAAA\nBBBB");
+    // A file named directly is read as it is, NUL bytes and all, and so is a symlink to one.
+    EXPECT_EQ(read_text_corpus(dir.file("c.dat")).size(), 5u);
+    EXPECT_EQ(read_text_corpus(dir.file("a2.txt")).size(), 4u);
+}
+
+TEST(Text, SplitsShareTheCorpusAndTheLastFractionIsTheTestSplit) {
+    TempDir dir;
+    const std::string bytes = corpus_bytes(1000);
+    write_text(dir.file("corpus.txt"), bytes);
+    DataConfig cfg = text_config(dir.file("corpus.txt"), 8);
+    cfg.val_fraction = 0.2;
+    EXPECT_NO_THROW(check_data_files(cfg));
+    const DataSplits s = load_data(cfg, 1);
+    for (const Dataset* ds : {&s.train, &s.test}) {
+        EXPECT_EQ(ds->name, "text");
+        EXPECT_TRUE(ds->is_text());
+        EXPECT_EQ(ds->sample_shape, (std::vector<int64_t>{8}));
+        EXPECT_EQ(ds->target_shape, (std::vector<int64_t>{8}));
+        EXPECT_EQ(ds->num_classes, 256);
+        EXPECT_TRUE(ds->inputs.empty());
+        EXPECT_TRUE(ds->targets.empty());
+    }
+    EXPECT_EQ(s.train.text, s.test.text);  // one buffer, not a copy per split
+    ASSERT_EQ(s.train.text->size(), 1000u);
+    EXPECT_EQ(s.train.text_begin, 0);
+    EXPECT_EQ(s.train.text_end, 800);
+    EXPECT_EQ(s.test.text_begin, 800);
+    EXPECT_EQ(s.test.text_end, 1000);
+    EXPECT_EQ(s.train.size(), 800 / 8);       // an epoch: floor(train bytes / T) windows
+    EXPECT_EQ(s.test.size(), (200 - 1) / 8);  // non-overlapping windows of T + 1 bytes
+    EXPECT_TRUE(s.train.random_windows);
+    EXPECT_FALSE(s.test.random_windows);
+
+    cfg.train_limit = 7;
+    cfg.test_limit = 5;
+    const DataSplits limited = load_data(cfg, 1);
+    EXPECT_EQ(limited.train.size(), 7);
+    EXPECT_EQ(limited.test.size(), 5);
+    cfg.test_limit = 1000;  // above the count: all
+    EXPECT_EQ(load_data(cfg, 1).test.size(), 24);
+}
+
+TEST(Text, TrainingWindowsLieInTheTrainingSplitShiftedByOne) {
+    TempDir dir;
+    const std::string bytes = corpus_bytes(1000);
+    write_text(dir.file("corpus.txt"), bytes);
+    DataConfig cfg = text_config(dir.file("corpus.txt"), 16);  // train: bytes [0, 900)
+    const DataSplits s = load_data(cfg, 3);
+    ASSERT_EQ(s.train.text_end, 900);
+    DataLoader loader(s.train, {.batch_size = 10, .shuffle = true, .seed = 3});
+    EXPECT_EQ(loader.batches_per_epoch(), (900 / 16 + 9) / 10);
+    std::set<int64_t> offsets;
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+        const auto batches = collect_epoch(loader, epoch);
+        ASSERT_EQ(batches.size(), 6u);
+        int64_t next_id = 0;
+        for (const Batch& b : batches) {
+            ASSERT_EQ(b.inputs.size(), static_cast<size_t>(b.size * 16));
+            ASSERT_EQ(b.targets.size(), static_cast<size_t>(b.size * 16));
+            for (int64_t r = 0; r < b.size; ++r) {
+                EXPECT_EQ(b.sample_ids[r], next_id++);  // the example's index in the epoch
+                const int64_t o = text_window_offset(s.train, 3, epoch, b.sample_ids[r]);
+                ASSERT_GE(o, 0);
+                ASSERT_LE(o + 16, 899);  // y's last byte is inside the training split
+                offsets.insert(o);
+                for (int64_t t = 0; t < 16; ++t) {
+                    ASSERT_EQ(b.inputs[r * 16 + t], token(bytes, o + t));
+                    ASSERT_EQ(b.targets[r * 16 + t], token(bytes, o + t + 1));
+                }
+            }
+        }
+        EXPECT_EQ(next_id, 900 / 16);
+    }
+    EXPECT_GT(offsets.size(), 100u);  // drawn anew each epoch, not a fixed tiling
+    // The same (seed, epoch) gives the same windows; another epoch or seed others.
+    EXPECT_EQ(text_window_offset(s.train, 3, 1, 4), text_window_offset(s.train, 3, 1, 4));
+    std::vector<int64_t> e0, e1, other_seed;
+    for (int64_t i = 0; i < 20; ++i) {
+        e0.push_back(text_window_offset(s.train, 3, 0, i));
+        e1.push_back(text_window_offset(s.train, 3, 1, i));
+        other_seed.push_back(text_window_offset(s.train, 4, 0, i));
+    }
+    EXPECT_NE(e0, e1);
+    EXPECT_NE(e0, other_seed);
+}
+
+// Every window start of the training split can be drawn, the last one included.
+TEST(Text, TrainingOffsetsCoverTheWholeSplit) {
+    TempDir dir;
+    write_text(dir.file("corpus.txt"), corpus_bytes(100));
+    // Training bytes [0, 90): window starts 0 .. 85.
+    DataConfig cfg = text_config(dir.file("corpus.txt"), 4);
+    const DataSplits s = load_data(cfg, 0);
+    std::set<int64_t> starts;
+    for (int64_t epoch = 0; epoch < 50; ++epoch)
+        for (int64_t i = 0; i < s.train.size(); ++i)
+            starts.insert(text_window_offset(s.train, 9, epoch, i));
+    EXPECT_EQ(*starts.begin(), 0);
+    EXPECT_EQ(*starts.rbegin(), 90 - 4 - 1);
+    EXPECT_EQ(starts.size(), 86u);
+}
+
+TEST(Text, SameGlobalBatchesForAnyShardAndWorkerCount) {
+    TempDir dir;
+    write_text(dir.file("corpus.txt"), corpus_bytes(3000));
+    const DataSplits s = load_data(text_config(dir.file("corpus.txt"), 12), 0);
+    DataLoader whole(s.train, {.batch_size = 9, .seed = 21});
+    DataLoader threaded(s.train, {.batch_size = 9, .seed = 21, .workers = 2});
+    std::vector<std::unique_ptr<DataLoader>> shards;
+    for (int r = 0; r < 2; ++r)
+        shards.push_back(std::make_unique<DataLoader>(
+            s.train,
+            DataLoader::Options{
+                .batch_size = 9, .seed = 21, .workers = 2 * r, .shard = r, .num_shards = 2}));
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+        const auto global = collect_epoch(whole, epoch);
+        const auto with_workers = collect_epoch(threaded, epoch);
+        const auto part0 = collect_epoch(*shards[0], epoch),
+                   part1 = collect_epoch(*shards[1], epoch);
+        ASSERT_EQ(global.size(), with_workers.size());
+        ASSERT_EQ(global.size(), part0.size());
+        ASSERT_EQ(global.size(), part1.size());
+        for (size_t b = 0; b < global.size(); ++b) {
+            EXPECT_EQ(with_workers[b].sample_ids, global[b].sample_ids);
+            EXPECT_EQ(with_workers[b].inputs, global[b].inputs);
+            EXPECT_EQ(with_workers[b].targets, global[b].targets);
+            EXPECT_EQ(part0[b].size, shard_of_batch(global[b].size, 0, 2).count);
+            EXPECT_EQ(part0[b].global_size, global[b].size);
+            std::vector<float> x = part0[b].inputs, y = part0[b].targets;
+            x.insert(x.end(), part1[b].inputs.begin(), part1[b].inputs.end());
+            y.insert(y.end(), part1[b].targets.begin(), part1[b].targets.end());
+            EXPECT_EQ(x, global[b].inputs) << "epoch " << epoch << ", batch " << b;
+            EXPECT_EQ(y, global[b].targets) << "epoch " << epoch << ", batch " << b;
+        }
+    }
+}
+
+TEST(Text, TestWindowsAreConsecutiveFromTheSplitStart) {
+    TempDir dir;
+    const std::string bytes = corpus_bytes(1000);
+    write_text(dir.file("corpus.txt"), bytes);
+    DataConfig cfg = text_config(dir.file("corpus.txt"), 10);
+    cfg.val_fraction = 0.25;  // test: bytes [750, 1000), 24 windows
+    cfg.test_limit = 20;
+    const DataSplits s = load_data(cfg, 0);
+    ASSERT_EQ(s.test.size(), 20);
+    for (bool shuffle : {false, true}) {  // shuffle has no say over text windows
+        DataLoader loader(s.test, {.batch_size = 8, .shuffle = shuffle, .seed = 5});
+        const auto batches = collect_epoch(loader, 3);
+        ASSERT_EQ(batches.size(), 3u);
+        EXPECT_EQ(batches.back().size, 4);
+        int64_t i = 0;
+        for (const Batch& b : batches)
+            for (int64_t r = 0; r < b.size; ++r, ++i) {
+                EXPECT_EQ(b.sample_ids[r], i);
+                EXPECT_EQ(text_window_offset(s.test, 5, 3, i), 750 + 10 * i);
+                for (int64_t t = 0; t < 10; ++t) {
+                    ASSERT_EQ(b.inputs[r * 10 + t], token(bytes, 750 + 10 * i + t));
+                    ASSERT_EQ(b.targets[r * 10 + t], token(bytes, 750 + 10 * i + t + 1));
+                }
+            }
+        EXPECT_EQ(i, 20);
+    }
+}
+
+TEST(Text, BadConfigsAndCorporaNameTheKey) {
+    TempDir dir;
+    write_text(dir.file("short.txt"), corpus_bytes(100));
+    DataConfig cfg = text_config(dir.file("short.txt"), 0);
+    auto [path, msg] = config_error_of([&] { load_data(cfg, 0); });
+    EXPECT_EQ(path, "data.seq_len");
+    EXPECT_CONTAINS(msg, "data.seq_len: missing");
+
+    cfg = text_config(dir.file("short.txt"), 8);
+    for (double bad : {0.0, 1.0, -0.5, 2.0}) {
+        cfg.val_fraction = bad;
+        std::tie(path, msg) = config_error_of([&] { check_data_files(cfg); });
+        EXPECT_EQ(path, "data.val_fraction");
+        EXPECT_CONTAINS(msg, "expected a number in (0, 1)");
+    }
+    cfg.val_fraction = 0.1;
+    cfg.tokenizer = "bpe";
+    std::tie(path, msg) = config_error_of([&] { load_data(cfg, 0); });
+    EXPECT_EQ(path, "data.tokenizer");
+    EXPECT_CONTAINS(msg, "unknown tokenizer 'bpe'");
+
+    // Missing file or folder: named, by check_data_files and load_data alike.
+    cfg = text_config(dir.file("nothing-here"), 8);
+    for (const auto& fn : std::vector<std::function<void()>>{[&] { check_data_files(cfg); },
+                                                             [&] { load_data(cfg, 0); }}) {
+        std::tie(path, msg) = config_error_of(fn);
+        EXPECT_EQ(path, "data.path");
+        EXPECT_CONTAINS(msg, dir.file("nothing-here") + ": no such file or folder");
+    }
+
+    // A folder of nothing usable: a binary file and a symlink.
+    fs::create_directory(dir.file("binary"));
+    write_text(dir.file("binary/index.dat"), std::string("\x01\x00\x02", 3));
+    fs::create_symlink(dir.file("short.txt"), dir.file("binary/link.txt"));
+    cfg.path = dir.file("binary");
+    for (const auto& fn : std::vector<std::function<void()>>{[&] { check_data_files(cfg); },
+                                                             [&] { load_data(cfg, 0); }}) {
+        std::tie(path, msg) = config_error_of(fn);
+        EXPECT_EQ(path, "data.path");
+        EXPECT_CONTAINS(msg, dir.file("binary") + ": no regular, NUL-free file");
+    }
+
+    write_text(dir.file("empty.txt"), "");
+    cfg.path = dir.file("empty.txt");
+    std::tie(path, msg) = config_error_of([&] { check_data_files(cfg); });
+    EXPECT_EQ(path, "data.path");
+    EXPECT_CONTAINS(msg, dir.file("empty.txt") + ": is empty");
+
+    // Too short: 100 bytes with val_fraction 0.1 leave 90 + 10; T = 10 needs 11 in each.
+    cfg.path = dir.file("short.txt");
+    cfg.seq_len = 10;
+    for (const auto& fn : std::vector<std::function<void()>>{[&] { check_data_files(cfg); },
+                                                             [&] { load_data(cfg, 0); }}) {
+        std::tie(path, msg) = config_error_of(fn);
+        EXPECT_EQ(path, "data.path");
+        EXPECT_CONTAINS(msg, dir.file("short.txt") + " has 100 bytes");
+        EXPECT_CONTAINS(msg, "the training split gets 90 and the validation split 10");
+        EXPECT_CONTAINS(
+            msg, "seq_len 10 needs at least 11 bytes in each (a corpus of at least 110 bytes)");
+    }
+    cfg.seq_len = 9;  // 10 validation bytes: exactly one window
+    EXPECT_EQ(load_data(cfg, 0).test.size(), 1);
+    cfg.val_fraction = 0.5;
+    cfg.seq_len = 50;  // both splits short
+    std::tie(path, msg) = config_error_of([&] { check_data_files(cfg); });
+    EXPECT_CONTAINS(
+        msg,
+        "gets 50 and the validation split 50, and seq_len 50 needs at least 51 bytes in each "
+        "(a corpus of at least 102 bytes)");
+    cfg.seq_len = 49;  // 50 + 50 bytes: one window in each
+    const DataSplits fits = load_data(cfg, 0);
+    EXPECT_EQ(fits.train.size(), 1);
+    EXPECT_EQ(fits.test.size(), 1);
+    EXPECT_EQ(text_window_offset(fits.train, 0, 0, 0), 0);
+}
+
+TEST(Text, RealFortunes) {
+    const std::string folder = kDefaultTextPath;
+    std::error_code ec;
+    if (!fs::is_directory(folder, ec))
+        GTEST_SKIP() << "the fortunes are not installed in " << folder << " (apt install fortunes)";
+    DataConfig cfg;
+    cfg.dataset = "text";  // the default path
+    cfg.seq_len = 64;
+    EXPECT_EQ(resolved_data_path(cfg), folder);
+    EXPECT_NO_THROW(check_data_files(cfg));
+    const std::vector<std::string> files = text_corpus_files(folder);
+    ASSERT_FALSE(files.empty());
+    EXPECT_TRUE(std::is_sorted(files.begin(), files.end()));
+    int64_t expected_bytes = 0;
+    for (const auto& f : files) {
+        EXPECT_NE(f.substr(f.size() - 4), ".dat") << f;  // the indexes hold NUL bytes
+        EXPECT_FALSE(fs::is_symlink(f)) << f;            // the .u8 links
+        expected_bytes += static_cast<int64_t>(fs::file_size(f));
+    }
+    const DataSplits s = load_data(cfg, 0);
+    ASSERT_EQ(static_cast<int64_t>(s.train.text->size()), expected_bytes);
+    EXPECT_EQ(std::count(s.train.text->begin(), s.train.text->end(), uint8_t{0}), 0);
+    const auto test_bytes =
+        static_cast<int64_t>(std::llround(static_cast<double>(expected_bytes) * 0.1));
+    EXPECT_EQ(s.test.text_begin, expected_bytes - test_bytes);
+    EXPECT_EQ(s.train.size(), (expected_bytes - test_bytes) / 64);
+    EXPECT_EQ(s.test.size(), (test_bytes - 1) / 64);
+    DataLoader loader(s.train, {.batch_size = 32, .seed = 1});
+    Batch b;
+    ASSERT_TRUE(loader.next(b));
+    EXPECT_EQ(b.size, 32);
+    for (float v : b.inputs) ASSERT_TRUE(v >= 1.0f && v <= 255.0f && v == std::floor(v));
 }

@@ -2,12 +2,17 @@
 // error naming its JSON path and what was expected.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <tuple>
+#include <utility>
 
 #include "engine/nn/model.h"
 #include "engine/device/device.h"
 #include "engine/run/experiment.h"
+#include "engine/run/trainer.h"
 
 using namespace paralab;
 using nlohmann::json;
@@ -194,6 +199,78 @@ TEST(Experiment, MissingFileIsAClearError) {
     } catch (const ConfigError& e) {
         EXPECT_NE(std::string(e.what()).find("cannot open"), std::string::npos);
     }
+}
+
+// The text data set's keys: defaults, the canonical JSON, and the input shape known from
+// seq_len alone (no corpus read: the path here does not exist).
+TEST(Experiment, TextDataKeys) {
+    json j = minimal();
+    j["data"] = {{"dataset", "text"}, {"path", "/nonexistent/corpus"}, {"seq_len", 64}};
+    j["model"].erase("input");
+    auto e = run::parse_experiment(j);
+    EXPECT_EQ(e.data.dataset, "text");
+    EXPECT_EQ(e.data.seq_len, 64);
+    EXPECT_DOUBLE_EQ(e.data.val_fraction, 0.1);
+    EXPECT_EQ(e.data.tokenizer, "byte");
+    EXPECT_EQ(run::model_input_shape(e), (Shape{64}));
+    const json canonical = run::to_json(e);
+    EXPECT_EQ(canonical["data"]["val_fraction"], 0.1);
+    EXPECT_EQ(canonical["data"]["tokenizer"], "byte");
+    j["data"]["val_fraction"] = 0.25;
+    e = run::parse_experiment(j);
+    EXPECT_DOUBLE_EQ(e.data.val_fraction, 0.25);
+    EXPECT_EQ(run::to_json(run::parse_experiment(run::to_json(e))), run::to_json(e));
+    EXPECT_TRUE(run::validate(e).empty());
+
+    auto error_of = [&](const json& data) -> std::pair<std::string, std::string> {
+        json bad = minimal();
+        bad["data"] = data;
+        try {
+            run::parse_experiment(bad);
+        } catch (const ConfigError& err) {
+            return {err.path(), err.what()};
+        }
+        ADD_FAILURE() << "accepted: " << bad.dump();
+        return {};
+    };
+    auto [path, msg] = error_of({{"dataset", "text"}});
+    EXPECT_EQ(path, "data.seq_len");
+    EXPECT_NE(msg.find("data.seq_len: missing; the text data set needs seq_len"), std::string::npos) << msg;
+    for (double bad : {0.0, 1.0, 1.5}) {
+        std::tie(path, msg) = error_of({{"dataset", "text"}, {"seq_len", 8}, {"val_fraction", bad}});
+        EXPECT_EQ(path, "data.val_fraction");
+        EXPECT_NE(msg.find("expected a number in (0, 1"), std::string::npos) << msg;
+    }
+    std::tie(path, msg) = error_of({{"dataset", "text"}, {"seq_len", 8}, {"tokenizer", "bpe"}});
+    EXPECT_EQ(path, "data.tokenizer");
+    std::tie(path, msg) = error_of({{"dataset", "spirals"}, {"val_fraction", 0.5}});
+    EXPECT_NE(msg.find("data.val_fraction: not an option of the spirals data set"), std::string::npos) << msg;
+}
+
+// model.input, when given, must be the text examples' [seq_len].
+TEST(Experiment, TextModelInputMustBeSeqLen) {
+    const auto corpus = std::filesystem::temp_directory_path() /
+                        ("paralab_text_corpus_" + std::to_string(getpid()) + ".txt");
+    {
+        std::ofstream out(corpus);
+        for (int i = 0; i < 40; ++i) out << "the quick brown fox jumps over the lazy dog\n";
+    }
+    json j = minimal();
+    j["data"] = {{"dataset", "text"}, {"path", corpus.string()}, {"seq_len", 16}};
+    j["model"] = json::parse(R"({"input": [8], "layers": [{"type": "embedding", "vocab": 256, "dim": 4},
+                                                           {"type": "linear", "out": 256}]})");
+    try {
+        run::check_before_training(run::parse_experiment(j));
+        ADD_FAILURE() << "accepted model.input [8] with seq_len 16";
+    } catch (const ConfigError& err) {
+        EXPECT_EQ(err.path(), "model.input");
+        EXPECT_NE(std::string(err.what()).find("[8] must be [T] = [seq_len] = [16] for the text data set"),
+                  std::string::npos)
+            << err.what();
+    }
+    j["model"]["input"] = {16};
+    EXPECT_EQ(run::check_before_training(run::parse_experiment(j)).input, (Shape{16}));
+    std::filesystem::remove(corpus);
 }
 
 }  // namespace

@@ -97,8 +97,10 @@ TEST_P(GpuLayers, ForwardAndBackwardMatchTheCpu) {
     const Shape out = host.output_shape();
     Tensor y;
     if (c.loss == "cross_entropy") {
-        y = Tensor::empty(Shape{c.batch}, DType::f32, detached_host_device(), MemCategory::workspace);
-        std::uniform_int_distribution<int> cls(0, static_cast<int>(out[0]) - 1);
+        // A class per sample ([C] scores), or per position ([T, V] scores: a language model).
+        const Shape target = out.rank() == 2 ? Shape{c.batch, out[0]} : Shape{c.batch};
+        y = Tensor::empty(target, DType::f32, detached_host_device(), MemCategory::workspace);
+        std::uniform_int_distribution<int> cls(0, static_cast<int>(out.back()) - 1);
         for (float& v : y.span<float>()) v = static_cast<float>(cls(rng));
     } else {
         y = random_host(out.with_batch(c.batch), rng);
@@ -169,7 +171,11 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"residual", json::parse(R"([{"type":"tanh"},
             {"type":"residual","layers":[{"type":"linear","out":16},{"type":"relu"},{"type":"linear","out":16}]},
             {"type":"residual","layers":[{"type":"linear","out":24},{"type":"tanh"},{"type":"linear","out":24}]},
-            {"type":"linear","out":10}])"), {16}, "cross_entropy", 16, 2e-5}),
+            {"type":"linear","out":10}])"), {16}, "cross_entropy", 16, 2e-5},
+        LayerCase{"gpt", json::parse(R"([{"type":"embedding","vocab":20,"dim":16},{"type":"position_embedding"},
+            {"type":"transformer_block","heads":2,"ffn":32,"dropout":0.1,"repeat":2},
+            {"type":"attention","heads":4,"causal":false},{"type":"layernorm"},{"type":"linear","out":20}])"),
+                  {12}, "cross_entropy", 6, 2e-5, 20}),
     [](const auto& info) { return info.param.name; });
 
 json spirals(const json& devices, const std::string& strategy) {

@@ -1,0 +1,238 @@
+#include "engine/nn/attention.h"
+
+#include <kernels/cpu/attention.h>
+#include <kernels/gpu/attention.h>
+
+#include <cmath>
+
+#include "engine/device/device.h"
+#include "engine/device/gpu_values.h"
+#include "engine/nn/activation.h"
+#include "engine/nn/norm.h"
+#include "engine/nn/ops.h"
+
+namespace paralab::nn {
+
+namespace kc = kernels::cpu;
+namespace kg = kernels::gpu;
+
+void check_attention_input(const Layer& layer, const Shape& input, int64_t heads) {
+    if (input.rank() != 2)
+        throw ShapeError(layer.path(), layer.label() + ": expects a sequence [T, D] (positions by width), got " +
+                                           input.to_string());
+    if (input[1] % heads != 0) {
+        const std::string key = layer.path().empty() ? "heads" : layer.path() + ".heads";
+        throw ShapeError(layer.path(), layer.label() + ": " + key + " = " + std::to_string(heads) +
+                                           " does not divide the width D = " + std::to_string(input[1]) +
+                                           " of its input " + input.to_string() +
+                                           "; each head is D / heads wide");
+    }
+}
+
+// ---- PositionEmbedding -----------------------------------------------------------------------
+
+Shape PositionEmbedding::build_impl(const Shape& input) {
+    if (input.rank() != 2) shape_error("a sequence [T, D] (positions by width)", input);
+    m_weight = &add_param("weight", input);
+    return input;
+}
+
+void PositionEmbedding::reset_parameters_impl(Rng& rng) {
+    const Tensor& w = m_weight->value;
+    const Tensor host = w.on_gpu() ? Tensor::empty(w.shape(), w.dtype(), detached_host_device(),
+                                                   MemCategory::workspace)
+                                   : w;
+    dispatch_float(host.dtype(), [&]<class T>() {
+        for (T& v : host.span<T>()) v = static_cast<T>(rng.normal());
+    });
+    if (w.on_gpu()) w.copy_from(host);
+}
+
+// x: [B, T, D] -> y = x + table, the table added to every sample's rows.
+Tensor PositionEmbedding::forward_impl(const Tensor& x, Mode mode) {
+    (void)mode;
+    Tensor y = new_activation(x.shape());
+    y.copy_from(x);
+    const int64_t cols = input_shape().numel();
+    dispatch_float(x.dtype(), [&]<class T>() {
+        if (void* q = y.queue()) kg::bias_add_rows<T>(x.dim(0), cols, m_weight->value.data<T>(), y.data<T>(), q);
+        else kc::bias_add_rows<T>(x.dim(0), cols, m_weight->value.data<T>(), y.data<T>());
+    });
+    return y;
+}
+
+// dy: [B, T, D] -> dx = dy; d table += the sum of dy over the batch.
+Tensor PositionEmbedding::backward_impl(const Tensor& dy) {
+    dispatch_float(dy.dtype(), [&]<class T>() {
+        ops_for(dy).column_sums_accumulate<T>(dy.dim(0), input_shape().numel(), dy.data<T>(),
+                                              m_weight->grad.data<T>());
+    });
+    return needs_input_grad() ? dy : Tensor();
+}
+
+int64_t PositionEmbedding::flops_impl() const { return built() ? input_shape().numel() : 0; }
+
+// ---- Attention -------------------------------------------------------------------------------
+
+Attention::Attention(int64_t heads, bool causal, double dropout)
+    : Layer("attention"), m_heads(heads), m_causal(causal), m_dropout(dropout) {
+    if (heads < 1) throw ConfigError("heads", "expected a positive integer, got " + std::to_string(heads));
+    if (!(dropout >= 0.0 && dropout < 1.0))
+        throw ConfigError("dropout", "expected a number in [0, 1), got " + std::to_string(dropout));
+}
+
+std::vector<Layer*> Attention::children() {
+    std::vector<Layer*> out;
+    for (Layer* l : std::initializer_list<Layer*>{m_qkv.get(), m_attn_drop.get(), m_proj.get(), m_out_drop.get()})
+        if (l) out.push_back(l);
+    return out;
+}
+
+Shape Attention::build_impl(const Shape& input) {
+    check_attention_input(*this, input, m_heads);
+    m_T = input[0];
+    m_D = input[1];
+    m_qkv = std::make_unique<Linear>(3 * m_D, true);
+    m_proj = std::make_unique<Linear>(m_D, true);
+    m_qkv->set_label(label() + ".qkv", path());
+    m_proj->set_label(label() + ".proj", path());
+    m_qkv->set_needs_input_grad(needs_input_grad());
+    m_qkv->build(input, dtype(), device());
+    m_proj->build(input, dtype(), device());
+    if (m_dropout > 0) {
+        m_attn_drop = std::make_unique<Dropout>(m_dropout);
+        m_out_drop = std::make_unique<Dropout>(m_dropout);
+        // The masks are told apart by label (engine/nn/dropout.h).
+        m_attn_drop->set_label(label() + ".attn_dropout", path());
+        m_out_drop->set_label(label() + ".out_dropout", path());
+        m_attn_drop->build(Shape{m_heads, m_T, m_T}, dtype(), device());
+        m_out_drop->build(input, dtype(), device());
+    }
+    return input;
+}
+
+void Attention::reset_parameters_impl(Rng& rng) {
+    Rng a = rng.split();
+    m_qkv->reset_parameters(a);
+    Rng b = rng.split();
+    m_proj->reset_parameters(b);
+}
+
+void Attention::set_needs_input_grad_impl(bool needs) {
+    if (m_qkv) m_qkv->set_needs_input_grad(needs);
+}
+
+Tensor Attention::forward_impl(const Tensor& x, Mode mode) {
+    const int64_t B = x.dim(0), H = m_heads, T = m_T, Dh = m_D / m_heads;
+    m_qkv_out = m_qkv->forward(x, mode);
+    m_probs = new_activation(Shape{B, H, T, T});
+    Tensor heads = new_activation(Shape{B, T, m_D});
+    dispatch_float(x.dtype(), [&]<class F>() {
+        if (void* q = x.queue())
+            kg::attention_scores_softmax<F>(B, T, H, Dh, m_causal, m_qkv_out.data<F>(), m_probs.data<F>(), q);
+        else
+            kc::attention_scores_softmax<F>(B, T, H, Dh, m_causal, m_qkv_out.data<F>(), m_probs.data<F>());
+    });
+    m_used = m_attn_drop ? m_attn_drop->forward(m_probs, mode) : m_probs;
+    dispatch_float(x.dtype(), [&]<class F>() {
+        if (void* q = x.queue())
+            kg::attention_apply<F>(B, T, H, Dh, m_causal, m_used.data<F>(), m_qkv_out.data<F>(), heads.data<F>(), q);
+        else
+            kc::attention_apply<F>(B, T, H, Dh, m_causal, m_used.data<F>(), m_qkv_out.data<F>(), heads.data<F>());
+    });
+    Tensor y = m_proj->forward(heads, mode);
+    return m_out_drop ? m_out_drop->forward(y, mode) : y;
+}
+
+Tensor Attention::backward_impl(const Tensor& dy) {
+    PARALAB_CHECK(m_probs.defined(), label() + ": a second backward after one forward");
+    const int64_t B = dy.dim(0), H = m_heads, T = m_T, Dh = m_D / m_heads;
+    const Tensor g = m_out_drop ? m_out_drop->backward(dy) : dy;
+    const Tensor dheads = m_proj->backward(g);
+    Tensor dqkv = new_activation(Shape{B, T, 3 * m_D});
+    Tensor dprobs = new_activation(Shape{B, H, T, T});
+    dispatch_float(dy.dtype(), [&]<class F>() {
+        if (void* q = dy.queue())
+            kg::attention_backward_values<F>(B, T, H, Dh, m_causal, m_used.data<F>(), m_qkv_out.data<F>(),
+                                             dheads.data<F>(), dprobs.data<F>(), dqkv.data<F>(), q);
+        else
+            kc::attention_backward_values<F>(B, T, H, Dh, m_causal, m_used.data<F>(), m_qkv_out.data<F>(),
+                                             dheads.data<F>(), dprobs.data<F>(), dqkv.data<F>());
+    });
+    m_used = Tensor();
+    if (m_attn_drop) dprobs = m_attn_drop->backward(dprobs);
+    dispatch_float(dy.dtype(), [&]<class F>() {
+        if (void* q = dy.queue())
+            kg::attention_backward_scores<F>(B, T, H, Dh, m_causal, m_probs.data<F>(), m_qkv_out.data<F>(),
+                                             dprobs.data<F>(), dqkv.data<F>(), q);
+        else
+            kc::attention_backward_scores<F>(B, T, H, Dh, m_causal, m_probs.data<F>(), m_qkv_out.data<F>(),
+                                             dprobs.data<F>(), dqkv.data<F>());
+    });
+    m_probs = Tensor();
+    m_qkv_out = Tensor();
+    return m_qkv->backward(dqkv);
+}
+
+// The projections, plus q k^T and the product with V: 2 T T D multiply-adds each (every head,
+// the masked half included, as the usual MFU accounting counts them), and the softmax.
+int64_t Attention::flops_impl() const {
+    if (!built()) return 0;
+    return m_qkv->flops_per_sample() + m_proj->flops_per_sample() + 4 * m_T * m_T * m_D +
+           5 * m_heads * m_T * m_T;
+}
+
+int64_t Attention::activations_impl() {
+    int64_t n = saved_per_sample();
+    for (Layer* c : children()) n += c->activations_per_sample();
+    return n;
+}
+
+int64_t Attention::saved_per_sample() const {
+    return (m_attn_drop ? 2 : 1) * m_heads * m_T * m_T + 3 * m_T * m_D;
+}
+
+// ---- TransformerBlock ------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::unique_ptr<Layer>> block_layers(int64_t heads, int64_t ffn, double dropout, bool causal) {
+    if (ffn < 1) throw ConfigError("ffn", "expected a positive integer, got " + std::to_string(ffn));
+    std::vector<std::unique_ptr<Layer>> attn;
+    attn.push_back(std::make_unique<LayerNorm>());
+    attn.push_back(std::make_unique<Attention>(heads, causal, dropout));
+    std::vector<std::unique_ptr<Layer>> mlp;
+    mlp.push_back(std::make_unique<LayerNorm>());
+    mlp.push_back(std::make_unique<Linear>(ffn, true));
+    mlp.push_back(std::make_unique<Activation>(ActivationKind::gelu));
+    mlp.push_back(std::make_unique<Linear>(1, true));  // width set in build_impl (D)
+    if (dropout > 0) mlp.push_back(std::make_unique<Dropout>(dropout));
+    std::vector<std::unique_ptr<Layer>> out;
+    out.push_back(std::make_unique<Residual>(std::move(attn)));
+    out.push_back(std::make_unique<Residual>(std::move(mlp)));
+    return out;
+}
+
+}  // namespace
+
+TransformerBlock::TransformerBlock(int64_t heads, int64_t ffn, double dropout, bool causal)
+    : Sequential(block_layers(heads, ffn, dropout, causal), "transformer_block"), m_heads(heads), m_ffn(ffn) {}
+
+Shape TransformerBlock::build_impl(const Shape& input) {
+    check_attention_input(*this, input, m_heads);
+    // The MLP's second linear maps back to the width, known only now.
+    Layer& mlp = *at(1).children().front();
+    auto* body = static_cast<Sequential*>(&mlp);
+    static_cast<Linear&>(body->at(3)).set_out(input[1]);
+    const char* names[] = {"attention", "mlp"};
+    for (size_t i = 0; i < 2; ++i) {
+        Layer& part = at(i);
+        part.set_label(label() + "." + names[i], path());
+        auto* inner = static_cast<Sequential*>(part.children().front());
+        for (size_t k = 0; k < inner->size(); ++k)
+            inner->at(k).set_label(label() + "." + names[i] + "." + inner->at(k).type(), path());
+    }
+    return Sequential::build_impl(input);
+}
+
+}  // namespace paralab::nn

@@ -1,0 +1,296 @@
+// The transformer's layers: position embedding, attention and the GPT block, their gradients
+// against finite differences (causal masking and dropout included), the attention kernels
+// against a plain reference, causality, parameter counts, the per-position cross-entropy,
+// `repeat`, and the errors a file can cause.
+#include <gtest/gtest.h>
+#include <kernels/cpu/attention.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "engine/device/device.h"
+#include "engine/nn/attention.h"
+#include "engine/nn/loss.h"
+#include "engine/nn/model.h"
+#include "engine/util/rng.h"
+#include "gradcheck.h"
+
+using namespace paralab;
+using nn::Mode;
+namespace pt = paralab::testing;
+using pt::GradCase;
+
+namespace {
+
+template <class L, class... Args>
+std::function<std::unique_ptr<nn::Layer>()> make(Args... args) {
+    return [=] { return std::make_unique<L>(args...); };
+}
+
+// ---- gradients ------------------------------------------------------------------------------
+
+class TransformerGrad : public ::testing::TestWithParam<GradCase> {};
+TEST_P(TransformerGrad, MatchesFiniteDifferences) { pt::check_layer_gradients(GetParam()); }
+INSTANTIATE_TEST_SUITE_P(
+    Grad, TransformerGrad,
+    ::testing::Values(
+        GradCase{"position_embedding_5x3", make<nn::PositionEmbedding>(), Shape{5, 3}, 3},
+        GradCase{"attention_causal_T5_D6_H2", make<nn::Attention>(int64_t{2}, true, 0.0), Shape{5, 6}},
+        GradCase{"attention_full_T4_D6_H3", make<nn::Attention>(int64_t{3}, false, 0.0), Shape{4, 6}},
+        GradCase{"attention_one_head", make<nn::Attention>(int64_t{1}, true, 0.0), Shape{3, 4}, 1},
+        // Longer than one row block of the kernels (32), so the blocks right of the diagonal
+        // are skipped and the block edges are crossed.
+        GradCase{"attention_causal_T40", make<nn::Attention>(int64_t{2}, true, 0.0), Shape{40, 4}, 1},
+        GradCase{"attention_dropout_train", make<nn::Attention>(int64_t{2}, true, 0.3), Shape{5, 4}},
+        GradCase{"attention_dropout_eval", make<nn::Attention>(int64_t{2}, true, 0.3), Shape{5, 4}, 2,
+                 Mode::eval},
+        GradCase{"block_causal_T4_D8_H2_ffn12", make<nn::TransformerBlock>(int64_t{2}, int64_t{12}, 0.0, true),
+                 Shape{4, 8}},
+        GradCase{"block_dropout", make<nn::TransformerBlock>(int64_t{2}, int64_t{8}, 0.2, true), Shape{3, 4}},
+        GradCase{"block_bidirectional", make<nn::TransformerBlock>(int64_t{1}, int64_t{6}, 0.0, false),
+                 Shape{3, 4}, 1}),
+    pt::GradCaseName{});
+
+// ---- kernels against a plain reference ------------------------------------------------------
+
+struct Attn {
+    int64_t B, T, H, Dh;
+    bool causal;
+};
+
+// The textbook computation in double, one (b, h) at a time.
+void reference(const Attn& a, const std::vector<double>& qkv, std::vector<double>& probs, std::vector<double>& out) {
+    const int64_t D = a.H * a.Dh;
+    probs.assign(static_cast<size_t>(a.B * a.H * a.T * a.T), 0.0);
+    out.assign(static_cast<size_t>(a.B * a.T * D), 0.0);
+    for (int64_t b = 0; b < a.B; ++b)
+        for (int64_t h = 0; h < a.H; ++h)
+            for (int64_t i = 0; i < a.T; ++i) {
+                std::vector<double> s(static_cast<size_t>(a.T), -INFINITY);
+                double max = -INFINITY;
+                for (int64_t j = 0; j < a.T; ++j) {
+                    if (a.causal && j > i) continue;
+                    double dot = 0;
+                    for (int64_t d = 0; d < a.Dh; ++d)
+                        dot += qkv[static_cast<size_t>((b * a.T + i) * 3 * D + h * a.Dh + d)] *
+                               qkv[static_cast<size_t>((b * a.T + j) * 3 * D + D + h * a.Dh + d)];
+                    s[static_cast<size_t>(j)] = dot / std::sqrt(static_cast<double>(a.Dh));
+                    max = std::max(max, s[static_cast<size_t>(j)]);
+                }
+                double sum = 0;
+                for (auto& v : s) sum += v == -INFINITY ? 0.0 : (v = std::exp(v - max));
+                for (int64_t j = 0; j < a.T; ++j) {
+                    const double p = s[static_cast<size_t>(j)] == -INFINITY ? 0.0 : s[static_cast<size_t>(j)] / sum;
+                    probs[static_cast<size_t>(((b * a.H + h) * a.T + i) * a.T + j)] = p;
+                    for (int64_t d = 0; d < a.Dh; ++d)
+                        out[static_cast<size_t>((b * a.T + i) * D + h * a.Dh + d)] +=
+                            p * qkv[static_cast<size_t>((b * a.T + j) * 3 * D + 2 * D + h * a.Dh + d)];
+                }
+            }
+}
+
+class AttentionKernels : public ::testing::TestWithParam<Attn> {};
+TEST_P(AttentionKernels, ForwardMatchesTheTextbookAndMaskedEntriesAreZero) {
+    const Attn a = GetParam();
+    const int64_t D = a.H * a.Dh;
+    Rng rng(11);
+    std::vector<double> qkv(static_cast<size_t>(a.B * a.T * 3 * D));
+    for (auto& v : qkv) v = rng.normal();
+    std::vector<double> want_probs, want_out;
+    reference(a, qkv, want_probs, want_out);
+    std::vector<float> qkv32(qkv.begin(), qkv.end());
+    std::vector<float> probs(want_probs.size(), -1.0f), out(want_out.size(), -1.0f);
+    kernels::cpu::attention_scores_softmax<float>(a.B, a.T, a.H, a.Dh, a.causal, qkv32.data(), probs.data());
+    kernels::cpu::attention_apply<float>(a.B, a.T, a.H, a.Dh, a.causal, probs.data(), qkv32.data(), out.data());
+    for (size_t k = 0; k < probs.size(); ++k) {
+        if (want_probs[k] == 0.0) {
+            ASSERT_EQ(probs[k], 0.0f) << "masked entry " << k;
+        }
+        ASSERT_NEAR(probs[k], want_probs[k], 1e-5) << k;
+    }
+    for (size_t k = 0; k < out.size(); ++k) ASSERT_NEAR(out[k], want_out[k], 1e-4) << k;
+
+    // The backward's masked score gradients are exactly zero too.
+    std::vector<float> dout(out.size()), dprobs(probs.size(), -1.0f), dqkv(qkv32.size(), -1.0f);
+    for (auto& v : dout) v = static_cast<float>(rng.normal());
+    kernels::cpu::attention_backward_values<float>(a.B, a.T, a.H, a.Dh, a.causal, probs.data(), qkv32.data(),
+                                                   dout.data(), dprobs.data(), dqkv.data());
+    kernels::cpu::attention_backward_scores<float>(a.B, a.T, a.H, a.Dh, a.causal, probs.data(), qkv32.data(),
+                                                   dprobs.data(), dqkv.data());
+    for (size_t k = 0; k < probs.size(); ++k)
+        if (want_probs[k] == 0.0) {
+            ASSERT_EQ(dprobs[k], 0.0f) << "masked score gradient " << k;
+        }
+    for (float v : dqkv) ASSERT_TRUE(std::isfinite(v));
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels,
+                         ::testing::Values(Attn{2, 5, 3, 4, true}, Attn{2, 5, 3, 4, false}, Attn{1, 1, 1, 8, true},
+                                           Attn{2, 70, 2, 8, true}, Attn{1, 33, 4, 2, false}),
+                         [](const auto& info) {
+                             const Attn& a = info.param;
+                             return "B" + std::to_string(a.B) + "_T" + std::to_string(a.T) + "_H" +
+                                    std::to_string(a.H) + "_Dh" + std::to_string(a.Dh) +
+                                    (a.causal ? "_causal" : "_full");
+                         });
+
+// ---- behaviour ------------------------------------------------------------------------------
+
+class TransformerTest : public ::testing::Test {
+protected:
+    std::unique_ptr<Device> m_device = make_cpu_device(0);
+
+    Tensor random(const Shape& shape, uint64_t seed) {
+        Rng rng(seed);
+        Tensor t = Tensor::empty(shape, DType::f64, *m_device, MemCategory::activations);
+        for (double& v : t.span<double>()) v = rng.normal();
+        return t;
+    }
+    std::unique_ptr<nn::Layer> built(std::unique_ptr<nn::Layer> layer, const Shape& input) {
+        layer->set_label("model.layers[1] (" + layer->type() + ")", "model.layers[1]");
+        layer->build(input, DType::f64, *m_device);
+        Rng rng(3);
+        layer->reset_parameters(rng);
+        return layer;
+    }
+};
+
+// A later token must not change an earlier output: change position 3 of 6 and compare.
+TEST_F(TransformerTest, CausalOutputsIgnoreFutureTokens) {
+    for (const bool block : {false, true}) {
+        auto layer = block ? built(std::make_unique<nn::TransformerBlock>(2, 16, 0.0, true), Shape{6, 8})
+                           : built(std::make_unique<nn::Attention>(2, true, 0.0), Shape{6, 8});
+        Tensor x = random(Shape{2, 6, 8}, 5);
+        const Tensor y0 = layer->forward(x, Mode::eval).clone(MemCategory::activations);
+        for (int64_t d = 0; d < 8; ++d) x.data<double>()[(0 * 6 + 3) * 8 + d] += 1.5;
+        const Tensor y1 = layer->forward(x, Mode::eval);
+        for (int64_t t = 0; t < 6; ++t)
+            for (int64_t d = 0; d < 8; ++d) {
+                const int64_t k = (0 * 6 + t) * 8 + d;
+                if (t < 3) {
+                    EXPECT_EQ(y0.data<double>()[k], y1.data<double>()[k]) << "position " << t;
+                } else if (t == 3) {
+                    EXPECT_NE(y0.data<double>()[k], y1.data<double>()[k]) << "position " << t;
+                }
+            }
+        // The other sequence of the batch is untouched at every position.
+        for (int64_t k = 6 * 8; k < 2 * 6 * 8; ++k) EXPECT_EQ(y0.data<double>()[k], y1.data<double>()[k]);
+    }
+    // Without the mask, an earlier position does see the change.
+    auto full = built(std::make_unique<nn::Attention>(2, false, 0.0), Shape{6, 8});
+    Tensor x = random(Shape{1, 6, 8}, 5);
+    const Tensor y0 = full->forward(x, Mode::eval).clone(MemCategory::activations);
+    x.data<double>()[3 * 8] += 1.5;
+    const Tensor y1 = full->forward(x, Mode::eval);
+    EXPECT_NE(y0.data<double>()[0], y1.data<double>()[0]);
+}
+
+TEST_F(TransformerTest, ParameterCountsAreTheFormulas) {
+    const int64_t D = 128, ffn = 512;
+    auto attn = built(std::make_unique<nn::Attention>(4, true, 0.0), Shape{64, D});
+    EXPECT_EQ(attn->parameter_count(), 4 * D * D + 4 * D);
+    auto block = built(std::make_unique<nn::TransformerBlock>(4, ffn, 0.1, true), Shape{64, D});
+    EXPECT_EQ(block->parameter_count(), 4 * D + (4 * D * D + 4 * D) + (2 * D * ffn + ffn + D));
+    auto pos = built(std::make_unique<nn::PositionEmbedding>(), Shape{64, D});
+    EXPECT_EQ(pos->parameter_count(), 64 * D);
+    // The attention probabilities [H, T, T] count as activations.
+    EXPECT_GE(attn->activations_per_sample(), 4 * 64 * 64 + 3 * 64 * D);
+}
+
+TEST_F(TransformerTest, InitialisationIsPytorchsDefault) {
+    auto pos = built(std::make_unique<nn::PositionEmbedding>(), Shape{64, 32});
+    double sum = 0, sq = 0;
+    const auto w = pos->parameters().front()->value.span<double>();
+    for (double v : w) sum += v, sq += v * v;
+    const double n = static_cast<double>(w.size());
+    EXPECT_NEAR(sum / n, 0.0, 0.1);
+    EXPECT_NEAR(sq / n, 1.0, 0.1);  // N(0, 1)
+    auto block = built(std::make_unique<nn::TransformerBlock>(2, 16, 0.0, true), Shape{4, 8});
+    const auto params = block->parameters();
+    ASSERT_EQ(params.size(), 12u);  // ln1 w b, qkv w b, proj w b, ln2 w b, fc w b, out w b
+    for (double v : params[0]->value.span<double>()) EXPECT_EQ(v, 1.0);  // LayerNorm weight
+    for (double v : params[1]->value.span<double>()) EXPECT_EQ(v, 0.0);  // LayerNorm bias
+    for (double v : params[2]->value.span<double>()) EXPECT_LE(std::abs(v), 1 / std::sqrt(8.0));
+    for (double v : params[8]->value.span<double>()) EXPECT_LE(std::abs(v), 1 / std::sqrt(8.0));   // fc: in D
+    for (double v : params[10]->value.span<double>()) EXPECT_LE(std::abs(v), 1 / std::sqrt(16.0));  // out: in ffn
+}
+
+TEST_F(TransformerTest, HeadsThatDoNotDivideTheWidthAreRefusedByPath) {
+    for (const bool block : {false, true}) {
+        std::unique_ptr<nn::Layer> layer;
+        if (block) layer = std::make_unique<nn::TransformerBlock>(5, 16, 0.0, true);
+        else layer = std::make_unique<nn::Attention>(5, true, 0.0);
+        layer->set_label("model.layers[2] (" + layer->type() + ")", "model.layers[2]");
+        try {
+            layer->build(Shape{8, 128}, DType::f32, *m_device);
+            FAIL() << "heads 5 over width 128 built";
+        } catch (const ShapeError& e) {
+            EXPECT_EQ(e.path(), "model.layers[2]");
+            EXPECT_NE(std::string(e.what()).find("model.layers[2].heads = 5 does not divide the width D = 128"),
+                      std::string::npos)
+                << e.what();
+        }
+    }
+    auto flat = std::make_unique<nn::Attention>(2, true, 0.0);
+    EXPECT_THROW(flat->build(Shape{16}, DType::f32, *m_device), ShapeError);
+}
+
+TEST_F(TransformerTest, PerPositionCrossEntropyIsTheMeanOverPositions) {
+    // Two samples, three positions, four classes: the loss is the mean of the six rows'.
+    Tensor logits = random(Shape{2, 3, 4}, 9);
+    Tensor target = Tensor::empty(Shape{2, 3}, DType::f64, *m_device, MemCategory::activations);
+    const double ids[] = {0, 3, 1, 2, 2, 0};
+    for (int k = 0; k < 6; ++k) target.data<double>()[k] = ids[k];
+    nn::CrossEntropyLoss per_position;
+    const double loss = per_position.forward(logits, target);
+    nn::CrossEntropyLoss rows;
+    const double flat = rows.forward(logits.reshape(Shape{6, 4}), target.reshape(Shape{6}));
+    EXPECT_NEAR(loss, flat, 1e-12);
+    const Tensor d = per_position.backward(), d_flat = rows.backward();
+    ASSERT_EQ(d.shape(), (Shape{2, 3, 4}));
+    for (int64_t k = 0; k < d.numel(); ++k) EXPECT_NEAR(d.data<double>()[k], d_flat.data<double>()[k], 1e-15);
+    EXPECT_EQ(nn::count_correct(logits, target), nn::count_correct(logits.reshape(Shape{6, 4}), target.reshape(Shape{6})));
+    Tensor wrong = Tensor::zeros(Shape{2, 4}, DType::f64, *m_device, MemCategory::activations);
+    EXPECT_THROW(per_position.forward(logits, wrong), ShapeError);
+}
+
+nn::LayerSpec spec(std::string type) {
+    nn::LayerSpec s;
+    s.type = std::move(type);
+    return s;
+}
+
+// The char-GPT of resources/examples/gpt-char.paralab.json, counted by hand:
+//   embedding 256*128 + positions 64*128 + 4 blocks of (4*128 + 4*128^2 + 4*128 + 2*128*512 + 512 + 128)
+//   + final layernorm 2*128 + head 128*256 + 256.
+TEST(TransformerModel, RepeatMakesCopiesWithTheirOwnParametersAndOneSummaryRow) {
+    auto dev = make_cpu_device(0);
+    nn::LayerSpec emb = spec("embedding");
+    emb.vocab = 256;
+    emb.dim = 128;
+    nn::LayerSpec block = spec("transformer_block");
+    block.heads = 4;
+    block.ffn = 512;
+    block.repeat = 4;
+    nn::LayerSpec head = spec("linear");
+    head.out = 256;
+    nn::Model m({emb, spec("position_embedding"), block, spec("layernorm"), head}, Shape{64}, "cross_entropy",
+                DType::f32, *dev);
+    const int64_t per_block = 4 * 128 + (4 * 128 * 128 + 4 * 128) + (2 * 128 * 512 + 512 + 128);
+    const int64_t want = 256 * 128 + 64 * 128 + 4 * per_block + 2 * 128 + 128 * 256 + 256;
+    EXPECT_EQ(per_block, 198'272);
+    EXPECT_EQ(want, 867'328);
+    EXPECT_EQ(m.parameter_count(), want);
+    EXPECT_EQ(m.net().size(), 8u);  // the block four times
+    const auto rows = m.summary();
+    ASSERT_EQ(rows.size(), 5u);
+    EXPECT_EQ(rows[2].path, "model.layers[2]");
+    EXPECT_EQ(rows[2].copies, 4);
+    EXPECT_EQ(rows[2].parameters, 4 * per_block);
+    EXPECT_EQ(rows[4].output, (Shape{64, 256}));
+    // Each copy has its own parameters, and its own label.
+    EXPECT_NE(m.net().at(2).parameters().front(), m.net().at(3).parameters().front());
+    EXPECT_EQ(m.net().at(3).label(), "model.layers[2] (transformer_block 2 of 4)");
+}
+
+}  // namespace
