@@ -38,14 +38,7 @@ Shape PositionEmbedding::build_impl(const Shape& input) {
 }
 
 void PositionEmbedding::reset_parameters_impl(Rng& rng) {
-    const Tensor& w = m_weight->value;
-    const Tensor host = w.on_gpu() ? Tensor::empty(w.shape(), w.dtype(), detached_host_device(),
-                                                   MemCategory::workspace)
-                                   : w;
-    dispatch_float(host.dtype(), [&]<class T>() {
-        for (T& v : host.span<T>()) v = static_cast<T>(rng.normal());
-    });
-    if (w.on_gpu()) w.copy_from(host);
+    fill_standard_normal(m_weight->value, rng);
 }
 
 // x: [B, T, D] -> y = x + table, the table added to every sample's rows.

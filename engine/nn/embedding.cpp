@@ -28,15 +28,7 @@ Shape Embedding::build_impl(const Shape& input) {
 }
 
 void Embedding::reset_parameters_impl(Rng& rng) {
-    // Drawn on the host (into the table itself on the CPU), then copied to a GPU's table.
-    const Tensor& w = m_weight->value;
-    const Tensor host = w.on_gpu() ? Tensor::empty(w.shape(), w.dtype(), detached_host_device(),
-                                                   MemCategory::workspace)
-                                   : w;
-    dispatch_float(host.dtype(), [&]<class T>() {
-        for (T& v : host.span<T>()) v = static_cast<T>(rng.normal());
-    });
-    if (w.on_gpu()) w.copy_from(host);
+    fill_standard_normal(m_weight->value, rng);
 }
 
 // x: [B, T] token ids -> y: [B, T, dim]. On a GPU the ids are read back and checked on the

@@ -120,4 +120,14 @@ void Layer::shape_error(const std::string& expected, const Shape& got) const {
     throw ShapeError(m_path, m_label + ": expects " + expected + ", got " + got.to_string());
 }
 
+void fill_standard_normal(const Tensor& t, Rng& rng) {
+    const Tensor host = t.on_gpu() ? Tensor::empty(t.shape(), t.dtype(), detached_host_device(),
+                                                   MemCategory::workspace)
+                                   : t;
+    dispatch_float(host.dtype(), [&]<class T>() {
+        for (T& v : host.span<T>()) v = static_cast<T>(rng.normal());
+    });
+    if (t.on_gpu()) t.copy_from(host);
+}
+
 }  // namespace paralab::nn

@@ -134,4 +134,8 @@ private:
     int64_t m_last_batch = -1;
 };
 
+// Fills `t` (on any device) with N(0, 1) draws from `rng`, in element order: drawn on the host
+// (into t itself on the CPU), then copied to a GPU's tensor. PyTorch's embedding initialisation.
+void fill_standard_normal(const Tensor& t, Rng& rng);
+
 }  // namespace paralab::nn
