@@ -3,14 +3,18 @@
 // memory stacks add up to each device's total, the timeline keeps only the last K steps and
 // colours spans by phase family, exports write files, a real 2-device DDP run started from the
 // window fills both, every plot of the window exports as PNG, PDF and CSV, a decimated curve
-// keeps every pixel column's extremes, and a hidden tab is not redrawn.
+// keeps every pixel column's extremes, and a hidden tab is not redrawn. A text model's
+// evaluations show their generated text under the Training plot (the latest one), from a real run
+// too; other runs show none.
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFile>
 #include <QMenu>
+#include <QPlainTextEdit>
 #include <QSignalSpy>
 #include <QTabWidget>
 #include <QTemporaryDir>
+#include <QTextBlock>
 #include <QtTest>
 
 #include <cmath>
@@ -23,6 +27,7 @@
 #include "ui/panels/dashboard/decimated_graph.h"
 #include "ui/panels/dashboard/device_dashboard.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
+#include "ui/panels/dashboard/text_sample_panel.h"
 #include "ui/panels/runs/runs_panel.h"
 #include "ui/panels/timeline/timeline_panel.h"
 #include "ui/session/run_controller.h"
@@ -165,6 +170,8 @@ private slots:
     void decimatedCurveKeepsEachColumnsExtremes();
     void decimatedCurveZoomedInReadsEveryPoint();
     void hiddenPlotsAreNotRedrawn();
+    void textSampleShowsTheLatestEvaluation();
+    void textRunShowsItsSampleInTheTrainingTab();
     void screenshots();
 };
 
@@ -716,6 +723,121 @@ void TestDashboard::hiddenPlotsAreNotRedrawn() {
     feed(d, 41, 45);
     loss.addSteps(globalRecords(41, 45));
     for (const auto& spy : spies) QTRY_VERIFY(spy->count() >= 1);
+}
+
+void TestDashboard::textSampleShowsTheLatestEvaluation() {
+    paralab::ui::LossPlotPanel plot;
+    plot.resize(900, 600);
+    plot.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&plot));
+    paralab::ui::TextSamplePanel* text = plot.textSample();
+    QVERIFY(!text->isVisible());
+    // A classifier's evaluation: no text, nothing shown.
+    paralab::config::EvalResult eval;
+    eval.step = 100;
+    eval.loss = 2.5;
+    plot.addEval(eval);
+    QVERIFY(!text->isVisible());
+    QCOMPARE(plot.evalPointCount(), 1);
+
+    eval.step = 250;
+    eval.prompt = "To be, or not";
+    eval.sample = " to be:\nthat is";
+    plot.addEval(eval);
+    QVERIFY(text->isVisible());
+    QCOMPARE(text->step(), qint64(250));
+    QVERIFY2(text->title().contains("step 250"), qPrintable(text->title()));
+    QCOMPARE(text->textView()->toPlainText(), QString("To be, or not to be:\nthat is"));
+    QVERIFY(text->textView()->isReadOnly());
+    // Monospace: as wide an 'i' as an 'M' (what fontconfig calls its spacing varies by font).
+    const QFontMetrics metrics(text->textView()->font());
+    QCOMPARE(metrics.horizontalAdvance(QLatin1Char('i')),
+             metrics.horizontalAdvance(QLatin1Char('M')));
+    // The prompt in the normal weight, the model's words bold: told apart at a glance.
+    const QTextBlock first = text->textView()->document()->firstBlock();
+    QVector<QPair<QString, int>> runs;
+    for (auto it = first.begin(); !it.atEnd(); ++it)
+        runs.append({it.fragment().text(), it.fragment().charFormat().fontWeight()});
+    QVERIFY(runs.contains(qMakePair(QString("To be, or not"), int(QFont::Normal))));
+    QVERIFY(runs.contains(qMakePair(QString(" to be:"), int(QFont::Bold))));
+
+    // The next evaluation replaces it; an evaluation without text leaves it.
+    eval.step = 500;
+    eval.sample = " TO BE";
+    plot.addEval(eval);
+    QCOMPARE(text->step(), qint64(500));
+    QCOMPARE(text->sampleText(), QString(" TO BE"));
+    eval.step = 600;
+    eval.sample.clear();
+    plot.addEval(eval);
+    QCOMPARE(text->step(), qint64(500));
+    // A new run starts without it.
+    plot.clear();
+    QVERIFY(!text->isVisible());
+    QCOMPARE(text->step(), qint64(-1));
+}
+
+// A small character model trained from the window on a corpus of its own: its evaluations carry
+// a continuation of the test split's start, shown under the Training plot as the run goes.
+void TestDashboard::textRunShowsItsSampleInTheTrainingTab() {
+    QTemporaryDir dir;
+    const QString corpus = dir.filePath("corpus.txt");
+    {
+        QFile f(corpus);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        for (int i = 0; i < 200; ++i) f.write("the quick brown fox jumps over the lazy dog. ");
+    }
+    nlohmann::json j = {{"paralab", 1},
+                        {"name", "tiny-text"},
+                        {"seed", 7},
+                        {"data",
+                         {{"dataset", "text"},
+                          {"path", corpus.toStdString()},
+                          {"seq_len", 16},
+                          {"batch_size", 4},
+                          {"test_limit", 4}}},
+                        {"model",
+                         {{"input", {16}},
+                          {"layers",
+                           {{{"type", "embedding"}, {"vocab", 256}, {"dim", 16}},
+                            {{"type", "position_embedding"}},
+                            {{"type", "transformer_block"}, {"heads", 2}, {"ffn", 32}},
+                            {{"type", "layernorm"}},
+                            {{"type", "linear"}, {"out", 256}}}},
+                          {"loss", "cross_entropy"}}},
+                        {"devices", {"cpu:0"}},
+                        {"strategy", {{"type", "single"}}},
+                        {"optimizer", {{"type", "adamw"}, {"lr", 0.003}}},
+                        {"train", {{"epochs", 1}, {"max_steps", 6}, {"eval_every", 3}}}};
+    MainWindow w;
+    w.setExperiment(paralab::run::parse_experiment(j));
+    w.resize(1200, 800);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QSignalSpy evals(w.controller(), &RunController::evalArrived);
+    QSignalSpy finished(w.controller(), &RunController::finished);
+    w.startRun();
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() == 1, 120000);
+    const auto summary = finished.at(0).at(0).value<paralab::config::RunSummary>();
+    QCOMPARE(QString::fromStdString(summary.status), QString("finished"));
+    QVERIFY(evals.count() >= 1);
+    const auto last = evals.last().at(0).value<paralab::config::EvalResult>();
+    QVERIFY(!last.sample.empty());
+    paralab::ui::TextSamplePanel* text = w.plot()->textSample();
+    QVERIFY(text->isVisible());
+    QCOMPARE(text->step(), qint64(last.step));
+    QCOMPARE(text->promptText(), QString::fromStdString(last.prompt));
+    QCOMPARE(text->textView()->toPlainText(), QString::fromStdString(last.prompt + last.sample));
+    // The prompt is the corpus's text (the start of its test split).
+    QVERIFY(!last.prompt.empty());
+    QVERIFY2(QString("the quick brown fox jumps over the lazy dog. ")
+                 .repeated(3)
+                 .contains(QString::fromStdString(last.prompt).left(40)),
+             last.prompt.c_str());
+
+    // A run of a model without text hides it.
+    QCOMPARE(runDdpFromWindow(w, 4).status, std::string("finished"));
+    QVERIFY(!text->isVisible());
 }
 
 // Not a check: the README's screenshots, taken from the real window during a 4-device DDP run on

@@ -1,10 +1,15 @@
 // The model designer as a user drives it, offscreen: layers added from the palette get shapes,
 // a layer that does not fit turns red and disables Start, every edit undoes and redoes, the
 // property editor refuses what the file format refuses (with its message), a saved file opens
-// to the same experiment, and a preset loads.
+// to the same experiment, and a preset loads. Transformers: a transformer_block from the palette
+// is one row with its exact parameter count and its parts folded under it, `repeat` is a field
+// of every layer that round-trips through the file, and heads that do not divide the width turn
+// that layer red.
 #include <QAction>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QFile>
+#include <QLabel>
 #include <QMimeData>
 #include <QPushButton>
 #include <QSettings>
@@ -46,6 +51,12 @@ private slots:
     void shapeInferenceCoversPresetsAndALargeStack();
     void slowInferenceArrivesLaterAndOnlyIfCurrent();
     void inputFromTheDataSetFollowsItsSection();
+    void transformerBlockFromThePalette();
+    void repeatRoundTrips_data();
+    void repeatRoundTrips();
+    void wrongHeadsMarksThatLayer_data();
+    void wrongHeadsMarksThatLayer();
+    void gptCharExampleCountsEveryCopy();
     void screenshot();
 };
 
@@ -373,9 +384,9 @@ void TestDesigner::shapeInferenceCoversPresetsAndALargeStack() {
 
 void TestDesigner::slowInferenceArrivesLaterAndOnlyIfCurrent() {
     ModelDesigner d;
-    d.setSynchronousBudget(0);  // every inference goes past the budget
-    d.setExperiment(experimentFrom(kCnn));
+    d.setSynchronousBudget(0);  // every inference goes past the budget (or, done already, not)
     QSignalSpy validity(&d, &ModelDesigner::validityChanged);
+    d.setExperiment(experimentFrom(kCnn));
     QTRY_VERIFY(!d.shapesPending());
     QCOMPARE(validity.count(), 1);  // the experiment's first verdict, when its shapes arrived
     QVERIFY(d.isValid());
@@ -410,9 +421,241 @@ void TestDesigner::inputFromTheDataSetFollowsItsSection() {
     QVERIFY(!d.experiment().input);
 }
 
-// Not a check: the README's screenshot of the designer (fashion-cnn, its second conv2d selected).
+// A character-level model on [16] token ids, as gpt-char but small: embedding 256 -> 32,
+// position_embedding, then `middle`, then layernorm and linear 256.
+static paralab::config::Experiment textExperiment(
+    const nlohmann::json& middle = nlohmann::json::array()) {
+    nlohmann::json layers = nlohmann::json::array();
+    layers.push_back({{"type", "embedding"}, {"vocab", 256}, {"dim", 32}});
+    layers.push_back({{"type", "position_embedding"}});
+    for (const auto& l : middle) layers.push_back(l);
+    layers.push_back({{"type", "layernorm"}});
+    layers.push_back({{"type", "linear"}, {"out", 256}});
+    nlohmann::json j = {{"paralab", 1},
+                        {"name", "tiny-text"},
+                        {"data", {{"dataset", "text"}, {"seq_len", 16}, {"batch_size", 4}}},
+                        {"model", {{"input", {16}}, {"layers", layers}, {"loss", "cross_entropy"}}},
+                        {"devices", {"cpu:0"}},
+                        {"strategy", {{"type", "single"}}},
+                        {"optimizer", {{"type", "adamw"}, {"lr", 0.001}}},
+                        {"train", {{"epochs", 1}, {"max_steps", 4}}}};
+    return paralab::run::parse_experiment(j);
+}
+
+// docs/experiment-format.md: 4D + (4D^2 + 4D) + (2 D ffn + ffn + D).
+static qint64 blockParameters(qint64 d, qint64 ffn) {
+    return 4 * d + (4 * d * d + 4 * d) + (2 * d * ffn + ffn + d);
+}
+
+void TestDesigner::transformerBlockFromThePalette() {
+    ModelDesigner d;
+    d.setSynchronousBudget(60000);
+    d.setExperiment(textExperiment());
+    QVERIFY2(d.isValid(), qPrintable(d.validationMessage()));
+    const qint64 before = d.shapeReport().parameters;
+    // As a person does: select position_embedding, double-click transformer_block in the palette.
+    d.selectLayer({1});
+    emit d.palette()->itemActivated(
+        d.palette()->findItems("transformer_block", Qt::MatchExactly).front());
+    QVERIFY2(d.isValid(), qPrintable(d.validationMessage()));
+    QCOMPARE(types(d.model().layers), (QStringList{"embedding", "position_embedding",
+                                                   "transformer_block", "layernorm", "linear"}));
+    const auto& block = d.model().layers[2];
+    QCOMPARE(block.heads, 4);
+    QCOMPARE(block.ffn, 512);
+    QCOMPARE(block.causal, true);
+    QCOMPARE(block.dropout, 0.0);
+    QCOMPARE(block.repeat, 1);
+    QCOMPARE(
+        QString::fromStdString(paralab::run::to_json(d.experiment())["model"]["layers"][2].dump()),
+        QString(R"({"causal":true,"dropout":0.0,"ffn":512,"heads":4,"type":"transformer_block"})"));
+    QCOMPARE(d.selectedPath(), LayerPath{2});
+
+    // One row, the exact count, its parts folded under it.
+    const qint64 params = blockParameters(32, 512);
+    QCOMPARE(d.shapeReport().parameters, before + params);
+    auto* row = d.stackView()->topLevelItem(2);
+    QCOMPARE(row->text(LayerStackView::LayerColumn),
+             QString("transformer_block  4 heads, ffn 512"));
+    QCOMPARE(row->text(LayerStackView::OutputColumn), QString("[16, 32]"));
+    QCOMPARE(row->text(LayerStackView::ParamsColumn), QLocale().toString(params));
+    QVERIFY(!row->isExpanded());
+    QStringList parts;
+    qint64 sum = 0;
+    for (int i = 0; i < row->childCount(); ++i) {
+        auto* part = row->child(i);
+        parts << part->text(LayerStackView::LayerColumn);
+        sum += QLocale().toLongLong(part->text(LayerStackView::ParamsColumn));
+        QVERIFY(!(part->flags() &
+                  (Qt::ItemIsSelectable | Qt::ItemIsDragEnabled | Qt::ItemIsDropEnabled)));
+    }
+    QCOMPARE(parts, (QStringList{"layernorm", "attention  4 heads, causal", "layernorm",
+                                 "linear  out 512", "gelu", "linear  out 32"}));
+    QCOMPARE(sum, params);
+    QCOMPARE(row->child(3)->text(LayerStackView::OutputColumn), QString("[16, 512]"));
+    // Attention's memory counts its [4, 16, 16] probabilities, not only its [16, 32] output.
+    const auto& info = d.shapeReport().rows[2].second;
+    QCOMPARE(info.parts.size(), size_t(6));
+    QVERIFY(info.parts[1].activationBytes > (4 * 16 * 16 + 16 * 32) * 4);
+    QVERIFY(!row->child(1)->text(LayerStackView::MemoryColumn).isEmpty());
+
+    // Unfolded, it stays so across an edit; a part is not a layer to edit.
+    row->setExpanded(true);
+    d.stackView()->setCurrentItem(row->child(1));
+    QCOMPARE(d.selectedPath(), LayerPath{2});
+    QCOMPARE(d.setLayerOption({2}, "ffn", "64"), QString());
+    QVERIFY(d.stackView()->topLevelItem(2)->isExpanded());
+    QCOMPARE(d.stackView()->topLevelItem(2)->text(LayerStackView::ParamsColumn),
+             QLocale().toString(blockParameters(32, 64)));
+
+    // The property editor has the block's options.
+    d.selectLayer({2});
+    for (const char* key :
+         {"option_heads", "option_ffn", "option_causal", "option_dropout", "option_repeat"})
+        QVERIFY2(d.propertyEditor()->findChild<QWidget*>(key), key);
+    d.propertyEditor()->findChild<QCheckBox*>("option_causal")->setChecked(false);
+    QCOMPARE(d.model().layers[2].causal, false);
+    QCOMPARE(d.stackView()->topLevelItem(2)->text(0),
+             QString("transformer_block  4 heads, ffn 64, not causal"));
+    // attention and position_embedding from the palette too.
+    QVERIFY(d.addLayer("attention", {}, 3));
+    QCOMPARE(d.model().layers[3].heads, 4);
+    QCOMPARE(d.stackView()->topLevelItem(3)->text(LayerStackView::ParamsColumn),
+             QLocale().toString(qint64(4 * 32 * 32 + 4 * 32)));
+    QVERIFY(d.isValid());
+}
+
+void TestDesigner::repeatRoundTrips_data() {
+    QTest::addColumn<int>("layer");
+    QTest::addColumn<QString>("rowText");
+    QTest::addColumn<qint64>("params");
+    // textExperiment with a transformer_block (D 32, ffn 128) at 2: the block, and layernorm after
+    // it.
+    QTest::newRow("transformer_block")
+        << 2 << "transformer_block ×3  4 heads, ffn 128" << 3 * blockParameters(32, 128);
+    QTest::newRow("layernorm") << 3 << "layernorm ×3" << qint64(3 * 2 * 32);
+}
+
+void TestDesigner::repeatRoundTrips() {
+    QFETCH(int, layer);
+    QFETCH(QString, rowText);
+    QFETCH(qint64, params);
+    QTemporaryDir dir;
+    const QString path = dir.filePath("repeat.paralab.json");
+    MainWindow w;
+    w.designer()->setSynchronousBudget(60000);
+    w.setExperiment(textExperiment(
+        nlohmann::json::array({{{"type", "transformer_block"}, {"heads", 4}, {"ffn", 128}}})));
+    ModelDesigner* d = w.designer();
+    QVERIFY2(d->isValid(), qPrintable(d->validationMessage()));
+    d->selectLayer({layer});
+    auto* repeat = d->propertyEditor()->findChild<QSpinBox*>("option_repeat");
+    QVERIFY(repeat);
+    QCOMPARE(repeat->value(), 1);
+    repeat->setValue(3);
+    QCOMPARE(d->propertyEditor()->errorText(), QString());
+    QCOMPARE(d->model().layers[layer].repeat, 3);
+    QCOMPARE(d->stackView()->topLevelItem(layer)->text(LayerStackView::LayerColumn), rowText);
+    QCOMPARE(d->stackView()->topLevelItem(layer)->text(LayerStackView::ParamsColumn),
+             QLocale().toString(params));
+    QCOMPARE(w.experiment()->layers[layer].repeat, 3);
+    // Through the file and back: "repeat": 3 in it, and the designer shows it again.
+    QCOMPARE(w.saveExperiment(path, false), QString());
+    MainWindow again;
+    again.designer()->setSynchronousBudget(60000);
+    QCOMPARE(again.openExperiment(path, false), QString());
+    QCOMPARE(paralab::run::load_experiment(path.toStdString()).layers[layer].repeat, 3);
+    QCOMPARE(again.designer()->model().layers[layer].repeat, 3);
+    QCOMPARE(again.designer()->stackView()->topLevelItem(layer)->text(LayerStackView::LayerColumn),
+             rowText);
+    again.designer()->selectLayer({layer});
+    QCOMPARE(again.designer()->propertyEditor()->findChild<QSpinBox*>("option_repeat")->value(), 3);
+    // Less than one copy is refused with the file's message; undo gives one copy, and the file
+    // says nothing of repeat then.
+    QVERIFY(d->setLayerOption({layer}, "repeat", "0")
+                .startsWith(
+                    QString("model.layers[%1].repeat: expected a positive integer").arg(layer)));
+    d->undoAction()->trigger();
+    QCOMPARE(d->model().layers[layer].repeat, 1);
+    QVERIFY(!paralab::run::to_json(d->experiment())["model"]["layers"][layer].contains("repeat"));
+    QCOMPARE(d->stackView()->topLevelItem(layer)->text(LayerStackView::LayerColumn),
+             QString(rowText).remove(" ×3"));
+}
+
+void TestDesigner::wrongHeadsMarksThatLayer_data() {
+    QTest::addColumn<QString>("type");
+    QTest::addColumn<int>("repeat");
+    QTest::newRow("transformer_block") << "transformer_block" << 1;
+    QTest::newRow("transformer_block ×4") << "transformer_block" << 4;
+    QTest::newRow("attention") << "attention" << 1;
+}
+
+void TestDesigner::wrongHeadsMarksThatLayer() {
+    QFETCH(QString, type);
+    QFETCH(int, repeat);
+    MainWindow w;
+    w.designer()->setSynchronousBudget(60000);
+    nlohmann::json layer = {{"type", type.toStdString()}, {"heads", 4}, {"repeat", repeat}};
+    if (type == "transformer_block") layer["ffn"] = 64;
+    w.setExperiment(textExperiment(nlohmann::json::array({layer})));
+    ModelDesigner* d = w.designer();
+    QVERIFY2(d->isValid(), qPrintable(d->validationMessage()));
+    auto* start = w.findChild<QAction*>("startAction");
+    QVERIFY(start->isEnabled());
+    QSignalSpy validity(d, &ModelDesigner::validityChanged);
+    d->selectLayer({2});
+    d->propertyEditor()->findChild<QSpinBox*>("option_heads")->setValue(5);  // 32 is not 5 heads
+    QCOMPARE(d->propertyEditor()->errorText(), QString());  // the file takes it; the shapes do not
+    QVERIFY(!d->isValid());
+    QCOMPARE(validity.count(), 1);
+    const QString message = validity.at(0).at(1).toString();
+    QVERIFY2(message.startsWith(QString("model.layers[2] (%1").arg(type)), qPrintable(message));
+    QVERIFY2(message.contains("model.layers[2].heads = 5 does not divide the width D = 32"),
+             qPrintable(message));
+    QCOMPARE(d->shapeReport().errorPath, LayerPath{2});
+    auto* row = d->stackView()->topLevelItem(2);
+    QCOMPARE(row->foreground(0).color(), QColor(0xc6, 0x28, 0x28));
+    QCOMPARE(row->toolTip(0), message);
+    QCOMPARE(row->text(LayerStackView::OutputColumn), QString("shape error"));
+    QCOMPARE(d->stackView()->topLevelItem(1)->text(LayerStackView::OutputColumn),
+             QString("[16, 32]"));
+    QCOMPARE(d->findChild<QLabel*>("shapeError")->text(), message);
+    QVERIFY(!start->isEnabled());
+    // Back to 4 heads: valid again.
+    d->findChild<QSpinBox*>("option_heads")->setValue(4);
+    QVERIFY(d->isValid());
+    QVERIFY(start->isEnabled());
+}
+
+// resources/examples/gpt-char.paralab.json: four transformer_blocks in one row, every copy counted.
+void TestDesigner::gptCharExampleCountsEveryCopy() {
+    MainWindow w;
+    w.designer()->setSynchronousBudget(60000);
+    QCOMPARE(
+        w.openExperiment(PARALAB_SOURCE_DIR "/resources/examples/gpt-char.paralab.json", false),
+        QString());
+    ModelDesigner* d = w.designer();
+    QVERIFY2(d->isValid(), qPrintable(d->validationMessage()));
+    QCOMPARE(d->stackView()->topLevelItemCount(), 5);
+    auto* blocks = d->stackView()->topLevelItem(2);
+    QCOMPARE(blocks->text(LayerStackView::LayerColumn),
+             QString("transformer_block ×4  4 heads, ffn 512"));
+    const qint64 block = blockParameters(128, 512);
+    QCOMPARE(blocks->text(LayerStackView::ParamsColumn), QLocale().toString(4 * block));
+    QCOMPARE(blocks->childCount(), 6);
+    QCOMPARE(blocks->child(1)->text(LayerStackView::LayerColumn),
+             QString("attention ×4  4 heads, causal"));
+    QCOMPARE(blocks->child(1)->text(LayerStackView::ParamsColumn),
+             QLocale().toString(qint64(4 * (4 * 128 * 128 + 4 * 128))));
+    const qint64 total = 256 * 128 + 64 * 128 + 4 * block + 2 * 128 + (128 * 256 + 256);
+    QCOMPARE(d->shapeReport().parameters, total);
+    QVERIFY(d->findChild<QLabel*>("modelTotals")->text().contains(QLocale().toString(total)));
+}
+
+// Not a check: the README's screenshots of the designer (fashion-cnn, its second conv2d selected;
+// gpt-char, its transformer_block unfolded).
 // Run under a display (xvfb-run -s "-screen 0 1600x1000x24" ui_designer_test screenshot
-// -platform xcb) with PARALAB_SCREENSHOT_DIR set to the folder to write it into.
+// -platform xcb) with PARALAB_SCREENSHOT_DIR set to the folder to write them into.
 void TestDesigner::screenshot() {
     const QString dir = qEnvironmentVariable("PARALAB_SCREENSHOT_DIR");
     if (dir.isEmpty()) QSKIP("set PARALAB_SCREENSHOT_DIR to take the README's screenshot");
@@ -429,6 +672,16 @@ void TestDesigner::screenshot() {
     w.designer()->selectLayer({4});
     QTest::qWait(300);
     QVERIFY(w.grab().save(QDir(dir).filePath("screenshot-designer.png")));
+    // docs/designer-transformer.png: gpt-char, its transformer_block selected and unfolded.
+    QCOMPARE(
+        w.openExperiment(PARALAB_SOURCE_DIR "/resources/examples/gpt-char.paralab.json", false),
+        QString());
+    if (auto* split = qobject_cast<QSplitter*>(w.centralWidget())) split->setSizes({800, 800});
+    w.designer()->selectLayer({2});
+    w.designer()->stackView()->topLevelItem(2)->setExpanded(true);
+    QTest::qWait(300);
+    QVERIFY(
+        w.grab(QRect(0, 0, 800, w.height())).save(QDir(dir).filePath("designer-transformer.png")));
 }
 
 static void useTemporaryStoreAndSettings() {

@@ -55,6 +55,7 @@ private slots:
     void gpuListHasEachIdOnce_data();
     void gpuListHasEachIdOnce();
     void modelEditsKeepTheSetup();
+    void dataPanelEditsTheTextSet();
     void runControlsFollowTheRun();
     void optionsAppearPerStrategy_data();
     void optionsAppearPerStrategy();
@@ -179,6 +180,38 @@ void TestSetupPanels::fourCpuDevicesAndDdpUpdateTheExperiment() {
     QCOMPARE(w.experiment()->devices.size(), size_t(4));
     QCOMPARE(QString::fromStdString(w.experiment()->strategy.type), QString("ddp"));
     QVERIFY(w.findChild<QAction*>("startAction")->isEnabled());
+}
+
+// Choosing the text set offers a context length; its path, seq_len and val_fraction survive
+// the panel's later edits, and a bad val_fraction shows the parser's message.
+void TestSetupPanels::dataPanelEditsTheTextSet() {
+    paralab::ui::DataPanel panel;
+    panel.setExperiment(defaultExperiment());
+    paralab::config::Experiment last;
+    int edits = 0;
+    connect(&panel, &paralab::ui::DataPanel::experimentEdited, &panel, [&](const paralab::config::Experiment& e) {
+        last = e;
+        ++edits;
+    });
+    panel.findChild<QComboBox*>("dataset")->setCurrentText("text");
+    QCOMPARE(edits, 1);
+    QCOMPARE(QString::fromStdString(last.data.dataset), QString("text"));
+    QCOMPARE(last.data.seq_len, int64_t{64});
+    QCOMPARE(last.data.val_fraction, 0.1);
+    auto* path = panel.findChild<QLineEdit*>("dataPath");
+    QVERIFY(path && path->isVisibleTo(&panel));
+    path->setText(QStringLiteral("/srv/corpus.txt"));
+    emit path->editingFinished();
+    QCOMPARE(QString::fromStdString(last.data.path), QString("/srv/corpus.txt"));
+    panel.findChild<QSpinBox*>("seqLen")->setValue(128);
+    panel.findChild<QDoubleSpinBox*>("valFraction")->setValue(0.25);
+    QCOMPARE(last.data.seq_len, int64_t{128});
+    QCOMPARE(last.data.val_fraction, 0.25);
+    QCOMPARE(QString::fromStdString(last.data.path), QString("/srv/corpus.txt"));
+    const int before = edits;
+    panel.findChild<QDoubleSpinBox*>("valFraction")->setValue(1.0);
+    QCOMPARE(edits, before);  // refused, not passed on
+    QVERIFY2(panel.errorText().contains("data.val_fraction"), qPrintable(panel.errorText()));
 }
 
 // The designer keeps its own copy of the experiment; an edit there changes only the model.

@@ -83,7 +83,8 @@ MainWindow::MainWindow(QWidget* parent)
     m_tabs->addTab(m_runs, tr("Runs"));
     splitter->addWidget(m_tabs);
     splitter->setStretchFactor(1, 1);
-    splitter->setSizes({460, 940});
+    // Wide enough for the layer stack's rows ("transformer_block ×4  4 heads, ffn 512").
+    splitter->setSizes({540, 860});
     setCentralWidget(splitter);
 
     m_progress->setMaximumWidth(260);

@@ -16,6 +16,7 @@
 #include "ui/panels/common/plot_style.h"
 #include "ui/panels/common/replot_pacer.h"
 #include "ui/panels/dashboard/decimated_graph.h"
+#include "ui/panels/dashboard/text_sample_panel.h"
 
 namespace paralab::ui {
 
@@ -34,7 +35,8 @@ LossPlotPanel::LossPlotPanel(QWidget* parent)
       m_xAxisBox(new QComboBox),
       m_logBox(new QCheckBox),
       m_plot(new QCustomPlot(this)),
-      m_pacer(new ReplotPacer(this, [this] { m_plot->replot(QCustomPlot::rpRefreshHint); })) {
+      m_pacer(new ReplotPacer(this, [this] { m_plot->replot(QCustomPlot::rpRefreshHint); })),
+      m_textSample(new TextSamplePanel) {
     // The same controls, in the same places, as the Devices tab's.
     auto* controls = new QHBoxLayout;
     plotstyle::addLossControls(controls, m_xAxisBox, m_logBox);
@@ -50,6 +52,7 @@ LossPlotPanel::LossPlotPanel(QWidget* parent)
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addLayout(controls);
     layout->addWidget(m_plot, 1);
+    layout->addWidget(m_textSample);
     connect(m_xAxisBox, &QComboBox::currentIndexChanged, this,
             [this](int index) { setXAxis(index == 1 ? XAxis::WallTime : XAxis::Step); });
     connect(m_logBox, &QCheckBox::toggled, this, &LossPlotPanel::setLogarithmicLoss);
@@ -149,6 +152,7 @@ void LossPlotPanel::clear() {
     m_maxLoss = 0;
     m_minLoss = std::numeric_limits<double>::infinity();
     m_lastKey = 0;
+    m_textSample->clear();
     fitToData();
 }
 
@@ -188,6 +192,7 @@ void LossPlotPanel::addEval(const config::EvalResult& eval) {
     if (std::isfinite(e.loss)) includeLoss(e.loss);
     if (e.accuracy) m_accuracy->addData(key, *e.accuracy);
     m_lastKey = std::max(m_lastKey, key);
+    m_textSample->showEval(eval);
     fitRanges();
     m_pacer->request();
 }

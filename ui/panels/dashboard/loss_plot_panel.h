@@ -1,6 +1,7 @@
 // Training loss per step, and test loss / accuracy at each evaluation, on one QCustomPlot, with
 // the learning rate in a strip under it; by optimizer step or by wall time (the controls above
-// the plot: X axis, log loss, export).
+// the plot: X axis, log loss, export). Under the plot, for a text model, the text its latest
+// evaluation generated (TextSamplePanel).
 // Steps arrive in batches; redraws are paced to their cost and skipped while the panel is hidden
 // (ReplotPacer), and the per-step curves are DecimatedGraphs (one or two points per pixel
 // column), so that a long run costs the GUI thread no more than a short one.
@@ -23,6 +24,7 @@ class QCPGraph;
 namespace paralab::ui {
 class DecimatedGraph;
 class ReplotPacer;
+class TextSamplePanel;
 }  // namespace paralab::ui
 
 namespace paralab::ui {
@@ -39,6 +41,7 @@ public:
     void addEval(const config::EvalResult& eval);
     int pointCount() const;        // training-loss points (one per step)
     int evalPointCount() const;    // test-loss points
+    TextSamplePanel* textSample() const { return m_textSample; }
     bool logarithmicLoss() const { return m_logLoss; }
     XAxis xAxis() const { return m_xAxis; }
     // PNG or PDF by the file's suffix; false when the file cannot be written.
@@ -94,6 +97,7 @@ private:
     bool m_logLoss = false;
     XAxis m_xAxis = XAxis::Step;
     ReplotPacer* m_pacer;
+    TextSamplePanel* m_textSample;
 };
 
 }  // namespace paralab::ui

@@ -14,6 +14,7 @@
 #include <QVBoxLayout>
 
 #include "engine/data/dataset.h"
+#include "engine/data/text.h"
 #include "ui/panels/common/field_errors.h"
 
 namespace paralab::ui {
@@ -29,8 +30,12 @@ QSpinBox* spinBox(int min, int max, const QString& special = {}) {
 }
 
 bool usesPath(const std::string& d) {
-    return d == "mnist" || d == "fashion-mnist" || d == "csv";
+    return d == "mnist" || d == "fashion-mnist" || d == "csv" || d == "text";
 }
+
+// The text set has no default context length (the file must say it): the window offers one
+// when the set is chosen.
+constexpr int64_t kTextSeqLen = 64;
 
 }  // namespace
 
@@ -54,12 +59,15 @@ DataPanel::DataPanel(QWidget* parent)
       m_features(spinBox(0, 100000, tr("default"))),
       m_labelColumn(new QLineEdit),
       m_testFraction(new QDoubleSpinBox),
+      m_valFraction(new QDoubleSpinBox),
       m_generalError(new QLabel) {
     setObjectName(QStringLiteral("dataPanel"));
     for (const auto& name : data::dataset_names()) m_dataset->addItem(QString::fromStdString(name));
     m_dataset->setObjectName(QStringLiteral("dataset"));
     m_batch->setObjectName(QStringLiteral("batchSize"));
     m_path->setObjectName(QStringLiteral("dataPath"));
+    m_seqLen->setObjectName(QStringLiteral("seqLen"));
+    m_valFraction->setObjectName(QStringLiteral("valFraction"));
     m_noise->setRange(-1, 100);
     m_noise->setDecimals(3);
     m_noise->setSingleStep(0.05);
@@ -67,16 +75,21 @@ DataPanel::DataPanel(QWidget* parent)
     m_testFraction->setRange(0, 1);
     m_testFraction->setDecimals(3);
     m_testFraction->setSingleStep(0.05);
+    m_valFraction->setRange(0, 1);
+    m_valFraction->setDecimals(3);
+    m_valFraction->setSingleStep(0.05);
     m_labelColumn->setPlaceholderText(tr("the last column"));
 
     auto* pathLayout = new QHBoxLayout(m_pathRow);
     pathLayout->setContentsMargins(0, 0, 0, 0);
     auto* file = new QToolButton;
     file->setText(tr("File…"));
-    file->setToolTip(tr("Choose a CSV file"));
+    file->setToolTip(tr("Choose a CSV file, or a text file for the text set"));
     auto* folder = new QToolButton;
     folder->setText(tr("Folder…"));
-    folder->setToolTip(tr("Choose a folder of IDX files (MNIST format, gzip or plain)"));
+    folder->setToolTip(
+        tr("Choose a folder of IDX files (MNIST format, gzip or plain), or of text files for the "
+           "text set"));
     pathLayout->addWidget(m_path, 1);
     pathLayout->addWidget(file);
     pathLayout->addWidget(folder);
@@ -105,6 +118,8 @@ DataPanel::DataPanel(QWidget* parent)
     addField(QStringLiteral("data.features"), tr("Features"), m_features);
     addField(QStringLiteral("data.label_column"), tr("Label column"), m_labelColumn);
     addField(QStringLiteral("data.test_fraction"), tr("Held out for test"), m_testFraction);
+    addField(QStringLiteral("data.val_fraction"), tr("Held out for test (last bytes)"),
+             m_valFraction);
     m_generalError->setWordWrap(true);
     m_generalError->setStyleSheet(QStringLiteral("color: #c0392b"));
     m_generalError->hide();
@@ -120,7 +135,7 @@ DataPanel::DataPanel(QWidget* parent)
     for (QSpinBox* box : {m_trainLimit, m_testLimit, m_batch, m_workers, m_samples, m_classes,
                           m_seqLen, m_features})
         connect(box, &QSpinBox::valueChanged, this, &DataPanel::edited);
-    for (QDoubleSpinBox* box : {m_noise, m_testFraction})
+    for (QDoubleSpinBox* box : {m_noise, m_testFraction, m_valFraction})
         connect(box, &QDoubleSpinBox::valueChanged, this, &DataPanel::edited);
     connect(m_shuffle, &QCheckBox::toggled, this, &DataPanel::edited);
     updateVisibility();
@@ -143,13 +158,15 @@ void DataPanel::updateVisibility() {
     show("data.samples", synthetic);
     show("data.noise", d == "spirals" || d == "blobs" || d == "sine" || d == "seqclass");
     show("data.classes", d == "spirals" || d == "blobs" || d == "seqclass");
-    show("data.seq_len", d == "sine" || d == "seqclass");
+    show("data.seq_len", d == "sine" || d == "seqclass" || d == "text");
     show("data.features", d == "blobs" || d == "seqclass");
     show("data.label_column", d == "csv");
     show("data.test_fraction", synthetic || d == "csv");
+    show("data.val_fraction", d == "text");
     m_path->setPlaceholderText(d == "fashion-mnist"
                                    ? QStringLiteral("/usr/share/datasets/fashion-mnist")
                                : d == "mnist" ? QStringLiteral("/usr/share/datasets/mnist")
+                               : d == "text"  ? QString::fromLatin1(data::kDefaultTextPath)
                                               : tr("a CSV file with a header row"));
 }
 
@@ -171,6 +188,7 @@ void DataPanel::setExperiment(const config::Experiment& e) {
     m_features->setValue(static_cast<int>(d.features));
     m_labelColumn->setText(QString::fromStdString(d.label_column));
     m_testFraction->setValue(d.test_fraction);
+    m_valFraction->setValue(d.val_fraction);
     for (QLabel* l : std::as_const(m_errors)) l->hide();
     m_generalError->hide();
     updateVisibility();
@@ -200,11 +218,15 @@ void DataPanel::edited() {
     d.classes = keep(name == "spirals" || name == "blobs" || name == "seqclass",
                      int64_t{m_classes->value()}, int64_t{0});
     d.noise = keep(synthetic, m_noise->value() < 0 ? -1.0 : m_noise->value(), -1.0);
-    d.seq_len = keep(name == "sine" || name == "seqclass", int64_t{m_seqLen->value()}, int64_t{0});
+    d.seq_len = name == "text" && changedSet
+                    ? kTextSeqLen
+                    : keep(name == "sine" || name == "seqclass" || name == "text",
+                           int64_t{m_seqLen->value()}, int64_t{0});
     d.features =
         keep(name == "blobs" || name == "seqclass", int64_t{m_features->value()}, int64_t{0});
     d.label_column = name == "csv" ? m_labelColumn->text().trimmed().toStdString() : std::string();
     d.test_fraction = (synthetic || name == "csv") && !changedSet ? m_testFraction->value() : 0.2;
+    d.val_fraction = name == "text" && !changedSet ? m_valFraction->value() : 0.1;
 
     for (QLabel* l : std::as_const(m_errors)) l->hide();
     m_generalError->hide();
@@ -228,7 +250,8 @@ void DataPanel::chooseFile() {
                                                       tr("CSV files (*.csv);;All files (*)"));
     if (path.isEmpty()) return;
     m_path->setText(path);
-    if (m_dataset->currentText() != QLatin1String("csv"))
+    const QString set = m_dataset->currentText();
+    if (set != QLatin1String("csv") && set != QLatin1String("text"))
         m_dataset->setCurrentText(QStringLiteral("csv"));
     else
         edited();

@@ -1,7 +1,7 @@
 // The Data panel: the experiment's "data" section (data set, path, limits, batch size,
-// workers, shuffle, and the synthetic sets' options where they apply). Every edit is checked
-// by the experiment parser; a bad value shows the parser's message under its field and is not
-// passed on.
+// workers, shuffle, and the synthetic, CSV and text sets' options where they apply). Every edit is
+// checked by the experiment parser; a bad value shows the parser's message under its field and is
+// not passed on.
 #pragma once
 
 #include <QHash>
@@ -57,6 +57,7 @@ private:
     QSpinBox* m_features;
     QLineEdit* m_labelColumn;
     QDoubleSpinBox* m_testFraction;
+    QDoubleSpinBox* m_valFraction;
     QHash<QString, QWidget*> m_editors;  // "data.batch_size" -> its editor
     QHash<QString, QLabel*> m_errors;    // "data.batch_size" -> the label under it
     QLabel* m_generalError;

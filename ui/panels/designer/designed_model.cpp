@@ -4,6 +4,8 @@
 #include <map>
 
 #include "engine/device/device.h"
+#include "engine/nn/attention.h"
+#include "engine/nn/factory.h"
 #include "engine/nn/model.h"
 
 namespace paralab::ui {
@@ -56,6 +58,8 @@ nn::LayerSpec defaultLayer(const std::string& type) {
     if (type == "embedding") s.vocab = 1000, s.dim = 32;
     if (type == "lstm" || type == "gru") s.hidden = 32;
     if (type == "residual") s.layers.push_back(defaultLayer("relu"));
+    if (type == "attention") s.heads = 4;
+    if (type == "transformer_block") s.heads = 4, s.ffn = 512;
     return s;
 }
 
@@ -79,18 +83,77 @@ QString layerOptionsText(const nn::LayerSpec& s) {
             .arg(s.num_layers > 1 ? QStringLiteral(" ×%1").arg(s.num_layers) : QString())
             .arg(s.return_sequence ? "sequence" : "last");
     if (t == "residual") return QStringLiteral("%1 layers").arg(s.layers.size());
+    if (t == "attention" || t == "transformer_block") {
+        QString text = QStringLiteral("%1 heads").arg(s.heads);
+        if (t == "transformer_block") text += QStringLiteral(", ffn %1").arg(s.ffn);
+        if (!s.causal) text += QStringLiteral(", not causal");
+        if (s.dropout > 0) text += QStringLiteral(", dropout %1").arg(s.dropout);
+        return text;
+    }
     return {};
+}
+
+QString layerRowText(const nn::LayerSpec& s) {
+    QString text = QString::fromStdString(s.type);
+    if (s.repeat > 1) text += QStringLiteral(" ×%1").arg(s.repeat);
+    const QString options = layerOptionsText(s);
+    if (!options.isEmpty()) text += QStringLiteral("  ") + options;
+    return text;
 }
 
 namespace {
 
-void collectRows(const nn::ModelSummary& model, ShapeReport& report) {
+// A transformer_block's parts, read from one copy built on the meta device (shapes and counts,
+// no memory): layernorm, attention, layernorm, linear ffn, gelu, linear D[, dropout]. Counts are
+// that copy's times `copies`, so that the parts add up to the block's row.
+std::vector<LayerPartInfo> transformerParts(const nn::LayerSpec& spec, const Shape& input,
+                                            int64_t copies) {
+    nn::LayerSpec one = spec;
+    one.repeat = 1;
+    const std::unique_ptr<nn::Layer> block = nn::make_layer(one);
+    block->build(input, DType::f32, meta_device());
+    std::vector<LayerPartInfo> parts;
+    for (nn::Layer* residual : block->children()) {      // x + attention(...), x + mlp(...)
+        nn::Layer* body = residual->children().front();  // the residual's body, a Sequential
+        for (nn::Layer* layer : body->children()) {
+            LayerPartInfo part;
+            part.type = layer->type();
+            part.output = layer->output_shape();
+            if (part.type == "linear")
+                part.options = QStringLiteral("out %1").arg(part.output.back());
+            if (const auto* attention = dynamic_cast<const nn::Attention*>(layer))
+                part.options = QStringLiteral("%1 heads%2")
+                                   .arg(attention->heads())
+                                   .arg(attention->causal() ? ", causal" : "");
+            part.parameters = layer->parameter_count() * copies;
+            part.flops = layer->flops_per_sample() * copies;
+            part.activationBytes = layer->activations_per_sample() * 4 * copies;
+            parts.push_back(std::move(part));
+        }
+    }
+    return parts;
+}
+
+void collectRows(const nn::ModelSummary& model, const std::vector<nn::LayerSpec>& layers,
+                 ShapeReport& report) {
     for (const auto& row : model.layers) {
         LayerShapeInfo info;
         info.output = row.output;
         info.parameters = row.parameters;
         info.flops = row.flops;
-        info.activationBytes = row.output.numel() * 4;
+        info.activationBytes = row.activations * 4;
+        info.copies = row.copies;
+        if (row.type == "transformer_block") {
+            // [T, D] -> [T, D]: the block's input is its output's shape.
+            // The whole model built, so one block builds too; should it not, the row has no parts.
+            const nn::LayerSpec* spec = layerAt(layers, layerPathOf(row.path));
+            if (spec && spec->type == row.type) {
+                try {
+                    info.parts = transformerParts(*spec, row.output, row.copies);
+                } catch (const std::exception&) {
+                }
+            }
+        }
         report.rows.emplace_back(row.path, info);
     }
 }
@@ -101,7 +164,7 @@ ShapeReport inferShapes(const DesignedModel& m, const Shape& input) {
     ShapeReport report;
     try {
         const nn::ModelSummary model = nn::summarize(m.layers, input, m.loss);
-        collectRows(model, report);
+        collectRows(model, m.layers, report);
         report.ok = true;
         report.parameters = model.parameters;
         report.flops = model.flops_per_sample;
@@ -124,7 +187,7 @@ ShapeReport inferShapes(const DesignedModel& m, const Shape& input) {
     if (failing > 0 && failing <= static_cast<int>(m.layers.size())) {
         try {
             std::vector<nn::LayerSpec> prefix(m.layers.begin(), m.layers.begin() + failing);
-            collectRows(nn::summarize(prefix, input, m.loss), report);
+            collectRows(nn::summarize(prefix, input, m.loss), prefix, report);
         } catch (const std::exception&) {  // the prefix has its own error: show none of it
         }
     }

@@ -35,18 +35,39 @@ std::vector<nn::LayerSpec>* parentList(std::vector<nn::LayerSpec>& layers, const
 nn::LayerSpec* layerAt(std::vector<nn::LayerSpec>& layers, const LayerPath& path);
 const nn::LayerSpec* layerAt(const std::vector<nn::LayerSpec>& layers, const LayerPath& path);
 
-// A layer of the type with the options a person most likely wants first (docs/experiment-format.md's
-// required options filled in: linear out 10, conv2d 16 channels 3x3 padding 1, ...).
+// A layer of the type with the options a person most likely wants first
+// (docs/experiment-format.md's required options filled in: linear out 10, conv2d 16 channels 3x3
+// padding 1, attention 4 heads, transformer_block 4 heads and ffn 512, ...).
 nn::LayerSpec defaultLayer(const std::string& type);
-// "out 128", "16 ch, 3x3, pad 1": the options worth reading in the stack, short.
+// "out 128", "16 ch, 3x3, pad 1", "4 heads, ffn 512": the options worth reading in the stack,
+// short.
 QString layerOptionsText(const nn::LayerSpec& spec);
+// A row of the stack: the type, "×N" for N copies ("repeat"), then the options:
+// "transformer_block ×4  4 heads, ffn 512".
+QString layerRowText(const nn::LayerSpec& spec);
 
-// What shape inference says about one layer (per example).
+// One part of a composite layer the file gives as one line (a transformer_block's layernorm,
+// attention, layernorm, linear ffn, gelu, linear D): read-only, for the stack to show.
+struct LayerPartInfo {
+    std::string type;
+    QString options;  // "out 512", "4 heads, causal"
+    Shape output;
+    int64_t parameters = 0;  // all copies together, like the layer's own row
+    int64_t flops = 0;
+    int64_t activationBytes = 0;
+};
+
+// What shape inference says about one layer (per example). A layer with "repeat": N is one row
+// for its N copies: parameters, FLOPs and activations count them all.
 struct LayerShapeInfo {
     Shape output;
     int64_t parameters = 0;
     int64_t flops = 0;
-    int64_t activationBytes = 0;  // output numel x 4 bytes (f32)
+    // What the layer holds from forward to backward, x 4 bytes (f32): its output, or its
+    // children's outputs for a composite layer, and attention's probabilities.
+    int64_t activationBytes = 0;
+    int64_t copies = 1;
+    std::vector<LayerPartInfo> parts;  // a transformer_block's, in order; empty for other layers
 };
 
 struct ShapeReport {

@@ -84,15 +84,33 @@ void LayerPropertyEditor::showLayer(const nn::LayerSpec* spec, const QString& pa
         addIntEditor("num_layers", spec->num_layers, tr("stacked layers"));
         addChoiceEditor("return", {"last", "sequence"},
                         spec->return_sequence ? "sequence" : "last");
+    } else if (t == "attention" || t == "transformer_block") {
+        addIntEditor("heads", spec->heads, tr("attention heads; each is width / heads wide"));
+        if (t == "transformer_block")
+            addIntEditor("ffn", spec->ffn, tr("the MLP's hidden width, usually 4 times the width"));
+        addBoolEditor("causal", spec->causal, tr("position i attends to positions up to i only"));
+        addFloatEditor("dropout", spec->dropout,
+                       tr("dropout of the attention probabilities and outputs, in [0, 1)"));
+        if (t == "transformer_block")
+            addNote(
+                tr("x + attention(layernorm(x)), then x + linear(gelu(linear_ffn(layernorm(x)))): "
+                   "expand the row to see its parts."));
+    } else if (t == "position_embedding") {
+        addNote(tr("adds a learned table of one vector per position to its [T, D] input"));
     } else if (t == "residual") {
-        auto* note =
-            new QLabel(tr("output = input + body(input); a projection is added when the "
-                          "shapes differ. Drop layers onto the block to add them to its body."));
-        note->setWordWrap(true);
-        m_formLayout->addRow(note);
-    } else {
-        m_formLayout->addRow(new QLabel(tr("no options")));
+        addNote(
+            tr("output = input + body(input); a projection is added when the "
+               "shapes differ. Drop layers onto the block to add them to its body."));
     }
+    // Every layer: copies in a row, each with its own parameters.
+    addIntEditor("repeat", spec->repeat,
+                 tr("consecutive copies of this layer, each with its own parameters"));
+}
+
+void LayerPropertyEditor::addNote(const QString& text) {
+    auto* note = new QLabel(text);
+    note->setWordWrap(true);
+    m_formLayout->addRow(note);
 }
 
 void LayerPropertyEditor::showError(const QString& message) {

@@ -1,7 +1,8 @@
 // The options of the selected layer, one editor per option of its type (docs/experiment-format.md):
 // integers in spin boxes, floats in line edits, bool in a check box, lstm/gru `return` in a
-// combo box. Editors do not range-check: the designer validates every edit with the file
-// format's own parser, so the message a person sees is the one the file would give.
+// combo box; `repeat` (copies) for every layer. Editors do not range-check: the designer
+// validates every edit with the file format's own parser, so the message a person sees is the
+// one the file would give.
 #pragma once
 
 #include <QWidget>
@@ -33,6 +34,7 @@ private:
     void addFloatEditor(const QString& key, double value, const QString& tip);
     void addBoolEditor(const QString& key, bool value, const QString& tip);
     void addChoiceEditor(const QString& key, const QStringList& choices, const QString& value);
+    void addNote(const QString& text);  // a line of explanation across the form
 
     QLabel* m_title;
     QWidget* m_form;

@@ -39,7 +39,12 @@ LayerStackView::LayerStackView(QWidget* parent) : QTreeWidget(parent) {
     setExpandsOnDoubleClick(false);
 }
 
+bool LayerStackView::isPart(const QTreeWidgetItem* item) {
+    return item && item->data(LayerColumn, kLayerPartRole).toBool();
+}
+
 LayerPath LayerStackView::pathOf(const QTreeWidgetItem* item) const {
+    while (isPart(item)) item = item->parent();
     LayerPath path;
     while (item) {
         const QTreeWidgetItem* parent = item->parent();
@@ -77,6 +82,8 @@ void LayerStackView::dragMoveEvent(QDragMoveEvent* event) {
 
 bool LayerStackView::dropTarget(const QPoint& pos, LayerPath& parent, int& index) const {
     QTreeWidgetItem* target = QTreeWidget::itemAt(pos);
+    const bool onPart = isPart(target);
+    while (isPart(target)) target = target->parent();  // among a block's parts: after the block
     if (!target) {
         parent.clear();
         index = topLevelItemCount();
@@ -85,7 +92,7 @@ bool LayerStackView::dropTarget(const QPoint& pos, LayerPath& parent, int& index
     const LayerPath at = pathOf(target);
     parent = at.mid(0, at.size() - 1);
     index = at.back();
-    switch (dropIndicatorPosition()) {
+    switch (onPart ? BelowItem : dropIndicatorPosition()) {
         case AboveItem:
             break;
         case BelowItem:

@@ -1,6 +1,7 @@
 // The designer's two lists: the palette of layer types (drag from it, or double-click) and the
-// layer stack (a tree: a residual block holds its body). The stack reports drops as requests;
-// the designer turns them into undoable edits and rebuilds the tree.
+// layer stack (a tree: a residual block holds its body; a transformer_block its parts, read-only).
+// The stack reports drops as requests; the designer turns them into undoable edits and rebuilds
+// the tree.
 #pragma once
 
 #include <QListWidget>
@@ -12,6 +13,9 @@ namespace paralab::ui {
 
 // The MIME type of a palette drag: the layer type's name, UTF-8.
 inline constexpr const char* kLayerTypeMime = "application/x-paralab-layer-type";
+// Set (true) on the stack's rows that show a part of a composite layer (a transformer_block's
+// layernorm, attention, ...): not layers of the file, so neither selected, dragged nor dropped on.
+inline constexpr int kLayerPartRole = Qt::UserRole + 1;
 
 class LayerPalette : public QListWidget {
     Q_OBJECT
@@ -32,8 +36,10 @@ public:
 
     explicit LayerStackView(QWidget* parent = nullptr);
 
+    // The layer's path in the model; for a part's row, its composite layer's.
     LayerPath pathOf(const QTreeWidgetItem* item) const;
     QTreeWidgetItem* itemAt(const LayerPath& path) const;
+    static bool isPart(const QTreeWidgetItem* item);
 
 signals:
     // A palette type dropped: insert it into the list `parent` names (empty: the model's) at index.

@@ -11,6 +11,7 @@
 #include <QLocale>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QSet>
 #include <QTimer>
 #include <QToolButton>
 #include <QUndoStack>
@@ -127,7 +128,9 @@ ModelDesigner::ModelDesigner(QWidget* parent)
     // Palette | stack with its buttons.
     m_palette->setObjectName(QStringLiteral("layerPalette"));
     for (const auto& type : nn::layer_types()) m_palette->addItem(QString::fromStdString(type));
-    m_palette->setFixedWidth(120);
+    // As wide as its longest name ("position_embedding"), no wider than it must be.
+    m_palette->setFixedWidth(
+        std::max(120, m_palette->sizeHintForColumn(0) + 2 * m_palette->frameWidth() + 8));
     m_stack->setObjectName(QStringLiteral("layerStack"));
     m_up->setObjectName(QStringLiteral("moveUpButton"));
     m_down->setObjectName(QStringLiteral("moveDownButton"));
@@ -554,6 +557,61 @@ void ModelDesigner::rebuildTree(const LayerPath& select) {
     const QString errorPath =
         m_report.errorPath.isEmpty() ? QString() : layerPathString(m_report.errorPath);
 
+    // A transformer_block's parts stay as the person left them (folded at first): the tree is
+    // rebuilt on every edit.
+    QSet<QString> unfolded;
+    std::function<void(QTreeWidgetItem*)> remember = [&](QTreeWidgetItem* item) {
+        if (item->isExpanded() &&
+            item->data(LayerStackView::LayerColumn, Qt::UserRole).toString() ==
+                QLatin1String("transformer_block"))
+            unfolded.insert(layerPathString(m_stack->pathOf(item)));
+        for (int i = 0; i < item->childCount(); ++i) remember(item->child(i));
+    };
+    for (int i = 0; i < m_stack->topLevelItemCount(); ++i) remember(m_stack->topLevelItem(i));
+    QList<QTreeWidgetItem*> folded;
+
+    const auto setCounts = [&](QTreeWidgetItem* item, const Shape& output, int64_t parameters,
+                               int64_t flops, int64_t activationBytes) {
+        item->setText(LayerStackView::OutputColumn, shapeText(output));
+        item->setText(LayerStackView::ParamsColumn,
+                      locale.toString(static_cast<qlonglong>(parameters)));
+        item->setText(LayerStackView::FlopsColumn,
+                      siCount(static_cast<double>(flops), QString()).trimmed());
+        item->setText(LayerStackView::MemoryColumn,
+                      bytesText(static_cast<double>(activationBytes)));
+    };
+    const auto addParts = [&](QTreeWidgetItem* block, const QString& path,
+                              const LayerShapeInfo& r) {
+        // Between the text and the background: readable, and plainly not a row of the file.
+        const QColor text = m_stack->palette().color(QPalette::Text);
+        const QColor base = m_stack->palette().color(QPalette::Base);
+        const QColor partText((2 * text.red() + base.red()) / 3,
+                              (2 * text.green() + base.green()) / 3,
+                              (2 * text.blue() + base.blue()) / 3);
+        const QString tip =
+            r.copies > 1
+                ? tr("part of %1, read-only; counts are of its %2 copies").arg(path).arg(r.copies)
+                : tr("part of %1, read-only").arg(path);
+        for (const LayerPartInfo& part : r.parts) {
+            auto* item = new QTreeWidgetItem(block);
+            item->setFlags(Qt::ItemIsEnabled);
+            item->setData(LayerStackView::LayerColumn, kLayerPartRole, true);
+            // "attention ×4  4 heads, causal": the counts beside it are of every copy.
+            item->setText(
+                LayerStackView::LayerColumn,
+                QString::fromStdString(part.type) +
+                    (r.copies > 1 ? QStringLiteral(" ×%1").arg(r.copies) : QString()) +
+                    (part.options.isEmpty() ? QString() : QStringLiteral("  ") + part.options));
+            setCounts(item, part.output, part.parameters, part.flops, part.activationBytes);
+            for (int c = 0; c < LayerStackView::ColumnCount; ++c) {
+                item->setForeground(c, partText);
+                item->setToolTip(c, tip);
+                if (c >= LayerStackView::ParamsColumn)
+                    item->setTextAlignment(c, Qt::AlignRight | Qt::AlignVCenter);
+            }
+        }
+    };
+
     m_stack->clear();
     std::function<void(const std::vector<nn::LayerSpec>&, QTreeWidgetItem*, const QString&)> add =
         [&](const std::vector<nn::LayerSpec>& layers, QTreeWidgetItem* parent,
@@ -562,24 +620,28 @@ void ModelDesigner::rebuildTree(const LayerPath& select) {
                 const auto& spec = layers[i];
                 const QString path = prefix + QStringLiteral(".layers[%1]").arg(i);
                 auto* item = parent ? new QTreeWidgetItem(parent) : new QTreeWidgetItem(m_stack);
-                const QString options = layerOptionsText(spec);
-                item->setText(LayerStackView::LayerColumn,
-                              QString::fromStdString(spec.type) +
-                                  (options.isEmpty() ? QString() : QStringLiteral("  ") + options));
+                item->setText(LayerStackView::LayerColumn, layerRowText(spec));
                 item->setData(LayerStackView::LayerColumn, Qt::UserRole,
                               QString::fromStdString(spec.type));
-                item->setToolTip(LayerStackView::LayerColumn, path);
+                // The row, whole (a narrow column elides it), and where it is in the file.
+                item->setToolTip(
+                    LayerStackView::LayerColumn,
+                    QStringLiteral("%1\n%2").arg(path, item->text(LayerStackView::LayerColumn)));
                 for (int c = LayerStackView::ParamsColumn; c < LayerStackView::ColumnCount; ++c)
                     item->setTextAlignment(c, Qt::AlignRight | Qt::AlignVCenter);
                 if (auto it = rows.find(path.toStdString()); it != rows.end()) {
                     const LayerShapeInfo& r = *it->second;
-                    item->setText(LayerStackView::OutputColumn, shapeText(r.output));
-                    item->setText(LayerStackView::ParamsColumn,
-                                  locale.toString(static_cast<qlonglong>(r.parameters)));
-                    item->setText(LayerStackView::FlopsColumn,
-                                  siCount(static_cast<double>(r.flops), QString()).trimmed());
-                    item->setText(LayerStackView::MemoryColumn,
-                                  bytesText(static_cast<double>(r.activationBytes)));
+                    setCounts(item, r.output, r.parameters, r.flops, r.activationBytes);
+                    if (r.copies > 1)
+                        item->setToolTip(LayerStackView::ParamsColumn,
+                                         tr("%1 copies, %2 parameters each")
+                                             .arg(r.copies)
+                                             .arg(locale.toString(
+                                                 static_cast<qlonglong>(r.parameters / r.copies))));
+                    if (!r.parts.empty()) {
+                        addParts(item, path, r);
+                        if (!unfolded.contains(path)) folded << item;
+                    }
                 } else {
                     item->setText(LayerStackView::OutputColumn,
                                   shapesPending() ? QStringLiteral("…") : QStringLiteral("—"));
@@ -597,6 +659,7 @@ void ModelDesigner::rebuildTree(const LayerPath& select) {
         };
     add(m_model.layers, nullptr, QStringLiteral("model"));
     m_stack->expandAll();
+    for (QTreeWidgetItem* item : folded) item->setExpanded(false);
     m_stack->setCurrentItem(m_stack->itemAt(select));
 }
 

@@ -1,6 +1,7 @@
 // The model designer: a palette of layer types, the layer stack as a tree (residual
-// blocks hold their body), a property editor for the selected layer, live shape inference
-// (output shape, parameters, FLOPs, activation memory per example), undo/redo, presets.
+// blocks hold their body; a transformer_block shows its parts, read-only), a property editor for
+// the selected layer, live shape inference (output shape, parameters, FLOPs, activation memory
+// per example), undo/redo, presets.
 // It edits the model section only (layers, input, loss) of the experiment it was given, and
 // hands the whole experiment back on every edit.
 //

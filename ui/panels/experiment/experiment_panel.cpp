@@ -99,7 +99,11 @@ void ExperimentPanel::showBuilt(const Built& b) {
         auto* params = new QTableWidgetItem(locale.toString(static_cast<qlonglong>(r.parameters)));
         params->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
         m_layers->setItem(i, 0, new QTableWidgetItem(indent + path));
-        m_layers->setItem(i, 1, new QTableWidgetItem(QString::fromStdString(r.type)));
+        // A layer with "repeat": N is one row for its N copies (parameters of them all).
+        m_layers->setItem(i, 1,
+                          new QTableWidgetItem(
+                              QString::fromStdString(r.type) +
+                              (r.copies > 1 ? QStringLiteral(" ×%1").arg(r.copies) : QString())));
         m_layers->setItem(i, 2, new QTableWidgetItem(QString::fromStdString(r.output.to_string())));
         m_layers->setItem(i, 3, params);
     }
