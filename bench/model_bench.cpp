@@ -1,9 +1,15 @@
 #include "bench/model_bench.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
 #include <vector>
 
 #include <kernels/cpu/gemm.h>
@@ -13,6 +19,7 @@
 #include "engine/nn/model.h"
 #include "engine/util/error.h"
 #include "engine/util/own_thread.h"
+#include "engine/util/rng.h"
 
 // OpenBLAS's own (cblas.h declares it; the engine does not include cblas.h).
 extern "C" char* openblas_get_corename(void);
@@ -23,6 +30,10 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kTest = 64;  // the end-of-run evaluation is not timed; keep it short
+constexpr int64_t kGptContext = 64;  // gpt-char's T
+// gpt-char's random corpus: the training split's 3,686 windows cover the longest run (200
+// steps of 12 on a GPU) and the validation split's 409 the kTest test windows.
+constexpr int64_t kRandomCorpusBytes = int64_t(256) << 10;
 
 struct ModelCase {
     const char* name;
@@ -38,6 +49,7 @@ const std::vector<ModelCase>& cases() {
         {"mlp", "MLP 784-512-512-10 relu, blobs 784", 128, 80, 8},
         {"lenet", "LeNet conv5x5 16 / conv5x5 32 / linear 10, Fashion-MNIST 1x28x28", 64, 30, 4},
         {"lstm", "LSTM 32->128, 50 steps, linear 10 on the last, seqclass", 64, 24, 3},
+        {"gpt-char", "char GPT (the gpt-char example), 4 blocks D 128, T 64, AdamW, random bytes", 12, 40, 5},
         {"mlp-ddp2", "the MLP, ddp on cpu:0,cpu:1 (1 thread each), global batch 128 = 64 per device", 128,
          80, 8, 2},
         {"mlp-ddp2-b256", "the MLP, ddp on cpu:0,cpu:1 (1 thread each), global batch 256 = 128 per device",
@@ -49,11 +61,13 @@ const std::vector<ModelCase>& cases() {
 }
 
 bool is_mlp(const std::string& model) { return model.rfind("mlp", 0) == 0; }
+bool is_token_model(const std::string& model) { return model == "gpt-char"; }
 
 const ModelCase& find_case(const std::string& model) {
     for (const auto& c : cases())
         if (model == c.name) return c;
-    throw ConfigError("model bench: unknown model '" + model + "' (mlp, lenet, lstm, mlp-ddp2, mlp-ddp2-b256, mlp-zero2)");
+    throw ConfigError("model bench: unknown model '" + model +
+                      "' (mlp, lenet, lstm, gpt-char, mlp-ddp2, mlp-ddp2-b256, mlp-zero2)");
 }
 
 json layer(const char* type) { return {{"type", type}}; }
@@ -73,7 +87,7 @@ json model_bench_experiment(const std::string& model, const std::string& data_pa
                             const std::string& device) {
     const ModelCase& c = find_case(model);
     const int64_t train = c.batch * steps;
-    json data, layers;
+    json data, layers, optimizer{{"type", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}};
     if (is_mlp(model)) {
         data = synthetic("blobs", train, c.batch, {{"features", 784}});
         layers = json::array({{{"type", "linear"}, {"out", 512}}, layer("relu"),
@@ -90,6 +104,16 @@ json model_bench_experiment(const std::string& model, const std::string& data_pa
                               {{"type", "maxpool2d"}, {"kernel", 2}},
                               layer("flatten"),
                               {{"type", "linear"}, {"out", 10}}});
+    } else if (is_token_model(model)) {
+        // resources/examples/gpt-char.paralab.json on the bytes of `data_path`.
+        data = {{"dataset", "text"}, {"path", data_path}, {"seq_len", kGptContext}, {"train_limit", train},
+                {"test_limit", kTest}, {"batch_size", c.batch}, {"workers", 0}};
+        layers = json::array({{{"type", "embedding"}, {"vocab", 256}, {"dim", 128}},
+                              layer("position_embedding"),
+                              {{"type", "transformer_block"}, {"heads", 4}, {"ffn", 512}, {"repeat", 4}},
+                              layer("layernorm"),
+                              {{"type", "linear"}, {"out", 256}}});
+        optimizer = {{"type", "adamw"}, {"lr", 0.001}};
     } else {
         data = synthetic("seqclass", train, c.batch, {{"seq_len", 50}, {"features", 32}});
         layers = json::array({{{"type", "lstm"}, {"hidden", 128}, {"num_layers", 1}, {"return", "last"}},
@@ -106,9 +130,37 @@ json model_bench_experiment(const std::string& model, const std::string& data_pa
             {"strategy", c.devices == 1              ? json{{"type", "single"}}
                          : std::string(c.strategy) == "zero" ? json{{"type", "zero"}, {"stage", 1}}
                                                              : json{{"type", c.strategy}}},
-            {"optimizer", {{"type", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}}},
+            {"optimizer", optimizer},
             {"schedule", {{"type", "constant"}}},
             {"train", {{"epochs", 1}, {"max_steps", steps}}}};
+}
+
+RandomBytesFile::RandomBytesFile(int64_t bytes) {
+    std::string name = (std::filesystem::temp_directory_path() / "paralab-bench-bytes-XXXXXX").string();
+    const int fd = mkstemp(name.data());
+    if (fd < 0) throw Error("model bench: cannot create " + name + ": " + std::strerror(errno));
+    m_path = name;
+    std::vector<uint8_t> data(static_cast<size_t>(bytes));
+    Rng rng(0xB17E5);
+    for (auto& b : data) b = static_cast<uint8_t>(rng.next_u64() >> 56);
+    size_t done = 0;
+    while (done < data.size()) {
+        const ssize_t n = write(fd, data.data() + done, data.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const std::string why = std::strerror(errno);
+            close(fd);
+            std::filesystem::remove(m_path);
+            throw Error("model bench: cannot write " + m_path + ": " + why);
+        }
+        done += static_cast<size_t>(n);
+    }
+    close(fd);
+}
+
+RandomBytesFile::~RandomBytesFile() {
+    std::error_code ec;
+    std::filesystem::remove(m_path, ec);
 }
 
 std::string blas_kernel() {
@@ -141,6 +193,13 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
     std::vector<ModelTiming> rows;
     std::vector<config::Experiment> experiments;
     std::vector<bool> built;  // false: the experiment could not be built (the row says why)
+    std::optional<RandomBytesFile> token_corpus;  // gpt-char's, removed on return
+    std::string token_corpus_error;
+    try {
+        token_corpus.emplace(kRandomCorpusBytes);
+    } catch (const Error& err) {  // the gpt-char rows say why
+        token_corpus_error = err.what();
+    }
     for (const auto& c : cases())
         for (int threads : o.threads) {
             if (c.devices > 1 && threads != 1) continue;  // ddp rows: 1 thread per device
@@ -156,12 +215,16 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
             t.threads = threads;
             t.devices = c.devices;
             t.batch = c.batch;
+            t.tokens_per_sample = is_token_model(c.name) ? kGptContext : 0;
             t.steps = std::max<int64_t>(2, std::llround(static_cast<double>(c.steps) * o.step_scale));
             t.warmup_steps = std::max<int64_t>(1, std::llround(static_cast<double>(c.warmup) * o.step_scale));
             if (t.warmup_steps >= t.steps) t.warmup_steps = t.steps - 1;
             t.status = "not run";
             try {
-                config::Experiment e = run::parse_experiment(model_bench_experiment(c.name, o.data_path, t.steps, o.device));
+                if (is_token_model(c.name) && !token_corpus) throw Error(token_corpus_error);
+                const std::string& data_path = is_token_model(c.name) ? token_corpus->path() : o.data_path;
+                config::Experiment e =
+                    run::parse_experiment(model_bench_experiment(c.name, data_path, t.steps, o.device));
                 auto device = make_cpu_device(0, threads);
                 nn::Model m(e.layers, run::model_input_shape(e), e.loss, DType::f32, *device);
                 t.forward_flops_per_sample = m.flops_per_sample();
@@ -220,6 +283,12 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
         for (size_t k = 0; k < o.threads.size(); ++k)
             if (o.threads[k] == t.threads) t.sgemm_gflops = sgemm[k];
         t.gflops = 3.0 * static_cast<double>(t.forward_flops_per_sample) * t.samples_per_s / 1e9;
+        if (t.tokens_per_sample > 0 && t.status == "finished") {
+            t.tokens_per_s = t.samples_per_s * static_cast<double>(t.tokens_per_sample);
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "; %.0f tokens/s", t.tokens_per_s);
+            t.description += buf;
+        }
         if (t.devices > 1 && single_mlp && t.status == "finished" && single_mlp->samples_per_s > 0) {
             t.vs_one_device = t.samples_per_s / single_mlp->samples_per_s;
             char buf[64];
@@ -233,6 +302,7 @@ std::vector<ModelTiming> bench_models(const ModelBenchOptions& o, const Progress
 json to_json(const ModelTiming& t) {
     json j{{"model", t.model}, {"description", t.description}, {"threads", t.threads}, {"devices", t.devices},
            {"batch", t.batch}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
+           {"tokens_per_sample", t.tokens_per_sample},
            {"status", t.status}, {"forward_flops_per_sample", t.forward_flops_per_sample},
            {"sgemm_gflops", t.sgemm_gflops}};
     if (t.status == "finished") {
@@ -241,6 +311,7 @@ json to_json(const ModelTiming& t) {
         j["gflops"] = t.gflops;
         j["samples_per_s_rounds"] = t.samples_per_s_rounds;
         if (t.devices > 1) j["vs_one_device"] = t.vs_one_device;
+        if (t.tokens_per_sample > 0) j["tokens_per_s"] = t.tokens_per_s;
     } else {
         j["error"] = t.error;
     }

@@ -66,8 +66,7 @@ PARALAB_SIMD_CLONES void gelu_forward_f32(int64_t lo, int64_t hi, const float* x
 PARALAB_SIMD_CLONES void gelu_backward_f32(int64_t lo, int64_t hi, const float* x, const float* dy, float* dx) {
 #pragma omp simd
     for (int64_t i = lo; i < hi; ++i) {
-        const float v = x[i];
-        dx[i] = dy[i] * (vmath::normal_cdf(v) + v * vmath::normal_pdf(v));
+        dx[i] = dy[i] * vmath::gelu_derivative(x[i]);
     }
 }
 }  // namespace

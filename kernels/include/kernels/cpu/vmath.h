@@ -73,16 +73,24 @@ inline float tanh(float x) {
 // (absolute: Phi is in [0, 1], and GELU = x Phi(x) inherits the bound relative to x). erf is
 // Abramowitz and Stegun 7.1.26, 1 - (a1 t + ... + a5 t^5) e^{-z^2} with t = 1 / (1 + p z),
 // |error| <= 1.5e-7, on z = |x| / sqrt 2 and mirrored; no branch. NaN gives NaN.
-inline float normal_cdf(float x) {
+// normal_cdf given e = e^{-x^2 / 2} (which the density shares).
+inline float normal_cdf_with(float x, float e) {
     const float z = std::fabs(x) * 0.70710678118654752f;
     const float t = 1.0f / (1.0f + 0.3275911f * z);
     const float poly =
         t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-    const float erf_z = 1.0f - poly * exp(-z * z);
+    const float erf_z = 1.0f - poly * e;
     return 0.5f + 0.5f * std::copysign(erf_z, x);
 }
+inline float normal_cdf(float x) { return normal_cdf_with(x, exp(-0.5f * x * x)); }
 
 // The standard normal density, phi(x) = e^{-x^2 / 2} / sqrt(2 pi).
 inline float normal_pdf(float x) { return 0.39894228040143268f * exp(-0.5f * x * x); }
+
+// d GELU / dx = Phi(x) + x phi(x), with one exponential for both.
+inline float gelu_derivative(float x) {
+    const float e = exp(-0.5f * x * x);
+    return normal_cdf_with(x, e) + x * (0.39894228040143268f * e);
+}
 
 }  // namespace paralab::kernels::cpu::vmath
