@@ -100,10 +100,9 @@ int cmd_validate(const std::string& file, bool as_json) {
     const auto& rows = model.layers;
     const int64_t batch = e.data.batch_size;
     // Numbers per example held for backward: the input and what every top-level layer keeps
-    // (its output; inside a transformer block the attention probabilities too).
-    int64_t activations = input.numel();
-    for (const auto& r : rows)
-        if (r.depth == 0) activations += r.activations;
+    // (its output; inside a transformer block the attention probabilities too), as
+    // train.recompute leaves it.
+    const int64_t activations = strategy::model_cost(e, input).activations_per_example();
     const int64_t params = model.parameters;
     const int64_t flops = model.flops_per_sample;
 

@@ -24,6 +24,7 @@ protected:
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
     int64_t flops_impl() const override;
+    void release_saved_impl() override { m_saved = Tensor(); }
 
 private:
     // relu and gelu differentiate from their input, tanh and sigmoid from their output

@@ -10,6 +10,7 @@
 #include "engine/nn/activation.h"
 #include "engine/nn/norm.h"
 #include "engine/nn/ops.h"
+#include "engine/nn/recompute.h"
 
 namespace paralab::nn {
 
@@ -27,6 +28,13 @@ void check_attention_input(const Layer& layer, const Shape& input, int64_t heads
                                            " of its input " + input.to_string() +
                                            "; each head is D / heads wide");
     }
+}
+
+void check_tensor_shard(const Layer& layer, const char* key, int64_t count, int world) {
+    if (count % world == 0) return;
+    const std::string path = layer.path().empty() ? key : layer.path() + "." + key;
+    throw ConfigError(path, std::to_string(count) + " " + key + " do not divide over " + std::to_string(world) +
+                                " devices (tensor_parallel gives every device an equal share)");
 }
 
 // ---- PositionEmbedding -----------------------------------------------------------------------
@@ -83,22 +91,29 @@ std::vector<Layer*> Attention::children() {
 
 Shape Attention::build_impl(const Shape& input) {
     check_attention_input(*this, input, m_heads);
+    check_tensor_shard(*this, "heads", m_heads, m_shard.world);
     m_T = input[0];
     m_D = input[1];
-    m_qkv = std::make_unique<Linear>(3 * m_D, true);
+    m_H = m_heads / m_shard.world;
+    m_inner = m_D / m_shard.world;
+    m_qkv = std::make_unique<Linear>(3 * m_inner, true);
     m_proj = std::make_unique<Linear>(m_D, true);
+    if (m_shard.world > 1) {  // qkv column-parallel (its q, k, v parts), proj row-parallel
+        m_qkv->set_shard({LinearShard::Split::column, 3, m_shard.all_reduce});
+        m_proj->set_shard({LinearShard::Split::row, 1, m_shard.all_reduce});
+    }
     m_qkv->set_label(label() + ".qkv", path());
     m_proj->set_label(label() + ".proj", path());
     m_qkv->set_needs_input_grad(needs_input_grad());
     m_qkv->build(input, dtype(), device());
-    m_proj->build(input, dtype(), device());
+    m_proj->build(Shape{m_T, m_inner}, dtype(), device());
     if (m_dropout > 0) {
         m_attn_drop = std::make_unique<Dropout>(m_dropout);
         m_out_drop = std::make_unique<Dropout>(m_dropout);
         // The masks are told apart by label (engine/nn/dropout.h).
         m_attn_drop->set_label(label() + ".attn_dropout", path());
         m_out_drop->set_label(label() + ".out_dropout", path());
-        m_attn_drop->build(Shape{m_heads, m_T, m_T}, dtype(), device());
+        m_attn_drop->build(Shape{m_H, m_T, m_T}, dtype(), device());
         m_out_drop->build(input, dtype(), device());
     }
     return input;
@@ -116,33 +131,48 @@ void Attention::set_needs_input_grad_impl(bool needs) {
 }
 
 Tensor Attention::forward_impl(const Tensor& x, Mode mode) {
-    const int64_t B = x.dim(0), H = m_heads, T = m_T, Dh = m_D / m_heads;
+    const int64_t B = x.dim(0), H = m_H, T = m_T, Dh = m_D / m_heads;
     m_qkv_out = m_qkv->forward(x, mode);
-    m_probs = new_activation(Shape{B, H, T, T});
-    Tensor heads = new_activation(Shape{B, T, m_D});
-    dispatch_float(x.dtype(), [&]<class F>() {
-        if (void* q = x.queue())
-            kg::attention_scores_softmax<F>(B, T, H, Dh, m_causal, m_qkv_out.data<F>(), m_probs.data<F>(), q);
-        else
-            kc::attention_scores_softmax<F>(B, T, H, Dh, m_causal, m_qkv_out.data<F>(), m_probs.data<F>());
-    });
-    m_used = m_attn_drop ? m_attn_drop->forward(m_probs, mode) : m_probs;
+    Tensor heads = new_activation(Shape{B, T, m_inner});
+    scores_and_dropout(B, mode);
     dispatch_float(x.dtype(), [&]<class F>() {
         if (void* q = x.queue())
             kg::attention_apply<F>(B, T, H, Dh, m_causal, m_used.data<F>(), m_qkv_out.data<F>(), heads.data<F>(), q);
         else
             kc::attention_apply<F>(B, T, H, Dh, m_causal, m_used.data<F>(), m_qkv_out.data<F>(), heads.data<F>());
     });
+    if (m_recompute_scores && mode == Mode::train) {  // the T^2 tensors wait for backward
+        m_probs = m_used = Tensor();
+        if (m_attn_drop) m_attn_drop->release_saved();
+    }
     Tensor y = m_proj->forward(heads, mode);
     return m_out_drop ? m_out_drop->forward(y, mode) : y;
 }
 
+void Attention::scores_and_dropout(int64_t B, Mode mode) {
+    const int64_t H = m_H, T = m_T, Dh = m_D / m_heads;
+    m_probs = new_activation(Shape{B, H, T, T});
+    dispatch_float(m_qkv_out.dtype(), [&]<class F>() {
+        if (void* q = m_qkv_out.queue())
+            kg::attention_scores_softmax<F>(B, T, H, Dh, m_causal, m_qkv_out.data<F>(), m_probs.data<F>(), q);
+        else
+            kc::attention_scores_softmax<F>(B, T, H, Dh, m_causal, m_qkv_out.data<F>(), m_probs.data<F>());
+    });
+    m_used = m_attn_drop ? m_attn_drop->forward(m_probs, mode) : m_probs;
+}
+
+void Attention::release_saved_impl() { m_qkv_out = m_probs = m_used = Tensor(); }
+
 Tensor Attention::backward_impl(const Tensor& dy) {
-    PARALAB_CHECK(m_probs.defined(), label() + ": a second backward after one forward");
-    const int64_t B = dy.dim(0), H = m_heads, T = m_T, Dh = m_D / m_heads;
+    PARALAB_CHECK(m_qkv_out.defined(), label() + ": a second backward after one forward");
+    const int64_t B = dy.dim(0), H = m_H, T = m_T, Dh = m_D / m_heads;
+    if (!m_probs.defined()) {  // selective recomputation: the same scores from the same q, k
+        RecomputeScope recompute;
+        scores_and_dropout(B, Mode::train);
+    }
     const Tensor g = m_out_drop ? m_out_drop->backward(dy) : dy;
     const Tensor dheads = m_proj->backward(g);
-    Tensor dqkv = new_activation(Shape{B, T, 3 * m_D});
+    Tensor dqkv = new_activation(Shape{B, T, 3 * m_inner});
     Tensor dprobs = new_activation(Shape{B, H, T, T});
     dispatch_float(dy.dtype(), [&]<class F>() {
         if (void* q = dy.queue())
@@ -171,8 +201,8 @@ Tensor Attention::backward_impl(const Tensor& dy) {
 // the masked half included, as the usual MFU accounting counts them), and the softmax.
 int64_t Attention::flops_impl() const {
     if (!built()) return 0;
-    return m_qkv->flops_per_sample() + m_proj->flops_per_sample() + 4 * m_T * m_T * m_D +
-           5 * m_heads * m_T * m_T;
+    return m_qkv->flops_per_sample() + m_proj->flops_per_sample() + 4 * m_T * m_T * m_inner +
+           5 * m_H * m_T * m_T;
 }
 
 int64_t Attention::activations_impl() {
@@ -182,7 +212,7 @@ int64_t Attention::activations_impl() {
 }
 
 int64_t Attention::saved_per_sample() const {
-    return (m_attn_drop ? 2 : 1) * m_heads * m_T * m_T + 3 * m_T * m_D;
+    return m_H * m_T * m_T + m_T * m_inner;
 }
 
 // ---- TransformerBlock ------------------------------------------------------------------------
@@ -217,6 +247,16 @@ Shape TransformerBlock::build_impl(const Shape& input) {
     Layer& mlp = *at(1).children().front();
     auto* body = static_cast<Sequential*>(&mlp);
     static_cast<Linear&>(body->at(3)).set_out(input[1]);
+    if (m_shard.world > 1) {  // Megatron's MLP: the first linear column-, the second row-parallel
+        check_tensor_shard(*this, "heads", m_heads, m_shard.world);
+        check_tensor_shard(*this, "ffn", m_ffn, m_shard.world);
+        auto& fc1 = static_cast<Linear&>(body->at(1));
+        fc1.set_out(m_ffn / m_shard.world);
+        fc1.set_shard({LinearShard::Split::column, 1, m_shard.all_reduce});
+        static_cast<Linear&>(body->at(3)).set_shard({LinearShard::Split::row, 1, m_shard.all_reduce});
+        auto* attention = static_cast<Sequential*>(at(0).children().front());
+        static_cast<Attention&>(attention->at(1)).set_tensor_shard(m_shard);
+    }
     const char* names[] = {"attention", "mlp"};
     for (size_t i = 0; i < 2; ++i) {
         Layer& part = at(i);

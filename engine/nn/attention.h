@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "engine/nn/dropout.h"
@@ -30,6 +31,17 @@ private:
     Param* m_weight = nullptr;  // [T, D]
 };
 
+// Megatron-LM's tensor parallelism (engine/strategy/tensor_parallel.cpp), given to an attention
+// or a transformer_block before build: device `rank` of `world` computes heads
+// [rank H / world, (rank + 1) H / world) and, in a block, ffn / world of the MLP's units. Its
+// qkv and the MLP's first linear are column-parallel, proj and the MLP's second linear
+// row-parallel (LinearShard); `all_reduce` sums a tensor over the world's devices, in place.
+struct TensorShard {
+    int rank = 0;
+    int world = 1;
+    std::function<void(const Tensor&)> all_reduce;
+};
+
 // [T, D] -> [T, D]: qkv = x W_qkv^T + b (one linear D -> 3D), per head h (width D / heads)
 // softmax(q k^T / sqrt(D / heads)) v, causal when asked (position i sees j <= i), the heads
 // concatenated, then one linear D -> D. With dropout p > 0, in training, the attention
@@ -44,9 +56,17 @@ public:
 
     int64_t heads() const { return m_heads; }
     bool causal() const { return m_causal; }
-    // Numbers per sample held for backward beyond the children's: the probabilities [H, T, T]
-    // (twice with dropout: before and after it) and qkv [T, 3D].
+    // Before build only: this layer computes one shard of the heads (TensorShard).
+    void set_tensor_shard(TensorShard shard) { m_shard = std::move(shard); }
+    // Selective recomputation (nn/recompute.h): in training, the probabilities (and their
+    // dropout mask) are dropped after forward and computed again from q, k in backward.
+    void set_recompute_scores(bool on) { m_recompute_scores = on; }
+    // Numbers per sample held for backward beyond the children's outputs (qkv's among them;
+    // with dropout, the dropped probabilities): the probabilities [H, T, T] and the heads'
+    // concatenated output (the projection's input).
     int64_t saved_per_sample() const;
+    // Of those, the probabilities: what selective recomputation does not keep.
+    int64_t scores_per_sample() const { return (m_attn_drop ? 2 : 1) * m_H * m_T * m_T; }
 
 protected:
     Shape build_impl(const Shape& input) override;
@@ -56,12 +76,19 @@ protected:
     int64_t flops_impl() const override;
     int64_t activations_impl() override;
     void set_needs_input_grad_impl(bool needs) override;
+    void release_saved_impl() override;
 
 private:
+    // probs = softmax of the scores of m_qkv_out; m_used = what the product with V reads.
+    void scores_and_dropout(int64_t B, Mode mode);
+
     int64_t m_heads;
     bool m_causal;
     double m_dropout;
+    bool m_recompute_scores = false;
     int64_t m_T = 0, m_D = 0;
+    TensorShard m_shard;
+    int64_t m_H = 0, m_inner = 0;  // the heads this layer computes and their width (all: heads, D)
     std::unique_ptr<Linear> m_qkv, m_proj;
     std::unique_ptr<Dropout> m_attn_drop, m_out_drop;  // null when dropout is 0
     Tensor m_qkv_out;  // [B, T, 3D]
@@ -78,15 +105,21 @@ public:
     TransformerBlock(int64_t heads, int64_t ffn, double dropout, bool causal);
     int64_t heads() const { return m_heads; }
     int64_t ffn() const { return m_ffn; }
+    // Before build only: this block computes one shard of the heads and of the MLP (TensorShard).
+    void set_tensor_shard(TensorShard shard) { m_shard = std::move(shard); }
 
 protected:
     Shape build_impl(const Shape& input) override;
 
 private:
     int64_t m_heads, m_ffn;
+    TensorShard m_shard;
 };
 
 // Throws ShapeError naming `layer` unless `input` is [T, D] with D divisible by heads.
 void check_attention_input(const Layer& layer, const Shape& input, int64_t heads);
+// Throws ConfigError at "<layer path>.<key>" unless `count` (heads, ffn) divides over `world`
+// devices.
+void check_tensor_shard(const Layer& layer, const char* key, int64_t count, int world);
 
 }  // namespace paralab::nn

@@ -32,6 +32,7 @@ protected:
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
     int64_t flops_impl() const override;
+    void release_saved_impl() override { m_x = Tensor(); }
 
 private:
     // The oneDNN plan for this batch size (made on first use, kept for the next steps), or null

@@ -29,6 +29,7 @@ protected:
     Tensor backward_impl(const Tensor& dy) override;
     int64_t flops_impl() const override;
     void set_random_state_impl(uint64_t seed, uint64_t step, int64_t sample_offset) override;
+    void release_saved_impl() override { m_mask = Tensor(); }
 
 private:
     double m_p;

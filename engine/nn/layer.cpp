@@ -83,6 +83,11 @@ void Layer::zero_grad() {
         if (p->grad.defined()) p->grad.zero();
 }
 
+void Layer::release_saved() {
+    release_saved_impl();
+    for (Layer* c : children()) c->release_saved();
+}
+
 int64_t Layer::parameter_count() {
     int64_t n = 0;
     for (Param* p : parameters()) n += p->value.numel();

@@ -69,6 +69,9 @@ public:
     // Non-parameter state that belongs to the model (batchnorm running statistics).
     std::vector<Tensor> buffers();
     void zero_grad();
+    // Drops what the last forward kept for backward (its own and its children's), so that a
+    // recomputation (nn/recompute.h) holds only a block's input; the next forward keeps it again.
+    void release_saved();
 
     int64_t parameter_count();
     // Forward floating-point operations per sample (a multiply-add counts 2).
@@ -106,6 +109,7 @@ protected:
     virtual int64_t flops_impl() const { return 0; }
     virtual int64_t activations_impl() { return output_shape().numel(); }
     virtual void set_needs_input_grad_impl(bool needs) { (void)needs; }
+    virtual void release_saved_impl() {}
     virtual void set_random_state_impl(uint64_t seed, uint64_t step, int64_t sample_offset) {
         (void)seed, (void)step, (void)sample_offset;
     }

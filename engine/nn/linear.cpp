@@ -18,6 +18,12 @@ void Linear::set_out(int64_t out) {
     m_out = out;
 }
 
+void Linear::set_shard(LinearShard shard) {
+    PARALAB_CHECK(!built() && shard.all_reduce && shard.blocks >= 1,
+                  label() + ": set_shard after build or without an all-reduce");
+    m_shard = std::move(shard);
+}
+
 // input: [..., in] -> [..., out]
 Shape Linear::build_impl(const Shape& input) {
     if (input.rank() == 0 || input.back() < 1)
@@ -47,15 +53,21 @@ Tensor Linear::forward_impl(const Tensor& x, Mode mode) {
     const int64_t rows = x.numel() / m_in;
     Tensor y = new_activation(output_shape().with_batch(x.dim(0)));
     const Ops ops = ops_for(y);
+    // A row-parallel shard's output is a partial sum: the bias goes on after the all-reduce.
+    const bool partial = m_shard && m_shard->split == LinearShard::Split::row;
     dispatch_float(x.dtype(), [&]<class T>() {
         T beta = T(0);
-        if (m_bias) {
+        if (m_bias && !partial) {
             // y starts as the bias rows and the GEMM adds x W^T to them: one pass over y.
             ops.bias_broadcast_rows<T>(rows, m_out, m_bias->value.data<T>(), y.data<T>());
             beta = T(1);
         }
         ops.gemm<T>(false, true, rows, m_out, m_in, T(1), x.data<T>(), m_weight->value.data<T>(),
                     beta, y.data<T>());
+        if (partial) {
+            m_shard->all_reduce(y);
+            if (m_bias) ops.bias_add_rows<T>(rows, m_out, m_bias->value.data<T>(), y.data<T>());
+        }
     });
     m_x = x;
     return y;
@@ -78,6 +90,8 @@ Tensor Linear::backward_impl(const Tensor& dy) {
                         dx.data<T>());
     });
     m_x = Tensor();  // the saved input is dead once its gradients are out
+    // A column-parallel shard's input gradient is this shard's part of the sum.
+    if (dx.defined() && m_shard && m_shard->split == LinearShard::Split::column) m_shard->all_reduce(dx);
     return dx;
 }
 

@@ -1,7 +1,12 @@
 #include "engine/nn/model.h"
 
 #include "engine/device/device.h"
+#include "engine/nn/attention.h"
 #include "engine/nn/factory.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
 
 namespace paralab::nn {
 
@@ -36,7 +41,7 @@ std::unique_ptr<Layer> make_labelled(const LayerSpec& spec, const std::string& p
     return layer;
 }
 
-void collect(Layer& layer, const std::string& path, int depth, std::vector<LayerSummary>& out) {
+LayerSummary row_of(Layer& layer, const std::string& path, int depth) {
     LayerSummary row;
     row.path = path;
     row.type = layer.type();
@@ -44,13 +49,44 @@ void collect(Layer& layer, const std::string& path, int depth, std::vector<Layer
     row.parameters = layer.parameter_count();
     row.flops = layer.flops_per_sample();
     row.activations = layer.activations_per_sample();
+    const std::function<int64_t(Layer&)> scores = [&](Layer& l) {
+        int64_t n = 0;
+        if (auto* a = dynamic_cast<Attention*>(&l)) n += a->scores_per_sample();
+        for (Layer* c : l.children()) n += scores(*c);
+        return n;
+    };
+    row.attention_scores = scores(layer);
     row.depth = depth;
-    out.push_back(row);
+    return row;
+}
+
+// Adds `copy`'s counts to `row`: a repeated layer is one row for all its copies.
+void add_copy(LayerSummary& row, const LayerSummary& copy) {
+    row.output = copy.output;
+    row.parameters += copy.parameters;
+    row.flops += copy.flops;
+    row.activations += copy.activations;
+    row.attention_scores += copy.attention_scores;
+    ++row.copies;
+}
+
+void collect(Layer& layer, const std::string& path, int depth, std::vector<LayerSummary>& out) {
+    out.push_back(row_of(layer, path, depth));
     if (layer.type() == "residual") {
         auto parts = layer.children();
         auto body = parts.front()->children();
-        for (size_t i = 0; i < body.size(); ++i)
-            collect(*body[i], path + ".layers[" + std::to_string(i) + "]", depth + 1, out);
+        size_t row_of_previous = 0;
+        for (size_t i = 0; i < body.size(); ++i) {
+            // The file's path of the body layer (make_labelled): copies of one share it.
+            const std::string inner =
+                body[i]->path().empty() ? path + ".layers[" + std::to_string(i) + "]" : body[i]->path();
+            if (i > 0 && inner == out[row_of_previous].path && out[row_of_previous].depth == depth + 1) {
+                add_copy(out[row_of_previous], row_of(*body[i], inner, depth + 1));
+                continue;
+            }
+            row_of_previous = out.size();
+            collect(*body[i], inner, depth + 1, out);
+        }
         if (parts.size() > 1) collect(*parts[1], path + ".projection", depth + 1, out);
     }
 }
@@ -58,8 +94,8 @@ void collect(Layer& layer, const std::string& path, int depth, std::vector<Layer
 }  // namespace
 
 Model::Model(const std::vector<LayerSpec>& layers, const Shape& input, const std::string& loss,
-             DType dtype, Device& device)
-    : Model(layers, 0, layers.size(), input, loss, dtype, device) {}
+             DType dtype, Device& device, const std::function<void(Layer&)>& prepare)
+    : Model(layers, 0, SIZE_MAX, input, loss, dtype, device, prepare) {}
 
 std::unique_ptr<Model> Model::stage(const std::vector<LayerSpec>& layers, size_t first,
                                     size_t last, const Shape& input, const std::string& loss,
@@ -71,22 +107,26 @@ std::unique_ptr<Model> Model::stage(const std::vector<LayerSpec>& layers, size_t
 }
 
 Model::Model(const std::vector<LayerSpec>& layers, size_t first, size_t last, const Shape& input,
-             const std::string& loss, DType dtype, Device& device)
+             const std::string& loss, DType dtype, Device& device,
+             const std::function<void(Layer&)>& prepare)
     : m_first(first) {
     if (layers.empty()) throw ConfigError("model.layers", "expected at least one layer");
     std::vector<std::unique_ptr<Layer>> built;
+    const std::vector<LayerSpec> expanded = expand_repeats(layers);
+    last = std::min(last, expanded.size());
     for (size_t i = first; i < last; ++i) {
-        if (layers[i].type == "embedding" && i != 0)
-            throw ConfigError("model.layers[" + std::to_string(i) + "]",
+        const LayerSpec& spec = expanded[i];
+        const auto source = static_cast<size_t>(spec.source);
+        if (spec.type == "embedding" && (source != 0 || spec.copy > 0))
+            throw ConfigError("model.layers[" + std::to_string(source) + "]",
                               "an embedding takes token ids and must be the first layer");
-        const std::string path = "model.layers[" + std::to_string(i) + "]";
-        for (int64_t copy = 0; copy < layers[i].repeat; ++copy) {
-            const std::string name = layers[i].repeat > 1 ? std::to_string(copy + 1) + " of " +
-                                                                 std::to_string(layers[i].repeat)
-                                                           : std::string();
-            built.push_back(make_labelled(layers[i], path, name));
-            m_spec_of.push_back(i);
-        }
+        const std::string path = "model.layers[" + std::to_string(source) + "]";
+        const std::string copy = spec.copies > 1 ? std::to_string(spec.copy + 1) + " of " +
+                                                       std::to_string(spec.copies)
+                                                 : std::string();
+        built.push_back(make_labelled(spec, path, copy));
+        if (prepare) prepare(*built.back());
+        m_spec_of.push_back(source);
     }
     m_net = std::make_unique<Sequential>(std::move(built), "model");
     m_net->set_label("model");
@@ -94,6 +134,34 @@ Model::Model(const std::vector<LayerSpec>& layers, size_t first, size_t last, co
     m_net->set_needs_input_grad(first > 0);
     m_net->build(input, dtype, device);
     m_loss = make_loss(loss);
+}
+
+void Model::set_recompute(Recompute r) {
+    m_net->set_recompute_layers(r == Recompute::full);
+    const std::function<void(Layer&)> walk = [&](Layer& l) {
+        if (auto* a = dynamic_cast<Attention*>(&l)) a->set_recompute_scores(r == Recompute::selective);
+        for (Layer* c : l.children()) walk(*c);
+    };
+    walk(*m_net);
+}
+
+std::vector<LayerSpec> expand_repeats(const std::vector<LayerSpec>& layers) {
+    std::vector<LayerSpec> out;
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const LayerSpec& s = layers[i];
+        if (s.source >= 0) {  // already a copy
+            out.push_back(s);
+            continue;
+        }
+        for (int64_t c = 0; c < s.repeat; ++c) {
+            out.push_back(s);
+            out.back().repeat = 1;
+            out.back().source = static_cast<int64_t>(i);
+            out.back().copy = c;
+            out.back().copies = s.repeat;
+        }
+    }
+    return out;
 }
 
 ModelSummary summarize(const std::vector<LayerSpec>& layers, const Shape& input, const std::string& loss) {
@@ -111,16 +179,8 @@ std::vector<LayerSummary> Model::summary() {
     for (size_t i = 0; i < m_net->size(); ++i) {
         const std::string path = "model.layers[" + std::to_string(m_spec_of[i]) + "]";
         if (i > 0 && m_spec_of[i] == m_spec_of[i - 1]) {  // another copy of a repeated layer
-            std::vector<LayerSummary> copy;
-            collect(m_net->at(i), path, 0, copy);
-            for (auto& r : rows) {
-                if (r.path != path || r.depth != 0) continue;
-                r.output = copy.front().output;
-                r.parameters += copy.front().parameters;
-                r.flops += copy.front().flops;
-                r.activations += copy.front().activations;
-                ++r.copies;
-            }
+            for (auto& r : rows)
+                if (r.path == path && r.depth == 0) add_copy(r, row_of(m_net->at(i), path, 0));
             continue;
         }
         collect(m_net->at(i), path, 0, rows);

@@ -3,11 +3,13 @@
 // shape error points at the line of the file to change.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/nn/loss.h"
+#include "engine/nn/recompute.h"
 #include "engine/nn/sequential.h"
 #include "engine/nn/spec.h"
 
@@ -21,6 +23,7 @@ struct LayerSummary {
     int64_t parameters = 0;
     int64_t flops = 0;  // forward, per sample
     int64_t activations = 0;  // numbers per sample held for backward (Layer::activations_per_sample)
+    int64_t attention_scores = 0;  // of those, attention probabilities (selective recomputation's)
     int depth = 0;      // nesting level (residual bodies are 1 deeper)
     int64_t copies = 1; // a layer with "repeat": N is one row for its N copies (counts summed)
 };
@@ -33,6 +36,11 @@ struct ModelSummary {
     int64_t flops_per_sample = 0;
 };
 
+// The layer list with each "repeat": N layer written out as N consecutive copies (repeat 1,
+// source = its index in `layers`, copy 0..N-1 of copies N): a model's top-level layers one for
+// one, which is how the staged strategies count layers. Idempotent.
+std::vector<LayerSpec> expand_repeats(const std::vector<LayerSpec>& layers);
+
 class Model;
 // Builds the model on the meta device (engine/device/device.h): every shape and count, no
 // parameter memory, so that a model of any size is summarised at once. Throws like Model's
@@ -43,8 +51,10 @@ class Model {
 public:
     // Builds every layer for per-sample `input` on `device`; throws ShapeError naming the layer
     // and both shapes, ConfigError for bad options. Parameters are zero until reset_parameters.
+    // `prepare`, when given, sees each top-level layer (labelled, not yet built): a strategy's
+    // settings that change how a layer builds (tensor_parallel's TensorShard).
     Model(const std::vector<LayerSpec>& layers, const Shape& input, const std::string& loss,
-          DType dtype, Device& device);
+          DType dtype, Device& device, const std::function<void(Layer&)>& prepare = {});
 
     // One stage of a model split across devices (model_parallel, pipeline): the top-level
     // layers [first, last) of `layers`, built for per-sample `input` (the output shape of layer
@@ -57,6 +67,9 @@ public:
                                         DType dtype, Device& device);
 
     void reset_parameters(Rng& rng) { m_net->reset_parameters(rng); }
+    // train.recompute (nn/recompute.h): selective sets every attention's, full the model's
+    // top-level layers (each keeps only its input; a repeated layer's copies each count).
+    void set_recompute(Recompute r);
 
     // x: [B, ...input] -> [B, ...output]
     Tensor forward(const Tensor& x, Mode mode) { return m_net->forward(x, mode); }
@@ -86,7 +99,8 @@ public:
 
 private:
     Model(const std::vector<LayerSpec>& layers, size_t first, size_t last, const Shape& input,
-          const std::string& loss, DType dtype, Device& device);
+          const std::string& loss, DType dtype, Device& device,
+          const std::function<void(Layer&)>& prepare = {});
 
     size_t m_first = 0;
     std::vector<size_t> m_spec_of;  // per layer of m_net: its index in the experiment's layers

@@ -1,4 +1,5 @@
 #include "engine/nn/norm.h"
+#include "engine/nn/recompute.h"
 
 #include <kernels/cpu/norm.h>
 #include <kernels/gpu/memory.h>
@@ -107,6 +108,15 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Mode mode) {
         const T* gamma = m_weight->value.data<T>();
         T* rm = m_running_mean.data<T>();
         T* rv = m_running_var.data<T>();
+        // A recomputed forward (nn/recompute.h) moves the running statistics into scratch
+        // copies: they moved once, in the forward it repeats.
+        Tensor rm_scratch, rv_scratch;
+        if (train && recomputing()) {
+            rm_scratch = m_running_mean.clone(MemCategory::workspace);
+            rv_scratch = m_running_var.clone(MemCategory::workspace);
+            rm = rm_scratch.data<T>();
+            rv = rv_scratch.data<T>();
+        }
         if (q) {
             kg::batchnorm_stats<T>(C, train, st, m_eps, m_momentum, gamma, rm, rv, m_mean.data<T>(),
                                    scale.data<T>(), m_invstd.data<double>(), q);

@@ -44,6 +44,11 @@ protected:
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
     int64_t flops_impl() const override;
+    void release_saved_impl() override {
+        m_x = Tensor();
+        m_mean = Tensor();
+        m_invstd = Tensor();
+    }
 
     // Called in train mode between the local sums and the formulas. stats is [2C + 1]: in
     // forward (sum of x [C], sum of x^2 [C]), in backward (sum of dy, sum of dy * (x - mean)),
@@ -91,6 +96,11 @@ protected:
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
     int64_t flops_impl() const override;
+    void release_saved_impl() override {
+        m_x = Tensor();
+        m_mean = Tensor();
+        m_rstd = Tensor();
+    }
 
 private:
     double m_eps;

@@ -50,6 +50,11 @@ struct Ops {
         else kernels::cpu::bias_broadcast_rows<T>(rows, cols, bias, y);
     }
     template <class T>
+    void bias_add_rows(int64_t rows, int64_t cols, const T* bias, T* y) const {
+        if (q) kernels::gpu::bias_add_rows<T>(rows, cols, bias, y, q);
+        else kernels::cpu::bias_add_rows<T>(rows, cols, bias, y);
+    }
+    template <class T>
     void column_sums_accumulate(int64_t rows, int64_t cols, const T* x, T* sums) const {
         if (q) kernels::gpu::column_sums_accumulate<T>(rows, cols, x, sums, q);
         else kernels::cpu::column_sums_accumulate<T>(rows, cols, x, sums);

@@ -36,6 +36,7 @@ public:
 protected:
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
+    void release_saved_impl() override { m_argmax = Tensor(); }
 
 private:
     // The forward's argmax per output (int32 positions within the input plane), kept in an

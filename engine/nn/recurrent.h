@@ -39,6 +39,7 @@ protected:
     Shape build_impl(const Shape& input) override;
     void reset_parameters_impl(Rng& rng) override;
     int64_t flops_impl() const override;
+    void release_saved_impl() override { m_x = Tensor(); }
 
     // top: the top layer's outputs [B, T, H] -> the layer's output: top itself (sequence) or
     // its last step [B, H].
@@ -107,6 +108,10 @@ public:
 protected:
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
+    void release_saved_impl() override {
+        RecurrentLayer::release_saved_impl();
+        m_saved.clear();
+    }
 
 private:
     // What one stacked layer's backward reads, from the last forward; all [B, T, ...].
@@ -129,6 +134,10 @@ public:
 protected:
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
+    void release_saved_impl() override {
+        RecurrentLayer::release_saved_impl();
+        m_saved.clear();
+    }
 
 private:
     struct Saved {

@@ -3,6 +3,7 @@
 #include "engine/nn/conv2d.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/ops.h"
+#include "engine/nn/recompute.h"
 
 namespace paralab::nn {
 
@@ -42,14 +43,31 @@ void Sequential::reset_parameters_impl(Rng& rng) {
 }
 
 Tensor Sequential::forward_impl(const Tensor& x, Mode mode) {
+    m_mode = mode;
+    m_inputs.clear();
+    const bool recompute = m_recompute && mode == Mode::train;
     Tensor h = x;
-    for (auto& l : m_layers) h = l->forward(h, mode);
+    for (size_t i = 0; i < m_layers.size(); ++i) {
+        if (recompute && i + 1 < m_layers.size()) m_inputs.push_back(h);
+        h = m_layers[i]->forward(h, mode);
+        if (recompute && i + 1 < m_layers.size()) m_layers[i]->release_saved();
+    }
     return h;
+}
+
+void Sequential::recompute_before_backward(size_t i) {
+    if (i >= m_inputs.size() || !m_inputs[i].defined()) return;
+    {
+        RecomputeScope recompute;
+        m_layers[i]->forward(m_inputs[i], m_mode);
+    }
+    m_inputs[i] = Tensor();
 }
 
 Tensor Sequential::backward_impl(const Tensor& dy) {
     Tensor g = dy;
     for (size_t i = m_layers.size(); i-- > 0;) {
+        recompute_before_backward(i);
         g = m_layers[i]->backward(g);
         // Only the first layer may end the chain (no input gradient wanted, or token ids).
         if (!g.defined()) {

@@ -16,6 +16,13 @@ public:
     size_t size() const { return m_layers.size(); }
     Layer& at(size_t i) { return *m_layers[i]; }
     std::vector<Layer*> children() override;
+    // Full recomputation (nn/recompute.h): in training, each layer but the last keeps only its
+    // input from forward to backward, and runs its forward again just before its backward.
+    void set_recompute_layers(bool on) { m_recompute = on; }
+    // With recomputation on, runs layer i's forward again from its kept input (once; a no-op
+    // otherwise). Backward calls it before each layer's backward; so must a caller that walks
+    // the layers' backward itself.
+    void recompute_before_backward(size_t i);
     bool runs_on_gpu() const override { return true; }
 
 protected:
@@ -29,6 +36,9 @@ protected:
 
 private:
     std::vector<std::unique_ptr<Layer>> m_layers;
+    bool m_recompute = false;
+    Mode m_mode = Mode::train;
+    std::vector<Tensor> m_inputs;  // with m_recompute: each layer's input from the last forward
 };
 
 // y = x + body(x) when body keeps the shape; y = projection(x) + body(x) otherwise, where the

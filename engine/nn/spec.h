@@ -39,6 +39,10 @@ struct LayerSpec {
     std::vector<LayerSpec> layers{};
     // Any layer: this many consecutive copies, each with its own parameters.
     int64_t repeat = 1;
+    // Set by expand_repeats (model.h) on each copy: the layer's index in the file's list, and
+    // which copy of how many it is. -1: the spec is the file's own, at its index in the list.
+    int64_t source = -1;
+    int64_t copy = 0, copies = 1;
 };
 
 }  // namespace paralab::nn

@@ -126,6 +126,10 @@ std::optional<Event> decode(const std::string& line) {
             e.eval.loss = j.at("loss").get<double>();
             if (!j.at("accuracy").is_null()) e.eval.accuracy = j.at("accuracy").get<double>();
             e.eval.samples = j.at("samples").get<int64_t>();
+            if (j.contains("text")) {  // a text model's sample
+                e.eval.prompt = j.value("prompt", std::string());
+                e.eval.sample = j.at("text").get<std::string>();
+            }
         } else if (kind == "finish") {
             e.kind = Event::Kind::finish;
             e.summary = summary_from(j.at("summary"));

@@ -289,6 +289,7 @@ config::TrainConfig parse_train(const json& j) {
     t.clip_norm = r.number("clip_norm", 0.0, INFINITY, false);
     t.precision = r.choice("precision", "fp32", {"fp32", "bf16", "fp16"});
     t.eval_every = r.integer("eval_every", 0, 0, INT64_MAX);
+    t.recompute = r.choice("recompute", "none", {"none", "selective", "full"});
     r.finish();
     return t;
 }
@@ -556,7 +557,8 @@ json to_json(const config::Experiment& e) {
                   {"grad_accum", t.grad_accum},
                   {"clip_norm", t.clip_norm ? json(*t.clip_norm) : json(nullptr)},
                   {"precision", t.precision},
-                  {"eval_every", t.eval_every}};
+                  {"eval_every", t.eval_every},
+                  {"recompute", t.recompute}};
     return j;
 }
 

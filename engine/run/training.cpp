@@ -251,10 +251,15 @@ bool begin_step(Shared& sh, Rank& rank, int64_t step) {
 
 void rank_main(Shared& sh, int index) {
     Rank rank(index, sh.ctx);
+    struct ListenerReset {  // the listener refers to `rank`: gone with it
+        ~ListenerReset() { nn::set_recompute_listener({}); }
+    } listener_reset;
     const config::Experiment& e = sh.e;
     bool started = false;
     try {
         rank.device().make_current();
+        // Recomputation inside backward is a phase of its own on the timeline.
+        nn::set_recompute_listener([&rank](Clock::time_point b, Clock::time_point e) { rank.record_recompute(b, e); });
         sh.strategy.start_rank(rank);
         started = true;
         const strategy::DataRole role = sh.strategy.data_role(index);

@@ -21,7 +21,8 @@ namespace paralab::strategy {
     X(hogwild)                \
     X(param_server)           \
     X(model_parallel)         \
-    X(pipeline)
+    X(pipeline)               \
+    X(tensor_parallel)
 
 #define PARALAB_DECLARE(name) StrategyDescriptor name##_descriptor();
 PARALAB_STRATEGIES(PARALAB_DECLARE)
@@ -190,7 +191,32 @@ int64_t ModelCost::parameters() const {
 }
 
 int64_t ModelCost::activations_per_example() const {
-    return input_numel + std::accumulate(layer_activations.begin(), layer_activations.end(), int64_t{0});
+    // The loss keeps a copy of the output too (cross-entropy's softmax, mse's target).
+    return input_numel + activations_of(0, layer_activations.size()) + output_numel;
+}
+
+int64_t ModelCost::activations_of(size_t first, size_t last) const {
+    last = std::min(last, layer_activations.size());
+    // in_flight: what one layer adds while its backward runs (its recomputed activations);
+    // gradients: the gradients of one layer's activations, alive during its backward.
+    int64_t held = 0, in_flight = 0, gradients = 0;
+    for (size_t l = first; l < last; ++l) {
+        switch (recompute) {
+            case nn::Recompute::none: held += layer_activations[l]; break;
+            case nn::Recompute::selective:
+                held += layer_activations[l] - layer_scores[l];
+                in_flight = std::max(in_flight, layer_scores[l]);
+                break;
+            case nn::Recompute::full:
+                // Each layer keeps its output (the next one's input); the last layer of a model
+                // or stage is not recomputed and keeps everything.
+                held += l + 1 == last ? layer_activations[l] : layer_outputs[l];
+                in_flight = std::max(in_flight, layer_activations[l]);
+                break;
+        }
+        gradients = std::max(gradients, layer_activations[l]);
+    }
+    return held + in_flight + gradients;
 }
 
 int optimizer_state_per_parameter(const optim::OptimizerConfig& o) {
@@ -206,13 +232,18 @@ int64_t rows_of(int64_t batch, int r, int shards) {
 ModelCost model_cost(const config::Experiment& e, const Shape& input) {
     const nn::ModelSummary model = nn::summarize(e.layers, input, e.loss);
     ModelCost cost;
+    cost.recompute = nn::recompute_from_name(e.train.recompute);
     cost.input_numel = input.numel();
     cost.output_numel = model.output.numel();
     for (const auto& row : model.layers) {
         if (row.depth != 0) continue;  // a residual's body is counted in its row
-        cost.layer_parameters.push_back(row.parameters);
-        cost.layer_outputs.push_back(row.output.numel());
-        cost.layer_activations.push_back(row.activations);
+        // A repeated layer's row is its copies, each a layer of its own (nn::expand_repeats).
+        for (int64_t c = 0; c < row.copies; ++c) {
+            cost.layer_parameters.push_back(row.parameters / row.copies);
+            cost.layer_outputs.push_back(row.output.numel());
+            cost.layer_activations.push_back(row.activations / row.copies);
+            cost.layer_scores.push_back(row.attention_scores / row.copies);
+        }
     }
     return cost;
 }

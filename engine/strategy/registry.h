@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/config/experiment.h"
+#include "engine/nn/recompute.h"
 #include "engine/tensor/allocator.h"
 
 namespace paralab::strategy {
@@ -48,14 +49,23 @@ struct DeviceMemoryEstimate {
 // it outputs per example (a residual block's body counted with it).
 struct ModelCost {
     std::vector<int64_t> layer_parameters;
-    std::vector<int64_t> layer_outputs;      // per example, by layer of the file
+    // By top-level layer of the model (a repeated layer's copies one by one, nn::expand_repeats).
+    std::vector<int64_t> layer_outputs;      // per example
     std::vector<int64_t> layer_activations;  // per example: what each layer holds for backward
+    std::vector<int64_t> layer_scores;       // per example: of those, attention probabilities
+    nn::Recompute recompute = nn::Recompute::none;  // train.recompute
     int64_t input_numel = 0;   // per example
     int64_t output_numel = 0;  // the model's output per example
     int64_t parameters() const;
-    // Numbers per example held for backward: the input and every layer's activations (its
-    // output; a composite's inner outputs; attention's probabilities).
+    // Numbers per example held for backward: the input, every layer's activations (its
+    // output; a composite's inner outputs; attention's probabilities) and the loss's copy of
+    // the output.
     int64_t activations_per_example() const;
+    // Numbers per example held for backward by layers [first, last) under `recompute`: all of
+    // theirs (none); without the attention probabilities but one attention's (selective); each
+    // layer's output, all of the last one's, and one layer's whole while it is recomputed (full);
+    // plus the gradients of one layer's activations, alive while its backward runs.
+    int64_t activations_of(size_t first, size_t last) const;
 };
 
 // Reads the shapes of `e`'s model for per-example `input` (run::model_input_shape) through

@@ -31,6 +31,7 @@ void ReplicaStrategy::build_replicas(RunContext& ctx, nn::Model& reference, bool
             slot = make_replica(e, ctx.input, reference, device);
         else
             slot = std::make_unique<nn::Model>(e.layers, ctx.input, e.loss, DType::f32, device);
+        slot->set_recompute(nn::recompute_from_name(e.train.recompute));
         m_params[static_cast<size_t>(r)] = slot->parameters();
         m_layout = r;
     }

@@ -126,8 +126,10 @@ void check_split(const std::vector<int64_t>& split, int world, size_t layers) {
 void check_stages(const config::Experiment& e) {
     const auto split = option<std::vector<int64_t>>(e.strategy, "split");
     const int world = static_cast<int>(e.devices.size());
-    check_stage_count(world, e.layers.size(), e.strategy.type);
-    if (!split.empty()) check_split(split, world, e.layers.size());
+    // A repeated layer's copies are layers of their own here (nn::expand_repeats).
+    const size_t layers = nn::expand_repeats(e.layers).size();
+    check_stage_count(world, layers, e.strategy.type);
+    if (!split.empty()) check_split(split, world, layers);
 }
 
 std::vector<size_t> stage_bounds(const config::Experiment& e, nn::Model& reference, int world,
@@ -224,6 +226,7 @@ private:
 void StagedStrategy::setup_impl(RunContext& ctx, nn::Model& reference) {
     const config::Experiment& e = *ctx.experiment;
     const std::vector<size_t> bounds = stage_bounds(e, reference, m_world, name());
+    const std::vector<nn::LayerSpec> layers = nn::expand_repeats(e.layers);  // as reference.net()
     if (m_pipelined) {
         m_micro_batches = option<int64_t>(e.strategy, "micro_batches");
         m_schedule = schedule_of(e);
@@ -257,7 +260,8 @@ void StagedStrategy::setup_impl(RunContext& ctx, nn::Model& reference) {
             contexts_needed(m_schedule, s, m_world, static_cast<int>(m_micro_batches));
         for (int c = 0; c < contexts; ++c) {
             auto model =
-                nn::Model::stage(e.layers, st.first, st.last, st.input, e.loss, DType::f32, device);
+                nn::Model::stage(layers, st.first, st.last, st.input, e.loss, DType::f32, device);
+            model->set_recompute(nn::recompute_from_name(e.train.recompute));
             if (c == 0) {
                 st.params = model->parameters();
                 st.buffers = model->buffers();
@@ -469,7 +473,8 @@ std::vector<DeviceMemoryEstimate> stage_memory(const config::Experiment& e, cons
         // what crosses devices is accounted as activations, not communication.
         const int64_t stage_input = bounds[r] == 0 ? m.input_numel : m.layer_outputs[bounds[r] - 1];
         int64_t params = 0, acts = 2 * stage_input;
-        for (int64_t l = bounds[r]; l < bounds[r + 1]; ++l) params += m.layer_parameters[l], acts += m.layer_activations[l];
+        for (int64_t l = bounds[r]; l < bounds[r + 1]; ++l) params += m.layer_parameters[l];
+        acts += m.activations_of(static_cast<size_t>(bounds[r]), static_cast<size_t>(bounds[r + 1]));
         const int in_flight = pipelined ? contexts_needed(schedule_of(e), r, n, micro) : 1;
         out[r].role = "stage " + std::to_string(r + 1) + ": layers " + std::to_string(bounds[r]) + "–" +
                       std::to_string(std::max<int64_t>(bounds[r], bounds[r + 1] - 1));

@@ -68,6 +68,10 @@ void Rank::record_idle(const char* phase, Clock::time_point b, Clock::time_point
     add_span(phase, seconds_since_t0(b), seconds_since_t0(e), 0);
 }
 
+void Rank::record_recompute(Clock::time_point b, Clock::time_point e) {
+    add_span("recompute", seconds_since_t0(b), seconds_since_t0(e), 0);
+}
+
 bool Rank::straggle() const {
     if (m_straggle_ms <= 0) return true;
     // In slices of at most 20 ms, so that a stop request ends the sleep promptly.
@@ -136,6 +140,7 @@ void copy_parameters(const std::vector<nn::Param*>& from, const std::vector<nn::
 std::unique_ptr<nn::Model> make_replica(const config::Experiment& e, const Shape& input,
                                         nn::Model& reference, Device& device) {
     auto model = std::make_unique<nn::Model>(e.layers, input, e.loss, DType::f32, device);
+    model->set_recompute(nn::recompute_from_name(e.train.recompute));
     copy_parameters(reference.parameters(), model->parameters());
     auto from = reference.buffers();
     auto to = model->buffers();
@@ -193,6 +198,7 @@ static void backward_by_layer(nn::Model& model, const Tensor& dy,
     Tensor g = dy;
     for (size_t i = net.size(); i-- > 0;) {
         if (layer_begin) layer_begin(i);
+        net.recompute_before_backward(i);
         g = net.at(i).backward(g);
         if (layer_done) layer_done(i);
         if (!g.defined()) {

@@ -119,6 +119,9 @@ public:
     void record_async_comm(const comm::CommRecord& r);
     // Time this thread waited for another (its communication thread, a server).
     void record_idle(const char* phase, Clock::time_point b, Clock::time_point e);
+    // A recomputation (nn/recompute.h) inside the current compute phase: a "recompute" span on
+    // the timeline; its time stays in the compute time of the step.
+    void record_recompute(Clock::time_point b, Clock::time_point e);
     // Sleeps strategy.straggler.delay_ms inside the current phase when this rank is the
     // experiment's straggler; a stop request (RunContext::stop_requested) ends the sleep early.
     // False when it did.

@@ -48,7 +48,9 @@ s = json.load(open(sys.argv[1]))
 assert [l["type"] for l in s["layers"]] == ["linear", "relu", "linear", "relu", "linear"], s["layers"]
 assert s["layers"][0]["output"] == [64] and s["layers"][0]["parameters"] == 192 and s["layers"][0]["flops"] == 320
 assert sum(l["parameters"] for l in s["layers"]) == s["totals"]["parameters"] == 4547
-assert s["totals"]["activation_bytes"] == (2 + 64 * 4 + 3) * s["totals"]["batch_size"] * 4
+# the input, the five outputs, the copy of the output the loss keeps, and the gradient of the
+# largest layer output while its backward runs
+assert s["totals"]["activation_bytes"] == (2 + 64 * 4 + 3 + 3 + 64) * s["totals"]["batch_size"] * 4
 assert s["strategy"]["type"] == "single"
 ' "$tmp/out" || { echo "FAIL validate_json: summary"; failed=$((failed + 1)); }
 check devices 0 'cpu' -- "$paralab" devices
@@ -183,12 +185,22 @@ for key in mode machine data all_reduce strategies ddp pipeline_idle; do
 done
 [ "$(grep -c '^{' "$tmp/out")" = 1 ] || { echo "FAIL bench_smoke_json: not exactly one JSON line"; failed=$((failed + 1)); }
 
+# The char-GPT: 4 blocks as one row, every parameter counted (the hand count is in
+# tests/engine/test_transformer.cpp).
+if [ -d /usr/share/games/fortunes ]; then
+    check validate_gpt 0 'total: 867,328 parameters' -- "$paralab" validate "$examples/gpt-char.paralab.json"
+    check validate_gpt_repeat 0 'transformer_block x4' -- "$paralab" validate "$examples/gpt-char.paralab.json"
+fi
+
 # Every shipped example validates and runs a few steps (Fashion-MNIST ones when it is installed).
 for f in "$examples"/*.paralab.json; do
     n=$(basename "$f" .paralab.json)
     check "validate_$n" 0 'total:' -- "$paralab" validate "$f"
     if grep -q fashion-mnist "$f" && [ ! -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
         echo "skip example_$n: Fashion-MNIST is not installed"; continue
+    fi
+    if grep -q '"text"' "$f" && [ ! -d /usr/share/games/fortunes ]; then
+        echo "skip example_$n: fortunes is not installed"; continue
     fi
     check "example_$n" 0 '"status":"finished"' -- "$paralab" run "$f" --steps 3 --json
 done

@@ -293,4 +293,23 @@ TEST(TransformerModel, RepeatMakesCopiesWithTheirOwnParametersAndOneSummaryRow) 
     EXPECT_EQ(m.net().at(3).label(), "model.layers[2] (transformer_block 2 of 4)");
 }
 
+// Inside a residual a repeated layer is one row too, under its own path.
+TEST(TransformerModel, RepeatInsideAResidualIsOneRowUnderItsPath) {
+    auto dev = make_cpu_device(0);
+    nn::LayerSpec lin = spec("linear");
+    lin.out = 4;
+    lin.repeat = 3;
+    nn::LayerSpec res = spec("residual");
+    res.layers = {lin, spec("relu")};
+    nn::Model m({res}, Shape{4}, "mse", DType::f32, *dev);
+    const auto rows = m.summary();
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_EQ(rows[1].path, "model.layers[0].layers[0]");
+    EXPECT_EQ(rows[1].copies, 3);
+    EXPECT_EQ(rows[1].parameters, 3 * (4 * 4 + 4));
+    EXPECT_EQ(rows[2].path, "model.layers[0].layers[1]");
+    EXPECT_EQ(rows[2].type, "relu");
+    EXPECT_EQ(rows[0].parameters, 60);
+}
+
 }  // namespace

@@ -6,10 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <kernels/gpu/elementwise.h>
 #include <nlohmann/json.hpp>
@@ -220,6 +224,43 @@ TEST_F(GpuRuns, DdpOnTwoVirtualGpusMatchesTheSingleGpu) {
     const auto r3 = run_it(no_overlap);
     ASSERT_EQ(r3.summary.status, "finished") << r3.summary.error;
     EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.parameters, r3.artifacts.parameters), 1e-5);
+}
+
+// tensor_parallel's all-reduces run in the GPUs' memory and its evaluation on the host; in fp32
+// and in fp16 (the shards agree on overflow) it ends where the single GPU does.
+TEST_F(GpuRuns, TensorParallelOnTwoVirtualGpusMatchesTheSingleGpu) {
+    using strategy_testing::run_it;
+    const auto corpus = std::filesystem::temp_directory_path() / ("paralab-gpu-tp-" + std::to_string(::getpid()) + ".txt");
+    {
+        std::ofstream out(corpus);
+        for (int i = 0; i < 80; ++i) out << "Heads split over virtual GPUs, " << i << " sums all-reduced.\n";
+    }
+    json one = json::parse(R"({
+      "paralab": 1, "name": "gpu-tp", "seed": 7,
+      "data": {"dataset": "text", "seq_len": 8, "batch_size": 4, "test_limit": 4},
+      "model": {"input": [8], "layers": [
+          {"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
+          {"type": "transformer_block", "heads": 4, "ffn": 16, "repeat": 2},
+          {"type": "layernorm"}, {"type": "linear", "out": 256}], "loss": "cross_entropy"},
+      "optimizer": {"type": "adamw", "lr": 0.01, "eps": 1e-6},
+      "train": {"epochs": 1, "max_steps": 5},
+      "devices": ["cuda:0"], "strategy": {"type": "single"}
+    })");
+    one["data"]["path"] = corpus.string();
+    for (const char* precision : {"fp32", "fp16"}) {
+        json two = one;
+        two["devices"] = {"cuda:0", "cuda:0"};
+        two["strategy"] = {{"type", "tensor_parallel"}};
+        one["train"]["precision"] = two["train"]["precision"] = precision;
+        const auto r1 = run_it(one), r2 = run_it(two);
+        ASSERT_EQ(r1.summary.status, "finished") << precision << ": " << r1.summary.error;
+        ASSERT_EQ(r2.summary.status, "finished") << precision << ": " << r2.summary.error;
+        EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.parameters, r2.artifacts.parameters),
+                  std::string(precision) == "fp32" ? 1e-5 : 1e-3) << precision;
+        ASSERT_TRUE(r1.summary.test_loss && r2.summary.test_loss);
+        EXPECT_NEAR(*r1.summary.test_loss, *r2.summary.test_loss, 1e-3 * (1 + *r1.summary.test_loss)) << precision;
+    }
+    std::filesystem::remove(corpus);
 }
 
 // Every deterministic strategy on two virtual GPUs ends where the single GPU does (docs/strategies.md).

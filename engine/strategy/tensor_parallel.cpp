@@ -1,0 +1,430 @@
+// tensor_parallel: Megatron-LM's splitting of every attention and transformer_block over all
+// devices (Shoeybi et al. 2019; docs/strategies.md). Every device runs the whole global batch.
+//
+// Device r of N holds heads [r H/N, (r+1) H/N) of each attention: the rows of qkv's weight
+// [3D, D] that make those heads' q, k and v (three row ranges, one in each D-block) and the
+// matching columns of proj's weight [D, D/N]; in a block, also rows [r f/N, (r+1) f/N) of the
+// MLP's first linear and those columns of its second. The layers do the splitting
+// (nn::TensorShard, nn::LinearShard); this file gives them the all-reduce and the slices.
+//
+//   forward:  x (whole) -> qkv shard -> this device's heads -> proj shard = a partial sum
+//             -> all-reduce, + bias -> y (whole); the MLP alike: 2 all-reduces per block
+//   backward: the conjugates: the input gradient leaving each column-parallel linear is a
+//             partial sum -> all-reduce: 2 per block
+// Each all-reduce moves B·T·D numbers. Every other layer (embeddings, layernorms, the head,
+// the row-parallel biases) is replicated: it sees the same whole inputs and gradients on every
+// device, so its gradients are identical everywhere and need no reduction.
+//
+// Every device starts from slices of `reference` and steps its own shards with its own
+// optimizer (element-wise, so the shards' steps are the single device's); parameters() puts
+// the shards together in the single device's order, and predict() runs that whole model on
+// the host.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "engine/device/gpu_values.h"
+#include "engine/nn/attention.h"
+#include "engine/optim/clip.h"
+#include "engine/strategy/registry.h"
+#include "engine/strategy/strategy.h"
+
+namespace paralab::strategy {
+
+namespace {
+
+// ---- the model's layers, as the experiment file lists them -----------------------------------
+
+// Each attention and transformer_block spec of `layers` (residual bodies included), with its
+// JSON path.
+void for_each_split_spec(const std::vector<nn::LayerSpec>& layers, const std::string& prefix,
+                         const std::function<void(const nn::LayerSpec&, const std::string&)>& fn) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const std::string path = prefix + "[" + std::to_string(i) + "]";
+        if (layers[i].type == "attention" || layers[i].type == "transformer_block")
+            fn(layers[i], path);
+        if (layers[i].type == "residual")
+            for_each_split_spec(layers[i].layers, path + ".layers", fn);
+    }
+}
+
+int world_of(const config::Experiment& e) {
+    return std::max<int>(1, static_cast<int>(e.devices.size()));
+}
+
+void check_tensor_parallel(const config::Experiment& e) {
+    for (const char* key : {"sequence_parallel", "vocab_parallel"})
+        if (option<bool>(e.strategy, key))
+            throw ConfigError(
+                std::string("strategy.") + key,
+                "not supported yet: tensor_parallel splits attention and transformer_block "
+                "layers only; set it to false");
+    const int n = world_of(e);
+    bool any = false;
+    for_each_split_spec(
+        e.layers, "model.layers", [&](const nn::LayerSpec& s, const std::string& path) {
+            any = true;
+            if (s.heads > 0 && s.heads % n != 0)
+                throw ConfigError(path + ".heads", std::to_string(s.heads) +
+                                                       " heads do not divide over " +
+                                                       std::to_string(n) + " devices");
+            if (s.type == "transformer_block" && s.ffn > 0 && s.ffn % n != 0)
+                throw ConfigError(path + ".ffn", std::to_string(s.ffn) +
+                                                     " ffn units do not divide over " +
+                                                     std::to_string(n) + " devices");
+        });
+    if (!any)
+        throw ConfigError("model.layers",
+                          "tensor_parallel splits attention and transformer_block layers, and "
+                          "this model has none; use ddp or pipeline for it");
+}
+
+// Gives every attention and transformer_block of an unbuilt layer tree its shard.
+void give_shard(nn::Layer& layer, const nn::TensorShard& shard) {
+    if (auto* block = dynamic_cast<nn::TransformerBlock*>(&layer))
+        return block->set_tensor_shard(shard);
+    if (auto* attention = dynamic_cast<nn::Attention*>(&layer))
+        return attention->set_tensor_shard(shard);
+    for (nn::Layer* child : layer.children()) give_shard(*child, shard);
+}
+
+// ---- slices of the whole model's parameters ---------------------------------------------------
+
+// How one parameter of the whole model is cut: whole (replicated), by rows of its first
+// dimension in `blocks` equal parts (a column-parallel weight or bias), or by columns of its
+// second (a row-parallel weight).
+struct Cut {
+    enum class Kind { whole, rows, columns };
+    Kind kind = Kind::whole;
+    int64_t blocks = 1;
+};
+
+// The cut of each parameter of a built shard model, in parameters() order.
+void collect_cuts(nn::Layer& layer, std::vector<Cut>& out) {
+    if (auto* linear = dynamic_cast<nn::Linear*>(&layer); linear && linear->shard()) {
+        const nn::LinearShard& s = *linear->shard();
+        const bool column = s.split == nn::LinearShard::Split::column;
+        out.push_back({column ? Cut::Kind::rows : Cut::Kind::columns, s.blocks});  // weight
+        if (layer.parameters().size() > 1)
+            out.push_back({column ? Cut::Kind::rows : Cut::Kind::whole, s.blocks});
+        return;
+    }
+    // A layer's own parameters come before its children's (Layer::parameters).
+    size_t children = 0;
+    for (nn::Layer* c : layer.children()) children += c->parameters().size();
+    for (size_t k = children; k < layer.parameters().size(); ++k) out.push_back({});
+    for (nn::Layer* c : layer.children()) collect_cuts(*c, out);
+}
+
+// One contiguous run of numbers shared by the whole parameter and shard `r` of `n`.
+struct Run {
+    int64_t whole_at, shard_at, count;
+};
+
+std::vector<Run> runs_of(const Shape& whole, Cut cut, int r, int n) {
+    if (cut.kind == Cut::Kind::whole || n == 1) return {{0, 0, whole.numel()}};
+    const int64_t rows = whole[0], row_len = whole.numel() / rows;
+    std::vector<Run> out;
+    if (cut.kind == Cut::Kind::rows) {  // each block's rows [r·per, (r+1)·per)
+        const int64_t block = rows / cut.blocks, per = block / n;
+        for (int64_t k = 0; k < cut.blocks; ++k)
+            out.push_back({(k * block + r * per) * row_len, k * per * row_len, per * row_len});
+    } else {  // columns [r·w, (r+1)·w) of every row
+        const int64_t w = row_len / n;
+        for (int64_t i = 0; i < rows; ++i) out.push_back({i * row_len + r * w, i * w, w});
+    }
+    return out;
+}
+
+Tensor host_tensor(const Shape& shape) {
+    return Tensor::empty(shape, DType::f32, detached_host_device(), MemCategory::workspace);
+}
+
+// ---- the strategy -----------------------------------------------------------------------------
+
+class TensorParallel final : public Strategy {
+public:
+    TensorParallel() : Strategy("tensor_parallel") {}
+
+    // Every device runs the whole global batch.
+    DataRole data_role(int rank) const override {
+        (void)rank;
+        return {true, 0, 1};
+    }
+
+    void start_rank(Rank& rank) override { m_rank_of[static_cast<size_t>(rank.index())] = &rank; }
+
+    StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
+        const config::Experiment& e = rank.experiment();
+        const size_t r = static_cast<size_t>(rank.index());
+        auto& params = m_params[r];
+        optim::LossScaler* scaler = m_scalers[r].get();
+        const LocalPass pass = forward_backward(rank, *m_models[r], batch, offset, {}, {},
+                                                scaler ? scaler->scale() : 1.0);
+        // Every device computes the same loss: device 0 reports it.
+        StepResult res{r == 0 ? pass.loss_sum : 0.0, r == 0 ? pass.samples : 0, pass.samples, 0};
+        // fp16: the shards' overflow flags are agreed, so that every device skips or steps.
+        if (scaler && !unscale_gradients(rank, params, *scaler, true)) return res;
+        if (e.train.clip_norm) res.grad_norm = clip(rank, *e.train.clip_norm);
+        rank.compute("optimizer", [&] { m_optimizers[r]->step(params, lr); });
+        if (r == 0) ++m_steps;
+        return res;
+    }
+
+    // The whole model on the host, put together from the shards when they have changed.
+    Tensor predict(const Tensor& x) override {
+        const config::Experiment& e = *m_ctx->experiment;
+        Device& host = detached_host_device();
+        if (!m_whole)
+            m_whole = std::make_unique<nn::Model>(e.layers, m_ctx->input, e.loss, DType::f32, host);
+        if (m_whole_at != m_steps.load()) {
+            const std::vector<Tensor> values = parameters();
+            const auto to = m_whole->parameters();
+            for (size_t i = 0; i < to.size(); ++i) to[i]->value.copy_from(values[i]);
+            const std::vector<Tensor> from = buffers();
+            const auto bufs = m_whole->buffers();
+            for (size_t i = 0; i < bufs.size(); ++i) bufs[i].copy_from(from[i]);
+            m_whole_at = m_steps.load();
+        }
+        const Tensor out =
+            m_whole->forward(gpu::on_device(x, host, MemCategory::activations), nn::Mode::eval);
+        return gpu::on_device(out, *m_ctx->devices[0], MemCategory::activations);
+    }
+
+    // The whole model's parameters in the single device's order: each put together from the
+    // devices' slices (a replicated one from device 0).
+    std::vector<Tensor> parameters() override {
+        std::vector<std::vector<Tensor>> shards;
+        for (auto& ps : m_params) shards.push_back(host_copies(ps));
+        std::vector<Tensor> out;
+        for (size_t i = 0; i < m_cuts.size(); ++i) {
+            Tensor whole = host_tensor(m_shapes[i]);
+            for (int r = 0; r < m_world; ++r) {
+                if (m_cuts[i].kind == Cut::Kind::whole && r > 0) break;
+                const float* from = shards[static_cast<size_t>(r)][i].data<float>();
+                for (const Run& run : runs_of(m_shapes[i], m_cuts[i], r, m_world))
+                    std::memcpy(whole.data<float>() + run.whole_at, from + run.shard_at,
+                                static_cast<size_t>(run.count) * sizeof(float));
+            }
+            out.push_back(std::move(whole));
+        }
+        return out;
+    }
+
+    std::vector<Tensor> buffers() override { return host_copies(m_models[0]->buffers()); }
+
+protected:
+    void setup_impl(RunContext& ctx, nn::Model& reference) override {
+        const config::Experiment& e = *ctx.experiment;
+        check_tensor_parallel(e);
+        m_rank_of.assign(static_cast<size_t>(m_world), nullptr);
+        const auto ref_params = reference.parameters();
+        const auto ref_buffers = reference.buffers();
+        for (const nn::Param* p : ref_params) m_shapes.push_back(p->value.shape());
+        for (int r = 0; r < m_world; ++r) {
+            Device& device = *ctx.devices[static_cast<size_t>(r)];
+            nn::TensorShard shard{r, m_world, {}};
+            if (m_world > 1) shard.all_reduce = [this, r](const Tensor& t) { all_reduce(r, t); };
+            auto model =
+                std::make_unique<nn::Model>(e.layers, ctx.input, e.loss, DType::f32, device,
+                                            [&](nn::Layer& l) { give_shard(l, shard); });
+            model->set_recompute(nn::recompute_from_name(e.train.recompute));
+            auto params = model->parameters();
+            if (r == 0) collect_cuts(model->net(), m_cuts);
+            PARALAB_CHECK(params.size() == ref_params.size() && m_cuts.size() == params.size(),
+                          "tensor_parallel: the shard's parameters do not match the model's");
+            // This device's slices of the reference.
+            for (size_t i = 0; i < params.size(); ++i) {
+                Tensor slice = host_tensor(params[i]->value.shape());
+                const float* from = ref_params[i]->value.data<float>();
+                for (const Run& run : runs_of(m_shapes[i], m_cuts[i], r, m_world))
+                    std::memcpy(slice.data<float>() + run.shard_at, from + run.whole_at,
+                                static_cast<size_t>(run.count) * sizeof(float));
+                params[i]->value.copy_from(slice);
+            }
+            const auto bufs = model->buffers();
+            for (size_t i = 0; i < bufs.size(); ++i) bufs[i].copy_from(ref_buffers[i]);
+            // Which of this device's parameters are slices (their squares add over devices).
+            std::vector<nn::Param*> sliced, whole;
+            for (size_t i = 0; i < params.size(); ++i)
+                (m_cuts[i].kind == Cut::Kind::whole ? whole : sliced).push_back(params[i]);
+            m_sliced.push_back(std::move(sliced));
+            m_replicated.push_back(std::move(whole));
+            m_params.push_back(std::move(params));
+            m_models.push_back(std::move(model));
+            m_optimizers.push_back(optim::make_optimizer(e.optimizer));
+            m_scalers.push_back(loss_scaler_for(e));
+        }
+    }
+
+    const char* single_process_only() const override {
+        return "its shards are put together in one process to evaluate";
+    }
+
+private:
+    // Rank r's in-place sum of `t` over the devices, on its timeline.
+    void all_reduce(int r, const Tensor& t) {
+        Rank& rank = *m_rank_of[static_cast<size_t>(r)];
+        rank.record_comm(named(rank.comm().all_reduce(t, comm::ReduceOp::sum), "tp_all_reduce"));
+    }
+
+    // train.clip_norm: the slices' squares summed over the devices, plus the replicated
+    // parameters' once (the same on every device).
+    double clip(Rank& rank, double max_norm) {
+        const size_t r = static_cast<size_t>(rank.index());
+        double sliced = rank.compute("clip", [&] { return optim::grad_sq_norm(m_sliced[r]); });
+        if (m_world > 1)
+            rank.record_comm(
+                named(all_reduce_doubles(rank, &sliced, 1, comm::ReduceOp::sum), "tp_clip_norm"));
+        const double norm = std::sqrt(
+            sliced + rank.compute("clip", [&] { return optim::grad_sq_norm(m_replicated[r]); }));
+        rank.compute("clip", [&] { optim::clip_grads_with_norm(m_params[r], norm, max_norm); });
+        return norm;
+    }
+
+    std::vector<std::unique_ptr<nn::Model>> m_models;  // by rank: its shard of the model
+    std::vector<std::vector<nn::Param*>> m_params, m_sliced, m_replicated;
+    std::vector<std::unique_ptr<optim::Optimizer>> m_optimizers;
+    std::vector<std::unique_ptr<optim::LossScaler>> m_scalers;  // fp16 mixed precision
+    std::vector<Rank*> m_rank_of;        // each rank thread sets its own in start_rank
+    std::vector<Cut> m_cuts;             // by parameter of the whole model
+    std::vector<Shape> m_shapes;         // the whole model's parameter shapes
+    std::atomic<int64_t> m_steps{0};     // steps device 0 has taken
+    std::unique_ptr<nn::Model> m_whole;  // predict's model on the host
+    int64_t m_whole_at = -1;             // m_steps when m_whole was last put together
+};
+
+// ---- the registry's memory model and picture --------------------------------------------------
+
+// The width D of a layer from its parameters (the file does not give it): attention has
+// 4D² + 4D, a transformer_block 4D² + (2 ffn + 9) D + ffn. Also the parameters that stay whole
+// on every device: attention's proj bias (D); a block's two layernorms (4D) and its two
+// row-parallel biases (2D).
+struct BlockParams {
+    int64_t sliced = 0, whole = 0;
+};
+
+BlockParams split_params(const nn::LayerSpec& s, int64_t params) {
+    const double f = static_cast<double>(s.ffn);
+    const double p = static_cast<double>(params);
+    BlockParams out;
+    if (s.type == "attention") {
+        const auto d = std::llround((-1.0 + std::sqrt(1.0 + p)) / 2.0);
+        out.whole = d;
+    } else {
+        const double b = 2 * f + 9;
+        const auto d = std::llround((-b + std::sqrt(b * b - 16.0 * (f - p))) / 8.0);
+        out.whole = 6 * d;
+    }
+    out.sliced = params - out.whole;
+    return out;
+}
+
+// Each device: the replicated layers whole, 1/N of every attention's and block's sliced
+// parameters (their gradients and optimizer state alike), and the whole batch's activations
+// with 1/N of the attention probabilities. An attention inside a residual is counted whole.
+std::vector<DeviceMemoryEstimate> tensor_parallel_memory(const config::Experiment& e,
+                                                         const ModelCost& m) {
+    auto out = blank_estimates(e);
+    const int64_t n = static_cast<int64_t>(out.size());
+    ModelCost shard = m;
+    int64_t params = 0;
+    // ModelCost lists a repeated layer's copies one by one, as nn::expand_repeats does.
+    const std::vector<nn::LayerSpec> layers = nn::expand_repeats(e.layers);
+    for (size_t l = 0; l < m.layer_parameters.size(); ++l) {
+        const nn::LayerSpec* s = l < layers.size() ? &layers[l] : nullptr;
+        const bool split = s && (s->type == "attention" || s->type == "transformer_block") &&
+                           s->heads % n == 0 && (s->type == "attention" || s->ffn % n == 0);
+        if (!split) {
+            params += m.layer_parameters[l];
+            continue;
+        }
+        const BlockParams b = split_params(*s, m.layer_parameters[l]);
+        params += b.whole + b.sliced / n;
+        const int64_t kept_scores = m.layer_scores[l] / n;
+        shard.layer_activations[l] -= m.layer_scores[l] - kept_scores;
+        shard.layer_scores[l] = kept_scores;
+    }
+    const int64_t k = optimizer_state_per_parameter(e.optimizer);
+    for (int64_t r = 0; r < n; ++r) {
+        auto& d = out[static_cast<size_t>(r)];
+        d.role = "shard " + std::to_string(r + 1) + " of " + std::to_string(n);
+        d.set(MemCategory::parameters, params);
+        d.set(MemCategory::gradients, params);
+        d.set(MemCategory::optimizer_state, k * params);
+        d.set(MemCategory::activations, shard.activations_per_example() * e.data.batch_size);
+    }
+    return out;
+}
+
+StepPicture tensor_parallel_picture(const config::Experiment& e) {
+    const int64_t n = static_cast<int64_t>(e.devices.size());
+    int64_t heads = 0;
+    for_each_split_spec(e.layers, "model.layers", [&](const nn::LayerSpec& s, const std::string&) {
+        if (heads == 0) heads = s.heads;
+    });
+    StepPicture p;
+    p.layout = StepPicture::Layout::shards;
+    for (int64_t r = 0; r < n; ++r) {
+        if (heads > 0 && heads % n == 0)
+            p.subtitles.push_back(heads / n == 1 ? "head " + std::to_string(r)
+                                                 : "heads " + std::to_string(r * heads / n) + "–" +
+                                                       std::to_string((r + 1) * heads / n - 1));
+        else
+            p.subtitles.push_back("1/" + std::to_string(n) + " of each block");
+    }
+    p.down_label = "forward: all-reduce after attention and after the MLP";
+    p.up_label = "backward: all-reduce of the gradient entering each";
+    p.caption =
+        "Every device runs the whole batch through its share of each block's heads and MLP; "
+        "embeddings, layernorms and the head are whole on every device.";
+    if (heads == 0)
+        p.note = "this model has no attention or transformer_block to split";
+    else if (heads % n != 0)
+        p.note =
+            std::to_string(heads) + " heads do not divide over " + std::to_string(n) + " devices";
+    else
+        p.note = "4 all-reduces of batch × seq_len × width numbers per block per step";
+    return p;
+}
+
+}  // namespace
+
+StrategyDescriptor tensor_parallel_descriptor() {
+    using config::OptionKind;
+    return {
+        .name = "tensor_parallel",
+        .options =
+            {{.key = "sequence_parallel",
+              .kind = OptionKind::boolean,
+              .fallback = false,
+              .label = "Sequence parallelism",
+              .help =
+                  "Megatron's sequence parallelism: layernorms and dropout on 1/N of the "
+                  "positions, "
+                  "all-gather and reduce-scatter in place of the all-reduces (not supported yet)."},
+             {.key = "vocab_parallel",
+              .kind = OptionKind::boolean,
+              .fallback = false,
+              .label = "Split the vocabulary",
+              .help = "The embedding and the output layer split by vocabulary over the devices "
+                      "(not supported yet)."}},
+        .explanation =
+            "Tensor parallel (Megatron-LM): every attention and transformer_block is split over "
+            "all "
+            "devices. Each device holds 1/N of the heads (its slice of the qkv and output "
+            "projections) and 1/N of the MLP, and runs the whole batch through them; one "
+            "all-reduce "
+            "after attention and one after the MLP put the outputs together, and two more in "
+            "backward the input gradients. Embeddings, layernorms and the head are replicated. "
+            "Heads and ffn must divide by the device count.",
+        .color = "#bcbd22",
+        .make = [] { return std::unique_ptr<Strategy>(std::make_unique<TensorParallel>()); },
+        .check_options = check_tensor_parallel,
+        .memory = tensor_parallel_memory,
+        .picture = tensor_parallel_picture,
+    };
+}
+
+}  // namespace paralab::strategy

@@ -1,0 +1,244 @@
+// tensor_parallel (docs/strategies.md): Megatron's splitting of attention and transformer
+// blocks ends with the single device's parameters on 2 and 4 devices (blocks and a bare
+// attention; clipping and gradient accumulation too), moves exactly 4 all-reduces of B·T·D
+// numbers per block per step, divides the blocks' parameters as its memory model says, and
+// refuses what it cannot split, naming the key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+
+#include <unistd.h>
+
+#include "engine/strategy/registry.h"
+#include "strategy_testing.h"
+
+using namespace paralab;
+using namespace strategy_testing;
+
+namespace {
+
+// Text-like bytes in a temp file, made once.
+const std::string& corpus() {
+    static const std::string path = [] {
+        const auto p = std::filesystem::temp_directory_path() /
+                       ("paralab-tp-" + std::to_string(::getpid()) + ".txt");
+        std::ofstream out(p);
+        for (int i = 0; i < 120; ++i)
+            out << "Split the heads, " << i << " all-reduce the sums; the layernorms stay whole.\n";
+        return p.string();
+    }();
+    return path;
+}
+
+constexpr int64_t kB = 4, kT = 8, kD = 16;
+
+// A char-GPT in miniature: embedding, positions, two transformer blocks (4 heads, ffn 16), a
+// layernorm and the head; no dropout (the attention masks of a shard are its own). AdamW's eps
+// is 1e-6: the k part of qkv's bias has a gradient of zero up to rounding (a softmax ignores a
+// shift of all its scores), which eps 1e-8 would turn into steps of ±lr whose sign is the
+// rounding's — ddp against single differs there as much.
+json tiny_gpt() {
+    json j = json::parse(R"({
+      "paralab": 1, "name": "tp-gpt", "seed": 7,
+      "data": {"dataset": "text", "seq_len": 8, "batch_size": 4, "test_limit": 6},
+      "model": {"input": [8], "layers": [
+          {"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
+          {"type": "transformer_block", "heads": 4, "ffn": 16, "repeat": 2},
+          {"type": "layernorm"}, {"type": "linear", "out": 256}], "loss": "cross_entropy"},
+      "optimizer": {"type": "adamw", "lr": 0.01, "weight_decay": 0.01, "eps": 1e-6},
+      "train": {"epochs": 1, "max_steps": 5}
+    })");
+    j["data"]["path"] = corpus();
+    return j;
+}
+
+// The same with a bare attention (and an MLP of plain layers after it) in place of the blocks.
+json tiny_attention() {
+    json j = tiny_gpt();
+    j["name"] = "tp-attention";
+    j["model"]["layers"] = json::parse(R"([
+          {"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
+          {"type": "attention", "heads": 4}, {"type": "layernorm"}, {"type": "linear", "out": 32},
+          {"type": "gelu"}, {"type": "linear", "out": 256}])");
+    return j;
+}
+
+Result run_on(json j, int devices, const json& strategy) {
+    return run_it(with_strategy(std::move(j), devices, strategy));
+}
+
+const Result& single_of(const json& j) {
+    static std::map<std::string, Result> cache;
+    const std::string key = j.dump();
+    if (!cache.count(key)) cache[key] = run_on(j, 1, {{"type", "single"}});
+    return cache.at(key);
+}
+
+void expect_matches_single(const json& j, int devices) {
+    const Result& want = single_of(j);
+    const Result got = run_on(j, devices, {{"type", "tensor_parallel"}});
+    ASSERT_EQ(want.summary.status, "finished") << want.summary.error;
+    ASSERT_EQ(got.summary.status, "finished") << got.summary.error;
+    ASSERT_FALSE(want.artifacts.parameters.empty());
+    EXPECT_LE(max_rel_diff(want.artifacts.parameters, got.artifacts.parameters), 1e-5);
+    EXPECT_EQ(want.summary.steps, got.summary.steps);
+    EXPECT_NEAR(want.summary.final_loss, got.summary.final_loss,
+                1e-5 * (1 + want.summary.final_loss));
+    ASSERT_TRUE(want.summary.test_loss && got.summary.test_loss);
+    EXPECT_NEAR(*want.summary.test_loss, *got.summary.test_loss,
+                1e-5 * (1 + *want.summary.test_loss));
+}
+
+TEST(TensorParallel, BlocksMatchSingleOnTwoDevices) {
+    expect_matches_single(tiny_gpt(), 2);
+}
+TEST(TensorParallel, BlocksMatchSingleOnFourDevices) {
+    expect_matches_single(tiny_gpt(), 4);
+}
+TEST(TensorParallel, BareAttentionMatchesSingle) {
+    for (int n : {2, 4}) expect_matches_single(tiny_attention(), n);
+}
+
+// The norm of train.clip_norm adds the shards' squares over the devices; micro-batches
+// accumulate the same sums.
+TEST(TensorParallel, ClippingAndAccumulationMatchSingle) {
+    json j = tiny_gpt();
+    j["train"]["clip_norm"] = 0.5;
+    j["train"]["grad_accum"] = 2;
+    expect_matches_single(j, 2);
+}
+
+// Recomputed forwards all-reduce again, on every device alike.
+TEST(TensorParallel, RecomputationMatchesSingle) {
+    for (const char* mode : {"selective", "full"}) {
+        SCOPED_TRACE(mode);
+        json j = tiny_gpt();
+        j["train"]["recompute"] = mode;
+        expect_matches_single(j, 2);
+    }
+}
+
+// Bytes and calls of the all-reduces, per device and step.
+class CommCounter : public run::RunObserver {
+public:
+    void on_span(const config::Span& s) override {
+        if (s.phase == "tp_all_reduce") {
+            ++calls[{s.device, s.step}];
+            bytes[{s.device, s.step}] += s.bytes;
+        }
+        phases.insert(s.phase);
+    }
+    std::map<std::pair<std::string, int64_t>, int64_t> calls, bytes;
+    std::set<std::string> phases;
+};
+
+TEST(TensorParallel, FourAllReducesOfBTDPerBlockPerStep) {
+    for (int n : {2, 4}) {
+        CommCounter counter;
+        const Result r =
+            run_it(with_strategy(tiny_gpt(), n, {{"type", "tensor_parallel"}}), &counter);
+        ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+        const int64_t blocks = 2;
+        // A ring all-reduce of C numbers moves 2 (N − 1) / N · C of them from each device.
+        const int64_t per_call = 2 * (n - 1) * kB * kT * kD / n * 4;
+        ASSERT_EQ(counter.calls.size(), static_cast<size_t>(n * r.summary.steps));
+        for (const auto& [key, calls] : counter.calls) {
+            EXPECT_EQ(calls, 4 * blocks) << key.first << " step " << key.second;
+            EXPECT_EQ(counter.bytes.at(key), 4 * blocks * per_call)
+                << key.first << " step " << key.second;
+        }
+        EXPECT_TRUE(counter.phases.count("forward") && counter.phases.count("backward"));
+    }
+}
+
+// Parameters per device as the memory model predicts them: the blocks' divided, the rest whole.
+TEST(TensorParallel, DividesTheBlocksParameters) {
+    const json j = with_strategy(tiny_gpt(), 2, {{"type", "tensor_parallel"}});
+    const Result r = run_it(j);
+    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+    const config::Experiment e = run::parse_experiment(j);
+    const auto cost = strategy::model_cost(e, Shape{kT});
+    const auto predicted = strategy::estimate_memory(e, cost);
+    // Whole: embedding, positions, the final layernorm and the head; per block 6D of 4D² + 2D·ffn +
+    // 9D + ffn.
+    const int64_t whole = 256 * kD + kT * kD + 2 * kD + (kD * 256 + 256);
+    const int64_t block = 4 * kD * kD + 2 * kD * 16 + 9 * kD + 16;
+    const int64_t expected = whole + 2 * (6 * kD + (block - 6 * kD) / 2);
+    ASSERT_EQ(cost.parameters(), whole + 2 * block);
+    const auto param = static_cast<size_t>(MemCategory::parameters);
+    for (size_t k = 0; k < 2; ++k) {
+        const auto& d = predicted[k];
+        const auto& peak = r.artifacts.memory.at(d.device).peak;
+        EXPECT_EQ(d.bytes[param], expected * 4) << d.device;
+        EXPECT_LT(peak[param], cost.parameters() * 4) << d.device;
+        // Within the memory models' usual bounds (registry.h): ±35%, activations a factor 2.5.
+        for (MemCategory c : {MemCategory::parameters, MemCategory::gradients,
+                              MemCategory::optimizer_state, MemCategory::activations}) {
+            const double want = static_cast<double>(d.bytes[static_cast<size_t>(c)]);
+            const double got = static_cast<double>(peak[static_cast<size_t>(c)]);
+            const double factor = c == MemCategory::activations ? 2.5 : 1.35;
+            EXPECT_TRUE(got / want <= factor && want / got <= factor)
+                << d.device << " " << mem_category_name(c) << ": predicted " << want
+                << ", measured " << got;
+        }
+    }
+}
+
+// What it cannot split is refused before the run, at the key to change.
+TEST(TensorParallel, RefusesWhatItCannotSplit) {
+    struct Case {
+        json model_change;  // merged into the tiny GPT's layers[2]
+        json strategy;
+        int devices;
+        std::string path, reason;
+    };
+    const Case cases[] = {
+        {{{"heads", 4}},
+         {{"type", "tensor_parallel"}},
+         3,
+         "model.layers[2].heads",
+         "4 heads do not divide over 3 devices"},
+        {{{"ffn", 10}},
+         {{"type", "tensor_parallel"}},
+         4,
+         "model.layers[2].ffn",
+         "10 ffn units do not divide over 4 devices"},
+        {json::object(),
+         {{"type", "tensor_parallel"}, {"sequence_parallel", true}},
+         2,
+         "strategy.sequence_parallel",
+         "not supported yet"},
+        {json::object(),
+         {{"type", "tensor_parallel"}, {"vocab_parallel", true}},
+         2,
+         "strategy.vocab_parallel",
+         "not supported yet"},
+    };
+    for (const Case& c : cases) {
+        json j = tiny_gpt();
+        j["model"]["layers"][2].update(c.model_change);
+        j = with_strategy(j, c.devices, c.strategy);
+        const auto issues = run::validate(run::parse_experiment(j));
+        ASSERT_EQ(issues.size(), 1u) << c.path;
+        EXPECT_EQ(issues[0].path, c.path);
+        EXPECT_NE(issues[0].message.find(c.reason), std::string::npos) << issues[0].message;
+        // The run refuses it too, before any step.
+        try {
+            run_it(j);
+            ADD_FAILURE() << c.path << ": the run started";
+        } catch (const ConfigError& err) {
+            EXPECT_EQ(err.path(), c.path);
+        }
+    }
+    // A model without attention has nothing to split.
+    const auto issues = run::validate(run::parse_experiment(with_strategy(
+        spirals_mlp("mlp", {{"type", "sgd"}, {"lr", 0.1}}, 1), 2, {{"type", "tensor_parallel"}})));
+    ASSERT_EQ(issues.size(), 1u);
+    EXPECT_EQ(issues[0].path, "model.layers");
+}
+
+}  // namespace
