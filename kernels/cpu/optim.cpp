@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "parallel_ranges.h"
+#include "simd_clones.h"
 
 namespace paralab::kernels::cpu {
 
@@ -14,6 +16,35 @@ constexpr int64_t kParallelMin = int64_t{1} << 16;
 // sum_of_squares adds blocks of this many elements; block boundaries do not depend on the
 // thread count, so neither does the rounding of the total.
 constexpr int64_t kSumBlock = 4096;
+
+// The element loop of adam_family_update (below), as a function of its own so that the f32 one
+// is compiled for AVX-512 and AVX2 as well (simd_clones.h): its square root and two divisions
+// an element are what the optimizer step costs.
+template <class T, bool Decoupled>
+inline void adam_elements(int64_t lo, int64_t hi, T* p, const T* g, T* m, T* v, T neg_step_size, T bc2_sqrt,
+                          T b1, T c1, T b2, T c2, T e, T wd, T decay) {
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i) {
+        T d = g[i];
+        if constexpr (Decoupled) p[i] *= decay;
+        else d += wd * p[i];
+        m[i] = b1 * m[i] + c1 * d;
+        v[i] = b2 * v[i] + c2 * d * d;
+        const T denom = std::sqrt(v[i]) / bc2_sqrt + e;
+        p[i] += neg_step_size * m[i] / denom;
+    }
+}
+
+PARALAB_SIMD_CLONES void adam_f32(int64_t lo, int64_t hi, float* p, const float* g, float* m, float* v,
+                                  float neg_step_size, float bc2_sqrt, float b1, float c1, float b2, float c2,
+                                  float e, float wd, float decay) {
+    adam_elements<float, false>(lo, hi, p, g, m, v, neg_step_size, bc2_sqrt, b1, c1, b2, c2, e, wd, decay);
+}
+PARALAB_SIMD_CLONES void adamw_f32(int64_t lo, int64_t hi, float* p, const float* g, float* m, float* v,
+                                   float neg_step_size, float bc2_sqrt, float b1, float c1, float b2, float c2,
+                                   float e, float wd, float decay) {
+    adam_elements<float, true>(lo, hi, p, g, m, v, neg_step_size, bc2_sqrt, b1, c1, b2, c2, e, wd, decay);
+}
 
 // Torch's expression order (addcmul: v + c*g*g; addcdiv: p + s*m/denom) so that f32 results
 // round the way torch's do.
@@ -30,16 +61,11 @@ void adam_family_update(int64_t n, T* p, const T* g, T* m, T* v, double lr, doub
     const T wd = static_cast<T>(weight_decay);
     const T decay = static_cast<T>(1.0 - lr * weight_decay);
     parallel_ranges(n, kParallelMin, [=](int64_t lo, int64_t hi) {
-#pragma omp simd
-        for (int64_t i = lo; i < hi; ++i) {
-            T d = g[i];
-            if constexpr (Decoupled) p[i] *= decay;
-            else d += wd * p[i];
-            m[i] = b1 * m[i] + c1 * d;
-            v[i] = b2 * v[i] + c2 * d * d;
-            const T denom = std::sqrt(v[i]) / bc2_sqrt + e;
-            p[i] += neg_step_size * m[i] / denom;
-        }
+        if constexpr (std::is_same_v<T, float>)
+            (Decoupled ? adamw_f32 : adam_f32)(lo, hi, p, g, m, v, neg_step_size, bc2_sqrt, b1, c1, b2, c2, e, wd,
+                                               decay);
+        else
+            adam_elements<T, Decoupled>(lo, hi, p, g, m, v, neg_step_size, bc2_sqrt, b1, c1, b2, c2, e, wd, decay);
     });
 }
 }  // namespace
