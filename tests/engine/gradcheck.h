@@ -35,6 +35,12 @@ struct GradCaseName {
     }
 };
 
+// GradCase::make for a layer of type L built from `args`: make<nn::Linear>(int64_t{3}).
+template <class L, class... Args>
+std::function<std::unique_ptr<nn::Layer>()> make(Args... args) {
+    return [=]() -> std::unique_ptr<nn::Layer> { return std::make_unique<L>(args...); };
+}
+
 // Runs the whole check with gtest assertions (call inside a TEST_P body).
 void check_layer_gradients(const GradCase& c);
 

@@ -23,10 +23,7 @@ using nn::Mode;
 using testing::GradCase;
 using testing::GradCaseName;
 
-template <class L, class... Args>
-std::function<std::unique_ptr<nn::Layer>()> make(Args... args) {
-    return [=]() -> std::unique_ptr<nn::Layer> { return std::make_unique<L>(args...); };
-}
+using testing::make;
 
 // ---- gradients ---------------------------------------------------------------------------
 

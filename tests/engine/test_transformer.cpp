@@ -23,10 +23,7 @@ using pt::GradCase;
 
 namespace {
 
-template <class L, class... Args>
-std::function<std::unique_ptr<nn::Layer>()> make(Args... args) {
-    return [=] { return std::make_unique<L>(args...); };
-}
+using pt::make;
 
 // ---- gradients ------------------------------------------------------------------------------
 
