@@ -25,6 +25,7 @@ protected:
     Tensor backward_impl(const Tensor& dy) override;
     int64_t flops_impl() const override;
     void release_saved_impl() override { m_saved = Tensor(); }
+    int64_t activations_impl() override { return output_shape().numel(); }  // input or output: one size
 
 private:
     // relu and gelu differentiate from their input, tanh and sigmoid from their output

@@ -212,7 +212,7 @@ int64_t Attention::activations_impl() {
 }
 
 int64_t Attention::saved_per_sample() const {
-    return m_H * m_T * m_T + m_T * m_inner;
+    return scores_per_sample() + 3 * m_T * m_inner;
 }
 
 // ---- TransformerBlock ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ public:
     bool runs_on_gpu() const override { return true; }
 
 protected:
+    int64_t activations_impl() override { return 0; }  // its backward needs no input
     Shape build_impl(const Shape& input) override;
     void reset_parameters_impl(Rng& rng) override;
     Tensor forward_impl(const Tensor& x, Mode mode) override;
@@ -61,9 +62,9 @@ public:
     // Selective recomputation (nn/recompute.h): in training, the probabilities (and their
     // dropout mask) are dropped after forward and computed again from q, k in backward.
     void set_recompute_scores(bool on) { m_recompute_scores = on; }
-    // Numbers per sample held for backward beyond the children's outputs (qkv's among them;
-    // with dropout, the dropped probabilities): the probabilities [H, T, T] and the heads'
-    // concatenated output (the projection's input).
+    // Numbers per sample kept for backward beyond the children's (the projections keep their
+    // inputs, the dropouts their masks): q, k, v [T, 3D] and the probabilities [H, T, T],
+    // twice with dropout (before it and after).
     int64_t saved_per_sample() const;
     // Of those, the probabilities: what selective recomputation does not keep.
     int64_t scores_per_sample() const { return (m_attn_drop ? 2 : 1) * m_H * m_T * m_T; }

@@ -30,6 +30,7 @@ protected:
     int64_t flops_impl() const override;
     void set_random_state_impl(uint64_t seed, uint64_t step, int64_t sample_offset) override;
     void release_saved_impl() override { m_mask = Tensor(); }
+    int64_t activations_impl() override { return output_shape().numel(); }  // the mask
 
 private:
     double m_p;

@@ -76,9 +76,10 @@ public:
     int64_t parameter_count();
     // Forward floating-point operations per sample (a multiply-add counts 2).
     int64_t flops_per_sample() const { return flops_impl(); }
-    // Numbers per sample the layer holds from forward to backward (its output; a composite layer
-    // its children's; attention its probabilities too): what the memory estimates count as
-    // activations.
+    // Numbers per sample the layer itself keeps from forward to backward (a linear its input,
+    // tanh its output, dropout its mask, attention q, k, v and its probabilities; a composite
+    // layer its children's): what the memory estimates count as activations. A tensor kept by
+    // two layers is the first's only if each says what it keeps itself.
     int64_t activations_per_sample() { return built() ? activations_impl() : 0; }
 
     const Shape& input_shape() const { return m_input_shape; }
@@ -107,7 +108,8 @@ protected:
     virtual Tensor forward_impl(const Tensor& x, Mode mode) = 0;
     virtual Tensor backward_impl(const Tensor& dy) = 0;
     virtual int64_t flops_impl() const { return 0; }
-    virtual int64_t activations_impl() { return output_shape().numel(); }
+    // By default the layer keeps its input (linear, convolution, the norms, relu, gelu).
+    virtual int64_t activations_impl() { return input_shape().numel(); }
     virtual void set_needs_input_grad_impl(bool needs) { (void)needs; }
     virtual void release_saved_impl() {}
     virtual void set_random_state_impl(uint64_t seed, uint64_t step, int64_t sample_offset) {

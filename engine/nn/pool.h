@@ -37,6 +37,7 @@ protected:
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
     void release_saved_impl() override { m_argmax = Tensor(); }
+    int64_t activations_impl() override { return output_shape().numel(); }  // the argmax
 
 private:
     // The forward's argmax per output (int32 positions within the input plane), kept in an
@@ -49,6 +50,7 @@ public:
     AvgPool2d(int64_t kernel = 2, int64_t stride = 0);
 
 protected:
+    int64_t activations_impl() override { return 0; }  // its backward needs no input
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
 };
@@ -60,6 +62,7 @@ public:
     GlobalAvgPool();
 
 protected:
+    int64_t activations_impl() override { return 0; }
     Shape build_impl(const Shape& input) override;
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;

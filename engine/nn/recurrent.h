@@ -40,6 +40,11 @@ protected:
     void reset_parameters_impl(Rng& rng) override;
     int64_t flops_impl() const override;
     void release_saved_impl() override { m_x = Tensor(); }
+    // The input, and per stacked layer and step the activated gates and the states (LSTM: c,
+    // tanh c, h; GRU: the candidate's hidden part, h).
+    int64_t activations_impl() override {
+        return input_shape().numel() + m_num_layers * m_steps * m_hidden * (m_gates + (m_gates == 4 ? 3 : 2));
+    }
 
     // top: the top layer's outputs [B, T, H] -> the layer's output: top itself (sequence) or
     // its last step [B, H].

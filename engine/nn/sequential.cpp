@@ -176,9 +176,8 @@ int64_t Residual::flops_impl() const {
     return m_body->flops_per_sample() + (m_projection ? m_projection->flops_per_sample() : 0) + adds;
 }
 
-int64_t Residual::activations_impl() {
-    return m_body->activations_per_sample() + (m_projection ? m_projection->activations_per_sample() : 0) +
-           output_shape().numel();
+int64_t Residual::activations_impl() {  // the sum keeps nothing
+    return m_body->activations_per_sample() + (m_projection ? m_projection->activations_per_sample() : 0);
 }
 
 // ---- Flatten ---------------------------------------------------------------------------------

@@ -73,6 +73,7 @@ public:
     bool runs_on_gpu() const override { return true; }
 
 protected:
+    int64_t activations_impl() override { return 0; }  // a view of its input
     Shape build_impl(const Shape& input) override;
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;

@@ -192,13 +192,13 @@ int64_t ModelCost::parameters() const {
 
 int64_t ModelCost::activations_per_example() const {
     // The loss keeps a copy of the output too (cross-entropy's softmax, mse's target).
-    return input_numel + activations_of(0, layer_activations.size()) + output_numel;
+    return activations_of(0, layer_activations.size()) + output_numel;
 }
 
 int64_t ModelCost::activations_of(size_t first, size_t last) const {
     last = std::min(last, layer_activations.size());
     // in_flight: what one layer adds while its backward runs (its recomputed activations);
-    // gradients: the gradients of one layer's activations, alive during its backward.
+    // gradients: a layer's output gradient and its input gradient, alive during its backward.
     int64_t held = 0, in_flight = 0, gradients = 0;
     for (size_t l = first; l < last; ++l) {
         switch (recompute) {
@@ -208,13 +208,13 @@ int64_t ModelCost::activations_of(size_t first, size_t last) const {
                 in_flight = std::max(in_flight, layer_scores[l]);
                 break;
             case nn::Recompute::full:
-                // Each layer keeps its output (the next one's input); the last layer of a model
-                // or stage is not recomputed and keeps everything.
-                held += l + 1 == last ? layer_activations[l] : layer_outputs[l];
+                // Each layer keeps its input; the last layer of a model or stage is not
+                // recomputed and keeps what it keeps.
+                held += l + 1 == last ? layer_activations[l] : (l == 0 ? input_numel : layer_outputs[l - 1]);
                 in_flight = std::max(in_flight, layer_activations[l]);
                 break;
         }
-        gradients = std::max(gradients, layer_activations[l]);
+        gradients = std::max(gradients, 2 * layer_outputs[l]);
     }
     return held + in_flight + gradients;
 }

@@ -57,14 +57,14 @@ struct ModelCost {
     int64_t input_numel = 0;   // per example
     int64_t output_numel = 0;  // the model's output per example
     int64_t parameters() const;
-    // Numbers per example held for backward: the input, every layer's activations (its
-    // output; a composite's inner outputs; attention's probabilities) and the loss's copy of
+    // Numbers per example held for backward: what every layer keeps (Layer::activations_per_sample:
+    // a linear its input, attention its q, k, v and probabilities, ...) and the loss's copy of
     // the output.
     int64_t activations_per_example() const;
     // Numbers per example held for backward by layers [first, last) under `recompute`: all of
     // theirs (none); without the attention probabilities but one attention's (selective); each
     // layer's output, all of the last one's, and one layer's whole while it is recomputed (full);
-    // plus the gradients of one layer's activations, alive while its backward runs.
+    // plus a layer's output and input gradients, alive while its backward runs.
     int64_t activations_of(size_t first, size_t last) const;
 };
 

@@ -469,12 +469,12 @@ std::vector<DeviceMemoryEstimate> stage_memory(const config::Experiment& e, cons
     const int64_t micro_rows = (e.data.batch_size + micro - 1) / micro;
     const int64_t k = optimizer_state_per_parameter(e.optimizer);
     for (int r = 0; r < n; ++r) {
-        // The stage's input (received, and its gradient sent back) and its layers' outputs;
-        // what crosses devices is accounted as activations, not communication.
-        const int64_t stage_input = bounds[r] == 0 ? m.input_numel : m.layer_outputs[bounds[r] - 1];
-        int64_t params = 0, acts = 2 * stage_input;
+        // What the stage's layers keep (the received input is its first layer's to keep; its
+        // gradient sent back is among the gradients activations_of counts): what crosses
+        // devices is accounted as activations, not communication.
+        int64_t params = 0;
         for (int64_t l = bounds[r]; l < bounds[r + 1]; ++l) params += m.layer_parameters[l];
-        acts += m.activations_of(static_cast<size_t>(bounds[r]), static_cast<size_t>(bounds[r + 1]));
+        const int64_t acts = m.activations_of(static_cast<size_t>(bounds[r]), static_cast<size_t>(bounds[r + 1]));
         const int in_flight = pipelined ? contexts_needed(schedule_of(e), r, n, micro) : 1;
         out[r].role = "stage " + std::to_string(r + 1) + ": layers " + std::to_string(bounds[r]) + "–" +
                       std::to_string(std::max<int64_t>(bounds[r], bounds[r + 1] - 1));

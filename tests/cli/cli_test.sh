@@ -48,9 +48,10 @@ s = json.load(open(sys.argv[1]))
 assert [l["type"] for l in s["layers"]] == ["linear", "relu", "linear", "relu", "linear"], s["layers"]
 assert s["layers"][0]["output"] == [64] and s["layers"][0]["parameters"] == 192 and s["layers"][0]["flops"] == 320
 assert sum(l["parameters"] for l in s["layers"]) == s["totals"]["parameters"] == 4547
-# the input, the five outputs, the copy of the output the loss keeps, and the gradient of the
-# largest layer output while its backward runs
-assert s["totals"]["activation_bytes"] == (2 + 64 * 4 + 3 + 3 + 64) * s["totals"]["batch_size"] * 4
+# what each layer keeps (the linears their inputs 2, 64, 64; the relus their outputs 64, 64),
+# the copy of the output the loss keeps (3), and a layer output gradient with its input
+# gradient while its backward runs (2 * 64)
+assert s["totals"]["activation_bytes"] == (2 + 64 * 4 + 3 + 2 * 64) * s["totals"]["batch_size"] * 4
 assert s["strategy"]["type"] == "single"
 ' "$tmp/out" || { echo "FAIL validate_json: summary"; failed=$((failed + 1)); }
 check devices 0 'cpu' -- "$paralab" devices

@@ -116,6 +116,8 @@ TEST(Recompute, KeepsLessAndTheMemoryModelKnowsHowMuch) {
     EXPECT_LT(measured[2], measured[1]);
     EXPECT_LT(predicted[1], predicted[0]);
     EXPECT_LT(predicted[2], predicted[1]);
+    for (int i = 0; i < 3; ++i)
+        EXPECT_NEAR(static_cast<double>(predicted[i]) / static_cast<double>(measured[i]), 1.0, 0.10) << modes[i];
 }
 
 TEST(Recompute, BatchNormStatisticsMoveOnce) {
