@@ -367,8 +367,9 @@ void TestSetupPanels::badValueShowsTheParsersMessage() {
         QVERIFY(label && !label->isHidden());
     }
     QVERIFY2(shown.startsWith(message), qPrintable(shown));
-    // The bad value is not passed on: Start still runs the last valid experiment.
+    // The bad value is not passed on, and Start waits until it is fixed.
     QCOMPARE(paralab::run::to_json(*w.experiment()).dump(), before);
+    QVERIFY(!w.findChild<QAction*>("startAction")->isEnabled());
 }
 
 void TestSetupPanels::memoryEstimateShardsZeroOptimizerState() {

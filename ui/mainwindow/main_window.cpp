@@ -31,6 +31,7 @@
 #include "ui/panels/experiment/experiment_panel.h"
 #include "ui/panels/runs/runs_panel.h"
 #include "ui/panels/timeline/timeline_panel.h"
+#include "ui/panels/training/training_panel.h"
 #include "ui/panels/cluster/cluster_panel.h"
 #include "ui/session/cluster_run_controller.h"
 #include "ui/session/run_controller.h"
@@ -232,6 +233,7 @@ QString MainWindow::openExperiment(const QString& path, bool interactive) {
         showError(tr("Cannot open experiment"), message, interactive);
         return message;
     }
+    if (interactive && !maybeSave()) return tr("%1: not opened; the unsaved changes are kept").arg(path);
     setExperiment(e);
     rememberFile(path);
     return {};
@@ -250,7 +252,7 @@ void MainWindow::setExperiment(const config::Experiment& e) {
     m_plot->clear();
     m_devices->clear();
     m_timeline->clear();
-    setWindowTitle(tr("ParaLab — %1").arg(QString::fromStdString(e.name)));
+    updateTitle();
     if (m_modelValid)
         m_status->setText(tr("Ready: press Start to train %1").arg(QString::fromStdString(e.name)));
     else if (!m_designer->validationMessage().isEmpty())
@@ -263,7 +265,9 @@ void MainWindow::setExperiment(const config::Experiment& e) {
 void MainWindow::startRun() {
     // A model known not to fit is not started (a script may start one whose shapes are still
     // being inferred: the run checks them itself).
-    if (!m_experiment || m_active->isRunning() || (!m_modelValid && !m_designer->shapesPending())) return;
+    if (!m_experiment || m_active->isRunning() || (!m_modelValid && !m_designer->shapesPending()) ||
+        !fieldError().isEmpty())
+        return;
     m_plot->clear();
     m_devices->clear();
     m_timeline->clear();
@@ -291,7 +295,9 @@ void MainWindow::stopRun() {
 void MainWindow::updateActions() {
     // Another experiment may be opened only between runs: the plot belongs to the one running.
     m_openAction->setEnabled(!m_active->isRunning());
-    m_startAction->setEnabled(!m_active->isRunning() && m_experiment.has_value() && m_modelValid);
+    // What runs is what the tabs show: not while a field shows an error.
+    m_startAction->setEnabled(!m_active->isRunning() && m_experiment.has_value() && m_modelValid &&
+                              fieldError().isEmpty());
     m_stopAction->setEnabled(m_active->state() == RunSource::State::Running ||
                              m_active->state() == RunSource::State::Paused);
     if (m_pauseAction) {
@@ -335,20 +341,8 @@ void MainWindow::buildDesignerMenus(QMenu* file) {
     auto* saveAs = file->addAction(tr("Save &As…"));
     saveAs->setObjectName(QStringLiteral("saveAsAction"));
     saveAs->setShortcut(QKeySequence::SaveAs);
-    const auto askAndSave = [this] {
-        if (!m_experiment) return;
-        QString path = QFileDialog::getSaveFileName(this, tr("Save experiment"),
-                                                    QString::fromStdString(m_experiment->name) + QStringLiteral(".paralab.json"),
-                                                    tr("ParaLab experiments (*.paralab.json)"));
-        if (path.isEmpty()) return;
-        if (!path.endsWith(QLatin1String(".json"))) path += QStringLiteral(".paralab.json");
-        saveExperiment(path);
-    };
-    connect(saveAs, &QAction::triggered, this, askAndSave);
-    connect(save, &QAction::triggered, this, [this, askAndSave] {
-        if (m_currentPath.isEmpty() || m_currentPath.startsWith(QLatin1String(":/"))) askAndSave();
-        else saveExperiment(m_currentPath);
-    });
+    connect(saveAs, &QAction::triggered, this, &MainWindow::saveAs);
+    connect(save, &QAction::triggered, this, &MainWindow::save);
     m_recentMenu = file->addMenu(tr("Open &Recent"));
     m_recentMenu->setObjectName(QStringLiteral("recentMenu"));
     connect(m_recentMenu, &QMenu::aboutToShow, this, &MainWindow::rebuildRecentMenu);
@@ -367,9 +361,40 @@ void MainWindow::applyModelEdit(const config::Experiment& e) {
         m_panel->showExperiment(e);
     } catch (const std::exception&) {
     }
-    setWindowTitle(tr("ParaLab — %1[*]").arg(QString::fromStdString(e.name)));
     setWindowModified(true);
+    updateTitle();
     updateActions();
+}
+
+void MainWindow::updateTitle() {
+    setWindowTitle(tr("ParaLab — %1[*]").arg(m_experiment ? QString::fromStdString(m_experiment->name) : QString()));
+}
+
+bool MainWindow::save() {
+    if (m_currentPath.isEmpty() || m_currentPath.startsWith(QLatin1String(":/"))) return saveAs();
+    return saveExperiment(m_currentPath).isEmpty();
+}
+
+bool MainWindow::saveAs() {
+    if (!m_experiment) return false;
+    QString path = QFileDialog::getSaveFileName(this, tr("Save experiment"),
+                                                QString::fromStdString(m_experiment->name) + QStringLiteral(".paralab.json"),
+                                                tr("ParaLab experiments (*.paralab.json)"));
+    if (path.isEmpty()) return false;
+    if (!path.endsWith(QLatin1String(".json"))) path += QStringLiteral(".paralab.json");
+    return saveExperiment(path).isEmpty();
+}
+
+bool MainWindow::maybeSave() {
+    // A window nobody sees (a test, a script) has nobody to ask.
+    if (!isWindowModified() || !m_experiment || !isVisible()) return true;
+    const auto answer = QMessageBox::question(
+        this, tr("Unsaved changes"),
+        tr("The experiment \"%1\" has changes that are not saved.").arg(QString::fromStdString(m_experiment->name)),
+        QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, QMessageBox::Save);
+    if (answer == QMessageBox::Cancel) return false;
+    if (answer == QMessageBox::Discard) return true;
+    return save();
 }
 
 QString MainWindow::saveExperiment(const QString& path, bool interactive) {
@@ -422,6 +447,7 @@ void MainWindow::buildSetupTabs(QTabWidget* tabs) {
     m_dataPanel = new DataPanel;
     m_devicesPanel = new DevicesPanel;
     m_strategyPanel = new StrategyPanel;
+    m_trainingPanel = new TrainingPanel;
     // The Devices tab: where the devices run (this machine or a cluster), then this machine's
     // devices, which a cluster job does not use.
     m_clusterPanel = new ClusterPanel;
@@ -435,12 +461,26 @@ void MainWindow::buildSetupTabs(QTabWidget* tabs) {
         tabs->addTab(m_dataPanel, tr("Data"));
         tabs->addTab(devicesTab, tr("Devices"));
         tabs->addTab(m_strategyPanel, tr("Strategy"));
+        tabs->addTab(m_trainingPanel, tr("Settings"));
     }
     connect(m_dataPanel, &DataPanel::experimentEdited, this, [this](const config::Experiment& e) { applySetupEdit(e, m_dataPanel); });
     connect(m_devicesPanel, &DevicesPanel::experimentEdited, this,
             [this](const config::Experiment& e) { applySetupEdit(e, m_devicesPanel); });
     connect(m_strategyPanel, &StrategyPanel::experimentEdited, this,
             [this](const config::Experiment& e) { applySetupEdit(e, m_strategyPanel); });
+    connect(m_trainingPanel, &TrainingPanel::experimentEdited, this,
+            [this](const config::Experiment& e) { applySetupEdit(e, m_trainingPanel); });
+    // A refused edit is not passed on, and Start waits until it is fixed.
+    const auto refused = [this](const QString& message) {
+        m_status->setText(tr("%1 — Start waits until it is fixed").arg(message));
+        updateActions();
+    };
+    connect(m_dataPanel, &DataPanel::editRefused, this, refused);
+    connect(m_devicesPanel, &DevicesPanel::editRefused, this, refused);
+    connect(m_strategyPanel, &StrategyPanel::editRefused, this, refused);
+    connect(m_trainingPanel, &TrainingPanel::editRefused, this, refused);
+    // The cluster's settings are not the experiment's, but a job they cannot place cannot start.
+    connect(m_clusterPanel, &ClusterPanel::settingsChanged, this, &MainWindow::updateActions);
     // Connected after the designer's own handler: that one takes the designer's copy of the
     // experiment, whose data, devices and strategy may be older than the setup panels' edits.
     connect(m_designer, &ModelDesigner::modelEdited, this, &MainWindow::mergeModelEdit);
@@ -452,6 +492,15 @@ void MainWindow::showInSetupPanels(const config::Experiment& e, QWidget* except)
     if (except != m_dataPanel) m_dataPanel->setExperiment(e);
     if (except != m_devicesPanel) m_devicesPanel->setExperiment(e);
     if (except != m_strategyPanel) m_strategyPanel->setExperiment(e);
+    if (except != m_trainingPanel) m_trainingPanel->setExperiment(e);
+}
+
+QString MainWindow::fieldError() const {
+    for (const QString& error : {m_dataPanel->errorText(), m_devicesPanel->errorText(), m_strategyPanel->errorText(),
+                                 m_trainingPanel->errorText()})
+        if (!error.isEmpty()) return error;
+    if (m_clusterPanel->useCluster()) return m_clusterPanel->settings().problemText();
+    return {};
 }
 
 void MainWindow::applySetupEdit(const config::Experiment& e, QWidget* from) {
@@ -462,6 +511,8 @@ void MainWindow::applySetupEdit(const config::Experiment& e, QWidget* from) {
         m_panel->showExperiment(e);
     } catch (const std::exception&) {  // the designer shows why the model does not build
     }
+    setWindowModified(true);
+    updateTitle();
     updateActions();
 }
 
@@ -545,6 +596,10 @@ void MainWindow::restoreSettings() {
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
+    if (!maybeSave()) {
+        event->ignore();
+        return;
+    }
     saveSettings();
     QMainWindow::closeEvent(event);
 }

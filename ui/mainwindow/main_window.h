@@ -32,6 +32,7 @@ class RunSource;
 class RunsPanel;
 class StrategyPanel;
 class TimelinePanel;
+class TrainingPanel;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -43,6 +44,8 @@ public:
     // shown in a dialog when `interactive`), and the experiment shown before stays, undo history
     // and all. A model that does not fit its data opens: the designer shows the layer in red and
     // Start stays disabled until it is fixed.
+    // When `interactive` and the shown experiment has unsaved changes, asks first (Save /
+    // Discard / Cancel); Cancel opens nothing and keeps everything.
     QString openExperiment(const QString& path, bool interactive = true);
     const std::optional<config::Experiment>& experiment() const { return m_experiment; }
     // For tests and scripted runs: the experiment that Start runs (Start disabled while its
@@ -75,11 +78,17 @@ public:
     QStringList recentFiles() const;
     QString statusText() const;
 
-    // The setup tabs beside the model (Data, Devices, Strategy): each shows the current
+    // The setup tabs beside the model (Data, Devices, Strategy, Training): each shows the current
     // experiment and reports its edits; the window keeps the one experiment and hands it on.
+    // Every edit marks the file modified (the title's "*"); a refused edit leaves its message
+    // under its field, and Start stays disabled while any field of any tab shows one.
     DataPanel* dataPanel() const { return m_dataPanel; }
     DevicesPanel* devicesPanel() const { return m_devicesPanel; }
     StrategyPanel* strategyPanel() const { return m_strategyPanel; }
+    TrainingPanel* trainingPanel() const { return m_trainingPanel; }
+    // The first error a field of the setup tabs shows ("" when none): while there is one, Start
+    // is disabled, so what runs is what the tabs show.
+    QString fieldError() const;
     QTabWidget* experimentTabs() const { return m_experimentTabs; }
     QAction* pauseAction() const { return m_pauseAction; }
     QAction* resumeAction() const { return m_resumeAction; }
@@ -111,6 +120,13 @@ private:
     QWidget* buildDesignerTabs();
     void buildDesignerMenus(QMenu* file);
     void applyModelEdit(const config::Experiment& e);
+    // "ParaLab — name*": the experiment's name, and "*" while it has unsaved changes.
+    void updateTitle();
+    // Unsaved changes, with the window shown: Save / Discard / Cancel. True when the caller may
+    // go on (saved, or discarded); false on Cancel or a save that did not happen.
+    bool maybeSave();
+    bool save();    // File ▸ Save: to the current file, or as Save As when there is none
+    bool saveAs();  // File ▸ Save As: asks where; false when cancelled or it failed
     void rememberFile(const QString& path);
     void rebuildRecentMenu();
     // The setup panels' side: their tabs, their edits, Pause / Resume.
@@ -141,6 +157,7 @@ private:
     DataPanel* m_dataPanel = nullptr;
     DevicesPanel* m_devicesPanel = nullptr;
     StrategyPanel* m_strategyPanel = nullptr;
+    TrainingPanel* m_trainingPanel = nullptr;
     QTabWidget* m_experimentTabs = nullptr;
     QSplitter* m_splitter = nullptr;
     QAction* m_pauseAction = nullptr;

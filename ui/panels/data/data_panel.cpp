@@ -232,6 +232,7 @@ void DataPanel::edited() {
     m_generalError->hide();
     if (const auto issues = run::validate(e); !issues.empty()) {
         showIssue(issues.front(), m_errors, m_generalError);
+        emit editRefused(QString::fromStdString(issues.front().text()));
         return;
     }
     if (changedSet) setExperiment(e);  // shows the new set's defaults

@@ -31,6 +31,8 @@ public:
 
 signals:
     void experimentEdited(const paralab::config::Experiment& e);
+    // An edit that was refused: its message is shown under its field, nothing was passed on.
+    void editRefused(const QString& message);
 
 private:
     void addField(const QString& key, const QString& label, QWidget* editor);

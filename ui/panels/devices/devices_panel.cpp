@@ -208,6 +208,7 @@ void DevicesPanel::edited() {
     if (const auto issues = run::validate(e); !issues.empty()) {
         m_error->setText(QString::fromStdString(issues.front().text()));
         m_error->show();
+        emit editRefused(m_error->text());
         return;
     }
     m_error->hide();

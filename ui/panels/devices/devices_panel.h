@@ -41,6 +41,8 @@ public:
 
 signals:
     void experimentEdited(const paralab::config::Experiment& e);
+    // An edit that was refused: its message is shown under its field, nothing was passed on.
+    void editRefused(const QString& message);
     void devicesDiscovered();
 
 private:

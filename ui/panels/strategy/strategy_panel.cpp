@@ -320,7 +320,7 @@ void StrategyPanel::edited() {
     for (const auto& o : d->options) {
         OptionValue v;
         config::Issue issue;
-        if (!editorValue(o, v, issue)) return ui::showIssue(issue, m_errors, m_generalError);
+        if (!editorValue(o, v, issue)) return refuse(issue);
         // An empty index list is "automatic": not written.
         if (o.kind == OptionKind::index_list && std::get<std::vector<int64_t>>(v).empty()) continue;
         s.options[o.key] = v;
@@ -330,10 +330,15 @@ void StrategyPanel::edited() {
     s.straggler_delay_ms = s.straggler_device.empty() ? 0.0 : m_stragglerDelay->value();
 
     const auto issues = run::validate(e);
-    if (!issues.empty()) return ui::showIssue(issues.front(), m_errors, m_generalError);
+    if (!issues.empty()) return refuse(issues.front());
     m_experiment = e;
     refreshViews();
     emit experimentEdited(e);
+}
+
+void StrategyPanel::refuse(const config::Issue& issue) {
+    ui::showIssue(issue, m_errors, m_generalError);
+    emit editRefused(QString::fromStdString(issue.text()));
 }
 
 QString StrategyPanel::errorText() const {

@@ -51,6 +51,8 @@ public:
 
 signals:
     void experimentEdited(const paralab::config::Experiment& e);
+    // An edit that was refused: its message is shown under its field, nothing was passed on.
+    void editRefused(const QString& message);
 
 private:
     void addOption(const QString& key, const QString& label, QWidget* editor);
@@ -61,6 +63,7 @@ private:
     // The editor's value; false (with `issue` set) when its text is not a value of the kind.
     bool editorValue(const config::OptionSpec& spec, config::OptionValue& value, config::Issue& issue) const;
     void edited();
+    void refuse(const config::Issue& issue);  // shows it under its field, emits editRefused
     void refreshViews();  // explanation, diagram, memory for m_experiment
     void plotMemory();
 
