@@ -23,7 +23,7 @@ struct StepRecord {
     double loss = 0;         // mean training loss of the step's batch
     int64_t samples = 0;
     double lr = 0;
-    double wall_s = 0;       // since training started
+    double wall_s = 0;       // training time since it started (evaluations and pauses excluded)
     double compute_ms = 0;   // forward, backward, optimizer (and other compute) on the rank thread
     double comm_ms = 0;      // communication calls (also those overlapped on a second thread)
     double idle_ms = 0;      // waiting for a peer, a communication thread or a server
@@ -62,7 +62,7 @@ struct RunSummary {
     double final_loss = 0;
     std::optional<double> test_loss, test_accuracy;
     double samples_per_s = 0;
-    double wall_s = 0;                 // training only; evaluation excluded
+    double wall_s = 0;                 // training only; evaluation and pauses excluded
     std::map<std::string, int64_t> peak_memory_bytes;
     int64_t parameters = 0;
 };

@@ -240,11 +240,16 @@ bool begin_step(Shared& sh, Rank& rank, int64_t step) {
         double flags[2] = {control && control->stop.load() ? 1.0 : 0.0, control && control->pause.load() ? 1.0 : 0.0};
         rank.comm().all_reduce(flags, 2, DType::f64, comm::ReduceOp::max);
         if (flags[0] > 0) {
+            sh.gate.hold_ended();
             std::lock_guard lock(sh.mutex);
             sh.stopped_in_job = true;
             return false;
         }
-        if (flags[1] == 0) return true;
+        if (flags[1] == 0) {
+            sh.gate.hold_ended();
+            return true;
+        }
+        sh.gate.hold_began();
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
 }
@@ -320,7 +325,7 @@ void rank_main(Shared& sh, int index) {
                 rec.lr = sh.schedule.lr_at(step - 1);
                 {
                     std::lock_guard lock(sh.mutex);
-                    rec.wall_s = rank.seconds_since_t0(t_end) - sh.eval_s;
+                    rec.wall_s = rank.seconds_since_t0(t_end) - sh.eval_s - sh.gate.paused_s();
                 }
                 rec.compute_ms = times.compute_ms;
                 rec.comm_ms = times.comm_ms;
@@ -454,7 +459,8 @@ void close_summary(config::RunSummary& s, Shared& sh, Clock::time_point t_end) {
     }
     s.final_loss = sh.bus.last_step_loss();
     s.steps = sh.bus.steps_ended();
-    s.wall_s = std::chrono::duration<double>(t_end - sh.ctx.t0).count() - sh.eval_s;
+    // A run stopped while paused ended its hold at the stop.
+    s.wall_s = std::chrono::duration<double>(t_end - sh.ctx.t0).count() - sh.eval_s - sh.gate.paused_s();
     s.samples_per_s = s.wall_s > 0 ? static_cast<double>(sh.bus.samples_ended()) / s.wall_s : 0;
 }
 

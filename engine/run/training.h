@@ -11,6 +11,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "engine/comm/mpi.h"
@@ -40,15 +42,20 @@ public:
         for (;;) {
             if (m_stop_from == kNever && m_control && m_control->stop.load())
                 m_stop_from = std::max(m_max_started + 1, step);
-            if (step >= m_stop_from) return false;
+            if (step >= m_stop_from) {
+                end_hold_locked();
+                return false;
+            }
             // Paused: like stop, at a boundary every rank agrees on (steps already started by
             // any rank are finished by all), then wait until resumed or stopped.
             if (!m_control || !m_control->pause.load()) {
                 m_pause_from = kNever;
+                end_hold_locked();
                 break;
             }
             if (m_pause_from == kNever) m_pause_from = std::max(m_max_started + 1, step);
             if (step < m_pause_from) break;
+            if (!m_held_since) m_held_since = Clock::now();
             lock.unlock();
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
             lock.lock();
@@ -62,13 +69,38 @@ public:
     }
     RunControl* control() const { return m_control; }
 
+    // The time the run was held paused, once for the run however many ranks waited: from the
+    // first rank that waited to the resume (or stop) that the first rank to go on saw. A run
+    // across processes, which agrees on pause by itself, reports its waiting here.
+    void hold_began() {
+        std::lock_guard lock(m_mutex);
+        if (!m_held_since) m_held_since = Clock::now();
+    }
+    void hold_ended() {
+        std::lock_guard lock(m_mutex);
+        end_hold_locked();
+    }
+    // Seconds held paused so far (a hold still going on not counted): what wall times exclude.
+    double paused_s() const {
+        std::lock_guard lock(m_mutex);
+        return m_paused_s;
+    }
+
 private:
+    void end_hold_locked() {
+        if (!m_held_since) return;
+        m_paused_s += std::chrono::duration<double>(Clock::now() - *m_held_since).count();
+        m_held_since.reset();
+    }
+
     static constexpr int64_t kNever = INT64_MAX;
     RunControl* m_control;
     mutable std::mutex m_mutex;
     int64_t m_stop_from = kNever;  // guarded by m_mutex: the first step no rank may start
     int64_t m_pause_from = kNever; // guarded by m_mutex: while paused, the first step that waits
     int64_t m_max_started = 0;     // guarded by m_mutex
+    std::optional<Clock::time_point> m_held_since;  // guarded by m_mutex: a hold going on
+    double m_paused_s = 0;                          // guarded by m_mutex: holds ended
 };
 
 // One pass over the test split on the calling thread, through `predict` (the trained model's
@@ -150,7 +182,8 @@ RunContext make_context(const config::Experiment& e, const Prepared& p, std::vec
 int64_t steps_per_epoch(const config::Experiment& e, int64_t train_size);
 
 // The summary as the rank threads left the run: status (failed, stopped, finished), error,
-// epochs, steps, the last step's loss, training wall time (evaluations excluded), throughput.
+// epochs, steps, the last step's loss, training wall time (evaluations and pauses excluded),
+// throughput.
 void close_summary(config::RunSummary& s, Shared& sh, Clock::time_point t_end);
 // Each local device's memory at the end: peaks into the summary, the whole stats into
 // `artifacts` (when given).

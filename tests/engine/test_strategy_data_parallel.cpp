@@ -9,9 +9,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "engine/run/experiment.h"
@@ -400,6 +402,66 @@ TEST(DataParallelRuns, PauseHoldsEveryDeviceAndResumeGoesOn) {
     t.join();
     EXPECT_EQ(summary.status, "stopped");
     EXPECT_EQ(summary.steps, held);
+}
+
+// A run's wall time and throughput exclude the time it was held paused. The run is paused
+// before it starts; from on_start (just before training's clock starts) the test holds it for
+// a while, so every step runs after the hold and the hold is all but the ranks' setup.
+TEST(DataParallelRuns, WallTimeExcludesPauses) {
+    using Clock = std::chrono::steady_clock;
+    struct Started : run::RunObserver {
+        std::mutex mutex;
+        std::condition_variable cv;
+        bool started = false;
+        std::atomic<int> ends{0};
+        config::StepRecord last;  // guarded by mutex
+        void on_start(const config::Experiment&, int64_t) override {
+            std::lock_guard lock(mutex);
+            started = true;
+            cv.notify_all();
+        }
+        void on_step_end(const config::StepRecord& r) override {
+            std::lock_guard lock(mutex);
+            last = r;
+            ++ends;
+        }
+    } rec;
+    json j = mlp();
+    j["devices"] = devices(2);
+    j["strategy"] = {{"type", "ddp"}};
+    j["train"]["max_steps"] = 4;
+    run::RunControl control;
+    control.pause = true;
+    config::RunSummary summary;
+    const auto t_begin = Clock::now();
+    std::thread t([&] { summary = run::run_experiment(run::parse_experiment(j), &rec, &control); });
+    Clock::time_point held_from;
+    {
+        std::unique_lock lock(rec.mutex);
+        const bool started = rec.cv.wait_for(lock, std::chrono::seconds(60), [&] { return rec.started; });
+        held_from = Clock::now();
+        if (!started) control.stop = true;  // ends the run, if it ever starts
+    }
+    // Held for at least 1.5 s after the run started (the clock, not a sleep, says how long).
+    while (Clock::now() - held_from < std::chrono::milliseconds(1500))
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(rec.ends.load(), 0);  // paused from the start
+    control.pause = false;
+    const double held_s = std::chrono::duration<double>(Clock::now() - held_from).count();
+    t.join();
+    const double around_s = std::chrono::duration<double>(Clock::now() - t_begin).count();
+    ASSERT_EQ(summary.status, "finished") << summary.error;
+    ASSERT_EQ(summary.steps, 4);
+    // Unpaused, the run's wall time is at most what passed around it less the hold, plus the
+    // ranks' setup inside the hold (generous: a loaded machine may deschedule them).
+    const double margin_s = 0.5;
+    EXPECT_GT(summary.wall_s, 0);
+    EXPECT_LT(summary.wall_s, around_s - held_s + margin_s) << "held " << held_s << " s of " << around_s << " s";
+    EXPECT_NEAR(summary.samples_per_s, 4 * j["data"]["batch_size"].get<double>() / summary.wall_s,
+                1e-6 * summary.samples_per_s);
+    std::lock_guard lock(rec.mutex);
+    EXPECT_GT(rec.last.wall_s, 0);
+    EXPECT_LE(rec.last.wall_s, summary.wall_s + 1e-9);
 }
 
 // Waiting inside a compute phase (SyncBatchNorm's all-reduce inside forward, for a straggler)

@@ -466,7 +466,7 @@ void TestDashboard::timelineDescribesTheSpanUnderThePointer() {
                  backward.contains("4.000 ms"),
              qPrintable(backward));
     const QString comm = t.describeAt(6.0, 1.0 + 0.3);
-    QVERIFY2(comm.contains("all_reduce_bucket") && comm.contains("communication") && comm.contains("4 KiB"),
+    QVERIFY2(comm.contains("all_reduce_bucket") && comm.contains("communication") && comm.contains("4.0 KiB"),
              qPrintable(comm));
     QVERIFY(t.describeAt(-5.0, 0).isEmpty());
     QVERIFY(t.describeAt(1.0, 7).isEmpty());

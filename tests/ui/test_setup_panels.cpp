@@ -252,12 +252,28 @@ void TestSetupPanels::runControlsFollowTheRun() {
     QVERIFY(w.pauseAction()->isEnabled() && stop->isEnabled() && !w.resumeAction()->isEnabled());
     QTRY_VERIFY_WITH_TIMEOUT(steps.count() > 0, 20000);
     QTRY_VERIFY(w.statusText().contains("ETA"));
+    // While paused the status bar says so and shows no ETA, also after the steps in flight
+    // arrive (checked as each batch arrives, after the window has shown it).
+    QStringList pausedTexts;
+    const auto watch = connect(w.controller(), &RunController::stepsArrived, &w, [&] {
+        if (w.controller()->state() == RunController::State::Paused) pausedTexts << w.statusText();
+    });
     w.pauseAction()->trigger();
     QCOMPARE(w.controller()->state(), RunController::State::Paused);
+    QVERIFY2(w.statusText().startsWith("Paused") && !w.statusText().contains("ETA"), qPrintable(w.statusText()));
     QVERIFY(!start->isEnabled() && !w.pauseAction()->isEnabled() && w.resumeAction()->isEnabled() &&
             stop->isEnabled());
+    QTest::qWait(200);  // lets the steps in flight arrive: checked if they do, not required
+    for (const QString& text : pausedTexts)
+        QVERIFY2(text.startsWith("Paused") && !text.contains("ETA"), qPrintable(text));
+    QVERIFY2(w.statusText().startsWith("Paused"), qPrintable(w.statusText()));
+    disconnect(watch);
+    const qsizetype beforeResume = steps.count();
     w.resumeAction()->trigger();
     QCOMPARE(w.controller()->state(), RunController::State::Running);
+    QVERIFY(!w.statusText().startsWith("Paused"));
+    QTRY_VERIFY_WITH_TIMEOUT(steps.count() > beforeResume, 20000);
+    QTRY_VERIFY(w.statusText().contains("ETA"));
     w.pauseAction()->trigger();
     stop->trigger();  // a paused run stops too
     QVERIFY(finished.wait(20000));

@@ -114,20 +114,10 @@ void MainWindow::connectRunSource(RunSource* source) {
     connect(source, &RunSource::stepsArrived, this,
             [this](const QVector<config::StepRecord>& steps) {
                 m_plot->addSteps(steps);
-                const auto& last = steps.back();
                 for (const auto& s : steps) m_samples += s.samples;
-                m_progress->setValue(static_cast<int>(last.step));
-                const double rate = last.wall_s > 0 ? m_samples / last.wall_s : 0;
-                // ETA from the mean step time so far (pauses included: a rough guide).
-                const double eta = last.step > 0 ? (m_totalSteps - last.step) * last.wall_s / last.step : 0;
-                m_status->setText(tr("Epoch %1 · step %2 of %3 · loss %4 · %5 samples/s · ETA %6")
-                                      .arg(last.epoch + 1)
-                                      .arg(last.step)
-                                      .arg(m_totalSteps)
-                                      .arg(last.loss, 0, 'f', 4)
-                                      .arg(QLocale().toString(rate, 'f', 0))
-                                      .arg(eta >= 60 ? tr("%1 min %2 s").arg(int(eta) / 60).arg(int(eta) % 60)
-                                                     : tr("%1 s").arg(eta, 0, 'f', 0)));
+                m_lastStep = steps.back();
+                m_progress->setValue(static_cast<int>(m_lastStep->step));
+                showProgress();
             });
     connect(source, &RunSource::evalArrived, m_plot, &LossPlotPanel::addEval);
     connect(source, &RunSource::stepsArrived, m_devices, &DeviceDashboard::addSteps);
@@ -272,6 +262,7 @@ void MainWindow::startRun() {
     m_devices->clear();
     m_timeline->clear();
     m_samples = 0;
+    m_lastStep.reset();
     // The Devices tab's choice: this machine's rank threads, or a job of mpirun's processes.
     if (m_clusterPanel && m_clusterPanel->useCluster()) {
         const ClusterSettings settings = m_clusterPanel->settings();
@@ -548,13 +539,42 @@ void MainWindow::buildPauseActions(QMenu* runMenu, QToolBar* toolbar) {
 void MainWindow::pauseRun() {
     if (m_active->state() != RunSource::State::Running) return;
     m_active->pause();
-    m_status->setText(tr("Paused at the next step boundary: Resume goes on, Stop ends the run"));
+    showProgress();
 }
 
 void MainWindow::resumeRun() {
     if (m_active->state() != RunSource::State::Paused) return;
     m_active->resume();
-    m_status->setText(tr("Resumed"));
+    if (m_lastStep) showProgress();
+    else m_status->setText(tr("Resumed"));
+}
+
+void MainWindow::showProgress() {
+    // Paused: the steps in flight still arrive, and the line keeps saying so, with no ETA.
+    const bool paused = m_active->state() == RunSource::State::Paused;
+    const QString hint = tr("Resume goes on, Stop ends the run");
+    if (!m_lastStep) {
+        if (paused) m_status->setText(tr("Paused · %1").arg(hint));
+        return;
+    }
+    const config::StepRecord& last = *m_lastStep;
+    // wall_s excludes the time the run was paused: the rate and the ETA are of training.
+    const double rate = last.wall_s > 0 ? m_samples / last.wall_s : 0;
+    const QString progress = tr("Epoch %1 · step %2 of %3 · loss %4 · %5 samples/s")
+                                 .arg(last.epoch + 1)
+                                 .arg(last.step)
+                                 .arg(m_totalSteps)
+                                 .arg(last.loss, 0, 'f', 4)
+                                 .arg(QLocale().toString(rate, 'f', 0));
+    if (paused) {
+        m_status->setText(tr("Paused · %1 · %2").arg(progress, hint));
+        return;
+    }
+    // ETA from the mean step time so far.
+    const double eta = last.step > 0 ? (m_totalSteps - last.step) * last.wall_s / last.step : 0;
+    m_status->setText(tr("%1 · ETA %2")
+                          .arg(progress, eta >= 60 ? tr("%1 min %2 s").arg(int(eta) / 60).arg(int(eta) % 60)
+                                                   : tr("%1 s").arg(eta, 0, 'f', 0)));
 }
 
 void MainWindow::saveSettings() const {

@@ -6,6 +6,7 @@
 #include <QMainWindow>
 #include <optional>
 
+#include "engine/config/records.h"
 #include "engine/run/experiment.h"
 #include "ui/panels/common/plot_export.h"
 
@@ -113,6 +114,9 @@ private:
     void buildMenus();
     void buildExportMenu(QMenu* file);
     void updateActions();
+    // The running line of the status bar from the last step: progress, throughput and ETA, or
+    // "Paused" (and no ETA) while the run is paused.
+    void showProgress();
     // The views, the status bar and the runs table follow `source`'s signals.
     void connectRunSource(RunSource* source);
     void showError(const QString& title, const QString& message, bool interactive);
@@ -169,6 +173,7 @@ private:
     QProgressBar* m_progress;
     qint64 m_totalSteps = 0;
     qint64 m_samples = 0;
+    std::optional<config::StepRecord> m_lastStep;  // the run's latest step over all devices
 };
 
 }  // namespace paralab::ui

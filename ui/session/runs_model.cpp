@@ -1,5 +1,7 @@
 #include "ui/session/runs_model.h"
 
+#include "ui/panels/common/byte_units.h"
+
 #include <QFile>
 #include <QLocale>
 #include <QSaveFile>
@@ -134,20 +136,6 @@ QByteArray csvNumber(double v) {
 }
 
 }  // namespace
-
-QString formatBytes(qint64 bytes) {
-    static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = static_cast<double>(bytes);
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        ++u;
-    }
-    return u == 0 ? QStringLiteral("%1 B").arg(bytes)
-                  : QStringLiteral("%1 %2")
-                        .arg(v, 0, 'f', v < 10 ? 1 : 0)
-                        .arg(QLatin1String(units[u]));
-}
 
 std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run,
                                                    const QVector<RunInfo>& runs) {

@@ -54,9 +54,6 @@ struct ScalingEfficiency {
 std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run,
                                                    const QVector<RunInfo>& runs);
 
-// 1536 -> "1.5 KiB", 3 << 20 -> "3.0 MiB".
-QString formatBytes(qint64 bytes);
-
 class RunsModel : public QAbstractTableModel {
     Q_OBJECT
 public:

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ui/panels/common/byte_units.h"
 #include "ui/panels/common/palette.h"
 #include "ui/panels/common/plot_export.h"
 #include "ui/panels/common/plot_style.h"
@@ -51,23 +52,15 @@ struct DebiasedEma {
 class ByteTicker : public QCPAxisTicker {
 protected:
     double getTickStep(const QCPRange& range) override {
-        const double largest = std::max(std::abs(range.lower), std::abs(range.upper));
-        m_unit = 1;
-        m_suffix = 0;
-        while (largest / m_unit >= 1024 && m_suffix < 3) {
-            m_unit *= 1024;
-            ++m_suffix;
-        }
-        return cleanMantissa(range.size() / m_unit / (mTickCount + 1e-10)) * m_unit;
+        m_unit = byteUnitFor(std::max(std::abs(range.lower), std::abs(range.upper)));
+        return cleanMantissa(range.size() / m_unit.bytes / (mTickCount + 1e-10)) * m_unit.bytes;
     }
     QString getTickLabel(double tick, const QLocale& locale, QChar, int) override {
-        static const char* const kSuffix[] = {"B", "KiB", "MiB", "GiB"};
-        return locale.toString(tick / m_unit, 'g', 4) + QLatin1Char(' ') + QLatin1String(kSuffix[m_suffix]);
+        return locale.toString(tick / m_unit.bytes, 'g', 4) + QLatin1Char(' ') + m_unit.name;
     }
 
 private:
-    double m_unit = 1;
-    int m_suffix = 0;
+    ByteUnit m_unit{1, QStringLiteral("B")};
 };
 
 QString timePartName(int part) {

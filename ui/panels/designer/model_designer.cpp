@@ -22,6 +22,7 @@
 #include <map>
 
 #include "engine/nn/factory.h"
+#include "ui/panels/common/byte_units.h"
 #include "ui/panels/designer/layer_property_editor.h"
 #include "ui/panels/designer/layer_views.h"
 #include "ui/panels/designer/model_edit_command.h"
@@ -43,13 +44,6 @@ QString siCount(double v, const QString& unit) {
         .arg(v, 0, 'f', i == 0 ? 0 : (v < 10 ? 2 : 1))
         .arg(prefixes[i])
         .arg(unit);
-}
-
-QString bytesText(double b) {
-    const char* units[] = {"B", "KB", "MB", "GB"};
-    int i = 0;
-    while (b >= 1024 && i < 3) b /= 1024, ++i;
-    return QStringLiteral("%1 %2").arg(b, 0, 'f', i == 0 ? 0 : 1).arg(units[i]);
 }
 
 QString shapeText(const Shape& s) {
@@ -538,9 +532,9 @@ void ModelDesigner::refresh() {
                "activations %6 per example")
                 .arg(shapeText(*input), shapeText(m_report.output),
                      locale.toString(static_cast<qlonglong>(m_report.parameters)),
-                     bytesText(4.0 * static_cast<double>(m_report.parameters)),
+                     formatBytes(4 * m_report.parameters),
                      siCount(static_cast<double>(m_report.flops), QStringLiteral("FLOP")),
-                     bytesText(static_cast<double>(m_report.activationBytes))));
+                     formatBytes(m_report.activationBytes)));
     } else if (shapesPending()) {
         m_totals->setText(tr("Inferring shapes…"));
     } else {
@@ -577,8 +571,7 @@ void ModelDesigner::rebuildTree(const LayerPath& select) {
                       locale.toString(static_cast<qlonglong>(parameters)));
         item->setText(LayerStackView::FlopsColumn,
                       siCount(static_cast<double>(flops), QString()).trimmed());
-        item->setText(LayerStackView::MemoryColumn,
-                      bytesText(static_cast<double>(activationBytes)));
+        item->setText(LayerStackView::MemoryColumn, formatBytes(activationBytes));
     };
     const auto addParts = [&](QTreeWidgetItem* block, const QString& path,
                               const LayerShapeInfo& r) {

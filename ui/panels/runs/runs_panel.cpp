@@ -25,6 +25,7 @@
 #include "engine/strategy/registry.h"
 #include <limits>
 
+#include "ui/panels/common/byte_units.h"
 #include "ui/panels/common/plot_style.h"
 
 namespace paralab::ui {
@@ -432,13 +433,9 @@ void RunsPanel::redraw() {
         maxBytes = std::max(maxBytes, r->peakMemoryBytes);
         maxRate = std::max(maxRate, r->samplesPerS);
     }
-    int unitPower = 0;
-    while (unitPower < 3 && static_cast<double>(maxBytes) >= std::pow(1024.0, unitPower + 1))
-        ++unitPower;
-    const double unit = std::pow(1024.0, unitPower);
-    const char* unitNames[] = {"B", "KiB", "MiB", "GiB"};
-    m_memoryRect->axis(QCPAxis::atLeft)
-        ->setLabel(tr("peak memory (%1)").arg(QLatin1String(unitNames[unitPower])));
+    const ByteUnit byteUnit = byteUnitFor(static_cast<double>(maxBytes));
+    const double unit = byteUnit.bytes;
+    m_memoryRect->axis(QCPAxis::atLeft)->setLabel(tr("peak memory (%1)").arg(byteUnit.name));
 
     const QLocale locale;
     QStringList efficiencyLines;

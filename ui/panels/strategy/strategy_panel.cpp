@@ -17,6 +17,7 @@
 #include <qcustomplot.h>
 
 #include "engine/run/experiment.h"
+#include "ui/panels/common/byte_units.h"
 #include "ui/panels/common/field_errors.h"
 #include "ui/panels/common/palette.h"
 #include "ui/panels/common/plot_style.h"
@@ -385,21 +386,15 @@ void StrategyPanel::plotMemory() {
     int64_t most = 1;
     for (const auto& d : m_estimate) most = std::max(most, d.total());
     // One unit for the whole chart, the largest that keeps the tallest bar above 1.
-    double unit = 1;
-    QString unitName = tr("bytes");
-    if (most >= (int64_t{1} << 30))
-        unit = double(int64_t{1} << 30), unitName = tr("GiB");
-    else if (most >= (1 << 20))
-        unit = double(1 << 20), unitName = tr("MiB");
-    else if (most >= (1 << 10))
-        unit = 1024, unitName = tr("KiB");
+    const ByteUnit byteUnit = byteUnitFor(static_cast<double>(most));
+    const double unit = byteUnit.bytes;
 
     QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
     for (int i = 0; i < static_cast<int>(m_estimate.size()); ++i)
         ticker->addTick(i, QString::fromStdString(m_estimate[i].device));
     plot->xAxis->setTicker(ticker);
     plot->xAxis->setRange(-0.6, std::max<double>(0.6, m_estimate.size() - 0.4));
-    plot->yAxis->setLabel(tr("predicted peak, %1").arg(unitName));
+    plot->yAxis->setLabel(tr("predicted peak, %1").arg(byteUnit.name));
     QCPBars* below = nullptr;
     for (int c = 0; c < static_cast<int>(kMemCategoryCount); ++c) {
         if (c == static_cast<int>(MemCategory::workspace)) continue;  // not predicted

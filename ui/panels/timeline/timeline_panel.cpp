@@ -16,6 +16,7 @@
 #include <limits>
 #include <set>
 
+#include "ui/panels/common/byte_units.h"
 #include "ui/panels/common/palette.h"
 #include "ui/panels/common/plot_style.h"
 
@@ -32,16 +33,6 @@ const QString kHoverHint = QStringLiteral(
     "Upper lane of a device: its rank thread · lower lane: communication (also when it overlaps "
     "compute) · hover a span for its details");
 
-QString formatBytes(qint64 bytes) {
-    static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB"};
-    double v = static_cast<double>(bytes);
-    int unit = 0;
-    while (v >= 1024 && unit < 3) {
-        v /= 1024;
-        ++unit;
-    }
-    return QStringLiteral("%1 %2").arg(v, 0, 'g', unit ? 4 : 10).arg(QLatin1String(kUnits[unit]));
-}
 }  // namespace
 
 // The rectangles of the chart as one plottable: hundreds of spans per batch drawn in one pass,
