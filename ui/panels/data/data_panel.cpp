@@ -16,18 +16,11 @@
 #include "engine/data/dataset.h"
 #include "engine/data/text.h"
 #include "ui/panels/common/field_errors.h"
+#include "ui/panels/common/form_widgets.h"
 
 namespace paralab::ui {
 
 namespace {
-
-QSpinBox* spinBox(int min, int max, const QString& special = {}) {
-    auto* box = new QSpinBox;
-    box->setRange(min, max);
-    if (!special.isEmpty()) box->setSpecialValueText(special);
-    box->setAccelerated(true);
-    return box;
-}
 
 bool usesPath(const std::string& d) {
     return d == "mnist" || d == "fashion-mnist" || d == "csv" || d == "text";

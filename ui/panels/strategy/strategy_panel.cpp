@@ -17,6 +17,7 @@
 #include <qcustomplot.h>
 
 #include "engine/run/experiment.h"
+#include "ui/panels/common/form_widgets.h"
 #include "ui/panels/common/byte_units.h"
 #include "ui/panels/common/field_errors.h"
 #include "ui/panels/common/palette.h"
@@ -143,13 +144,7 @@ StrategyPanel::StrategyPanel(QWidget* parent)
     layout->addWidget(m_memoryNote);
     layout->addStretch(1);
 
-    auto* scroll = new QScrollArea;
-    scroll->setWidget(content);
-    scroll->setWidgetResizable(true);
-    scroll->setFrameShape(QFrame::NoFrame);
-    auto* outer = new QVBoxLayout(this);
-    outer->setContentsMargins(0, 0, 0, 0);
-    outer->addWidget(scroll);
+    setScrollingContent(this, content);
 
     connect(m_type, &QComboBox::currentTextChanged, this, [this](const QString& t) {
         showOptionsFor(t.toStdString());

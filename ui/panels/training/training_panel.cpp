@@ -12,18 +12,11 @@
 
 #include "engine/util/error.h"
 #include "ui/panels/common/field_errors.h"
+#include "ui/panels/common/form_widgets.h"
 
 namespace paralab::ui {
 
 namespace {
-
-QSpinBox* spinBox(int min, int max, const QString& special = {}) {
-    auto* box = new QSpinBox;
-    box->setRange(min, max);
-    if (!special.isEmpty()) box->setSpecialValueText(special);
-    box->setAccelerated(true);
-    return box;
-}
 
 QComboBox* choiceBox(const QStringList& choices) {
     auto* box = new QComboBox;
@@ -150,13 +143,7 @@ TrainingPanel::TrainingPanel(QWidget* parent)
     layout->addWidget(m_generalError);
     layout->addStretch(1);
 
-    auto* scroll = new QScrollArea;
-    scroll->setWidget(content);
-    scroll->setWidgetResizable(true);
-    scroll->setFrameShape(QFrame::NoFrame);
-    auto* outer = new QVBoxLayout(this);
-    outer->setContentsMargins(0, 0, 0, 0);
-    outer->addWidget(scroll);
+    setScrollingContent(this, content);
 
     for (QLineEdit* line : {m_name, m_lr, m_weightDecay, m_momentum, m_beta1, m_beta2, m_eps, m_gamma})
         connect(line, &QLineEdit::editingFinished, this, &TrainingPanel::edited);
