@@ -176,13 +176,14 @@ ModelSummary summarize(const std::vector<LayerSpec>& layers, const Shape& input,
 
 std::vector<LayerSummary> Model::summary() {
     std::vector<LayerSummary> rows;
+    size_t top = 0;  // the row of the last top-level layer collected
     for (size_t i = 0; i < m_net->size(); ++i) {
         const std::string path = "model.layers[" + std::to_string(m_spec_of[i]) + "]";
         if (i > 0 && m_spec_of[i] == m_spec_of[i - 1]) {  // another copy of a repeated layer
-            for (auto& r : rows)
-                if (r.path == path && r.depth == 0) add_copy(r, row_of(m_net->at(i), path, 0));
+            add_copy(rows[top], row_of(m_net->at(i), path, 0));
             continue;
         }
+        top = rows.size();
         collect(m_net->at(i), path, 0, rows);
     }
     return rows;
