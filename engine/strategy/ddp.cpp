@@ -358,6 +358,7 @@ StrategyDescriptor ddp_descriptor() {
         .make = [] { return std::unique_ptr<Strategy>(std::make_unique<Ddp>()); },
         .memory = ddp_memory,
         .picture = ddp_picture,
+        .variant = {{.key = "bucket_mb", .text = "{} MiB buckets"}, {.key = "overlap", .text_if_false = "no overlap"}},
     };
 }
 

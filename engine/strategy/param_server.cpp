@@ -610,6 +610,7 @@ StrategyDescriptor param_server_descriptor() {
         .make = [] { return std::unique_ptr<Strategy>(std::make_unique<ParamServer>()); },
         .memory = memory,
         .picture = picture,
+        .variant = {{.key = "mode", .text = "{}"}, {.key = "staleness", .text = "staleness {}"}},
     };
 }
 

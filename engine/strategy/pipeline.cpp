@@ -32,6 +32,7 @@ StrategyDescriptor pipeline_descriptor() {
         .check_options = stages::check_stages,
         .memory = [](const config::Experiment& e, const ModelCost& m) { return stages::stage_memory(e, m, true); },
         .picture = [](const config::Experiment& e) { return stages::stage_picture(e, true); },
+        .variant = {{.key = "schedule", .text = "{}"}, {.key = "micro_batches", .text = "{} micro-batches"}},
     };
 }
 

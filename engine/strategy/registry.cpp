@@ -124,6 +124,42 @@ config::OptionSpec split_option() {
                     "increasing indices in (0, L)); absent: balanced by parameter count."};
 }
 
+std::string variant_label(const config::StrategyConfig& s) {
+    const StrategyDescriptor* d = find_strategy(s.type);
+    if (!d) return {};
+    auto value_of = [&](const config::OptionSpec& spec) -> const config::OptionValue& {
+        const auto it = s.options.find(spec.key);
+        return it != s.options.end() && it->second.index() == spec.fallback.index() ? it->second : spec.fallback;
+    };
+    auto text_of = [](const config::OptionValue& v) -> std::string {
+        if (const auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+        if (const auto* x = std::get_if<double>(&v)) return format_number(*x);
+        if (const auto* t = std::get_if<std::string>(&v)) return *t;
+        return {};
+    };
+    std::string label;
+    for (const VariantPart& part : d->variant) {
+        const config::OptionSpec* spec = d->option(part.key);
+        if (!spec) continue;
+        if (!spec->shown_when_key.empty())
+            if (const config::OptionSpec* on = d->option(spec->shown_when_key);
+                on && text_of(value_of(*on)) != spec->shown_when_value)
+                continue;
+        const config::OptionValue& v = value_of(*spec);
+        std::string text;
+        if (const auto* b = std::get_if<bool>(&v)) {
+            text = *b ? part.text : part.text_if_false;
+        } else {
+            text = part.text;
+            if (const size_t at = text.find("{}"); at != std::string::npos) text.replace(at, 2, text_of(v));
+        }
+        if (text.empty()) continue;
+        if (!label.empty()) label += " · ";
+        label += text;
+    }
+    return label;
+}
+
 std::string format_number(double v) {
     std::ostringstream s;
     s << v;

@@ -112,6 +112,15 @@ struct StepPicture {
 };
 
 // ---- the descriptor -------------------------------------------------------------------------
+// One option as part of a run's name in the Runs tab ("stage 2", "1f1b", "4 micro-batches").
+struct VariantPart {
+    std::string key{};
+    // "{}" is replaced by the value ("stage {}"); a boolean option shows `text` when true and
+    // `text_if_false` when false ("" shows nothing).
+    std::string text{};
+    std::string text_if_false{};
+};
+
 struct StrategyDescriptor {
     std::string name{};  // strategy.type
     std::vector<config::OptionSpec> options{};
@@ -137,6 +146,8 @@ struct StrategyDescriptor {
     // whole replica).
     std::vector<DeviceMemoryEstimate> (*memory)(const config::Experiment& e, const ModelCost& m) = nullptr;
     StepPicture (*picture)(const config::Experiment& e) = nullptr;
+    // The options that tell two runs of this strategy apart, in the order they are named.
+    std::vector<VariantPart> variant{};
 
     const config::OptionSpec* option(const std::string& key) const;
 };
@@ -178,6 +189,11 @@ config::OptionSpec split_option();
 // The file-format page's table of every strategy and its options (docs/experiment-format.md,
 // between its "strategy options" markers; a test holds the page to it).
 std::string options_markdown();
+
+// What tells a run of `s.type` apart from another of the same strategy: "stage 2",
+// "1f1b · 4 micro-batches" (the descriptor's `variant`, each option's value or its default; an
+// option the form hides under the others' values is left out). "" when the strategy has none.
+std::string variant_label(const config::StrategyConfig& s);
 
 // "25", "0.25", "1e+06": a number as a person writes it.
 std::string format_number(double v);

@@ -424,6 +424,8 @@ StrategyDescriptor tensor_parallel_descriptor() {
         .check_options = check_tensor_parallel,
         .memory = tensor_parallel_memory,
         .picture = tensor_parallel_picture,
+        .variant = {{.key = "sequence_parallel", .text = "sequence parallel"},
+                    {.key = "vocab_parallel", .text = "vocabulary split"}},
     };
 }
 

@@ -227,6 +227,7 @@ StrategyDescriptor zero_descriptor() {
         .make = [] { return std::unique_ptr<Strategy>(std::make_unique<Zero>()); },
         .memory = memory,
         .picture = picture,
+        .variant = {{.key = "stage", .text = "stage {}"}},
     };
 }
 

@@ -124,7 +124,7 @@ TEST(Registry, ErrorsCarryTheirPath) {
     const Case cases[] = {
         {{{"type", "ddp"}, {"bucket_mb", 0}}, 2, "strategy.bucket_mb", "expected a positive number"},
         {{{"type", "ddp"}, {"stage", 2}}, 2, "strategy.stage", "not an option of the ddp strategy"},
-        {{{"type", "zero"}, {"stage", 3}}, 2, "strategy.stage", "expected an integer from 1 to 2"},
+        {{{"type", "zero"}, {"stage", 4}}, 2, "strategy.stage", "expected an integer from 1 to 3"},
         {{{"type", "pipeline"}, {"split", {2, 1}}}, 3, "strategy.split[1]", "expected indices in increasing order"},
         {{{"type", "pipeline"}, {"split", {1}}}, 3, "strategy.split", "expected 2 layer indices"},
         {{{"type", "model_parallel"}}, 4, "devices", "model_parallel places at least one top-level layer"},
@@ -169,6 +169,28 @@ TEST(Registry, FileFormatPageListsEveryOption) {
     EXPECT_EQ(page.substr(a + begin.size(), b - a - begin.size()), table)
         << "docs/experiment-format.md disagrees with the registry; run PARALAB_UPDATE_DOCS=1 engine_registry_test";
     for (const auto& d : strategy::registry()) EXPECT_NE(page.find("`" + d.name + "`"), std::string::npos) << d.name;
+}
+
+TEST(Registry, VariantNamesWhatTellsRunsApart) {
+    auto label = [](const std::string& type, config::OptionValues options) {
+        config::StrategyConfig s = strategy::default_config(type);
+        for (auto& [key, value] : options) s.options[key] = value;
+        return strategy::variant_label(s);
+    };
+    EXPECT_EQ(label("single", {}), "");
+    EXPECT_EQ(label("zero", {}), "stage 1");
+    EXPECT_EQ(label("zero", {{"stage", int64_t{2}}}), "stage 2");
+    EXPECT_EQ(label("ddp", {{"bucket_mb", 0.25}}), "0.25 MiB buckets");
+    EXPECT_EQ(label("ddp", {{"overlap", false}}), "25 MiB buckets · no overlap");
+    EXPECT_EQ(label("pipeline", {{"schedule", std::string("1f1b")}, {"micro_batches", int64_t{8}}}),
+              "1f1b · 8 micro-batches");
+    // An option the form hides (staleness outside async mode) is not named.
+    EXPECT_EQ(label("param_server", {{"staleness", int64_t{3}}}), "sync");
+    EXPECT_EQ(label("param_server", {{"mode", std::string("async")}, {"staleness", int64_t{3}}}),
+              "async · staleness 3");
+    // Every part names an option its strategy has.
+    for (const auto& d : strategy::registry())
+        for (const auto& part : d.variant) EXPECT_NE(d.option(part.key), nullptr) << d.name << ": " << part.key;
 }
 
 }  // namespace

@@ -105,6 +105,7 @@ private slots:
     void filterNarrowsTheTable();
     void comparisonOverlaysTheSelectedLossCurves();
     void scalingEfficiencyIsAgainstTheSingleRun();
+    void theUserPicksTheBaseline();
     void notesRoundTripToTheStore();
     void csvExportWritesTheTable();
     void deleteRemovesTheRunAndItsRecords();
@@ -134,7 +135,13 @@ void TestRunsPanel::listsTheRunsWithTheirStrategies() {
     for (int row = 0; row < panel.proxy()->rowCount(); ++row)
         strategies << panel.proxy()->index(row, RunsModel::Strategy).data().toString();
     strategies.sort();
-    QCOMPARE(strategies, QStringList({"ddp", "single", "zero"}));
+    // Each strategy with what tells its runs apart (the registry's variant).
+    QCOMPARE(strategies, QStringList({"ddp · 25 MiB buckets", "single", "zero · stage 1"}));
+    QCOMPARE(panel.model()->run(m_runs.zero)->variant, QString("stage 1"));
+    QCOMPARE(panel.model()->index(panel.model()->rowOfRun(m_runs.zero), RunsModel::Strategy)
+                 .data(RunsModel::StrategyRole)
+                 .toString(),
+             QString("zero"));
     const auto* ddp = panel.model()->run(m_runs.ddp);
     QVERIFY(ddp);
     QCOMPARE(ddp->devices, QStringList({"cpu:0", "cpu:1"}));
@@ -214,19 +221,48 @@ void TestRunsPanel::scalingEfficiencyIsAgainstTheSingleRun() {
     QVERIFY(self.has_value());
     QCOMPARE(self->value, 1.0);
     QCOMPARE(panel.model()->scalingEfficiency(m_runs.zero)->baselineRunId, m_runs.single);
-    // Another experiment with another model has no baseline here...
+    // Another experiment (another model, or the same model with another batch) has no
+    // baseline here...
     ui::RunInfo other = *ddp;
     other.id = 999;
-    other.name = "fashion";
-    other.modelKey = "{\"layers\":[]}";
+    other.experimentKey = "{\"model\":{\"layers\":[]}}";
     QVERIFY(!ui::scalingEfficiency(other, panel.model()->runs()).has_value());
-    // ...and a renamed experiment of the same model does.
-    other.modelKey = ddp->modelKey;
+    // ...and the same experiment under another name does: the name is not its identity.
+    other.experimentKey = ddp->experimentKey;
+    other.name = "fashion-mlp";
     QCOMPARE(ui::scalingEfficiency(other, panel.model()->runs())->baselineRunId, m_runs.single);
-    // The comparison says so.
-    QVERIFY(waitCompared(panel, {m_runs.single, m_runs.ddp}));
-    QVERIFY2(panel.efficiencyText().contains(QString("2 × single #%1").arg(m_runs.single)),
-             qPrintable(panel.efficiencyText()));
+    // The comparison says so, once per baseline.
+    QVERIFY(waitCompared(panel, {m_runs.single, m_runs.ddp, m_runs.zero}));
+    const QString text = panel.efficiencyText();
+    QVERIFY2(text.contains(QString("against single #%1").arg(m_runs.single)), qPrintable(text));
+    QCOMPARE(text.count("against"), 1);
+}
+
+void TestRunsPanel::theUserPicksTheBaseline() {
+    RunsPanel panel(m_path);
+    QVERIFY(waitLoaded(panel));
+    const auto* single = panel.model()->run(m_runs.single);
+    const auto* ddp = panel.model()->run(m_runs.ddp);
+    QVERIFY(single && ddp);
+    // A newer single-device run of the same experiment is the baseline by default...
+    QVector<ui::RunInfo> runs = panel.model()->runs();
+    ui::RunInfo newer = *single;
+    newer.id = 1000;
+    newer.samplesPerS = 2 * single->samplesPerS;
+    runs << newer;
+    QCOMPARE(ui::scalingEfficiency(*ddp, runs)->baselineRunId, 1000);
+    // ...unless the user chose another.
+    QCOMPARE(ui::scalingEfficiency(*ddp, runs, m_runs.single)->baselineRunId, m_runs.single);
+    // A choice that is not a finished single-device run of the experiment is not taken.
+    QCOMPARE(ui::scalingEfficiency(*ddp, runs, m_runs.zero)->baselineRunId, 1000);
+    // Through the model: kept in the settings for the experiment.
+    QVERIFY(!panel.model()->chooseBaseline(m_runs.ddp));
+    QVERIFY(panel.model()->chooseBaseline(m_runs.single));
+    QCOMPARE(panel.model()->chosenBaseline(ddp->experimentKey), m_runs.single);
+    RunsPanel again(m_path);
+    QVERIFY(waitLoaded(again));
+    QCOMPARE(again.model()->scalingEfficiency(m_runs.ddp)->baselineRunId, m_runs.single);
+    QCOMPARE(again.model()->chosenBaseline(ddp->experimentKey), m_runs.single);
 }
 
 void TestRunsPanel::notesRoundTripToTheStore() {
@@ -280,10 +316,10 @@ void TestRunsPanel::csvExportWritesTheTable() {
     const QList<QByteArray> lines = f.readAll().trimmed().split('\n');
     QCOMPARE(lines.size(), 4);
     QVERIFY(lines[0].startsWith(
-        "run_id,name,strategy,devices,status,final_loss,test_accuracy,samples_per_s,"
+        "run_id,name,strategy,variant,devices,status,final_loss,test_accuracy,samples_per_s,"
         "peak_memory_bytes,created_at,notes"));
     QVERIFY(lines[1].startsWith(QByteArray::number(m_runs.zero) +
-                                ",spirals,zero,cpu:0 cpu:1,finished,"));
+                                ",spirals,zero,stage 1,cpu:0 cpu:1,finished,"));
     // What is shown is what is exported.
     panel.setFilterText("single");
     written.clear();

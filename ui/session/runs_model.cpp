@@ -4,7 +4,9 @@
 
 #include <QFile>
 #include <QLocale>
+#include <QCryptographicHash>
 #include <QSaveFile>
+#include <QSettings>
 #include <QThread>
 
 #include <algorithm>
@@ -56,6 +58,28 @@ double numberOr(const nlohmann::json& j, const char* key, double fallback) {
     return it != j.end() && it->is_number() ? it->get<double>() : fallback;
 }
 
+// The stored strategy section as the registry reads it: the options this build knows, with
+// their stored values where the types agree (an older store's are left at their defaults).
+config::StrategyConfig strategyConfig(const std::string& type, const nlohmann::json& section) {
+    config::StrategyConfig s;
+    s.type = type;
+    const strategy::StrategyDescriptor* d = strategy::find_strategy(type);
+    if (!d) return s;
+    for (const config::OptionSpec& spec : d->options) {
+        const auto it = section.find(spec.key);
+        if (it == section.end()) continue;
+        if (std::holds_alternative<bool>(spec.fallback) && it->is_boolean())
+            s.options[spec.key] = it->get<bool>();
+        else if (std::holds_alternative<int64_t>(spec.fallback) && it->is_number_integer())
+            s.options[spec.key] = it->get<int64_t>();
+        else if (std::holds_alternative<double>(spec.fallback) && it->is_number())
+            s.options[spec.key] = it->get<double>();
+        else if (std::holds_alternative<std::string>(spec.fallback) && it->is_string())
+            s.options[spec.key] = it->get<std::string>();
+    }
+    return s;
+}
+
 RunInfo toInfo(const store::RunRow& r) {
     RunInfo info;
     info.id = r.run_id;
@@ -77,9 +101,15 @@ RunInfo toInfo(const store::RunRow& r) {
                 if (bytes.is_number())
                     info.peakMemoryBytes = std::max(info.peakMemoryBytes, bytes.get<qint64>());
     }
-    if (r.config.is_object())
-        if (auto it = r.config.find("model"); it != r.config.end())
-            info.modelKey = fromStd(it->dump());
+    if (r.config.is_object()) {
+        // nlohmann's objects are ordered by key: the same sections dump to the same text.
+        nlohmann::json identity = nlohmann::json::object();
+        for (const char* section : {"model", "data"})
+            if (auto it = r.config.find(section); it != r.config.end()) identity[section] = *it;
+        info.experimentKey = fromStd(identity.dump());
+        if (auto it = r.config.find("strategy"); it != r.config.end() && it->is_object())
+            info.variant = fromStd(strategy::variant_label(strategyConfig(r.strategy, *it)));
+    }
     return info;
 }
 
@@ -137,29 +167,61 @@ QByteArray csvNumber(double v) {
 
 }  // namespace
 
+QString RunInfo::strategyLabel() const {
+    return variant.isEmpty() ? strategy : strategy + QStringLiteral(" · ") + variant;
+}
+
 std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run,
-                                                   const QVector<RunInfo>& runs) {
+                                                   const QVector<RunInfo>& runs, qint64 chosen) {
     if (run.samplesPerS <= 0 || run.devices.isEmpty()) return std::nullopt;
     auto isBaseline = [](const RunInfo& r) { return strategy::is_baseline(r.strategy.toStdString()); };
-    if (run.devices.size() == 1 && isBaseline(run))
-        return ScalingEfficiency{run.id, run.samplesPerS, 1.0};
-    const RunInfo* best = nullptr;
-    auto rank = [&](const RunInfo& c) {
-        // same name beats same model; the baseline strategy beats a one-device hogwild; newest wins
-        return std::tuple(c.name == run.name, isBaseline(c), c.id);
+    auto candidate = [&](const RunInfo& c) {
+        return c.devices.size() == 1 && c.status == QLatin1String("finished") && c.samplesPerS > 0 &&
+               !run.experimentKey.isEmpty() && c.experimentKey == run.experimentKey;
     };
-    for (const RunInfo& c : runs) {
-        if (c.id == run.id || c.devices.size() != 1 || c.status != QLatin1String("finished") ||
-            c.samplesPerS <= 0)
-            continue;
-        const bool sameModel = !run.modelKey.isEmpty() && c.modelKey == run.modelKey;
-        if (c.name != run.name && !sameModel) continue;
-        if (!best || rank(c) > rank(*best)) best = &c;
+    const RunInfo* best = nullptr;
+    for (const RunInfo& c : runs)
+        if (c.id == chosen && candidate(c)) best = &c;
+    if (!best && run.devices.size() == 1 && isBaseline(run))
+        return ScalingEfficiency{run.id, run.samplesPerS, 1.0};
+    if (!best) {
+        // the baseline strategy beats a one-device hogwild; newest wins
+        auto rank = [&](const RunInfo& c) { return std::pair(isBaseline(c), c.id); };
+        for (const RunInfo& c : runs)
+            if (c.id != run.id && candidate(c) && (!best || rank(c) > rank(*best))) best = &c;
     }
     if (!best) return std::nullopt;
     return ScalingEfficiency{
         best->id, best->samplesPerS,
         run.samplesPerS / (static_cast<double>(run.devices.size()) * best->samplesPerS)};
+}
+
+namespace {
+
+QString baselineSettingsKey(const QString& experimentKey) {
+    return QStringLiteral("runs/baselines/") +
+           QString::fromLatin1(
+               QCryptographicHash::hash(experimentKey.toUtf8(), QCryptographicHash::Sha1).toHex());
+}
+
+}  // namespace
+
+qint64 RunsModel::chosenBaseline(const QString& experimentKey) const {
+    if (experimentKey.isEmpty()) return 0;
+    return QSettings().value(baselineSettingsKey(experimentKey), 0).toLongLong();
+}
+
+bool RunsModel::chooseBaseline(qint64 runId) {
+    const RunInfo* r = run(runId);
+    if (!r || r->devices.size() != 1 || r->status != QLatin1String("finished") || r->samplesPerS <= 0 ||
+        r->experimentKey.isEmpty())
+        return false;
+    QSettings().setValue(baselineSettingsKey(r->experimentKey), runId);
+    // Every run of the experiment is measured against it: the efficiency is not a column, but
+    // views that show it redraw on a reset.
+    beginResetModel();
+    endResetModel();
+    return true;
 }
 
 RunsModel::RunsModel(QString storePath, QObject* parent)
@@ -364,6 +426,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
     if (!index.isValid() || index.row() >= m_runs.size()) return {};
     const RunInfo& r = m_runs[index.row()];
     if (role == RunIdRole) return r.id;
+    if (role == StrategyRole) return r.strategy;
     if (role == Qt::TextAlignmentRole) {
         const bool number = index.column() >= FinalLoss && index.column() <= PeakMemory;
         return QVariant::fromValue(Qt::Alignment(number ? Qt::AlignRight | Qt::AlignVCenter
@@ -410,7 +473,7 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
         case Name:
             return QStringLiteral("%1  #%2").arg(r.name).arg(r.id);
         case Strategy:
-            return r.strategy;
+            return r.strategyLabel();
         case Devices:
             return devicesText(r.devices);
         case Status:
@@ -495,18 +558,18 @@ const RunInfo* RunsModel::run(qint64 id) const {
 
 std::optional<ScalingEfficiency> RunsModel::scalingEfficiency(qint64 runId) const {
     const RunInfo* r = run(runId);
-    return r ? paralab::ui::scalingEfficiency(*r, m_runs) : std::nullopt;
+    return r ? paralab::ui::scalingEfficiency(*r, m_runs, chosenBaseline(r->experimentKey)) : std::nullopt;
 }
 
 QByteArray RunsModel::csv(const QList<int>& rows) const {
     QByteArray out =
-        "run_id,name,strategy,devices,status,final_loss,test_accuracy,samples_per_s,"
+        "run_id,name,strategy,variant,devices,status,final_loss,test_accuracy,samples_per_s,"
         "peak_memory_bytes,created_at,notes\n";
     for (int row : rows) {
         if (row < 0 || row >= m_runs.size()) continue;
         const RunInfo& r = m_runs[row];
         out += QByteArray::number(r.id) + ',' + csvField(r.name) + ',' + csvField(r.strategy) +
-               ',' + csvField(r.devices.join(QLatin1Char(' '))) + ',' + csvField(r.status) + ',' +
+               ',' + csvField(r.variant) + ',' + csvField(r.devices.join(QLatin1Char(' '))) + ',' + csvField(r.status) + ',' +
                csvNumber(r.finalLoss) + ',' + csvNumber(r.testAccuracy) + ',' +
                (r.samplesPerS > 0 ? csvNumber(r.samplesPerS) : QByteArray()) + ',' +
                (r.peakMemoryBytes > 0 ? QByteArray::number(r.peakMemoryBytes) : QByteArray()) +

@@ -24,6 +24,7 @@ namespace paralab::ui {
 struct RunInfo {
     qint64 id = 0;
     QString name, strategy, status, notes;
+    QString variant;  // what tells it from other runs of its strategy: "stage 2" (registry)
     QString error;  // why a failed run failed
     QStringList devices;
     QDateTime createdAt;  // UTC
@@ -31,8 +32,13 @@ struct RunInfo {
     double testAccuracy = std::numeric_limits<double>::quiet_NaN();
     double samplesPerS = 0;
     qint64 peakMemoryBytes = 0;  // the largest peak over the run's devices
-    QString modelKey;            // the experiment's model section as canonical JSON: "same model"
+    // The experiment's identity for comparisons: its model and data sections (the batch
+    // included) as canonical JSON; the name, devices and strategy are not part of it.
+    QString experimentKey;
     bool fromSteps = false;      // no summary yet: throughput and memory from the recorded steps
+
+    // "zero · stage 2": the strategy and its variant.
+    QString strategyLabel() const;
 };
 
 // A run's training loss per step over all its devices (NaN where no device computed a loss).
@@ -42,17 +48,19 @@ struct LossCurve {
 };
 
 // samples/s of `run` over N devices against N × the samples/s of a single-device run of the
-// same experiment name (preferred) or the same model.
+// the same experiment (experimentKey).
 struct ScalingEfficiency {
     qint64 baselineRunId = 0;
     double baselineSamplesPerS = 0;
     double value = 0;  // 1.0: perfect scaling
 };
-// The newest finished single-device run among `runs` with `run`'s name, else with its model;
-// a single-device run of the baseline strategy (the registry's, single) is its own baseline. Empty when there is none or
-// `run` has no throughput.
+// The baseline is `chosen` when it is a finished single-device run of `run`'s experiment,
+// else the newest such run of the baseline strategy (the registry's, single), else the newest
+// such run of any strategy; a single-device run of the baseline strategy is its own baseline
+// unless another was chosen. Empty when there is none or `run` has no throughput.
 std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run,
-                                                   const QVector<RunInfo>& runs);
+                                                   const QVector<RunInfo>& runs,
+                                                   qint64 chosen = 0);
 
 class RunsModel : public QAbstractTableModel {
     Q_OBJECT
@@ -73,6 +81,7 @@ public:
     // Raw values (numbers, dates) for sorting; the run's id.
     static constexpr int SortRole = Qt::UserRole;
     static constexpr int RunIdRole = Qt::UserRole + 1;
+    static constexpr int StrategyRole = Qt::UserRole + 2;  // the strategy's name: its colour
 
     // The store at `storePath` (the default store when empty). Loads the runs at once, on the
     // worker thread.
@@ -93,8 +102,14 @@ public:
     const QVector<RunInfo>& runs() const { return m_runs; }
     int rowOfRun(qint64 id) const;  // -1 when not listed
     const RunInfo* run(qint64 id) const;
-    // Against every run in the store, not only those shown.
+    // Against every run in the store, not only those shown, and the baseline chosen for the
+    // run's experiment.
     std::optional<ScalingEfficiency> scalingEfficiency(qint64 runId) const;
+    // Makes the finished single-device run `runId` the scaling baseline of its experiment (kept
+    // in the settings, per experiment); false, and nothing changed, for any other run.
+    bool chooseBaseline(qint64 runId);
+    // The run chosen for `experimentKey`'s experiment, 0 when none was.
+    qint64 chosenBaseline(const QString& experimentKey) const;
     // Why the runs could not be read ("" after a successful refresh).
     QString errorMessage() const { return m_error; }
     bool isRefreshing() const { return m_refreshInFlight; }

@@ -47,20 +47,20 @@ public:
     QVariant data(const QModelIndex& index, int role) const override {
         if (role == Qt::DecorationRole && index.column() == RunsModel::Strategy)
             return RunsPanel::strategyColor(
-                QSortFilterProxyModel::data(index, Qt::DisplayRole).toString());
+                QSortFilterProxyModel::data(index, RunsModel::StrategyRole).toString());
         return QSortFilterProxyModel::data(index, role);
     }
 };
 
-// "ddp ×2 #5"; for a bar's tick, on two lines (narrow bars side by side stay apart).
+// "zero · stage 2 ×2 #5"; for a bar's tick, on two lines (narrow bars side by side stay apart).
 QString shortLabel(const RunInfo& r, bool twoLines = false) {
     const QString sep = twoLines ? QStringLiteral("\n") : QStringLiteral(" ");
     return r.devices.size() > 1 ? QStringLiteral("%1 ×%2%3#%4")
-                                      .arg(r.strategy)
+                                      .arg(r.strategyLabel())
                                       .arg(r.devices.size())
                                       .arg(sep)
                                       .arg(r.id)
-                                : QStringLiteral("%1%2#%3").arg(r.strategy, sep).arg(r.id);
+                                : QStringLiteral("%1%2#%3").arg(r.strategyLabel(), sep).arg(r.id);
 }
 
 QVector<double> smoothed(const QVector<double>& values) {
@@ -165,6 +165,24 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     deleteAction->setShortcutContext(Qt::WidgetShortcut);
     connect(deleteAction, &QAction::triggered, this, [this] { deleteSelected(true); });
     m_table->addAction(deleteAction);
+    auto* baselineAction = new QAction(tr("Use as the scaling baseline"), m_table);
+    baselineAction->setObjectName(QStringLiteral("useAsBaseline"));
+    baselineAction->setToolTip(
+        tr("Measure the scaling efficiency of every run of this model and data against this "
+           "single-device run"));
+    connect(baselineAction, &QAction::triggered, this, [this] {
+        const QList<qint64> ids = selectedRunIds();
+        if (ids.size() == 1 && !m_model->chooseBaseline(ids.front()))
+            showMessage(tr("Only a finished run on one device can be the scaling baseline."));
+    });
+    m_table->addAction(baselineAction);
+    m_table->setContextMenuPolicy(Qt::ActionsContextMenu);
+    auto updateActions = [this, baselineAction] {
+        const QList<qint64> ids = selectedRunIds();
+        const RunInfo* r = ids.size() == 1 ? m_model->run(ids.front()) : nullptr;
+        baselineAction->setEnabled(r && r->devices.size() == 1 &&
+                                   r->status == QLatin1String("finished"));
+    };
 
     auto* top = new QWidget;
     auto* topLayout = new QVBoxLayout(top);
@@ -232,6 +250,8 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     });
     connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this,
             &RunsPanel::scheduleComparison);
+    connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, updateActions);
+    updateActions();
     // A rubber-band or shift-click selection changes many times in a row: one query at the end.
     m_compareTimer->setSingleShot(true);
     m_compareTimer->setInterval(60);
@@ -374,21 +394,21 @@ void RunsPanel::redraw() {
         }
 
     // ---- loss curves ----
-    QHash<QString, int> seen;  // runs per strategy so far: the line style
+    QHash<QString, int> seen;  // runs per strategy variant so far: the line style
     double maxX = 0, maxLoss = 0, minLoss = std::numeric_limits<double>::infinity();
     for (int i = 0; i < runs.size(); ++i) {
         const RunInfo& r = *runs[i];
         const QColor color = strategyColor(r.strategy);
         QCPGraph* g = m_plot->addGraph(lossX, lossY);
         g->setName(QStringLiteral("%1 · %2 on %3 device%4  #%5")
-                       .arg(r.name, r.strategy)
+                       .arg(r.name, r.strategyLabel())
                        .arg(r.devices.size())
                        .arg(r.devices.size() == 1 ? QString() : QStringLiteral("s"))
                        .arg(r.id));
         // Deterministic strategies follow the single device's curve step for step
         // (docs/strategies.md): earlier runs are drawn wider, so that curves on top of each other all show.
         const double width = std::min(1.6 + 1.2 * static_cast<double>(runs.size() - 1 - i), 5.2);
-        g->setPen(QPen(color, width, kPenStyles[seen[r.strategy]++ % 4]));
+        g->setPen(QPen(color, width, kPenStyles[seen[r.strategyLabel()]++ % 4]));
         const QVector<double>& keys = byTime ? curves[i]->wallS : curves[i]->steps;
         const QVector<double> values =
             m_smooth->isChecked() ? smoothed(curves[i]->loss) : curves[i]->loss;
@@ -438,14 +458,26 @@ void RunsPanel::redraw() {
     m_memoryRect->axis(QCPAxis::atLeft)->setLabel(tr("peak memory (%1)").arg(byteUnit.name));
 
     const QLocale locale;
-    QStringList efficiencyLines;
+    QStringList efficiencyLines, withoutBaseline;
+    QList<qint64> baselines;  // in the order the runs name them
+    QHash<qint64, QStringList> byBaseline;
+    QHash<qint64, double> baselineRate;
     double maxEfficiency = 1.0;
     for (QCPAxisRect* rect : {m_throughputRect, m_memoryRect, m_efficiencyRect}) {
         auto ticker =
             qSharedPointerDynamicCast<QCPAxisTickerText>(rect->axis(QCPAxis::atBottom)->ticker());
         ticker->clear();
         for (int i = 0; i < runs.size(); ++i) ticker->addTick(i + 1, shortLabel(*runs[i], true));
-        rect->axis(QCPAxis::atBottom)->setRange(0.4, std::max<qsizetype>(runs.size(), 1) + 0.6);
+        QCPAxis* x = rect->axis(QCPAxis::atBottom);
+        x->setRange(0.4, std::max<qsizetype>(runs.size(), 1) + 0.6);
+        // Labels wider than a bar's slot would run into each other: turned, they stay apart.
+        const QFontMetrics metrics(x->tickLabelFont());
+        int widest = 0;
+        for (const RunInfo* r : runs)
+            for (const QString& line : shortLabel(*r, true).split(QLatin1Char('\n')))
+                widest = std::max(widest, metrics.horizontalAdvance(line));
+        const int slot = rect->width() / static_cast<int>(std::max<qsizetype>(runs.size(), 1));
+        x->setTickLabelRotation(widest + 8 > slot ? 30 : 0);
     }
     auto addBar = [&](QCPAxisRect* rect, int i, double value, const QString& label) {
         const QColor color = strategyColor(runs[i]->strategy);
@@ -472,31 +504,29 @@ void RunsPanel::redraw() {
             addBar(m_efficiencyRect, i, 100 * eff->value,
                    QStringLiteral("%1 %").arg(locale.toString(100 * eff->value, 'f', 0)));
             maxEfficiency = std::max(maxEfficiency, eff->value);
-            QString line;
-            if (eff->baselineRunId == r.id)
-                line = tr("%1 is the baseline (%2 samples/s)")
-                           .arg(shortLabel(r), locale.toString(r.samplesPerS, 'f', 0));
-            else
-                line = tr("%1: %2 % of %3 × single #%4")
-                           .arg(shortLabel(r), locale.toString(100 * eff->value, 'f', 0))
-                           .arg(r.devices.size())
-                           .arg(eff->baselineRunId);
-            // The baseline's throughput once, unless it is among the runs compared.
-            const bool baselineShown = std::any_of(runs.begin(), runs.end(), [&](const RunInfo* c) {
-                return c->id == eff->baselineRunId;
-            });
-            if (!baselineShown)
-                line +=
-                    tr(" (%1 samples/s)").arg(locale.toString(eff->baselineSamplesPerS, 'f', 0));
-            efficiencyLines << line;
+            if (!baselines.contains(eff->baselineRunId)) baselines << eff->baselineRunId;
+            byBaseline[eff->baselineRunId] << QStringLiteral("%1 %2 %").arg(
+                shortLabel(r), locale.toString(100 * eff->value, 'f', 0));
+            baselineRate[eff->baselineRunId] = eff->baselineSamplesPerS;
         } else {
             QCPItemText* text =
                 addText(m_plot, m_efficiencyRect, tr("no single-device\nbaseline"), i + 1, 4);
             text->setPositionAlignment(Qt::AlignHCenter | Qt::AlignBottom);
             text->setColor(QColor(120, 120, 120));
-            efficiencyLines << tr("%1: no single-device baseline").arg(shortLabel(r));
+            withoutBaseline << shortLabel(r);
         }
     }
+    // One line per baseline (its throughput once), one for the runs without any.
+    for (qint64 id : baselines) {
+        const RunInfo* base = m_model->run(id);
+        const QString name = base ? shortLabel(*base) : QStringLiteral("#%1").arg(id);
+        efficiencyLines << tr("against %1 (%2 samples/s): %3")
+                               .arg(name, locale.toString(baselineRate[id], 'f', 0),
+                                    byBaseline[id].join(QStringLiteral(", ")));
+    }
+    if (!withoutBaseline.isEmpty())
+        efficiencyLines << tr("no finished single-device run of the same model and data for %1")
+                               .arg(withoutBaseline.join(QStringLiteral(", ")));
     // Headroom for the value labels above the bars.
     m_throughputRect->axis(QCPAxis::atLeft)->setRange(0, maxRate > 0 ? maxRate * 1.18 : 1.0);
     m_memoryRect->axis(QCPAxis::atLeft)
@@ -515,7 +545,7 @@ void RunsPanel::redraw() {
     m_efficiency->setText(
         efficiencyLines.isEmpty()
             ? QString()
-            : tr("Scaling efficiency: %1").arg(efficiencyLines.join(QStringLiteral(" · "))));
+            : tr("Scaling efficiency %1").arg(efficiencyLines.join(QStringLiteral("; "))));
     m_efficiency->setVisible(!efficiencyLines.isEmpty());
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
