@@ -5,6 +5,7 @@
 #include <QAction>
 #include <QFile>
 #include <QSettings>
+#include <QTextBrowser>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTreeWidgetItem>
@@ -12,6 +13,7 @@
 #include <QtTest>
 
 #include "engine/store/run_store.h"
+#include "ui/mainwindow/help_dialogs.h"
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/dashboard/device_dashboard.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
@@ -33,6 +35,8 @@ class TestMainWindow : public QObject {
 private slots:
     void settingsAreTheTestsOwn();  // first: before any test points QSettings elsewhere
     void opensTheDefaultExperiment();
+    void newGivesAnUntitledExperiment();
+    void helpShowsTheDocumentationAndShortcuts();
     void shortRunPlotsAndFinishes();
     void stopEndsTheRun();
     void brokenFileKeepsThePreviousExperiment_data();
@@ -54,6 +58,43 @@ void TestMainWindow::opensTheDefaultExperiment() {
     QCOMPARE(w.openExperiment(kDefault, false), QString());
     QVERIFY(w.windowTitle().contains("spirals-mlp"));
     QCOMPARE(w.experimentPanel()->layerRowCount(), 5);
+}
+
+void TestMainWindow::newGivesAnUntitledExperiment() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(":/examples/fashion-cnn.paralab.json", false), QString());
+    QVERIFY(w.windowTitle().contains("fashion-cnn"));
+    QVERIFY(w.findChild<QAction*>("newAction"));
+    QCOMPARE(w.findChild<QAction*>("newAction")->shortcut(), QKeySequence(QKeySequence::New));
+    QVERIFY(w.newExperiment(false));
+    QCOMPARE(QString::fromStdString(w.experiment()->name), QString("untitled"));
+    QVERIFY(w.windowTitle().contains("untitled"));
+    QVERIFY(!w.isWindowModified());
+    QCOMPARE(w.experimentPanel()->layerRowCount(), 5);  // the default MLP, not the CNN
+}
+
+void TestMainWindow::helpShowsTheDocumentationAndShortcuts() {
+    // Every docs page is compiled in, the README first, each with a title.
+    const QStringList pages = paralab::ui::documentationPages();
+    QVERIFY(pages.size() >= 5);
+    QCOMPARE(pages.front(), QString(":/docs/README.md"));
+    QVERIFY(pages.contains(":/docs/docs/design.md"));
+    paralab::ui::DocumentationDialog docs;
+    QCOMPARE(docs.currentPage(), QString(":/docs/README.md"));
+    QVERIFY(docs.browser()->toPlainText().contains("ParaLab"));
+    docs.showPage(":/docs/docs/strategies.md");
+    QCOMPARE(docs.currentPage(), QString(":/docs/docs/strategies.md"));
+    QVERIFY(docs.browser()->toPlainText().contains("ddp"));
+    // The README's pictures are there too (docs/*.png beside the pages).
+    QVERIFY(QFile::exists(":/docs/docs/screenshot-main.png"));
+    // The shortcuts are read from the menus: Start is listed with its keys.
+    MainWindow w;
+    const auto rows = paralab::ui::shortcutsOf(&w);
+    const bool start = std::any_of(rows.begin(), rows.end(), [](const paralab::ui::ShortcutRow& r) {
+        return r.menu == "Run" && r.action == "Start" && r.keys == QKeySequence(Qt::CTRL | Qt::Key_R).toString(QKeySequence::NativeText);
+    });
+    QVERIFY(start);
+    QVERIFY(std::any_of(rows.begin(), rows.end(), [](const paralab::ui::ShortcutRow& r) { return r.action == "ParaLab documentation"; }));
 }
 
 void TestMainWindow::shortRunPlotsAndFinishes() {

@@ -9,6 +9,7 @@ namespace paralab::ui {
 int gui_main(int argc, char** argv) {
     QApplication app(argc, argv);
     QApplication::setApplicationName(QStringLiteral("ParaLab"));
+    QApplication::setApplicationVersion(QStringLiteral(PARALAB_VERSION));
     QApplication::setOrganizationName(QStringLiteral("ParaLab"));
     MainWindow window;
     // The default first, so that a file that does not load leaves a working window behind

@@ -1,5 +1,7 @@
 #include "ui/mainwindow/main_window.h"
 
+#include "ui/mainwindow/help_dialogs.h"
+
 #include <QAction>
 #include <QCloseEvent>
 #include <QApplication>
@@ -149,6 +151,10 @@ void MainWindow::connectRunSource(RunSource* source) {
 
 void MainWindow::buildMenus() {
     auto* file = menuBar()->addMenu(tr("&File"));
+    auto* newAction = file->addAction(style()->standardIcon(QStyle::SP_FileIcon), tr("&New experiment"));
+    newAction->setObjectName(QStringLiteral("newAction"));
+    newAction->setShortcut(QKeySequence::New);
+    connect(newAction, &QAction::triggered, this, [this] { newExperiment(); });
     m_openAction = file->addAction(style()->standardIcon(QStyle::SP_DialogOpenButton), tr("&Open experiment…"));
     m_openAction->setObjectName(QStringLiteral("openAction"));
     m_openAction->setShortcut(QKeySequence::Open);
@@ -182,6 +188,38 @@ void MainWindow::buildMenus() {
     toolbar->addAction(m_startAction);
     toolbar->addAction(m_stopAction);
     buildPauseActions(runMenu, toolbar);
+    buildHelpMenu();
+}
+
+void MainWindow::buildHelpMenu() {
+    auto* help = menuBar()->addMenu(tr("&Help"));
+    auto* docs = help->addAction(tr("ParaLab &documentation"));
+    docs->setObjectName(QStringLiteral("documentationAction"));
+    docs->setShortcut(QKeySequence::HelpContents);
+    connect(docs, &QAction::triggered, this, [this] {
+        auto* dialog = findChild<DocumentationDialog*>();
+        if (!dialog) dialog = new DocumentationDialog(this);  // kept: it opens where it was left
+        dialog->show();
+        dialog->raise();
+    });
+    auto* keys = help->addAction(tr("&Keyboard shortcuts"));
+    keys->setObjectName(QStringLiteral("shortcutsAction"));
+    connect(keys, &QAction::triggered, this, [this] { showShortcuts(this); });
+    help->addSeparator();
+    auto* about = help->addAction(tr("&About ParaLab"));
+    about->setMenuRole(QAction::AboutRole);
+    connect(about, &QAction::triggered, this, [this] { showAbout(this); });
+}
+
+bool MainWindow::newExperiment(bool interactive) {
+    if (interactive && !maybeSave()) return false;
+    config::Experiment e = readExperiment(QStringLiteral(":/examples/spirals-mlp.paralab.json"));
+    e.name = "untitled";
+    setExperiment(e);
+    m_currentPath.clear();
+    setWindowModified(false);
+    updateTitle();
+    return true;
 }
 
 QVector<PlotExport> MainWindow::plotExports() const {

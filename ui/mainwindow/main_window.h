@@ -100,6 +100,11 @@ public:
     void restoreSettings();
     QString lastOpenedFile() const { return m_lastFile; }
 
+    // File ▸ New: an untitled experiment (the default one, a small MLP on the spirals, on one
+    // device) with no file yet. Asks first about unsaved changes when `interactive`; false when
+    // the user cancelled.
+    bool newExperiment(bool interactive = true);
+
 public slots:
     void startRun();
     void stopRun();
@@ -113,6 +118,7 @@ protected:
 private:
     void buildMenus();
     void buildExportMenu(QMenu* file);
+    void buildHelpMenu();
     void updateActions();
     // The running line of the status bar from the last step: progress, throughput and ETA, or
     // "Paused" (and no ETA) while the run is paused.
