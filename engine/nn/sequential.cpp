@@ -48,9 +48,11 @@ Tensor Sequential::forward_impl(const Tensor& x, Mode mode) {
     const bool recompute = m_recompute && mode == Mode::train;
     Tensor h = x;
     for (size_t i = 0; i < m_layers.size(); ++i) {
+        if (m_before_forward) m_before_forward(i);
         if (recompute && i + 1 < m_layers.size()) m_inputs.push_back(h);
         h = m_layers[i]->forward(h, mode);
         if (recompute && i + 1 < m_layers.size()) m_layers[i]->release_saved();
+        if (m_after_forward) m_after_forward(i);
     }
     return h;
 }

@@ -2,6 +2,7 @@
 // the body changes the shape), and Flatten.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,13 @@ public:
     // otherwise). Backward calls it before each layer's backward; so must a caller that walks
     // the layers' backward itself.
     void recompute_before_backward(size_t i);
+    // Called with a layer's index just before and just after its forward (not a recomputation's;
+    // `after` once what it keeps is settled): a strategy that holds a layer's parameters only
+    // while they are used (zero stage 3) gathers and frees them here. Empty: none.
+    void set_forward_hooks(std::function<void(size_t)> before, std::function<void(size_t)> after) {
+        m_before_forward = std::move(before);
+        m_after_forward = std::move(after);
+    }
     bool runs_on_gpu() const override { return true; }
 
 protected:
@@ -39,6 +47,7 @@ private:
     bool m_recompute = false;
     Mode m_mode = Mode::train;
     std::vector<Tensor> m_inputs;  // with m_recompute: each layer's input from the last forward
+    std::function<void(size_t)> m_before_forward, m_after_forward;
 };
 
 // y = x + body(x) when body keeps the shape; y = projection(x) + body(x) otherwise, where the

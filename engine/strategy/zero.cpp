@@ -1,4 +1,5 @@
-// zero: ZeRO data parallelism (Rajbhandari et al.), stages 1 and 2, on top of DDP's replicas.
+// zero: ZeRO data parallelism (Rajbhandari et al.), stages 1 and 2, on top of DDP's replicas;
+// stage 3 (parameters sharded too, FSDP's schedule) is zero3.cpp, chosen when the run sets up.
 // The parameters, laid end to end in model order ([T] floats), are cut into one contiguous
 // shard per rank (shard_of_dataset(T, r, N)). Each rank keeps the optimizer state of its shard
 // only, and updates only its shard; an all-gather then gives every rank the whole new
@@ -16,6 +17,7 @@
 // run in place, with nothing packed or unpacked; only the updated shard is copied in.
 #include "engine/strategy/replicas.h"
 #include "engine/strategy/registry.h"
+#include "engine/strategy/zero3.h"
 
 namespace paralab::strategy {
 
@@ -174,11 +176,44 @@ private:
     std::vector<Rank*> m_rank_slots;
 };
 
+// What the registry makes: stages 1 and 2 (Zero, above) or stage 3 (zero3.cpp), chosen from
+// strategy.stage when the run sets it up; every call goes to the chosen one.
+class ZeroByStage final : public Strategy {
+public:
+    ZeroByStage() : Strategy("zero") {}
+
+    DataRole data_role(int rank) const override { return m_impl->data_role(rank); }
+    void start_rank(Rank& rank) override { m_impl->start_rank(rank); }
+    void finish_rank(Rank& rank) override {
+        if (m_impl) m_impl->finish_rank(rank);
+    }
+    StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
+        return m_impl->step(rank, batch, offset, lr);
+    }
+    Tensor predict(const Tensor& x) override { return m_impl->predict(x); }
+    std::vector<Tensor> parameters() override { return m_impl->parameters(); }
+    std::vector<Tensor> buffers() override { return m_impl->buffers(); }
+    void abort(const std::string& reason) override {
+        if (m_impl) m_impl->abort(reason);
+    }
+
+protected:
+    void setup_impl(RunContext& ctx, nn::Model& reference) override {
+        if (option<int64_t>(ctx.experiment->strategy, "stage") == 3) m_impl = make_zero_stage3();
+        else m_impl = std::make_unique<Zero>();
+        m_impl->setup(ctx, reference);
+    }
+
+private:
+    std::unique_ptr<Strategy> m_impl;
+};
+
 // A replica per device for its rows with 1/N of the optimizer state; stage 1 keeps the full
 // gradients (the shard is a view of them), stage 2 the shard and the gradients of the layer
 // whose backward is running (the largest, at the peak); the flat buffer the parameters are
 // broadcast through at the start (they are all-gathered in place).
 std::vector<DeviceMemoryEstimate> memory(const config::Experiment& e, const ModelCost& m) {
+    if (option<int64_t>(e.strategy, "stage") == 3) return zero_stage3_memory(e, m);
     auto out = blank_estimates(e);
     const int n = static_cast<int>(out.size());
     const int64_t p = m.parameters();
@@ -199,6 +234,14 @@ StepPicture picture(const config::Experiment& e) {
     const int64_t stage = option<int64_t>(e.strategy, "stage");
     StepPicture p;
     p.layout = StepPicture::Layout::shards;
+    if (stage == 3) {
+        p.subtitles.assign(e.devices.size(), "owns 1/" + std::to_string(e.devices.size()) + " of everything");
+        p.down_label = "all-gather: a layer's parameters, before its forward and its backward";
+        p.up_label = "reduce-scatter: a layer's gradients to their owners, after its backward";
+        p.note = "Coloured cell: the shard of parameters, gradients and optimizer state a device keeps "
+                 "(stage 3); a layer is whole only while it computes.";
+        return p;
+    }
     p.subtitles.assign(e.devices.size(), stage == 2 ? "own optimizer + grads"
                                                     : "owns 1/" + std::to_string(e.devices.size()));
     p.down_label = "all-gather: every device sends its updated shard to all";
@@ -214,20 +257,36 @@ StrategyDescriptor zero_descriptor() {
     return {
         .name = "zero",
         .options = {{.key = "stage", .kind = config::OptionKind::integer, .fallback = int64_t{1}, .min = 1,
-                     .max = 2, .label = "ZeRO stage",
-                     .help = "1: the optimizer state is sharded; 2: the gradients too."},
+                     .max = 3, .label = "ZeRO stage",
+                     .help = "1: the optimizer state is sharded; 2: the gradients too; 3: the parameters "
+                             "too (each layer gathered only while it computes)."},
+                    {.key = "prefetch", .kind = config::OptionKind::boolean, .fallback = true,
+                     .label = "Prefetch the next layer",
+                     .help = "Stage 3: the next layer's parameters are gathered before the current layer "
+                             "computes (two layers whole at once); false: each just before its own use.",
+                     .shown_when_key = "stage", .shown_when_value = "3"},
+                    {.key = "reshard_after_forward", .kind = config::OptionKind::boolean, .fallback = true,
+                     .label = "Free parameters after forward",
+                     .help = "Stage 3: a layer's gathered parameters are freed after its forward and "
+                             "gathered again for its backward; false: kept until its backward.",
+                     .shown_when_key = "stage", .shown_when_value = "3"},
                     sync_batchnorm_option()},
         .explanation =
             "ZeRO: like DDP, but each device keeps the optimizer state of only 1/N of the parameters "
             "and updates only that shard. Gradients are reduce-scattered (each device receives the "
             "sum for its shard) and the updated parameters are all-gathered. Stage 2 shards the "
             "gradients too: each layer's gradients go to their owners as soon as its backward is "
-            "done, then are freed.",
+            "done, then are freed. Stage 3 shards the parameters too (FSDP): a layer's parameters "
+            "are all-gathered just before its forward and again before its backward, and freed "
+            "after each (`reshard_after_forward`); with `prefetch` the next layer's gather is made "
+            "before the current layer computes.",
         .color = "#d62728",
-        .make = [] { return std::unique_ptr<Strategy>(std::make_unique<Zero>()); },
+        .make = [] { return std::unique_ptr<Strategy>(std::make_unique<ZeroByStage>()); },
         .memory = memory,
         .picture = picture,
-        .variant = {{.key = "stage", .text = "stage {}"}},
+        .variant = {{.key = "stage", .text = "stage {}"},
+                    {.key = "prefetch", .text_if_false = "no prefetch"},
+                    {.key = "reshard_after_forward", .text_if_false = "kept after forward"}},
     };
 }
 
