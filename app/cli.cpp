@@ -261,7 +261,12 @@ public:
     void on_step(const config::StepRecord& r) override { for (auto* o : m_all) o->on_step(r); }
     void on_step_end(const config::StepRecord& r) override { for (auto* o : m_all) o->on_step_end(r); }
     void on_eval(const config::EvalResult& r) override { for (auto* o : m_all) o->on_eval(r); }
-    void on_finish(const config::RunSummary& s) override { for (auto* o : m_all) o->on_finish(s); }
+    void on_finish(const config::RunSummary& s) override {
+        for (auto* o : m_all) o->on_finish(m_finish_as ? m_finish_as(s) : s);
+    }
+    // How each observer sees the run's end, asked anew for each (the store's recorder, first,
+    // may fail the run while it writes its last steps: disk full).
+    std::function<config::RunSummary(const config::RunSummary&)> m_finish_as;
 
 private:
     std::vector<run::RunObserver*> m_all;
@@ -345,21 +350,26 @@ int cmd_run(const RunArgs& a) {
     });
     {
         store::RunRecorder recorder(db, run::to_json(e));
-        std::vector<run::RunObserver*> all{&progress, &recorder};
+        std::vector<run::RunObserver*> all{&recorder, &progress};
         if (a.stream) all.push_back(&stream);
         Observers observers(all);
+        // A store that fills up stops the run, which then ends `failed` ("disk full: ...").
+        recorder.on_disk_full([&control] { control.stop = true; });
+        observers.m_finish_as = [&recorder](const config::RunSummary& r) { return recorder.as_recorded(r); };
         if (job)
             job->on_abort = [&](const config::RunSummary& failed) {
                 const auto summary = store::summary_json(failed, recorder.run_id());
                 if (a.stream) stream.finish(summary);
                 if (a.json) std::cout << summary.dump() << std::endl;
             };
-        s = run::run_experiment(e, &observers, &control, a.threads, nullptr, job ? &*job : nullptr);
+        s = recorder.as_recorded(
+            run::run_experiment(e, &observers, &control, a.threads, nullptr, job ? &*job : nullptr));
         run_id = recorder.run_id();
-        write_error = recorder.write_error();
+        if (!recorder.disk_full()) write_error = recorder.write_error();
     }
     signals.reset();
-    if (!write_error.empty()) std::cerr << "paralab: warning: some steps were not stored: " << write_error << "\n";
+    if (!write_error.empty())
+        std::cerr << "paralab: warning: part of the run was not stored: " << write_error << "\n";
     if (a.stream) stream.finish(store::summary_json(s, run_id));
     if (a.json) std::cout << store::summary_json(s, run_id).dump() << std::endl;
     return s.status == "failed" ? 1 : 0;

@@ -2,7 +2,10 @@
 
 #include <sqlite3.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <cmath>
 #include <chrono>
 #include <csignal>
@@ -16,6 +19,8 @@
 namespace paralab::store {
 
 using nlohmann::json;
+
+bool StoreError::disk_full() const { return m_code == SQLITE_FULL; }
 
 namespace {
 
@@ -65,12 +70,27 @@ private:
         return *this;
     }
     [[noreturn]] void fail(const char* what) {
-        throw StoreError(m_path + ": " + what + " failed: " + sqlite3_errmsg(m_db));
+        throw StoreError(m_path + ": " + what + " failed: " + sqlite3_errmsg(m_db), sqlite3_errcode(m_db) & 0xff);
     }
     sqlite3* m_db;
     sqlite3_stmt* m_stmt = nullptr;
     const std::string& m_path;
 };
+
+// A URI that opens `path` read-only as a file nothing changes (no locks, no shared memory).
+std::string uri_immutable(const std::string& path) {
+    std::string uri = "file:";
+    for (unsigned char c : std::filesystem::absolute(path).string()) {
+        if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+            uri += static_cast<char>(c);
+        } else {
+            char hex[4];
+            std::snprintf(hex, sizeof hex, "%%%02X", c);
+            uri += hex;
+        }
+    }
+    return uri + "?immutable=1";
+}
 
 json parse_or_null(const std::string& text) {
     if (text.empty()) return nullptr;
@@ -99,16 +119,41 @@ RunStore::RunStore(const std::string& path, Access access) : m_path(path) {
         if (!parent.empty()) std::filesystem::create_directories(parent, ec);
         if (ec) throw StoreError(path + ": cannot create the folder " + parent.string() + ": " + ec.message());
     }
+    if (write) {  // the store keeps its write-ahead log beside it: its folder must be writable too
+        const auto folder = std::filesystem::absolute(path, ec).parent_path();
+        if (!ec && ::access(folder.c_str(), W_OK | X_OK) != 0)
+            throw StoreError(path + ": cannot record a run here: the folder " + folder.string() +
+                                 " is not writable (" + std::strerror(errno) + "); choose another file with --db",
+                             SQLITE_READONLY);
+    }
     const int flags = (write ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY) | SQLITE_OPEN_FULLMUTEX;
-    if (sqlite3_open_v2(path.c_str(), &m_db, flags, nullptr) != SQLITE_OK) {
-        const std::string why = m_db ? sqlite3_errmsg(m_db) : "out of memory";
+    open_connection(path, flags);
+    if (write && sqlite3_db_readonly(m_db, "main") == 1) {  // SQLite fell back to reading it
         sqlite3_close(m_db);
         m_db = nullptr;
-        throw StoreError(path + ": cannot open the run store: " + why);
+        throw StoreError(path + ": cannot record a run here: the run store is read-only (its permissions "
+                                "or a read-only file system); choose another file with --db",
+                         SQLITE_READONLY);
     }
     try {
-        sqlite3_busy_timeout(m_db, 5000);
-        const int64_t version = check_is_ours();
+        int64_t version = 0;
+        try {
+            version = check_is_ours();
+        } catch (const StoreError& e) {
+            // A WAL store on a read-only file system (or in a folder this user cannot write):
+            // SQLite cannot create the shared-memory file beside it. With no write-ahead log
+            // there, no writer can have the store open, and the file alone is the whole store.
+            if (write || e.code() != SQLITE_CANTOPEN) throw;
+            if (std::filesystem::exists(path + "-wal", ec))
+                throw StoreError(path + ": cannot read the run store: its write-ahead log " + path +
+                                     "-wal needs a shared-memory file beside it, which cannot be created "
+                                     "here (a read-only folder or file system)",
+                                 SQLITE_CANTOPEN);
+            sqlite3_close(m_db);
+            m_db = nullptr;
+            open_connection(uri_immutable(path), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX);
+            version = check_is_ours();
+        }
         if (!write) {
             if (version == 0) throw StoreError(path + ": an empty database, not a ParaLab run store yet");
             mark_interrupted(false);  // read as it is: no journal switch, no migration, no writes
@@ -120,7 +165,8 @@ RunStore::RunStore(const std::string& path, Access access) : m_path(path) {
         for (int attempt = 0;; ++attempt) {
             const int rc = sqlite3_exec(m_db, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
             if (rc == SQLITE_OK) break;
-            if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || attempt >= 500) exec("PRAGMA journal_mode=WAL");
+            if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || attempt >= kBusyTimeoutMs / 10)
+                exec("PRAGMA journal_mode=WAL");
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
         exec("PRAGMA synchronous=NORMAL");
@@ -131,21 +177,40 @@ RunStore::RunStore(const std::string& path, Access access) : m_path(path) {
         sqlite3_close(m_db);
         m_db = nullptr;
         const std::string what = e.what();
-        if (what.find("not a database") != std::string::npos)
+        if (e.code() == SQLITE_NOTADB || what.find("not a database") != std::string::npos)
             throw StoreError(path + ": not a ParaLab run store (the file is not an SQLite "
-                                    "database, or it is damaged); choose another file with --db");
+                                    "database, or it is damaged); choose another file with --db",
+                             SQLITE_NOTADB);
+        if (e.disk_full())
+            throw StoreError(path + ": disk full: the run store cannot be initialised (" + what +
+                                 "); free some space or choose another file with --db",
+                             SQLITE_FULL);
         throw;
     }
 }
 
+void RunStore::open_connection(const std::string& name, int flags) {
+    if (sqlite3_open_v2(name.c_str(), &m_db, flags, nullptr) != SQLITE_OK) {
+        const std::string why = m_db ? sqlite3_errmsg(m_db) : "out of memory";
+        const int code = m_db ? sqlite3_errcode(m_db) & 0xff : SQLITE_NOMEM;
+        sqlite3_close(m_db);
+        m_db = nullptr;
+        throw StoreError(m_path + ": cannot open the run store: " + why, code);
+    }
+    sqlite3_extended_result_codes(m_db, 0);
+    sqlite3_busy_timeout(m_db, kBusyTimeoutMs);
+}
+
 RunStore::~RunStore() { sqlite3_close(m_db); }
+
+void RunStore::set_busy_timeout(int ms) { sqlite3_busy_timeout(m_db, ms); }
 
 void RunStore::exec(const char* sql) {
     char* err = nullptr;
     if (sqlite3_exec(m_db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
         std::string why = err ? err : sqlite3_errmsg(m_db);
         sqlite3_free(err);
-        throw StoreError(m_path + ": " + why);
+        throw StoreError(m_path + ": " + why, sqlite3_errcode(m_db) & 0xff);
     }
 }
 
@@ -154,10 +219,17 @@ int64_t RunStore::check_is_ours() {
     // One statement, one snapshot: another opener may be creating the schema meanwhile.
     Statement q(m_db,
                 "SELECT (SELECT user_version FROM pragma_user_version), "
-                "(SELECT count(*) FROM sqlite_master WHERE type = 'table')",
+                "(SELECT count(*) FROM sqlite_master WHERE type = 'table'), "
+                "(SELECT application_id FROM pragma_application_id)",
                 m_path);
     q.step();
-    const int64_t version = q.integer(0), tables = q.integer(1);
+    const int64_t version = q.integer(0), tables = q.integer(1), application = q.integer(2);
+    if (application != 0 && application != kApplicationId) {
+        char id[16];
+        std::snprintf(id, sizeof id, "0x%08llX", static_cast<unsigned long long>(application & 0xffffffff));
+        throw StoreError(m_path + ": not a ParaLab run store (its application id " + id +
+                         " is another application's); it was left as it was: choose another file with --db");
+    }
     if (version > kSchemaVersion)
         throw StoreError(m_path + ": this run store has schema version " + std::to_string(version) +
                          ", written by a newer ParaLab (this one reads up to " +
@@ -253,6 +325,24 @@ CREATE TABLE IF NOT EXISTS spans (
 CREATE INDEX IF NOT EXISTS spans_by_step ON spans (run_id, step);
 PRAGMA user_version = 2;
 )");
+        // SQLite stores a NaN as NULL: an evaluation whose loss is not finite is kept, loss NULL.
+        if (version < 3) {
+            exec(R"(
+CREATE TABLE evaluations_v3 (
+  run_id   INTEGER NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  step     INTEGER NOT NULL,
+  loss     REAL,
+  accuracy REAL,
+  samples  INTEGER NOT NULL
+);
+INSERT INTO evaluations_v3 (run_id, step, loss, accuracy, samples)
+  SELECT run_id, step, loss, accuracy, samples FROM evaluations;
+DROP TABLE evaluations;
+ALTER TABLE evaluations_v3 RENAME TO evaluations;
+)");
+            exec(("PRAGMA application_id = " + std::to_string(kApplicationId)).c_str());
+            exec("PRAGMA user_version = 3");
+        }
         exec("COMMIT");
     } catch (...) {
         sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -306,7 +396,7 @@ void RunStore::finish_run(int64_t run_id, const std::string& status, const json&
 void RunStore::add_records(int64_t run_id, const std::vector<config::StepRecord>& records) {
     if (records.empty()) return;
     std::lock_guard lock(m_mutex);
-    exec("BEGIN");
+    exec("BEGIN IMMEDIATE");  // the write lock first: waited for while another writes
     try {
         Statement s(m_db,
                     "INSERT OR REPLACE INTO records (run_id, step, device, epoch, wall_s, loss, samples, "
@@ -333,8 +423,10 @@ void RunStore::add_eval(int64_t run_id, const config::EvalResult& ev) {
     std::lock_guard lock(m_mutex);
     Statement s(m_db, "INSERT INTO evaluations (run_id, step, loss, accuracy, samples) VALUES (?, ?, ?, ?, ?)",
                 m_path);
-    s.bind(1, run_id).bind(2, ev.step).bind(3, ev.loss);
-    if (ev.accuracy) s.bind(4, *ev.accuracy);
+    s.bind(1, run_id).bind(2, ev.step);
+    if (std::isfinite(ev.loss)) s.bind(3, ev.loss);
+    else s.bind_null(3);
+    if (ev.accuracy && std::isfinite(*ev.accuracy)) s.bind(4, *ev.accuracy);
     else s.bind_null(4);
     s.bind(5, ev.samples).step();
 }
@@ -342,7 +434,7 @@ void RunStore::add_eval(int64_t run_id, const config::EvalResult& ev) {
 void RunStore::add_spans(int64_t run_id, const std::vector<config::Span>& spans) {
     if (spans.empty()) return;
     std::lock_guard lock(m_mutex);
-    exec("BEGIN");
+    exec("BEGIN IMMEDIATE");  // the write lock first: waited for while another writes
     try {
         Statement s(m_db,
                     "INSERT INTO spans (run_id, device, step, phase, t_begin, t_end, bytes) "
@@ -540,25 +632,57 @@ RunRecorder::~RunRecorder() {
     m_writer.join();
 }
 
+template <class F>
+bool RunRecorder::write(F&& f, bool after_full) {
+    {
+        std::lock_guard lock(m_mutex);
+        if (m_disk_full && !after_full) return false;
+    }
+    try {
+        f();
+        return true;
+    } catch (const StoreError& e) {
+        bool first_full = false;
+        {
+            std::lock_guard lock(m_mutex);
+            if (e.disk_full() && !m_disk_full) {
+                m_disk_full = first_full = true;
+                m_error = std::string("disk full: ") + e.what() +
+                          "; nothing more of the run could be stored, and the rows written before stay";
+            } else if (m_error.empty()) {
+                m_error = e.what();
+            }
+        }
+        if (first_full && m_on_disk_full) m_on_disk_full();
+        return false;
+    }
+}
+
 void RunRecorder::on_start(const config::Experiment& e, int64_t) {
     // The devices as run: in an MPI job, every process's (the file lists one process's).
     if (m_config.is_object()) m_config["devices"] = e.devices;
-    m_run_id = m_store.create_run(e, m_config);
+    try {
+        m_run_id = m_store.create_run(e, m_config);
+    } catch (const StoreError& err) {
+        if (!err.disk_full()) throw;
+        write([&] { throw err; });  // noted as the disk-full failure; the run is not recorded
+    }
 }
 
 void RunRecorder::on_span(const config::Span& s) {
     std::lock_guard lock(m_mutex);
-    m_span_queue.push_back(s);
+    if (!m_disk_full) m_span_queue.push_back(s);
 }
 
 void RunRecorder::on_step(const config::StepRecord& r) {
     std::lock_guard lock(m_mutex);
+    if (m_disk_full) return;
     m_queue.push_back(r);
     if (m_queue.size() >= 512) m_wake.notify_all();
 }
 
 void RunRecorder::on_eval(const config::EvalResult& r) {
-    if (m_run_id) m_store.add_eval(m_run_id, r);
+    if (m_run_id) write([&] { m_store.add_eval(m_run_id, r); });
 }
 
 void RunRecorder::on_finish(const config::RunSummary& s) {
@@ -566,7 +690,16 @@ void RunRecorder::on_finish(const config::RunSummary& s) {
         std::unique_lock lock(m_mutex);
         flush_queue(lock);
     }
-    if (m_run_id) m_store.finish_run(m_run_id, s.status, summary_json(s, m_run_id));
+    if (!m_run_id) return;
+    const config::RunSummary recorded = as_recorded(s);
+    if (!disk_full()) {
+        m_store.finish_run(m_run_id, recorded.status, summary_json(recorded, m_run_id));
+        return;
+    }
+    // Its end is a row that exists: an update in place usually finds room where the failed
+    // batch was. When even that fails, the run stays `running` until its process is gone, and
+    // is then reported `interrupted`.
+    write([&] { m_store.finish_run(m_run_id, recorded.status, summary_json(recorded, m_run_id)); }, true);
 }
 
 void RunRecorder::writer_loop() {
@@ -579,26 +712,36 @@ void RunRecorder::writer_loop() {
 }
 
 void RunRecorder::flush_queue(std::unique_lock<std::mutex>& lock) {
-    if ((m_queue.empty() && m_span_queue.empty()) || m_run_id == 0) return;
+    if ((m_queue.empty() && m_span_queue.empty()) || m_run_id == 0 || m_disk_full) return;
     std::vector<config::StepRecord> batch;
     std::vector<config::Span> spans;
     batch.swap(m_queue);
     spans.swap(m_span_queue);
     lock.unlock();  // training goes on queueing while the transaction is written
-    try {
+    write([&] {
         m_store.add_records(m_run_id, batch);
         m_store.add_spans(m_run_id, spans);
-    } catch (const std::exception& e) {
-        lock.lock();
-        if (m_error.empty()) m_error = e.what();
-        return;
-    }
+    });
     lock.lock();
 }
 
 std::string RunRecorder::write_error() {
     std::lock_guard lock(m_mutex);
     return m_error;
+}
+
+bool RunRecorder::disk_full() {
+    std::lock_guard lock(m_mutex);
+    return m_disk_full;
+}
+
+config::RunSummary RunRecorder::as_recorded(config::RunSummary s) {
+    std::lock_guard lock(m_mutex);
+    if (m_disk_full && s.status != "failed") {
+        s.status = "failed";
+        s.error = m_error;
+    }
+    return s;
 }
 
 json summary_json(const config::RunSummary& s, int64_t run_id) {

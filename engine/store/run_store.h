@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -23,11 +24,22 @@ struct sqlite3;
 namespace paralab::store {
 
 // The schema this build writes.
-constexpr int kSchemaVersion = 2;  // 1: runs, records, evaluations; 2: spans
+constexpr int kSchemaVersion = 3;  // 1: runs, records, evaluations; 2: spans; 3: an evaluation's
+                                   // loss may be NULL (not finite), the application id is set
+// PRAGMA application_id of a ParaLab store ("PLRS"); 0 in stores written before schema 3.
+constexpr int32_t kApplicationId = 0x504C5253;
 
 class StoreError : public Error {
 public:
-    using Error::Error;
+    explicit StoreError(const std::string& message, int sqlite_code = 0)
+        : Error(message), m_code(sqlite_code) {}
+    // SQLite's primary result code of the failure (SQLITE_FULL, SQLITE_BUSY, ...); 0 when the
+    // failure is not SQLite's (a missing file, a refused one).
+    int code() const { return m_code; }
+    bool disk_full() const;
+
+private:
+    int m_code;
 };
 
 struct RunRow {
@@ -61,13 +73,16 @@ class RunStore {
 public:
     enum class Access {
         write,      // creates the store (and its folder) when missing, migrates, marks dead runs
-        read_only,  // for listing: never creates, migrates or writes; a read-only file works
+        read_only,  // for listing: never creates, migrates or writes; a read-only file, or a
+                    // store on a read-only file system, is read as it is
     };
     // Opens the store. Before anything is written, a file that is not a ParaLab store (another
     // application's database, a newer schema) is refused and left as it was. With write access
     // a missing store is created and an older one migrated, and runs left `running` by a process
     // that no longer exists are marked `interrupted` (their rows stay). Throws StoreError naming
     // the file and the cause (missing, unwritable, not a database, not ParaLab's, newer schema).
+    // Several processes and connections may write one store at once: a writer that finds the
+    // store busy waits for it (up to kBusyTimeoutMs per statement) instead of failing.
     explicit RunStore(const std::string& path, Access access = Access::write);
     ~RunStore();
     RunStore(const RunStore&) = delete;
@@ -78,10 +93,15 @@ public:
     // ~/.local/share/ParaLab/runs.db.
     static std::string default_path();
 
+    static constexpr int kBusyTimeoutMs = 30000;
+    // How long a statement waits for a busy store from now on (a window, which must tell its user
+    // soon, waits less than a run, which must not lose its rows).
+    void set_busy_timeout(int ms);
+
     int64_t create_run(const config::Experiment& e, const nlohmann::json& config);
     void finish_run(int64_t run_id, const std::string& status, const nlohmann::json& summary);
     void add_records(int64_t run_id, const std::vector<config::StepRecord>& records);
-    void add_eval(int64_t run_id, const config::EvalResult& eval);
+    void add_eval(int64_t run_id, const config::EvalResult& eval);  // a loss not finite: NULL
     void add_spans(int64_t run_id, const std::vector<config::Span>& spans);
     // The timeline of steps [first_step, last_step], ordered by device and time.
     std::vector<config::Span> spans(int64_t run_id, int64_t first_step, int64_t last_step);
@@ -104,6 +124,8 @@ public:
 
 private:
     void exec(const char* sql);
+    // Opens m_db (a path, or a URI with SQLITE_OPEN_URI) with the busy timeout set.
+    void open_connection(const std::string& name, int flags);
     // Refuses, writing nothing, a database that is not a ParaLab store: tables but no schema
     // version of ours, or a version newer than this build reads. Returns the version (0: empty).
     int64_t check_is_ours();
@@ -119,7 +141,10 @@ private:
 };
 
 // A RunObserver that records a run into a store from a writer thread of its own: steps are
-// queued and written in batched transactions, so training never waits on the disk.
+// queued and written in batched transactions, so training never waits on the disk. A write
+// that fails for lack of space (SQLITE_FULL) fails the run: on_disk_full's callback is called
+// once (to stop the run), nothing more is written but the run's end, which is recorded as
+// `failed` with the error "disk full: ..."; the rows committed before stay.
 class RunRecorder : public run::RunObserver {
 public:
     RunRecorder(RunStore& store, nlohmann::json config);
@@ -131,12 +156,23 @@ public:
     void on_eval(const config::EvalResult& r) override;
     void on_finish(const config::RunSummary& s) override;
     int64_t run_id() const { return m_run_id; }
-    // The first failure to write steps ("" when none): the run goes on, the caller reports it.
+    // The first failure to write ("" when none). Any other failure than a full disk: the run
+    // goes on, the caller reports it.
     std::string write_error();
+    // Called once, from the thread whose write failed, when the disk is full (set before on_start).
+    void on_disk_full(std::function<void()> callback) { m_on_disk_full = std::move(callback); }
+    bool disk_full();
+    // The summary as recorded: a run whose store filled up is `failed` with the disk-full error
+    // (a run that failed for another reason keeps its own error).
+    config::RunSummary as_recorded(config::RunSummary s);
 
 private:
     void writer_loop();
     void flush_queue(std::unique_lock<std::mutex>& lock);
+    // Runs one write of the store; false (and the failure noted) when it threw StoreError.
+    // Nothing is written once the disk was found full, but the run's end.
+    template <class F>
+    bool write(F&& f, bool after_full = false);
 
     RunStore& m_store;
     nlohmann::json m_config;
@@ -146,7 +182,9 @@ private:
     std::vector<config::StepRecord> m_queue;  // guarded by m_mutex
     std::vector<config::Span> m_span_queue;   // guarded by m_mutex
     bool m_stop = false;                   // guarded by m_mutex
-    std::string m_error;                   // guarded by m_mutex: the first write failure
+    std::string m_error;                   // guarded by m_mutex: the first write failure, or the disk-full one
+    bool m_disk_full = false;              // guarded by m_mutex
+    std::function<void()> m_on_disk_full;
     std::thread m_writer;
 };
 

@@ -18,6 +18,9 @@
 
 namespace paralab::ui {
 
+// How long the window's queries wait for a store another program holds.
+constexpr int kWindowBusyTimeoutMs = 5000;
+
 // Owns the store's connection; touched only on the worker thread.
 class RunsModel::Worker : public QObject {
 public:
@@ -25,7 +28,11 @@ public:
     // Opened on first use and again after a failure, so that a store that was locked or
     // replaced is read afresh by the next refresh.
     store::RunStore& store() {
-        if (!m_store) m_store = std::make_unique<store::RunStore>(m_path);
+        if (!m_store) {
+            m_store = std::make_unique<store::RunStore>(m_path);
+            // A locked store comes back as a message within the window's patience.
+            m_store->set_busy_timeout(kWindowBusyTimeoutMs);
+        }
         return *m_store;
     }
     void forget() { m_store.reset(); }
