@@ -1,4 +1,5 @@
 #include "cli.h"
+#include "plan_command.h"
 #include "bench/suite.h"
 
 #include <CLI/CLI.hpp>
@@ -511,12 +512,18 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     auto* devices = app.add_subcommand("devices", "list the devices found (GPUs, CPU)");
     devices->add_flag("--json", devices_json, "print JSON");
 
+    PlanArgs plan_args;
+    auto* plan = add_plan_command(app, plan_args);
+
     paralab::bench::BenchArgs bench_args;
     auto* bench = app.add_subcommand("bench", "the benchmark suite: all-reduce, strategies, pipeline bubble");
     bench->add_flag("--json", bench_args.json, "print one JSON object with every table");
     bench->add_flag("--quick", bench_args.quick, "a ~20 s version");
     bench->add_flag("--smoke", bench_args.smoke, "a few seconds, one case per table (for tests)");
     bench->add_flag("--models-only", bench_args.models_only, "only the models table (MLP, LeNet, LSTM; 1 and 2 threads)");
+    bool bench_calibrate = false;
+    bench->add_flag("--calibrate", bench_calibrate,
+                    "measure this machine's GEMM rate and memory bandwidth for `paralab plan --cluster local`");
     bench->add_option("--data", bench_args.data_path, "Fashion-MNIST folder (blobs when missing)");
     bench->add_option("--device", bench_args.device,
                       "device of the models table: cpu, or cuda:N (ddp rows on two virtual GPUs)");
@@ -530,7 +537,9 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
 
     try {
         if (devices->parsed()) return cmd_devices(devices_json);
-        if (bench->parsed()) return paralab::bench::run_suite(bench_args);
+        if (bench->parsed())
+            return bench_calibrate ? run_calibrate_command(bench_args.json) : paralab::bench::run_suite(bench_args);
+        if (plan->parsed()) return run_plan_command(plan_args);
         if (validate->parsed()) return cmd_validate(validate_file, validate_json);
         if (run->parsed()) return cmd_run(run_args);
         if (runs_list->parsed()) return cmd_runs_list(store_path(runs_db), runs_json);

@@ -1,0 +1,225 @@
+#include "plan_command.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/plan/calibrate.h"
+#include "engine/plan/planner.h"
+#include "engine/util/error.h"
+
+namespace paralab::app {
+
+namespace {
+
+using nlohmann::json;
+
+std::string bytes_text(double bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+    return buf;
+}
+
+std::string mesh_line(const plan::Mesh& m, int64_t micro_batch) {
+    std::string s = "dp " + std::to_string(m.dp) + " · tp " + std::to_string(m.tp) + " · pp " +
+                    std::to_string(m.pp);
+    s += ", " + m.schedule;
+    if (m.schedule == "interleaved_1f1b") s += " ×" + std::to_string(m.interleave);
+    s += ", " + std::to_string(m.micro_batches) + " micro-batches";
+    if (micro_batch > 0) s += " of " + std::to_string(micro_batch);
+    s += ", zero " + std::to_string(m.zero);
+    if (m.sequence_parallel) s += ", sequence parallel";
+    s += ", recompute " + m.recompute + ", " + m.precision;
+    return s;
+}
+
+void print_report(const plan::Prediction& p, const std::string& name, const plan::Cluster& c) {
+    std::printf("%s on %s: %d node%s × %d = %d devices\n", name.c_str(), c.name.c_str(), c.nodes,
+                c.nodes == 1 ? "" : "s", c.gpus_per_node, p.devices);
+    std::printf("mesh: %s\n\n", mesh_line(p.mesh, p.micro_batch).c_str());
+    std::printf("step %.4g s   %.4g tokens/s   %.4g samples/s   MFU %.1f%%   %s\n\n", p.step_time_s,
+                p.tokens_per_s, p.samples_per_s, 100 * p.mfu,
+                p.fits ? "fits" : "DOES NOT FIT (out of memory)");
+    std::printf("memory of the most loaded device (stage %d)\n", p.memory_stage);
+    for (size_t i = 0; i < plan::kMemoryKinds; ++i)
+        std::printf("  %-16s %12s\n", plan::memory_name(static_cast<plan::Memory>(i)),
+                    bytes_text(p.memory[i]).c_str());
+    std::printf("  %-16s %12s of %s\n\n", "total", bytes_text(p.memory_total).c_str(),
+                bytes_text(p.memory_capacity).c_str());
+    const plan::Breakdown& b = p.breakdown;
+    const std::pair<const char*, double> rows[] = {
+        {"compute", b.compute},     {"recompute", b.recompute}, {"tp_comm", b.tp_comm},
+        {"pp_bubble", b.pp_bubble}, {"pp_comm", b.pp_comm},     {"dp_comm", b.dp_comm},
+        {"optimizer", b.optimizer}};
+    std::printf("where one step goes (the busiest device)\n");
+    for (const auto& [what, s] : rows)
+        std::printf("  %-16s %10.4f s %6.1f%%\n", what, s,
+                    p.step_time_s > 0 ? 100 * s / p.step_time_s : 0.0);
+    std::printf("  %-16s %10.4f s\n", "step", p.step_time_s);
+}
+
+void print_sweep(const std::vector<plan::Prediction>& ps, const std::vector<std::string>& keys) {
+    std::printf("%4s", "rank");
+    for (const auto& k : keys) std::printf(" %14s", k.c_str());
+    std::printf(" %12s %14s %7s %12s %5s\n", "step_s", "tokens/s", "MFU", "memory", "fits");
+    int rank = 0;
+    std::vector<const plan::Prediction*> skipped;
+    for (const auto& p : ps) {
+        if (!p.skipped.empty()) {
+            skipped.push_back(&p);
+            continue;
+        }
+        std::printf("%4d", ++rank);
+        const json config = plan::to_json(p, keys)["config"];
+        for (const auto& k : keys) {
+            const json& v = config[k];
+            std::printf(" %14s", v.is_string() ? v.get<std::string>().c_str() : v.dump().c_str());
+        }
+        std::printf(" %12.4g %14.4g %6.1f%% %12s %5s\n", p.step_time_s, p.tokens_per_s, 100 * p.mfu,
+                    bytes_text(p.memory_total).c_str(), p.fits ? "yes" : "OOM");
+    }
+    if (!skipped.empty()) {
+        std::printf("\nskipped:\n");
+        for (const auto* p : skipped) {
+            std::string config;
+            const json values = plan::to_json(*p, keys)["config"];
+            for (const auto& [k, v] : values.items())
+                config += (config.empty() ? "" : " ") + k + "=" +
+                          (v.is_string() ? v.get<std::string>() : v.dump());
+            std::printf("  %s: %s\n", config.c_str(), p->skipped.c_str());
+        }
+    }
+}
+
+int plan(const PlanArgs& a) {
+    const plan::PlanFile file = plan::read_plan_file(a.file);
+    const auto mesh_of = [&](int devices) {
+        try {
+            return plan::mesh_of(file, devices);
+        } catch (const ConfigError& e) {
+            throw ConfigError(a.file + ": " + e.what());
+        }
+    };
+    plan::Cluster cluster = plan::load_cluster(a.cluster);
+    const bool preset = !a.cluster.ends_with(".json");
+    if (a.gpus_per_node > 0) cluster.gpus_per_node = a.gpus_per_node;
+    if (a.nodes > 0) cluster.nodes = a.nodes;
+    std::vector<std::pair<std::string, std::vector<std::string>>> sweeps;
+    std::vector<std::string> keys;
+    for (const auto& s : a.sweeps) {
+        sweeps.push_back(plan::parse_sweep(s));
+        keys.push_back(sweeps.back().first);
+    }
+    // A preset is one node; without --nodes, the mesh says how many it uses (a part of one node
+    // when it needs fewer devices than a node has).
+    if (preset && a.nodes == 0) {
+        const int wanted = mesh_of(cluster.devices()).devices();
+        if (wanted % cluster.gpus_per_node == 0)
+            cluster.nodes = wanted / cluster.gpus_per_node;
+        else if (wanted < cluster.gpus_per_node && a.gpus_per_node == 0)
+            cluster.gpus_per_node = wanted;
+    }
+    const plan::Mesh mesh = mesh_of(cluster.devices());
+    const plan::PlanModel model = plan::plan_model(file.experiment);
+    if (sweeps.empty()) {
+        const plan::Prediction p = plan::predict(file.experiment, model, cluster, mesh);
+        if (!p.skipped.empty()) throw ConfigError("strategy", p.skipped);
+        if (a.json)
+            std::cout << plan::to_json(p).dump(2) << "\n";
+        else
+            print_report(p, file.experiment.name, cluster);
+        return 0;
+    }
+    const auto ps = plan::sweep(file.experiment, model, cluster, mesh, sweeps);
+    if (a.json) {
+        json out = json::array();
+        for (const auto& p : ps) {
+            if (p.skipped.empty())
+                out.push_back(plan::to_json(p, keys));
+            else
+                std::cerr << "paralab plan: skipped " << plan::to_json(p, keys)["config"].dump()
+                          << ": " << p.skipped << "\n";
+        }
+        std::cout << out.dump(2) << "\n";
+        return 0;
+    }
+    std::printf("%s on %s: %d node%s × %d = %d devices; base mesh %s\n\n",
+                file.experiment.name.c_str(), cluster.name.c_str(), cluster.nodes,
+                cluster.nodes == 1 ? "" : "s", cluster.gpus_per_node, cluster.devices(),
+                mesh_line(mesh, 0).c_str());
+    print_sweep(ps, keys);
+    return 0;
+}
+
+}  // namespace
+
+CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
+    auto* plan =
+        app.add_subcommand("plan", "predict a configuration at cluster scale without running it");
+    plan->add_option("file", args.file, "experiment file (*.paralab.json)")->required();
+    plan->add_option(
+        "--cluster", args.cluster,
+        "a preset (a100-80g, h100-80g, h200, local) or a cluster file (*.json); default a100-80g");
+    plan->add_option("--nodes", args.nodes, "nodes (a preset: as many as the mesh needs)")
+        ->check(CLI::Range(1, 1000000));
+    plan->add_option("--gpus-per-node", args.gpus_per_node, "devices per node")
+        ->check(CLI::Range(1, 4096));
+    plan->add_option("--sweep", args.sweeps,
+                     "KEY=V1,V2,... (dp, tp, pp, zero, micro_batches, interleave, schedule, "
+                     "sequence_parallel, "
+                     "recompute); repeat for a grid")
+        ->allow_extra_args(false);
+    plan->add_flag("--json", args.json, "print JSON (an array with --sweep)");
+    return plan;
+}
+
+int run_plan_command(const PlanArgs& args) {
+    try {
+        return plan(args);
+    } catch (const std::exception& e) {
+        std::string line = "paralab plan: ";
+        line += e.what();
+        line += '\n';
+        std::fputs(line.c_str(), stderr);
+        return 2;  // a bad file or bad arguments, as for every command
+    }
+}
+
+int run_calibrate_command(bool as_json) {
+    try {
+        const plan::Calibration c = plan::measure_local();
+        const std::string path = plan::calibration_path();
+        plan::save_calibration(c, path);
+        if (as_json) {
+            std::cout << json{{"file", path},
+                              {"gemm_gflops_fp32", c.gemm_flops / 1e9},
+                              {"memory_bandwidth_gbps", c.memory_bandwidth / 1e9},
+                              {"copy_bandwidth_gbps", c.copy_bandwidth / 1e9},
+                              {"gemm_library", c.gemm_library}}
+                             .dump(2)
+                      << "\n";
+        } else {
+            std::printf(
+                "one virtual CPU device: fp32 GEMM [512 x 512 x 512] %.1f GFLOP/s (%s), memory "
+                "%.1f GB/s "
+                "(read + write), copy %.1f GB/s\nkept in %s for `paralab plan --cluster local`\n",
+                c.gemm_flops / 1e9, c.gemm_library.c_str(), c.memory_bandwidth / 1e9,
+                c.copy_bandwidth / 1e9, path.c_str());
+        }
+        return 0;
+    } catch (const std::exception& e) {
+        std::string line = "paralab bench --calibrate: ";
+        line += e.what();
+        line += '\n';
+        std::fputs(line.c_str(), stderr);
+        return 1;
+    }
+}
+
+}  // namespace paralab::app

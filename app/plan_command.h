@@ -1,0 +1,30 @@
+// `paralab plan` (docs/planner.md): predicts a configuration at cluster scale without running it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace paralab::app {
+
+struct PlanArgs {
+    std::string file;
+    std::string cluster = "a100-80g";
+    int nodes = 0;          // 0: from the cluster (a preset: as many nodes as the mesh needs)
+    int gpus_per_node = 0;  // 0: the cluster's
+    std::vector<std::string> sweeps;
+    bool json = false;
+};
+
+// Adds the `plan` subcommand to `app`, filling `args`.
+CLI::App* add_plan_command(CLI::App& app, PlanArgs& args);
+// Runs it: 0 done, 1 bad input (the message on stderr).
+int run_plan_command(const PlanArgs& args);
+// `paralab bench --calibrate`: measures the `local` preset's rates and keeps them in the user's
+// data folder (engine/plan/calibrate.h). 0 done, 1 when the file cannot be written.
+int run_calibrate_command(bool as_json);
+
+}  // namespace paralab::app

@@ -1,0 +1,145 @@
+#include "engine/plan/cluster.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/plan/calibrate.h"
+#include "engine/run/json_reader.h"
+#include "engine/util/error.h"
+
+namespace paralab::plan {
+
+namespace {
+
+constexpr double kTera = 1e12, kGiga = 1e9, kMicro = 1e-6;
+
+// The DGX node every GPU preset describes: 8 GPUs on an NVSwitch, one InfiniBand adapter per
+// GPU. Link rates are per GPU and direction: NVLink's published figure is the sum of both
+// directions (A100 600 GB/s, H100 900 GB/s); an HDR adapter carries 200 Gb/s = 25 GB/s, NDR
+// 400 Gb/s = 50 GB/s. Latencies are the order of NCCL's small-message latency (docs/planner.md).
+Cluster dgx(std::string name, double tflops16, double tflops32, double memory_gb, double tb_per_s,
+            double nvlink_bidirectional_gb, double ib_gbit, double gemm_efficiency) {
+    Cluster c;
+    c.name = std::move(name);
+    c.nodes = 1;
+    c.gpus_per_node = 8;
+    c.peak_flops_16bit = tflops16 * kTera;
+    c.peak_flops_fp32 = tflops32 * kTera;
+    c.memory_bytes = memory_gb * kGiga;
+    c.reserved_bytes = 1.0 * kGiga;
+    c.memory_bandwidth = tb_per_s * kTera;
+    c.gemm_efficiency = gemm_efficiency;
+    c.gemm_half_width = 64;
+    c.intra_bandwidth = nvlink_bidirectional_gb / 2 * kGiga;
+    c.intra_latency = 5 * kMicro;
+    c.inter_bandwidth = ib_gbit / 8 * kGiga;
+    c.inter_latency = 10 * kMicro;
+    return c;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+    return {"a100-80g", "h100-80g", "h200", "local"};
+}
+
+Cluster local_cluster() {
+    // Without a calibration (`paralab bench --calibrate`): rates a single core of a current x86
+    // CPU reaches in an fp32 GEMM (about half of one AVX2 core's 2 FMA × 8 lanes × 3 GHz =
+    // 96 GFLOP/s) and a share of a desktop's memory bandwidth; the link is a copy through
+    // shared memory.
+    Cluster c;
+    c.name = "local";
+    c.nodes = 1;
+    c.gpus_per_node = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    c.peak_flops_fp32 = 50e9;
+    c.peak_flops_16bit = c.peak_flops_fp32;  // no 16-bit matrix units assumed
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    const double ram =
+        pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 8 * kGiga;
+    c.memory_bytes = ram / c.gpus_per_node;
+    c.reserved_bytes = 0;
+    c.memory_bandwidth = 10 * kGiga;
+    c.gemm_efficiency = 1.0;  // the rate above is already an achieved one
+    c.gemm_half_width = 16;
+    c.intra_bandwidth = 5 * kGiga;
+    c.intra_latency = 20 * kMicro;
+    if (const auto measured = load_calibration(calibration_path())) {
+        c.name = "local (calibrated)";
+        c.peak_flops_fp32 = c.peak_flops_16bit = measured->gemm_flops;
+        c.memory_bandwidth = measured->memory_bandwidth;
+        c.intra_bandwidth = measured->copy_bandwidth;
+    }
+    c.inter_bandwidth = c.intra_bandwidth;
+    c.inter_latency = c.intra_latency;
+    return c;
+}
+
+Cluster preset(const std::string& name) {
+    // Sources of every figure: docs/planner.md, "Clusters".
+    if (name == "a100-80g") return dgx("a100-80g", 312, 19.5, 80, 2.039, 600, 200, 0.80);
+    if (name == "h100-80g") return dgx("h100-80g", 989, 67, 80, 3.35, 900, 400, 0.75);
+    if (name == "h200") return dgx("h200", 989, 67, 141, 4.8, 900, 400, 0.75);
+    if (name == "local") return local_cluster();
+    std::string known;
+    for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+    throw ConfigError("--cluster", "unknown cluster preset \"" + name + "\"; the presets are " +
+                                       known + ", or give a cluster file (*.json)");
+}
+
+Cluster cluster_from_json(const nlohmann::json& j) {
+    run::JsonObjectReader r(j, "");
+    Cluster c;
+    c.name = r.string("name", "custom");
+    c.nodes = static_cast<int>(r.integer("nodes", 1, 1, 1000000));
+    c.gpus_per_node = static_cast<int>(r.integer("gpus_per_node", 8, 1, 4096));
+    const auto required = [&](const std::string& key, double min) {
+        const auto v = r.number(key, min, 1e30, false);
+        if (!v)
+            r.fail(key,
+                   "missing; expected a number above " + std::to_string(static_cast<int64_t>(min)));
+        return *v;
+    };
+    c.peak_flops_16bit = required("peak_tflops_16bit", 0) * kTera;
+    c.peak_flops_fp32 =
+        r.number("peak_tflops_fp32", c.peak_flops_16bit / kTera, 0, 1e30, false) * kTera;
+    c.memory_bytes = required("memory_gb", 0) * kGiga;
+    c.reserved_bytes = r.number("reserved_gb", 0.0, 0, 1e30) * kGiga;
+    if (c.reserved_bytes >= c.memory_bytes) r.fail("reserved_gb", "must be less than memory_gb");
+    c.memory_bandwidth = required("memory_bandwidth_gbps", 0) * kGiga;
+    c.gemm_efficiency = r.number("gemm_efficiency", 0.8, 0, 1, false);
+    c.gemm_half_width = r.number("gemm_half_width", 64.0, 0, 1e9);
+    c.intra_bandwidth = required("intra_node_bandwidth_gbps", 0) * kGiga;
+    c.intra_latency = r.number("intra_node_latency_us", 5.0, 0, 1e9) * kMicro;
+    c.inter_bandwidth =
+        r.number("inter_node_bandwidth_gbps", c.intra_bandwidth / kGiga, 0, 1e30, false) * kGiga;
+    c.inter_latency = r.number("inter_node_latency_us", 10.0, 0, 1e9) * kMicro;
+    r.finish();
+    return c;
+}
+
+Cluster load_cluster(const std::string& name_or_file) {
+    const bool is_file = name_or_file.ends_with(".json") || std::filesystem::exists(name_or_file);
+    if (!is_file) return preset(name_or_file);
+    std::ifstream in(name_or_file);
+    if (!in) throw ConfigError(name_or_file + ": cannot open the cluster file");
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::parse_error& e) {
+        throw ConfigError(name_or_file + ": not valid JSON: " + e.what());
+    }
+    try {
+        return cluster_from_json(j);
+    } catch (const ConfigError& e) {
+        throw ConfigError(name_or_file + ": " + e.what());
+    }
+}
+
+}  // namespace paralab::plan

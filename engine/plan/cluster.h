@@ -1,0 +1,56 @@
+// The machines a plan is made for (docs/planner.md, "Clusters"): nodes of identical devices, a
+// fast link inside a node (NVLink) and a slower one across nodes (InfiniBand). Presets come from
+// the vendors' published specifications; a user describes another cluster in a JSON file with
+// the same fields.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace paralab::plan {
+
+struct Cluster {
+    std::string name;
+    int nodes = 1;
+    int gpus_per_node = 8;
+    // Per device. Peak dense matrix rates: 16-bit (bf16/fp16) and fp32 (what an fp32 GEMM runs at).
+    double peak_flops_16bit = 0;
+    double peak_flops_fp32 = 0;
+    double memory_bytes = 0;  // device memory
+    double reserved_bytes =
+        0;  // of it, taken before training (runtime context, library workspaces)
+    double memory_bandwidth = 0;  // bytes/s
+    // A GEMM whose smallest dimension is w runs at peak · gemm_efficiency · w / (w +
+    // gemm_half_width).
+    double gemm_efficiency = 0.8;
+    double gemm_half_width = 64;
+    // Links, per device and direction (bytes/s), and the latency α of one message (s).
+    double intra_bandwidth = 0;
+    double intra_latency = 0;
+    double inter_bandwidth = 0;
+    double inter_latency = 0;
+
+    int devices() const { return nodes * gpus_per_node; }
+    double peak_flops(const std::string& precision) const {
+        return precision == "fp32" ? peak_flops_fp32 : peak_flops_16bit;
+    }
+};
+
+// The preset names: a100-80g, h100-80g, h200, local.
+std::vector<std::string> preset_names();
+// A preset by name (one node); throws ConfigError naming the known presets for another name.
+Cluster preset(const std::string& name);
+// This machine's virtual CPU devices: one node of as many devices as hardware threads, with the
+// rates `paralab bench --calibrate` measured (calibrate.h), else the documented defaults
+// (docs/planner.md, "local"). Throws ConfigError naming a malformed calibration file.
+Cluster local_cluster();
+// A cluster from a JSON object (the fields of docs/planner.md); throws ConfigError naming the
+// JSON path of the first bad value.
+Cluster cluster_from_json(const nlohmann::json& j);
+// A preset name, or a path to a JSON file (ends in .json, or names an existing file); errors
+// name the file.
+Cluster load_cluster(const std::string& name_or_file);
+
+}  // namespace paralab::plan

@@ -1,0 +1,78 @@
+#include "engine/plan/layer_cost.h"
+
+#include <algorithm>
+
+#include "engine/plan/collectives.h"
+
+namespace paralab::plan {
+
+LayerCost transformer_cost(const PlanLayer& l, int64_t input_numel, const LayerContext& x) {
+    LayerCost out;
+    const double t = x.mesh.tp, b = static_cast<double>(x.b);
+    const double T = static_cast<double>(l.seq), D = static_cast<double>(l.width),
+                 H = static_cast<double>(l.heads), F = static_cast<double>(l.ffn);
+    const bool block = l.ffn > 0;
+    // GEMMs: q,k,v and the projection (8·T·D² per sample), the MLP (4·T·D·ffn), the two
+    // attention products (4·T²·D); the rest of the engine's count (softmax, norms, GELU, biases)
+    // is elementwise work, counted by the bytes it moves.
+    const double linear = 2 * T * D * (4 * D + 2 * F), products = 4 * T * T * D;
+    const double linear_s = x.gemm_s(b * linear / t, std::min(b * T, D / t));
+    const double products_s = x.gemm_s(b * products / t, std::min(T, D / H));
+    // Korthikanti et al. 2022, bytes per layer in 16-bit: s·b·h·(34 + 5·a·s/h) for a block
+    // (attention 11 of the 34, of which 3 not split by tensor parallelism; MLP and norms 23, of
+    // which 7), the a·s² term the attention scores, softmax and its dropout mask.
+    const double sbh = T * b * D, scale = x.act_bytes / 2;
+    const double kept = block ? 34 : 11, unsplit = block ? 10 : 3;
+    const double scores = 5 * H * T * T * b;
+    const double body =
+        x.mesh.sequence_parallel ? sbh * kept / t : sbh * (unsplit + (kept - unsplit) / t);
+    out.full_bytes = (body + scores / t) * scale;
+    const double elementwise_s = x.memory_s(2 * out.full_bytes);  // written once, read once
+    out.forward_s = linear_s + products_s + elementwise_s;
+    out.selective_s =
+        x.gemm_s(b * products / 2 / t, std::min(T, D / H)) + x.memory_s(2 * scores / t * scale);
+    if (x.mesh.recompute == "none")
+        out.stored_bytes = out.full_bytes;
+    else if (x.mesh.recompute == "selective")
+        out.stored_bytes = body * scale;
+    else
+        out.stored_bytes =
+            static_cast<double>(input_numel) * b * x.act_bytes / (x.mesh.sequence_parallel ? t : 1);
+    // Tensor parallelism: an all-reduce of the b·s·h activations after attention and after the
+    // MLP in forward, two more in backward (sequence parallelism: a reduce-scatter and an
+    // all-gather each, the same bytes), and the forward's again when it is recomputed.
+    const int per_pass = block ? 2 : 1;
+    const double ar = all_reduce_s(sbh * x.act_bytes, x.mesh.tp, link_of(x.c, x.mesh.tp, 1));
+    out.tp_forward_s = per_pass * ar;
+    out.tp_backward_s = per_pass * ar;
+    out.tp_recompute_s = x.mesh.recompute == "full" ? per_pass * ar : 0;
+    out.gather_parameters = static_cast<double>(l.parameters);
+    out.parameters = static_cast<double>(l.parameters) / t;
+    return out;
+}
+
+LayerCost other_cost(const PlanLayer& l, int64_t input_numel, const LayerContext& x) {
+    LayerCost out;
+    const double b = static_cast<double>(x.b);
+    // Megatron-LM splits the embedding and the output linear over the tensor ranks by vocabulary.
+    const bool split = x.mesh.tp > 1 && (l.type == "embedding" || l.type == "linear");
+    const double t = split ? x.mesh.tp : 1;
+    double width = 4096;  // a layer without a known matrix: a wide GEMM
+    if (l.out > 0)
+        width = std::min({b * static_cast<double>(l.output) / static_cast<double>(l.out),
+                          static_cast<double>(l.out) / t, static_cast<double>(l.in)});
+    const double compute_s = x.gemm_s(b * static_cast<double>(l.flops) / t, width);
+    const double bytes =
+        static_cast<double>(l.parameters) / t * x.act_bytes +
+        b * (static_cast<double>(input_numel) + static_cast<double>(l.output) / t) * x.act_bytes;
+    out.forward_s = std::max(compute_s, x.memory_s(bytes));
+    out.full_bytes = static_cast<double>(l.activations) * b * x.act_bytes;
+    out.stored_bytes = x.mesh.recompute == "full"
+                           ? static_cast<double>(input_numel) * b * x.act_bytes
+                           : out.full_bytes;
+    out.gather_parameters = static_cast<double>(l.parameters);
+    out.parameters = static_cast<double>(l.parameters) / t;
+    return out;
+}
+
+}  // namespace paralab::plan

@@ -1,0 +1,198 @@
+#include "engine/plan/mesh.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/run/experiment.h"
+#include "engine/run/json_reader.h"
+#include "engine/strategy/registry.h"
+#include "engine/util/error.h"
+
+namespace paralab::plan {
+
+using nlohmann::json;
+
+namespace {
+
+json read_json_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw ConfigError(path + ": cannot open the file");
+    try {
+        return json::parse(in);
+    } catch (const json::parse_error& e) {
+        throw ConfigError(path + ": not valid JSON: " + e.what());
+    }
+}
+
+const std::vector<std::string> kSchedules{"gpipe", "1f1b", "interleaved_1f1b"};
+
+int positive(const std::string& key, const std::string& value, int min, int max) {
+    try {
+        size_t used = 0;
+        const long v = std::stol(value, &used);
+        if (used == value.size() && v >= min && v <= max) return static_cast<int>(v);
+    } catch (const std::exception&) {
+    }
+    throw ConfigError("--sweep", key + "=" + value + ": expected an integer from " +
+                                     std::to_string(min) + " to " + std::to_string(max));
+}
+
+}  // namespace
+
+PlanFile read_plan_file(const std::string& path) {
+    json j = read_json_file(path);
+    PlanFile f;
+    json strategy = json::object();
+    if (j.is_object() && j.contains("strategy")) {
+        strategy = j["strategy"];
+        j.erase("strategy");
+    }
+    // `devices` is ignored by a plan, and half precision is accepted whatever the devices are.
+    try {
+        f.experiment = run::parse_experiment(j);
+    } catch (const ConfigError& e) {
+        throw ConfigError(path + ": " + e.what());
+    }
+    if (!strategy.is_object())
+        throw ConfigError(path + ": strategy: expected an object, got " +
+                          run::describe_json(strategy));
+    f.strategy_type = strategy.value("type", std::string("single"));
+    f.strategy_json = strategy.dump();
+    if (f.strategy_type != "hybrid" && strategy::find_strategy(f.strategy_type)) {
+        // A registered strategy: its options parsed by the registry's rules.
+        json whole = j;
+        whole["strategy"] = strategy;
+        try {
+            f.experiment.strategy = run::parse_experiment(whole).strategy;
+        } catch (const ConfigError& e) {
+            throw ConfigError(path + ": " + e.what());
+        }
+    } else if (f.strategy_type != "hybrid") {
+        throw ConfigError(
+            path + ": strategy.type: unknown strategy \"" + f.strategy_type +
+            "\"; a plan reads hybrid, single, data_parallel, ddp, zero, tensor_parallel, "
+            "pipeline or model_parallel");
+    }
+    return f;
+}
+
+Mesh mesh_of(const PlanFile& file, int devices) {
+    const config::Experiment& e = file.experiment;
+    Mesh m;
+    m.recompute = e.train.recompute;
+    m.precision = e.train.precision;
+    const std::string& type = file.strategy_type;
+    if (type == "hybrid") {
+        const json s = json::parse(file.strategy_json);
+        run::JsonObjectReader r(s, "strategy");
+        r.string("type", "hybrid");
+        m.dp = static_cast<int>(r.integer("dp", 1, 1, 1 << 20));
+        m.tp = static_cast<int>(r.integer("tp", 1, 1, 1 << 20));
+        m.pp = static_cast<int>(r.integer("pp", 1, 1, 1 << 20));
+        m.zero = static_cast<int>(r.integer("zero", 0, 0, 3));
+        m.micro_batches = static_cast<int>(r.integer("micro_batches", 1, 1, 1 << 20));
+        m.schedule = r.choice("schedule", "1f1b", kSchedules);
+        m.interleave = static_cast<int>(r.integer("interleave", 1, 1, 1024));
+        m.sequence_parallel = r.boolean("sequence_parallel", false);
+        r.finish();
+        return m;
+    }
+    const config::StrategyConfig& s = e.strategy;
+    if (type == "single") return m;
+    if (type == "data_parallel" || type == "ddp") {
+        m.dp = devices;
+        if (type == "ddp") m.bucket_mb = strategy::option<double>(s, "bucket_mb");
+    } else if (type == "zero") {
+        m.dp = devices;
+        m.zero = static_cast<int>(strategy::option<int64_t>(s, "stage"));
+    } else if (type == "tensor_parallel") {
+        m.tp = devices;
+        m.sequence_parallel = strategy::option<bool>(s, "sequence_parallel");
+    } else if (type == "pipeline") {
+        m.pp = devices;
+        m.micro_batches = static_cast<int>(strategy::option<int64_t>(s, "micro_batches"));
+        m.schedule = strategy::option<std::string>(s, "schedule");
+    } else if (type == "model_parallel") {
+        m.pp = devices;
+        m.schedule = "gpipe";
+    } else {
+        throw ConfigError("strategy.type",
+                          "a plan models hybrid, single, data_parallel, ddp, zero, "
+                          "tensor_parallel, pipeline and model_parallel, not " +
+                              type);
+    }
+    return m;
+}
+
+std::vector<std::string> sweep_keys() {
+    return {"dp",
+            "tp",
+            "pp",
+            "zero",
+            "micro_batches",
+            "interleave",
+            "schedule",
+            "sequence_parallel",
+            "recompute"};
+}
+
+void set_mesh_key(Mesh& m, const std::string& key, const std::string& value) {
+    if (key == "dp")
+        m.dp = positive(key, value, 1, 1 << 20);
+    else if (key == "tp")
+        m.tp = positive(key, value, 1, 1 << 20);
+    else if (key == "pp")
+        m.pp = positive(key, value, 1, 1 << 20);
+    else if (key == "zero")
+        m.zero = positive(key, value, 0, 3);
+    else if (key == "micro_batches")
+        m.micro_batches = positive(key, value, 1, 1 << 20);
+    else if (key == "interleave")
+        m.interleave = positive(key, value, 1, 1024);
+    else if (key == "schedule" || key == "recompute" || key == "sequence_parallel") {
+        const std::vector<std::string> allowed =
+            key == "schedule"    ? kSchedules
+            : key == "recompute" ? std::vector<std::string>{"none", "selective", "full"}
+                                 : std::vector<std::string>{"true", "false"};
+        if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
+            std::string list;
+            for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+            throw ConfigError("--sweep", key + "=" + value + ": expected one of " + list);
+        }
+        if (key == "schedule")
+            m.schedule = value;
+        else if (key == "recompute")
+            m.recompute = value;
+        else
+            m.sequence_parallel = value == "true";
+    } else {
+        std::string list;
+        for (const auto& k : sweep_keys()) list += (list.empty() ? "" : ", ") + k;
+        throw ConfigError("--sweep", "unknown sweep key \"" + key + "\"; the keys are " + list);
+    }
+}
+
+std::pair<std::string, std::vector<std::string>> parse_sweep(const std::string& text) {
+    const size_t eq = text.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+        throw ConfigError("--sweep", "\"" + text + "\": expected KEY=V1,V2,... such as tp=1,2,4");
+    std::pair<std::string, std::vector<std::string>> out{text.substr(0, eq), {}};
+    std::string rest = text.substr(eq + 1);
+    size_t at = 0;
+    while (at <= rest.size()) {
+        const size_t comma = rest.find(',', at);
+        const std::string v =
+            rest.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        if (v.empty()) throw ConfigError("--sweep", "\"" + text + "\": an empty value");
+        out.second.push_back(v);
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+    Mesh probe;
+    for (const auto& v : out.second)
+        set_mesh_key(probe, out.first, v);  // refuses bad keys and values now
+    return out;
+}
+
+}  // namespace paralab::plan

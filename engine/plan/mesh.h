@@ -1,0 +1,57 @@
+// How a plan spreads one training step over dp · tp · pp devices (docs/planner.md, "The mesh"):
+// read from an experiment's `strategy` section (`hybrid`, or a single-axis strategy mapped onto
+// it) and `train`, and changed one key at a time by a sweep.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/config/experiment.h"
+
+namespace paralab::plan {
+
+struct Mesh {
+    int dp = 1, tp = 1, pp = 1;
+    int zero = 0;                   // 0–3, over the data-parallel group
+    int micro_batches = 1;          // per optimizer step per data-parallel replica
+    std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved_1f1b
+    int interleave = 1;             // chunks per device (interleaved_1f1b)
+    bool sequence_parallel = false;
+    std::string recompute = "none";  // none | selective | full (train.recompute)
+    std::string precision = "fp32";  // fp32 | bf16 | fp16 (train.precision)
+    double bucket_mb = 25;           // the gradient all-reduce's bucket
+
+    int devices() const { return dp * tp * pp; }
+    // Device k's ranks (EXPERIMENT.md, hybrid): tensor k mod tp, data (k div tp) mod dp,
+    // stage k div (tp·dp).
+    int tensor_rank(int k) const { return k % tp; }
+    int data_rank(int k) const { return (k / tp) % dp; }
+    int stage(int k) const { return k / (tp * dp); }
+};
+
+// An experiment file read for planning: everything but the strategy through the experiment
+// parser (errors name the JSON path), the strategy section kept as written.
+struct PlanFile {
+    config::Experiment experiment;  // its strategy is `single`
+    std::string strategy_type;
+    std::string strategy_json;  // the section as written ("{}" when absent)
+};
+
+// Reads FILE; throws ConfigError naming the file and the JSON path.
+PlanFile read_plan_file(const std::string& path);
+// The mesh of `file` on `devices` devices: hybrid's options, or ddp/data_parallel → dp = N,
+// zero{stage} → dp = N with zero, tensor_parallel → tp = N, pipeline/model_parallel → pp = N,
+// single → 1. Throws ConfigError naming the JSON path ("strategy.tp").
+Mesh mesh_of(const PlanFile& file, int devices);
+
+// The keys a sweep may change, and one change: throws ConfigError naming `--sweep` for an
+// unknown key or a value it does not take.
+std::vector<std::string> sweep_keys();
+void set_mesh_key(Mesh& m, const std::string& key, const std::string& value);
+// "tp=1,2,4" -> {"tp", {"1","2","4"}}; throws ConfigError for a malformed sweep.
+std::pair<std::string, std::vector<std::string>> parse_sweep(const std::string& text);
+
+}  // namespace paralab::plan

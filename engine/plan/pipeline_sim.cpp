@@ -1,0 +1,121 @@
+#include "engine/plan/pipeline_sim.h"
+
+#include <algorithm>
+
+#include "engine/strategy/stages.h"
+#include "engine/util/error.h"
+
+namespace paralab::plan {
+
+std::vector<PipeOp> device_schedule(const std::string& schedule, int device, int stages, int chunks,
+                                    int micro_batches) {
+    std::vector<PipeOp> ops;
+    if (schedule != "interleaved_1f1b") {
+        const auto kind = schedule == "gpipe" ? strategy::stages::Schedule::gpipe
+                                              : strategy::stages::Schedule::one_f_one_b;
+        for (const auto& op : strategy::stages::stage_schedule(kind, device, stages, micro_batches))
+            ops.push_back({op.forward, 0, op.micro});
+        return ops;
+    }
+    // Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th forward of a device
+    // runs chunk (k / p) mod v on micro-batch (k / (p·v))·p + k mod p; backwards walk the chunks
+    // in reverse. Device d starts with 2·(p − d − 1) + (v − 1)·p forwards (all of them when
+    // m = p), then alternates, then drains its backwards.
+    const int p = stages, v = chunks, m = micro_batches;
+    PARALAB_CHECK(m % p == 0,
+                  "interleaved schedule: micro-batches must be a multiple of the stages");
+    const int total = m * v;
+    const auto op_of = [&](int k, bool forward) {
+        int chunk = (k / p) % v;
+        if (!forward) chunk = v - 1 - chunk;
+        return PipeOp{forward, chunk, (k / (p * v)) * p + k % p};
+    };
+    const int warmup = m == p ? total : std::min(total, 2 * (p - device - 1) + (v - 1) * p);
+    for (int k = 0; k < warmup; ++k) ops.push_back(op_of(k, true));
+    for (int k = 0; k + warmup < total; ++k) {
+        ops.push_back(op_of(k + warmup, true));
+        ops.push_back(op_of(k, false));
+    }
+    for (int k = total - warmup; k < total; ++k) ops.push_back(op_of(k, false));
+    return ops;
+}
+
+PipeResult simulate_pipeline(const std::string& schedule, int stages, int chunks, int micro_batches,
+                             const PipeTimes& times) {
+    const int p = stages, v = chunks, m = micro_batches, g_count = p * v;
+    PARALAB_CHECK(static_cast<int>(times.forward.size()) == g_count &&
+                      static_cast<int>(times.backward.size()) == g_count &&
+                      static_cast<int>(times.transfer.size()) == g_count - 1,
+                  "simulate_pipeline: one time per chunk and per boundary");
+    std::vector<std::vector<PipeOp>> order(static_cast<size_t>(p));
+    for (int d = 0; d < p; ++d)
+        order[static_cast<size_t>(d)] = device_schedule(schedule, d, p, v, m);
+
+    // End time of each (global chunk, micro-batch) forward and backward; < 0: not yet run.
+    const auto at = [&](int g, int micro) {
+        return static_cast<size_t>(g) * static_cast<size_t>(m) + static_cast<size_t>(micro);
+    };
+    std::vector<double> fwd_end(static_cast<size_t>(g_count) * static_cast<size_t>(m), -1.0),
+        bwd_end(fwd_end);
+    std::vector<size_t> next(static_cast<size_t>(p), 0);
+    std::vector<double> free_at(static_cast<size_t>(p), 0.0);
+    PipeResult result;
+    result.busy.assign(static_cast<size_t>(p), 0.0);
+    result.peak_in_flight.assign(static_cast<size_t>(p), 0);
+    std::vector<int> in_flight(static_cast<size_t>(p), 0);
+
+    // A device runs its next operation as soon as what it waits for has ended; a finished
+    // operation wakes the device that waits for it. Each operation is looked at a bounded
+    // number of times, so a 64-stage, 512-micro-batch schedule takes milliseconds.
+    std::vector<int> ready;
+    for (int d = 0; d < p; ++d) ready.push_back(d);
+    size_t remaining = 0;
+    for (const auto& o : order) remaining += o.size();
+    while (!ready.empty()) {
+        const int d = ready.back();
+        ready.pop_back();
+        auto& pos = next[static_cast<size_t>(d)];
+        while (pos < order[static_cast<size_t>(d)].size()) {
+            const PipeOp& op = order[static_cast<size_t>(d)][pos];
+            const int g = op.chunk * p + d;
+            double arrive = 0;
+            if (op.forward) {
+                if (g > 0) {
+                    const double prev = fwd_end[at(g - 1, op.micro)];
+                    if (prev < 0) break;
+                    arrive = prev + times.transfer[static_cast<size_t>(g - 1)];
+                }
+            } else if (g + 1 < g_count) {
+                const double prev = bwd_end[at(g + 1, op.micro)];
+                if (prev < 0) break;
+                arrive = prev + times.transfer[static_cast<size_t>(g)];
+            } else {
+                const double own = fwd_end[at(g, op.micro)];
+                if (own < 0) break;
+                arrive = own;
+            }
+            const double duration = op.forward ? times.forward[static_cast<size_t>(g)]
+                                               : times.backward[static_cast<size_t>(g)];
+            const double start = std::max(free_at[static_cast<size_t>(d)], arrive);
+            const double end = start + duration;
+            free_at[static_cast<size_t>(d)] = end;
+            result.busy[static_cast<size_t>(d)] += duration;
+            int& live = in_flight[static_cast<size_t>(d)];
+            live += op.forward ? 1 : -1;
+            result.peak_in_flight[static_cast<size_t>(d)] =
+                std::max(result.peak_in_flight[static_cast<size_t>(d)], live);
+            (op.forward ? fwd_end : bwd_end)[at(g, op.micro)] = end;
+            result.makespan = std::max(result.makespan, end);
+            ++pos;
+            --remaining;
+            // Wake the neighbour that may wait for this operation.
+            const int waiting =
+                op.forward ? (g + 1 < g_count ? (g + 1) % p : -1) : (g > 0 ? (g - 1) % p : -1);
+            if (waiting >= 0 && waiting != d) ready.push_back(waiting);
+        }
+    }
+    PARALAB_CHECK(remaining == 0, "simulate_pipeline: the schedule " + schedule + " deadlocked");
+    return result;
+}
+
+}  // namespace paralab::plan

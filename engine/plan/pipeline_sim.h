@@ -1,0 +1,44 @@
+// The pipeline schedule simulated event by event (docs/planner.md, "Pipeline"): every device
+// runs its forwards and backwards in its schedule's order; an operation starts when its device
+// is free and its input has arrived (the previous stage's forward, the next stage's backward,
+// plus the transfer between them).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace paralab::plan {
+
+// One operation of a device's schedule: forward or backward of micro-batch `micro` through
+// model chunk `chunk` (0 unless interleaved).
+struct PipeOp {
+    bool forward = true;
+    int chunk = 0;
+    int micro = 0;
+};
+
+// The order device `device` of `stages` runs its operations in. gpipe and 1f1b are the
+// engine's own (strategy/stages.h); interleaved_1f1b is Megatron-LM's interleaved schedule with
+// `chunks` chunks per device (needs micro_batches a multiple of stages).
+std::vector<PipeOp> device_schedule(const std::string& schedule, int device, int stages, int chunks,
+                                    int micro_batches);
+
+struct PipeTimes {
+    // Per global chunk g = chunk · stages + device: one micro-batch's forward and backward (s).
+    std::vector<double> forward, backward;
+    // Per boundary g → g + 1: one micro-batch's activation (or gradient) transfer (s).
+    std::vector<double> transfer;
+};
+
+struct PipeResult {
+    double makespan = 0;              // first forward's start to last backward's end
+    std::vector<double> busy;         // per device: the sum of its operations
+    std::vector<int> peak_in_flight;  // per device: most micro-batch chunks held at once
+};
+
+// Simulates `schedule` on `stages` devices with `chunks` chunks each and `micro_batches`
+// micro-batches. times.forward/backward have stages · chunks entries, transfer one fewer.
+PipeResult simulate_pipeline(const std::string& schedule, int stages, int chunks, int micro_batches,
+                             const PipeTimes& times);
+
+}  // namespace paralab::plan

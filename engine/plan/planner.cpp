@@ -1,0 +1,373 @@
+#include "engine/plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/plan/layer_cost.h"
+#include "engine/plan/pipeline_sim.h"
+#include "engine/strategy/registry.h"
+#include "engine/strategy/stages.h"
+#include "engine/util/error.h"
+
+namespace paralab::plan {
+
+using nlohmann::json;
+
+const char* memory_name(Memory m) {
+    switch (m) {
+        case Memory::parameters:
+            return "parameters";
+        case Memory::gradients:
+            return "gradients";
+        case Memory::optimizer_state:
+            return "optimizer_state";
+        case Memory::activations:
+            return "activations";
+        case Memory::communication:
+            return "communication";
+        case Memory::workspace:
+            return "workspace";
+    }
+    return "?";
+}
+
+// ---- checks ---------------------------------------------------------------------------------
+
+std::string check_mesh(const Mesh& mesh, const PlanModel& model, int64_t batch, int devices) {
+    const auto s = [](int64_t v) { return std::to_string(v); };
+    if (mesh.devices() != devices)
+        return "dp·tp·pp = " + s(mesh.dp) + "·" + s(mesh.tp) + "·" + s(mesh.pp) + " = " +
+               s(mesh.devices()) + " devices, but the cluster has " + s(devices) +
+               " (nodes × gpus-per-node)";
+    if (mesh.tp > 1) {
+        if (model.blocks == 0)
+            return "tp = " + s(mesh.tp) +
+                   " splits attention and transformer_block layers, and the model has none";
+        for (const auto& l : model.layers) {
+            if (!l.transformer()) continue;
+            if (l.heads % mesh.tp != 0)
+                return "heads (" + s(l.heads) + ") not divisible by tp (" + s(mesh.tp) + ")";
+            if (l.ffn % mesh.tp != 0)
+                return "ffn (" + s(l.ffn) + ") not divisible by tp (" + s(mesh.tp) + ")";
+        }
+    }
+    const bool interleaved = mesh.schedule == "interleaved_1f1b";
+    if (mesh.interleave > 1 && !interleaved)
+        return "interleave = " + s(mesh.interleave) + " needs schedule interleaved_1f1b";
+    if (interleaved) {
+        if (mesh.interleave < 2) return "interleaved_1f1b needs interleave ≥ 2";
+        if (mesh.pp < 2) return "interleaved_1f1b needs pp ≥ 2";
+        if (mesh.micro_batches % mesh.pp != 0)
+            return "interleaved_1f1b needs micro_batches (" + s(mesh.micro_batches) +
+                   ") a multiple of pp (" + s(mesh.pp) + ")";
+    }
+    const int64_t chunks = static_cast<int64_t>(mesh.pp) * (interleaved ? mesh.interleave : 1);
+    if (model.blocks > 0 && chunks > model.blocks)
+        return "more pipeline stages (" + s(chunks) + ") than transformer blocks (" +
+               s(model.blocks) + ")";
+    if (chunks > static_cast<int64_t>(model.layers.size()))
+        return "more pipeline stages (" + s(chunks) + ") than layers (" +
+               s(static_cast<int64_t>(model.layers.size())) + ")";
+    if (batch < static_cast<int64_t>(mesh.dp) * mesh.micro_batches)
+        return "the global batch (" + s(batch) + ") is smaller than dp × micro_batches (" +
+               s(static_cast<int64_t>(mesh.dp) * mesh.micro_batches) + ")";
+    return "";
+}
+
+namespace {
+
+struct ChunkCost {
+    double compute_f = 0, compute_b = 0, recompute = 0, tp_f = 0, tp_b = 0;
+    double stored_bytes = 0, largest_full = 0, parameters = 0, largest_gather = 0;
+    int64_t boundary = 0;  // numbers per sample sent to the next chunk
+    double forward_s() const { return compute_f + tp_f; }
+    double backward_s() const { return compute_b + recompute + tp_b; }
+};
+
+}  // namespace
+
+// ---- one prediction --------------------------------------------------------------------------
+
+Prediction predict(const config::Experiment& e, const PlanModel& model, const Cluster& cluster,
+                   const Mesh& mesh) {
+    Prediction p;
+    p.mesh = mesh;
+    p.devices = cluster.devices();
+    const int64_t batch = e.data.batch_size;
+    p.skipped = check_mesh(mesh, model, batch, p.devices);
+    if (!p.skipped.empty()) return p;
+
+    LayerContext x{cluster, mesh};
+    x.peak = cluster.peak_flops(mesh.precision);
+    x.act_bytes = mesh.precision == "fp32" ? 4 : 2;
+    const int64_t replicas_rows = static_cast<int64_t>(mesh.dp) * mesh.micro_batches;
+    x.b = (batch + replicas_rows - 1) / replicas_rows;
+    p.micro_batch = x.b;
+    const bool interleaved = mesh.schedule == "interleaved_1f1b";
+    const int v = interleaved ? mesh.interleave : 1, P = mesh.pp, m = mesh.micro_batches, G = P * v;
+
+    // Chunks: the engine's balanced split of the top-level layers by parameters.
+    std::vector<int64_t> layer_params;
+    for (const auto& l : model.layers) layer_params.push_back(l.parameters);
+    std::vector<int64_t> bounds{0};
+    if (G > 1)
+        for (int64_t s : strategy::stages::balanced_split(layer_params, G)) bounds.push_back(s);
+    bounds.push_back(static_cast<int64_t>(model.layers.size()));
+
+    std::vector<ChunkCost> chunks(static_cast<size_t>(G));
+    int64_t prev_out =
+        model.input_numel;  // each layer's input per sample: the previous one's output
+    for (int g = 0; g < G; ++g) {
+        ChunkCost& c = chunks[static_cast<size_t>(g)];
+        for (int64_t i = bounds[static_cast<size_t>(g)]; i < bounds[static_cast<size_t>(g) + 1];
+             ++i) {
+            const PlanLayer& l = model.layers[static_cast<size_t>(i)];
+            const LayerCost lc =
+                l.transformer() ? transformer_cost(l, prev_out, x) : other_cost(l, prev_out, x);
+            c.compute_f += lc.forward_s;
+            c.compute_b += 2 * lc.forward_s;
+            c.recompute += mesh.recompute == "full"        ? lc.forward_s + lc.tp_recompute_s
+                           : mesh.recompute == "selective" ? lc.selective_s
+                                                           : 0;
+            c.tp_f += lc.tp_forward_s;
+            c.tp_b += lc.tp_backward_s;
+            c.stored_bytes += lc.stored_bytes;
+            c.largest_full = std::max(c.largest_full, lc.full_bytes);
+            c.parameters += lc.parameters;
+            c.largest_gather = std::max(c.largest_gather, lc.gather_parameters);
+            prev_out = l.output;
+        }
+        c.boundary = prev_out;
+    }
+    // The loss keeps the logits in fp32 on the last chunk (split by vocabulary with tp).
+    const bool last_split =
+        mesh.tp > 1 && !model.layers.empty() && model.layers.back().type == "linear";
+    chunks.back().stored_bytes += static_cast<double>(model.layers.back().output) *
+                                  static_cast<double>(x.b) * 4 / (last_split ? mesh.tp : 1);
+
+    // The pipeline: with the transfers between stages, and without (the bubble alone).
+    PipeTimes times, still;
+    for (const auto& c : chunks) {
+        times.forward.push_back(c.forward_s());
+        times.backward.push_back(c.backward_s());
+    }
+    const Link nvlink{cluster.intra_latency, cluster.intra_bandwidth};
+    for (int g = 0; g + 1 < G; ++g) {
+        const int from = g % P, to = (g + 1) % P;
+        const Link l = link_of(cluster, std::abs(to - from) + 1, mesh.tp * mesh.dp);
+        const double bytes = static_cast<double>(chunks[static_cast<size_t>(g)].boundary) *
+                             static_cast<double>(x.b) * x.act_bytes;
+        // Megatron-LM's scatter/gather: each tensor rank sends 1/tp of the activation over its
+        // own adapter, and the receivers all-gather it over NVLink.
+        times.transfer.push_back(mesh.tp > 1 ? send_s(bytes / mesh.tp, l) +
+                                                   all_gather_s(bytes, mesh.tp, nvlink)
+                                             : send_s(bytes, l));
+    }
+    still = times;
+    std::fill(still.transfer.begin(), still.transfer.end(), 0.0);
+    const PipeResult run = simulate_pipeline(mesh.schedule, P, v, m, times);
+    const PipeResult bubble_only = simulate_pipeline(mesh.schedule, P, v, m, still);
+
+    // Per stage device: its chunks' sums; the critical device is the busiest.
+    const auto device_chunks = [&](int d) {
+        std::vector<int> out;
+        for (int c = 0; c < v; ++c) out.push_back(c * P + d);
+        return out;
+    };
+    int critical = 0;
+    for (int d = 1; d < P; ++d)
+        if (run.busy[static_cast<size_t>(d)] > run.busy[static_cast<size_t>(critical)])
+            critical = d;
+
+    const int k = strategy::optimizer_state_per_parameter(e.optimizer);
+    const bool mixed = mesh.precision != "fp32";
+    const double dp = mesh.dp;
+    const Link dp_link = link_of(cluster, mesh.dp, mesh.tp);
+
+    double worst_total = -1;
+    for (int d = 0; d < P; ++d) {
+        double params = 0, gather = 0, largest_full = 0, bwd_one = 0, compute_all = 0;
+        for (int g : device_chunks(d)) {
+            const ChunkCost& c = chunks[static_cast<size_t>(g)];
+            params += c.parameters;
+            gather = std::max(gather, c.largest_gather);
+            largest_full = std::max(largest_full, c.largest_full);
+            bwd_one += c.backward_s();
+            compute_all += m * (c.forward_s() + c.backward_s());
+        }
+        // Activations in flight: the schedule's order, each chunk's bytes while its micro-batch
+        // waits for its backward.
+        double live = 0, peak_live = 0;
+        for (const PipeOp& op : device_schedule(mesh.schedule, d, P, v, m)) {
+            live +=
+                (op.forward ? 1 : -1) * chunks[static_cast<size_t>(op.chunk * P + d)].stored_bytes;
+            peak_live = std::max(peak_live, live);
+        }
+        if (mesh.recompute == "full") peak_live += largest_full;  // one layer recomputed at a time
+
+        // Data parallelism (the gradient all-reduce, ZeRO's collectives).
+        const double grad_bytes = params * x.act_bytes;
+        double dp_s = 0, dp_buffers = 0;
+        if (mesh.dp > 1) {
+            const double bucket = std::min(grad_bytes, mesh.bucket_mb * 1e6);
+            if (mesh.zero <= 2) {
+                // Overlapped with the last micro-batch's backward (the gradients are final only
+                // then), except the last bucket.
+                const double reduce = mesh.zero == 0
+                                          ? all_reduce_s(grad_bytes, mesh.dp, dp_link)
+                                          : reduce_scatter_s(grad_bytes, mesh.dp, dp_link);
+                const double last = mesh.zero == 0 ? all_reduce_s(bucket, mesh.dp, dp_link)
+                                                   : reduce_scatter_s(bucket, mesh.dp, dp_link);
+                dp_s = std::max(last, reduce - bwd_one);
+                if (mesh.zero >= 1)
+                    dp_s += all_gather_s(grad_bytes, mesh.dp, dp_link);  // the updated parameters
+                dp_buffers = 2 * bucket;
+            } else {
+                // ZeRO-3: every micro-batch gathers the parameters before forward and before
+                // backward and reduce-scatters the gradients, prefetched under the compute; the
+                // first layer's gather is never hidden.
+                const double ag = all_gather_s(params * x.act_bytes, mesh.dp, dp_link);
+                const double rs = reduce_scatter_s(grad_bytes, mesh.dp, dp_link);
+                const double first = all_gather_s(gather * x.act_bytes / mesh.tp, mesh.dp, dp_link);
+                dp_s = std::max(2 * m * first, m * (2 * ag + rs) - compute_all);
+                dp_buffers = 2 * gather * x.act_bytes;
+            }
+        }
+        // Adam in mixed precision reads the 16-bit gradient and the fp32 master, m and v and
+        // writes them and the 16-bit parameter: about 32 bytes a parameter (28 in fp32; SGD less).
+        const double shard = params / (mesh.zero >= 1 ? dp : 1);
+        const double update_bytes = (k == 2 ? 28.0 : k == 1 ? 20.0 : 12.0) + (mixed ? 4.0 : 0.0);
+        const double optimizer_s = x.memory_s(shard * update_bytes);
+
+        std::array<double, kMemoryKinds> mem{};
+        mem[0] = params * x.act_bytes / (mesh.zero >= 3 ? dp : 1);
+        mem[1] = params * x.act_bytes / (mesh.zero >= 2 ? dp : 1);
+        mem[2] = params * (4.0 * k + (mixed ? 4.0 : 0.0)) / (mesh.zero >= 1 ? dp : 1);
+        mem[3] = peak_live;
+        double pp_buffers = 0;
+        if (P > 1)
+            for (int g : device_chunks(d))
+                pp_buffers += 2 * static_cast<double>(chunks[static_cast<size_t>(g)].boundary) *
+                              static_cast<double>(x.b) * x.act_bytes;
+        mem[4] = dp_buffers + pp_buffers;
+        mem[5] = cluster.reserved_bytes;
+        double total = 0;
+        for (double v_ : mem) total += v_;
+        if (total > worst_total) {
+            worst_total = total;
+            p.memory = mem;
+            p.memory_total = total;
+            p.memory_stage = d;
+        }
+        if (d == critical) {
+            for (int g : device_chunks(d)) {
+                const ChunkCost& c = chunks[static_cast<size_t>(g)];
+                p.breakdown.compute += m * (c.compute_f + c.compute_b);
+                p.breakdown.recompute += m * c.recompute;
+                p.breakdown.tp_comm += m * (c.tp_f + c.tp_b);
+            }
+            p.breakdown.dp_comm = dp_s;
+            p.breakdown.optimizer = optimizer_s;
+        }
+    }
+    p.breakdown.pp_bubble =
+        std::max(0.0, bubble_only.makespan - run.busy[static_cast<size_t>(critical)]);
+    p.breakdown.pp_comm = std::max(0.0, run.makespan - bubble_only.makespan);
+    // The critical device's own time is its busy time; the step ends with the slowest device's
+    // pipeline flush, then its gradient collectives and the optimizer.
+    p.step_time_s = run.makespan + p.breakdown.dp_comm + p.breakdown.optimizer;
+    const double rows = static_cast<double>(x.b) * m * mesh.dp;  // rows actually processed
+    p.samples_per_s = rows / p.step_time_s;
+    p.tokens_per_s = p.samples_per_s * static_cast<double>(model.seq_len);
+    p.model_flops_per_step = 3.0 * static_cast<double>(model.flops_per_sample) * rows;
+    p.mfu = p.model_flops_per_step / (p.step_time_s * p.devices * x.peak);
+    p.memory_capacity = cluster.memory_bytes;
+    p.fits = p.memory_total <= cluster.memory_bytes;
+    return p;
+}
+
+// ---- sweeps ----------------------------------------------------------------------------------
+
+std::vector<Prediction> sweep(
+    const config::Experiment& e, const PlanModel& model, const Cluster& cluster, const Mesh& base,
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& sweeps) {
+    std::vector<Prediction> out;
+    Mesh mesh = base;
+    const std::function<void(size_t)> walk = [&](size_t i) {
+        if (i == sweeps.size()) {
+            out.push_back(predict(e, model, cluster, mesh));
+            return;
+        }
+        for (const auto& value : sweeps[i].second) {
+            set_mesh_key(mesh, sweeps[i].first, value);
+            walk(i + 1);
+        }
+    };
+    walk(0);
+    const auto rank = [](const Prediction& p) { return !p.skipped.empty() ? 2 : p.fits ? 0 : 1; };
+    std::stable_sort(out.begin(), out.end(), [&](const Prediction& a, const Prediction& b) {
+        if (rank(a) != rank(b)) return rank(a) < rank(b);
+        return a.tokens_per_s > b.tokens_per_s;
+    });
+    return out;
+}
+
+// ---- JSON ------------------------------------------------------------------------------------
+
+namespace {
+json mesh_value(const Mesh& m, const std::string& key) {
+    if (key == "dp") return m.dp;
+    if (key == "tp") return m.tp;
+    if (key == "pp") return m.pp;
+    if (key == "zero") return m.zero;
+    if (key == "micro_batches") return m.micro_batches;
+    if (key == "interleave") return m.interleave;
+    if (key == "schedule") return m.schedule;
+    if (key == "sequence_parallel") return m.sequence_parallel;
+    if (key == "recompute") return m.recompute;
+    return nullptr;
+}
+}  // namespace
+
+json to_json(const Prediction& p, const std::vector<std::string>& swept_keys) {
+    json out = json::object();
+    if (!swept_keys.empty()) {
+        json config = json::object();
+        for (const auto& k : swept_keys) config[k] = mesh_value(p.mesh, k);
+        out["config"] = config;
+    }
+    json mesh = json::object();
+    for (const auto& k : sweep_keys()) mesh[k] = mesh_value(p.mesh, k);
+    mesh["precision"] = p.mesh.precision;
+    out["mesh"] = mesh;
+    out["devices"] = p.devices;
+    if (!p.skipped.empty()) {
+        out["skipped"] = p.skipped;
+        return out;
+    }
+    out["micro_batch_size"] = p.micro_batch;
+    out["step_time_s"] = p.step_time_s;
+    out["tokens_per_s"] = p.tokens_per_s;
+    out["samples_per_s"] = p.samples_per_s;
+    out["mfu"] = p.mfu;
+    out["fits"] = p.fits;
+    json memory = json::object();
+    for (size_t i = 0; i < kMemoryKinds; ++i)
+        memory[memory_name(static_cast<Memory>(i))] =
+            static_cast<int64_t>(std::llround(p.memory[i]));
+    memory["total"] = static_cast<int64_t>(std::llround(p.memory_total));
+    out["memory_bytes"] = memory;
+    out["memory_capacity_bytes"] = static_cast<int64_t>(std::llround(p.memory_capacity));
+    out["memory_stage"] = p.memory_stage;
+    const Breakdown& b = p.breakdown;
+    out["breakdown_s"] = {{"compute", b.compute},    {"recompute", b.recompute},
+                          {"tp_comm", b.tp_comm},    {"pp_bubble", b.pp_bubble},
+                          {"pp_comm", b.pp_comm},    {"dp_comm", b.dp_comm},
+                          {"optimizer", b.optimizer}};
+    return out;
+}
+
+}  // namespace paralab::plan

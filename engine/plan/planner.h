@@ -1,0 +1,63 @@
+// The planner (docs/planner.md, DESIGN.md section 8): predicts one training step of an
+// experiment on a cluster without running it — step time and where it goes, tokens/s, MFU,
+// and each device's memory by category — from the engine's own per-layer counts
+// (nn::summarize), a roofline per device, α–β collectives per link level and the pipeline
+// schedule simulated event by event.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/config/experiment.h"
+#include "engine/plan/cluster.h"
+#include "engine/plan/collectives.h"
+#include "engine/plan/mesh.h"
+#include "engine/plan/plan_model.h"
+
+namespace paralab::plan {
+
+// ---- one prediction ------------------------------------------------------------------------
+enum class Memory { parameters, gradients, optimizer_state, activations, communication, workspace };
+constexpr size_t kMemoryKinds = 6;
+const char* memory_name(Memory m);
+
+struct Breakdown {
+    double compute = 0, recompute = 0, tp_comm = 0, pp_bubble = 0, pp_comm = 0, dp_comm = 0,
+           optimizer = 0;
+};
+
+struct Prediction {
+    Mesh mesh;
+    std::string skipped;  // why the configuration cannot run ("" when it can)
+    int devices = 0;
+    int64_t micro_batch = 0;  // rows per micro-batch
+    double step_time_s = 0, tokens_per_s = 0, samples_per_s = 0, mfu = 0;
+    bool fits = false;
+    std::array<double, kMemoryKinds> memory{};  // the most loaded device's bytes
+    double memory_total = 0, memory_capacity = 0;
+    int memory_stage = 0;  // the pipeline stage of that device
+    Breakdown breakdown;
+    double model_flops_per_step = 0;  // 3 × forward, without recomputation
+};
+
+// The reason `mesh` cannot run `model` with a global batch of `batch` on `devices` devices, or "".
+std::string check_mesh(const Mesh& mesh, const PlanModel& model, int64_t batch, int devices);
+// One prediction; a mesh check_mesh refuses gives a Prediction with only `skipped` set.
+Prediction predict(const config::Experiment& e, const PlanModel& model, const Cluster& cluster,
+                   const Mesh& mesh);
+
+// Every combination of the sweeps' values over `base`, ranked: configurations that fit by
+// tokens/s, then those that do not (by tokens/s), then the skipped ones.
+std::vector<Prediction> sweep(
+    const config::Experiment& e, const PlanModel& model, const Cluster& cluster, const Mesh& base,
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& sweeps);
+
+// The JSON object of EXPERIMENT.md, "Planning" (with "config" when `swept_keys` is not empty).
+nlohmann::json to_json(const Prediction& p, const std::vector<std::string>& swept_keys = {});
+
+}  // namespace paralab::plan

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# `paralab plan` as a user meets it (docs/planner.md): the --json object with every key of
+# EXPERIMENT.md's "Planning", a sweep's array, and exit 2 with one clear line on bad input.
+# Usage: plan_test.sh PARALAB EXAMPLES_DIR
+set -u
+paralab=$1
+examples=$2
+gpt3="$examples/plan/gpt3-175b.plan.paralab.json"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export XDG_DATA_HOME="$tmp/data"  # the calibration is read and written here, not in the user's home
+passed=0
+failed=0
+
+check() {  # check NAME EXPECTED_CODE EXPECTED_TEXT -- command...
+    local name=$1 code=$2 text=$3
+    shift 4
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    if [ "$rc" != "$code" ]; then
+        echo "FAIL $name: exit $rc, expected $code"; cat "$tmp/out" "$tmp/err"; failed=$((failed + 1)); return
+    fi
+    if [ -n "$text" ] && ! grep -qF -- "$text" "$tmp/out" "$tmp/err"; then
+        echo "FAIL $name: output lacks '$text'"; cat "$tmp/out" "$tmp/err"; failed=$((failed + 1)); return
+    fi
+    if grep -qiE "terminate called|core dumped|Segmentation|what\(\)" "$tmp/err"; then
+        echo "FAIL $name: crashed"; cat "$tmp/err"; failed=$((failed + 1)); return
+    fi
+    echo "ok   $name"; passed=$((passed + 1))
+}
+
+# One configuration: every key of the contract.
+check plan_json 0 '"step_time_s"' -- "$paralab" plan "$gpt3" --json
+for key in devices step_time_s tokens_per_s samples_per_s mfu fits memory_bytes parameters gradients \
+           optimizer_state activations communication workspace total breakdown_s compute recompute \
+           tp_comm pp_bubble pp_comm dp_comm optimizer; do
+    if grep -qF "\"$key\"" "$tmp/out"; then passed=$((passed + 1)); else
+        echo "FAIL plan_json: no key $key"; failed=$((failed + 1)); fi
+done
+check plan_devices 0 '"devices": 1024' -- "$paralab" plan "$gpt3" --json
+check plan_report 0 'where one step goes' -- "$paralab" plan "$gpt3"
+check plan_h100 0 '"fits"' -- "$paralab" plan "$gpt3" --cluster h100-80g --json
+
+# A sweep: an array, one object per configuration that can run, with its values under "config".
+check plan_sweep_json 0 '"config"' -- "$paralab" plan "$gpt3" --sweep recompute=none,selective,full --json
+if [ "$(head -c 1 "$tmp/out")" = "[" ]; then passed=$((passed + 1)); else
+    echo "FAIL plan_sweep_json: not an array"; failed=$((failed + 1)); fi
+check plan_sweep_table 0 'OOM' -- "$paralab" plan "$gpt3" --sweep recompute=none,full --sweep zero=0,1
+check plan_sweep_skipped 0 'tp=5: heads (96) not divisible by tp (5)' -- "$paralab" plan "$gpt3" --nodes 80 --sweep tp=5,8
+
+# Bad input: exit 2 and the cause.
+check plan_unknown_preset 2 'unknown cluster preset "a200"' -- "$paralab" plan "$gpt3" --cluster a200
+check plan_mesh_size 2 'but the cluster has 24' -- "$paralab" plan "$gpt3" --nodes 3
+check plan_sweep_key 2 'unknown sweep key "tensor"' -- "$paralab" plan "$gpt3" --sweep tensor=1,2
+check plan_sweep_value 2 'tp=x' -- "$paralab" plan "$gpt3" --sweep tp=x
+echo '{"name": "mine", "peak_tflops_16bit": 100, "memory_gb": "lots"}' >"$tmp/cluster.json"
+check plan_cluster_file 2 'memory_gb: expected' -- "$paralab" plan "$gpt3" --cluster "$tmp/cluster.json"
+echo '{"name": ' >"$tmp/broken.json"
+check plan_cluster_syntax 2 'not valid JSON' -- "$paralab" plan "$gpt3" --cluster "$tmp/broken.json"
+sed 's/"tp": 8/"tp": 0/' "$gpt3" >"$tmp/bad-tp.paralab.json"
+check plan_bad_hybrid 2 'bad-tp.paralab.json: strategy.tp: expected an integer from 1' -- "$paralab" plan "$tmp/bad-tp.paralab.json"
+check plan_missing_file 2 'cannot open' -- "$paralab" plan "$tmp/none.paralab.json"
+cat >"$tmp/cluster.json" <<'JSON'
+{"name": "mine", "nodes": 2, "gpus_per_node": 4, "peak_tflops_16bit": 100, "memory_gb": 40,
+ "memory_bandwidth_gbps": 1500, "intra_node_bandwidth_gbps": 100, "inter_node_bandwidth_gbps": 12.5}
+JSON
+# A preset without --nodes takes the devices the mesh needs: single is one device.
+check plan_local_single 0 '"devices": 1,' -- "$paralab" plan "$examples/gpt-char.paralab.json" --cluster local --json
+check plan_cluster_ok 0 '"devices": 8' -- "$paralab" plan "$examples/gpt-char.paralab.json" --cluster "$tmp/cluster.json" --json --sweep dp=8
+
+# The local preset from this machine's calibration (the user's data folder).
+check calibrate 0 'kept in' -- "$paralab" bench --calibrate
+check plan_local_calibrated 0 'on local (calibrated)' -- "$paralab" plan "$examples/gpt-char.paralab.json" --cluster local
+echo '{"gemm_gflops_fp32": "fast"}' >"$tmp/data/ParaLab/calibration.json"
+check plan_local_bad_calibration 2 'calibration.json: gemm_gflops_fp32' -- "$paralab" plan "$examples/gpt-char.paralab.json" --cluster local
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,399 @@
+// The planner (engine/plan, docs/planner.md): its counts against hand-computed figures, the α–β
+// formulas, the simulated pipeline bubble against the closed forms, ZeRO's shards, the errors
+// a user meets, and a sweep's size and order.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/plan/calibrate.h"
+#include "engine/plan/pipeline_sim.h"
+#include "engine/plan/planner.h"
+#include "engine/run/experiment.h"
+#include "engine/util/error.h"
+
+using namespace paralab;
+using nlohmann::json;
+
+namespace {
+
+// A small GPT: T = 32 tokens, D = 64, 4 heads, ffn 256, vocabulary 256.
+json gpt_json(const json& strategy, const std::string& precision = "fp32",
+              const std::string& recompute = "none") {
+    return {{"paralab", 1},
+            {"name", "tiny-gpt"},
+            {"data", {{"dataset", "text"}, {"seq_len", 32}, {"batch_size", 8}}},
+            {"model",
+             {{"input", {32}},
+              {"layers",
+               {{{"type", "embedding"}, {"vocab", 256}, {"dim", 64}},
+                {{"type", "position_embedding"}},
+                {{"type", "transformer_block"}, {"heads", 4}, {"ffn", 256}, {"repeat", 2}},
+                {{"type", "layernorm"}},
+                {{"type", "linear"}, {"out", 256}}}},
+              {"loss", "cross_entropy"}}},
+            {"strategy", strategy},
+            {"optimizer", {{"type", "adamw"}, {"lr", 0.001}}},
+            {"train", {{"precision", precision}, {"recompute", recompute}}}};
+}
+
+// Two blocks on a [32, 64] input, nothing else: activations are Korthikanti's formula exactly.
+json blocks_json(const json& strategy, const std::string& precision) {
+    return {
+        {"paralab", 1},
+        {"name", "blocks"},
+        {"data", {{"dataset", "text"}, {"seq_len", 32}, {"batch_size", 8}}},
+        {"model",
+         {{"input", {32, 64}},
+          {"layers", {{{"type", "transformer_block"}, {"heads", 4}, {"ffn", 256}, {"repeat", 2}}}},
+          {"loss", "mse"}}},
+        {"strategy", strategy},
+        {"optimizer", {{"type", "adamw"}, {"lr", 0.001}}},
+        {"train", {{"precision", precision}}}};
+}
+
+plan::PlanFile plan_file(const json& j) {
+    const std::string path = testing::TempDir() + "planner_test.paralab.json";
+    {
+        std::ofstream out(path);
+        out << j.dump();
+    }
+    return plan::read_plan_file(path);
+}
+
+// One node of `devices` devices with round numbers and nothing reserved.
+plan::Cluster test_cluster(int devices) {
+    plan::Cluster c;
+    c.name = "test";
+    c.nodes = 1;
+    c.gpus_per_node = devices;
+    c.peak_flops_16bit = c.peak_flops_fp32 = 1e12;
+    c.memory_bytes = 1e9;
+    c.memory_bandwidth = 1e11;
+    c.intra_bandwidth = c.inter_bandwidth = 1e10;
+    c.intra_latency = c.inter_latency = 1e-6;
+    return c;
+}
+
+double mem(const plan::Prediction& p, plan::Memory m) {
+    return p.memory[static_cast<size_t>(m)];
+}
+
+}  // namespace
+
+TEST(Planner, ParametersOfAKnownModel) {
+    const plan::PlanFile f = plan_file(gpt_json({{"type", "single"}}));
+    const plan::PlanModel m = plan::plan_model(f.experiment);
+    // embedding 256·64, positions 32·64, per block 4D + (4D² + 4D) + (2·D·ffn + ffn + D),
+    // layernorm 2D, linear 64·256 + 256.
+    const int64_t D = 64, F = 256;
+    const int64_t block = 4 * D + (4 * D * D + 4 * D) + (2 * D * F + F + D);
+    EXPECT_EQ(block, 49984);
+    EXPECT_EQ(m.parameters, 256 * 64 + 32 * 64 + 2 * block + 2 * D + 64 * 256 + 256);
+    EXPECT_EQ(m.parameters, 135168);
+    EXPECT_EQ(m.blocks, 2);
+    EXPECT_EQ(m.seq_len, 32);
+    EXPECT_EQ(m.layers.size(), 6u);
+}
+
+TEST(Planner, MemoryOfAKnownModelByHand) {
+    const int64_t P = 2 * 49984, s = 32, b = 8, h = 64, a = 4;
+    for (const std::string precision : {"fp32", "bf16"}) {
+        SCOPED_TRACE(precision);
+        const plan::PlanFile f = plan_file(blocks_json({{"type", "single"}}, precision));
+        const plan::PlanModel model = plan::plan_model(f.experiment);
+        ASSERT_EQ(model.parameters, P);
+        const plan::Prediction p =
+            plan::predict(f.experiment, model, test_cluster(1), plan::mesh_of(f, 1));
+        ASSERT_TRUE(p.skipped.empty()) << p.skipped;
+        const double bytes = precision == "fp32" ? 4 : 2;
+        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::parameters), P * bytes);
+        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::gradients), P * bytes);
+        // AdamW: m and v in fp32, plus the fp32 master copy in mixed precision.
+        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::optimizer_state),
+                         P * (precision == "fp32" ? 8.0 : 12.0));
+        // Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per block in 16-bit (twice in fp32),
+        // and the loss's fp32 copy of the output.
+        const double per_block = double(s * b * h) * (34 + 5.0 * a * s / h) * bytes / 2;
+        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::activations), 2 * per_block + double(s * h * b) * 4);
+        EXPECT_TRUE(p.fits);
+    }
+}
+
+TEST(Planner, AlphaBetaCollectives) {
+    const plan::Link l{1e-5, 1e9};
+    EXPECT_DOUBLE_EQ(plan::all_reduce_s(8e6, 4, l), 2 * 3 * (1e-5 + 2e6 / 1e9));
+    EXPECT_DOUBLE_EQ(plan::all_gather_s(8e6, 4, l), 3 * (1e-5 + 2e6 / 1e9));
+    EXPECT_DOUBLE_EQ(plan::reduce_scatter_s(8e6, 4, l), 3 * (1e-5 + 2e6 / 1e9));
+    EXPECT_DOUBLE_EQ(plan::send_s(1e6, l), 1e-5 + 1e-3);
+    EXPECT_EQ(plan::all_reduce_s(8e6, 1, l), 0);
+    // The link a group spans: NVLink inside a node of 8, InfiniBand across.
+    const plan::Cluster a100 = plan::preset("a100-80g");
+    EXPECT_EQ(plan::link_of(a100, 8, 1).bandwidth, a100.intra_bandwidth);
+    EXPECT_EQ(plan::link_of(a100, 2, 4).bandwidth, a100.intra_bandwidth);
+    EXPECT_EQ(plan::link_of(a100, 2, 8).bandwidth, a100.inter_bandwidth);
+    EXPECT_EQ(plan::link_of(a100, 16, 1).bandwidth, a100.inter_bandwidth);
+    EXPECT_DOUBLE_EQ(a100.intra_bandwidth, 300e9);  // 600 GB/s both directions
+    EXPECT_DOUBLE_EQ(a100.inter_bandwidth, 25e9);   // HDR 200 Gb/s
+}
+
+// The bubble of the simulated schedules against the closed forms: (p − 1)/(m + p − 1) for GPipe
+// and 1F1B, ((p − 1)/v)/(m + (p − 1)/v) for the interleaved schedule.
+class PipelineBubble : public testing::TestWithParam<std::tuple<std::string, int, int, int>> {};
+
+TEST_P(PipelineBubble, MatchesTheClosedForm) {
+    const auto [schedule, p, m, v] = GetParam();
+    const double tf = 1.0, tb = 2.0;  // one stage's whole forward and backward per micro-batch
+    plan::PipeTimes t;
+    for (int g = 0; g < p * v; ++g) {
+        t.forward.push_back(tf / v);
+        t.backward.push_back(tb / v);
+    }
+    t.transfer.assign(static_cast<size_t>(p * v - 1), 0.0);
+    const plan::PipeResult r = plan::simulate_pipeline(schedule, p, v, m, t);
+    const double busy = m * (tf + tb);
+    for (double b : r.busy) EXPECT_DOUBLE_EQ(b, busy);
+    const double bubble = (r.makespan - busy) / r.makespan;
+    const double expected = (p - 1.0) / v / (m + (p - 1.0) / v);
+    EXPECT_NEAR(bubble, expected, 1e-12) << "makespan " << r.makespan;
+    // Micro-batches in flight on the first stage: GPipe all of them, 1F1B at most p.
+    if (schedule == "gpipe") {
+        EXPECT_EQ(r.peak_in_flight[0], m);
+    }
+    if (schedule == "1f1b") {
+        EXPECT_EQ(r.peak_in_flight[0], std::min(m, p));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, PipelineBubble,
+                         testing::Values(std::make_tuple("gpipe", 4, 8, 1),
+                                         std::make_tuple("1f1b", 4, 8, 1),
+                                         std::make_tuple("1f1b", 8, 3, 1),
+                                         std::make_tuple("1f1b", 1, 5, 1),
+                                         std::make_tuple("interleaved_1f1b", 4, 8, 2),
+                                         std::make_tuple("interleaved_1f1b", 4, 4, 3),
+                                         std::make_tuple("interleaved_1f1b", 8, 16, 4)));
+
+TEST(Planner, TransfersBetweenStagesDelayThePipeline) {
+    plan::PipeTimes t{{1, 1}, {2, 2}, {0.5}};
+    // One micro-batch: forward, transfer, forward, backward, transfer, backward.
+    EXPECT_DOUBLE_EQ(plan::simulate_pipeline("1f1b", 2, 1, 1, t).makespan,
+                     1 + 0.5 + 1 + 2 + 0.5 + 2);
+}
+
+TEST(Planner, ZeroThreeShardsEverythingOverDp) {
+    const plan::PlanFile f = plan_file(gpt_json({{"type", "hybrid"}, {"dp", 4}}, "bf16"));
+    const plan::PlanModel model = plan::plan_model(f.experiment);
+    plan::Mesh mesh = plan::mesh_of(f, 4);
+    ASSERT_EQ(mesh.dp, 4);
+    const plan::Prediction z0 = plan::predict(f.experiment, model, test_cluster(4), mesh);
+    mesh.zero = 3;
+    const plan::Prediction z3 = plan::predict(f.experiment, model, test_cluster(4), mesh);
+    ASSERT_TRUE(z0.skipped.empty() && z3.skipped.empty());
+    for (auto m :
+         {plan::Memory::parameters, plan::Memory::gradients, plan::Memory::optimizer_state})
+        EXPECT_DOUBLE_EQ(mem(z3, m), mem(z0, m) / 4);
+    EXPECT_DOUBLE_EQ(mem(z3, plan::Memory::activations), mem(z0, plan::Memory::activations));
+    mesh.zero = 1;
+    const plan::Prediction z1 = plan::predict(f.experiment, model, test_cluster(4), mesh);
+    EXPECT_DOUBLE_EQ(mem(z1, plan::Memory::parameters), mem(z0, plan::Memory::parameters));
+    EXPECT_DOUBLE_EQ(mem(z1, plan::Memory::optimizer_state),
+                     mem(z0, plan::Memory::optimizer_state) / 4);
+}
+
+TEST(Planner, SingleAxisStrategiesMapOntoTheMesh) {
+    EXPECT_EQ(plan::mesh_of(plan_file(gpt_json({{"type", "ddp"}})), 8).dp, 8);
+    EXPECT_EQ(plan::mesh_of(plan_file(gpt_json({{"type", "tensor_parallel"}})), 4).tp, 4);
+    const plan::Mesh pipe = plan::mesh_of(
+        plan_file(gpt_json({{"type", "pipeline"}, {"micro_batches", 4}, {"schedule", "1f1b"}})), 2);
+    EXPECT_EQ(pipe.pp, 2);
+    EXPECT_EQ(pipe.micro_batches, 4);
+    EXPECT_EQ(pipe.schedule, "1f1b");
+    const plan::Mesh zero = plan::mesh_of(plan_file(gpt_json({{"type", "zero"}, {"stage", 2}})), 4);
+    EXPECT_EQ(zero.dp, 4);
+    EXPECT_EQ(zero.zero, 2);
+    EXPECT_EQ(plan::mesh_of(plan_file(gpt_json({{"type", "single"}})), 1).devices(), 1);
+}
+
+TEST(Planner, BadInputSaysWhy) {
+    const auto message = [](const std::function<void()>& f) {
+        try {
+            f();
+        } catch (const ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(message([] { plan::preset("b200"); }).find("unknown cluster preset \"b200\""),
+              std::string::npos);
+    EXPECT_NE(message([] { plan::preset("b200"); }).find("a100-80g, h100-80g, h200, local"),
+              std::string::npos);
+    EXPECT_EQ(message([] {
+                  plan::cluster_from_json(json{{"gpus_per_node", 8}});
+              }),
+              "peak_tflops_16bit: missing; expected a number above 0");
+    EXPECT_NE(message([] {
+                  plan::cluster_from_json(json{{"peak_tflops_16bit", 100},
+                                               {"memory_gb", 80},
+                                               {"memory_bandwidth_gbps", 2000},
+                                               {"intra_node_bandwidth_gbps", "fast"}});
+              }).find("intra_node_bandwidth_gbps: "),
+              std::string::npos);
+    EXPECT_NE(message([] {
+                  plan::cluster_from_json(json{{"peak_tflops_16bit", 100},
+                                               {"memory_gb", 80},
+                                               {"memory_bandwidth_gbps", 2000},
+                                               {"intra_node_bandwidth_gbps", 300},
+                                               {"gpu_per_node", 8}});
+              }).find("gpu_per_node"),
+              std::string::npos);
+    plan::Mesh m;
+    EXPECT_NE(
+        message([&] { plan::set_mesh_key(m, "tensor", "2"); }).find("unknown sweep key \"tensor\""),
+        std::string::npos);
+    EXPECT_NE(message([&] { plan::set_mesh_key(m, "tp", "two"); }).find("tp=two"),
+              std::string::npos);
+    EXPECT_NE(message([] { plan::parse_sweep("tp"); }).find("KEY=V1,V2"), std::string::npos);
+    EXPECT_NE(message([] {
+                  plan_file(gpt_json({{"type", "hybrid"}, {"tp", 0}}));
+              }).find("no error"),
+              std::string::npos);  // read lazily: the mesh reports it
+    EXPECT_NE(message([] {
+                  plan::mesh_of(plan_file(gpt_json({{"type", "hybrid"}, {"tp", 0}})), 1);
+              }).find("strategy.tp"),
+              std::string::npos);
+    EXPECT_NE(message([] {
+                  plan::mesh_of(plan_file(gpt_json({{"type", "hybrid"}, {"schedule", "zb"}})), 1);
+              }).find("strategy.schedule"),
+              std::string::npos);
+    EXPECT_NE(message([] {
+                  plan_file(gpt_json({{"type", "hyrbid"}}));
+              }).find("strategy.type"),
+              std::string::npos);
+
+    const plan::PlanFile f = plan_file(gpt_json({{"type", "hybrid"}}));
+    const plan::PlanModel model = plan::plan_model(f.experiment);
+    plan::Mesh mesh;
+    mesh.dp = 2;
+    EXPECT_NE(plan::check_mesh(mesh, model, 8, 4).find("but the cluster has 4"), std::string::npos);
+    mesh = {};
+    mesh.tp = 8;
+    EXPECT_EQ(plan::check_mesh(mesh, model, 8, 8), "heads (4) not divisible by tp (8)");
+    mesh = {};
+    mesh.pp = 4;
+    EXPECT_EQ(plan::check_mesh(mesh, model, 8, 4),
+              "more pipeline stages (4) than transformer blocks (2)");
+    mesh = {};
+    mesh.dp = 4;
+    mesh.micro_batches = 4;
+    EXPECT_NE(plan::check_mesh(mesh, model, 8, 4).find("smaller than dp × micro_batches (16)"),
+              std::string::npos);
+}
+
+TEST(Planner, SweepSizeAndOrder) {
+    const plan::PlanFile f = plan_file(gpt_json({{"type", "hybrid"}, {"dp", 4}}, "bf16"));
+    const plan::PlanModel model = plan::plan_model(f.experiment);
+    const plan::Mesh base = plan::mesh_of(f, 4);
+    const auto ps = plan::sweep(f.experiment, model, test_cluster(4), base,
+                                {{"dp", {"1", "2", "4"}}, {"tp", {"1", "2", "4"}}});
+    ASSERT_EQ(ps.size(), 9u);
+    int valid = 0;
+    for (size_t i = 0; i < ps.size(); ++i) {
+        if (!ps[i].skipped.empty()) continue;
+        ++valid;
+        EXPECT_EQ(ps[i].mesh.dp * ps[i].mesh.tp, 4);
+        if (i > 0) {
+            EXPECT_GE(ps[i - 1].tokens_per_s, ps[i].tokens_per_s);
+        }
+    }
+    EXPECT_EQ(valid, 3);
+    for (size_t i = 3; i < ps.size(); ++i) EXPECT_FALSE(ps[i].skipped.empty());  // skipped last
+    // The JSON of a swept configuration carries the swept values.
+    const json j = plan::to_json(ps[0], {"dp", "tp"});
+    EXPECT_EQ(j["config"]["dp"].get<int>() * j["config"]["tp"].get<int>(), 4);
+    for (const char* key : {"devices", "step_time_s", "tokens_per_s", "samples_per_s", "mfu",
+                            "fits", "memory_bytes", "breakdown_s"})
+        EXPECT_TRUE(j.contains(key)) << key;
+    // A configuration that does not fit ranks after every one that does.
+    plan::Cluster small = test_cluster(4);
+    small.memory_bytes = 2e6;
+    const auto tight = plan::sweep(f.experiment, model, small, base, {{"zero", {"0", "3"}}});
+    ASSERT_EQ(tight.size(), 2u);
+    EXPECT_TRUE(tight[0].fits);
+    EXPECT_EQ(tight[0].mesh.zero, 3);
+    EXPECT_FALSE(tight[1].fits);
+}
+
+TEST(Planner, BreakdownAddsUpToTheStep) {
+    const plan::PlanFile f = plan_file(
+        gpt_json({{"type", "hybrid"}, {"dp", 2}, {"tp", 2}, {"pp", 2}, {"micro_batches", 2}},
+                 "bf16", "full"));
+    const plan::PlanModel model = plan::plan_model(f.experiment);
+    plan::Cluster c = test_cluster(4);
+    c.nodes = 2;
+    const plan::Prediction p = plan::predict(f.experiment, model, c, plan::mesh_of(f, 8));
+    ASSERT_TRUE(p.skipped.empty()) << p.skipped;
+    const plan::Breakdown& b = p.breakdown;
+    EXPECT_NEAR(
+        b.compute + b.recompute + b.tp_comm + b.pp_bubble + b.pp_comm + b.dp_comm + b.optimizer,
+        p.step_time_s, 1e-12);
+    EXPECT_GT(b.recompute, 0);
+    EXPECT_GT(b.tp_comm, 0);
+    EXPECT_GT(b.pp_bubble, 0);
+    EXPECT_GT(b.pp_comm, 0);
+    EXPECT_GT(b.dp_comm, 0);
+    EXPECT_NEAR(p.tokens_per_s, p.samples_per_s * 32, 1e-9 * p.tokens_per_s);
+    EXPECT_GT(p.mfu, 0);
+    EXPECT_LT(p.mfu, 1);
+}
+
+// `paralab bench --calibrate`'s file: written, read back, and what the local preset uses; a
+// malformed one is refused with its path.
+TEST(Planner, CalibrationRoundTripsAndFeedsTheLocalPreset) {
+    const std::string folder = testing::TempDir() + "planner_xdg";
+    std::filesystem::remove_all(folder);
+    const char* old = std::getenv("XDG_DATA_HOME");
+    const std::string saved = old ? old : "";
+    setenv("XDG_DATA_HOME", folder.c_str(), 1);
+    EXPECT_EQ(plan::calibration_path(), folder + "/ParaLab/calibration.json");
+    EXPECT_FALSE(plan::load_calibration(plan::calibration_path()).has_value());
+    EXPECT_EQ(plan::local_cluster().peak_flops_fp32, 50e9);  // the documented default
+
+    const plan::Calibration measured = plan::measure_local(0.01);
+    EXPECT_GT(measured.gemm_flops, 0);
+    EXPECT_GT(measured.memory_bandwidth, 0);
+    EXPECT_GT(measured.copy_bandwidth, 0);
+    plan::Calibration c{12e9, 34e9, 17e9, "test"};
+    plan::save_calibration(c, plan::calibration_path());
+    const auto back = plan::load_calibration(plan::calibration_path());
+    ASSERT_TRUE(back.has_value());
+    EXPECT_DOUBLE_EQ(back->gemm_flops, 12e9);
+    EXPECT_DOUBLE_EQ(back->memory_bandwidth, 34e9);
+    const plan::Cluster local = plan::local_cluster();
+    EXPECT_DOUBLE_EQ(local.peak_flops_fp32, 12e9);
+    EXPECT_DOUBLE_EQ(local.memory_bandwidth, 34e9);
+    EXPECT_DOUBLE_EQ(local.intra_bandwidth, 17e9);
+
+    {
+        std::ofstream out(plan::calibration_path());
+        out << R"({"gemm_gflops_fp32": -1, "memory_bandwidth_gbps": 1, "copy_bandwidth_gbps": 1})";
+    }
+    try {
+        plan::local_cluster();
+        ADD_FAILURE() << "a malformed calibration was read";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find(plan::calibration_path() + ": gemm_gflops_fp32"),
+                  std::string::npos)
+            << e.what();
+    }
+    if (old)
+        setenv("XDG_DATA_HOME", saved.c_str(), 1);
+    else
+        unsetenv("XDG_DATA_HOME");
+    std::filesystem::remove_all(folder);
+}
