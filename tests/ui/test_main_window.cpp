@@ -19,6 +19,7 @@
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/designer/layer_views.h"
 #include "ui/panels/designer/model_designer.h"
+#include "ui/panels/devices/devices_panel.h"
 #include "ui/panels/experiment/experiment_panel.h"
 #include "ui/session/run_controller.h"
 
@@ -140,6 +141,17 @@ void TestMainWindow::stopEndsTheRun() {
     QCOMPARE(w.controller()->state(), RunController::State::Running);
     QVERIFY(!w.findChild<QAction*>("startAction")->isEnabled());
     QVERIFY(w.findChild<QAction*>("stopAction")->isEnabled());
+    // The model being trained cannot change: no layer deleted, added or edited, nothing undone.
+    ModelDesigner* designer = w.findChild<ModelDesigner*>();
+    QVERIFY(designer && designer->isLocked());
+    const auto layersBefore = designer->model().layers.size();
+    QVERIFY(!designer->removeLayer({0}));
+    QVERIFY(!designer->addLayer("relu"));
+    QVERIFY(!designer->setLayerOption({0}, "out", "3").isEmpty());
+    QCOMPARE(designer->model().layers.size(), layersBefore);
+    QVERIFY(!designer->undoAction()->isEnabled());
+    QVERIFY(!w.findChild<QAction*>("newAction")->isEnabled());
+    QVERIFY(!w.devicesPanel()->isEnabled());
     w.stopRun();
     QCOMPARE(w.controller()->state(), RunController::State::Stopping);
     QVERIFY(!w.findChild<QAction*>("stopAction")->isEnabled());
@@ -149,6 +161,9 @@ void TestMainWindow::stopEndsTheRun() {
     QCOMPARE(QString::fromStdString(summary.status), QString("stopped"));
     QCOMPARE(w.controller()->state(), RunController::State::Stopped);
     QVERIFY(w.findChild<QAction*>("startAction")->isEnabled());
+    QVERIFY(!designer->isLocked());
+    QVERIFY(designer->addLayer("relu"));
+    QCOMPARE(designer->model().layers.size(), layersBefore + 1);
 }
 
 void TestMainWindow::brokenFileKeepsThePreviousExperiment_data() {

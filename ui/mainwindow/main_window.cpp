@@ -151,10 +151,10 @@ void MainWindow::connectRunSource(RunSource* source) {
 
 void MainWindow::buildMenus() {
     auto* file = menuBar()->addMenu(tr("&File"));
-    auto* newAction = file->addAction(style()->standardIcon(QStyle::SP_FileIcon), tr("&New experiment"));
-    newAction->setObjectName(QStringLiteral("newAction"));
-    newAction->setShortcut(QKeySequence::New);
-    connect(newAction, &QAction::triggered, this, [this] { newExperiment(); });
+    m_newAction = file->addAction(style()->standardIcon(QStyle::SP_FileIcon), tr("&New experiment"));
+    m_newAction->setObjectName(QStringLiteral("newAction"));
+    m_newAction->setShortcut(QKeySequence::New);
+    connect(m_newAction, &QAction::triggered, this, [this] { newExperiment(); });
     m_openAction = file->addAction(style()->standardIcon(QStyle::SP_DialogOpenButton), tr("&Open experiment…"));
     m_openAction->setObjectName(QStringLiteral("openAction"));
     m_openAction->setShortcut(QKeySequence::Open);
@@ -324,6 +324,12 @@ void MainWindow::stopRun() {
 void MainWindow::updateActions() {
     // Another experiment may be opened only between runs: the plot belongs to the one running.
     m_openAction->setEnabled(!m_active->isRunning());
+    if (m_newAction) m_newAction->setEnabled(!m_active->isRunning());
+    // What runs is what the tabs show, for the whole run: nothing of it may change meanwhile.
+    m_designer->setLocked(m_active->isRunning());
+    for (QWidget* panel : std::initializer_list<QWidget*>{m_dataPanel, m_clusterPanel, m_strategyPanel, m_trainingPanel})
+        if (panel) panel->setEnabled(!m_active->isRunning());
+    if (m_devicesPanel) m_devicesPanel->setEnabled(!m_active->isRunning() && !m_clusterPanel->useCluster());
     // What runs is what the tabs show: not while a field shows an error.
     m_startAction->setEnabled(!m_active->isRunning() && m_experiment.has_value() && m_modelValid &&
                               fieldError().isEmpty());

@@ -157,6 +157,7 @@ private:
     ClusterRunController* m_cluster;
     RunSource* m_active;  // the source Start used last: m_controller or m_cluster
     ClusterPanel* m_clusterPanel = nullptr;
+    QAction* m_newAction = nullptr;
     QAction* m_openAction = nullptr;
     ModelDesigner* m_designer = nullptr;
     QMenu* m_recentMenu = nullptr;

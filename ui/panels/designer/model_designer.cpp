@@ -91,7 +91,8 @@ ModelDesigner::ModelDesigner(QWidget* parent)
       m_up(new QPushButton(tr("Up"))),
       m_down(new QPushButton(tr("Down"))),
       m_delete(new QPushButton(tr("Delete"))),
-      m_wrap(new QPushButton(tr("Wrap in residual"))) {
+      m_wrap(new QPushButton(tr("Wrap in residual"))),
+      m_lockNote(new QLabel(tr("A run is training this model: it can be changed once the run ends."))) {
     m_poll->setInterval(20);
     connect(m_poll, &QTimer::timeout, this, &ModelDesigner::pollInference);
     m_undoAction = m_undo->createUndoAction(this, tr("&Undo"));
@@ -170,7 +171,14 @@ ModelDesigner::ModelDesigner(QWidget* parent)
     m_error->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_error->setStyleSheet(QStringLiteral("color: #c62828;"));
 
+    m_lockNote->setObjectName(QStringLiteral("modelLockNote"));
+    m_lockNote->setWordWrap(true);
+    m_lockNote->setStyleSheet(
+        QStringLiteral("QLabel { background: #fff4d6; border: 1px solid #e8cf8a; padding: 4px; }"));
+    m_lockNote->hide();
+
     auto* layout = new QVBoxLayout(this);
+    layout->addWidget(m_lockNote);
     layout->addLayout(header);
     layout->addLayout(split, 1);
     layout->addWidget(m_totals);
@@ -277,6 +285,7 @@ void ModelDesigner::selectLayer(const LayerPath& path) {
 
 QString ModelDesigner::commit(const QString& text, DesignedModel next, const LayerPath& selectAfter,
                               const QString& mergeKey) {
+    if (m_locked) return tr("The model cannot be changed while a run trains it.");
     // The file format's parser is the one judge of options: what it refuses, the designer refuses
     // with the same message (docs/experiment-format.md: the JSON path, what was expected, what was given).
     config::Experiment e = m_base;
@@ -662,6 +671,18 @@ void ModelDesigner::showSelection() {
     updateButtons();
 }
 
+void ModelDesigner::setLocked(bool locked) {
+    if (locked == m_locked) return;
+    m_locked = locked;
+    m_lockNote->setVisible(locked);
+    for (QWidget* w : std::initializer_list<QWidget*>{m_presets, m_palette, m_properties, m_input, m_loss})
+        w->setEnabled(!locked);
+    m_stack->setDragDropMode(locked ? QAbstractItemView::NoDragDrop : QAbstractItemView::DragDrop);
+    m_undoAction->setEnabled(!locked && m_undo->canUndo());
+    m_redoAction->setEnabled(!locked && m_undo->canRedo());
+    updateButtons();
+}
+
 void ModelDesigner::updateButtons() {
     const LayerPath path = selectedPath();
     const bool any = !path.isEmpty();
@@ -670,10 +691,10 @@ void ModelDesigner::updateButtons() {
         auto* list = parentList(m_model.layers, path);
         siblings = list ? static_cast<int>(list->size()) : 0;
     }
-    m_up->setEnabled(any && path.back() > 0);
-    m_down->setEnabled(any && path.back() + 1 < siblings);
-    m_delete->setEnabled(any);
-    m_wrap->setEnabled(any);
+    m_up->setEnabled(!m_locked && any && path.back() > 0);
+    m_down->setEnabled(!m_locked && any && path.back() + 1 < siblings);
+    m_delete->setEnabled(!m_locked && any);
+    m_wrap->setEnabled(!m_locked && any);
 }
 
 }  // namespace paralab::ui

@@ -77,6 +77,12 @@ public:
     QString setInputText(const QString& text);
     QString setLoss(const QString& loss);
 
+    // While a run trains the model, nothing in it may change: every edit (the widgets' and the
+    // functions above) is refused, the editors are disabled and a line says why; the layers can
+    // still be selected and read.
+    void setLocked(bool locked);
+    bool isLocked() const { return m_locked; }
+
     LayerPath selectedPath() const;
     void selectLayer(const LayerPath& path);
 
@@ -133,6 +139,8 @@ private:
     QPushButton* m_down;
     QPushButton* m_delete;
     QPushButton* m_wrap;
+    QLabel* m_lockNote;
+    bool m_locked = false;
 };
 
 }  // namespace paralab::ui
