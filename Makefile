@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
-DEFAULT_EXPERIMENT := resources/examples/spirals-mlp.paralab.json
+DEFAULT_EXPERIMENT := resources/examples/first-look.paralab.json
 
 # Debian packages the project needs (benchmarks use python3-torch as the reference; fortunes
 # is the text data set's default corpus, /usr/share/games/fortunes).
@@ -15,7 +15,7 @@ PACKAGES := cmake g++ make pkg-config \
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test test-asan clean
+.PHONY: all deps build run test test-asan fuzz clean
 
 all: build
 
@@ -57,6 +57,37 @@ test-asan: deps
 	  "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined"
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 600 -j$(JOBS) -E 'mpi|Mpi'
+
+# The fuzz targets of every reader (tests/fuzz) under libFuzzer, AddressSanitizer and
+# UndefinedBehaviorSanitizer, in their own clang build; only they and what they link are built.
+# Each runs FUZZ_SECONDS, one after the other, from its seed corpus (tests/fuzz/corpus/NAME) and
+# with its dictionary (tests/fuzz/NAME.dict) where it has one;
+# what it learns goes to FUZZ_BUILD/fuzz-corpus/NAME, a finding to FUZZ_BUILD/fuzz-findings/NAME/
+# (keep it in tests/fuzz/corpus/NAME/ once fixed: `make test` replays those).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := experiment idx csv text safetensors
+FUZZ_PACKAGES := clang libclang-rt-dev libomp-dev
+fuzz:
+	@$(MAKE) --no-print-directory deps PACKAGES="$(PACKAGES) $(FUZZ_PACKAGES)"
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" \
+	  "-DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
+	  "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" \
+	  -DPARALAB_FUZZ=ON -DPARALAB_GUI=OFF -DPARALAB_CUDA=OFF -DPARALAB_MPI=OFF -DPARALAB_DNNL=OFF
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_targets
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/fuzz-corpus/$$t $(FUZZ_BUILD)/fuzz-findings/$$t; \
+	  dict=""; [ -f tests/fuzz/$$t.dict ] && dict="-dict=tests/fuzz/$$t.dict"; \
+	  echo "fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  ./$(FUZZ_BUILD)/tests/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -timeout=10 \
+	    -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/fuzz-findings/$$t/ $$dict \
+	    $(FUZZ_BUILD)/fuzz-corpus/$$t tests/fuzz/corpus/$$t > $(FUZZ_BUILD)/fuzz-$$t.log 2>&1 \
+	    || failed="$$failed $$t"; \
+	  runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(FUZZ_BUILD)/fuzz-$$t.log); \
+	  echo "fuzz_$$t: $${runs:-?} executions; log $(FUZZ_BUILD)/fuzz-$$t.log"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "findings in:$$failed (see $(FUZZ_BUILD)/fuzz-findings/)"; exit 1; fi
 
 clean:
 	rm -rf $(BUILD)

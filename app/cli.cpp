@@ -1,4 +1,5 @@
 #include "cli.h"
+#include "checkpoint_commands.h"
 #include "plan_command.h"
 #include "bench/suite.h"
 
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <iostream>
 #include <sstream>
@@ -24,6 +26,7 @@
 #include "engine/data/dataset.h"
 #include "engine/device/device.h"
 #include "engine/nn/model.h"
+#include "engine/run/checkpoint.h"
 #include "engine/run/event_stream.h"
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
@@ -93,7 +96,7 @@ int cmd_validate(const std::string& file, bool as_json) {
     run::CheckedModel checked;
     try {
         checked = run::check_before_training(e);  // the data read once; the model allocates nothing
-    } catch (const ConfigError& err) {
+    } catch (const Error& err) {  // ConfigError, or a ShapeError naming its layer
         throw ConfigError(file + ": " + err.what());
     }
     const Shape& input = checked.input;
@@ -283,6 +286,46 @@ struct RunArgs {
     bool json = false;
     bool stream = false;
     double rank_timeout_s = 60;
+    int64_t resume = 0;  // --resume RUN_ID: continue that run from its last checkpoint
+    std::string init;    // --init FILE.safetensors: the parameters the run starts from
+};
+
+// The experiment of run `id`, which `paralab run --resume` continues: a stopped, interrupted or
+// failed run of `db` (opened for writing, so that a killed run reads as interrupted).
+config::Experiment experiment_to_resume(store::RunStore& db, int64_t id) {
+    const std::optional<store::RunRow> row = db.get_run(id);
+    if (!row) throw ConfigError("--resume", "run " + std::to_string(id) + " is not in the store " + db.path());
+    if (row->status == "finished")
+        throw ConfigError("--resume", "run " + std::to_string(id) + " already finished; nothing to resume");
+    if (row->status != "stopped" && row->status != "interrupted" && row->status != "failed")
+        throw ConfigError("--resume", "run " + std::to_string(id) + " is " + row->status +
+                                          "; only a stopped, interrupted or failed run resumes");
+    try {
+        return run::parse_experiment(row->config);
+    } catch (const ConfigError& err) {
+        throw ConfigError("--resume", "the stored experiment of run " + std::to_string(id) + " does not read: " + err.what());
+    }
+}
+
+// Points the run's checkpoints at its folder once the store has given it an id; a resumed run
+// says where it resumed.
+class CheckpointFolder : public run::RunObserver {
+public:
+    CheckpointFolder(run::Checkpointing& cp, const store::RunRecorder& recorder, std::string store)
+        : m_cp(cp), m_recorder(recorder), m_store(std::move(store)) {}
+    void on_start(const config::Experiment&, int64_t) override {
+        if (m_cp.resume) {
+            std::fprintf(stderr, "resumed run %lld from step %lld\n", static_cast<long long>(m_recorder.run_id()),
+                         static_cast<long long>(m_cp.resumed_from_step));
+            return;
+        }
+        run::point_checkpoints(m_cp, m_store, m_recorder.run_id());
+    }
+
+private:
+    run::Checkpointing& m_cp;
+    const store::RunRecorder& m_recorder;
+    std::string m_store;
 };
 
 // True in a process that mpirun started as one of several (Open MPI's environment).
@@ -295,6 +338,7 @@ bool in_mpi_job() {
 // rank 0, which owns the store and prints; it prints nothing itself but its failures.
 int cmd_run_job_rank(const config::Experiment& e, const RunArgs& a, const run::JobOptions& job) {
     run::RunControl control;
+    control.init_weights = a.init;
     SignalScope signals(control);
     const config::RunSummary s = run::run_experiment(e, nullptr, &control, a.threads, nullptr, &job);
     return s.status == "failed" ? 1 : 0;
@@ -302,7 +346,12 @@ int cmd_run_job_rank(const config::Experiment& e, const RunArgs& a, const run::J
 
 int cmd_run(const RunArgs& a) {
     install_run_signals();
-    config::Experiment e = run::load_experiment(a.file);
+    if (a.resume && in_mpi_job())
+        throw ConfigError("--resume", "a run across the processes of an mpirun job cannot resume; resume it without mpirun");
+    std::optional<store::RunStore> resume_db;
+    if (a.resume) resume_db.emplace(store_path(a.db));
+    config::Experiment e = a.resume ? experiment_to_resume(*resume_db, a.resume) : run::load_experiment(a.file);
+    resume_db.reset();
     if (!a.devices.empty()) {
         e.devices.clear();
         std::stringstream ss(a.devices);
@@ -338,6 +387,37 @@ int cmd_run(const RunArgs& a) {
 
     store::RunStore db(store_path(a.db));
     run::RunControl control;
+    control.init_weights = a.init;
+    // Checkpoints beside the store (engine/run/checkpoint.h); a run of one process only.
+    run::Checkpointing checkpoints;
+    checkpoints.refused = [](const std::string& path, const std::string& reason) {
+        std::cerr << "paralab: checkpoint " << path << " refused: " << reason << "\n";
+    };
+    // One line for the newest checkpoint once the run ends (one per epoch would bury the
+    // progress); a checkpoint that could not be written is said at once.
+    struct LastCheckpoint {
+        std::mutex mutex;
+        std::string path;
+        int64_t step = 0;
+        double seconds = 0;
+    } last_checkpoint;
+    checkpoints.written = [&last_checkpoint](const std::string& path, int64_t step, double seconds,
+                                             const std::string& error) {
+        if (!error.empty()) {
+            if (step > 0) std::cerr << "\nparalab: warning: the checkpoint after step " << step << " was not written: " << error << "\n";
+            else std::cerr << "paralab: warning: " << error << "\n";
+            return;
+        }
+        std::lock_guard lock(last_checkpoint.mutex);
+        last_checkpoint.path = path;
+        last_checkpoint.step = step;
+        last_checkpoint.seconds = seconds;
+    };
+    if (a.resume) {
+        checkpoints.folder = run::checkpoint_folder(store_path(a.db), a.resume);
+        checkpoints.resume = true;
+    }
+    if (!job) control.checkpoints = &checkpoints;
     std::optional<SignalScope> signals(std::in_place, control);
     ProgressLine progress(isatty(fileno(stderr)));
     config::RunSummary s;
@@ -351,7 +431,9 @@ int cmd_run(const RunArgs& a) {
     });
     {
         store::RunRecorder recorder(db, run::to_json(e));
-        std::vector<run::RunObserver*> all{&recorder, &progress};
+        if (a.resume) recorder.resume(a.resume, [&checkpoints] { return checkpoints.resumed_from_step; });
+        CheckpointFolder checkpoint_folder(checkpoints, recorder, store_path(a.db));
+        std::vector<run::RunObserver*> all{&recorder, &checkpoint_folder, &progress};
         if (a.stream) all.push_back(&stream);
         Observers observers(all);
         // A store that fills up stops the run, which then ends `failed` ("disk full: ...").
@@ -369,6 +451,9 @@ int cmd_run(const RunArgs& a) {
         if (!recorder.disk_full()) write_error = recorder.write_error();
     }
     signals.reset();
+    if (!last_checkpoint.path.empty())
+        std::fprintf(stderr, "checkpoint after step %lld: %s (%.3f s)\n", static_cast<long long>(last_checkpoint.step),
+                     last_checkpoint.path.c_str(), last_checkpoint.seconds);
     if (!write_error.empty())
         std::cerr << "paralab: warning: part of the run was not stored: " << write_error << "\n";
     if (a.stream) stream.finish(store::summary_json(s, run_id));
@@ -469,7 +554,13 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
 
     RunArgs run_args;
     auto* run = app.add_subcommand("run", "run an experiment file headless");
-    run->add_option("file", run_args.file, "experiment file (*.paralab.json)")->required();
+    auto* run_file = run->add_option("file", run_args.file, "experiment file (*.paralab.json)");
+    run->add_option("--resume", run_args.resume,
+                    "continue a stopped, interrupted or failed run from its last checkpoint (RUN_ID)")
+        ->excludes(run_file)
+        ->check(CLI::PositiveNumber);
+    run->add_option("--init", run_args.init,
+                    "start from the parameters in a safetensors file (names as paralab export --weights writes)");
     run->add_option("--devices", run_args.devices, "comma list of devices, e.g. cpu:0,cpu:1");
     run->add_option("--strategy", run_args.strategy, "parallel strategy");
     run->add_option("--epochs", run_args.epochs, "epochs")->check(CLI::PositiveNumber);
@@ -508,6 +599,23 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     bool validate_json = false;
     validate->add_flag("--json", validate_json, "print the model summary as JSON");
 
+    // A run's latest checkpoint: its weights, or text sampled from it (checkpoint_commands.h).
+    std::string ckpt_db, weights_file;
+    int64_t export_id = 0;
+    auto* export_cmd = app.add_subcommand("export", "a run's latest parameters as a safetensors weights file");
+    export_cmd->add_option("id", export_id, "run id")->required();
+    export_cmd->add_option("--weights", weights_file, "output file (*.safetensors)")->required();
+    export_cmd->add_option("--db", ckpt_db, "run store (SQLite)");
+    GenerateArgs generate_args;
+    auto* generate = app.add_subcommand("generate", "text sampled from a text model's latest parameters");
+    generate->add_option("id", generate_args.run_id, "run id")->required();
+    generate->add_option("--prompt", generate_args.prompt, "the text to continue")->required();
+    generate->add_option("--tokens", generate_args.tokens, "bytes to draw")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    generate->add_option("--temperature", generate_args.temperature, "softmax temperature (0: greedy; default 0.8)")
+        ->check(CLI::Range(0.0, 100.0));
+    generate->add_option("--seed", generate_args.seed, "the draws' random seed (default 0)");
+    generate->add_option("--db", ckpt_db, "run store (SQLite)");
+
     bool devices_json = false;
     auto* devices = app.add_subcommand("devices", "list the devices found (GPUs, CPU)");
     devices->add_flag("--json", devices_json, "print JSON");
@@ -541,10 +649,22 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
             return bench_calibrate ? run_calibrate_command(bench_args.json) : paralab::bench::run_suite(bench_args);
         if (plan->parsed()) return run_plan_command(plan_args);
         if (validate->parsed()) return cmd_validate(validate_file, validate_json);
-        if (run->parsed()) return cmd_run(run_args);
+        if (run->parsed()) {
+            if (run_args.file.empty() && !run_args.resume)
+                throw ConfigError("run: give an experiment file, or --resume RUN_ID");
+            if (run_args.resume && (!run_args.devices.empty() || !run_args.strategy.empty() || run_args.epochs ||
+                                    run_args.steps))
+                throw ConfigError("--resume: the run continues its stored experiment; --devices, --strategy, "
+                                  "--epochs and --steps do not go with it");
+            if (run_args.resume && !run_args.init.empty())
+                throw ConfigError("--init", "a resumed run continues from its checkpoint; --init does not go with --resume");
+            return cmd_run(run_args);
+        }
         if (runs_list->parsed()) return cmd_runs_list(store_path(runs_db), runs_json);
         if (runs_show->parsed()) return cmd_runs_show(store_path(runs_db), run_id, runs_json);
         if (runs_export->parsed()) return cmd_runs_export(store_path(runs_db), run_id, csv_file);
+        if (export_cmd->parsed()) return cmd_export_weights(store_path(ckpt_db), export_id, weights_file);
+        if (generate->parsed()) return cmd_generate(store_path(ckpt_db), generate_args);
         if (open_gui) return open_window(argc, argv, open_gui);
         std::cout << app.help();
         return 0;

@@ -35,6 +35,7 @@ struct TrainConfig {
     std::optional<double> clip_norm;
     std::string precision = "fp32";    // fp32 | bf16 | fp16
     int64_t eval_every = 0;            // evaluate every N steps (0: only at the end)
+    int64_t checkpoint_every = 0;      // checkpoint every N steps (0: at epoch ends and on stop)
     std::string recompute = "none";    // none | selective | full (nn/recompute.h)
 };
 

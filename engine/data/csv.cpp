@@ -29,7 +29,7 @@ bool is_blank(const std::string& line) {
 // Reads lines one by one, counting physical lines for messages and dropping a '\r' ending.
 class LineReader {
 public:
-    explicit LineReader(const std::string& path) : m_path(path) {
+    LineReader(const std::string& path, const StopCheck& stop) : m_path(path), m_stop(stop) {
         std::error_code ec;
         // An ifstream opens a directory without complaint and then reads nothing.
         if (std::filesystem::is_directory(path, ec))
@@ -52,10 +52,16 @@ public:
         char piece[1 << 16];
         bool any = false;
         for (;;) {
+            if (m_stop && m_stop()) throw LoadStopped();
             m_in.get(piece, sizeof piece, '\n');  // stops before the '\n' or when the piece is full
             const auto n = static_cast<size_t>(m_in.gcount());
             if (n > 0) {
                 any = true;
+                // Text has no NUL byte: a binary file is refused at its first piece instead of
+                // being read to its end.
+                if (std::memchr(piece, 0, n) != nullptr)
+                    throw Error(m_path + ":" + std::to_string(m_line_number + 1) +
+                                ": a NUL byte: this is a binary file, not CSV text");
                 if (line.size() + n > kMaxLine)
                     throw Error(m_path + ":" + std::to_string(m_line_number + 1) + ": a line longer than 64 MiB");
                 line.append(piece, n);
@@ -80,6 +86,7 @@ public:
 
 private:
     std::string m_path;
+    const StopCheck& m_stop;
     std::ifstream m_in;
     int64_t m_line_number = 0;
 };
@@ -170,8 +177,8 @@ std::vector<std::string> split_csv_record(const std::string& line) {
 }
 
 // rows -> inputs [N, columns - 1] (header order, label removed), targets [N].
-Dataset read_csv(const std::string& path, const std::string& label_column) {
-    LineReader reader(path);
+Dataset read_csv(const std::string& path, const std::string& label_column, const StopCheck& stop) {
+    LineReader reader(path, stop);
     const Header header = read_header(reader, path, label_column);
     const size_t columns = header.columns.size();
     Dataset ds;
@@ -212,7 +219,8 @@ Dataset read_csv(const std::string& path, const std::string& label_column) {
 }
 
 void check_csv_file(const std::string& path, const std::string& label_column) {
-    LineReader reader(path);
+    const StopCheck never;
+    LineReader reader(path, never);
     read_header(reader, path, label_column);
 }
 

@@ -16,8 +16,11 @@ namespace paralab::data {
 
 // Reads every row, in file order. Errors name the file and line:
 // "file.csv:17: expected 5 columns, got 4", "file.csv:9: column 'x2': 'abc' is not a number",
-// "file.csv: no column 'y' (columns: a, b, c)".
-Dataset read_csv(const std::string& path, const std::string& label_column);
+// "file.csv: no column 'y' (columns: a, b, c)". Refused without reading on: a path that is not
+// a regular file ("is not a regular file": a pipe would wait for a writer, a device read
+// forever), a NUL byte ("a NUL byte: this is a binary file"), a line over 64 MiB, a duplicate
+// column name. `stop` is asked before each 64 KiB piece; LoadStopped when it says so.
+Dataset read_csv(const std::string& path, const std::string& label_column, const StopCheck& stop = {});
 
 // Opens the file and checks its header (the label column exists, at least one feature);
 // the rows are not read.

@@ -209,18 +209,18 @@ void truncate_examples(Dataset& ds, int64_t limit) {
     ds.targets.shrink_to_fit();
 }
 
-DataSplits load_data(const DataConfig& cfg, uint64_t seed) {
+DataSplits load_data(const DataConfig& cfg, uint64_t seed, const StopCheck& stop) {
     validate_data_config(cfg);
-    if (cfg.dataset == "text") return load_text(cfg);
+    if (cfg.dataset == "text") return load_text(cfg, stop);
     DataSplits splits;
     if (is_idx_dataset(cfg.dataset)) {
         // The files' own split; the limits are applied while reading.
         return load_mnist_format(cfg.dataset, resolved_data_path(cfg), cfg.train_limit,
-                                 cfg.test_limit);
+                                 cfg.test_limit, stop);
     }
     Dataset all = is_synthetic_dataset(cfg.dataset)
                       ? make_synthetic(cfg, splitmix64(seed ^ generate_stream))
-                      : read_csv(cfg.path, cfg.label_column);
+                      : read_csv(cfg.path, cfg.label_column, stop);
     // Generated sets come class by class and CSV files are often sorted: shuffle before
     // the split so that both splits see every class.
     shuffle_examples(all, splitmix64(seed ^ shuffle_stream));

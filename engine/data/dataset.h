@@ -9,11 +9,26 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/util/error.h"
+
 namespace paralab::data {
+
+// Asked between chunks while a data set loads (IDX files, CSV rows, a text corpus): true means
+// stop loading. Empty: never. May be called from more than one thread at once (the two IDX
+// splits load side by side).
+using StopCheck = std::function<bool()>;
+
+// Thrown by the loaders when their StopCheck asked them to stop: the load is abandoned and
+// what was read so far is freed.
+class LoadStopped : public Error {
+public:
+    LoadStopped() : Error("the data loading was stopped") {}
+};
 
 // The experiment file's "data" section (docs/experiment-format.md), already checked for JSON types;
 // validate_data_config checks the values.
@@ -81,8 +96,9 @@ void validate_data_config(const DataConfig& cfg);
 // same data), CSV rows are shuffled with it before the split; IDX files bring their own
 // split. train_limit / test_limit then keep the first N examples of each split. Throws
 // ConfigError for bad values and paralab::Error for missing or malformed files, with a
-// message that names the file and what is wrong.
-DataSplits load_data(const DataConfig& cfg, uint64_t seed);
+// message that names the file and what is wrong. `stop` is asked between chunks of what is
+// read (a few MiB each): when it says so, LoadStopped is thrown.
+DataSplits load_data(const DataConfig& cfg, uint64_t seed, const StopCheck& stop = {});
 
 // Checks that the files a config needs exist, are readable and have valid headers, without
 // loading them (validation before a run starts). Throws like load_data.

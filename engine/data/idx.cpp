@@ -5,9 +5,11 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <future>
 
@@ -44,6 +46,8 @@ public:
         if (gzdirect(m_file)) return m_file_bytes;
         return m_file_bytes > INT64_MAX / 1032 ? INT64_MAX : m_file_bytes * 1032 + 4096;
     }
+    // A plain file (not gzip): its size bounds what it holds.
+    bool plain() const { return gzdirect(m_file) != 0; }
     ~GzReader() {
         if (m_file != nullptr) gzclose(m_file);
     }
@@ -110,12 +114,19 @@ std::vector<int64_t> parse_header(GzReader& in, const std::string& path, int ran
         throw Error(path + ": truncated: expected " + std::to_string(header_bytes) +
                     " bytes of header, got " + std::to_string(4 + got_dims));
     std::vector<int64_t> dims(static_cast<size_t>(rank));
-    int64_t total = 1;
+    int64_t total = 1, item = 1;
     for (int d = 0; d < rank; ++d) {
         const unsigned char* b = raw + 4 * d;
         dims[d] = int64_t{b[0]} << 24 | int64_t{b[1]} << 16 | int64_t{b[2]} << 8 | int64_t{b[3]};
         // An empty file (count 0) is well-formed; an item with no bytes is not.
         if (d > 0 && dims[d] == 0) throw Error(path + ": dimension " + std::to_string(d) + " is 0");
+        // One item is bounded too: with a count of 0 the total says nothing about its size.
+        if (d > 0) {
+            if (dims[d] > max_idx_bytes / item)
+                throw Error(path + ": implausible dimensions (more than " + std::to_string(max_idx_bytes) +
+                            " bytes in one item)");
+            item *= dims[d];
+        }
         // Checked before the product is formed: four dimensions of 0xFFFFFFFF overflow int64.
         if (total > 0 && dims[d] > max_idx_bytes / total)
             throw Error(path + ": implausible dimensions (more than " + std::to_string(max_idx_bytes) +
@@ -177,9 +188,9 @@ void check_same_image_size(const MnistFiles& files, const std::vector<int64_t>& 
 
 // images: [N, rows, cols] bytes, labels: [N] -> Dataset with inputs [N, 1, rows, cols] in [0, 1].
 Dataset load_split(const std::string& name, const std::string& images_path,
-                   const std::string& labels_path, int64_t limit) {
-    IdxArray images = read_idx(images_path, 3, limit);
-    IdxArray labels = read_idx(labels_path, 1, limit);
+                   const std::string& labels_path, int64_t limit, const StopCheck& stop) {
+    IdxArray images = read_idx(images_path, 3, limit, stop);
+    IdxArray labels = read_idx(labels_path, 1, limit, stop);
     check_pair(images_path, images.dims, labels_path, labels.dims);
     Dataset ds;
     ds.name = name;
@@ -210,7 +221,7 @@ std::vector<int64_t> read_idx_header(const std::string& path, int rank) {
     return parse_header(in, path, rank);
 }
 
-IdxArray read_idx(const std::string& path, int rank, int64_t max_items) {
+IdxArray read_idx(const std::string& path, int rank, int64_t max_items, const StopCheck& stop) {
     PARALAB_CHECK(rank >= 1 && rank <= 8, "IDX rank out of range");
     PARALAB_CHECK(max_items >= 0, "negative IDX item limit");
     GzReader in(path);
@@ -226,8 +237,24 @@ IdxArray read_idx(const std::string& path, int rank, int64_t max_items) {
         throw Error(path + ": the header announces " + std::to_string(header + want) + " bytes" +
                     (read_all ? "" : " for the first " + std::to_string(out.count) + " items") +
                     ", but the file can hold at most " + std::to_string(room) + " (truncated or corrupt)");
-    out.data.resize(static_cast<size_t>(want));
-    const int64_t got = in.read(out.data.data(), want);
+    // In chunks, asking `stop` before each. A plain file's claim was checked against its size
+    // and is allocated at once; a gzip stream's buffer grows with what arrives (doubling, at
+    // most to the claim), so a stream that promises more than it holds is found short before
+    // the whole claim is allocated.
+    constexpr int64_t chunk = int64_t{4} << 20;
+    int64_t got = 0;
+    out.data.reserve(static_cast<size_t>(in.plain() ? want : std::min(want, int64_t{64} << 20)));
+    while (got < want) {
+        if (stop && stop()) throw LoadStopped();
+        const int64_t n = std::min(chunk, want - got);
+        const auto capacity = static_cast<int64_t>(out.data.capacity());
+        if (got + n > capacity)
+            out.data.reserve(static_cast<size_t>(std::min(want, std::max(2 * capacity, got + n))));
+        out.data.resize(static_cast<size_t>(got + n));
+        const int64_t r = in.read(out.data.data() + got, n);
+        got += r;
+        if (r < n) break;
+    }
     if (got < want) {
         // Sizes as the whole (uncompressed) file, the number a reader can check with ls.
         throw Error(path + ": truncated: expected " +
@@ -256,20 +283,46 @@ std::string find_idx_file(const std::string& folder, const std::string& base) {
 }
 
 DataSplits load_mnist_format(const std::string& name, const std::string& folder,
-                             int64_t train_limit, int64_t test_limit) {
+                             int64_t train_limit, int64_t test_limit, const StopCheck& stop) {
     const MnistFiles files = find_mnist_files(name, folder);
-    // The test split decompresses on a second thread while this one reads the training split.
+    // The test split decompresses on a second thread while this one reads the training split;
+    // when either fails or is stopped, the other gives up at its next chunk.
+    std::atomic<bool> abandoned{false};
+    const StopCheck check = [&] { return abandoned.load() || (stop && stop()); };
     auto test = std::async(std::launch::async, [&] {
-        return load_split(name, files.test_images, files.test_labels, test_limit);
+        try {
+            return load_split(name, files.test_images, files.test_labels, test_limit, check);
+        } catch (...) {
+            abandoned = true;
+            throw;
+        }
     });
     DataSplits splits;
+    std::exception_ptr train_error, test_error;
     try {
-        splits.train = load_split(name, files.train_images, files.train_labels, train_limit);
+        splits.train = load_split(name, files.train_images, files.train_labels, train_limit, check);
     } catch (...) {
-        test.wait();
-        throw;
+        train_error = std::current_exception();
+        abandoned = true;
     }
-    splits.test = test.get();
+    try {
+        splits.test = test.get();
+    } catch (...) {
+        test_error = std::current_exception();
+    }
+    // The cause is a split's own failure; a split that gave up because the other failed is not.
+    const auto gave_up = [](const std::exception_ptr& e) {
+        try {
+            std::rethrow_exception(e);
+        } catch (const LoadStopped&) {
+            return true;
+        } catch (...) {
+            return false;
+        }
+    };
+    if (train_error && (!test_error || !gave_up(train_error) || gave_up(test_error)))
+        std::rethrow_exception(train_error);
+    if (test_error) std::rethrow_exception(test_error);
     if (splits.train.size() == 0) throw Error(files.train_images + ": holds no images");
     check_same_image_size(files, {0, splits.train.sample_shape[1], splits.train.sample_shape[2]},
                           {0, splits.test.sample_shape[1], splits.test.sample_shape[2]});

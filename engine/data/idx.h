@@ -24,10 +24,16 @@ struct IdxArray {
 std::vector<int64_t> read_idx_header(const std::string& path, int rank);
 
 // Reads the header and the first `max_items` items along dims[0] (0 = all). Reading all of
-// a file also checks that nothing follows the data. Reads in big chunks: 60000 images
-// load in a fraction of a second. A short file throws
-// "PATH: truncated: expected 47040016 bytes of data, got 1000".
-IdxArray read_idx(const std::string& path, int rank, int64_t max_items = 0);
+// a file also checks that nothing follows the data. Reads in chunks of 4 MiB: 60000 images
+// load in a fraction of a second. What the header claims is checked before anything is
+// allocated: a product of dimensions beyond 64 GiB ("PATH: implausible dimensions"), and a
+// claim beyond what the file can hold (its size when plain; 1032 times its size, deflate's
+// largest ratio, when gzip). The buffer then grows with the data read, so a gzip stream that
+// ends early costs no more memory than it held. A short file throws
+// "PATH: truncated: expected 47040016 bytes of data, got 1000". `stop` is asked before each
+// chunk; LoadStopped when it says so.
+IdxArray read_idx(const std::string& path, int rank, int64_t max_items = 0,
+                  const StopCheck& stop = {});
 
 // The IDX file `base` ("train-images-idx3-ubyte") in `folder`: BASE.gz, BASE, or the
 // variants with a dot ("train-images.idx3-ubyte", as some mirrors name them). Empty when
@@ -36,9 +42,11 @@ std::string find_idx_file(const std::string& folder, const std::string& base);
 
 // MNIST-format data sets (mnist, fashion-mnist): the four standard files under `folder`.
 // Inputs {1, rows, cols} scaled to [0, 1], 10 classes. Limits keep the first N (0 = all)
-// and read only what they keep. `name` names the data set in messages.
+// and read only what they keep. `name` names the data set in messages. The two splits load
+// side by side; a failure or a stop (`stop`, as read_idx) in one ends the other at its next
+// chunk.
 DataSplits load_mnist_format(const std::string& name, const std::string& folder,
-                             int64_t train_limit, int64_t test_limit);
+                             int64_t train_limit, int64_t test_limit, const StopCheck& stop = {});
 
 // The four files exist and their headers are valid and consistent; nothing else is read.
 void check_mnist_format(const std::string& name, const std::string& folder);

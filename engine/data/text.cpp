@@ -30,18 +30,30 @@ std::string number_text(double v) {
     return out.str();
 }
 
-// Reads `file` in pieces, handing each to `take(bytes, count)` until it returns false.
+// Reads `file` in pieces of 1 MiB, handing each to `take(bytes, count)` until it returns
+// false; `stop` is asked before each piece (LoadStopped).
 template <class Take>
-void read_pieces(const std::string& file, Take&& take) {
+void read_pieces(const std::string& file, const StopCheck& stop, Take&& take) {
     errno = 0;
     std::ifstream in(file, std::ios::binary);
     if (!in)
         path_error(file +
                    ": cannot open: " + (errno != 0 ? std::strerror(errno) : "unknown error"));
-    std::vector<char> piece(size_t{1} << 16);
-    while (in.read(piece.data(), static_cast<std::streamsize>(piece.size())) || in.gcount() > 0)
+    std::vector<char> piece(size_t{1} << 20);
+    for (;;) {
+        if (stop && stop()) throw LoadStopped();
+        if (!in.read(piece.data(), static_cast<std::streamsize>(piece.size())) && in.gcount() == 0) break;
         if (!take(piece.data(), static_cast<size_t>(in.gcount()))) return;
+    }
     if (in.bad()) path_error(file + ": read error");
+}
+
+// The corpus is held whole in memory: refused beyond kMaxTextCorpusBytes, naming its size so far.
+void check_corpus_size(const std::string& path, int64_t bytes) {
+    if (bytes > kMaxTextCorpusBytes)
+        path_error(path + ": the corpus holds more than 1 GiB (at least " + std::to_string(bytes) +
+                   " bytes); a text corpus is read whole into memory, so use a smaller file or folder "
+                   "(at most " + std::to_string(kMaxTextCorpusBytes) + " bytes)");
 }
 
 // A folder's regular files (symlinks and sub-folders left out) in name order.
@@ -67,8 +79,9 @@ struct Corpus {
 };
 
 // Lists (and with `out`, reads) the corpus of `path`. Without `out` a single file is only
-// stat'ed, and a folder's files are read up to their first NUL byte and then dropped.
-Corpus scan_corpus(const std::string& path, std::vector<uint8_t>* out) {
+// stat'ed, and a folder's files are read up to their first NUL byte and then dropped. Either
+// way a corpus over kMaxTextCorpusBytes is refused as soon as it is seen to be.
+Corpus scan_corpus(const std::string& path, std::vector<uint8_t>* out, const StopCheck& stop) {
     std::error_code ec;
     const fs::file_status st = fs::status(path, ec);
     if (!fs::exists(st)) {
@@ -80,15 +93,18 @@ Corpus scan_corpus(const std::string& path, std::vector<uint8_t>* out) {
     Corpus corpus;
     if (fs::is_regular_file(st)) {
         corpus.files.push_back(path);
+        const auto size = fs::file_size(path, ec);
+        if (ec) path_error(path + ": cannot access: " + ec.message());
+        check_corpus_size(path, static_cast<int64_t>(size));
         if (out) {
-            read_pieces(path, [&](const char* p, size_t n) {
+            out->reserve(static_cast<size_t>(size));
+            read_pieces(path, stop, [&](const char* p, size_t n) {
+                check_corpus_size(path, static_cast<int64_t>(out->size() + n));  // it may grow
                 out->insert(out->end(), p, p + n);
                 return true;
             });
             corpus.bytes = static_cast<int64_t>(out->size());
         } else {
-            const auto size = fs::file_size(path, ec);
-            if (ec) path_error(path + ": cannot access: " + ec.message());
             corpus.bytes = static_cast<int64_t>(size);
         }
         if (corpus.bytes == 0) path_error(path + ": is empty; expected a text file");
@@ -96,15 +112,28 @@ Corpus scan_corpus(const std::string& path, std::vector<uint8_t>* out) {
     }
     if (!fs::is_directory(st))
         path_error(path + ": is not a regular file or a folder (a pipe, a device or a socket)");
-    for (const fs::path& file : regular_files_of(path)) {
+    const std::vector<fs::path> files = regular_files_of(path);
+    if (out) {  // room for them all (at most the bound): the buffer is not regrown as it fills
+        int64_t total = 0;
+        for (const fs::path& file : files) {
+            std::error_code size_ec;
+            const auto size = fs::file_size(file, size_ec);
+            if (size_ec) continue;
+            const auto capped = static_cast<int64_t>(std::min<uintmax_t>(size, kMaxTextCorpusBytes));
+            total = std::min(kMaxTextCorpusBytes, total + capped);
+        }
+        out->reserve(static_cast<size_t>(total));
+    }
+    for (const fs::path& file : files) {
         const size_t start = out ? out->size() : 0;
         int64_t bytes = 0;
         bool nul = false;
-        read_pieces(file.string(), [&](const char* p, size_t n) {
+        read_pieces(file.string(), stop, [&](const char* p, size_t n) {
             if (std::memchr(p, 0, n)) {
                 nul = true;
                 return false;
             }
+            check_corpus_size(path, corpus.bytes + bytes + static_cast<int64_t>(n));
             if (out) out->insert(out->end(), p, p + n);
             bytes += static_cast<int64_t>(n);
             return true;
@@ -148,12 +177,12 @@ Dataset text_split(const std::shared_ptr<const std::vector<uint8_t>>& bytes, int
 }  // namespace
 
 std::vector<std::string> text_corpus_files(const std::string& path) {
-    return scan_corpus(path, nullptr).files;
+    return scan_corpus(path, nullptr, {}).files;
 }
 
-std::vector<uint8_t> read_text_corpus(const std::string& path) {
+std::vector<uint8_t> read_text_corpus(const std::string& path, const StopCheck& stop) {
     std::vector<uint8_t> bytes;
-    scan_corpus(path, &bytes);
+    scan_corpus(path, &bytes, stop);
     return bytes;
 }
 
@@ -182,10 +211,10 @@ TextSplitBytes split_text_bytes(int64_t bytes, const DataConfig& cfg, const std:
                " bytes in each" + in_all);
 }
 
-DataSplits load_text(const DataConfig& cfg) {
+DataSplits load_text(const DataConfig& cfg, const StopCheck& stop) {
     validate_data_config(cfg);
     const std::string path = resolved_data_path(cfg);
-    auto bytes = std::make_shared<const std::vector<uint8_t>>(read_text_corpus(path));
+    auto bytes = std::make_shared<const std::vector<uint8_t>>(read_text_corpus(path, stop));
     const auto total = static_cast<int64_t>(bytes->size());
     const TextSplitBytes split = split_text_bytes(total, cfg, path);
     const int64_t t = cfg.seq_len;
@@ -200,7 +229,7 @@ DataSplits load_text(const DataConfig& cfg) {
 void check_text_corpus(const DataConfig& cfg) {
     validate_data_config(cfg);
     const std::string path = resolved_data_path(cfg);
-    split_text_bytes(scan_corpus(path, nullptr).bytes, cfg, path);
+    split_text_bytes(scan_corpus(path, nullptr, {}).bytes, cfg, path);
 }
 
 int64_t text_window_offset(const Dataset& ds, uint64_t seed, int64_t epoch, int64_t index) {

@@ -15,6 +15,9 @@ namespace paralab::data {
 
 inline constexpr int64_t kByteVocabulary = 256;
 inline constexpr const char* kDefaultTextPath = "/usr/share/games/fortunes";  // Debian: fortunes
+// The largest corpus read (1 GiB): it is held whole in memory. A larger one is refused at
+// "data.path" with its size, before it is read when its files' sizes tell.
+inline constexpr int64_t kMaxTextCorpusBytes = int64_t{1} << 30;
 
 // The files `path` stands for, in reading order: the file itself (followed if a symlink), or
 // a folder's regular files in name order, skipping symlinks, sub-folders and files that hold
@@ -23,8 +26,9 @@ inline constexpr const char* kDefaultTextPath = "/usr/share/games/fortunes";  //
 // file or folder, cannot be read, is an empty file, or is a folder with no usable file.
 std::vector<std::string> text_corpus_files(const std::string& path);
 
-// The concatenated bytes of text_corpus_files(path); throws like it.
-std::vector<uint8_t> read_text_corpus(const std::string& path);
+// The concatenated bytes of text_corpus_files(path); throws like it, and refuses a corpus over
+// kMaxTextCorpusBytes. `stop` is asked before each 1 MiB piece; LoadStopped when it says so.
+std::vector<uint8_t> read_text_corpus(const std::string& path, const StopCheck& stop = {});
 
 // The bytes of each split of a corpus of `bytes` bytes: the last round(bytes * val_fraction)
 // are the test split. Each split needs at least seq_len + 1 bytes: otherwise a ConfigError at
@@ -36,8 +40,9 @@ TextSplitBytes split_text_bytes(int64_t bytes, const DataConfig& cfg, const std:
 
 // Both splits of cfg's corpus (resolved_data_path), sharing one buffer: training windows =
 // floor(train bytes / T), test windows = floor((test bytes - 1) / T), each capped by
-// train_limit / test_limit. cfg's values are checked first (validate_data_config).
-DataSplits load_text(const DataConfig& cfg);
+// train_limit / test_limit. cfg's values are checked first (validate_data_config). `stop` as
+// read_text_corpus.
+DataSplits load_text(const DataConfig& cfg, const StopCheck& stop = {});
 
 // load_text's checks without keeping the corpus: the files are listed (folder files read for a
 // NUL byte) and their sizes added up.

@@ -1,4 +1,5 @@
 #include "engine/nn/attention.h"
+#include "engine/nn/checked_count.h"
 
 #include <kernels/cpu/attention.h>
 #include <kernels/gpu/attention.h>
@@ -201,8 +202,10 @@ Tensor Attention::backward_impl(const Tensor& dy) {
 // the masked half included, as the usual MFU accounting counts them), and the softmax.
 int64_t Attention::flops_impl() const {
     if (!built()) return 0;
-    return m_qkv->flops_per_sample() + m_proj->flops_per_sample() + 4 * m_T * m_T * m_inner +
-           5 * m_H * m_T * m_T;
+    const int64_t projections = checked_sum(m_qkv->flops_per_sample(), m_proj->flops_per_sample(), "FLOPs");
+    const int64_t scores = checked_sum(checked_product({4, m_T, m_T, m_inner}, "FLOPs"),
+                                       checked_product({5, m_H, m_T, m_T}, "FLOPs"), "FLOPs");
+    return checked_sum(projections, scores, "FLOPs");
 }
 
 int64_t Attention::activations_impl() {

@@ -1,4 +1,5 @@
 #include "engine/nn/conv2d.h"
+#include "engine/nn/checked_count.h"
 
 #include <kernels/cpu/gemm.h>
 #include <kernels/cpu/threads.h>
@@ -251,8 +252,8 @@ Tensor Conv2d::backward_im2col(const Tensor& dy) {
 
 // 2 per multiply-add of the GEMM, 1 per bias add.
 int64_t Conv2d::flops_impl() const {
-    const int64_t outputs = m_out_channels * m_geometry.col_cols();
-    return outputs * (2 * m_geometry.col_rows() + (m_has_bias ? 1 : 0));
+    return checked_product({m_out_channels, m_geometry.col_cols(), 2 * m_geometry.col_rows() + (m_has_bias ? 1 : 0)},
+                           "FLOPs");
 }
 
 }  // namespace paralab::nn

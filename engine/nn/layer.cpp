@@ -1,6 +1,7 @@
 #include "engine/nn/layer.h"
 
 #include "engine/device/device.h"
+#include "engine/nn/checked_count.h"
 
 namespace paralab::nn {
 
@@ -32,6 +33,15 @@ Shape Layer::build(const Shape& input, DType dtype, Device& device) {
         if (d <= 0)
             throw ShapeError(m_path, m_label + ": input " + input.to_string() + " gives an empty output " +
                              m_output_shape.to_string());
+    try {
+        if (m_output_shape.numel() > kMaxTensorElements) throw ShapeError("");
+    } catch (const ShapeError&) {
+        m_device = nullptr;
+        m_params.clear();
+        m_buffers.clear();
+        throw ShapeError(m_path, m_label + ": its output per example " + m_output_shape.to_string() +
+                                     " passes 2^40 elements, the largest tensor a layer may make");
+    }
     return m_output_shape;
 }
 
@@ -90,7 +100,7 @@ void Layer::release_saved() {
 
 int64_t Layer::parameter_count() {
     int64_t n = 0;
-    for (Param* p : parameters()) n += p->value.numel();
+    for (Param* p : parameters()) n = checked_sum(n, p->value.numel(), "parameters");
     return n;
 }
 
@@ -100,6 +110,10 @@ void Layer::set_random_state(uint64_t seed, uint64_t step, int64_t sample_offset
 }
 
 Param& Layer::add_param(std::string name, const Shape& shape) {
+    // Thrown from build_impl: Layer::build names the layer.
+    if (shape.numel() > kMaxTensorElements)
+        throw ShapeError("its parameter " + name + " " + shape.to_string() +
+                         " passes 2^40 elements, the largest tensor a layer may make");
     Param p;
     p.name = std::move(name);
     p.value = Tensor::zeros(shape, m_dtype, *m_device, MemCategory::parameters);

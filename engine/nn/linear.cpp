@@ -1,4 +1,5 @@
 #include "engine/nn/linear.h"
+#include "engine/nn/checked_count.h"
 
 #include "engine/nn/ops.h"
 
@@ -99,7 +100,7 @@ Tensor Linear::backward_impl(const Tensor& dy) {
 int64_t Linear::flops_impl() const {
     if (!built()) return 0;
     const int64_t rows_per_sample = input_shape().numel() / m_in;
-    return rows_per_sample * m_out * (2 * m_in + (m_has_bias ? 1 : 0));
+    return checked_product({rows_per_sample, m_out, 2 * m_in + (m_has_bias ? 1 : 0)}, "FLOPs");
 }
 
 }  // namespace paralab::nn

@@ -2,6 +2,7 @@
 
 #include "engine/device/device.h"
 #include "engine/nn/attention.h"
+#include "engine/nn/checked_count.h"
 #include "engine/nn/factory.h"
 
 #include <algorithm>
@@ -46,9 +47,14 @@ LayerSummary row_of(Layer& layer, const std::string& path, int depth) {
     row.path = path;
     row.type = layer.type();
     row.output = layer.output_shape();
-    row.parameters = layer.parameter_count();
-    row.flops = layer.flops_per_sample();
-    row.activations = layer.activations_per_sample();
+    try {
+        row.parameters = layer.parameter_count();
+        row.flops = layer.flops_per_sample();
+        row.activations = layer.activations_per_sample();
+    } catch (const ShapeError& err) {  // a count beyond int64, named by its layer
+        if (!err.path().empty()) throw;
+        throw ShapeError(layer.path().empty() ? path : layer.path(), layer.label() + ": " + err.what());
+    }
     const std::function<int64_t(Layer&)> scores = [&](Layer& l) {
         int64_t n = 0;
         if (auto* a = dynamic_cast<Attention*>(&l)) n += a->scores_per_sample();
@@ -63,10 +69,17 @@ LayerSummary row_of(Layer& layer, const std::string& path, int depth) {
 // Adds `copy`'s counts to `row`: a repeated layer is one row for all its copies.
 void add_copy(LayerSummary& row, const LayerSummary& copy) {
     row.output = copy.output;
-    row.parameters += copy.parameters;
-    row.flops += copy.flops;
-    row.activations += copy.activations;
-    row.attention_scores += copy.attention_scores;
+    const auto add = [&row](int64_t& total, int64_t more, const char* what) {
+        try {
+            total = checked_sum(total, more, what);
+        } catch (const ShapeError& err) {
+            throw ShapeError(row.path, row.path + ": " + err.what());
+        }
+    };
+    add(row.parameters, copy.parameters, "parameters");
+    add(row.flops, copy.flops, "FLOPs");
+    add(row.activations, copy.activations, "activations");
+    add(row.attention_scores, copy.attention_scores, "attention scores");
     ++row.copies;
 }
 
@@ -99,11 +112,12 @@ Model::Model(const std::vector<LayerSpec>& layers, const Shape& input, const std
 
 std::unique_ptr<Model> Model::stage(const std::vector<LayerSpec>& layers, size_t first,
                                     size_t last, const Shape& input, const std::string& loss,
-                                    DType dtype, Device& device) {
+                                    DType dtype, Device& device,
+                                    const std::function<void(Layer&)>& prepare) {
     PARALAB_CHECK(first < last && last <= layers.size(),
                   "Model::stage: layers [" + std::to_string(first) + ", " +
                       std::to_string(last) + ") of a model of " + std::to_string(layers.size()));
-    return std::unique_ptr<Model>(new Model(layers, first, last, input, loss, dtype, device));
+    return std::unique_ptr<Model>(new Model(layers, first, last, input, loss, dtype, device, prepare));
 }
 
 Model::Model(const std::vector<LayerSpec>& layers, size_t first, size_t last, const Shape& input,
@@ -170,7 +184,15 @@ ModelSummary summarize(const std::vector<LayerSpec>& layers, const Shape& input,
     s.layers = model.summary();
     s.output = model.output_shape();
     s.parameters = model.parameter_count();
-    s.flops_per_sample = model.flops_per_sample();
+    // The top-level rows' sum (Model::flops_per_sample's), formed without wrapping.
+    for (const auto& row : s.layers)
+        if (row.depth == 0) {
+            try {
+                s.flops_per_sample = checked_sum(s.flops_per_sample, row.flops, "FLOPs");
+            } catch (const ShapeError& err) {
+                throw ShapeError("model", std::string("the model: ") + err.what());
+            }
+        }
     return s;
 }
 

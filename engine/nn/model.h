@@ -61,10 +61,12 @@ public:
     // first - 1). Layers keep their labels in the whole model ("model.layers[5] (dropout)"), so
     // errors name the line of the file and dropout draws the whole model's masks. Only the stage
     // with first == 0 computes no input gradient; the loss is the model's (meaningful on the
-    // last stage only). Requires first < last <= layers.size().
+    // last stage only). Requires first < last <= layers.size(). `prepare` as for the whole
+    // model (a hybrid mesh's tensor-parallel stages).
     static std::unique_ptr<Model> stage(const std::vector<LayerSpec>& layers, size_t first,
                                         size_t last, const Shape& input, const std::string& loss,
-                                        DType dtype, Device& device);
+                                        DType dtype, Device& device,
+                                        const std::function<void(Layer&)>& prepare = {});
 
     void reset_parameters(Rng& rng) { m_net->reset_parameters(rng); }
     // train.recompute (nn/recompute.h): selective sets every attention's, full the model's

@@ -1,4 +1,5 @@
 #include "engine/nn/pool.h"
+#include "engine/nn/checked_count.h"
 
 #include <cstdint>
 
@@ -40,7 +41,7 @@ kc::Pool2dGeometry Pool2dBase::geometry(int64_t batch) const {
 
 // One comparison or add per window element.
 int64_t Pool2dBase::flops_impl() const {
-    return output_shape().numel() * m_kernel * m_kernel;
+    return checked_product({output_shape().numel(), m_kernel, m_kernel}, "FLOPs");
 }
 
 // ---- MaxPool2d ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
 #include "engine/nn/recurrent.h"
+#include "engine/nn/checked_count.h"
 
 #include "engine/nn/ops.h"
 
@@ -103,7 +104,7 @@ int64_t RecurrentLayer::flops_impl() const {
     int64_t flops = 0;
     for (int64_t l = 0; l < m_num_layers; ++l) {
         const int64_t in = l == 0 ? m_features : m_hidden;
-        flops += 2 * m_steps * m_gates * m_hidden * (in + m_hidden);
+        flops = checked_sum(flops, checked_product({2, m_steps, m_gates, m_hidden, in + m_hidden}, "FLOPs"), "FLOPs");
     }
     return flops;
 }

@@ -1,4 +1,5 @@
 #include "engine/nn/sequential.h"
+#include "engine/nn/checked_count.h"
 
 #include "engine/nn/conv2d.h"
 #include "engine/nn/linear.h"
@@ -83,7 +84,7 @@ Tensor Sequential::backward_impl(const Tensor& dy) {
 
 int64_t Sequential::flops_impl() const {
     int64_t f = 0;
-    for (auto& l : m_layers) f += l->flops_per_sample();
+    for (auto& l : m_layers) f = checked_sum(f, l->flops_per_sample(), "FLOPs");
     return f;
 }
 
@@ -175,7 +176,9 @@ void Residual::set_needs_input_grad_impl(bool needs) {
 
 int64_t Residual::flops_impl() const {
     const int64_t adds = output_shape().numel();
-    return m_body->flops_per_sample() + (m_projection ? m_projection->flops_per_sample() : 0) + adds;
+    return checked_sum(checked_sum(m_body->flops_per_sample(), m_projection ? m_projection->flops_per_sample() : 0,
+                                   "FLOPs"),
+                       adds, "FLOPs");
 }
 
 int64_t Residual::activations_impl() {  // the sum keeps nothing

@@ -36,6 +36,18 @@ public:
     void update(bool found_inf);
     int64_t skipped_steps() const { return m_skipped; }
 
+    // The policy's position, for checkpoints.
+    struct State {
+        double scale = 0;
+        int64_t clean = 0, skipped = 0;
+    };
+    State state() const { return {m_scale, m_clean, m_skipped}; }
+    void load_state(const State& s) {
+        m_scale = s.scale;
+        m_clean = s.clean;
+        m_skipped = s.skipped;
+    }
+
 private:
     double m_scale, m_growth, m_backoff;
     int64_t m_interval, m_clean = 0, m_skipped = 0;

@@ -109,12 +109,15 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
     const bool interleaved = mesh.schedule == "interleaved_1f1b";
     const int v = interleaved ? mesh.interleave : 1, P = mesh.pp, m = mesh.micro_batches, G = P * v;
 
-    // Chunks: the engine's balanced split of the top-level layers by parameters.
-    std::vector<int64_t> layer_params;
-    for (const auto& l : model.layers) layer_params.push_back(l.parameters);
+    // Chunks: the engine's balanced split of the top-level layers by forward FLOPs.
+    std::vector<int64_t> layer_params, layer_flops;
+    for (const auto& l : model.layers) {
+        layer_params.push_back(l.parameters);
+        layer_flops.push_back(l.flops);
+    }
     std::vector<int64_t> bounds{0};
     if (G > 1)
-        for (int64_t s : strategy::stages::balanced_split(layer_params, G)) bounds.push_back(s);
+        for (int64_t s : strategy::stages::balanced_split(layer_flops, G, layer_params)) bounds.push_back(s);
     bounds.push_back(static_cast<int64_t>(model.layers.size()));
 
     std::vector<ChunkCost> chunks(static_cast<size_t>(G));

@@ -19,6 +19,27 @@ namespace {
 // (a layer's parameters, a batch's activations) are checked for overflow where they are formed
 // (Shape::numel), with the layer's path.
 constexpr int64_t kMaxExtent = int64_t{1} << 31;
+// A run's devices: each is a rank thread (and a CUDA context on a GPU).
+constexpr size_t kMaxDevices = 1024;
+// Dimensions of model.input (an example).
+constexpr size_t kMaxInputRank = 8;
+// A strategy's integer option whose declaration gives no maximum: at most 2^31 - 1.
+constexpr int64_t kMaxOptionInteger = INT32_MAX;
+// Layers in all, a repeated layer's copies and residual bodies counted: each is built (on the meta
+// device for a summary) one by one.
+constexpr int64_t kMaxLayers = 100000;
+// The longest text kept from a name or a path; no device name is longer than this either.
+constexpr size_t kMaxName = 256;
+constexpr size_t kMaxPath = 4096;
+
+// A string value no longer than `max` characters.
+std::string bounded_string(JsonObjectReader& r, const std::string& key, const std::string& fallback, size_t max) {
+    std::string v = r.string(key, fallback);
+    if (v.size() > max)
+        r.fail(key, "expected at most " + std::to_string(max) + " characters, got " + std::to_string(v.size()) +
+                        " (" + describe_json(json(v)) + ")");
+    return v;
+}
 
 // The data set registry's names (engine/data/dataset.h), in the order messages list them.
 const std::vector<std::string>& kDatasets = data::dataset_names();
@@ -51,7 +72,7 @@ data::DataConfig parse_data(const json& j) {
         r.fail("dataset", "missing; expected one of " + names);
     }
     d.dataset = *dataset;
-    d.path = r.string("path", "");
+    d.path = bounded_string(r, "path", "", kMaxPath);
     if ((d.dataset == "mnist" || d.dataset == "csv") && d.path.empty())
         r.fail("path", "missing; the " + d.dataset + " data set needs a path");
     d.train_limit = r.integer("train_limit", 0, 0, INT64_MAX);
@@ -180,14 +201,23 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0)
     return s;
 }
 
+// The layers `s` builds: its copies, each with its body; at most kMaxLayers + 1 (saturated).
+int64_t built_layers(const nn::LayerSpec& s) {
+    int64_t one = 1;
+    for (const auto& c : s.layers) one = std::min(one + built_layers(c), kMaxLayers + 1);
+    return std::min(one * s.repeat, kMaxLayers + 1);  // both factors at most 100001: no overflow
+}
+
 // One option of the strategy as its descriptor declares it.
 config::OptionValue parse_option(JsonObjectReader& r, const config::OptionSpec& o) {
     using config::OptionKind;
     switch (o.kind) {
         case OptionKind::boolean: return r.boolean(o.key, std::get<bool>(o.fallback));
         case OptionKind::integer:
+            // An option without a declared bound (micro_batches, ...) is a count the strategies
+            // keep in an int.
             return r.integer(o.key, std::get<int64_t>(o.fallback), static_cast<int64_t>(o.min),
-                             std::isinf(o.max) ? INT64_MAX : static_cast<int64_t>(o.max));
+                             std::isinf(o.max) ? kMaxOptionInteger : static_cast<int64_t>(o.max));
         case OptionKind::number:
             return r.number(o.key, std::get<double>(o.fallback), o.min, o.max, o.min_inclusive);
         case OptionKind::choice: return r.choice(o.key, std::get<std::string>(o.fallback), o.choices);
@@ -211,6 +241,8 @@ config::StrategyConfig parse_strategy(const json& j) {
         JsonObjectReader st(r.raw("straggler"), r.path_of("straggler"));
         s.straggler_device = st.string("device", "");
         if (s.straggler_device.empty()) st.fail("device", "missing; expected a device such as \"cpu:1\"");
+        if (s.straggler_device.size() > kMaxName)
+            st.fail("device", "expected a device such as \"cpu:1\", got " + describe_json(st.raw("device")));
         try {
             // "cpu:1", or in an MPI job a device of another process: "r2/cpu:0".
             const std::string& d = s.straggler_device;
@@ -289,6 +321,7 @@ config::TrainConfig parse_train(const json& j) {
     t.clip_norm = r.number("clip_norm", 0.0, INFINITY, false);
     t.precision = r.choice("precision", "fp32", {"fp32", "bf16", "fp16"});
     t.eval_every = r.integer("eval_every", 0, 0, INT64_MAX);
+    t.checkpoint_every = r.integer("checkpoint_every", 0, 0, INT64_MAX);
     t.recompute = r.choice("recompute", "none", {"none", "selective", "full"});
     r.finish();
     return t;
@@ -310,7 +343,7 @@ config::Experiment parse_experiment(const json& j) {
                           ", newer than this ParaLab reads (" + std::to_string(config::kExperimentFormat) +
                           "); update ParaLab to open it");
     e.format = static_cast<int>(version.get<int64_t>());
-    e.name = r.string("name", "experiment");
+    e.name = bounded_string(r, "name", "experiment", kMaxName);
     e.seed = static_cast<uint64_t>(r.integer("seed", 0, 0, INT64_MAX));
 
     if (!r.has("data")) throw ConfigError("data", "missing; an experiment needs a data section");
@@ -322,6 +355,10 @@ config::Experiment parse_experiment(const json& j) {
         if (m.has("input")) {
             auto dims = int_list(m.raw("input"), "model.input", 1, kMaxExtent);
             if (dims.empty()) m.fail("input", "expected a non-empty array of positive integers");
+            // No layer takes more than [C, H, W] or [T, F] per example.
+            if (dims.size() > kMaxInputRank)
+                m.fail("input", "expected at most " + std::to_string(kMaxInputRank) + " dimensions, got " +
+                                    std::to_string(dims.size()));
             e.input = Shape(dims);
         } else {
             m.raw("input");
@@ -329,8 +366,16 @@ config::Experiment parse_experiment(const json& j) {
         const json& layers = m.raw("layers");
         if (!layers.is_array() || layers.empty())
             m.fail("layers", "expected a non-empty array of layers, got " + describe_json(layers));
-        for (size_t i = 0; i < layers.size(); ++i)
-            e.layers.push_back(parse_layer(layers[i], "model.layers[" + std::to_string(i) + "]"));
+        int64_t built = 0;
+        for (size_t i = 0; i < layers.size(); ++i) {
+            const std::string path = "model.layers[" + std::to_string(i) + "]";
+            e.layers.push_back(parse_layer(layers[i], path));
+            built += built_layers(e.layers.back());
+            if (built > kMaxLayers)
+                throw ConfigError(path, "the model passes " + std::to_string(kMaxLayers) +
+                                            " layers in all (each copy of a repeated layer and each layer of a "
+                                            "residual body counted)");
+        }
         e.loss = m.choice("loss", "cross_entropy", {"cross_entropy", "mse"});
         m.finish();
     }
@@ -340,10 +385,13 @@ config::Experiment parse_experiment(const json& j) {
         if (!d.is_array() || d.empty())
             throw ConfigError("devices", "expected a non-empty array such as [\"cpu:0\", \"cpu:1\"], got " +
                               describe_json(d));
+        if (d.size() > kMaxDevices)
+            throw ConfigError("devices", "expected at most " + std::to_string(kMaxDevices) + " devices, got " +
+                              std::to_string(d.size()));
         e.devices.clear();
         for (size_t i = 0; i < d.size(); ++i) {
             const std::string path = "devices[" + std::to_string(i) + "]";
-            if (!d[i].is_string())
+            if (!d[i].is_string() || d[i].get_ref<const std::string&>().size() > kMaxName)
                 throw ConfigError(path, "expected a device name such as \"cpu:0\", got " + describe_json(d[i]));
             try {
                 e.devices.push_back(parse_device_id(d[i].get<std::string>()).to_string());
@@ -422,6 +470,43 @@ Shape model_input_shape(const config::Experiment& e) {
     return Shape(data::load_data(probe, e.seed).train.sample_shape);
 }
 
+namespace {
+
+// nlohmann's DOM builder, keeping where and why parsing failed: its number overflow (error 406,
+// "1e99999") carries no position, its SAX call does.
+struct JsonDomWithPosition {
+    explicit JsonDomWithPosition(json& result) : dom(result, false) {}
+    nlohmann::detail::json_sax_dom_parser<json> dom;
+    bool failed = false;
+    size_t position = 0;
+    std::string token, message;
+    int error_id = 0;
+
+    bool null() { return dom.null(); }
+    bool boolean(bool v) { return dom.boolean(v); }
+    bool number_integer(json::number_integer_t v) { return dom.number_integer(v); }
+    bool number_unsigned(json::number_unsigned_t v) { return dom.number_unsigned(v); }
+    bool number_float(json::number_float_t v, const std::string& text) { return dom.number_float(v, text); }
+    bool string(std::string& v) { return dom.string(v); }
+    bool binary(json::binary_t& v) { return dom.binary(v); }
+    bool start_object(size_t n) { return dom.start_object(n); }
+    bool key(std::string& v) { return dom.key(v); }
+    bool end_object() { return dom.end_object(); }
+    bool start_array(size_t n) { return dom.start_array(n); }
+    bool end_array() { return dom.end_array(); }
+    template <class Exception>
+    bool parse_error(size_t at, const std::string& last_token, const Exception& ex) {
+        failed = true;
+        position = at;
+        token = last_token;
+        message = ex.what();
+        error_id = ex.id;
+        return false;
+    }
+};
+
+}  // namespace
+
 config::Experiment load_experiment(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ConfigError(path + ": cannot open the experiment file");
@@ -436,23 +521,30 @@ config::Experiment load_experiment(const std::string& path) {
             throw ConfigError(path + ": larger than 16 MiB; an experiment file is at most 16 MiB");
     }
     json j;
-    try {
-        j = json::parse(s);
-    } catch (const json::parse_error& err) {
-        // nlohmann reports a byte offset; turn it into line and column for people.
+    JsonDomWithPosition sax(j);
+    json::sax_parse(s, &sax);
+    if (sax.failed) {
+        // nlohmann reports a byte offset; turn it into line and column for people. A syntax
+        // error is placed where the parser stopped, a number too large for a double (1e99999) at
+        // its first digit.
+        const size_t at = sax.error_id == 406 && sax.position >= sax.token.size() ? sax.position - sax.token.size()
+                                                                                    : (sax.position > 0 ? sax.position - 1 : 0);
         size_t line = 1, col = 1;
-        for (size_t i = 0; i + 1 < err.byte && i < s.size(); ++i) {
+        for (size_t i = 0; i < at && i < s.size(); ++i) {
             if (s[i] == '\n') ++line, col = 1;
             else ++col;
         }
-        std::string what = err.what();
-        const auto pos = what.find("syntax error");
-        throw ConfigError(path + ":" + std::to_string(line) + ":" + std::to_string(col) +
-                          ": not valid JSON (" + (pos == std::string::npos ? what : what.substr(pos)) + ")");
-    } catch (const json::exception& err) {  // a number beyond a double (1e99999), and the like
-        std::string what = err.what();
-        const auto pos = what.find("] ");
-        throw ConfigError(path + ": not valid JSON (" + (pos == std::string::npos ? what : what.substr(pos + 2)) + ")");
+        std::string where = path;
+        where += ":" + std::to_string(line) + ":" + std::to_string(col) + ": ";
+        if (sax.error_id == 406) {
+            const std::string token = sax.token.size() > 40 ? sax.token.substr(0, 40) + "..." : sax.token;
+            throw ConfigError(where + "number out of range (" + token + " is beyond a double)");
+        }
+        std::string what = sax.message;
+        if (const auto pos = what.find("syntax error"); pos != std::string::npos) what = what.substr(pos);
+        // nlohmann quotes the text it last read: an unclosed 10 MB string is not echoed whole.
+        if (what.size() > 160) what = what.substr(0, 160) + "...";
+        throw ConfigError(where + "not valid JSON (" + what + ")");
     }
     try {
         return parse_experiment(j);
@@ -558,6 +650,7 @@ json to_json(const config::Experiment& e) {
                   {"clip_norm", t.clip_norm ? json(*t.clip_norm) : json(nullptr)},
                   {"precision", t.precision},
                   {"eval_every", t.eval_every},
+                  {"checkpoint_every", t.checkpoint_every},
                   {"recompute", t.recompute}};
     return j;
 }

@@ -114,7 +114,7 @@ config::RunSummary run_job(const config::Experiment& e, RunObserver* observer, R
     Prepared p;
     std::string local_error;
     try {
-        p = prepare(e, compute_threads, true);
+        p = prepare(e, compute_threads, true, nullptr, control ? control->init_weights : std::string());
     } catch (const std::exception& err) {
         local_error = err.what();
     }

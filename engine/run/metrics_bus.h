@@ -29,6 +29,13 @@ public:
     // The run's end, when it does not come from the run's own thread (a job's failure).
     void publish_finish(const config::RunSummary& s);
 
+    // A resumed run: steps 1..`done` ended before it (their records are kept); the next to end
+    // is done + 1. Before any publish.
+    void resume_after(int64_t done) {
+        std::lock_guard lock(m_mutex);
+        m_next_end = done + 1;
+    }
+
     // The global loss of the last step that every device reported (NaN before the first).
     double last_step_loss() const;
     // Steps every device reported, and their examples (the global batches').

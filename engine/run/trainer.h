@@ -33,11 +33,18 @@ public:
     virtual void on_finish(const config::RunSummary& s) { (void)s; }
 };
 
+struct Checkpointing;  // engine/run/checkpoint.h
+
 struct RunControl {
     std::atomic<bool> stop{false};   // honoured between steps: status "stopped"
     // While set, every device waits before its next step (a step already started finishes, so
     // the devices pause at one step boundary). Stop ends a paused run too.
     std::atomic<bool> pause{false};
+    // Checkpoints to write, and a checkpoint to resume from (null: neither). A local run only.
+    Checkpointing* checkpoints = nullptr;
+    // `paralab run --init`: a safetensors file every parameter starts from (engine/io/weights.h:
+    // load_weights), set on the single-device model before the strategy takes it. Empty: none.
+    std::string init_weights;
 };
 
 // What tests and tools may ask a run to hand back besides its summary.

@@ -10,7 +10,9 @@
 #include "engine/comm/gpu.h"
 #include "engine/data/loader.h"
 #include "engine/device/cuda_device.h"
+#include "engine/io/weights.h"
 #include "engine/run/generate.h"
+#include "engine/run/memory_check.h"
 #include "engine/strategy/registry.h"
 #include "engine/util/own_thread.h"
 
@@ -279,15 +281,24 @@ void rank_main(Shared& sh, int index) {
         if (role.needs_data) loader = std::make_unique<data::DataLoader>(sh.splits.train, lopt);
         const int64_t train_size = sh.splits.train.size();
 
-        int64_t step = 0;
+        // A resumed run starts after its checkpoint's step: in the epoch that step lies in, at
+        // the batch after it (the loader's order is a function of seed and epoch).
+        int64_t step = sh.first_step;
+        const bool checkpointing = sh.checkpoints && !sh.mpi;
         data::Batch batch;
-        for (int64_t epoch = 0; epoch < e.train.epochs && step < sh.ctx.total_steps; ++epoch) {
-            if (loader) loader->start_epoch(epoch);
+        const int64_t first_epoch = sh.first_step / sh.steps_per_epoch;
+        for (int64_t epoch = first_epoch; epoch < e.train.epochs && step < sh.ctx.total_steps; ++epoch) {
+            const int64_t first_batch = epoch == first_epoch ? sh.first_step % sh.steps_per_epoch : 0;
+            if (loader) {
+                loader->start_epoch(epoch);
+                for (int64_t i = 0; i < first_batch; ++i)
+                    PARALAB_CHECK(loader->next(batch), "the loader ended an epoch early");
+            }
             {
                 std::lock_guard lock(sh.mutex);
                 sh.epochs_started = std::max(sh.epochs_started, epoch + 1);
             }
-            for (int64_t i = 0; i < sh.steps_per_epoch && step < sh.ctx.total_steps; ++i) {
+            for (int64_t i = first_batch; i < sh.steps_per_epoch && step < sh.ctx.total_steps; ++i) {
                 if (!begin_step(sh, rank, step + 1)) return sh.strategy.finish_rank(rank);
                 const auto t_wait = Clock::now();
                 if (loader) {
@@ -345,6 +356,17 @@ void rank_main(Shared& sh, int index) {
                 spans.insert(spans.begin(), wait);
                 sh.publish(std::move(spans), rec, res.loss_sum, res.loss_samples);
 
+                // Checkpoints every train.checkpoint_every steps, at each epoch's end and at the
+                // last step, at a boundary every rank reaches: all wait while rank 0 gathers and
+                // writes.
+                const int64_t every = e.train.checkpoint_every;
+                if (checkpointing && ((every > 0 && step % every == 0) || i + 1 == sh.steps_per_epoch ||
+                                      step == sh.ctx.total_steps)) {
+                    rank.comm().barrier();
+                    if (index == 0) sh.write_checkpoint(step);
+                    rank.comm().barrier();
+                }
+
                 if (e.train.eval_every > 0 && step % e.train.eval_every == 0 && step < sh.ctx.total_steps &&
                     sh.splits.test.size() > 0) {
                     // Every rank stops here; rank 0 evaluates the model as it is.
@@ -373,6 +395,28 @@ void rank_main(Shared& sh, int index) {
     } catch (const std::exception& err) {
         fail_run(sh, std::current_exception(), rank.device().name() + " failed: " + err.what());
         if (started) sh.strategy.finish_rank(rank);
+    }
+}
+
+void Shared::write_checkpoint(int64_t step) {
+    if (!checkpoints || checkpoints->folder.empty()) return;
+    {
+        std::lock_guard lock(mutex);
+        if (last_checkpoint >= step) return;
+        last_checkpoint = step;
+    }
+    const auto t0 = Clock::now();
+    try {
+        CheckpointPosition at;
+        at.step = step;
+        at.epoch = step / steps_per_epoch;
+        at.batch_index = step % steps_per_epoch;
+        const std::string path =
+            run::write_checkpoint(checkpoints->folder, e, names, at, strategy.save_state());
+        if (checkpoints->written)
+            checkpoints->written(path, step, std::chrono::duration<double>(Clock::now() - t0).count(), "");
+    } catch (const std::exception& err) {
+        if (checkpoints->written) checkpoints->written("", step, 0, err.what());
     }
 }
 
@@ -408,7 +452,16 @@ Shape checked_input(const config::Experiment& e, const data::DataSplits& splits)
 
 }  // namespace
 
-Prepared prepare(const config::Experiment& e, int compute_threads, bool across_processes) {
+CheckedModel check_model(const config::Experiment& e, const data::DataSplits& splits) {
+    CheckedModel checked{checked_input(e, splits), {}};
+    checked.model = nn::summarize(e.layers, checked.input, e.loss);
+    check_model_fits_data(checked.model.output, splits.train, e.loss);
+    check_memory_fits(e, checked.input);
+    return checked;
+}
+
+Prepared prepare(const config::Experiment& e, int compute_threads, bool across_processes,
+                 const std::atomic<bool>* stop, const std::string& init_weights) {
     Prepared p;
     p.devices = make_devices(e, compute_threads);
     // MPI's collectives read host memory: GPUs across processes would need NCCL there.
@@ -416,13 +469,15 @@ Prepared prepare(const config::Experiment& e, int compute_threads, bool across_p
         throw ConfigError("devices", "CUDA devices in a job across processes (mpirun) are not supported "
                           "in this version; run the GPUs of one machine in one process");
     set_precision(e, p.devices);
-    p.splits = data::load_data(e.data, e.seed);
-    p.input = checked_input(e, p.splits);
+    data::StopCheck stopped;
+    if (stop) stopped = [stop] { return stop->load(); };
+    p.splits = data::load_data(e.data, e.seed, stopped);
+    p.input = check_model(e, p.splits).input;
     p.scratch = make_cpu_device(0, compute_threads);
     p.reference = std::make_unique<nn::Model>(e.layers, p.input, e.loss, DType::f32, *p.scratch);
-    check_model_fits_data(p.reference->output_shape(), p.splits.train, e.loss);
     Rng init_rng(e.seed);
     p.reference->reset_parameters(init_rng);
+    if (!init_weights.empty()) io::load_weights(*p.reference, init_weights);
     return p;
 }
 
@@ -511,10 +566,7 @@ CheckedModel check_before_training(const config::Experiment& e) {
     strategy::check_device_count(strategy::descriptor_of(e), static_cast<int>(e.devices.size()));
     data::check_data_files(e.data);
     const data::DataSplits splits = data::load_data(e.data, e.seed);
-    CheckedModel checked{detail::checked_input(e, splits), {}};
-    checked.model = nn::summarize(e.layers, checked.input, e.loss);
-    detail::check_model_fits_data(checked.model.output, splits.train, e.loss);
-    return checked;
+    return detail::check_model(e, splits);
 }
 
 }  // namespace paralab::run

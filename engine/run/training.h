@@ -20,6 +20,7 @@
 #include "engine/device/device.h"
 #include "engine/nn/model.h"
 #include "engine/optim/schedule.h"
+#include "engine/run/checkpoint.h"
 #include "engine/run/metrics_bus.h"
 #include "engine/run/process_run.h"
 #include "engine/run/trainer.h"
@@ -143,6 +144,15 @@ struct Shared {
     bool stopped_in_job = false;        // guarded by mutex: the ranks agreed to stop
     int first_local = 0;                // this process's first rank
 
+    // ---- checkpoints (checkpoint.h; a local run only) --------------------------------------------
+    Checkpointing* checkpoints = nullptr;  // null or no folder: none written
+    TensorNames names;                     // the model's tensors' names in a checkpoint
+    int64_t first_step = 0;                // steps done before the ranks start (a resume)
+    int64_t last_checkpoint = 0;           // guarded by mutex: the step of the last one written
+    // Writes the checkpoint after `step` steps; every rank waits (between steps) meanwhile. A
+    // failure to write is reported through the Checkpointing, and the run goes on.
+    void write_checkpoint(int64_t step);
+
     bool is_root() const { return !mpi || mpi->rank() == 0; }
 
     // The model as trained so far, evaluated where the run's owner holds it: device 0's
@@ -166,7 +176,8 @@ void run_local_ranks(Shared& sh, int world);
 // What a run needs before its world is placed: this process's devices, the data, the model's
 // input, and the reference model (initialised from the seed on a scratch host device, so that
 // every strategy starts from the single device's parameters). Throws ConfigError for what this
-// build, these devices or this data cannot run.
+// build, these devices or this data cannot run. The data loading asks `stop` (null: never)
+// between chunks and throws data::LoadStopped when it is set.
 struct Prepared {
     std::vector<std::unique_ptr<Device>> devices;
     data::DataSplits splits;
@@ -174,7 +185,16 @@ struct Prepared {
     std::unique_ptr<Device> scratch;
     std::unique_ptr<nn::Model> reference;
 };
-Prepared prepare(const config::Experiment& e, int compute_threads, bool across_processes);
+// The checks of the model against the data and this machine, before anything of it is
+// allocated: model.input against the examples, the output against the targets and the loss,
+// and the predicted memory against the devices' (memory_check.h). A run (prepare) and
+// `paralab validate` (check_before_training) both make them. Throws ConfigError naming the path.
+CheckedModel check_model(const config::Experiment& e, const data::DataSplits& splits);
+
+// The devices, the data and the single-device model, initialised from the seed, then from
+// `init_weights` when given (RunControl::init_weights).
+Prepared prepare(const config::Experiment& e, int compute_threads, bool across_processes,
+                 const std::atomic<bool>* stop = nullptr, const std::string& init_weights = {});
 
 // The run's context for `world` (one device per rank, null for another process's).
 RunContext make_context(const config::Experiment& e, const Prepared& p, std::vector<Device*> world);

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <ostream>
 #include <thread>
+#include <pwd.h>
 #include <unistd.h>
 
 namespace paralab::store {
@@ -98,6 +99,119 @@ json parse_or_null(const std::string& text) {
 }
 
 }  // namespace
+
+std::string author_name() {
+    if (const char* a = std::getenv("PARALAB_AUTHOR"); a && *a) return a;
+    if (const passwd* pw = getpwuid(getuid())) {
+        std::string full = pw->pw_gecos ? pw->pw_gecos : "";
+        full = full.substr(0, full.find(','));  // "Ada Lovelace,room,phone,..."
+        if (!full.empty()) return full;
+        if (pw->pw_name) return pw->pw_name;
+    }
+    return {};
+}
+
+bool RunStore::has_column(const std::string& schema, const std::string& table, const std::string& column) {
+    const std::string sql = "PRAGMA " + schema + ".table_info(" + table + ")";
+    Statement q(m_db, sql.c_str(), m_path);
+    while (q.step())
+        if (q.text(1) == column) return true;
+    return false;
+}
+
+std::vector<int64_t> RunStore::copy_runs(const std::string& from, const std::string& to,
+                                         const std::vector<int64_t>& ids, bool has_author, bool has_spans) {
+    std::vector<int64_t> copied;
+    for (const int64_t id : ids) {
+        std::string sql = "INSERT INTO " + to +
+                          ".runs (name, status, strategy, devices, config, created_at, finished_at, summary, "
+                          "notes, pid, host, author) SELECT name, CASE status WHEN 'running' THEN 'interrupted' "
+                          "ELSE status END, strategy, devices, config, created_at, finished_at, summary, notes, "
+                          "NULL, host, ";
+        sql += has_author ? "author" : "''";
+        sql += " FROM " + from + ".runs WHERE run_id = ?";
+        Statement(m_db, sql.c_str(), m_path).bind(1, id).step();
+        if (sqlite3_changes(m_db) == 0) throw StoreError(m_path + ": run " + std::to_string(id) + " is not in the store");
+        const int64_t copy = sqlite3_last_insert_rowid(m_db);
+        std::vector<std::string> rows = {
+            "INSERT INTO " + to + ".records (run_id, step, device, epoch, wall_s, loss, samples, compute_ms, "
+                "comm_ms, idle_ms, data_wait_ms, memory_bytes, lr) SELECT ?, step, device, epoch, wall_s, loss, "
+                "samples, compute_ms, comm_ms, idle_ms, data_wait_ms, memory_bytes, lr FROM " + from +
+                ".records WHERE run_id = ?",
+            "INSERT INTO " + to + ".evaluations (run_id, step, loss, accuracy, samples) SELECT ?, step, loss, "
+                "accuracy, samples FROM " + from + ".evaluations WHERE run_id = ?"};
+        if (has_spans)
+            rows.push_back("INSERT INTO " + to + ".spans (run_id, device, step, phase, t_begin, t_end, bytes) "
+                           "SELECT ?, device, step, phase, t_begin, t_end, bytes FROM " + from +
+                           ".spans WHERE run_id = ?");
+        for (const std::string& q : rows) Statement(m_db, q.c_str(), m_path).bind(1, copy).bind(2, id).step();
+        copied.push_back(copy);
+    }
+    return copied;
+}
+
+std::vector<int64_t> RunStore::export_runs(const std::vector<int64_t>& ids, const std::string& dest) {
+    std::error_code ec;
+    if (std::filesystem::exists(dest, ec))
+        throw StoreError(dest + ": already exists; runs are handed in to a new file");
+    { RunStore created(dest); }  // an empty store of this schema
+    auto remove_dest = [&] {
+        for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(dest + suffix, ec);
+    };
+    std::lock_guard lock(m_mutex);
+    try {
+        Statement(m_db, "ATTACH DATABASE ? AS dest", m_path).bind(1, dest).step();
+    } catch (...) {
+        remove_dest();
+        throw;
+    }
+    std::vector<int64_t> copied;
+    try {
+        exec("BEGIN IMMEDIATE");
+        try {
+            copied = copy_runs("main", "dest", ids, true, true);
+            exec("COMMIT");
+        } catch (...) {
+            sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+            throw;
+        }
+    } catch (...) {
+        sqlite3_exec(m_db, "DETACH DATABASE dest", nullptr, nullptr, nullptr);
+        remove_dest();
+        throw;
+    }
+    exec("DETACH DATABASE dest");
+    return copied;
+}
+
+std::vector<int64_t> RunStore::import_runs(const std::string& source) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(source, m_path, ec))
+        throw StoreError(source + ": that is this run store itself");
+    { RunStore check(source, Access::read_only); }  // refuses what is not a ParaLab store
+    std::lock_guard lock(m_mutex);
+    Statement(m_db, "ATTACH DATABASE ? AS src", m_path).bind(1, source).step();
+    std::vector<int64_t> copied;
+    try {
+        std::vector<int64_t> ids;
+        Statement q(m_db, "SELECT run_id FROM src.runs ORDER BY run_id", m_path);
+        while (q.step()) ids.push_back(q.integer(0));
+        const bool author = has_column("src", "runs", "author"), spans = has_column("src", "spans", "run_id");
+        exec("BEGIN IMMEDIATE");
+        try {
+            copied = copy_runs("src", "main", ids, author, spans);
+            exec("COMMIT");
+        } catch (...) {
+            sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+            throw;
+        }
+    } catch (...) {
+        sqlite3_exec(m_db, "DETACH DATABASE src", nullptr, nullptr, nullptr);
+        throw;
+    }
+    exec("DETACH DATABASE src");
+    return copied;
+}
 
 std::string RunStore::default_path() {
     if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg)
@@ -343,6 +457,10 @@ ALTER TABLE evaluations_v3 RENAME TO evaluations;
             exec(("PRAGMA application_id = " + std::to_string(kApplicationId)).c_str());
             exec("PRAGMA user_version = 3");
         }
+        if (version < 4) {
+            exec("ALTER TABLE runs ADD COLUMN author TEXT NOT NULL DEFAULT ''");
+            exec("PRAGMA user_version = 4");
+        }
         exec("COMMIT");
     } catch (...) {
         sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -377,11 +495,12 @@ int64_t RunStore::create_run(const config::Experiment& e, const json& config) {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     Statement s(m_db,
-                "INSERT INTO runs (name, status, strategy, devices, config, created_at, pid, host) "
-                "VALUES (?, 'running', ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO runs (name, status, strategy, devices, config, created_at, pid, host, author) "
+                "VALUES (?, 'running', ?, ?, ?, ?, ?, ?, ?)",
                 m_path);
     s.bind(1, e.name).bind(2, e.strategy.type).bind(3, json(e.devices).dump()).bind(4, config.dump());
     s.bind(5, now_iso8601()).bind(6, static_cast<int64_t>(getpid())).bind(7, std::string(host));
+    s.bind(8, author_name());
     s.step();
     return sqlite3_last_insert_rowid(m_db);
 }
@@ -391,6 +510,32 @@ void RunStore::finish_run(int64_t run_id, const std::string& status, const json&
     Statement s(m_db, "UPDATE runs SET status = ?, summary = ?, finished_at = ? WHERE run_id = ?", m_path);
     s.bind(1, status).bind(2, summary.dump()).bind(3, now_iso8601()).bind(4, run_id);
     s.step();
+}
+
+bool RunStore::reopen_run(int64_t run_id, int64_t after_step) {
+    std::lock_guard lock(m_mutex);
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    exec("BEGIN IMMEDIATE");
+    try {
+        for (const char* sql : {"DELETE FROM spans WHERE run_id = ? AND step > ?",
+                                "DELETE FROM evaluations WHERE run_id = ? AND step > ?",
+                                "DELETE FROM records WHERE run_id = ? AND step > ?"}) {
+            Statement s(m_db, sql, m_path);
+            s.bind(1, run_id).bind(2, after_step).step();
+        }
+        Statement s(m_db,
+                    "UPDATE runs SET status = 'running', summary = NULL, finished_at = NULL, pid = ?, host = ? "
+                    "WHERE run_id = ?",
+                    m_path);
+        s.bind(1, static_cast<int64_t>(getpid())).bind(2, std::string(host)).bind(3, run_id).step();
+        const bool found = sqlite3_changes(m_db) > 0;
+        exec("COMMIT");
+        return found;
+    } catch (...) {
+        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
 }
 
 void RunStore::add_records(int64_t run_id, const std::vector<config::StepRecord>& records) {
@@ -475,10 +620,12 @@ std::vector<config::Span> RunStore::spans(int64_t run_id, int64_t first_step, in
 
 std::vector<RunRow> RunStore::list_runs() {
     std::lock_guard lock(m_mutex);
-    Statement q(m_db,
-                "SELECT run_id, name, status, strategy, devices, created_at, finished_at, summary, config, "
-                "notes FROM runs ORDER BY run_id",
-                m_path);
+    // A read-only store of an older schema has no author column.
+    std::string sql =
+        "SELECT run_id, name, status, strategy, devices, created_at, finished_at, summary, config, notes, ";
+    sql += has_column("main", "runs", "author") ? "author" : "''";
+    sql += " FROM runs ORDER BY run_id";
+    Statement q(m_db, sql.c_str(), m_path);
     std::vector<RunRow> rows;
     while (q.step()) {
         RunRow r;
@@ -495,6 +642,7 @@ std::vector<RunRow> RunStore::list_runs() {
         r.summary = parse_or_null(q.text(7));
         r.config = parse_or_null(q.text(8));
         r.notes = q.text(9);
+        r.author = q.text(10);
         rows.push_back(std::move(r));
     }
     return rows;
@@ -662,6 +810,12 @@ void RunRecorder::on_start(const config::Experiment& e, int64_t) {
     // The devices as run: in an MPI job, every process's (the file lists one process's).
     if (m_config.is_object()) m_config["devices"] = e.devices;
     try {
+        if (m_resume_id) {
+            if (!m_store.reopen_run(m_resume_id, m_resume_after ? m_resume_after() : 0))
+                throw StoreError(m_store.path() + ": run " + std::to_string(m_resume_id) + " is not in the store");
+            m_run_id = m_resume_id;
+            return;
+        }
         m_run_id = m_store.create_run(e, m_config);
     } catch (const StoreError& err) {
         if (!err.disk_full()) throw;

@@ -24,8 +24,9 @@ struct sqlite3;
 namespace paralab::store {
 
 // The schema this build writes.
-constexpr int kSchemaVersion = 3;  // 1: runs, records, evaluations; 2: spans; 3: an evaluation's
-                                   // loss may be NULL (not finite), the application id is set
+constexpr int kSchemaVersion = 4;  // 1: runs, records, evaluations; 2: spans; 3: an evaluation's
+                                   // loss may be NULL (not finite), the application id is set;
+                                   // 4: a run's author
 // PRAGMA application_id of a ParaLab store ("PLRS"); 0 in stores written before schema 3.
 constexpr int32_t kApplicationId = 0x504C5253;
 
@@ -49,7 +50,12 @@ struct RunRow {
     nlohmann::json summary;  // the --json summary as far as the run got (null while running)
     nlohmann::json config;   // the experiment it ran
     std::string notes;       // the user's, edited in the window's runs table
+    std::string author;      // who ran it (author_name() when it was created); "" before schema 4
 };
+
+// The name runs are recorded under: $PARALAB_AUTHOR, else the user's full name from the
+// system's user database, else the login name.
+std::string author_name();
 
 // One point of a run's loss curve: the step over all its devices.
 struct LossPoint {
@@ -100,6 +106,11 @@ public:
 
     int64_t create_run(const config::Experiment& e, const nlohmann::json& config);
     void finish_run(int64_t run_id, const std::string& status, const nlohmann::json& summary);
+    // A run resumed after step `after_step` (`paralab run --resume`): `running` again, in this
+    // process, without a summary; its records, spans and evaluations of later steps (written
+    // before it was killed) go, so that its curve holds each step once. One transaction; false
+    // when the run is unknown.
+    bool reopen_run(int64_t run_id, int64_t after_step);
     void add_records(int64_t run_id, const std::vector<config::StepRecord>& records);
     void add_eval(int64_t run_id, const config::EvalResult& eval);  // a loss not finite: NULL
     void add_spans(int64_t run_id, const std::vector<config::Span>& spans);
@@ -107,6 +118,17 @@ public:
     std::vector<config::Span> spans(int64_t run_id, int64_t first_step, int64_t last_step);
 
     std::vector<RunRow> list_runs();  // oldest first
+
+    // Hand-in: runs `ids` of this store, whole (their records, evaluations, spans, notes and
+    // author), into a new store at `dest`, which must not exist yet. Checkpoints stay behind.
+    // Returns the new store's run ids, in the order of `ids`. Throws StoreError naming the
+    // file and the cause (an unknown run, a file already there); nothing is left at `dest` then.
+    std::vector<int64_t> export_runs(const std::vector<int64_t>& ids, const std::string& dest);
+    // Every run of the ParaLab store at `source` (any schema this build reads, refused as the
+    // constructor refuses one) copied into this store under new ids, in their order there; a
+    // run still `running` there arrives `interrupted`. One transaction: all or none. Returns
+    // the new ids.
+    std::vector<int64_t> import_runs(const std::string& source);
     std::optional<RunRow> get_run(int64_t run_id);
     // One CSV row per step per device (docs/experiment-format.md's columns); false when the run is unknown.
     bool export_csv(int64_t run_id, std::ostream& out);
@@ -138,6 +160,10 @@ private:
     sqlite3* m_db = nullptr;
     std::mutex m_mutex;  // one connection, used from the writer thread and the caller
     std::set<int64_t> m_interrupted;  // read-only access: runs reported interrupted
+    // Copies runs `ids` of the attached database `from` into `to` ("main" or "dest").
+    std::vector<int64_t> copy_runs(const std::string& from, const std::string& to, const std::vector<int64_t>& ids,
+                                   bool has_author, bool has_spans);
+    bool has_column(const std::string& schema, const std::string& table, const std::string& column);
 };
 
 // A RunObserver that records a run into a store from a writer thread of its own: steps are
@@ -156,6 +182,12 @@ public:
     void on_eval(const config::EvalResult& r) override;
     void on_finish(const config::RunSummary& s) override;
     int64_t run_id() const { return m_run_id; }
+    // Before on_start: record into the existing run `run_id` instead of a new one, reopened
+    // (RunStore::reopen_run) after the step `after_step` returns when the run starts.
+    void resume(int64_t run_id, std::function<int64_t()> after_step) {
+        m_resume_id = run_id;
+        m_resume_after = std::move(after_step);
+    }
     // The first failure to write ("" when none). Any other failure than a full disk: the run
     // goes on, the caller reports it.
     std::string write_error();
@@ -177,6 +209,8 @@ private:
     RunStore& m_store;
     nlohmann::json m_config;
     int64_t m_run_id = 0;
+    int64_t m_resume_id = 0;
+    std::function<int64_t()> m_resume_after;
     std::mutex m_mutex;
     std::condition_variable m_wake;
     std::vector<config::StepRecord> m_queue;  // guarded by m_mutex

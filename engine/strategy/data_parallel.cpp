@@ -28,6 +28,15 @@ public:
 
     void start_rank(Rank& rank) override { m_rank_slots[static_cast<size_t>(rank.index())] = &rank; }
 
+    // Device 0 holds the model and the optimizer; the others receive its parameters.
+    const char* why_no_checkpoint() const override { return nullptr; }
+    TrainingState save_state() override { return replica_state(0, *m_optimizers[0], m_scaler.get()); }
+    void load_state(const TrainingState& st) override {
+        load_replicas(st);
+        m_optimizers[0]->load_state(params(0), st.optimizer_state, st.optimizer_steps);
+        if (m_scaler && st.has_scaler) m_scaler->load_state(st.scaler);
+    }
+
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
         (void)offset;  // rank 0 holds the whole global batch
         const config::Experiment& e = rank.experiment();

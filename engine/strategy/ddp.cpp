@@ -58,6 +58,27 @@ public:
         }
     }
 
+    // Every replica and optimizer holds the same values: rank 0's are the run's. Balanced by
+    // speed, the split of the batch follows measured speeds, which a resumed run would measure anew.
+    const char* why_no_checkpoint() const override {
+        if (m_balance) return "with balance_by_speed the split of each batch follows measured speeds, which a resume cannot repeat";
+        if (m_ctx && m_ctx->spans_processes()) return "its ranks run in several processes";
+        return nullptr;
+    }
+    TrainingState save_state() override {
+        if (why_no_checkpoint()) return Strategy::save_state();
+        return replica_state(0, *m_optimizers[0], m_state[0]->scaler.get());
+    }
+    void load_state(const TrainingState& st) override {
+        if (why_no_checkpoint()) return Strategy::load_state(st);
+        load_replicas(st);
+        for (int r = 0; r < m_world; ++r) {
+            m_optimizers[static_cast<size_t>(r)]->load_state(params(r), st.optimizer_state, st.optimizer_steps);
+            if (m_state[static_cast<size_t>(r)]->scaler && st.has_scaler)
+                m_state[static_cast<size_t>(r)]->scaler->load_state(st.scaler);
+        }
+    }
+
     // Balanced by speed, every rank reads the whole global batch and runs its agreed rows.
     DataRole data_role(int rank) const override {
         if (m_balance) return {true, 0, 1};

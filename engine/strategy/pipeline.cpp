@@ -33,6 +33,11 @@ StrategyDescriptor pipeline_descriptor() {
         .memory = [](const config::Experiment& e, const ModelCost& m) { return stages::stage_memory(e, m, true); },
         .picture = [](const config::Experiment& e) { return stages::stage_picture(e, true); },
         .variant = {{.key = "schedule", .text = "{}"}, {.key = "micro_batches", .text = "{} micro-batches"}},
+        .pipeline = [](const config::Experiment& e) {
+            return PipelineShape{static_cast<int>(e.devices.size()),
+                                 static_cast<int>(option<int64_t>(e.strategy, "micro_batches")),
+                                 option<std::string>(e.strategy, "schedule")};
+        },
     };
 }
 

@@ -22,7 +22,8 @@ namespace paralab::strategy {
     X(param_server)           \
     X(model_parallel)         \
     X(pipeline)               \
-    X(tensor_parallel)
+    X(tensor_parallel)        \
+    X(hybrid)
 
 #define PARALAB_DECLARE(name) StrategyDescriptor name##_descriptor();
 PARALAB_STRATEGIES(PARALAB_DECLARE)
@@ -121,7 +122,7 @@ config::OptionSpec split_option() {
     return {.key = "split", .kind = config::OptionKind::index_list, .fallback = std::vector<int64_t>{},
             .label = "Stages start at layers",
             .help = "The first top-level layer index of each stage after the first (N − 1 strictly "
-                    "increasing indices in (0, L)); absent: balanced by parameter count."};
+                    "increasing indices in (0, L)); absent: balanced by compute (each layer's forward FLOPs)."};
 }
 
 std::string variant_label(const config::StrategyConfig& s) {
@@ -276,6 +277,7 @@ ModelCost model_cost(const config::Experiment& e, const Shape& input) {
         // A repeated layer's row is its copies, each a layer of its own (nn::expand_repeats).
         for (int64_t c = 0; c < row.copies; ++c) {
             cost.layer_parameters.push_back(row.parameters / row.copies);
+            cost.layer_flops.push_back(row.flops / row.copies);
             cost.layer_outputs.push_back(row.output.numel());
             cost.layer_activations.push_back(row.activations / row.copies);
             cost.layer_scores.push_back(row.attention_scores / row.copies);

@@ -49,6 +49,7 @@ struct DeviceMemoryEstimate {
 // it outputs per example (a residual block's body counted with it).
 struct ModelCost {
     std::vector<int64_t> layer_parameters;
+    std::vector<int64_t> layer_flops;  // forward, per example: what the pipeline's stages balance
     // By top-level layer of the model (a repeated layer's copies one by one, nn::expand_repeats).
     std::vector<int64_t> layer_outputs;      // per example
     std::vector<int64_t> layer_activations;  // per example: what each layer holds for backward
@@ -121,6 +122,14 @@ struct VariantPart {
     std::string text_if_false{};
 };
 
+// A strategy that runs its devices as consecutive stages: how many, how many micro-batches each
+// step, in which schedule (the Timeline measures its bubble against (p − 1) / (m + p − 1)).
+struct PipelineShape {
+    int stages = 0;
+    int micro_batches = 1;
+    std::string schedule{};  // "gpipe", "1f1b", ...; "one at a time" for model_parallel
+};
+
 struct StrategyDescriptor {
     std::string name{};  // strategy.type
     std::vector<config::OptionSpec> options{};
@@ -148,6 +157,8 @@ struct StrategyDescriptor {
     StepPicture (*picture)(const config::Experiment& e) = nullptr;
     // The options that tell two runs of this strategy apart, in the order they are named.
     std::vector<VariantPart> variant{};
+    // Null: not a pipeline.
+    PipelineShape (*pipeline)(const config::Experiment& e) = nullptr;
 
     const config::OptionSpec* option(const std::string& key) const;
 };

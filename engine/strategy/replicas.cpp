@@ -63,6 +63,35 @@ void ReplicaStrategy::build_replicas(RunContext& ctx, nn::Model& reference, bool
     }
 }
 
+TrainingState ReplicaStrategy::replica_state(int rank, const optim::Optimizer& optimizer,
+                                             const optim::LossScaler* scaler) {
+    TrainingState st;
+    st.parameters = host_copies(params(rank));
+    st.buffers = host_copies(replica(rank).buffers());
+    st.optimizer_state_names = optimizer.state_names();
+    for (const auto& per_param : optimizer.state()) st.optimizer_state.push_back(host_copies(per_param));
+    st.optimizer_state.resize(st.parameters.size());  // before the first step: empty lists
+    st.optimizer_steps = optimizer.steps_taken();
+    if (scaler) {
+        st.has_scaler = true;
+        st.scaler = scaler->state();
+    }
+    return st;
+}
+
+void ReplicaStrategy::load_replicas(const TrainingState& state) {
+    for (int r = 0; r < m_world; ++r) {
+        if (!m_replicas[static_cast<size_t>(r)]) continue;
+        auto& ps = params(r);
+        PARALAB_CHECK(ps.size() == state.parameters.size(), "the checkpoint holds " +
+                      std::to_string(state.parameters.size()) + " parameters, the model " + std::to_string(ps.size()));
+        for (size_t i = 0; i < ps.size(); ++i) ps[i]->value.copy_from(state.parameters[i]);
+        const auto bufs = replica(r).buffers();
+        PARALAB_CHECK(bufs.size() == state.buffers.size(), "the checkpoint's buffers do not fit the model");
+        for (size_t i = 0; i < bufs.size(); ++i) bufs[i].copy_from(state.buffers[i]);
+    }
+}
+
 void ReplicaStrategy::broadcast_parameters(Rank& rank) {
     if (rank.world() == 1) return;
     nn::Model& model = replica(rank.index());

@@ -37,6 +37,12 @@ protected:
     // The parameters each top-level layer owns, by layer index (the same on every replica).
     const std::vector<std::vector<size_t>>& params_of_layer() const { return m_params_of_layer; }
 
+    // Checkpoints of the strategies whose replicas all hold the whole model: the state of
+    // `rank`'s replica with `optimizer`'s state (already in the single device's layout) and
+    // `scaler`'s (null: none); and the parameters and buffers of `state` into every local replica.
+    TrainingState replica_state(int rank, const optim::Optimizer& optimizer, const optim::LossScaler* scaler);
+    void load_replicas(const TrainingState& state);
+
     std::vector<std::unique_ptr<nn::Model>> m_replicas;
     std::vector<std::vector<nn::Param*>> m_params;
     std::vector<std::unique_ptr<optim::Optimizer>> m_optimizers;  // empty where a rank has none

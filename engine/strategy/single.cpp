@@ -10,6 +10,14 @@ class Single final : public ReplicaStrategy {
 public:
     Single() : ReplicaStrategy("single") {}
 
+    const char* why_no_checkpoint() const override { return nullptr; }
+    TrainingState save_state() override { return replica_state(0, *m_optimizers[0], m_scaler.get()); }
+    void load_state(const TrainingState& st) override {
+        load_replicas(st);
+        m_optimizers[0]->load_state(params(0), st.optimizer_state, st.optimizer_steps);
+        if (m_scaler && st.has_scaler) m_scaler->load_state(st.scaler);
+    }
+
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
         build_replicas(ctx, reference, false);

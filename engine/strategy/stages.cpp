@@ -43,7 +43,10 @@ std::vector<Op> stage_schedule(Schedule schedule, int stage, int stages, int mic
 
 // ---- splits ---------------------------------------------------------------------------------
 
-std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_params, int stages) {
+std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_cost, int stages,
+                                    const std::vector<int64_t>& params) {
+    const std::vector<int64_t>& layer_params = layer_cost;  // the quantity balanced
+    const std::vector<int64_t>& free_of = params.size() == layer_cost.size() ? params : layer_cost;
     const int n = static_cast<int>(layer_params.size());
     PARALAB_CHECK(stages >= 1 && stages <= n, "balanced_split: " + std::to_string(stages) +
                                                   " stages for " + std::to_string(n) + " layers");
@@ -73,7 +76,7 @@ std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_params, in
             for (int j = i + 1; j <= n - k + 1 && sum(i, j) <= limit; ++j) {
                 const int64_t rest = starts[at(j, k - 1)];
                 if (rest == kInf) continue;
-                const int64_t free_start = (j < n && layer_params[size_t(j)] == 0) ? 1 : 0;
+                const int64_t free_start = (j < n && free_of[size_t(j)] == 0) ? 1 : 0;
                 starts[at(i, k)] = std::min(starts[at(i, k)], rest + free_start);
             }
 
@@ -84,7 +87,7 @@ std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_params, in
         int chosen = -1;
         for (int j = n - k + 1; j > i; --j) {
             if (sum(i, j) > limit || starts[at(j, k - 1)] == kInf) continue;
-            const int64_t free_start = layer_params[size_t(j)] == 0 ? 1 : 0;
+            const int64_t free_start = free_of[size_t(j)] == 0 ? 1 : 0;
             if (starts[at(j, k - 1)] + free_start == starts[at(i, k)]) {
                 chosen = j;
                 break;
@@ -138,9 +141,12 @@ std::vector<size_t> stage_bounds(const config::Experiment& e, nn::Model& referen
     check_stage_count(world, n, strategy_name);
     std::vector<int64_t> split = option<std::vector<int64_t>>(e.strategy, "split");
     if (split.empty() && world > 1) {
-        std::vector<int64_t> counts;
-        for (size_t i = 0; i < n; ++i) counts.push_back(reference.net().at(i).parameter_count());
-        split = balanced_split(counts, world);
+        std::vector<int64_t> flops, counts;
+        for (size_t i = 0; i < n; ++i) {
+            flops.push_back(reference.net().at(i).flops_per_sample());
+            counts.push_back(reference.net().at(i).parameter_count());
+        }
+        split = balanced_split(flops, world, counts);
     }
     check_split(split, world, n);
     std::vector<size_t> bounds{0};
@@ -205,6 +211,15 @@ public:
     Tensor predict(const Tensor& x) override;
     std::vector<Tensor> parameters() override;
     std::vector<Tensor> buffers() override;
+
+    // A checkpoint holds the stages' parameters and optimizer states end to end: the single
+    // device's lists.
+    const char* why_no_checkpoint() const override {
+        if (m_ctx && m_ctx->spans_processes()) return "its stages run in several processes";
+        return nullptr;
+    }
+    TrainingState save_state() override;
+    void load_state(const TrainingState& state) override;
 
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override;
@@ -292,6 +307,45 @@ void StagedStrategy::setup_impl(RunContext& ctx, nn::Model& reference) {
     }
     PARALAB_CHECK(param_at == ref_params.size() && buffer_at == ref_buffers.size(),
                   "stage: the stages do not hold every parameter of the model");
+}
+
+TrainingState StagedStrategy::save_state() {
+    if (why_no_checkpoint()) return Strategy::save_state();
+    TrainingState out;
+    out.optimizer_state_names = m_stages.front().optimizer->state_names();
+    for (Stage& st : m_stages) {
+        for (Tensor& t : host_copies(st.params)) out.parameters.push_back(std::move(t));
+        for (Tensor& t : host_copies(st.buffers)) out.buffers.push_back(std::move(t));
+        const auto& state = st.optimizer->state();
+        for (size_t i = 0; i < st.params.size(); ++i)
+            out.optimizer_state.push_back(i < state.size() ? host_copies(state[i]) : std::vector<Tensor>{});
+        out.optimizer_steps = std::max(out.optimizer_steps, st.optimizer->steps_taken());
+        if (st.scaler) {
+            out.has_scaler = true;
+            out.scaler = st.scaler->state();  // every stage's is the same
+        }
+    }
+    return out;
+}
+
+void StagedStrategy::load_state(const TrainingState& state) {
+    if (why_no_checkpoint()) return Strategy::load_state(state);
+    size_t p_at = 0, b_at = 0;
+    for (Stage& st : m_stages) {
+        PARALAB_CHECK(p_at + st.params.size() <= state.parameters.size() &&
+                          b_at + st.buffers.size() <= state.buffers.size(),
+                      "the checkpoint holds fewer parameters than the stages");
+        std::vector<std::vector<Tensor>> mine;
+        for (size_t i = 0; i < st.params.size(); ++i, ++p_at) {
+            st.params[i]->value.copy_from(state.parameters[p_at]);
+            mine.push_back(state.optimizer_state[p_at]);
+        }
+        for (Tensor& b : st.buffers) b.copy_from(state.buffers[b_at++]);
+        st.optimizer->load_state(st.params, mine, state.optimizer_steps);
+        if (st.scaler && state.has_scaler) st.scaler->load_state(state.scaler);
+    }
+    PARALAB_CHECK(p_at == state.parameters.size() && b_at == state.buffers.size(),
+                  "the checkpoint holds more parameters than the stages");
 }
 
 StepResult StagedStrategy::step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) {
@@ -460,7 +514,8 @@ std::vector<DeviceMemoryEstimate> stage_memory(const config::Experiment& e, cons
     const int n = static_cast<int>(out.size());
     const int64_t layers = static_cast<int64_t>(m.layer_parameters.size());
     std::vector<int64_t> split = option<std::vector<int64_t>>(e.strategy, "split");
-    if (split.size() != static_cast<size_t>(n - 1) && n <= layers) split = balanced_split(m.layer_parameters, n);
+    if (split.size() != static_cast<size_t>(n - 1) && n <= layers)
+        split = balanced_split(m.layer_flops, n, m.layer_parameters);
     std::vector<int64_t> bounds{0};
     for (int64_t b : split) bounds.push_back(std::clamp<int64_t>(b, 0, layers));
     while (static_cast<int>(bounds.size()) < n) bounds.push_back(layers);

@@ -9,8 +9,9 @@
 // with L top-level layers and N devices, split = [b1, ..., b(N-1)], 0 < b1 < ... < b(N-1) < L,
 // and stage s holds layers [b(s), b(s+1)) with b0 = 0 and bN = L. Example: 5 layers on 3
 // devices with split [2, 4] gives stages {0, 1}, {2, 3}, {4}. Without `split` the stages are
-// balanced by parameter count (balanced_split). Only top-level layers are split: a residual
-// block stays whole on one device.
+// balanced by compute: each top-level layer's forward FLOPs (balanced_split), so that the
+// stages of a pipeline take about as long and its schedule shows. Only top-level layers are
+// split: a residual block stays whole on one device.
 //
 // A batch runs as micro-batches (shard_of_batch(B, i, m)) in a schedule. A layer keeps what
 // its backward needs from its LAST forward only, so a stage keeps K "contexts": K builds of
@@ -56,12 +57,14 @@ std::vector<Op> stage_schedule(Schedule schedule, int stage, int stages, int mic
 // contexts); micro-batch i runs in context i % contexts_needed(...).
 int contexts_needed(Schedule schedule, int stage, int stages, int micro_batches);
 
-// Contiguous, non-empty stages of `layer_params` (parameters per top-level layer) over
-// `stages` devices minimising the largest stage's parameter count. Among the splits that reach
-// it: the fewest stages that start with a parameter-free layer (an activation, a dropout,
-// a flatten stays with the layer before it), then the latest boundaries. Returns the split
-// (stages - 1 first-layer indices). Requires 1 <= stages <= layer_params.size().
-std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_params, int stages);
+// Contiguous, non-empty stages of `layer_cost` (per top-level layer: its forward FLOPs for the
+// automatic split) over `stages` devices minimising the largest stage's cost. Among the splits
+// that reach it: the fewest stages that start with a parameter-free layer (an activation, a
+// dropout, a flatten stays with the layer before it; `layer_params`, or the costs when it is
+// empty, tells which layers are), then the latest boundaries. Returns the split (stages - 1
+// first-layer indices). Requires 1 <= stages <= layer_cost.size().
+std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_cost, int stages,
+                                    const std::vector<int64_t>& layer_params = {});
 
 // The stage bounds [0, b1, ..., b(N-1), L] for `world` devices: the experiment's
 // strategy.split, validated, or the balanced split of `reference`'s layers. Throws ConfigError

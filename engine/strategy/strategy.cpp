@@ -126,6 +126,15 @@ void Strategy::setup(RunContext& ctx, nn::Model& reference) {
     setup_impl(ctx, reference);
 }
 
+TrainingState Strategy::save_state() {
+    throw ConfigError("strategy.type", m_name + " cannot write checkpoints: " + why_no_checkpoint());
+}
+
+void Strategy::load_state(const TrainingState& state) {
+    (void)state;
+    throw ConfigError("strategy.type", m_name + " cannot resume from a checkpoint: " + why_no_checkpoint());
+}
+
 std::unique_ptr<Strategy> make_strategy(const config::Experiment& e) {
     return descriptor_of(e).make();
 }

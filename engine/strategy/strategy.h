@@ -153,6 +153,20 @@ private:
     std::vector<config::Span> m_spans;   // guarded by m_mutex
 };
 
+// The state of training at a step boundary in the single device's layout, whatever the
+// strategy: what a checkpoint holds (engine/run/checkpoint.h) and a resume restores.
+struct TrainingState {
+    std::vector<Tensor> parameters;  // host copies, in the model's order
+    std::vector<Tensor> buffers;     // batchnorm running statistics, likewise
+    // One list per parameter in the order of optimizer_state_names (optim::Optimizer::state();
+    // empty lists before the first step).
+    std::vector<std::string> optimizer_state_names;
+    std::vector<std::vector<Tensor>> optimizer_state;
+    int64_t optimizer_steps = 0;
+    bool has_scaler = false;  // fp16 mixed precision: the loss scaler's policy state
+    optim::LossScaler::State scaler;
+};
+
 class Strategy {
 public:
     virtual ~Strategy();
@@ -189,6 +203,16 @@ public:
     // Another rank failed: wake this strategy's own waits (a communication thread, a second
     // communicator) so that every rank thread ends. Any thread; idempotent.
     virtual void abort(const std::string& reason) { (void)reason; }
+
+    // Checkpoints. Why this strategy cannot save and restore its state exactly (null when it
+    // can); save_state and load_state throw ConfigError with it otherwise.
+    virtual const char* why_no_checkpoint() const { return "this strategy does not support checkpoints"; }
+    // Any one thread, while no rank steps (every rank stopped at one step boundary): the full
+    // state gathered from the ranks.
+    virtual TrainingState save_state();
+    // Main thread, after setup and before any start_rank: the state of a checkpoint, spread
+    // over the ranks as this strategy lays it out. Throws Error when it does not fit the model.
+    virtual void load_state(const TrainingState& state);
 
 protected:
     explicit Strategy(std::string name) : m_name(std::move(name)) {}

@@ -64,6 +64,42 @@ public:
         rank.device().allocator().reset_peak();
         broadcast_parameters(rank);
         s.shard_param.value.copy_from(s.values.view(s.shard.offset, Shape{s.shard.count}));
+        if (m_loaded) load_shard_state(rank.index(), *m_loaded);
+    }
+
+    // A checkpoint holds the optimizer state whole, per parameter: each rank's shard of the
+    // flat state vectors put together, so that a resume may shard it again.
+    const char* why_no_checkpoint() const override {
+        if (m_ctx && m_ctx->spans_processes()) return "its ranks run in several processes";
+        return nullptr;
+    }
+    TrainingState save_state() override {
+        if (why_no_checkpoint()) return Strategy::save_state();
+        TrainingState st = replica_state(0, *m_optimizers[0], m_state[0].scaler.get());
+        const auto& ps = params(0);
+        const size_t k = st.optimizer_state_names.size();
+        st.optimizer_state.assign(ps.size(), {});
+        if (k == 0 || m_optimizers[0]->state().empty()) return st;
+        for (size_t j = 0; j < k; ++j) {
+            Tensor flat = Tensor::empty(Shape{m_total}, DType::f32, detached_host_device(), MemCategory::workspace);
+            for (int r = 0; r < m_world; ++r) {
+                const RankState& s = m_state[static_cast<size_t>(r)];
+                if (s.shard.count == 0) continue;
+                flat.view(s.shard.offset, Shape{s.shard.count})
+                    .copy_from(m_optimizers[static_cast<size_t>(r)]->state()[0][j]);
+            }
+            for (size_t i = 0; i < ps.size(); ++i) {
+                Tensor t = Tensor::empty(ps[i]->value.shape(), DType::f32, detached_host_device(), MemCategory::workspace);
+                t.copy_from(flat.view(m_offset[i], ps[i]->value.shape()));
+                st.optimizer_state[i].push_back(std::move(t));
+            }
+        }
+        return st;
+    }
+    void load_state(const TrainingState& st) override {
+        if (why_no_checkpoint()) return Strategy::load_state(st);
+        load_replicas(st);
+        m_loaded = std::make_unique<TrainingState>(st);  // the shards are made in start_rank
     }
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
@@ -169,6 +205,25 @@ private:
         for (nn::Param* p : part) p->grad = Tensor();
     }
 
+    // Rank thread, at the end of start_rank: this rank's shard of the restored optimizer state.
+    void load_shard_state(int r, const TrainingState& st) {
+        RankState& s = m_state[static_cast<size_t>(r)];
+        std::vector<std::vector<Tensor>> shard_state(1);
+        for (size_t j = 0; j < st.optimizer_state_names.size() && !st.optimizer_state.empty() &&
+                           !st.optimizer_state[0].empty();
+             ++j) {
+            Tensor flat = Tensor::empty(Shape{m_total}, DType::f32, detached_host_device(), MemCategory::workspace);
+            for (size_t i = 0; i < st.optimizer_state.size(); ++i)
+                flat.view(m_offset[i], st.optimizer_state[i][j].shape()).copy_from(st.optimizer_state[i][j]);
+            Tensor mine = Tensor::empty(Shape{s.shard.count}, DType::f32, detached_host_device(), MemCategory::workspace);
+            mine.copy_from(flat.view(s.shard.offset, Shape{s.shard.count}));
+            shard_state[0].push_back(std::move(mine));
+        }
+        m_optimizers[static_cast<size_t>(r)]->load_state({&s.shard_param}, shard_state, st.optimizer_steps);
+        if (s.scaler && st.has_scaler) s.scaler->load_state(st.scaler);
+    }
+
+    std::unique_ptr<TrainingState> m_loaded;  // a checkpoint to resume from, until every rank started
     int m_stage = 1;
     int64_t m_total = 0;
     std::vector<int64_t> m_offset;      // flat offset of each parameter
@@ -196,6 +251,11 @@ public:
     void abort(const std::string& reason) override {
         if (m_impl) m_impl->abort(reason);
     }
+    const char* why_no_checkpoint() const override {
+        return m_impl ? m_impl->why_no_checkpoint() : nullptr;
+    }
+    TrainingState save_state() override { return m_impl->save_state(); }
+    void load_state(const TrainingState& st) override { m_impl->load_state(st); }
 
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {

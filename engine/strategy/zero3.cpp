@@ -85,7 +85,46 @@ public:
         s.shard_param.value = s.shard;
         s.shard_param.grad = Tensor::zeros(s.shard.shape(), DType::f32, rank.device(), MemCategory::gradients);
         rank.device().allocator().reset_peak();
+        if (m_loaded) load_shard_state(r, *m_loaded);
         if (m_gather_group) s.thread = std::thread([this, &s, &rank] { gather_loop(rank, s); });
+    }
+
+    // A checkpoint holds the parameters and the optimizer state whole, per parameter: every
+    // rank's chunks of each unit put together, so that a resume may shard them again.
+    const char* why_no_checkpoint() const override { return nullptr; }
+    TrainingState save_state() override {
+        TrainingState st;
+        st.parameters = parameters();
+        st.buffers = buffers();
+        const optim::Optimizer& opt0 = *m_optimizers[0];
+        st.optimizer_state_names = opt0.state_names();
+        st.optimizer_steps = opt0.steps_taken();
+        if (m_state[0]->scaler) {
+            st.has_scaler = true;
+            st.scaler = m_state[0]->scaler->state();
+        }
+        st.optimizer_state.assign(m_shapes.size(), {});
+        if (opt0.state().empty()) return st;
+        for (size_t j = 0; j < st.optimizer_state_names.size(); ++j)
+            for (size_t u = 0; u < m_units.size(); ++u) {
+                Tensor whole = Tensor::empty(Shape{m_units[u].numel}, DType::f32, detached_host_device(), MemCategory::workspace);
+                for (int r = 0; r < m_world; ++r) {
+                    const auto c = chunk(u, r);
+                    if (c.count == 0) continue;
+                    whole.view(c.offset, Shape{c.count})
+                        .copy_from(m_optimizers[static_cast<size_t>(r)]->state()[0][j].view(at(u, r), Shape{c.count}));
+                }
+                int64_t from = 0;
+                for (size_t i : m_units[u].params) {
+                    st.optimizer_state[i].push_back(whole.view(from, m_shapes[i]).clone(MemCategory::workspace));
+                    from += m_shapes[i].numel();
+                }
+            }
+        return st;
+    }
+    void load_state(const TrainingState& st) override {
+        load_replicas(st);  // start_rank shards them
+        m_loaded = std::make_unique<TrainingState>(st);
     }
 
     void finish_rank(Rank& rank) override {
@@ -263,6 +302,32 @@ protected:
     }
 
 private:
+    // Rank thread, in start_rank: this rank's chunks of the restored optimizer state.
+    void load_shard_state(int r, const TrainingState& st) {
+        RankState& s = *m_state[static_cast<size_t>(r)];
+        std::vector<std::vector<Tensor>> shard_state(1);
+        const bool stepped = !st.optimizer_state.empty() && !st.optimizer_state[0].empty();
+        for (size_t j = 0; stepped && j < st.optimizer_state_names.size(); ++j) {
+            Tensor mine = Tensor::zeros(s.shard.shape(), DType::f32, detached_host_device(), MemCategory::workspace);
+            for (size_t u = 0; u < m_units.size(); ++u) {
+                const auto c = chunk(u, r);
+                if (c.count == 0) continue;
+                Tensor whole = Tensor::empty(Shape{m_units[u].numel}, DType::f32, detached_host_device(), MemCategory::workspace);
+                int64_t from = 0;
+                for (size_t i : m_units[u].params) {
+                    whole.view(from, m_shapes[i]).copy_from(st.optimizer_state[i][j]);
+                    from += m_shapes[i].numel();
+                }
+                mine.view(at(u, r), Shape{c.count}).copy_from(whole.view(c.offset, Shape{c.count}));
+            }
+            shard_state[0].push_back(std::move(mine));
+        }
+        m_optimizers[static_cast<size_t>(r)]->load_state({&s.shard_param}, shard_state, st.optimizer_steps);
+        if (s.scaler && st.has_scaler) s.scaler->load_state(st.scaler);
+    }
+
+    std::unique_ptr<TrainingState> m_loaded;  // a checkpoint to resume from, until every rank started
+
     struct RankState {
         Tensor shard;                 // this rank's chunk of every unit (parameters memory)
         nn::Param shard_param;        // value: `shard`; grad: its summed gradient

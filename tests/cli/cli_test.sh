@@ -93,7 +93,7 @@ check huge_out 2 'model.layers[0].out: expected an integer from 1 to 2147483648,
 sed 's/"seed": [0-9]*/"seed": 18446744073709551615/' "$good" >"$tmp/h_seed.paralab.json"
 check huge_seed 2 'seed: expected a non-negative integer, got 18446744073709551615' -- "$paralab" validate "$tmp/h_seed.paralab.json"
 sed 's/"seed": [0-9]*/"seed": 1e99999/' "$good" >"$tmp/h_number.paralab.json"
-check huge_number 2 'h_number.paralab.json: not valid JSON (number overflow' -- "$paralab" validate "$tmp/h_number.paralab.json"
+check huge_number 2 ': number out of range (1e99999 is beyond a double)' -- "$paralab" validate "$tmp/h_number.paralab.json"
 python3 -c 'import sys; s = open(sys.argv[1]).read(); n = 10000
 print(s.replace("\"layers\": [", "\"layers\": [" + "{\"type\": \"residual\", \"layers\": [" * n + "{\"type\": \"relu\"}" + "]}" * n + ", ", 1))' "$good" >"$tmp/h_deep.paralab.json"
 check deep_nesting 2 'residual blocks nested more than 64 deep' -- "$paralab" validate "$tmp/h_deep.paralab.json"

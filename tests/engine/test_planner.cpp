@@ -3,6 +3,10 @@
 // a user meets, and a sweep's size and order.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -58,12 +62,15 @@ json blocks_json(const json& strategy, const std::string& precision) {
 }
 
 plan::PlanFile plan_file(const json& j) {
-    const std::string path = testing::TempDir() + "planner_test.paralab.json";
+    // One file per process: CTest runs the cases of this program side by side.
+    const std::string path = testing::TempDir() + "planner_test-" + std::to_string(::getpid()) + ".paralab.json";
     {
         std::ofstream out(path);
         out << j.dump();
     }
-    return plan::read_plan_file(path);
+    plan::PlanFile file = plan::read_plan_file(path);
+    std::remove(path.c_str());
+    return file;
 }
 
 // One node of `devices` devices with round numbers and nothing reserved.

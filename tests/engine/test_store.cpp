@@ -328,3 +328,95 @@ TEST(RunStore, RunsWrittenAtOnceIntoANewStoreAreAllKept) {
         std::remove((path + "-shm").c_str());
     }
 }
+
+namespace {
+
+// A finished run of `steps` steps with spans, an evaluation and a note.
+int64_t record_run(store::RunStore& db, const std::string& name, int64_t steps) {
+    int64_t id = 0;
+    store::RunRecorder rec(db, nlohmann::json{{"paralab", 1}, {"name", name}});
+    rec.on_start(experiment(name), steps);
+    id = rec.run_id();
+    for (int64_t s = 1; s <= steps; ++s) {
+        config::Span sp;
+        sp.step = s;
+        sp.device = "cpu:0";
+        sp.phase = "forward";
+        sp.t_begin = static_cast<double>(s);
+        sp.t_end = sp.t_begin + 0.5;
+        rec.on_span(sp);
+        rec.on_step(record(s, 1.0 / static_cast<double>(s)));
+    }
+    config::EvalResult ev;
+    ev.step = steps;
+    ev.loss = 0.25;
+    ev.samples = 10;
+    rec.on_eval(ev);
+    config::RunSummary summary;
+    summary.name = name;
+    summary.steps = steps;
+    rec.on_finish(summary);
+    return id;
+}
+
+}  // namespace
+
+// Hand-in: a student's selected runs go whole into a new file; the teacher imports every
+// student's file into one store, each run with its rows, note and author.
+TEST(RunStore, RunsAreHandedInAndCollected) {
+    TempDir dir;
+    setenv("PARALAB_AUTHOR", "Ada Lovelace", 1);
+    const std::string student = (dir.path / "student.db").string();
+    store::RunStore mine(student);
+    const int64_t a = record_run(mine, "a", 12);
+    record_run(mine, "not handed in", 3);
+    const int64_t c = record_run(mine, "c", 7);
+    mine.set_notes(c, "lr 0.01, my best");
+    unsetenv("PARALAB_AUTHOR");
+    EXPECT_EQ(mine.list_runs()[0].author, "Ada Lovelace");
+
+    const std::string handin = (dir.path / "handin.db").string();
+    const auto exported = mine.export_runs({a, c}, handin);
+    ASSERT_EQ(exported.size(), 2u);
+    // Never over a file that is there, nor with a run that is not.
+    EXPECT_THROW(mine.export_runs({a}, handin), store::StoreError);
+    EXPECT_THROW(mine.export_runs({a, 999}, (dir.path / "bad.db").string()), store::StoreError);
+    EXPECT_FALSE(fs::exists(dir.path / "bad.db"));
+
+    const std::string teacher = (dir.path / "class.db").string();
+    store::RunStore all(teacher);
+    record_run(all, "teacher's own", 2);
+    const auto imported = all.import_runs(handin);
+    ASSERT_EQ(imported.size(), 2u);
+    const auto runs = all.list_runs();
+    ASSERT_EQ(runs.size(), 3u);
+    EXPECT_EQ(runs[1].name, "a");
+    EXPECT_EQ(runs[2].name, "c");
+    EXPECT_EQ(runs[2].notes, "lr 0.01, my best");
+    EXPECT_EQ(runs[2].author, "Ada Lovelace");
+    EXPECT_EQ(runs[1].status, "finished");
+    EXPECT_EQ(all.loss_curve(imported[0]).size(), 12u);
+    EXPECT_EQ(all.spans(imported[1], 1, 7).size(), 7u);
+    std::ostringstream csv;
+    ASSERT_TRUE(all.export_csv(imported[1], csv));
+    const std::string text = csv.str();
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 8);
+    // What is not a ParaLab store, and the store itself, are refused; nothing is imported.
+    const std::string junk = (dir.path / "junk.db").string();
+    std::ofstream(junk) << "not a database at all, just text";
+    EXPECT_THROW(all.import_runs(junk), store::StoreError);
+    EXPECT_THROW(all.import_runs(teacher), store::StoreError);
+    EXPECT_EQ(all.list_runs().size(), 3u);
+}
+
+// A store of schema 1 (no spans, no author) can be imported.
+TEST(RunStore, AnOlderStoreIsImported) {
+    TempDir dir;
+    const std::string old = (dir.path / "old.db").string();
+    store_testing::write_version1_store(old);
+    store::RunStore all((dir.path / "all.db").string());
+    const auto imported = all.import_runs(old);
+    ASSERT_EQ(imported.size(), 1u);
+    EXPECT_EQ(all.list_runs()[0].name, "old");
+    EXPECT_EQ(all.list_runs()[0].author, "");
+}

@@ -1,0 +1,751 @@
+// hybrid: a dp × tp × pp mesh (docs/strategies.md, "hybrid"; ../shared/EXPERIMENT.md). Device k
+// of the run has tensor rank t = k mod tp, data rank d = (k div tp) mod dp and pipeline stage
+// s = k div (tp·dp).
+//
+//   - Stages: the model's top-level layers in pp contiguous ranges balanced by forward FLOPs (the
+//     pipeline strategy's automatic split). Device k runs stage s; its activations go to device
+//     k + tp·dp (the same tensor and data rank of the next stage) and their gradients come back,
+//     micro-batch by micro-batch in the gpipe or 1f1b schedule of stages.h (`micro_batches` per
+//     replica and step; a stage keeps one build of its layers per micro-batch in flight, all
+//     sharing its parameters and gradients).
+//   - The tp consecutive devices of one (stage, data rank) form a tensor-parallel group: each
+//     holds its Megatron shard of every attention and transformer_block of the stage
+//     (tensor_parallel.cpp's cut: heads and MLP units, nn::TensorShard) and the stage's other
+//     layers whole, with 4 all-reduces of b·s·h numbers per block per micro-batch among them.
+//   - The tp · pp devices of data rank d are one replica: rows shard_of_batch(B, d, dp) of the
+//     global batch. The dp devices of one (stage, tensor rank) form a data-parallel group. After
+//     the schedule, each device's gradients (its slices and its replicated parameters, laid end
+//     to end in one flat buffer) are summed over that group:
+//       zero 0: all-reduced; every device steps all its parameters;
+//       zero 1: reduce-scattered: each device keeps the optimizer state of its 1/dp of the flat
+//               parameters, steps that shard and all-gathers the flat parameters.
+//   - train.clip_norm: the squared norm of the whole model's gradient is summed over the
+//     world: each device counts the slices of its part (all of it at zero 0 on data rank 0,
+//     its shard at zero 1) and the replicated parameters of that part only on tensor rank 0.
+// The last stage's loss is divided by the global batch, so the sums over dp are the single
+// device's gradients; optimizers are element-wise, so the shards' steps are its step.
+//
+// zero 2 and 3, the interleaved schedule and sequence_parallel are refused by check_hybrid,
+// naming the option.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "engine/comm/sub_groups.h"
+#include "engine/device/gpu_values.h"
+#include "engine/nn/attention.h"
+#include "engine/optim/clip.h"
+#include "engine/strategy/registry.h"
+#include "engine/strategy/replicas.h"
+#include "engine/strategy/stages.h"
+#include "engine/strategy/strategy.h"
+
+namespace paralab::strategy {
+
+namespace {
+
+struct Mesh {
+    int dp = 1, tp = 1, pp = 1, zero = 0;
+};
+
+Mesh mesh_of(const config::StrategyConfig& s) {
+    Mesh m;
+    m.dp = static_cast<int>(option<int64_t>(s, "dp"));
+    m.tp = static_cast<int>(option<int64_t>(s, "tp"));
+    m.pp = static_cast<int>(option<int64_t>(s, "pp"));
+    m.zero = static_cast<int>(option<int64_t>(s, "zero"));
+    return m;
+}
+
+// Each attention and transformer_block spec of `layers` (residual bodies included), with its
+// JSON path.
+void for_each_split_spec(const std::vector<nn::LayerSpec>& layers, const std::string& prefix,
+                         const std::function<void(const nn::LayerSpec&, const std::string&)>& fn) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const std::string path = prefix + "[" + std::to_string(i) + "]";
+        if (layers[i].type == "attention" || layers[i].type == "transformer_block") fn(layers[i], path);
+        if (layers[i].type == "residual") for_each_split_spec(layers[i].layers, path + ".layers", fn);
+    }
+}
+
+void check_hybrid(const config::Experiment& e) {
+    const Mesh m = mesh_of(e.strategy);
+    const int64_t world = std::max<int64_t>(1, static_cast<int64_t>(e.devices.size()));
+    const int64_t mesh = int64_t{m.dp} * m.tp * m.pp;
+    if (mesh != world)
+        throw ConfigError("strategy", "the mesh dp · tp · pp = " + std::to_string(m.dp) + " · " +
+                                          std::to_string(m.tp) + " · " + std::to_string(m.pp) + " = " +
+                                          std::to_string(mesh) + " devices, but the run has " +
+                                          std::to_string(world));
+    const size_t layers = nn::expand_repeats(e.layers).size();
+    if (static_cast<size_t>(m.pp) > layers)
+        throw ConfigError("strategy.pp", std::to_string(m.pp) + " pipeline stages for a model of " +
+                                             std::to_string(layers) +
+                                             " top-level layers: each stage holds at least one");
+    if (m.zero > 1)
+        throw ConfigError("strategy.zero", "zero " + std::to_string(m.zero) +
+                                               " in a hybrid mesh is not available yet; use 0 or 1");
+    if (option<std::string>(e.strategy, "schedule") == "interleaved_1f1b")
+        throw ConfigError("strategy.schedule",
+                          "interleaved_1f1b is not available in runs yet (paralab plan models it); "
+                          "use gpipe or 1f1b");
+    if (option<int64_t>(e.strategy, "interleave") != 1)
+        throw ConfigError("strategy.interleave",
+                          "model chunks per device (interleaved_1f1b) are not available in runs "
+                          "yet; set it to 1");
+    if (option<bool>(e.strategy, "sequence_parallel"))
+        throw ConfigError("strategy.sequence_parallel",
+                          "not supported yet: the tensor-parallel groups split attention and "
+                          "transformer_block layers only; set it to false");
+    if (m.tp == 1) return;
+    bool any = false;
+    for_each_split_spec(e.layers, "model.layers", [&](const nn::LayerSpec& s, const std::string& path) {
+        any = true;
+        if (s.heads > 0 && s.heads % m.tp != 0)
+            throw ConfigError("strategy.tp", "tp " + std::to_string(m.tp) + " does not divide the " +
+                                                 std::to_string(s.heads) + " heads of " + path);
+        if (s.type == "transformer_block" && s.ffn > 0 && s.ffn % m.tp != 0)
+            throw ConfigError("strategy.tp", "tp " + std::to_string(m.tp) + " does not divide the " +
+                                                 std::to_string(s.ffn) + " ffn units of " + path);
+    });
+    if (!any)
+        throw ConfigError("strategy.tp",
+                          "tp splits attention and transformer_block layers, and this model has "
+                          "none; use tp 1");
+}
+
+// The sub-group collectives read host memory: CPU devices only.
+void check_hybrid_devices(const config::Experiment& e) {
+    for (size_t i = 0; i < e.devices.size(); ++i)
+        if (parse_device_id(e.devices[i]).kind != DeviceKind::cpu)
+            throw ConfigError("devices[" + std::to_string(i) + "]",
+                              "hybrid runs on cpu devices (its tensor- and data-parallel groups "
+                              "are in-process groups on host memory), not on " +
+                                  e.devices[i]);
+}
+
+// Gives every attention and transformer_block of an unbuilt layer tree its shard.
+void give_shard(nn::Layer& layer, const nn::TensorShard& shard) {
+    if (auto* block = dynamic_cast<nn::TransformerBlock*>(&layer)) return block->set_tensor_shard(shard);
+    if (auto* attention = dynamic_cast<nn::Attention*>(&layer)) return attention->set_tensor_shard(shard);
+    for (nn::Layer* child : layer.children()) give_shard(*child, shard);
+}
+
+// How one parameter of the whole model is cut over a tensor-parallel group (tensor_parallel.cpp):
+// whole (replicated), by rows of its first dimension in `blocks` equal parts, or by columns.
+struct Cut {
+    enum class Kind { whole, rows, columns };
+    Kind kind = Kind::whole;
+    int64_t blocks = 1;
+};
+
+void collect_cuts(nn::Layer& layer, std::vector<Cut>& out) {
+    if (auto* linear = dynamic_cast<nn::Linear*>(&layer); linear && linear->shard()) {
+        const nn::LinearShard& s = *linear->shard();
+        const bool column = s.split == nn::LinearShard::Split::column;
+        out.push_back({column ? Cut::Kind::rows : Cut::Kind::columns, s.blocks});  // weight
+        if (layer.parameters().size() > 1) out.push_back({column ? Cut::Kind::rows : Cut::Kind::whole, s.blocks});
+        return;
+    }
+    // A layer's own parameters come before its children's (Layer::parameters).
+    size_t children = 0;
+    for (nn::Layer* c : layer.children()) children += c->parameters().size();
+    for (size_t k = children; k < layer.parameters().size(); ++k) out.push_back({});
+    for (nn::Layer* c : layer.children()) collect_cuts(*c, out);
+}
+
+// One contiguous run of numbers shared by the whole parameter and shard `r` of `n`.
+struct Run {
+    int64_t whole_at, shard_at, count;
+};
+
+std::vector<Run> runs_of(const Shape& whole, Cut cut, int r, int n) {
+    if (cut.kind == Cut::Kind::whole || n == 1) return {{0, 0, whole.numel()}};
+    const int64_t rows = whole[0], row_len = whole.numel() / rows;
+    std::vector<Run> out;
+    if (cut.kind == Cut::Kind::rows) {
+        const int64_t block = rows / cut.blocks, per = block / n;
+        for (int64_t k = 0; k < cut.blocks; ++k)
+            out.push_back({(k * block + r * per) * row_len, k * per * row_len, per * row_len});
+    } else {
+        const int64_t w = row_len / n;
+        for (int64_t i = 0; i < rows; ++i) out.push_back({i * row_len + r * w, i * w, w});
+    }
+    return out;
+}
+
+Tensor host_tensor(const Shape& shape) {
+    return Tensor::empty(shape, DType::f32, detached_host_device(), MemCategory::workspace);
+}
+
+// The top-level layer bounds [0, b1, ..., L] of `pp` stages, balanced by forward FLOPs as the
+// pipeline strategy's automatic split (stages::balanced_split).
+std::vector<size_t> stage_bounds_of(const std::vector<int64_t>& flops, const std::vector<int64_t>& params, int pp) {
+    std::vector<size_t> bounds{0};
+    if (pp > 1)
+        for (int64_t b : stages::balanced_split(flops, pp, params)) bounds.push_back(static_cast<size_t>(b));
+    bounds.push_back(flops.size());
+    return bounds;
+}
+
+constexpr int kForwardTag = 0, kBackwardTag = 1;
+int message_tag(int micro, int direction) { return 2 * micro + direction; }
+
+class Hybrid final : public Strategy {
+public:
+    Hybrid() : Strategy("hybrid") {}
+
+    // A replica's first stage reads the inputs of its rows, its last the targets; every tensor
+    // rank of them alike.
+    DataRole data_role(int rank) const override {
+        const int s = stage_of(rank);
+        return {s == 0 || s == m_mesh.pp - 1, data_rank(rank), m_mesh.dp};
+    }
+
+    void start_rank(Rank& rank) override {
+        const int r = rank.index();
+        m_rank_of[static_cast<size_t>(r)] = &rank;
+        RankState& s = m_state[static_cast<size_t>(r)];
+        Piece& piece = m_pieces[static_cast<size_t>(r)];
+        auto& ps = piece.params;
+        const int64_t total = total_numel(ps);
+        if (m_mesh.dp > 1) s.grads = grads_as_views(ps, 0, ps.size(), rank.device());
+        if (sharded()) {
+            // The parameters become views of one flat buffer, all-gathered in place; the shard the
+            // optimizer sees is a parameter of its own (a private copy of the values, a view of
+            // the flat gradients), as in zero.cpp.
+            s.values = Tensor::empty(Shape{total}, DType::f32, rank.device(), MemCategory::parameters);
+            int64_t at = 0;
+            for (nn::Param* p : ps) {
+                Tensor view = s.values.view(at, p->value.shape());
+                view.copy_from(p->value);
+                p->value = view;
+                at += view.numel();
+            }
+            s.shard = data::shard_of_dataset(total, data_rank(r), m_mesh.dp);
+            s.shard_param.name = "hybrid_shard";
+            s.shard_param.value = Tensor::empty(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::workspace);
+            s.shard_param.value.copy_from(s.values.view(s.shard.offset, Shape{s.shard.count}));
+            s.shard_param.grad = s.grads.view(s.shard.offset, Shape{s.shard.count});
+        } else {
+            s.shard = {0, data_rank(r) == 0 ? total : 0};
+        }
+        // The other contexts use the master's (now flat) values and gradients.
+        for (size_t c = 1; c < piece.contexts.size(); ++c) {
+            auto own = piece.contexts[c]->parameters();
+            for (size_t i = 0; i < own.size(); ++i) {
+                own[i]->value = ps[i]->value;
+                own[i]->grad = ps[i]->grad;
+            }
+        }
+        // Setup's copies (the contexts' own parameters, the flat buffers' sources) are not
+        // training's peak.
+        rank.device().allocator().reset_peak();
+    }
+
+    StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
+        const config::Experiment& e = rank.experiment();
+        const int r = rank.index();
+        RankState& s = m_state[static_cast<size_t>(r)];
+        Piece& piece = m_pieces[static_cast<size_t>(r)];
+        auto& ps = piece.params;
+        StepResult res;
+        piece.contexts.front()->zero_grad();
+        // This replica's rows of the global batch, in grad_accum parts, each a flush of the
+        // schedule over its micro-batches.
+        const auto rows = data::shard_of_batch(batch.global_size, data_rank(r), m_mesh.dp);
+        if (rows.count > 0) {
+            const int parts = static_cast<int>(std::min<int64_t>(e.train.grad_accum, rows.count));
+            for (int k = 0; k < parts; ++k) {
+                const auto part = data::shard_of_batch(rows.count, k, parts);
+                const int m = static_cast<int>(std::min<int64_t>(m_micro_batches, part.count));
+                std::vector<data::ShardRange> micro;
+                for (int i = 0; i < m; ++i) {
+                    const auto mb = data::shard_of_batch(part.count, i, m);
+                    micro.push_back({rows.offset + part.offset + mb.offset, mb.count});
+                }
+                run_flush(rank, piece, batch, offset, micro, res);
+            }
+            res.samples = rows.count;
+        }
+        if (m_mesh.dp > 1) {
+            comm::Communicator& dp = m_dp_groups->of(r);
+            const int64_t n = s.grads.numel();
+            if (sharded())
+                rank.record_comm(named(dp.reduce_scatter(s.grads.raw(), n, DType::f32, comm::ReduceOp::sum),
+                                       "dp_reduce_scatter_grads"));
+            else
+                rank.record_comm(
+                    named(dp.all_reduce(s.grads.raw(), n, DType::f32, comm::ReduceOp::sum), "dp_all_reduce_grads"));
+        }
+        std::vector<nn::Param*> shard{&s.shard_param};
+        std::vector<nn::Param*>& stepped = sharded() ? shard : ps;
+        if (e.train.clip_norm) res.grad_norm = clip(rank, s, stepped, *e.train.clip_norm);
+        rank.compute("optimizer", [&] {
+            m_optimizers[static_cast<size_t>(r)]->step(stepped, lr);
+            if (sharded()) s.values.view(s.shard.offset, Shape{s.shard.count}).copy_from(s.shard_param.value);
+        });
+        if (sharded())
+            rank.record_comm(named(m_dp_groups->of(r).all_gather(s.values.raw(), s.values.numel(), DType::f32),
+                                   "dp_all_gather_params"));
+        if (r == 0) ++m_steps;
+        return res;
+    }
+
+    void abort(const std::string& reason) override {
+        if (m_tp_groups) m_tp_groups->abort(reason);
+        if (m_dp_groups) m_dp_groups->abort(reason);
+    }
+
+    // The whole model on the host, put together from replica 0's shards when they have changed.
+    Tensor predict(const Tensor& x) override {
+        const config::Experiment& e = *m_ctx->experiment;
+        Device& host = detached_host_device();
+        if (!m_whole) m_whole = std::make_unique<nn::Model>(e.layers, m_ctx->input, e.loss, DType::f32, host);
+        if (m_whole_at != m_steps.load()) {
+            const std::vector<Tensor> values = parameters();
+            const auto to = m_whole->parameters();
+            for (size_t i = 0; i < to.size(); ++i) to[i]->value.copy_from(values[i]);
+            const std::vector<Tensor> from = buffers();
+            const auto bufs = m_whole->buffers();
+            for (size_t i = 0; i < bufs.size(); ++i) bufs[i].copy_from(from[i]);
+            m_whole_at = m_steps.load();
+        }
+        const Tensor out = m_whole->forward(gpu::on_device(x, host, MemCategory::activations), nn::Mode::eval);
+        return gpu::on_device(out, *m_ctx->devices[0], MemCategory::activations);
+    }
+
+    // The whole model's parameters in the single device's order: stage after stage, each put
+    // together from the shards of replica 0's tensor ranks (every replica holds the same values).
+    std::vector<Tensor> parameters() override {
+        const int tp = m_mesh.tp;
+        std::vector<Tensor> out;
+        for (int st = 0; st < m_mesh.pp; ++st) {
+            const int first_rank = st * tp * m_mesh.dp;
+            std::vector<std::vector<Tensor>> shards;
+            for (int t = 0; t < tp; ++t) shards.push_back(host_copies(m_pieces[static_cast<size_t>(first_rank + t)].params));
+            const Piece& piece = m_pieces[static_cast<size_t>(first_rank)];
+            for (size_t i = 0; i < piece.params.size(); ++i) {
+                const size_t g = piece.first_param + i;
+                Tensor whole = host_tensor(m_shapes[g]);
+                for (int t = 0; t < tp; ++t) {
+                    if (m_cuts[g].kind == Cut::Kind::whole && t > 0) break;
+                    const float* from = shards[static_cast<size_t>(t)][i].data<float>();
+                    for (const Run& run : runs_of(m_shapes[g], m_cuts[g], t, tp))
+                        std::memcpy(whole.data<float>() + run.whole_at, from + run.shard_at,
+                                    static_cast<size_t>(run.count) * sizeof(float));
+                }
+                out.push_back(std::move(whole));
+            }
+        }
+        return out;
+    }
+
+    std::vector<Tensor> buffers() override {
+        std::vector<Tensor> out;
+        for (int st = 0; st < m_mesh.pp; ++st)
+            for (Tensor& t : host_copies(m_pieces[static_cast<size_t>(st * m_mesh.tp * m_mesh.dp)].buffers))
+                out.push_back(std::move(t));
+        return out;
+    }
+
+protected:
+    void setup_impl(RunContext& ctx, nn::Model& reference) override {
+        const config::Experiment& e = *ctx.experiment;
+        check_hybrid_devices(e);
+        check_hybrid(e);
+        m_mesh = mesh_of(e.strategy);
+        m_micro_batches = option<int64_t>(e.strategy, "micro_batches");
+        m_schedule = option<std::string>(e.strategy, "schedule") == "gpipe" ? stages::Schedule::gpipe
+                                                                            : stages::Schedule::one_f_one_b;
+        const int tp = m_mesh.tp, dp = m_mesh.dp, pp = m_mesh.pp;
+        // Tensor-parallel groups: the tp consecutive devices of one (stage, data rank);
+        // data-parallel groups: the devices of one (stage, tensor rank).
+        std::vector<std::vector<int>> tp_members(static_cast<size_t>(dp * pp)), dp_members(static_cast<size_t>(tp * pp));
+        for (int k = 0; k < m_world; ++k) {
+            tp_members[static_cast<size_t>(stage_of(k) * dp + data_rank(k))].push_back(k);
+            dp_members[static_cast<size_t>(stage_of(k) * tp + tensor_rank(k))].push_back(k);
+        }
+        m_tp_groups = std::make_unique<comm::LocalSubGroups>(m_world, tp_members);
+        m_dp_groups = std::make_unique<comm::LocalSubGroups>(m_world, dp_members);
+        m_rank_of.assign(static_cast<size_t>(m_world), nullptr);
+        m_state.resize(static_cast<size_t>(m_world));
+        m_pieces.resize(static_cast<size_t>(m_world));
+
+        // The stages: top-level layers balanced by forward FLOPs, as the pipeline strategy's.
+        nn::Sequential& net = reference.net();
+        std::vector<int64_t> flops, counts;
+        std::vector<size_t> param_start{0}, buffer_start{0};
+        for (size_t i = 0; i < net.size(); ++i) {
+            flops.push_back(net.at(i).flops_per_sample());
+            counts.push_back(net.at(i).parameter_count());
+            param_start.push_back(param_start.back() + net.at(i).parameters().size());
+            buffer_start.push_back(buffer_start.back() + net.at(i).buffers().size());
+        }
+        const std::vector<size_t> bounds = stage_bounds_of(flops, counts, pp);
+        const std::vector<nn::LayerSpec> layers = nn::expand_repeats(e.layers);  // as reference.net()
+        const auto ref_params = reference.parameters();
+        const auto ref_buffers = reference.buffers();
+        for (const nn::Param* p : ref_params) m_shapes.push_back(p->value.shape());
+        m_cuts.assign(ref_params.size(), Cut{});
+        for (int k = 0; k < m_world; ++k) {
+            Device& device = *ctx.devices[static_cast<size_t>(k)];
+            const int t = tensor_rank(k), st = stage_of(k);
+            Piece& piece = m_pieces[static_cast<size_t>(k)];
+            piece.first = bounds[static_cast<size_t>(st)];
+            piece.last = bounds[static_cast<size_t>(st) + 1];
+            piece.input = net.at(piece.first).input_shape();
+            piece.output = net.at(piece.last - 1).output_shape();
+            piece.first_param = param_start[piece.first];
+            nn::TensorShard shard{t, tp, {}};
+            if (tp > 1) shard.all_reduce = [this, k](const Tensor& x) { tp_all_reduce(k, x); };
+            // No flush has more micro-batches than the largest replica has rows.
+            const int64_t most = std::min(m_micro_batches, (e.data.batch_size + dp - 1) / dp);
+            const int contexts = stages::contexts_needed(m_schedule, st, pp, static_cast<int>(std::max<int64_t>(1, most)));
+            for (int c = 0; c < contexts; ++c) {
+                auto model = nn::Model::stage(layers, piece.first, piece.last, piece.input, e.loss, DType::f32, device,
+                                              [&](nn::Layer& l) { give_shard(l, shard); });
+                model->set_recompute(nn::recompute_from_name(e.train.recompute));
+                piece.contexts.push_back(std::move(model));
+            }
+            nn::Model& master = *piece.contexts.front();
+            piece.params = master.parameters();
+            piece.buffers = master.buffers();
+            PARALAB_CHECK(piece.params.size() == param_start[piece.last] - piece.first_param &&
+                              piece.buffers.size() == buffer_start[piece.last] - buffer_start[piece.first],
+                          "hybrid: the stage's parameters do not match the model's");
+            if (t == 0 && data_rank(k) == 0) {
+                std::vector<Cut> cuts;
+                collect_cuts(master.net(), cuts);
+                PARALAB_CHECK(cuts.size() == piece.params.size(), "hybrid: the stage's cuts do not match");
+                std::copy(cuts.begin(), cuts.end(), m_cuts.begin() + static_cast<std::ptrdiff_t>(piece.first_param));
+            }
+            // This device's slices of the reference (the stage's cuts were collected by its
+            // first rank, k = stage · tp · dp, made before the others).
+            for (size_t i = 0; i < piece.params.size(); ++i) {
+                const size_t g = piece.first_param + i;
+                Tensor slice = host_tensor(piece.params[i]->value.shape());
+                const float* from = ref_params[g]->value.data<float>();
+                for (const Run& run : runs_of(m_shapes[g], m_cuts[g], t, tp))
+                    std::memcpy(slice.data<float>() + run.shard_at, from + run.whole_at,
+                                static_cast<size_t>(run.count) * sizeof(float));
+                piece.params[i]->value.copy_from(slice);
+            }
+            for (size_t i = 0; i < piece.buffers.size(); ++i)
+                piece.buffers[i].copy_from(ref_buffers[buffer_start[piece.first] + i]);
+            m_optimizers.push_back(optim::make_optimizer(e.optimizer));
+        }
+    }
+
+    const char* single_process_only() const override {
+        return "its tensor- and data-parallel groups are in-process groups";
+    }
+
+private:
+    // One device's part of the mesh: its stage's layers [first, last), as `contexts` builds of
+    // its tensor shard that share parameters and gradients (stages.h), each holding one
+    // micro-batch in flight.
+    struct Piece {
+        size_t first = 0, last = 0;
+        Shape input, output;  // per example
+        size_t first_param = 0;  // the stage's first parameter in the whole model's list
+        std::vector<std::unique_ptr<nn::Model>> contexts;
+        std::vector<nn::Param*> params;  // the master's (context 0)
+        std::vector<Tensor> buffers;     // the master's
+    };
+
+    struct RankState {
+        Tensor grads;            // dp > 1, [T]: the gradients are views of it
+        Tensor values;           // zero 1, [T]: the parameters are views of it
+        data::ShardRange shard;  // the flat range whose gradient norm (and, at zero 1, update) is this rank's
+        nn::Param shard_param;   // zero 1: the shard's value (a private copy) and gradient (a view)
+    };
+
+    int tensor_rank(int k) const { return k % m_mesh.tp; }
+    int data_rank(int k) const { return (k / m_mesh.tp) % m_mesh.dp; }
+    int stage_of(int k) const { return k / (m_mesh.tp * m_mesh.dp); }
+    bool sharded() const { return m_mesh.zero == 1 && m_mesh.dp > 1; }
+
+    void tp_all_reduce(int k, const Tensor& x) {
+        Rank& rank = *m_rank_of[static_cast<size_t>(k)];
+        rank.record_comm(named(m_tp_groups->of(k).all_reduce(x, comm::ReduceOp::sum), "tp_all_reduce"));
+    }
+
+    void run_flush(Rank& rank, Piece& piece, const data::Batch& batch, int64_t offset,
+                   const std::vector<data::ShardRange>& micro, StepResult& res) {
+        const int m = static_cast<int>(micro.size());
+        const int st = stage_of(rank.index());
+        const int contexts = stages::contexts_needed(m_schedule, st, m_mesh.pp, m);
+        PARALAB_CHECK(contexts <= static_cast<int>(piece.contexts.size()), "hybrid: too few contexts");
+        for (const stages::Op& op : stages::stage_schedule(m_schedule, st, m_mesh.pp, m)) {
+            nn::Model& c = *piece.contexts[static_cast<size_t>(op.micro % contexts)];
+            const data::ShardRange& mb = micro[static_cast<size_t>(op.micro)];
+            if (op.forward) forward(rank, piece, c, batch, offset, op.micro, mb, res);
+            else backward(rank, c, op.micro, mb);
+        }
+    }
+
+    void forward(Rank& rank, Piece& piece, nn::Model& c, const data::Batch& batch, int64_t offset, int index,
+                 const data::ShardRange& mb, StepResult& res) {
+        const config::Experiment& e = rank.experiment();
+        const RunContext& ctx = rank.context();
+        const int k = rank.index(), st = stage_of(k), hop = m_mesh.tp * m_mesh.dp;
+        const bool first = st == 0, last = st == m_mesh.pp - 1;
+        DeviceBatch rows;
+        if (first || last) rows = to_device(batch, mb.offset - offset, mb.count, ctx.input, ctx.target, rank.device());
+        Tensor x = rows.x;
+        if (!first) {
+            x = Tensor::empty(piece.input.with_batch(mb.count), DType::f32, rank.device(), MemCategory::activations);
+            rank.record_comm(named(rank.comm().recv(x.raw(), x.numel(), DType::f32, k - hop,
+                                                    message_tag(index, kForwardTag)),
+                                   "recv_activation"),
+                             /*waiting=*/true);
+        }
+        // A context other than the master runs on the master's running statistics.
+        const bool own_buffers = &c != piece.contexts.front().get() && !piece.buffers.empty();
+        std::vector<Tensor> buffers = own_buffers ? c.buffers() : std::vector<Tensor>{};
+        for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_from(piece.buffers[i]);
+        c.set_random_state(e.seed, static_cast<uint64_t>(rank.step() - 1), mb.offset);
+        const int64_t total = batch.global_size;
+        Tensor out = rank.compute("forward", [&] {
+            rank.straggle();
+            Tensor o = c.forward(x, nn::Mode::train);
+            if (last) {
+                const double loss = c.loss().forward(o, rows.y, total) * static_cast<double>(total);
+                // The tensor ranks of a replica compute the same loss: rank 0 reports it.
+                if (tensor_rank(k) == 0) {
+                    res.loss_sum += loss;
+                    res.loss_samples += mb.count;
+                }
+            }
+            return o;
+        });
+        for (size_t i = 0; i < buffers.size(); ++i) piece.buffers[i].copy_from(buffers[i]);
+        if (!last)
+            rank.record_comm(named(rank.comm().send(out.raw(), out.numel(), DType::f32, k + hop,
+                                                    message_tag(index, kForwardTag)),
+                                   "send_activation"));
+    }
+
+    void backward(Rank& rank, nn::Model& c, int index, const data::ShardRange& mb) {
+        const int k = rank.index(), st = stage_of(k), hop = m_mesh.tp * m_mesh.dp;
+        const bool last = st == m_mesh.pp - 1;
+        Tensor dy;
+        if (!last) {
+            const Piece& piece = m_pieces[static_cast<size_t>(k)];
+            dy = Tensor::empty(piece.output.with_batch(mb.count), DType::f32, rank.device(), MemCategory::activations);
+            rank.record_comm(named(rank.comm().recv(dy.raw(), dy.numel(), DType::f32, k + hop,
+                                                    message_tag(index, kBackwardTag)),
+                                   "recv_grad"),
+                             /*waiting=*/true);
+        }
+        Tensor dx = rank.compute("backward", [&] {
+            if (last) dy = c.loss().backward();
+            Tensor g = c.net().backward(dy);
+            dy = Tensor();
+            return g;
+        });
+        if (st > 0) {
+            PARALAB_CHECK(dx.defined(), "hybrid: stage " + std::to_string(st) + " computed no input gradient");
+            rank.record_comm(named(rank.comm().send(dx.raw(), dx.numel(), DType::f32, k - hop,
+                                                    message_tag(index, kBackwardTag)),
+                                   "send_grad"));
+        }
+    }
+
+    // train.clip_norm: the squares of this rank's range of its flat gradients (the replicated
+    // parameters' on tensor rank 0 only) summed over the world; `stepped` scaled by the norm.
+    double clip(Rank& rank, const RankState& s, const std::vector<nn::Param*>& stepped, double max_norm) {
+        const int r = rank.index();
+        const bool counts_whole = tensor_rank(r) == 0;
+        const Piece& piece = m_pieces[static_cast<size_t>(r)];
+        double sq = rank.compute("clip", [&] {
+            double sum = 0;
+            int64_t at = 0;
+            const int64_t lo = s.shard.offset, hi = s.shard.offset + s.shard.count;
+            for (size_t i = 0; i < piece.params.size(); ++i) {
+                const int64_t n = piece.params[i]->grad.numel();
+                const int64_t a = std::max(lo, at), b = std::min(hi, at + n);
+                if (a < b && (m_cuts[piece.first_param + i].kind != Cut::Kind::whole || counts_whole)) {
+                    const float* g = piece.params[i]->grad.data<float>();
+                    for (int64_t j = a - at; j < b - at; ++j) sum += static_cast<double>(g[j]) * g[j];
+                }
+                at += n;
+            }
+            return sum;
+        });
+        if (m_world > 1) rank.record_comm(named(all_reduce_doubles(rank, &sq, 1, comm::ReduceOp::sum), "clip_norm"));
+        const double norm = std::sqrt(sq);
+        rank.compute("clip", [&] { optim::clip_grads_with_norm(stepped, norm, max_norm); });
+        return norm;
+    }
+
+    Mesh m_mesh;
+    int64_t m_micro_batches = 1;
+    stages::Schedule m_schedule = stages::Schedule::one_f_one_b;
+    std::unique_ptr<comm::LocalSubGroups> m_tp_groups, m_dp_groups;
+    std::vector<Piece> m_pieces;  // by rank; each rank thread touches its own
+    std::vector<std::unique_ptr<optim::Optimizer>> m_optimizers;
+    std::vector<RankState> m_state;  // by rank; each touched by its own thread
+    std::vector<Rank*> m_rank_of;    // each rank thread sets its own in start_rank
+    std::vector<Cut> m_cuts;         // by parameter of the whole model
+    std::vector<Shape> m_shapes;     // the whole model's parameter shapes
+    std::atomic<int64_t> m_steps{0};
+    std::unique_ptr<nn::Model> m_whole;
+    int64_t m_whole_at = -1;
+};
+
+// ---- the registry's memory model and picture --------------------------------------------------
+
+// The numbers of a layer's parameters that stay whole on every tensor rank (tensor_parallel.cpp's
+// rule, from the width D the parameter count gives): attention's proj bias (D); a block's two
+// layernorms and two row-parallel biases (6D).
+int64_t whole_params_of(const nn::LayerSpec& s, int64_t params) {
+    const double f = static_cast<double>(s.ffn), p = static_cast<double>(params);
+    if (s.type == "attention") return std::llround((-1.0 + std::sqrt(1.0 + p)) / 2.0);
+    const double b = 2 * f + 9;
+    return 6 * std::llround((-b + std::sqrt(b * b - 16.0 * (f - p))) / 8.0);
+}
+
+// Per device: parameters and gradients of its stage's tensor shard (the replicated layers whole,
+// 1/tp of every attention and block); optimizer state for them, 1/dp of it under zero 1;
+// activations of its stage's layers (1/tp of the attention probabilities) for a micro-batch of
+// its replica's rows, times the micro-batches its schedule holds in flight (stages.h), the
+// loss's copy of the output on the last stage.
+std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, const ModelCost& m) {
+    auto out = blank_estimates(e);
+    const Mesh mesh = mesh_of(e.strategy);
+    const int tp = std::max(1, mesh.tp), dp = std::max(1, mesh.dp), pp = std::max(1, mesh.pp);
+    const int64_t layers = static_cast<int64_t>(m.layer_parameters.size());
+    ModelCost shard = m;
+    std::vector<int64_t> layer_params = m.layer_parameters;  // one tensor rank's
+    const std::vector<nn::LayerSpec> specs = nn::expand_repeats(e.layers);
+    for (size_t l = 0; l < m.layer_parameters.size(); ++l) {
+        const nn::LayerSpec* s = l < specs.size() ? &specs[l] : nullptr;
+        const bool split = tp > 1 && s && (s->type == "attention" || s->type == "transformer_block") &&
+                           s->heads % tp == 0 && (s->type == "attention" || s->ffn % tp == 0);
+        if (!split) continue;
+        const int64_t whole = whole_params_of(*s, m.layer_parameters[l]);
+        layer_params[l] = whole + (m.layer_parameters[l] - whole) / tp;
+        const int64_t kept_scores = m.layer_scores[l] / tp;
+        shard.layer_activations[l] -= m.layer_scores[l] - kept_scores;
+        shard.layer_scores[l] = kept_scores;
+    }
+    std::vector<int64_t> bounds{0};
+    if (pp > 1 && pp <= layers && m.layer_flops.size() == m.layer_parameters.size())
+        for (int64_t b : stages::balanced_split(m.layer_flops, pp, m.layer_parameters)) bounds.push_back(b);
+    while (static_cast<int>(bounds.size()) < pp) bounds.push_back(layers);
+    bounds.push_back(layers);
+    const int64_t micro = std::max<int64_t>(1, option<int64_t>(e.strategy, "micro_batches"));
+    const stages::Schedule schedule =
+        option<std::string>(e.strategy, "schedule") == "gpipe" ? stages::Schedule::gpipe : stages::Schedule::one_f_one_b;
+    const int64_t k = optimizer_state_per_parameter(e.optimizer);
+    for (size_t i = 0; i < out.size(); ++i) {
+        auto& d = out[i];
+        const int t = static_cast<int>(i) % tp, r = (static_cast<int>(i) / tp) % dp;
+        const int st = std::min(pp - 1, static_cast<int>(i) / (tp * dp));
+        const auto first = static_cast<size_t>(bounds[static_cast<size_t>(st)]);
+        const auto last = static_cast<size_t>(bounds[static_cast<size_t>(st) + 1]);
+        int64_t params = 0;
+        for (size_t l = first; l < last; ++l) params += layer_params[l];
+        const int64_t rows = rows_of(e.data.batch_size, r, dp);
+        const int64_t m_here = std::clamp<int64_t>(std::min(micro, rows), 1, 1 << 20);
+        const int64_t micro_rows = (rows + m_here - 1) / m_here;
+        const int in_flight = stages::contexts_needed(schedule, st, pp, static_cast<int>(m_here));
+        const int64_t acts = shard.activations_of(first, last) + (st == pp - 1 ? m.output_numel : 0);
+        d.role = "tp " + std::to_string(t) + " · dp " + std::to_string(r);
+        if (pp > 1) d.role += " · stage " + std::to_string(st + 1);
+        d.set(MemCategory::parameters, params);
+        d.set(MemCategory::gradients, params);
+        d.set(MemCategory::optimizer_state, mesh.zero >= 1 ? k * data::shard_of_dataset(params, r, dp).count : k * params);
+        d.set(MemCategory::activations, acts * micro_rows * in_flight);
+    }
+    return out;
+}
+
+StepPicture hybrid_picture(const config::Experiment& e) {
+    const Mesh mesh = mesh_of(e.strategy);
+    const int64_t tp = std::max(1, mesh.tp), dp = std::max(1, mesh.dp);
+    StepPicture p;
+    p.layout = StepPicture::Layout::shards;
+    for (size_t i = 0; i < e.devices.size(); ++i) {
+        const auto k = static_cast<int64_t>(i);
+        std::string sub = "tp " + std::to_string(k % tp) + " · dp " + std::to_string((k / tp) % dp);
+        if (mesh.pp > 1) sub += " · stage " + std::to_string(k / (tp * dp) + 1);
+        p.subtitles.push_back(std::move(sub));
+    }
+    p.down_label = "tp group: all-reduce after attention and after the MLP (forward and backward)";
+    p.up_label = mesh.zero >= 1 ? "dp group: reduce-scatter of the gradients, all-gather of the parameters"
+                                : "dp group: all-reduce of the gradients";
+    p.caption = mesh.pp > 1
+                    ? "Each stage's runs of tp consecutive devices split its blocks; a stage's activations go "
+                      "to the same tensor rank of the next stage, micro-batch after micro-batch; devices "
+                      "of the same stage and tensor rank sum their gradients."
+                    : "Each run of tp consecutive devices is one replica of the tensor-parallel model and "
+                      "trains its 1/dp of the batch; devices of the same tensor rank sum their gradients.";
+    if (mesh.dp * mesh.tp * mesh.pp != static_cast<int>(e.devices.size()))
+        p.note = "dp · tp · pp must be the number of devices (" + std::to_string(e.devices.size()) + ")";
+    return p;
+}
+
+}  // namespace
+
+StrategyDescriptor hybrid_descriptor() {
+    using config::OptionKind;
+    return {
+        .name = "hybrid",
+        .options =
+            {{.key = "dp", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1, .label = "Data parallel",
+              .help = "Replicas: groups of tp devices, each training its 1/dp of the global batch; "
+                      "dp · tp · pp is the device count."},
+             {.key = "tp", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1, .label = "Tensor parallel",
+              .help = "Consecutive devices that split every attention and transformer_block (heads and "
+                      "ffn must divide by it)."},
+             {.key = "pp", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1, .label = "Pipeline stages",
+              .help = "Pipeline stages of dp · tp devices each, the top-level layers balanced by forward "
+                      "FLOPs."},
+             {.key = "zero", .kind = OptionKind::integer, .fallback = int64_t{0}, .min = 0, .max = 3,
+              .label = "ZeRO stage",
+              .help = "Over the data-parallel group: 0 all-reduces the gradients; 1 shards the optimizer "
+                      "state (runs: 0 and 1; paralab plan also models 2 and 3)."},
+             {.key = "micro_batches", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1,
+              .label = "Micro-batches",
+              .help = "Micro-batches per optimizer step per replica, flowing through the pipeline stages."},
+             {.key = "schedule", .kind = OptionKind::choice, .fallback = std::string("1f1b"),
+              .choices = {"gpipe", "1f1b", "interleaved_1f1b"}, .label = "Schedule",
+              .help = "gpipe: every forward, then every backward; 1f1b: one forward and one backward in "
+                      "turn after a warm-up (runs: gpipe and 1f1b; paralab plan also models interleaved_1f1b)."},
+             {.key = "interleave", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1,
+              .max = 1024, .label = "Chunks per device",
+              .help = "interleaved_1f1b: model chunks per pipeline device (runs: 1)."},
+             {.key = "sequence_parallel", .kind = OptionKind::boolean, .fallback = false,
+              .label = "Sequence parallelism",
+              .help = "Megatron's sequence parallelism in the tensor-parallel groups (not supported yet)."}},
+        .explanation =
+            "Hybrid: a mesh of `dp` × `tp` (× `pp`) devices. Each `tp` consecutive devices split every "
+            "attention and transformer_block as tensor_parallel does, and together are one replica that "
+            "trains 1/`dp` of the global batch; the devices of the same tensor rank sum their gradients "
+            "(an all-reduce at `zero` 0; at `zero` 1 a reduce-scatter, each updating its 1/`dp` of the "
+            "parameters with 1/`dp` of the optimizer state, then an all-gather). With `pp` stages the "
+            "layers are split as a pipeline's, each stage `dp` × `tp` devices, `micro_batches` flowing "
+            "through them in the `schedule`. Runs take `zero` 0 or 1 and the gpipe or 1f1b schedule; "
+            "paralab plan predicts every option.",
+        .color = "#393b79",
+        .min_devices = 1,
+        .max_devices = 0,
+        .device_rule = "dp · tp · pp devices",
+        .make = [] { return std::unique_ptr<Strategy>(std::make_unique<Hybrid>()); },
+        .check_devices = check_hybrid_devices,
+        .check_options = check_hybrid,
+        .memory = hybrid_memory,
+        .picture = hybrid_picture,
+        .variant = {{.key = "dp", .text = "dp {}"},
+                    {.key = "tp", .text = "tp {}"},
+                    {.key = "pp", .text = "pp {}"},
+                    {.key = "zero", .text = "zero {}"}},
+    };
+}
+
+}  // namespace paralab::strategy

@@ -1,0 +1,299 @@
+// Checkpoints and resume (engine/run/checkpoint.h): a run stopped at a chosen step and resumed
+// from its checkpoint ends with the parameters of the run that was never stopped, bit for bit,
+// for every strategy that checkpoints; a corrupt or foreign checkpoint is refused with its reason
+// and the previous one used; a strategy that cannot checkpoint is refused.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/device/device.h"
+#include "engine/run/checkpoint.h"
+#include "strategy_testing.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace paralab;
+using namespace strategy_testing;
+
+// A folder of its own per test, removed at the end.
+struct TempDir {
+    fs::path path;
+    explicit TempDir(const std::string& name)
+        : path(fs::temp_directory_path() /
+               ("paralab-ckpt-" + std::to_string(getpid()) + "-" + name)) {
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+// Sets the stop flag once step `at` has ended on every device: a condition, not a timer.
+class StopAt : public run::RunObserver {
+public:
+    StopAt(run::RunControl& control, int64_t at) : m_control(control), m_at(at) {}
+    void on_step_end(const config::StepRecord& r) override {
+        if (r.step >= m_at) m_control.stop = true;
+    }
+
+private:
+    run::RunControl& m_control;
+    int64_t m_at;
+};
+
+// The steps of each epoch end in checkpoints; every 20th step too.
+json experiment(const json& strategy, int devices) {
+    json j = spirals_mlp("ckpt", {{"type", "adam"}, {"lr", 0.01}}, 2);
+    j["data"]["samples"] = 1000;  // 800 training examples: 25 steps an epoch
+    j["train"]["checkpoint_every"] = 20;
+    j["schedule"] = {{"type", "cosine"}, {"warmup_steps", 5}};
+    return with_strategy(j, devices, strategy);
+}
+
+void expect_bitwise_equal(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i].shape(), b[i].shape()) << "tensor " << i;
+        EXPECT_EQ(0, std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes()))
+            << "tensor " << i << " differs";
+    }
+}
+
+// Stopped at `stop_at` (with checkpoints in `folder`), then resumed: the resumed run's result.
+Result stop_and_resume(const json& j, const std::string& folder, int64_t stop_at,
+                       int64_t* resumed_from, std::vector<std::string>* refused = nullptr) {
+    {
+        run::RunControl control;
+        run::Checkpointing cp;
+        cp.folder = folder;
+        control.checkpoints = &cp;
+        StopAt stop(control, stop_at);
+        const Result stopped = run_it(j, &stop, &control);
+        EXPECT_EQ(stopped.summary.status, "stopped");
+    }
+    if (refused) {  // the test spoils checkpoints between the runs
+        std::vector<std::string> files = run::checkpoint_files(folder);
+        EXPECT_FALSE(files.empty());
+        std::ofstream(files.front(), std::ios::binary | std::ios::trunc) << "not a checkpoint";
+    }
+    run::RunControl control;
+    run::Checkpointing cp;
+    cp.folder = folder;
+    cp.resume = true;
+    cp.refused = [&](const std::string& path, const std::string& reason) {
+        if (refused) refused->push_back(path + " | " + reason);
+    };
+    control.checkpoints = &cp;
+    Result r = run_it(j, nullptr, &control);
+    *resumed_from = cp.resumed_from_step;
+    return r;
+}
+
+struct Case {
+    const char* name;
+    json strategy;
+    int devices;
+};
+
+class ResumeExactly : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ResumeExactly, StoppedAndResumedEndsAsTheUninterruptedRun) {
+    const Case& c = GetParam();
+    const json j = experiment(c.strategy, c.devices);
+    const Result whole = run_it(j);  // no checkpoints at all
+    ASSERT_EQ(whole.summary.status, "finished");
+
+    TempDir dir(c.name);
+    int64_t from = 0;
+    const Result resumed = stop_and_resume(j, dir.path.string(), 31, &from);
+    EXPECT_GE(from, 31);  // the stop's own checkpoint, not the periodic one at 20
+    EXPECT_LT(from, whole.summary.steps);
+    ASSERT_EQ(resumed.summary.status, "finished") << resumed.summary.error;
+    EXPECT_EQ(resumed.summary.steps, whole.summary.steps);
+    // The step's loss sums the devices' parts in the order they arrive: with three or more
+    // devices its last bits vary from run to run, resumed or not. The parameters do not.
+    EXPECT_NEAR(resumed.summary.final_loss, whole.summary.final_loss,
+                1e-12 * std::abs(whole.summary.final_loss));
+    expect_bitwise_equal(resumed.artifacts.parameters, whole.artifacts.parameters);
+    // The last kCheckpointsKept stay: the run ended at step 50 (epoch end and last step).
+    const auto files = run::checkpoint_files(dir.path.string());
+    ASSERT_EQ(files.size(), static_cast<size_t>(run::kCheckpointsKept));
+    EXPECT_EQ(fs::path(files.front()).filename(), "step-50.safetensors");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, ResumeExactly,
+    ::testing::Values(
+        Case{"single", {{"type", "single"}}, 1},
+        Case{"data_parallel", {{"type", "data_parallel"}}, 2}, Case{"ddp", {{"type", "ddp"}}, 2},
+        Case{"zero1", {{"type", "zero"}, {"stage", 1}}, 2},
+        Case{"zero2", {{"type", "zero"}, {"stage", 2}}, 3},
+        Case{"zero3", {{"type", "zero"}, {"stage", 3}}, 2},
+        Case{"model_parallel", {{"type", "model_parallel"}}, 2},
+        Case{"gpipe", {{"type", "pipeline"}, {"schedule", "gpipe"}, {"micro_batches", 4}}, 2},
+        Case{"onef1b", {{"type", "pipeline"}, {"schedule", "1f1b"}, {"micro_batches", 4}}, 3}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Checkpoint, ACorruptCheckpointIsRefusedAndThePreviousOneUsed) {
+    const json j = experiment({{"type", "single"}}, 1);
+    const Result whole = run_it(j);
+    TempDir dir("corrupt");
+    int64_t from = 0;
+    std::vector<std::string> refused;
+    const Result resumed = stop_and_resume(j, dir.path.string(), 31, &from, &refused);
+    ASSERT_EQ(refused.size(), 1u);
+    EXPECT_NE(refused[0].find("step-31.safetensors"), std::string::npos) << refused[0];
+    EXPECT_EQ(from, 25);  // the epoch's end before it
+    ASSERT_EQ(resumed.summary.status, "finished");
+    expect_bitwise_equal(resumed.artifacts.parameters, whole.artifacts.parameters);
+}
+
+TEST(Checkpoint, AnotherExperimentsCheckpointIsRefused) {
+    TempDir dir("foreign");
+    {
+        run::RunControl control;
+        run::Checkpointing cp;
+        cp.folder = dir.path.string();
+        control.checkpoints = &cp;
+        run_it(experiment({{"type", "single"}}, 1), nullptr, &control);
+    }
+    json other = experiment({{"type", "single"}}, 1);
+    other["optimizer"]["lr"] = 0.02;
+    run::RunControl control;
+    run::Checkpointing cp;
+    cp.folder = dir.path.string();
+    cp.resume = true;
+    std::vector<std::string> reasons;
+    cp.refused = [&](const std::string&, const std::string& reason) { reasons.push_back(reason); };
+    control.checkpoints = &cp;
+    try {
+        run_it(other, nullptr, &control);
+        FAIL() << "resumed from another experiment's checkpoints";
+    } catch (const ConfigError& err) {
+        EXPECT_NE(std::string(err.what()).find("could be used"), std::string::npos) << err.what();
+    }
+    ASSERT_EQ(reasons.size(), static_cast<size_t>(run::kCheckpointsKept));
+    EXPECT_NE(reasons[0].find("another experiment"), std::string::npos) << reasons[0];
+}
+
+TEST(Checkpoint, ARunWithoutCheckpointsCannotResume) {
+    TempDir dir("none");
+    run::RunControl control;
+    run::Checkpointing cp;
+    cp.folder = dir.path.string();
+    cp.resume = true;
+    control.checkpoints = &cp;
+    try {
+        run_it(experiment({{"type", "single"}}, 1), nullptr, &control);
+        FAIL() << "resumed without a checkpoint";
+    } catch (const ConfigError& err) {
+        EXPECT_NE(std::string(err.what()).find("no checkpoint"), std::string::npos) << err.what();
+    }
+}
+
+TEST(Checkpoint, AStrategyThatCannotCheckpointIsRefused) {
+    TempDir dir("hogwild");
+    const json j = experiment({{"type", "hogwild"}}, 2);
+    std::string error;
+    {
+        run::RunControl control;
+        run::Checkpointing cp;
+        cp.folder = dir.path.string();
+        cp.written = [&](const std::string&, int64_t, double, const std::string& e) { error = e; };
+        control.checkpoints = &cp;
+        EXPECT_EQ(run_it(j, nullptr, &control).summary.status, "finished");
+    }
+    EXPECT_NE(error.find("hogwild writes no checkpoints"), std::string::npos) << error;
+    EXPECT_TRUE(run::checkpoint_files(dir.path.string()).empty());
+    run::RunControl control;
+    run::Checkpointing cp;
+    cp.folder = dir.path.string();
+    cp.resume = true;
+    control.checkpoints = &cp;
+    try {
+        run_it(j, nullptr, &control);
+        FAIL() << "a hogwild run resumed";
+    } catch (const ConfigError& err) {
+        EXPECT_NE(std::string(err.what()).find("cannot resume"), std::string::npos) << err.what();
+    }
+}
+
+TEST(Checkpoint, FileHoldsNamedTensorsAndMetadata) {
+    TempDir dir("format");
+    run::RunControl control;
+    run::Checkpointing cp;
+    cp.folder = dir.path.string();
+    control.checkpoints = &cp;
+    const config::Experiment e = run::parse_experiment(experiment({{"type", "single"}}, 1));
+    // What a process killed while writing leaves: removed by the next checkpoint.
+    const fs::path stale = dir.path / "step-7.safetensors.tmp-AbC123";
+    std::ofstream(stale) << "partial";
+    run::run_experiment(e, nullptr, &control);
+    EXPECT_FALSE(fs::exists(stale));
+    const auto files = run::checkpoint_files(dir.path.string());
+    ASSERT_FALSE(files.empty());
+    std::ifstream in(files.front(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    for (const char* name :
+         {"layers.0.weight", "layers.4.bias", "optim.layers.0.weight.exp_avg",
+          "optim.layers.2.bias.exp_avg_sq", "identity", "batch_index", "shuffle_seed"})
+        EXPECT_NE(bytes.find(name), std::string::npos) << name;
+    EXPECT_NE(bytes.find(run::experiment_identity(e)), std::string::npos);
+}
+
+// The state a checkpoint holds comes back as written: tensors by name, the optimizer's steps,
+// the loss scaler's policy (fp16; tests/gpu/test_gpu_checkpoint.cpp resumes such runs), the
+// position.
+TEST(Checkpoint, StateRoundTripsThroughTheFile) {
+    TempDir dir("roundtrip");
+    const config::Experiment e = run::parse_experiment(experiment({{"type", "single"}}, 1));
+    auto device = make_cpu_device(0);
+    nn::Model model(e.layers, run::model_input_shape(e), e.loss, DType::f32, *device);
+    Rng rng(5);
+    model.reset_parameters(rng);
+    const run::TensorNames names = run::checkpoint_names(model);
+    strategy::TrainingState st;
+    std::vector<Shape> shapes;
+    st.optimizer_state_names = {"exp_avg", "exp_avg_sq"};
+    for (const nn::Param* p : model.parameters()) {
+        shapes.push_back(p->value.shape());
+        st.parameters.push_back(p->value.clone(MemCategory::workspace));
+        Tensor m = p->value.clone(MemCategory::workspace),
+               v = p->value.clone(MemCategory::workspace);
+        m.fill(0.25);
+        v.fill(0.5);
+        st.optimizer_state.push_back({m, v});
+    }
+    st.optimizer_steps = 31;
+    st.has_scaler = true;
+    st.scaler = {1024.0, 7, 3};
+    const std::string path = run::write_checkpoint(dir.path.string(), e, names, {31, 1, 6}, st);
+    const run::Checkpoint c = run::read_checkpoint(path, e, names, shapes, {});
+    EXPECT_EQ(c.position.step, 31);
+    EXPECT_EQ(c.position.epoch, 1);
+    EXPECT_EQ(c.position.batch_index, 6);
+    EXPECT_EQ(c.state.optimizer_steps, 31);
+    ASSERT_TRUE(c.state.has_scaler);
+    EXPECT_EQ(c.state.scaler.scale, 1024.0);
+    EXPECT_EQ(c.state.scaler.clean, 7);
+    EXPECT_EQ(c.state.scaler.skipped, 3);
+    expect_bitwise_equal(c.state.parameters, st.parameters);
+    ASSERT_EQ(c.state.optimizer_state.size(), st.optimizer_state.size());
+    for (size_t i = 0; i < st.optimizer_state.size(); ++i)
+        expect_bitwise_equal(c.state.optimizer_state[i], st.optimizer_state[i]);
+    // A shape that is not the model's is refused, naming the tensor.
+    shapes[0] = Shape{3, 3};
+    try {
+        run::read_checkpoint(path, e, names, shapes, {});
+        FAIL() << "a checkpoint of other shapes was read";
+    } catch (const Error& err) {
+        EXPECT_NE(std::string(err.what()).find(names.parameters[0]), std::string::npos)
+            << err.what();
+    }
+}
+
+}  // namespace

@@ -1,0 +1,452 @@
+// The safetensors reader and writer against the format's rules: a round trip, files written by
+// hand byte for byte from the specification, every malformed header refused with its cause, a
+// write that fails (a full disk, a file-size limit) leaving no partial file, and a cross-check
+// with Python's numpy reading what the writer wrote (skipped without python3 and numpy).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/io/safetensors.h"
+#include "engine/util/error.h"
+
+namespace fs = std::filesystem;
+using namespace paralab;
+using namespace paralab::io;
+
+namespace {
+
+#define EXPECT_CONTAINS(text, part) \
+    EXPECT_NE(std::string(text).find(part), std::string::npos) << "message: " << (text)
+
+class TempDir {
+public:
+    TempDir() {
+        static std::atomic<int> counter{0};
+        m_path = fs::temp_directory_path() /
+                 ("paralab_safetensors_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+        fs::create_directories(m_path);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(m_path, ec);
+    }
+    std::string file(const std::string& name) const { return (m_path / name).string(); }
+    const fs::path& path() const { return m_path; }
+    std::vector<std::string> names() const {
+        std::vector<std::string> out;
+        for (const auto& e : fs::directory_iterator(m_path)) out.push_back(e.path().filename().string());
+        std::sort(out.begin(), out.end());
+        return out;
+    }
+
+private:
+    fs::path m_path;
+};
+
+std::string slurp(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string le64(uint64_t v) {
+    std::string s(8, '\0');
+    for (int i = 0; i < 8; ++i) s[size_t(i)] = char((v >> (8 * i)) & 0xff);
+    return s;
+}
+
+// A file from its header text and data area, as the specification lays it out.
+std::string file_bytes(const std::string& header, const std::string& data) {
+    return le64(header.size()) + header + data;
+}
+
+std::string parse_error(const std::string& bytes) {
+    try {
+        SafetensorsFile::parse(bytes, "bad.safetensors");
+    } catch (const Error& e) {
+        return e.what();
+    }
+    ADD_FAILURE() << "accepted";
+    return {};
+}
+
+template <class T>
+std::vector<T> values_of(const SafetensorsFile& f, const StEntry& e) {
+    std::vector<T> v(e.bytes / sizeof(T));
+    std::memcpy(v.data(), f.data(e), e.bytes);
+    return v;
+}
+
+std::string bytes_of_floats(std::initializer_list<float> v) {
+    return std::string(reinterpret_cast<const char*>(std::data(v)), v.size() * sizeof(float));
+}
+
+}  // namespace
+
+TEST(Safetensors, RoundTripKeepsNamesShapesDataAndMetadata) {
+    TempDir dir;
+    const std::vector<float> w = {1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, -7.0f};
+    const std::vector<double> b = {0.1, -0.2};
+    const std::vector<uint16_t> half = {0x3c00, 0xc000, 0x7bff};  // any 2-byte payload
+    const std::vector<int64_t> ids = {-1, 0, INT64_MAX};
+    const std::vector<int32_t> i32 = {42};
+    const std::vector<uint8_t> u8 = {0, 255, 7, 9};
+    const float scalar = 4.0f;
+    const std::vector<StTensor> tensors = {
+        {"layers.1.weight", StDType::F32, {2, 3}, w.data(), w.size() * 4},
+        {"layers.0.bias", StDType::F64, {2}, b.data(), b.size() * 8},
+        {"h16", StDType::F16, {3}, half.data(), 6},
+        {"hb16", StDType::BF16, {1, 3}, half.data(), 6},
+        {"ids", StDType::I64, {3}, ids.data(), 24},
+        {"one", StDType::I32, {1, 1, 1}, i32.data(), 4},
+        {"bytes", StDType::U8, {2, 2}, u8.data(), 4},
+        {"scalar", StDType::F32, {}, &scalar, 4},
+        {"empty", StDType::F32, {0, 3}, nullptr, 0},
+    };
+    const std::string path = dir.file("w.safetensors");
+    write_safetensors(path, tensors, {{"format", "pt"}, {"step", "12"}});
+    EXPECT_EQ(dir.names(), std::vector<std::string>{"w.safetensors"});  // no temporary file left
+
+    const std::string raw = slurp(path);
+    uint64_t n = 0;
+    std::memcpy(&n, raw.data(), 8);
+    EXPECT_EQ(n % 8, 0u) << "the header is padded to a multiple of 8";
+    EXPECT_EQ(raw[8], '{');
+
+    const SafetensorsFile f = SafetensorsFile::read(path);
+    EXPECT_EQ(f.metadata(), (std::map<std::string, std::string>{{"format", "pt"}, {"step", "12"}}));
+    ASSERT_EQ(f.entries().size(), tensors.size());
+    // The data lies in name order (entries come in the order of their data; "empty" has no bytes).
+    std::vector<std::string> order;
+    for (const StEntry& e : f.entries()) {
+        if (e.bytes > 0) order.push_back(e.name);
+    }
+    EXPECT_EQ(order, (std::vector<std::string>{"bytes", "h16", "hb16", "ids", "layers.0.bias",
+                                               "layers.1.weight", "one", "scalar"}));
+    for (const StTensor& t : tensors) {
+        const StEntry* e = f.find(t.name);
+        ASSERT_NE(e, nullptr) << t.name;
+        EXPECT_EQ(e->dtype, t.dtype) << t.name;
+        EXPECT_EQ(e->shape, t.shape) << t.name;
+        ASSERT_EQ(e->bytes, t.bytes) << t.name;
+        if (t.bytes) {
+            EXPECT_EQ(std::memcmp(f.data(*e), t.data, t.bytes), 0) << t.name;
+        }
+    }
+    EXPECT_EQ(f.find("absent"), nullptr);
+    EXPECT_EQ(values_of<double>(f, *f.find("layers.0.bias")), b);
+
+    // Written again over the same path: replaced whole.
+    write_safetensors(path, {{"x", StDType::F32, {1}, &scalar, 4}});
+    const SafetensorsFile g = SafetensorsFile::read(path);
+    ASSERT_EQ(g.entries().size(), 1u);
+    EXPECT_TRUE(g.metadata().empty());
+    EXPECT_EQ(dir.names(), std::vector<std::string>{"w.safetensors"});
+}
+
+// Written by hand from the specification: an unpadded header, keys in any order, data in an
+// order other than the names', an empty metadata object, a zero-element tensor.
+TEST(Safetensors, ReadsAFileWrittenByHandFromTheSpecification) {
+    const std::string header =
+        R"({"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+        R"("__metadata__":{},)"
+        R"("a":{"shape":[1,2],"data_offsets":[8,16],"dtype":"F32"},)"
+        R"("z":{"dtype":"U8","shape":[0],"data_offsets":[16,16]}})";
+    const std::string data = bytes_of_floats({1.0f, 2.0f}) + bytes_of_floats({-3.0f, 0.5f});
+    const SafetensorsFile f = SafetensorsFile::parse(file_bytes(header, data), "hand.safetensors");
+    ASSERT_EQ(f.entries().size(), 3u);
+    EXPECT_EQ(f.entries()[0].name, "b");
+    const StEntry* a = f.find("a");
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(a->shape, (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(a->offset, 8u);
+    EXPECT_EQ(values_of<float>(f, *a), (std::vector<float>{-3.0f, 0.5f}));
+    EXPECT_EQ(values_of<float>(f, *f.find("b")), (std::vector<float>{1.0f, 2.0f}));
+    EXPECT_EQ(f.find("z")->bytes, 0u);
+    EXPECT_TRUE(f.metadata().empty());
+
+    // Padded with spaces, as the reference writer does; and an empty file of tensors.
+    const SafetensorsFile padded =
+        SafetensorsFile::parse(file_bytes(R"({"__metadata__":{"k":"v"}}      )", ""), "p");
+    EXPECT_TRUE(padded.entries().empty());
+    EXPECT_EQ(padded.metadata().at("k"), "v");
+    EXPECT_TRUE(SafetensorsFile::parse(file_bytes("{}", ""), "e").entries().empty());
+}
+
+struct Malformed {
+    const char* what;
+    std::string bytes;
+    const char* message;
+};
+
+// Each case is refused with a message naming the file and the cause.
+TEST(Safetensors, RefusesEveryMalformedFile) {
+    const std::string f8 = bytes_of_floats({1, 2});  // 8 bytes of data
+    auto one = [&](const std::string& info, const std::string& data) {
+        return file_bytes(R"({"t":)" + info + "}", data);
+    };
+    const std::vector<Malformed> cases = {
+        {"empty file", "", "shorter than the 8-byte header length"},
+        {"7 bytes", std::string(7, '\0'), "shorter than the 8-byte header length"},
+        {"header past the end", le64(100) + "{}", "runs past the end of the file"},
+        {"header length near 2^64", le64(~uint64_t{0}) + "{}", "above the limit"},
+        {"header above 100 MB", le64(100'000'001) + "{}", "above the limit of 100000000 bytes"},
+        {"header not an object", file_bytes("[1,2]", ""), "not a JSON object"},
+        {"header a string", file_bytes(R"("abc")", ""), "not a JSON object"},
+        {"header empty", file_bytes("", ""), "not a JSON object"},
+        {"header broken JSON", file_bytes(R"({"t":)", ""), "not valid JSON"},
+        {"header with trailing garbage", file_bytes("{} x", ""), "not valid JSON"},
+        {"header invalid UTF-8", file_bytes("{\"\xff\":1}", ""), "not valid JSON"},
+        {"header nested deeply", file_bytes(R"({"__metadata__":{"a":[[[[[[[[[[1]]]]]]]]]]}})", ""),
+         "nests too deeply"},
+        {"tensor not an object", one("3", ""), "tensor \"t\": not an object"},
+        {"no dtype", one(R"({"shape":[2],"data_offsets":[0,8]})", f8), "no \"dtype\""},
+        {"no shape", one(R"({"dtype":"F32","data_offsets":[0,8]})", f8), "no \"shape\""},
+        {"no offsets", one(R"({"dtype":"F32","shape":[2]})", f8), "no \"data_offsets\""},
+        {"unknown dtype", one(R"({"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]})", f8),
+         "unknown or unsupported dtype \"F8_E4M3\""},
+        {"lower-case dtype", one(R"({"dtype":"f32","shape":[2],"data_offsets":[0,8]})", f8),
+         "unknown or unsupported dtype"},
+        {"dtype not a string", one(R"({"dtype":4,"shape":[2],"data_offsets":[0,8]})", f8),
+         "dtype is not a string"},
+        {"negative dimension", one(R"({"dtype":"F32","shape":[-2],"data_offsets":[0,8]})", f8),
+         "negative dimension (-2)"},
+        {"fractional dimension", one(R"({"dtype":"F32","shape":[2.5],"data_offsets":[0,8]})", f8),
+         "other than a dimension"},
+        {"dimension above int64", one(R"({"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,8]})", f8),
+         "other than a dimension"},
+        {"overflowing shape",
+         one(R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]})", f8),
+         "overflows"},
+        {"overflowing by element size",
+         one(R"({"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,8]})", f8), "overflows"},
+        {"shape not an array", one(R"({"dtype":"F32","shape":2,"data_offsets":[0,8]})", f8),
+         "shape is not an array"},
+        {"offsets past the data", one(R"({"dtype":"F32","shape":[4],"data_offsets":[0,16]})", f8),
+         "outside the data area of 8 bytes"},
+        {"offsets reversed", one(R"({"dtype":"F32","shape":[0],"data_offsets":[8,0]})", f8),
+         "end before they begin"},
+        {"offsets negative", one(R"({"dtype":"F32","shape":[2],"data_offsets":[-8,0]})", f8),
+         "two non-negative integers"},
+        {"offsets of three", one(R"({"dtype":"F32","shape":[2],"data_offsets":[0,8,8]})", f8),
+         "two non-negative integers"},
+        {"offsets not matching numel x size",
+         one(R"({"dtype":"F32","shape":[3],"data_offsets":[0,8]})", f8),
+         "data_offsets hold 8 bytes, shape [3] of F32 needs 12"},
+        {"bytes not covered at the end", one(R"({"dtype":"F32","shape":[1],"data_offsets":[0,4]})", f8),
+         "4 bytes after the last tensor"},
+        {"a gap before a tensor", one(R"({"dtype":"F32","shape":[1],"data_offsets":[4,8]})", f8),
+         "4 bytes that no tensor covers, before tensor \"t\""},
+        {"overlapping tensors",
+         file_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                    R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                    f8),
+         "overlaps tensor \"a\""},
+        {"the same bytes twice",
+         file_bytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                    R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                    f8),
+         "overlaps"},
+        {"duplicate names",
+         file_bytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                    R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                    f8),
+         "key \"a\" appears twice (duplicate tensor name)"},
+        {"duplicate field", one(R"({"dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8]})", f8),
+         "key \"dtype\" appears twice"},
+        {"metadata with a number", file_bytes(R"({"__metadata__":{"step":3}})", ""),
+         "__metadata__ \"step\" is not a string"},
+        {"metadata not an object", file_bytes(R"({"__metadata__":"x"})", ""),
+         "\"__metadata__\" is not an object"},
+        {"data without tensors", file_bytes("{}", f8), "8 bytes after the last tensor"},
+    };
+    for (const Malformed& c : cases) {
+        SCOPED_TRACE(c.what);
+        const std::string message = parse_error(c.bytes);
+        EXPECT_CONTAINS(message, "bad.safetensors: ");
+        EXPECT_CONTAINS(message, c.message);
+    }
+}
+
+TEST(Safetensors, ReadNamesTheFileAndTheCause) {
+    TempDir dir;
+    try {
+        SafetensorsFile::read(dir.file("absent.safetensors"));
+        FAIL() << "read";
+    } catch (const Error& e) {
+        EXPECT_CONTAINS(e.what(), dir.file("absent.safetensors") + ": cannot open: No such file or directory");
+    }
+    std::ofstream(dir.file("short.safetensors")) << "abc";
+    try {
+        SafetensorsFile::read(dir.file("short.safetensors"));
+        FAIL() << "read";
+    } catch (const Error& e) {
+        EXPECT_CONTAINS(e.what(), dir.file("short.safetensors") + ": not a safetensors file");
+    }
+}
+
+TEST(Safetensors, WriterRefusesInconsistentTensors) {
+    TempDir dir;
+    const std::string path = dir.file("w.safetensors");
+    const std::vector<float> v(6);
+    auto error_of = [&](const std::vector<StTensor>& t) -> std::string {
+        try {
+            write_safetensors(path, t);
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "written";
+    };
+    EXPECT_CONTAINS(error_of({{"a", StDType::F32, {2, 3}, v.data(), 20}}),
+                    "tensor \"a\": 20 bytes given, shape [2, 3] of F32 needs 24");
+    EXPECT_CONTAINS(error_of({{"a", StDType::F32, {-1}, v.data(), 4}}), "invalid shape [-1]");
+    EXPECT_CONTAINS(error_of({{"a", StDType::F32, {1}, v.data(), 4}, {"a", StDType::F32, {1}, v.data(), 4}}),
+                    "tensor \"a\" is given twice");
+    EXPECT_CONTAINS(error_of({{"__metadata__", StDType::F32, {1}, v.data(), 4}}), "not a valid tensor name");
+    EXPECT_CONTAINS(error_of({{"", StDType::F32, {1}, v.data(), 4}}), "empty name");
+    EXPECT_CONTAINS(error_of({{"a", StDType::F32, {1}, nullptr, 4}}), "has no data");
+    EXPECT_TRUE(dir.names().empty()) << "nothing written";
+    EXPECT_CONTAINS(error_of({{"a", StDType::F32, {1}, v.data(), 4}}), "written");
+    try {
+        write_safetensors(dir.file("no/such/folder/w.safetensors"), {});
+        FAIL() << "written";
+    } catch (const Error& e) {
+        EXPECT_CONTAINS(e.what(), dir.file("no/such/folder/w.safetensors") +
+                                      ": cannot create a temporary file beside it: No such file or directory");
+    }
+}
+
+namespace {
+// Restores the file-size limit and SIGXFSZ's disposition on the way out.
+struct FileSizeLimit {
+    rlimit saved{};
+    struct sigaction saved_action {};
+    explicit FileSizeLimit(rlim_t bytes) {
+        getrlimit(RLIMIT_FSIZE, &saved);
+        struct sigaction ignore {};
+        ignore.sa_handler = SIG_IGN;
+        sigaction(SIGXFSZ, &ignore, &saved_action);
+        rlimit lower = saved;
+        lower.rlim_cur = bytes;
+        setrlimit(RLIMIT_FSIZE, &lower);
+    }
+    ~FileSizeLimit() {
+        setrlimit(RLIMIT_FSIZE, &saved);
+        sigaction(SIGXFSZ, &saved_action, nullptr);
+    }
+};
+
+struct Mount {
+    fs::path at;
+    bool mounted = false;
+    ~Mount() {
+        if (mounted) umount2(at.c_str(), MNT_DETACH);
+    }
+};
+
+// Writes 4 MiB over `path` and expects the write refused with `cause`.
+void expect_write_refused(const std::string& path, const char* cause) {
+    const std::vector<float> big(1 << 20, 1.0f);
+    try {
+        write_safetensors(path, {{"big", StDType::F32, {int64_t(big.size())}, big.data(), big.size() * 4}});
+        FAIL() << "written";
+    } catch (const Error& e) {
+        EXPECT_CONTAINS(e.what(), path + ": cannot write");
+        EXPECT_CONTAINS(e.what(), cause);
+    }
+}
+}  // namespace
+
+// A write that fails part way (here: past the file-size limit, EFBIG) leaves no temporary file
+// and keeps the file it would have replaced.
+TEST(Safetensors, AFailedWriteLeavesNoPartialFileAndKeepsTheOldOne) {
+    TempDir dir;
+    const std::string path = dir.file("w.safetensors");
+    const float old_value = 9.0f;
+    write_safetensors(path, {{"old", StDType::F32, {1}, &old_value, 4}});
+    {
+        FileSizeLimit limit(64 * 1024);
+        expect_write_refused(path, std::strerror(EFBIG));
+    }
+    EXPECT_EQ(dir.names(), std::vector<std::string>{"w.safetensors"});
+    const SafetensorsFile f = SafetensorsFile::read(path);
+    ASSERT_NE(f.find("old"), nullptr);
+}
+
+// A full disk (a 1 MiB tmpfs; root only, skipped elsewhere): ENOSPC named, nothing left behind.
+TEST(Safetensors, AFullDiskIsNamedAndLeavesNothingBehind) {
+    TempDir dir;
+    Mount small{dir.path() / "small"};
+    fs::create_directories(small.at);
+    if (mount("tmpfs", small.at.c_str(), "tmpfs", 0, "size=1m") != 0)
+        GTEST_SKIP() << "cannot mount a tmpfs here (needs root): " << std::strerror(errno);
+    small.mounted = true;
+    const std::string path = (small.at / "w.safetensors").string();
+    const float old_value = 9.0f;
+    write_safetensors(path, {{"old", StDType::F32, {1}, &old_value, 4}});
+    expect_write_refused(path, std::strerror(ENOSPC));
+    std::vector<std::string> left;
+    for (const auto& e : fs::directory_iterator(small.at)) left.push_back(e.path().filename().string());
+    EXPECT_EQ(left, std::vector<std::string>{"w.safetensors"});
+    EXPECT_NE(SafetensorsFile::read(path).find("old"), nullptr);
+}
+
+// Python's json and numpy read what the writer wrote, and the reader reads a file numpy wrote
+// by hand (the pip package safetensors is no Debian package; its format is checked this way).
+TEST(Safetensors, CrossCheckedWithNumpy) {
+    if (std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") != 0)
+        GTEST_SKIP() << "python3 with numpy is not installed (apt install python3-numpy)";
+    TempDir dir;
+    const std::vector<float> w = {1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, -7.0f};
+    const std::vector<int64_t> ids = {-1, 0, 5};
+    const std::string ours = dir.file("ours.safetensors");
+    write_safetensors(ours, {{"w", StDType::F32, {2, 3}, w.data(), 24}, {"ids", StDType::I64, {3}, ids.data(), 24}},
+                      {{"format", "pt"}});
+    const std::string theirs = dir.file("theirs.safetensors");
+    const std::string script = dir.file("check.py");
+    std::ofstream(script) << R"PY(
+import json, struct, sys
+import numpy as np
+ours, theirs = sys.argv[1], sys.argv[2]
+raw = open(ours, "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+header = json.loads(raw[8:8 + n])
+data = raw[8 + n:]
+assert header["__metadata__"] == {"format": "pt"}, header
+w = header["w"]
+assert w["dtype"] == "F32" and w["shape"] == [2, 3], w
+b, e = w["data_offsets"]
+got = np.frombuffer(data[b:e], dtype="<f4").reshape(2, 3)
+assert (got == np.array([[1.5, -2.0, 3.25], [0.0, 1e-30, -7.0]], dtype=np.float32)).all(), got
+i = header["ids"]
+b, e = i["data_offsets"]
+assert (np.frombuffer(data[b:e], dtype="<i8") == np.array([-1, 0, 5])).all()
+# And a file from numpy, laid out as the reference writer does (padded header, name order).
+x = np.arange(6, dtype="<f8").reshape(3, 2)
+y = np.array([7], dtype="<i4")
+h = {"x": {"dtype": "F64", "shape": [3, 2], "data_offsets": [0, 48]},
+     "y": {"dtype": "I32", "shape": [1], "data_offsets": [48, 52]},
+     "__metadata__": {"source": "numpy"}}
+text = json.dumps(h, separators=(",", ":")).encode()
+text += b" " * ((8 - len(text) % 8) % 8)
+open(theirs, "wb").write(struct.pack("<Q", len(text)) + text + x.tobytes() + y.tobytes())
+print("ok")
+)PY";
+    const std::string command = "/usr/bin/python3 " + script + " " + ours + " " + theirs;
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    const SafetensorsFile f = SafetensorsFile::read(theirs);
+    EXPECT_EQ(f.metadata().at("source"), "numpy");
+    EXPECT_EQ(values_of<double>(f, *f.find("x")), (std::vector<double>{0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ(f.find("x")->shape, (std::vector<int64_t>{3, 2}));
+    EXPECT_EQ(values_of<int32_t>(f, *f.find("y")), std::vector<int32_t>{7});
+}

@@ -1,0 +1,326 @@
+// hybrid (docs/strategies.md): a dp × tp × pp mesh ends with the single device's parameters on
+// the same global batch (zero 0 and 1, both schedules, clipping and accumulation too); a dp × tp
+// mesh moves per device and step 4 tensor-parallel all-reduces of b·s·h numbers per block (b: its
+// replica's rows) and one data-parallel collective of its 1/tp gradients, with stages the same
+// all-reduces per micro-batch and one activation per micro-batch; every mesh holds the
+// memory its model predicts; what it cannot run is refused at the option.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include <unistd.h>
+
+#include "engine/comm/sub_groups.h"
+#include "engine/strategy/registry.h"
+#include "strategy_testing.h"
+
+using namespace paralab;
+using namespace strategy_testing;
+
+namespace {
+
+const std::string& corpus() {
+    static const std::string path = [] {
+        const auto p = std::filesystem::temp_directory_path() /
+                       ("paralab-hybrid-" + std::to_string(::getpid()) + ".txt");
+        std::ofstream out(p);
+        for (int i = 0; i < 120; ++i)
+            out << "Replicas of shards, " << i << " groups of two; the sums go both ways.\n";
+        return p.string();
+    }();
+    return path;
+}
+
+constexpr int64_t kB = 4, kT = 8, kD = 16, kBlocks = 2;
+
+// The tensor_parallel tests' char-GPT in miniature (no dropout; AdamW with eps 1e-6, whose
+// reason is told there): two transformer blocks of 4 heads and ffn 16.
+json tiny_gpt() {
+    json j = json::parse(R"({
+      "paralab": 1, "name": "hybrid-gpt", "seed": 7,
+      "data": {"dataset": "text", "seq_len": 8, "batch_size": 4, "test_limit": 6},
+      "model": {"input": [8], "layers": [
+          {"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
+          {"type": "transformer_block", "heads": 4, "ffn": 16, "repeat": 2},
+          {"type": "layernorm"}, {"type": "linear", "out": 256}], "loss": "cross_entropy"},
+      "optimizer": {"type": "adamw", "lr": 0.01, "weight_decay": 0.01, "eps": 1e-6},
+      "train": {"epochs": 1, "max_steps": 5}
+    })");
+    j["data"]["path"] = corpus();
+    return j;
+}
+
+json hybrid(int dp, int tp, int zero = 0) {
+    return {{"type", "hybrid"}, {"dp", dp}, {"tp", tp}, {"zero", zero}};
+}
+
+json staged(int dp, int tp, int pp, int zero = 0, int micro_batches = 2, const std::string& schedule = "1f1b") {
+    return {{"type", "hybrid"}, {"dp", dp}, {"tp", tp}, {"pp", pp}, {"zero", zero},
+            {"micro_batches", micro_batches}, {"schedule", schedule}};
+}
+
+const Result& single_of(const json& j) {
+    static std::map<std::string, Result> cache;
+    const std::string key = j.dump();
+    if (!cache.count(key)) cache[key] = run_it(with_strategy(j, 1, {{"type", "single"}}));
+    return cache.at(key);
+}
+
+void expect_matches_single(const json& j, int devices, const json& strategy) {
+    SCOPED_TRACE(strategy.dump());
+    const Result& want = single_of(j);
+    const Result got = run_it(with_strategy(j, devices, strategy));
+    ASSERT_EQ(want.summary.status, "finished") << want.summary.error;
+    ASSERT_EQ(got.summary.status, "finished") << got.summary.error;
+    ASSERT_FALSE(want.artifacts.parameters.empty());
+    EXPECT_LE(max_rel_diff(want.artifacts.parameters, got.artifacts.parameters), 1e-5);
+    EXPECT_EQ(want.summary.steps, got.summary.steps);
+    EXPECT_NEAR(want.summary.final_loss, got.summary.final_loss, 1e-5 * (1 + want.summary.final_loss));
+    ASSERT_TRUE(want.summary.test_loss && got.summary.test_loss);
+    EXPECT_NEAR(*want.summary.test_loss, *got.summary.test_loss, 1e-5 * (1 + *want.summary.test_loss));
+}
+
+// The sub-groups a mesh is made of: collectives among their members only, ranks in the order
+// given; a partition that is not one is refused.
+TEST(Hybrid, SubGroupsReduceAmongTheirMembers) {
+    comm::LocalSubGroups groups(4, {{2, 0}, {1, 3}});
+    EXPECT_EQ(groups.group_of(0), 0);
+    EXPECT_EQ(groups.of(2).rank(), 0);
+    EXPECT_EQ(groups.of(0).rank(), 1);
+    EXPECT_EQ(groups.of(3).world(), 2);
+    std::vector<std::vector<float>> data(4);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 4; ++r) {
+        data[static_cast<size_t>(r)] = {static_cast<float>(r + 1), 10.0f * static_cast<float>(r + 1)};
+        threads.emplace_back([&, r] {
+            groups.of(r).all_reduce(data[static_cast<size_t>(r)].data(), 2, DType::f32, comm::ReduceOp::sum);
+        });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(data[0], (std::vector<float>{4, 40}));  // ranks 0 and 2: 1 + 3
+    EXPECT_EQ(data[2], (std::vector<float>{4, 40}));
+    EXPECT_EQ(data[1], (std::vector<float>{6, 60}));  // ranks 1 and 3: 2 + 4
+    EXPECT_EQ(data[3], (std::vector<float>{6, 60}));
+    EXPECT_THROW(comm::LocalSubGroups(3, {{0, 1}}), Error);         // rank 2 in none
+    EXPECT_THROW(comm::LocalSubGroups(2, {{0, 1}, {1}}), Error);    // rank 1 in two
+    EXPECT_THROW(comm::LocalSubGroups(2, {{0, 2}}), Error);         // no rank 2
+}
+
+TEST(Hybrid, DpTwoTpTwoMatchesSingle) {
+    expect_matches_single(tiny_gpt(), 4, hybrid(2, 2));
+}
+
+TEST(Hybrid, ZeroOneMatchesSingle) {
+    expect_matches_single(tiny_gpt(), 4, hybrid(2, 2, 1));
+}
+
+// Degenerate meshes are the plain strategies: dp alone is data parallelism, tp alone tensor
+// parallelism.
+TEST(Hybrid, OneSidedMeshesMatchSingle) {
+    expect_matches_single(tiny_gpt(), 2, hybrid(2, 1));
+    expect_matches_single(tiny_gpt(), 2, hybrid(1, 2));
+    expect_matches_single(tiny_gpt(), 4, hybrid(4, 1, 1));
+}
+
+// The norm of train.clip_norm counts every slice once and the replicated parameters once;
+// a global batch of 5 leaves the replicas uneven rows (3 and 2).
+TEST(Hybrid, ClippingAccumulationAndUnevenRowsMatchSingle) {
+    json j = tiny_gpt();
+    j["train"]["clip_norm"] = 0.5;
+    j["train"]["grad_accum"] = 2;
+    j["data"]["batch_size"] = 5;
+    expect_matches_single(j, 4, hybrid(2, 2));
+    expect_matches_single(j, 4, hybrid(2, 2, 1));
+}
+
+// Pipeline stages of tensor-parallel groups, in both schedules.
+TEST(Hybrid, PipelineOfTensorParallelStagesMatchesSingle) {
+    for (const char* schedule : {"gpipe", "1f1b"}) {
+        expect_matches_single(tiny_gpt(), 4, staged(1, 2, 2, 0, 2, schedule));
+        expect_matches_single(tiny_gpt(), 4, staged(1, 2, 2, 0, 4, schedule));
+    }
+    // Three stages of two layers, one micro-batch per row.
+    expect_matches_single(tiny_gpt(), 3, staged(1, 1, 3, 0, 4));
+}
+
+TEST(Hybrid, ReplicatedPipelineWithZeroOneMatchesSingle) {
+    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 1, 2));
+    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 0, 1, "gpipe"));
+}
+
+// The whole mesh on 8 devices; clipping and accumulation over every stage and replica.
+TEST(Hybrid, WholeMeshOnEightDevicesMatchesSingle) {
+    expect_matches_single(tiny_gpt(), 8, staged(2, 2, 2, 1, 2));
+    json j = tiny_gpt();
+    j["train"]["clip_norm"] = 0.5;
+    j["train"]["grad_accum"] = 2;
+    j["data"]["batch_size"] = 6;
+    expect_matches_single(j, 8, staged(2, 2, 2, 0, 2, "gpipe"));
+}
+
+class CommCounter : public run::RunObserver {
+public:
+    void on_span(const config::Span& s) override {
+        auto& c = counts[s.phase][{s.device, s.step}];
+        ++c.first;
+        c.second += s.bytes;
+    }
+    // phase -> (device, step) -> (calls, bytes)
+    std::map<std::string, std::map<std::pair<std::string, int64_t>, std::pair<int64_t, int64_t>>> counts;
+};
+
+// The whole model's parameters, and those a tensor rank of 2 holds: every block's sliced part
+// halved (tensor_parallel's rule).
+constexpr int64_t kWhole = 256 * kD + kT * kD + 2 * kD + (kD * 256 + 256);
+constexpr int64_t kBlock = 4 * kD * kD + 2 * kD * 16 + 9 * kD + 16;
+constexpr int64_t kLocalTp2 = kWhole + kBlocks * (6 * kD + (kBlock - 6 * kD) / 2);
+
+TEST(Hybrid, BytesPerCollectiveFollowTheFormulas) {
+    for (int zero : {0, 1}) {
+        SCOPED_TRACE(zero);
+        CommCounter counter;
+        const Result r = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, zero)), &counter);
+        ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+        const int tp = 2, dp = 2;
+        const int64_t rows = kB / dp;
+        // A ring all-reduce of C numbers moves 2 (N − 1) / N · C of them from each device; a
+        // reduce-scatter or an all-gather half of that.
+        const int64_t tp_call = 2 * (tp - 1) * rows * kT * kD / tp * 4;
+        const auto& tp_spans = counter.counts["tp_all_reduce"];
+        ASSERT_EQ(tp_spans.size(), static_cast<size_t>(4 * r.summary.steps));
+        for (const auto& [key, c] : tp_spans) {
+            EXPECT_EQ(c.first, 4 * kBlocks) << key.first << " step " << key.second;
+            EXPECT_EQ(c.second, 4 * kBlocks * tp_call) << key.first << " step " << key.second;
+        }
+        const int64_t dp_all_reduce = 2 * (dp - 1) * kLocalTp2 / dp * 4;
+        const std::vector<std::string> dp_phases =
+            zero == 0 ? std::vector<std::string>{"dp_all_reduce_grads"}
+                      : std::vector<std::string>{"dp_reduce_scatter_grads", "dp_all_gather_params"};
+        int64_t dp_bytes = 0;
+        for (const std::string& phase : dp_phases) {
+            const auto& spans = counter.counts[phase];
+            ASSERT_EQ(spans.size(), static_cast<size_t>(4 * r.summary.steps)) << phase;
+            for (const auto& [key, c] : spans) {
+                EXPECT_EQ(c.first, 1) << phase << " " << key.first;
+                if (key.first == "cpu:0" && key.second == 1) dp_bytes += c.second;
+            }
+        }
+        // The local gradients are kLocalTp2 numbers (even): the halves are exact.
+        EXPECT_EQ(dp_bytes, dp_all_reduce);
+    }
+}
+
+// With stages: each block's 4 all-reduces per micro-batch within its stage's tensor-parallel
+// group (b: the micro-batch's rows), and one activation of b·T·D numbers per micro-batch from
+// each device of the first stage to its peer of the second.
+TEST(Hybrid, StagesMoveMicroBatches) {
+    const int tp = 2, micro = 2;
+    CommCounter counter;
+    const Result r = run_it(with_strategy(tiny_gpt(), 4, staged(1, tp, 2, 0, micro)), &counter);
+    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+    const int64_t rows = kB / micro;
+    const int64_t tp_call = 2 * (tp - 1) * rows * kT * kD / tp * 4;
+    for (int64_t step = 1; step <= r.summary.steps; ++step) {
+        int64_t calls = 0, bytes = 0;
+        for (const auto& [key, c] : counter.counts["tp_all_reduce"])
+            if (key.second == step) {
+                calls += c.first;
+                bytes += c.second;
+            }
+        EXPECT_EQ(calls, tp * 4 * kBlocks * micro) << "step " << step;
+        EXPECT_EQ(bytes, calls * tp_call) << "step " << step;
+        for (const char* device : {"cpu:0", "cpu:1"}) {
+            const auto c = counter.counts["send_activation"][{device, step}];
+            EXPECT_EQ(c.first, micro) << device;
+            EXPECT_EQ(c.second, micro * rows * kT * kD * 4) << device;
+        }
+    }
+}
+
+// Predicted against measured peaks per device (parameters, gradients and optimizer state
+// within 10%; activations, the memory models' rough part, within their usual factor 2.5).
+TEST(Hybrid, MemoryAsPredicted) {
+    const std::pair<json, int> meshes[] = {{hybrid(2, 2, 0), 4},
+                                           {hybrid(2, 2, 1), 4},
+                                           {staged(1, 2, 2, 0, 2), 4},
+                                           {staged(2, 2, 2, 1, 2, "gpipe"), 8}};
+    for (const auto& [strategy, devices] : meshes) {
+        SCOPED_TRACE(strategy.dump());
+        const json j = with_strategy(tiny_gpt(), devices, strategy);
+        const Result r = run_it(j);
+        ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+        const config::Experiment e = run::parse_experiment(j);
+        const auto predicted = strategy::estimate_memory(e, strategy::model_cost(e, Shape{kT}));
+        ASSERT_EQ(predicted.size(), static_cast<size_t>(devices));
+        for (const auto& d : predicted) {
+            if (strategy.value("pp", 1) == 1) {
+                EXPECT_EQ(d.bytes[static_cast<size_t>(MemCategory::parameters)], kLocalTp2 * 4);
+            }
+            const auto& peak = r.artifacts.memory.at(d.device).peak;
+            for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state,
+                                  MemCategory::activations}) {
+                const double want = static_cast<double>(d.bytes[static_cast<size_t>(c)]);
+                const double got = static_cast<double>(peak[static_cast<size_t>(c)]);
+                const double factor = c == MemCategory::activations ? 2.5 : 1.10;
+                EXPECT_TRUE(got / want <= factor && want / got <= factor)
+                    << d.device << " " << mem_category_name(c) << ": predicted " << want << ", measured " << got;
+            }
+        }
+    }
+}
+
+TEST(Hybrid, VariantNamesTheMesh) {
+    const config::Experiment e = run::parse_experiment(with_strategy(tiny_gpt(), 4, hybrid(2, 2, 1)));
+    EXPECT_EQ(strategy::variant_label(e.strategy), "dp 2 · tp 2 · pp 1 · zero 1");
+}
+
+TEST(Hybrid, RefusesWhatItCannotRun) {
+    struct Case {
+        json strategy;
+        int devices;
+        json heads_ffn;  // merged into the blocks' spec
+        std::string path, reason;
+    };
+    const Case cases[] = {
+        {hybrid(2, 2), 2, json::object(), "strategy", "dp · tp · pp = 2 · 2 · 1 = 4 devices"},
+        {hybrid(1, 3), 3, json::object(), "strategy.tp", "does not divide the 4 heads"},
+        {hybrid(1, 4), 4, {{"ffn", 10}}, "strategy.tp", "does not divide the 10 ffn units"},
+        {staged(1, 1, 8), 8, json::object(), "strategy.pp", "8 pipeline stages for a model of 6 top-level layers"},
+        {hybrid(2, 2, 2), 4, json::object(), "strategy.zero", "not available yet"},
+        {staged(2, 1, 2, 3), 4, json::object(), "strategy.zero", "not available yet"},
+        {{{"type", "hybrid"}, {"pp", 2}, {"schedule", "interleaved_1f1b"}}, 2, json::object(), "strategy.schedule",
+         "not available in runs yet"},
+        {{{"type", "hybrid"}, {"pp", 2}, {"interleave", 2}}, 2, json::object(), "strategy.interleave",
+         "not available in runs yet"},
+        {{{"type", "hybrid"}, {"dp", 2}, {"tp", 2}, {"sequence_parallel", true}}, 4, json::object(),
+         "strategy.sequence_parallel", "not supported yet"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.strategy.dump());
+        json j = tiny_gpt();
+        j["model"]["layers"][2].update(c.heads_ffn);
+        j = with_strategy(j, c.devices, c.strategy);
+        const auto issues = run::validate(run::parse_experiment(j));
+        ASSERT_EQ(issues.size(), 1u);
+        EXPECT_EQ(issues[0].path, c.path);
+        EXPECT_NE(issues[0].message.find(c.reason), std::string::npos) << issues[0].message;
+        try {
+            run_it(j);
+            ADD_FAILURE() << c.path << ": the run started";
+        } catch (const ConfigError& err) {
+            EXPECT_EQ(err.path(), c.path);
+        }
+    }
+    // tp over a model without attention has nothing to split; dp alone runs it.
+    const json mlp = spirals_mlp("mlp", {{"type", "sgd"}, {"lr", 0.1}}, 1);
+    const auto issues = run::validate(run::parse_experiment(with_strategy(mlp, 2, hybrid(1, 2))));
+    ASSERT_EQ(issues.size(), 1u);
+    EXPECT_EQ(issues[0].path, "strategy.tp");
+    EXPECT_TRUE(run::validate(run::parse_experiment(with_strategy(mlp, 2, hybrid(2, 1)))).empty());
+}
+
+}  // namespace
