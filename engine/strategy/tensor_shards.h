@@ -1,0 +1,39 @@
+// The Megatron-LM cut of a model's parameters over a tensor-parallel group, shared by
+// tensor_parallel and hybrid: each attention and transformer_block built as shard r of n
+// (nn::TensorShard), and each parameter of the whole model mapped to its shards' numbers, so that
+// the whole model can be put together from the shards (predict, checkpoints, tests) and cut again.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/nn/attention.h"
+#include "engine/tensor/tensor.h"
+
+namespace paralab::strategy::tensor_shards {
+
+// Gives every attention and transformer_block of an unbuilt layer tree its shard.
+void give_shard(nn::Layer& layer, const nn::TensorShard& shard);
+
+// How one parameter of the whole model is cut: whole (replicated), by rows of its first
+// dimension in `blocks` equal parts (a column-parallel weight or bias), or by columns of its
+// second (a row-parallel weight).
+struct Cut {
+    enum class Kind { whole, rows, columns };
+    Kind kind = Kind::whole;
+    int64_t blocks = 1;
+};
+
+// The cut of each parameter of a built shard model, appended in parameters() order.
+void collect_cuts(nn::Layer& layer, std::vector<Cut>& out);
+
+// One contiguous run of numbers shared by the whole parameter and shard `r` of `n`.
+struct Run {
+    int64_t whole_at, shard_at, count;
+};
+std::vector<Run> runs_of(const Shape& whole, Cut cut, int r, int n);
+
+// An f32 tensor of `shape` on the detached host device (workspace).
+Tensor host_tensor(const Shape& shape);
+
+}  // namespace paralab::strategy::tensor_shards
