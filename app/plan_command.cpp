@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -9,6 +11,7 @@
 
 #include "engine/plan/calibrate.h"
 #include "engine/plan/planner.h"
+#include "engine/store/run_store.h"
 #include "engine/util/error.h"
 
 namespace paralab::app {
@@ -157,12 +160,131 @@ int plan(const PlanArgs& a) {
     return 0;
 }
 
+// (predicted − measured) / measured; NaN without a measurement.
+double relative_error(double predicted, double measured) {
+    return measured > 0 ? (predicted - measured) / measured : std::nan("");
+}
+
+json number_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
+
+// `plan --compare RUN_ID`: the stored run's experiment planned on the `local` cluster with the
+// run's own devices, beside what the run measured.
+int compare(const PlanArgs& a) {
+    const std::string db = a.db.empty() ? store::RunStore::default_path() : a.db;
+    store::RunStore runs(db, store::RunStore::Access::read_only);
+    const std::string id = std::to_string(a.compare);
+    const auto row = runs.get_run(a.compare);
+    if (!row) throw ConfigError("--compare", "run " + id + " is not in " + db);
+    // A run still going (or one that ended without a summary) reads back with a partial summary
+    // made from its records, without samples/s and memory.
+    if (row->status == "running" || !row->summary.is_object() ||
+        !row->summary.contains("peak_memory_bytes"))
+        throw ConfigError("--compare", "run " + id + " has no summary (status " + row->status +
+                                           "): compare a run that has ended");
+    const json& summary = row->summary;
+    const auto steps = summary.value("steps", int64_t{0});
+    if (steps <= 0) throw ConfigError("--compare", "run " + id + " recorded no steps");
+
+    const std::string where = db + ": run " + id;
+    const plan::PlanFile file = plan::plan_file_from_json(row->config, where);
+    int devices = static_cast<int>(row->devices.size());
+    if (row->config.contains("devices") && row->config["devices"].is_array())
+        devices = static_cast<int>(row->config["devices"].size());
+    devices = std::max(devices, 1);
+    plan::Mesh mesh;
+    try {
+        mesh = plan::mesh_of(file, devices);
+    } catch (const ConfigError& e) {
+        throw ConfigError(where + ": " + e.what());
+    }
+    plan::Cluster cluster = plan::local_cluster();
+    cluster.nodes = 1;
+    cluster.gpus_per_node = mesh.devices();
+    const plan::PlanModel model = plan::plan_model(file.experiment);
+    const plan::Prediction p = plan::predict(file.experiment, model, cluster, mesh);
+    if (!p.skipped.empty())
+        throw ConfigError(where + ": strategy " + file.strategy_type + ": " + p.skipped);
+
+    // Measured step time: the median of the recorded steps' durations (the slowest device's end
+    // of each step), else the run's wall time over its steps.
+    double step_s = 0;
+    std::string step_from = "wall_s / steps";
+    const auto curve = runs.loss_curve(a.compare);
+    if (!curve.empty()) {
+        std::vector<double> d;
+        double previous = 0;
+        for (const auto& point : curve) {
+            d.push_back(point.wall_s - previous);
+            previous = point.wall_s;
+        }
+        std::sort(d.begin(), d.end());
+        const size_t n = d.size();
+        step_s = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
+        step_from = "median of " + std::to_string(n) + " recorded steps";
+    }
+    if (!(step_s > 0)) {
+        step_s = summary.value("wall_s", 0.0) / static_cast<double>(steps);
+        step_from = "wall_s / steps";
+    }
+    double peak = 0;
+    if (summary.contains("peak_memory_bytes") && summary["peak_memory_bytes"].is_object())
+        for (const auto& [device, bytes] : summary["peak_memory_bytes"].items())
+            if (bytes.is_number()) peak = std::max(peak, bytes.get<double>());
+    const double samples_per_s = summary.value("samples_per_s", 0.0);
+
+    const double time_error = relative_error(p.step_time_s, step_s);
+    const double memory_error = relative_error(p.memory_total, peak);
+    const double rate_error = relative_error(p.samples_per_s, samples_per_s);
+    if (a.json) {
+        json out{{"run_id", a.compare},
+                 {"name", row->name},
+                 {"strategy", file.strategy_type},
+                 {"devices", mesh.devices()},
+                 {"cluster", cluster.name},
+                 {"predicted",
+                  {{"step_time_s", p.step_time_s},
+                   {"samples_per_s", p.samples_per_s},
+                   {"peak_memory_bytes", p.memory_total}}},
+                 {"measured",
+                  {{"step_time_s", step_s},
+                   {"step_time_from", step_from},
+                   {"samples_per_s", samples_per_s},
+                   {"peak_memory_bytes", peak}}},
+                 {"error",
+                  {{"step_time", number_or_null(time_error)},
+                   {"samples_per_s", number_or_null(rate_error)},
+                   {"memory", number_or_null(memory_error)}}}};
+        std::cout << out.dump(2) << "\n";
+        return 0;
+    }
+    const auto percent = [](double e) {
+        if (!std::isfinite(e)) return std::string("—");
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%+.1f%%", 100 * e);
+        return std::string(buf);
+    };
+    std::printf("run %s (%s, %s on %d device%s) against its plan on %s\n", id.c_str(),
+                row->name.c_str(), file.strategy_type.c_str(), mesh.devices(),
+                mesh.devices() == 1 ? "" : "s", cluster.name.c_str());
+    std::printf("mesh: %s\n\n", mesh_line(p.mesh, p.micro_batch).c_str());
+    std::printf("%-22s %14s %14s %9s\n", "", "predicted", "measured", "error");
+    std::printf("%-22s %14.4g %14.4g %9s\n", "step time (s)", p.step_time_s, step_s,
+                percent(time_error).c_str());
+    std::printf("%-22s %14.4g %14.4g %9s\n", "samples/s", p.samples_per_s, samples_per_s,
+                percent(rate_error).c_str());
+    std::printf("%-22s %14s %14s %9s\n", "peak memory (busiest)", bytes_text(p.memory_total).c_str(),
+                bytes_text(peak).c_str(), percent(memory_error).c_str());
+    std::printf("\nmeasured step time: %s; error = (predicted - measured) / measured\n",
+                step_from.c_str());
+    return 0;
+}
+
 }  // namespace
 
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
     auto* plan =
         app.add_subcommand("plan", "predict a configuration at cluster scale without running it");
-    plan->add_option("file", args.file, "experiment file (*.paralab.json)")->required();
+    plan->add_option("file", args.file, "experiment file (*.paralab.json)");
     plan->add_option(
         "--cluster", args.cluster,
         "a preset (a100-80g, h100-80g, h200, local) or a cluster file (*.json); default a100-80g");
@@ -176,11 +298,27 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
                      "recompute); repeat for a grid")
         ->allow_extra_args(false);
     plan->add_flag("--json", args.json, "print JSON (an array with --sweep)");
+    plan->add_option("--compare", args.compare,
+                     "RUN_ID: a stored run's step time and memory beside the plan of its "
+                     "experiment on its own devices (the local cluster)")
+        ->check(CLI::PositiveNumber);
+    plan->add_option("--db", args.db, "run store of --compare (SQLite)");
     return plan;
 }
 
 int run_plan_command(const PlanArgs& args) {
     try {
+        if (args.compare > 0) {
+            if (!args.file.empty() || !args.sweeps.empty() || args.nodes || args.gpus_per_node ||
+                args.cluster != PlanArgs{}.cluster)
+                throw ConfigError("--compare",
+                                  "plans the stored run's own experiment on the local cluster; "
+                                  "a file, --cluster, --nodes, --gpus-per-node and --sweep do not "
+                                  "go with it");
+            return compare(args);
+        }
+        if (!args.db.empty()) throw ConfigError("--db", "goes with --compare RUN_ID");
+        if (args.file.empty()) throw ConfigError("give an experiment file, or --compare RUN_ID");
         return plan(args);
     } catch (const std::exception& e) {
         std::string line = "paralab plan: ";

@@ -1,6 +1,7 @@
 // `paralab plan` (docs/planner.md): predicts a configuration at cluster scale without running it.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@ struct PlanArgs {
     int gpus_per_node = 0;  // 0: the cluster's
     std::vector<std::string> sweeps;
     bool json = false;
+    int64_t compare = 0;  // --compare RUN_ID: a stored run's measurements beside its prediction
+    std::string db;       // the run store of --compare ("": the default one)
 };
 
 // Adds the `plan` subcommand to `app`, filling `args`.

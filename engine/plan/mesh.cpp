@@ -40,8 +40,9 @@ int positive(const std::string& key, const std::string& value, int min, int max)
 
 }  // namespace
 
-PlanFile read_plan_file(const std::string& path) {
-    json j = read_json_file(path);
+PlanFile read_plan_file(const std::string& path) { return plan_file_from_json(read_json_file(path), path); }
+
+PlanFile plan_file_from_json(json j, const std::string& path) {
     PlanFile f;
     json strategy = json::object();
     if (j.is_object() && j.contains("strategy")) {

@@ -42,6 +42,8 @@ struct PlanFile {
 
 // Reads FILE; throws ConfigError naming the file and the JSON path.
 PlanFile read_plan_file(const std::string& path);
+// The same from an experiment already read (a stored run's `config`); errors name `where`.
+PlanFile plan_file_from_json(nlohmann::json j, const std::string& where);
 // The mesh of `file` on `devices` devices: hybrid's options, or ddp/data_parallel → dp = N,
 // zero{stage} → dp = N with zero, tensor_parallel → tp = N, pipeline/model_parallel → pp = N,
 // single → 1. Throws ConfigError naming the JSON path ("strategy.tp").

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `paralab plan` as a user meets it (docs/planner.md): the --json object with every key of
-# EXPERIMENT.md's "Planning", a sweep's array, and exit 2 with one clear line on bad input.
+# EXPERIMENT.md's "Planning", a sweep's array, --compare against a recorded run, and exit 2 with
+# one clear line on bad input.
 # Usage: plan_test.sh PARALAB EXAMPLES_DIR
 set -u
 paralab=$1
@@ -73,6 +74,37 @@ check calibrate 0 'kept in' -- "$paralab" bench --calibrate
 check plan_local_calibrated 0 'on local (calibrated)' -- "$paralab" plan "$examples/gpt-char.paralab.json" --cluster local
 echo '{"gemm_gflops_fp32": "fast"}' >"$tmp/data/ParaLab/calibration.json"
 check plan_local_bad_calibration 2 'calibration.json: gemm_gflops_fp32' -- "$paralab" plan "$examples/gpt-char.paralab.json" --cluster local
+
+# --compare: a short real run recorded into a temporary store, its plan beside it. Only that both
+# sides are printed and the errors are finite is checked: timing depends on the machine.
+rm -f "$tmp/data/ParaLab/calibration.json"  # the default rates, not the broken file above
+runs="$tmp/runs.db"
+check compare_record 0 'finished after 30 steps' -- "$paralab" run "$examples/spirals-mlp.paralab.json" --db "$runs" --steps 30
+check compare_text 0 'peak memory (busiest)' -- "$paralab" plan --compare 1 --db "$runs"
+for text in 'predicted' 'measured' 'step time (s)' 'samples/s'; do
+    if grep -qF -- "$text" "$tmp/out"; then passed=$((passed + 1)); else
+        echo "FAIL compare_text: no '$text'"; failed=$((failed + 1)); fi
+done
+check compare_json 0 '"run_id": 1' -- "$paralab" plan --compare 1 --db "$runs" --json
+for key in predicted measured error step_time_s peak_memory_bytes samples_per_s; do
+    if grep -qF "\"$key\"" "$tmp/out"; then passed=$((passed + 1)); else
+        echo "FAIL compare_json: no key $key"; failed=$((failed + 1)); fi
+done
+for key in step_time memory; do  # a finite number, not null
+    if grep -qE "\"$key\": -?[0-9][0-9.e+-]*,?\$" "$tmp/out"; then passed=$((passed + 1)); else
+        echo "FAIL compare_json: error.$key is not a finite number"; cat "$tmp/out"; failed=$((failed + 1)); fi
+done
+check compare_unknown_run 2 'run 9 is not in' -- "$paralab" plan --compare 9 --db "$runs"
+check compare_with_file 2 'do not go with it' -- "$paralab" plan "$gpt3" --compare 1 --db "$runs"
+check compare_missing_store 2 'none.db' -- "$paralab" plan --compare 1 --db "$tmp/none.db"
+check compare_param_server_record 0 '' -- "$paralab" run "$examples/spirals-param-server-straggler.paralab.json" --db "$runs" --steps 3
+check compare_unmodelled 2 'not param_server' -- "$paralab" plan --compare 2 --db "$runs"
+# A run that has not ended (its process gone, so it reads back `interrupted`): no summary.
+cp "$runs" "$tmp/running.db"
+if command -v sqlite3 >/dev/null; then
+    sqlite3 "$tmp/running.db" "UPDATE runs SET status = 'running', summary = NULL WHERE run_id = 1"
+    check compare_running 2 'run 1 has no summary (status' -- "$paralab" plan --compare 1 --db "$tmp/running.db"
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -227,6 +227,27 @@ TEST(Planner, SingleAxisStrategiesMapOntoTheMesh) {
     EXPECT_EQ(plan::mesh_of(plan_file(gpt_json({{"type", "single"}})), 1).devices(), 1);
 }
 
+// A stored run's experiment (plan --compare) reads as its file would, errors naming the run.
+TEST(Planner, StoredExperimentReadsLikeAFile) {
+    const json stored = gpt_json({{"type", "zero"}, {"stage", 1}});
+    const plan::PlanFile file = plan::plan_file_from_json(stored, "runs.db: run 3");
+    EXPECT_EQ(file.strategy_type, "zero");
+    const plan::Mesh mesh = plan::mesh_of(file, 2);
+    EXPECT_EQ(mesh.dp, 2);
+    EXPECT_EQ(mesh.zero, 1);
+    EXPECT_EQ(plan::plan_model(file.experiment).parameters,
+              plan::plan_model(plan_file(stored).experiment).parameters);
+    json bad = stored;
+    bad["data"]["batch_size"] = 0;
+    try {
+        plan::plan_file_from_json(bad, "runs.db: run 3");
+        FAIL() << "a batch of 0 was accepted";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("runs.db: run 3: data.batch_size"), std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(Planner, BadInputSaysWhy) {
     const auto message = [](const std::function<void()>& f) {
         try {
