@@ -618,7 +618,11 @@ StepPicture hybrid_picture(const config::Experiment& e) {
     const Mesh mesh = mesh_of(e.strategy);
     const int64_t tp = std::max(1, mesh.tp), dp = std::max(1, mesh.dp);
     StepPicture p;
-    p.layout = StepPicture::Layout::shards;
+    const bool fits = mesh.dp * mesh.tp * mesh.pp == static_cast<int>(e.devices.size());
+    p.layout = fits ? StepPicture::Layout::mesh : StepPicture::Layout::shards;
+    p.mesh_dp = mesh.dp;
+    p.mesh_tp = mesh.tp;
+    p.mesh_pp = mesh.pp;
     for (size_t i = 0; i < e.devices.size(); ++i) {
         const auto k = static_cast<int64_t>(i);
         std::string sub = "tp " + std::to_string(k % tp) + " · dp " + std::to_string((k / tp) % dp);

@@ -95,6 +95,7 @@ struct StepPicture {
         ring,    // the devices in a ring, a chunk passed to the next
         shards,  // the devices in a row, each with its 1/N shard marked, two buses
         chain,   // the devices in a row, activations forward and gradients back
+        mesh,    // a dp x tp x pp grid: a column of dp rows of tp devices per pipeline stage
     };
     Layout layout = Layout::one;
     std::vector<std::string> subtitles{};  // under each device's name (by device index)
@@ -110,6 +111,8 @@ struct StepPicture {
     std::string top{};         // chain: the line above the devices
     std::string caption{};     // the sentence under the picture
     std::string note{};        // a muted remark (one: above; shards: last line)
+    int mesh_dp = 1, mesh_tp = 1, mesh_pp = 1;  // mesh: the grid (device k: tensor rank k mod tp,
+                                                // data rank (k div tp) mod dp, stage k div (tp·dp))
 };
 
 // ---- the descriptor -------------------------------------------------------------------------

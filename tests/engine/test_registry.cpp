@@ -193,5 +193,24 @@ TEST(Registry, VariantNamesWhatTellsRunsApart) {
         for (const auto& part : d.variant) EXPECT_NE(d.option(part.key), nullptr) << d.name << ": " << part.key;
 }
 
+// The hybrid mesh is drawn as its grid once dp · tp · pp is the device count.
+TEST(Registry, HybridIsPicturedAsItsMesh) {
+    config::Experiment e;
+    e.devices = {"cpu:0", "cpu:1", "cpu:2", "cpu:3", "cpu:4", "cpu:5", "cpu:6", "cpu:7"};
+    e.strategy = strategy::default_config("hybrid");
+    e.strategy.options["dp"] = int64_t{2};
+    e.strategy.options["tp"] = int64_t{2};
+    e.strategy.options["pp"] = int64_t{2};
+    const strategy::StepPicture p = strategy::step_picture(e);
+    EXPECT_EQ(p.layout, strategy::StepPicture::Layout::mesh);
+    EXPECT_EQ(p.mesh_dp, 2);
+    EXPECT_EQ(p.mesh_tp, 2);
+    EXPECT_EQ(p.mesh_pp, 2);
+    e.strategy.options["pp"] = int64_t{1};  // 4 of the 8 devices: not a mesh yet, and said so
+    const strategy::StepPicture q = strategy::step_picture(e);
+    EXPECT_NE(q.layout, strategy::StepPicture::Layout::mesh);
+    EXPECT_NE(q.note.find("must be the number of devices"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace paralab

@@ -219,6 +219,57 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
         drawCaption(p, QRectF(area.left(), busDown + 26, area.width(), 22), q(pic.note), kMuted);
         return;
     }
+    case Layout::mesh: {
+        // One column per pipeline stage (its colour), in it dp rows (data replicas) of tp devices
+        // (tensor shards); activations go right from stage to stage, gradients come back.
+        const int dp = std::max(1, pic.mesh_dp), tp = std::max(1, pic.mesh_tp), pp = std::max(1, pic.mesh_pp);
+        const double captionH = 64, labelH = 18, stageGap = pp > 1 ? 34 : 0;
+        const double gridTop = area.top() + labelH + 4;
+        const double gridH = std::max(60.0, area.height() - captionH - labelH - 8);
+        const double stageW = (area.width() - stageGap * (pp - 1)) / pp;
+        const double cellGap = 5;
+        const double cellW = std::min(120.0, (stageW - cellGap * (tp - 1) - 12) / tp);
+        const double cellH = std::min(48.0, (gridH - cellGap * (dp - 1) - 12) / dp);
+        QVector<QRectF> stageBoxes;
+        for (int s = 0; s < pp; ++s) {
+            const double x0 = area.left() + s * (stageW + stageGap);
+            const QColor stageColor = color(s);
+            const double w = tp * cellW + (tp - 1) * cellGap + 12, h = dp * cellH + (dp - 1) * cellGap + 12;
+            const QRectF box(x0 + (stageW - w) / 2, gridTop + (gridH - h) / 2, w, h);
+            stageBoxes.append(box);
+            p.save();
+            QColor fill = stageColor;
+            fill.setAlpha(22);
+            p.setPen(QPen(stageColor.darker(110), 1.2, Qt::DashLine));
+            p.setBrush(fill);
+            p.drawRoundedRect(box, 8, 8);
+            p.restore();
+            drawCaption(p, QRectF(box.left(), area.top(), box.width(), labelH),
+                        pp > 1 ? QStringLiteral("stage %1").arg(s + 1) : QStringLiteral("one stage"),
+                        stageColor.darker(130));
+            for (int d = 0; d < dp; ++d)
+                for (int t = 0; t < tp; ++t) {
+                    const int k = s * dp * tp + d * tp + t;
+                    const QRectF cell(box.left() + 6 + t * (cellW + cellGap), box.top() + 6 + d * (cellH + cellGap),
+                                      cellW, cellH);
+                    drawBox(p, cell, name(k), QStringLiteral("tp %1 · dp %2").arg(t).arg(d), stageColor);
+                }
+        }
+        for (int s = 0; s + 1 < pp; ++s) {
+            const QRectF& a = stageBoxes[s];
+            const QRectF& b = stageBoxes[s + 1];
+            const double y = (std::max(a.top(), b.top()) + std::min(a.bottom(), b.bottom())) / 2;
+            drawArrow(p, QPointF(a.right() + 2, y - 7), QPointF(b.left() - 2, y - 7), kDown);
+            drawArrow(p, QPointF(b.left() - 2, y + 7), QPointF(a.right() + 2, y + 7), kUp);
+        }
+        QStringList lines;
+        if (tp > 1) lines << QStringLiteral("Across a row: ") + q(pic.down_label);
+        if (dp > 1) lines << QStringLiteral("Down a column: ") + q(pic.up_label);
+        if (pp > 1) lines << QStringLiteral("Between stages: activations forward, their gradients back.");
+        drawCaption(p, QRectF(area.left(), area.bottom() - captionH, area.width(), captionH),
+                    lines.join(QLatin1Char('\n')));
+        return;
+    }
     case Layout::chain: {
         const double top = area.top() + (area.height() - 60) / 2 - 20;
         QVector<QRectF> boxes = rowOfBoxes(QRectF(area.left(), top, area.width(), boxH), n, boxH, 120);
