@@ -22,6 +22,7 @@
 #include <qcustomplot.h>
 
 #include "engine/store/run_store.h"
+#include "engine/strategy/registry.h"
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/common/palette.h"
 #include "ui/panels/dashboard/decimated_graph.h"
@@ -162,6 +163,8 @@ private slots:
     void timelineKeepsTheLastSteps();
     void timelineColoursByPhaseFamily();
     void timelineDescribesTheSpanUnderThePointer();
+    void timelineMeasuresThePipelineBubble();
+    void realPipelineRunShowsItsBubble();
     void csvHasAHeaderAndOneRowPerRecord();
     void plotsExportAsPngAndPdf();
     void realDdpRunFillsBothDevices();
@@ -431,6 +434,34 @@ void TestDashboard::timelineKeepsTheLastSteps() {
     QVERIFY(t.spans().isEmpty());
 }
 
+// GPipe on 2 stages, 2 micro-batches, every forward and backward 1 s: stage 0 works 0-2 and
+// 4-6, stage 1 works 1-5: 4 of the 12 stage-seconds idle, the ideal (p-1)/(m+p-1) = 1/3.
+void TestDashboard::timelineMeasuresThePipelineBubble() {
+    TimelinePanel t;
+    QVERIFY(t.bubbleText().isEmpty());  // not a pipeline
+    t.setPipeline(2, 2, "gpipe");
+    QVERIFY(std::isnan(t.measuredBubble()));
+    QVERIFY(t.bubbleText().contains("33 %"));  // the ideal, before any step
+    QCOMPARE(TimelinePanel::idealBubble(2, 2), 1.0 / 3.0);
+    QCOMPARE(TimelinePanel::idealBubble(4, 4), 3.0 / 7.0);
+    const QVector<Span> step = {
+        span("cpu:0", 1, "forward", 0, 1),  span("cpu:0", 1, "forward", 1, 2),
+        span("cpu:0", 1, "send_activation", 2, 2.1, 64),
+        span("cpu:1", 1, "forward", 1, 2),  span("cpu:1", 1, "forward", 2, 3),
+        span("cpu:1", 1, "backward", 3, 4), span("cpu:1", 1, "backward", 4, 5),
+        span("cpu:0", 1, "backward", 4, 5), span("cpu:0", 1, "backward", 5, 6),
+    };
+    // Half a step (stage 1 still running) is not measured...
+    t.addSpans(step.mid(0, 5));
+    QVERIFY(std::isnan(t.measuredBubble()));
+    // ...the whole step is.
+    t.addSpans(step.mid(5));
+    QCOMPARE(t.measuredBubble(), 1.0 / 3.0);
+    QVERIFY2(t.bubbleText().contains("measured 33 %"), qPrintable(t.bubbleText()));
+    t.setPipeline(0, 0, {});
+    QVERIFY(t.bubbleText().isEmpty());
+}
+
 void TestDashboard::timelineColoursByPhaseFamily() {
     TimelinePanel t;
     t.addSpans(ddpSpans(1, 3));
@@ -568,6 +599,26 @@ void TestDashboard::realDdpRunFillsBothDevices() {
     w.setExperiment(e);
     QCOMPARE(d->lossPointCount("cpu:0"), 0);
     QVERIFY(t->spans().isEmpty());
+}
+
+// A real 1F1B pipeline from the window: the timeline measures the bubble of its steps and
+// shows it beside the ideal.
+void TestDashboard::realPipelineRunShowsItsBubble() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(":/examples/spirals-mlp.paralab.json", false), QString());
+    auto e = *w.experiment();
+    e.devices = {"cpu:0", "cpu:1"};
+    e.strategy = paralab::strategy::default_config("pipeline");
+    e.strategy.options["schedule"] = std::string("1f1b");
+    e.train.max_steps = 12;
+    w.setExperiment(e);
+    QSignalSpy finished(w.controller(), &RunController::finished);
+    w.startRun();
+    QVERIFY(finished.count() == 1 || finished.wait(30000));
+    TimelinePanel* t = w.timeline();
+    const double measured = t->measuredBubble();
+    QVERIFY2(measured > 0 && measured < 1, qPrintable(t->bubbleText()));
+    QVERIFY2(t->bubbleText().contains("ideal (p−1)/(m+p−1) = 20 %"), qPrintable(t->bubbleText()));  // p 2, m 4
 }
 
 // File ▸ Export covers every plot of the window: each one's picture (PNG, PDF) and its data

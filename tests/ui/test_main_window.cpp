@@ -21,7 +21,9 @@
 #include "ui/panels/designer/model_designer.h"
 #include "ui/panels/devices/devices_panel.h"
 #include "ui/panels/experiment/experiment_panel.h"
+#include "ui/panels/runs/runs_panel.h"
 #include "ui/session/run_controller.h"
+#include "ui/session/runs_model.h"
 
 using paralab::ui::DeviceDashboard;
 using paralab::ui::ExperimentPanel;
@@ -40,6 +42,7 @@ private slots:
     void helpShowsTheDocumentationAndShortcuts();
     void shortRunPlotsAndFinishes();
     void stopEndsTheRun();
+    void aStoppedRunResumesFromTheRunsTab();
     void brokenFileKeepsThePreviousExperiment_data();
     void brokenFileKeepsThePreviousExperiment();
     void shapeErrorOpensInTheDesigner_data();
@@ -164,6 +167,41 @@ void TestMainWindow::stopEndsTheRun() {
     QVERIFY(!designer->isLocked());
     QVERIFY(designer->addLayer("relu"));
     QCOMPARE(designer->model().layers.size(), layersBefore + 1);
+}
+
+// Stopped from the window, resumed from the Runs tab: the same run id goes on from its last
+// checkpoint to the end its experiment set, each step recorded once.
+void TestMainWindow::aStoppedRunResumesFromTheRunsTab() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    auto e = *w.experiment();
+    e.train.epochs = 1000;
+    e.train.max_steps = 3000;
+    w.setExperiment(e);
+    QSignalSpy steps(w.controller(), &RunController::stepsArrived);
+    QSignalSpy finished(w.controller(), &RunController::finished);
+    w.startRun();
+    QVERIFY(steps.wait(10000));
+    w.stopRun();
+    QVERIFY(finished.count() == 1 || finished.wait(30000));
+    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::config::RunSummary>().status), QString("stopped"));
+    paralab::store::RunStore db(paralab::store::RunStore::default_path());
+    const qint64 id = db.list_runs().back().run_id;
+    QTRY_VERIFY_WITH_TIMEOUT(w.runsPanel()->model()->run(id) && w.runsPanel()->model()->run(id)->status == "stopped", 10000);
+    // Not while another run goes, nor a finished run.
+    finished.clear();
+    QCOMPARE(w.resumeStoredRun(id, false), QString());
+    QVERIFY(!w.resumeStoredRun(id, false).isEmpty());  // it is running now
+    QVERIFY(finished.wait(60000));
+    const auto summary = finished.at(0).at(0).value<paralab::config::RunSummary>();
+    QCOMPARE(QString::fromStdString(summary.status), QString("finished"));
+    QCOMPARE(summary.steps, 3000);
+    const auto runs = db.list_runs();
+    QCOMPARE(runs.back().run_id, id);  // the same run, not a new one
+    QCOMPARE(runs.back().status, std::string("finished"));
+    QCOMPARE(db.loss_curve(id).size(), size_t(3000));
+    QTRY_VERIFY_WITH_TIMEOUT(w.runsPanel()->model()->run(id) && w.runsPanel()->model()->run(id)->status == "finished", 10000);
+    QVERIFY(w.resumeStoredRun(id, false).contains("finished"));
 }
 
 void TestMainWindow::brokenFileKeepsThePreviousExperiment_data() {

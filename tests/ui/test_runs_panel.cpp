@@ -106,6 +106,7 @@ private slots:
     void comparisonOverlaysTheSelectedLossCurves();
     void scalingEfficiencyIsAgainstTheSingleRun();
     void theUserPicksTheBaseline();
+    void runsAreHandedInAndImported();
     void notesRoundTripToTheStore();
     void csvExportWritesTheTable();
     void deleteRemovesTheRunAndItsRecords();
@@ -265,6 +266,59 @@ void TestRunsPanel::theUserPicksTheBaseline() {
     QCOMPARE(again.model()->chosenBaseline(ddp->experimentKey), m_runs.single);
 }
 
+// A student exports two runs to a file; a teacher's window imports it: both runs appear,
+// selected, with their author, and their curves load.
+void TestRunsPanel::runsAreHandedInAndImported() {
+    QTemporaryDir dir;
+    const QString handIn = dir.filePath("handin.db");
+    {
+        RunsPanel student(m_path);
+        QVERIFY(waitLoaded(student));
+        QSignalSpy exported(student.model(), &RunsModel::runsExported);
+        student.model()->exportRuns({m_runs.single, m_runs.ddp}, handIn);
+        QVERIFY(exported.wait(15000));
+        QCOMPARE(exported.at(0).at(1).toInt(), 2);
+        QCOMPARE(exported.at(0).at(2).toString(), QString());
+        // Never over an existing file.
+        exported.clear();
+        student.model()->exportRuns({m_runs.zero}, handIn);
+        QVERIFY(exported.wait(15000));
+        QVERIFY(exported.at(0).at(2).toString().contains("already exists"));
+        QVERIFY(student.messageText().contains("already exists"));
+    }
+    const QString classStore = dir.filePath("class.db");
+    { paralab::store::RunStore create(classStore.toStdString()); }
+    RunsPanel teacher(classStore);
+    QVERIFY(waitLoaded(teacher));
+    QCOMPARE(teacher.model()->rowCount(), 0);
+    QSignalSpy imported(teacher.model(), &RunsModel::runsImported);
+    teacher.model()->importRuns(handIn);
+    QVERIFY(imported.wait(15000));
+    QCOMPARE(imported.at(0).at(2).toString(), QString());
+    const auto ids = imported.at(0).at(1).value<QList<qint64>>();
+    QCOMPARE(ids.size(), 2);
+    QCOMPARE(teacher.model()->rowCount(), 2);
+    const auto* run = teacher.model()->run(ids[1]);
+    QVERIFY(run);
+    QCOMPARE(run->strategy, QString("ddp"));
+    QCOMPARE(run->author, QString::fromStdString(paralab::store::author_name()));
+    QCOMPARE(teacher.selectedRunIds().size(), 2);
+    QVERIFY(waitCompared(teacher, ids));
+    QCOMPARE(teacher.curvePointCount(ids[1]), kDdpSteps);
+    // A file that is not a run store is refused with the reason; nothing changes.
+    const QString junk = dir.filePath("junk.db");
+    {
+        QFile f(junk);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("not a database");
+    }
+    imported.clear();
+    teacher.model()->importRuns(junk);
+    QVERIFY(imported.wait(15000));
+    QVERIFY(!imported.at(0).at(2).toString().isEmpty());
+    QCOMPARE(teacher.model()->rowCount(), 2);
+}
+
 void TestRunsPanel::notesRoundTripToTheStore() {
     const QString note = "ddp, 2 devices — lr 0.01, \"quoted\"";
     {
@@ -317,7 +371,7 @@ void TestRunsPanel::csvExportWritesTheTable() {
     QCOMPARE(lines.size(), 4);
     QVERIFY(lines[0].startsWith(
         "run_id,name,strategy,variant,devices,status,final_loss,test_accuracy,samples_per_s,"
-        "peak_memory_bytes,created_at,notes"));
+        "peak_memory_bytes,created_at,author,notes"));
     QVERIFY(lines[1].startsWith(QByteArray::number(m_runs.zero) +
                                 ",spirals,zero,stage 1,cpu:0 cpu:1,finished,"));
     // What is shown is what is exported.

@@ -15,6 +15,7 @@
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTabWidget>
+#include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -200,14 +201,31 @@ void TestSetupPanels::dataPanelEditsTheTextSet() {
     QCOMPARE(last.data.val_fraction, 0.1);
     auto* path = panel.findChild<QLineEdit*>("dataPath");
     QVERIFY(path && path->isVisibleTo(&panel));
-    path->setText(QStringLiteral("/srv/corpus.txt"));
+    // A path is checked as it is entered: one that is not there is refused under its field.
+    int edits_before = edits;
+    path->setText(QStringLiteral("/nonexistent/corpus.txt"));
     emit path->editingFinished();
-    QCOMPARE(QString::fromStdString(last.data.path), QString("/srv/corpus.txt"));
+    QCOMPARE(edits, edits_before);
+    QVERIFY2(panel.errorText().contains("/nonexistent/corpus.txt"), qPrintable(panel.errorText()));
+    QVERIFY(QString::fromStdString(last.data.path) != QString("/nonexistent/corpus.txt"));
+    // A corpus that is there is taken.
+    QTemporaryDir dir;
+    const QString corpus = dir.filePath("corpus.txt");
+    {
+        QFile f(corpus);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        for (int i = 0; i < 2000; ++i) f.write("the quick brown fox jumps over the lazy dog. ");
+    }
+    path->setText(corpus);
+    emit path->editingFinished();
+    QCOMPARE(edits, edits_before + 1);
+    QVERIFY2(panel.errorText().isEmpty(), qPrintable(panel.errorText()));
+    QCOMPARE(QString::fromStdString(last.data.path), corpus);
     panel.findChild<QSpinBox*>("seqLen")->setValue(128);
     panel.findChild<QDoubleSpinBox*>("valFraction")->setValue(0.25);
     QCOMPARE(last.data.seq_len, int64_t{128});
     QCOMPARE(last.data.val_fraction, 0.25);
-    QCOMPARE(QString::fromStdString(last.data.path), QString("/srv/corpus.txt"));
+    QCOMPARE(QString::fromStdString(last.data.path), corpus);
     const int before = edits;
     panel.findChild<QDoubleSpinBox*>("valFraction")->setValue(1.0);
     QCOMPARE(edits, before);  // refused, not passed on
@@ -560,6 +578,17 @@ void TestSetupPanels::screenshot() {
     QWidget* content = w.strategyPanel()->findChild<QScrollArea*>()->widget();
     QVERIFY(content->grab().save(QDir(dir).filePath("screenshot-strategy.png")));
     QVERIFY(w.grab().save(QDir(dir).filePath("screenshot-strategy-window.png")));
+    // The mesh editor: gpt-char on 8 devices as dp 2 · tp 2 · pp 2.
+    QCOMPARE(w.openExperiment(":/examples/gpt-char.paralab.json", false), QString());
+    auto mesh = *w.experiment();
+    mesh.devices.clear();
+    for (int d = 0; d < 8; ++d) mesh.devices.push_back("cpu:" + std::to_string(d));
+    mesh.strategy = paralab::strategy::default_config("hybrid");
+    for (const char* key : {"dp", "tp", "pp"}) mesh.strategy.options[key] = int64_t{2};
+    w.setExperiment(mesh);
+    w.experimentTabs()->setCurrentWidget(static_cast<QWidget*>(w.strategyPanel()));
+    QTest::qWait(200);
+    QVERIFY(content->grab().save(QDir(dir).filePath("screenshot-mesh.png")));
     // Every strategy's diagram, to look at.
     for (const auto& type : paralab::strategy::strategy_names()) {
         w.strategyPanel()->strategyBox()->setCurrentText(QString::fromStdString(type));

@@ -1,6 +1,7 @@
 #include "ui/mainwindow/main_window.h"
 
 #include "ui/mainwindow/help_dialogs.h"
+#include "ui/mainwindow/presentation_mode.h"
 
 #include <QAction>
 #include <QCloseEvent>
@@ -14,6 +15,7 @@
 #include <QFileInfo>
 #include <QMenu>
 #include <QProgressBar>
+#include <QScreen>
 #include <QSaveFile>
 #include <QSettings>
 #include <QSplitter>
@@ -23,6 +25,7 @@
 #include <QToolBar>
 #include <QVBoxLayout>
 
+#include "engine/strategy/registry.h"
 #include "engine/util/error.h"
 #include "ui/panels/dashboard/device_dashboard.h"
 #include "ui/panels/data/data_panel.h"
@@ -95,7 +98,9 @@ MainWindow::MainWindow(QWidget* parent)
     statusBar()->addWidget(m_status, 1);
     statusBar()->addPermanentWidget(m_progress);
     buildMenus();
-    resize(1400, 900);
+    new PresentationMode(this, splitter->widget(0));  // View ▸ Presentation (F11)
+    // No larger than the screen: a projector's 1280 x 720 or 1024 x 768 shows all of it.
+    resize(screen() ? QSize(1400, 900).boundedTo(screen()->availableSize()) : QSize(1400, 900));
 
     // One wiring for both sources of runs: this machine's threads and a cluster job.
     connectRunSource(m_controller);
@@ -130,6 +135,9 @@ void MainWindow::connectRunSource(RunSource* source) {
     // `paralab run` added meanwhile appear when the tab is opened.
     connect(source, &RunSource::started, m_runs, &RunsPanel::refresh);
     connect(source, &RunSource::finished, m_runs, &RunsPanel::refresh);
+    if (source == m_controller)
+        connect(m_runs, &RunsPanel::resumeRequested, this, [this](qint64 id) { resumeStoredRun(id); },
+                Qt::UniqueConnection);
     connect(source, &RunSource::finished, this, [this](const config::RunSummary& s) {
         QString text = tr("Run %1 after %2 steps in %3 s").arg(QString::fromStdString(s.status)).arg(s.steps).arg(s.wall_s, 0, 'f', 1);
         if (s.test_accuracy) text += tr(" · test accuracy %1").arg(*s.test_accuracy, 0, 'f', 4);
@@ -211,6 +219,44 @@ void MainWindow::buildHelpMenu() {
     connect(about, &QAction::triggered, this, [this] { showAbout(this); });
 }
 
+QString MainWindow::resumeStoredRun(qint64 runId, bool interactive) {
+    const RunInfo* r = m_runs->model()->run(runId);
+    QString why;
+    config::Experiment e;
+    if (m_active->isRunning()) why = tr("a run is going: stop it first");
+    else if (!r) why = tr("run #%1 is not in the store").arg(runId);
+    else if (!r->resumable()) why = tr("run #%1 is %2: only a stopped, interrupted or failed run resumes").arg(runId).arg(r->status);
+    if (why.isEmpty()) {
+        try {
+            e = run::parse_experiment(nlohmann::json::parse(r->config.toStdString()));
+        } catch (const std::exception& err) {
+            why = tr("the stored experiment of run #%1 does not read: %2").arg(runId).arg(QString::fromUtf8(err.what()));
+        }
+    }
+    if (why.isEmpty() && interactive && !maybeSave()) return tr("not resumed; the unsaved changes are kept");
+    if (!why.isEmpty()) {
+        showError(tr("Cannot resume"), tr("Cannot resume: %1").arg(why), interactive);
+        return why;
+    }
+    setExperiment(e);
+    m_currentPath.clear();
+    setWindowModified(false);
+    m_plot->clear();
+    m_devices->clear();
+    m_timeline->clear();
+    m_samples = 0;
+    m_lastStep.reset();
+    m_active = m_controller;
+    m_status->setText(tr("Resuming run #%1 from its last checkpoint…").arg(runId));
+    updateActions();
+    m_controller->resumeStoredRun(e, runId);
+    return {};
+}
+
+void MainWindow::showHint(const QString& text) {
+    m_status->setText(text);
+}
+
 bool MainWindow::newExperiment(bool interactive) {
     if (interactive && !maybeSave()) return false;
     config::Experiment e = readExperiment(QStringLiteral(":/examples/spirals-mlp.paralab.json"));
@@ -280,6 +326,7 @@ void MainWindow::setExperiment(const config::Experiment& e) {
     m_plot->clear();
     m_devices->clear();
     m_timeline->clear();
+    plotexport::setRunCaption(plotexport::captionFor(e));
     updateTitle();
     if (m_modelValid)
         m_status->setText(tr("Ready: press Start to train %1").arg(QString::fromStdString(e.name)));
@@ -299,8 +346,15 @@ void MainWindow::startRun() {
     m_plot->clear();
     m_devices->clear();
     m_timeline->clear();
+    if (const auto* d = strategy::find_strategy(m_experiment->strategy.type); d && d->pipeline) {
+        const strategy::PipelineShape p = d->pipeline(*m_experiment);
+        m_timeline->setPipeline(p.stages, p.micro_batches, QString::fromStdString(p.schedule));
+    } else {
+        m_timeline->setPipeline(0, 0, {});
+    }
     m_samples = 0;
     m_lastStep.reset();
+    plotexport::setRunCaption(plotexport::captionFor(*m_experiment));  // the plots' run from now on
     // The Devices tab's choice: this machine's rank threads, or a job of mpirun's processes.
     if (m_clusterPanel && m_clusterPanel->useCluster()) {
         const ClusterSettings settings = m_clusterPanel->settings();

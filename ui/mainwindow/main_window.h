@@ -104,6 +104,12 @@ public:
     // device) with no file yet. Asks first about unsaved changes when `interactive`; false when
     // the user cancelled.
     bool newExperiment(bool interactive = true);
+    // A line in the status bar until the next message replaces it (the first launch's hint).
+    void showHint(const QString& text);
+    // The Runs tab's Resume: shows stored run `runId`'s experiment (asking about unsaved changes
+    // when `interactive`) and continues the run from its last checkpoint on this machine. Returns
+    // why it did not start ("" when it did).
+    QString resumeStoredRun(qint64 runId, bool interactive = true);
 
 public slots:
     void startRun();

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "engine/run/checkpoint.h"
 #include "engine/run/live_metrics.h"
 #include "engine/store/run_store.h"
 
@@ -12,6 +13,7 @@ namespace paralab::ui {
 
 struct RunController::Shared {
     run::RunControl control;  // stop and pause are atomics: no lock
+    run::Checkpointing checkpoints;  // written beside the store, as `paralab run` writes them
     run::LiveMetrics live;    // locks inside: the rank threads push, the drain timer takes
 
     std::mutex m_mutex;
@@ -24,9 +26,11 @@ struct RunController::Shared {
 // batches its own writes).
 class RunController::Observer : public run::RunObserver {
 public:
-    Observer(Shared& shared, store::RunRecorder& recorder) : m_live(shared.live), m_recorder(recorder) {}
+    Observer(Shared& shared, store::RunRecorder& recorder, std::string storePath)
+        : m_live(shared.live), m_recorder(recorder), m_checkpoints(shared.checkpoints), m_storePath(std::move(storePath)) {}
     void on_start(const config::Experiment& e, int64_t total) override {
         m_recorder.on_start(e, total);
+        run::point_checkpoints(m_checkpoints, m_storePath, m_recorder.run_id());
         m_live.on_start(e, total);
     }
     void on_span(const config::Span& s) override {
@@ -47,6 +51,8 @@ public:
 private:
     run::LiveMetrics& m_live;
     store::RunRecorder& m_recorder;
+    run::Checkpointing& m_checkpoints;
+    std::string m_storePath;
 };
 
 RunController::RunController(QObject* parent, QString storePath)
@@ -66,18 +72,33 @@ RunController::~RunController() {
 }
 
 void RunController::start(config::Experiment experiment) {
+    launch(std::move(experiment), 0);
+}
+
+void RunController::resumeStoredRun(config::Experiment experiment, qint64 runId) {
+    launch(std::move(experiment), runId);
+}
+
+void RunController::launch(config::Experiment experiment, qint64 resumeRunId) {
     if (isRunning()) return;
     m_shared = std::make_shared<Shared>();
     const std::string storePath =
         m_storePath.isEmpty() ? store::RunStore::default_path() : m_storePath.toStdString();
-    m_thread = QThread::create([shared = m_shared, e = std::move(experiment), storePath] {
+    m_shared->control.checkpoints = &m_shared->checkpoints;
+    if (resumeRunId > 0) {
+        m_shared->checkpoints.folder = run::checkpoint_folder(storePath, resumeRunId);
+        m_shared->checkpoints.resume = true;
+    }
+    m_thread = QThread::create([shared = m_shared, e = std::move(experiment), storePath, resumeRunId] {
         config::RunSummary summary;
         QString error;
         try {
             // Every run is kept: a store that cannot be opened stops the run before it starts.
             store::RunStore db(storePath);
             store::RunRecorder recorder(db, run::to_json(e));
-            Observer observer(*shared, recorder);
+            if (resumeRunId > 0)
+                recorder.resume(resumeRunId, [shared] { return shared->checkpoints.resumed_from_step; });
+            Observer observer(*shared, recorder, storePath);
             summary = run::run_experiment(e, &observer, &shared->control);
         } catch (const std::exception& ex) {
             error = QString::fromUtf8(ex.what());

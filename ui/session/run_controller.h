@@ -23,6 +23,10 @@ public:
 
 public slots:
     void start(paralab::config::Experiment experiment) override;
+    // Continues stored run `runId` (stopped, interrupted or failed; `experiment` is the one it
+    // ran) from its newest checkpoint that reads, under its own id, to the end it set
+    // (engine/run/checkpoint.h). No checkpoint to resume from: failed, with the reason.
+    void resumeStoredRun(paralab::config::Experiment experiment, qint64 runId);
     void stop() override;
     void pause() override;
     void resume() override;
@@ -34,6 +38,7 @@ private:
     class Observer;
     void drain();
     void onThreadFinished();
+    void launch(config::Experiment experiment, qint64 resumeRunId);
 
     QString m_storePath;
     QThread* m_thread = nullptr;

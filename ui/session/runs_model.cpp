@@ -94,6 +94,8 @@ RunInfo toInfo(const store::RunRow& r) {
     info.strategy = fromStd(r.strategy);
     info.status = fromStd(r.status);
     info.notes = fromStd(r.notes);
+    info.author = fromStd(r.author);
+    if (!r.config.is_null()) info.config = QByteArray::fromStdString(r.config.dump());
     for (const auto& d : r.devices) info.devices << fromStd(d);
     info.createdAt = QDateTime::fromString(fromStd(r.created_at), Qt::ISODate);
     const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -173,6 +175,11 @@ QByteArray csvNumber(double v) {
 }
 
 }  // namespace
+
+bool RunInfo::resumable() const {
+    return status == QLatin1String("stopped") || status == QLatin1String("interrupted") ||
+           status == QLatin1String("failed");
+}
 
 QString RunInfo::strategyLabel() const {
     return variant.isEmpty() ? strategy : strategy + QStringLiteral(" · ") + variant;
@@ -393,6 +400,54 @@ void RunsModel::writeFile(const QString& path, const QByteArray& bytes) {
     });
 }
 
+void RunsModel::exportRuns(const QList<qint64>& ids, const QString& path) {
+    post([this, ids, path](Worker& w) {
+        QString error;
+        int count = 0;
+        try {
+            const std::vector<int64_t> wanted(ids.begin(), ids.end());
+            count = static_cast<int>(w.store().export_runs(wanted, path.toStdString()).size());
+        } catch (const std::exception& e) {
+            error = tr("Could not export the runs: %1").arg(QString::fromUtf8(e.what()));
+        }
+        QMetaObject::invokeMethod(
+            this,
+            [this, path, count, error] {
+                if (!error.isEmpty()) emit operationFailed(error);
+                emit runsExported(path, count, error);
+            },
+            Qt::QueuedConnection);
+    });
+}
+
+void RunsModel::importRuns(const QString& path) {
+    m_refreshInFlight = true;  // the job reloads the runs
+    post([this, path](Worker& w) {
+        QString error, loadError;
+        QList<qint64> added;
+        QVector<RunInfo> runs;
+        try {
+            for (int64_t id : w.store().import_runs(path.toStdString())) added << id;
+        } catch (const std::exception& e) {
+            error = tr("Could not import the runs: %1").arg(QString::fromUtf8(e.what()));
+        }
+        try {
+            runs = loadRuns(w.store());
+        } catch (const std::exception& e) {
+            w.forget();
+            loadError = storeMessage(e);
+        }
+        QMetaObject::invokeMethod(
+            this,
+            [this, path, added, error, loadError, runs = std::move(runs)]() mutable {
+                applyRuns(std::move(runs), loadError);
+                if (!error.isEmpty()) emit operationFailed(error);
+                emit runsImported(path, added, error);
+            },
+            Qt::QueuedConnection);
+    });
+}
+
 int RunsModel::rowCount(const QModelIndex& parent) const {
     return parent.isValid() ? 0 : static_cast<int>(m_runs.size());
 }
@@ -422,6 +477,8 @@ QVariant RunsModel::headerData(int section, Qt::Orientation orientation, int rol
             return tr("Peak memory");
         case Date:
             return tr("Date");
+        case Author:
+            return tr("Author");
         case Notes:
             return tr("Notes");
         default:
@@ -499,6 +556,8 @@ QVariant RunsModel::data(const QModelIndex& index, int role) const {
             return r.createdAt.isValid()
                        ? r.createdAt.toLocalTime().toString(QStringLiteral("yyyy-MM-dd HH:mm"))
                        : QString();
+        case Author:
+            return r.author;
         case Notes:
             return r.notes;
         default:
@@ -571,7 +630,7 @@ std::optional<ScalingEfficiency> RunsModel::scalingEfficiency(qint64 runId) cons
 QByteArray RunsModel::csv(const QList<int>& rows) const {
     QByteArray out =
         "run_id,name,strategy,variant,devices,status,final_loss,test_accuracy,samples_per_s,"
-        "peak_memory_bytes,created_at,notes\n";
+        "peak_memory_bytes,created_at,author,notes\n";
     for (int row : rows) {
         if (row < 0 || row >= m_runs.size()) continue;
         const RunInfo& r = m_runs[row];
@@ -580,7 +639,8 @@ QByteArray RunsModel::csv(const QList<int>& rows) const {
                csvNumber(r.finalLoss) + ',' + csvNumber(r.testAccuracy) + ',' +
                (r.samplesPerS > 0 ? csvNumber(r.samplesPerS) : QByteArray()) + ',' +
                (r.peakMemoryBytes > 0 ? QByteArray::number(r.peakMemoryBytes) : QByteArray()) +
-               ',' + csvField(r.createdAt.toString(Qt::ISODate)) + ',' + csvField(r.notes) + '\n';
+               ',' + csvField(r.createdAt.toString(Qt::ISODate)) + ',' + csvField(r.author) + ',' +
+               csvField(r.notes) + '\n';
     }
     return out;
 }

@@ -25,6 +25,11 @@ struct RunInfo {
     qint64 id = 0;
     QString name, strategy, status, notes;
     QString variant;  // what tells it from other runs of its strategy: "stage 2" (registry)
+    QString author;   // who ran it (the store's; "" in stores from before authors)
+    QByteArray config;  // the experiment it ran, as stored (JSON): what Resume runs again
+
+    // Stopped, interrupted or failed: Resume may continue it from its last checkpoint.
+    bool resumable() const;
     QString error;  // why a failed run failed
     QStringList devices;
     QDateTime createdAt;  // UTC
@@ -75,6 +80,7 @@ public:
         SamplesPerS,
         PeakMemory,
         Date,
+        Author,
         Notes,
         ColumnCount
     };
@@ -127,6 +133,12 @@ public slots:
     quint64 loadCurves(const QList<qint64>& ids);
     // Writes `bytes` to `path` on the worker: fileWritten(path, "" or why not).
     void writeFile(const QString& path, const QByteArray& bytes);
+    // Hand-in: runs `ids` whole into a new store file at `path` (RunStore::export_runs):
+    // runsExported(path, how many, "" or why not).
+    void exportRuns(const QList<qint64>& ids, const QString& path);
+    // Every run of the store at `path` copied into this one, then the table reloaded:
+    // runsImported(path, the new ids, "" or why not).
+    void importRuns(const QString& path);
 
 signals:
     void refreshed();                              // after every refresh, also a failed one
@@ -136,6 +148,8 @@ signals:
     void runsDeleted(const QList<qint64>& ids);
     void curvesLoaded(quint64 request, const QVector<paralab::ui::LossCurve>& curves);
     void fileWritten(const QString& path, const QString& error);
+    void runsExported(const QString& path, int count, const QString& error);
+    void runsImported(const QString& path, const QList<qint64>& ids, const QString& error);
 
 private:
     class Worker;

@@ -8,10 +8,12 @@
 namespace paralab::ui::palette {
 
 namespace {
-// Tableau 10 (matplotlib's tab10 in a refreshed tone): distinct for most colour-blind readers in
-// its first few entries, which are the ones a run of 2-4 devices uses.
-constexpr std::array<QRgb, 10> kDevices = {0x4E79A7, 0xF28E2B, 0x59A14F, 0xE15759, 0xB07AA1,
-                                           0x76B7B2, 0xEDC948, 0xFF9DA7, 0x9C755F, 0xBAB0AC};
+// Okabe & Ito's colour-blind-safe set ("Color Universal Design", 2008) in the order a run uses
+// them: blue, orange, bluish green, vermillion, sky blue, reddish purple, yellow. Its eighth, black,
+// is the curve over all devices (globalColor), so the eighth device takes Paul Tol's wine, which
+// stays as far from the others under deuteranopia and protanopia (tests/ui/test_palette.cpp).
+constexpr std::array<QRgb, 8> kDevices = {0x0072B2, 0xE69F00, 0x009E73, 0xD55E00,
+                                          0x56B4E9, 0xCC79A7, 0xF0E442, 0x882255};
 // Dark2 (ColorBrewer): six categories that stay apart when stacked next to each other.
 constexpr std::array<QRgb, 6> kMemory = {0x1B9E77, 0xD95F02, 0x7570B3, 0xE7298A, 0x66A61E, 0xE6AB02};
 
@@ -28,7 +30,15 @@ DeviceKey deviceKey(const QString& name) {
 }  // namespace
 
 QColor deviceColor(int position) {
-    return QColor::fromRgb(kDevices[static_cast<size_t>(std::max(position, 0)) % kDevices.size()]);
+    const size_t p = static_cast<size_t>(std::max(position, 0));
+    const QColor base = QColor::fromRgb(kDevices[p % kDevices.size()]);
+    // Past eight devices the hues come round again, darker, then lighter, then as they were:
+    // the ninth device is a dark blue, the seventeenth a light one.
+    switch ((p / kDevices.size()) % 3) {
+        case 1: return base.darker(160);
+        case 2: return base.lighter(140);
+        default: return base;
+    }
 }
 
 QColor globalColor() { return QColor(40, 40, 40); }
@@ -74,16 +84,17 @@ QString phaseFamilyName(PhaseFamily family) {
 }
 
 QColor phaseFamilyColor(PhaseFamily family) {
-    // Compute in cool colours, communication red, waiting grey, data yellow: what a student
-    // should look for (the red overlapping the green in DDP, the grey bubble of a pipeline)
-    // stands out.
+    // Okabe & Ito's set: compute in blues and greens, communication vermillion, waiting grey,
+    // data yellow, so that what a student should look for (the vermillion overlapping the green
+    // in DDP, the grey bubble of a pipeline) stands out for every reader, deuteranopes and
+    // protanopes included (tests/ui/test_palette.cpp).
     switch (family) {
-        case PhaseFamily::forward: return QColor::fromRgb(0x4C78A8u);
-        case PhaseFamily::backward: return QColor::fromRgb(0x54A24Bu);
-        case PhaseFamily::compute: return QColor::fromRgb(0xB279A2u);
-        case PhaseFamily::communication: return QColor::fromRgb(0xE45756u);
-        case PhaseFamily::idle: return QColor::fromRgb(0xC9C3BFu);
-        case PhaseFamily::data_wait: return QColor::fromRgb(0xEECA3Bu);
+        case PhaseFamily::forward: return QColor::fromRgb(0x0072B2u);
+        case PhaseFamily::backward: return QColor::fromRgb(0x009E73u);
+        case PhaseFamily::compute: return QColor::fromRgb(0xCC79A7u);
+        case PhaseFamily::communication: return QColor::fromRgb(0xD55E00u);
+        case PhaseFamily::idle: return QColor::fromRgb(0xBBBBBBu);
+        case PhaseFamily::data_wait: return QColor::fromRgb(0xF0E442u);
     }
     return Qt::black;
 }

@@ -8,8 +8,9 @@
 
 namespace paralab::ui::palette {
 
-// The colour of the device at `position` in deviceOrderLess order (cpu:0 first). Ten distinct
-// hues (Tableau 10), then they repeat.
+// The colour of the device at `position` in deviceOrderLess order (cpu:0 first): eight hues that
+// colour-blind readers tell apart (Okabe-Ito's, with Tol's wine for black); past eight they come
+// round again, darker for devices 9-16, lighter for 17-24, then as at first.
 QColor deviceColor(int position);
 // The curve over all devices (the global loss, the total throughput).
 QColor globalColor();

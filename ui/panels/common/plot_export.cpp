@@ -7,19 +7,87 @@
 
 #include <cmath>
 
+#include "engine/config/experiment.h"
+#include "engine/strategy/registry.h"
 #include "ui/panels/common/plot_style.h"
 
 namespace paralab::ui::plotexport {
 
-bool saveImage(QCustomPlot* plot, const QString& path, QSize fallback) {
+namespace {
+QString& currentCaption() {
+    static QString caption;
+    return caption;
+}
+}  // namespace
+
+QString captionText(const QString& runName, qint64 runId, const QString& strategyLabel, int devices) {
+    QString text = QObject::tr("Run %1").arg(runName);
+    if (runId >= 0) text += QStringLiteral(" #%1").arg(runId);
+    text += QStringLiteral(" · ") + QObject::tr("strategy %1").arg(strategyLabel);
+    text += QStringLiteral(" · ") + (devices == 1 ? QObject::tr("1 device") : QObject::tr("%1 devices").arg(devices));
+    return text;
+}
+
+QString captionFor(const config::Experiment& e, qint64 runId) {
+    QString strategy = QString::fromStdString(e.strategy.type);
+    const std::string variant = strategy::variant_label(e.strategy);
+    if (!variant.empty()) strategy += QStringLiteral(" · ") + QString::fromStdString(variant);
+    return captionText(QString::fromStdString(e.name), runId, strategy, static_cast<int>(e.devices.size()));
+}
+
+void setRunCaption(const QString& caption) { currentCaption() = caption; }
+QString runCaption() { return currentCaption(); }
+
+CaptionRow::CaptionRow(QCustomPlot* plot, const QString& caption) : m_plot(plot) {
+    if (caption.isEmpty()) return;
+    QFont font = plot->font();
+    font.setPointSizeF(font.pointSizeF() * 0.9);
+    m_element = new QCPTextElement(plot, caption, font);
+    m_element->setObjectName(QStringLiteral("exportCaption"));
+    m_element->setTextColor(QColor(70, 70, 70));
+    m_element->setMargins(QMargins(6, 2, 6, 4));
+    QCPLayoutGrid* layout = plot->plotLayout();
+    const int row = layout->rowCount();
+    layout->addElement(row, 0, m_element);
+    layout->setRowStretchFactor(row, 0.001);
+}
+
+CaptionRow::~CaptionRow() {
+    if (!m_element) return;
+    QCPLayoutGrid* layout = m_plot->plotLayout();
+    layout->remove(m_element);  // deletes it
+    layout->simplify();
+}
+
+int captionHeight(QCustomPlot* plot) {
+    QFont font = plot->font();
+    font.setPointSizeF(font.pointSizeF() * 0.9);
+    return QFontMetrics(font).height() + 8;
+}
+
+void drawCaption(QPainter& painter, const QRect& area, const QFont& base, const QString& caption) {
+    QFont font = base;
+    font.setPointSizeF(font.pointSizeF() * 0.9);
+    painter.save();
+    painter.setFont(font);
+    painter.setPen(QColor(70, 70, 70));
+    painter.drawText(area, Qt::AlignCenter | Qt::TextSingleLine, caption);
+    painter.restore();
+}
+
+bool saveImage(QCustomPlot* plot, const QString& path, QSize fallback, const QString& caption) {
     // savePng/savePdf with a zero size take the widget's: a tab never opened is 0 x 0 or
     // Qt's default 640 x 480 before its first layout.
     const bool laidOut = plot->isVisible() && plot->width() >= 100 && plot->height() >= 100;
+    const CaptionRow row(plot, caption.isNull() ? runCaption() : caption);
     const int w = laidOut ? 0 : fallback.width();
     const int h = laidOut ? 0 : fallback.height();
+    bool ok = false;
     if (path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive))
-        return plot->savePdf(path, w, h) && QFileInfo(path).size() > 0;
-    return plot->savePng(path, w, h, 2.0);
+        ok = plot->savePdf(path, w, h) && QFileInfo(path).size() > 0;
+    else
+        ok = plot->savePng(path, w, h, 2.0);
+    return ok;
 }
 
 QString csvField(const QString& text) {

@@ -8,6 +8,8 @@
 #include <QMessageBox>
 #include <qcustomplot.h>
 
+#include <algorithm>
+
 namespace paralab::ui::plotstyle {
 
 QCPTextElement* addTitle(QCustomPlot* plot, const QString& title) {
@@ -28,13 +30,57 @@ void styleGrid(QCustomPlot* plot) {
     }
 }
 
+namespace {
+// Keeps a legend under its plot as many items wide as the plot has room for (at most the
+// columns asked), so that a narrow plot's legend wraps onto more rows rather than squeezing
+// the axes or running past the plot's edge.
+class LegendWrap : public QObject {
+public:
+    LegendWrap(QCustomPlot* plot, int columns) : QObject(plot), m_plot(plot), m_columns(columns) {
+        setObjectName(QStringLiteral("legendWrap"));
+        plot->installEventFilter(this);
+        QObject::connect(plot, &QCustomPlot::beforeReplot, this, [this] { fit(); });
+    }
+
+protected:
+    bool eventFilter(QObject* watched, QEvent* event) override {
+        if (watched == m_plot && event->type() == QEvent::Resize) fit();
+        return false;
+    }
+
+private:
+    void fit() {
+        QCPLegend* legend = m_plot->legend;
+        int widest = 1;
+        for (int i = 0; i < legend->itemCount(); ++i)
+            if (QCPAbstractLegendItem* item = legend->item(i))
+                widest = std::max(widest, item->minimumOuterSizeHint().width() + legend->columnSpacing());
+        const int room = m_plot->width() - legend->margins().left() - legend->margins().right();
+        const int columns = std::clamp(room / widest, 1, m_columns);
+        if (columns == legend->wrap()) return;
+        legend->setWrap(columns);
+        legend->setFillOrder(QCPLegend::foColumnsFirst, true);
+    }
+
+    QCustomPlot* m_plot;
+    int m_columns;
+};
+}  // namespace
+
 void putLegendBelow(QCustomPlot* plot, int columns) {
     QCPLegend* legend = plot->legend;
     legend->setVisible(true);
     plot->axisRect()->insetLayout()->take(legend);
     const int row = plot->plotLayout()->rowCount();
-    plot->plotLayout()->addElement(row, 0, legend);
+    // In a row of its own beside an empty filler: an empty legend's largest size is its
+    // margins, and alone in the plot's column it would hold the axes to their smallest width.
+    auto* legendRow = new QCPLayoutGrid;
+    plot->plotLayout()->addElement(row, 0, legendRow);
     plot->plotLayout()->setRowStretchFactor(row, 0.001);  // as small as its items allow
+    legendRow->addElement(0, 0, legend);
+    legendRow->addElement(0, 1, new QCPLayoutElement(plot));
+    legendRow->setColumnStretchFactor(1, 0.001);
+    legendRow->setColumnSpacing(0);
     legend->setWrap(columns);
     legend->setFillOrder(QCPLegend::foColumnsFirst, true);  // rearranges the items already there
     legend->setBorderPen(Qt::NoPen);
@@ -46,6 +92,7 @@ void putLegendBelow(QCustomPlot* plot, int columns) {
     font.setPointSizeF(font.pointSizeF() * 0.9);
     legend->setFont(font);
     legend->setIconSize(18, 10);
+    if (!plot->findChild<QObject*>(QStringLiteral("legendWrap"), Qt::FindDirectChildrenOnly)) new LegendWrap(plot, columns);
 }
 
 QString askExportPath(QWidget* parent, const QString& suggestedName, ExportKind kind) {

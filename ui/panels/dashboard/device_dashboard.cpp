@@ -1,5 +1,6 @@
 #include "ui/panels/dashboard/device_dashboard.h"
 
+#include <QApplication>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFile>
@@ -8,6 +9,8 @@
 #include <QLabel>
 #include <QMenu>
 #include <QPrinter>
+#include <QResizeEvent>
+#include <QScrollArea>
 #include <QSlider>
 #include <QSpinBox>
 #include <QTextStream>
@@ -34,6 +37,10 @@ constexpr int kCategories = static_cast<int>(kMemCategoryCount);
 constexpr int kTimeParts = 4;
 const QString kAll = QStringLiteral("all");
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// The smallest a plot gets: below it the dashboard scrolls.
+constexpr QSize kPlotMinimum(220, 170);
+// The device-coloured strip under each bar stack: pixels below the value axis's zero.
+constexpr int kStripTop = 2, kStripBottom = 8;
 
 // TensorBoard's smoothing: an exponential moving average whose start is debiased by dividing
 // by the total weight given so far (1 - w^n), so the first smoothed point is the first value
@@ -156,13 +163,17 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
     controls->addWidget(m_smoothingSlider);
     m_smoothingLabel->setMinimumWidth(m_smoothingLabel->fontMetrics().horizontalAdvance(QStringLiteral("0.00 ")));
     controls->addWidget(m_smoothingLabel);
-    controls->addSpacing(12);
-    controls->addWidget(new QLabel(tr("Time breakdown over the last")));
+    // The breakdown's window on a second row: the first stays narrow enough for a projector's
+    // 1024 pixels with the experiment beside it.
+    auto* windowRow = new QHBoxLayout;
+    windowRow->setContentsMargins(6, 0, 6, 0);
+    windowRow->addWidget(new QLabel(tr("Time breakdown over the last")));
     m_windowBox->setRange(1, 10000);
     m_windowBox->setValue(m_breakdownWindow);
     m_windowBox->setSuffix(tr(" steps"));
     m_windowBox->setObjectName(QStringLiteral("breakdownWindowBox"));
-    controls->addWidget(m_windowBox);
+    windowRow->addWidget(m_windowBox);
+    windowRow->addStretch(1);
     controls->addStretch(1);
     auto* exportButton = new QToolButton;
     exportButton->setText(tr("Export"));
@@ -182,7 +193,7 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
         // Polylines drawn without the raster engine's careful joins: 8 devices x 100k noisy
         // points replot in ~17 ms instead of ~600 ms, for joins no one sees at 2 px.
         plot->setPlottingHint(QCP::phFastPolylines, true);
-        plot->setMinimumSize(260, 200);
+        plot->setMinimumSize(kPlotMinimum);
         plotstyle::addTitle(plot, title);
         plotstyle::styleGrid(plot);
         plot->setContextMenuPolicy(Qt::CustomContextMenu);
@@ -208,7 +219,17 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
     for (QCustomPlot* plot : {p.memory, p.breakdown}) {
         auto ticker = QSharedPointer<QCPAxisTickerText>::create();
         plot->xAxis->setTicker(ticker);
-        plot->xAxis->setTickLength(0, 3);
+        // The device strips lie in the first kStrip pixels under the axis, the names below them.
+        plot->xAxis->setTickLength(0, 0);
+        plot->xAxis->setTickLabelPadding(kStripBottom + 3);
+        connect(plot, &QCustomPlot::afterLayout, plot, [plot] {
+            const double h = std::max(1, plot->axisRect()->height());
+            for (int i = 0; i < plot->itemCount(); ++i)
+                if (auto* mark = qobject_cast<QCPItemRect*>(plot->item(i))) {
+                    mark->topLeft->setCoords(mark->topLeft->key(), 1.0 + kStripTop / h);
+                    mark->bottomRight->setCoords(mark->bottomRight->key(), 1.0 + kStripBottom / h);
+                }
+        });
         plot->xAxis->setSubTicks(false);
         plot->xAxis->grid()->setVisible(false);
     }
@@ -222,21 +243,23 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
         below = p.timeBars[static_cast<size_t>(k)] = addStackedBars(p.breakdown, below, timePartName(k), timePartColor(k));
     plotstyle::putLegendBelow(p.breakdown, 2);
 
-    auto* grid = new QGridLayout(m_plotArea);
-    grid->setContentsMargins(0, 0, 0, 0);
-    grid->setSpacing(2);
-    grid->addWidget(p.loss, 0, 0, 1, 3);
-    grid->addWidget(p.rate, 0, 3, 1, 3);
-    grid->addWidget(p.memory, 1, 0, 1, 2);
-    grid->addWidget(p.memoryTime, 1, 2, 1, 2);
-    grid->addWidget(p.breakdown, 1, 4, 1, 2);
-    grid->setRowStretch(0, 3);
-    grid->setRowStretch(1, 2);
+    // The plots in a grid that reflows with the width (reflow), in a scroll area: a narrow or
+    // low window scrolls to a plot rather than cutting it.
+    m_plotArea->setObjectName(QStringLiteral("dashboardPlotArea"));
+    m_scroll = new QScrollArea;
+    m_scroll->setObjectName(QStringLiteral("dashboardScroll"));
+    m_scroll->setWidget(m_plotArea);
+    m_scroll->setWidgetResizable(true);
+    m_scroll->setFrameShape(QFrame::NoFrame);
+    m_scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    reflow(3);
 
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
+    layout->setSpacing(2);
     layout->addLayout(controls);
-    layout->addWidget(m_plotArea, 1);
+    layout->addLayout(windowRow);
+    layout->addWidget(m_scroll, 1);
 
     connect(m_xAxisBox, &QComboBox::currentIndexChanged, this,
             [this](int index) { setXAxis(index == 1 ? XAxis::WallTime : XAxis::Step); });
@@ -247,6 +270,58 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
 }
 
 DeviceDashboard::~DeviceDashboard() = default;
+
+int DeviceDashboard::columnsFor(int width) const {
+    return std::clamp(width / (m_plots->loss->minimumWidth() + 60), 1, 3);
+}
+
+void DeviceDashboard::changeEvent(QEvent* event) {
+    QWidget::changeEvent(event);
+    if (event->type() != QEvent::FontChange || !m_plots->loss) return;
+    // Larger text (presentation mode) gets larger plots: fewer side by side, the rest scrolls.
+    const double base = QApplication::font().pointSizeF(), now = font().pointSizeF();
+    const double scale = base > 0 && now > base ? now / base : 1.0;
+    for (QCustomPlot* plot : m_plots->all()) plot->setMinimumSize((QSizeF(kPlotMinimum) * scale).toSize());
+    m_columns = 0;  // lay out again
+    reflow(columnsFor(width()));
+}
+
+void DeviceDashboard::reflow(int columns) {
+    columns = std::clamp(columns, 1, 3);
+    if (columns == m_columns) return;
+    m_columns = columns;
+    Plots& p = *m_plots;
+    delete m_plotArea->layout();
+    auto* grid = new QGridLayout(m_plotArea);
+    grid->setContentsMargins(0, 0, 0, 0);
+    grid->setSpacing(2);
+    if (columns == 3) {
+        // Loss and throughput over the width, the three bar and memory plots under them.
+        grid->addWidget(p.loss, 0, 0, 1, 3);
+        grid->addWidget(p.rate, 0, 3, 1, 3);
+        grid->addWidget(p.memory, 1, 0, 1, 2);
+        grid->addWidget(p.memoryTime, 1, 2, 1, 2);
+        grid->addWidget(p.breakdown, 1, 4, 1, 2);
+        grid->setRowStretch(0, 3);
+        grid->setRowStretch(1, 2);
+    } else if (columns == 2) {
+        grid->addWidget(p.loss, 0, 0);
+        grid->addWidget(p.rate, 0, 1);
+        grid->addWidget(p.memory, 1, 0);
+        grid->addWidget(p.breakdown, 1, 1);
+        grid->addWidget(p.memoryTime, 2, 0, 1, 2);
+    } else {
+        int row = 0;
+        for (QCustomPlot* plot : p.all()) grid->addWidget(plot, row++, 0);
+    }
+}
+
+int DeviceDashboard::plotColumns() const { return m_columns; }
+
+void DeviceDashboard::resizeEvent(QResizeEvent* event) {
+    QWidget::resizeEvent(event);
+    reflow(columnsFor(width()));
+}
 
 // ---- data ---------------------------------------------------------------------------------
 
@@ -461,21 +536,23 @@ void DeviceDashboard::updateBars() {
             ticker->clear();
             for (int d = 0; d < n; ++d) {
                 ticker->addTick(d + 1, m_devices[d]);
+                // Under the axis, between it and the device's name: the value axis starts at
+                // zero, and no bar is drawn below it.
                 auto* mark = new QCPItemRect(plot);
+                mark->setClipToAxisRect(false);
                 mark->topLeft->setTypeY(QCPItemPosition::ptAxisRectRatio);
                 mark->bottomRight->setTypeY(QCPItemPosition::ptAxisRectRatio);
-                mark->topLeft->setCoords(d + 1 - 0.3, 0.965);
-                mark->bottomRight->setCoords(d + 1 + 0.3, 0.995);
+                mark->topLeft->setCoords(d + 1 - 0.3, 1.0);
+                mark->bottomRight->setCoords(d + 1 + 0.3, 1.0);
                 mark->setPen(Qt::NoPen);
                 mark->setBrush(palette::deviceColor(d));
                 p.deviceMarks.append(mark);
             }
         }
     }
-    // Room under zero for the strips (5 % of the axis), and above the tallest stack.
+    // From zero to above the tallest stack.
     auto fit = [n](QCustomPlot* plot, double highest) {
-        const double t = highest > 0 ? highest * 1.12 : 1.0;
-        plot->yAxis->setRange(-t * 0.05 / 0.95, t);
+        plot->yAxis->setRange(0, highest > 0 ? highest * 1.12 : 1.0);
         plot->xAxis->setRange(0.4, std::max(n, 1) + 0.6);
     };
     fit(p.memory, top);
@@ -627,13 +704,20 @@ bool DeviceDashboard::exportTo(const QString& path) {
         size = m_plotArea->size();
     }
     updateRanges();
-    auto drawAll = [this](QCPPainter& painter) {
+    // The run's caption on a line under the plots.
+    const QString caption = plotexport::runCaption();
+    const int plotsHeight = size.height();
+    if (!caption.isEmpty()) size.rheight() += plotexport::captionHeight(m_plots->loss);
+    auto drawAll = [this, &caption, plotsHeight, size](QCPPainter& painter) {
         for (QCustomPlot* plot : m_plots->all()) {
             painter.save();
             painter.translate(plot->geometry().topLeft());
             plot->toPainter(&painter, plot->width(), plot->height());
             painter.restore();
         }
+        if (!caption.isEmpty())
+            plotexport::drawCaption(painter, QRect(0, plotsHeight, size.width(), size.height() - plotsHeight),
+                                    m_plots->loss->font(), caption);
     };
     if (path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)) {
         QPrinter printer(QPrinter::ScreenResolution);

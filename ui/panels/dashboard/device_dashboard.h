@@ -27,6 +27,7 @@ class QCheckBox;
 class QComboBox;
 class QCustomPlot;
 class QLabel;
+class QScrollArea;
 class QSlider;
 class QSpinBox;
 
@@ -78,6 +79,10 @@ public:
     void addDeviceSteps(const QVector<config::StepRecord>& steps);
     void addSteps(const QVector<config::StepRecord>& steps);  // over all devices
 
+    // How many plots side by side: 3 on a wide tab, 2 or 1 as it narrows (the plots then
+    // scroll vertically).
+    int plotColumns() const;
+
 public slots:
     void clear();
     void setSmoothing(double weight);  // 0 (raw) .. 0.99
@@ -88,9 +93,16 @@ public slots:
     void exportWithDialog();
     void exportCsvWithDialog();
 
+protected:
+    void resizeEvent(QResizeEvent* event) override;
+    void changeEvent(QEvent* event) override;
+
 private:
     struct Series;
     struct Plots;
+
+    int columnsFor(int width) const;
+    void reflow(int columns);
 
     Series* series(const QString& device) const;  // nullptr when not seen
     Series& seriesFor(const QString& device);      // creates the device's curves
@@ -111,6 +123,8 @@ private:
 
     std::unique_ptr<Plots> m_plots;
     QWidget* m_plotArea;
+    QScrollArea* m_scroll = nullptr;
+    int m_columns = 0;
     QComboBox* m_xAxisBox;
     QCheckBox* m_logBox;
     QSlider* m_smoothingSlider;

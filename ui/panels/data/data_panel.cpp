@@ -228,6 +228,18 @@ void DataPanel::edited() {
         emit editRefused(QString::fromStdString(issues.front().text()));
         return;
     }
+    // The files are checked as they are named, not at Start: there, readable, with the header
+    // their format needs (headers and sizes only: nothing is loaded).
+    if (usesPath(name) && (changedSet || d.path != m_experiment.data.path)) {
+        try {
+            data::check_data_files(d);
+        } catch (const std::exception& err) {
+            const config::Issue issue{"data.path", err.what()};
+            showIssue(issue, m_errors, m_generalError);
+            emit editRefused(QString::fromStdString(issue.text()));
+            return;
+        }
+    }
     if (changedSet) setExperiment(e);  // shows the new set's defaults
     m_experiment = e;
     emit experimentEdited(e);

@@ -4,6 +4,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QFormLayout>
+#include <QGridLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -131,9 +132,13 @@ ModelDesigner::ModelDesigner(QWidget* parent)
     m_down->setObjectName(QStringLiteral("moveDownButton"));
     m_delete->setObjectName(QStringLiteral("deleteButton"));
     m_wrap->setObjectName(QStringLiteral("wrapButton"));
-    auto* buttons = new QHBoxLayout;
-    for (auto* b : {m_up, m_down, m_delete, m_wrap}) buttons->addWidget(b);
-    buttons->addStretch(1);
+    // Two rows of two: one row of four would widen the tab past a projector's half screen.
+    auto* buttons = new QGridLayout;
+    buttons->addWidget(m_up, 0, 0);
+    buttons->addWidget(m_down, 0, 1);
+    buttons->addWidget(m_delete, 1, 0);
+    buttons->addWidget(m_wrap, 1, 1);
+    buttons->setColumnStretch(2, 1);
     auto* stackBox = new QWidget;
     auto* stackLayout = new QVBoxLayout(stackBox);
     stackLayout->setContentsMargins(0, 0, 0, 0);
@@ -160,9 +165,11 @@ ModelDesigner::ModelDesigner(QWidget* parent)
     auto* layerBox = new QGroupBox(tr("Layer"));
     auto* layerLayout = new QVBoxLayout(layerBox);
     layerLayout->addWidget(m_properties);
-    auto* editors = new QHBoxLayout;
-    editors->addWidget(modelBox, 2);
-    editors->addWidget(layerBox, 3);
+    // One above the other: side by side, the two forms would make the tab wider than a
+    // projector's half screen.
+    auto* editors = new QVBoxLayout;
+    editors->addWidget(modelBox);
+    editors->addWidget(layerBox);
 
     m_totals->setObjectName(QStringLiteral("modelTotals"));
     m_totals->setWordWrap(true);

@@ -4,7 +4,9 @@
 #include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QFile>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -132,6 +134,16 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
             &QSortFilterProxyModel::setFilterFixedString);
     auto* refreshButton = new QPushButton(tr("Refresh"));
     auto* csvButton = new QPushButton(tr("Export CSV…"));
+    auto* handInButton = new QPushButton(tr("Export runs…"));
+    handInButton->setObjectName(QStringLiteral("exportRunsButton"));
+    handInButton->setToolTip(tr("The selected runs, whole, into a new run store file: to hand in, "
+                                "or to keep apart"));
+    auto* importButton = new QPushButton(tr("Import runs…"));
+    importButton->setObjectName(QStringLiteral("importRunsButton"));
+    importButton->setToolTip(tr("Every run of another run store file (a class's hand-ins) into "
+                                "this one, with its notes and author"));
+    connect(handInButton, &QPushButton::clicked, this, &RunsPanel::exportRunsWithDialog);
+    connect(importButton, &QPushButton::clicked, this, &RunsPanel::importRunsWithDialog);
     connect(refreshButton, &QPushButton::clicked, this, &RunsPanel::refresh);
     connect(m_deleteButton, &QPushButton::clicked, this, [this] { deleteSelected(true); });
     connect(csvButton, &QPushButton::clicked, this, &RunsPanel::exportTableWithDialog);
@@ -140,6 +152,8 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     bar->addWidget(refreshButton);
     bar->addWidget(m_deleteButton);
     bar->addWidget(csvButton);
+    bar->addWidget(handInButton);
+    bar->addWidget(importButton);
 
     m_message->setObjectName(QStringLiteral("runsMessage"));
     m_message->setWordWrap(true);
@@ -176,12 +190,22 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
             showMessage(tr("Only a finished run on one device can be the scaling baseline."));
     });
     m_table->addAction(baselineAction);
+    auto* resumeAction = new QAction(tr("Resume from its last checkpoint"), m_table);
+    resumeAction->setObjectName(QStringLiteral("resumeRun"));
+    resumeAction->setToolTip(tr("Continue a stopped, interrupted or failed run under its own id, to "
+                                "the end its experiment sets"));
+    connect(resumeAction, &QAction::triggered, this, [this] {
+        const QList<qint64> ids = selectedRunIds();
+        if (ids.size() == 1) emit resumeRequested(ids.front());
+    });
+    m_table->addAction(resumeAction);
     m_table->setContextMenuPolicy(Qt::ActionsContextMenu);
-    auto updateActions = [this, baselineAction] {
+    auto updateActions = [this, baselineAction, resumeAction] {
         const QList<qint64> ids = selectedRunIds();
         const RunInfo* r = ids.size() == 1 ? m_model->run(ids.front()) : nullptr;
         baselineAction->setEnabled(r && r->devices.size() == 1 &&
                                    r->status == QLatin1String("finished"));
+        resumeAction->setEnabled(r && r->resumable());
     };
 
     auto* top = new QWidget;
@@ -205,9 +229,11 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     m_logLoss->setToolTip(tr("Logarithmic loss axis: differences late in training stay visible"));
     connect(m_logLoss, &QCheckBox::toggled, this, &RunsPanel::redraw);
     auto* compareBar = new QHBoxLayout;
+    // The title on a row of its own, wrapped: the controls' row stays narrow enough for a
+    // projector's width.
     auto* compareTitle =
         new QLabel(tr("<b>Compare</b> the selected runs (Ctrl/Shift+click for several)"));
-    compareBar->addWidget(compareTitle);
+    compareTitle->setWordWrap(true);
     compareBar->addStretch(1);
     compareBar->addWidget(m_xAxis);
     compareBar->addWidget(m_smooth);
@@ -220,6 +246,7 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     auto* bottom = new QWidget;
     auto* bottomLayout = new QVBoxLayout(bottom);
     bottomLayout->setContentsMargins(0, 0, 0, 0);
+    bottomLayout->addWidget(compareTitle);
     bottomLayout->addLayout(compareBar);
     bottomLayout->addWidget(m_efficiency);
     bottomLayout->addWidget(m_plot, 1);
@@ -228,8 +255,10 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     auto* splitter = new QSplitter(Qt::Vertical);
     splitter->addWidget(top);
     splitter->addWidget(bottom);
-    splitter->setStretchFactor(0, 2);
-    splitter->setStretchFactor(1, 5);
+    // Half and half: at 720 pixels high the table still lists several runs.
+    splitter->setStretchFactor(0, 1);
+    splitter->setStretchFactor(1, 1);
+    splitter->setChildrenCollapsible(false);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
     layout->addWidget(splitter);
@@ -262,6 +291,11 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
         showMessage(error);
     });
     connect(m_model, &RunsModel::operationFailed, this, &RunsPanel::showMessage);
+    // Imported runs are selected, so that they are seen at once.
+    connect(m_model, &RunsModel::runsImported, this,
+            [this](const QString&, const QList<qint64>& ids, const QString& error) {
+                if (error.isEmpty() && !ids.isEmpty()) selectRuns(ids);
+            });
     connect(m_model, &RunsModel::refreshed, this, [this] {
         if (m_model->errorMessage().isEmpty() && m_loadErrorShown) {
             m_loadErrorShown = false;
@@ -271,13 +305,43 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
     redraw();
 }
 
+void RunsPanel::exportRunsWithDialog() {
+    const QList<qint64> ids = selectedRunIds();
+    if (ids.isEmpty()) {
+        showMessage(tr("Select the runs to export in the table first."));
+        return;
+    }
+    QString path = QFileDialog::getSaveFileName(this, tr("Export runs to a new run store"),
+                                                QStringLiteral("paralab-runs.db"),
+                                                tr("ParaLab run stores (*.db)"));
+    if (path.isEmpty()) return;
+    if (!path.endsWith(QLatin1String(".db"))) path += QStringLiteral(".db");
+    // The dialog asked before overwriting another file; never this store itself.
+    if (QFileInfo(path) == QFileInfo(m_model->storePath())) {
+        showMessage(tr("%1 is the run store the table shows: choose another file.").arg(path));
+        return;
+    }
+    if (QFileInfo::exists(path) && !QFile::remove(path)) {
+        showMessage(tr("Could not replace %1.").arg(path));
+        return;
+    }
+    m_model->exportRuns(ids, path);
+}
+
+void RunsPanel::importRunsWithDialog() {
+    const QString path = QFileDialog::getOpenFileName(this, tr("Import the runs of a run store"), QString(),
+                                                      tr("ParaLab run stores (*.db);;All files (*)"));
+    if (!path.isEmpty()) m_model->importRuns(path);
+}
+
 QSortFilterProxyModel* RunsPanel::proxy() const {
     return m_proxy;
 }
 
 void RunsPanel::buildPlot() {
     m_plot->setAntialiasedElements(QCP::aePlottables | QCP::aeLegendItems | QCP::aeItems);
-    m_plot->setMinimumHeight(320);
+    // Low enough that at 720 pixels the table above still shows its rows.
+    m_plot->setMinimumSize(300, 240);
     QFont titleFont = font();
     titleFont.setBold(true);
     auto* layout = m_plot->plotLayout();
@@ -296,8 +360,9 @@ void RunsPanel::buildPlot() {
 
     auto* bars = new QCPLayoutGrid;
     layout->addElement(2, 0, bars);
-    const QString titles[] = {tr("Throughput"), tr("Peak memory (largest device)"),
-                              tr("Scaling efficiency vs. N × single device")};
+    // On two lines: three titles side by side fit a narrow window.
+    const QString titles[] = {tr("Throughput"), tr("Peak memory\n(largest device)"),
+                              tr("Scaling efficiency\nvs. N × single device")};
     QCPAxisRect** rects[] = {&m_throughputRect, &m_memoryRect, &m_efficiencyRect};
     for (int c = 0; c < 3; ++c) {
         bars->addElement(0, c, new QCPTextElement(m_plot, titles[c], titleFont));
@@ -612,7 +677,12 @@ void RunsPanel::deleteSelected(bool confirm) {
 }
 
 bool RunsPanel::exportPlot(const QString& path) {
-    return plotexport::saveImage(m_plot, path, QSize(1100, 760));
+    // The caption names the runs compared: each one's name, id, strategy and devices.
+    QStringList runs;
+    for (qint64 id : selectedRunIds())
+        if (const RunInfo* r = m_model->run(id))
+            runs << plotexport::captionText(r->name, r->id, r->strategyLabel(), static_cast<int>(r->devices.size()));
+    return plotexport::saveImage(m_plot, path, QSize(1100, 760), runs.join(QStringLiteral("; ")));
 }
 
 bool RunsPanel::exportPlotCsv(const QString& path) const {

@@ -69,9 +69,13 @@ public slots:
     void deleteSelected(bool confirm = true);
     void exportPlotWithDialog();  // PNG, PDF or CSV
     void exportTableWithDialog();
+    void exportRunsWithDialog();  // hand-in: the selected runs into a new store file
+    void importRunsWithDialog();
 
 signals:
     void comparisonUpdated();
+    // Resume… on a stopped, interrupted or failed run: the window continues it.
+    void resumeRequested(qint64 runId);
 
 private:
     void buildPlot();

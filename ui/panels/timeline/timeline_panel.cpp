@@ -3,6 +3,7 @@
 #include <QFile>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLocale>
 #include <QMenu>
 #include <QSpinBox>
 #include <QTextStream>
@@ -14,10 +15,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
 
 #include "ui/panels/common/byte_units.h"
 #include "ui/panels/common/palette.h"
+#include "ui/panels/common/plot_export.h"
 #include "ui/panels/common/plot_style.h"
 
 namespace paralab::ui {
@@ -96,7 +99,11 @@ private:
 };
 
 TimelinePanel::TimelinePanel(QWidget* parent)
-    : QWidget(parent), m_plot(new QCustomPlot), m_hover(new QLabel(kHoverHint)), m_stepsBox(new QSpinBox) {
+    : QWidget(parent),
+      m_plot(new QCustomPlot),
+      m_hover(new QLabel(kHoverHint)),
+      m_bubble(new QLabel),
+      m_stepsBox(new QSpinBox) {
     auto* controls = new QHBoxLayout;
     controls->setContentsMargins(6, 4, 6, 0);
     controls->addWidget(new QLabel(tr("Steps shown:")));
@@ -157,11 +164,17 @@ TimelinePanel::TimelinePanel(QWidget* parent)
     connect(m_plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent* e) { onMouseMove(e->pos()); });
 
     m_hover->setContentsMargins(8, 0, 8, 4);
+    m_hover->setWordWrap(true);  // the hint is wider than a projector's half screen
     m_hover->setTextInteractionFlags(Qt::TextSelectableByMouse);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addLayout(controls);
     layout->addWidget(m_plot, 1);
+    m_bubble->setObjectName(QStringLiteral("bubbleLabel"));
+    m_bubble->setContentsMargins(8, 0, 8, 0);
+    m_bubble->setWordWrap(true);
+    m_bubble->hide();
+    layout->addWidget(m_bubble);
     layout->addWidget(m_hover);
     connect(m_stepsBox, &QSpinBox::valueChanged, this, &TimelinePanel::setStepsShown);
     refresh();
@@ -179,6 +192,67 @@ void TimelinePanel::addSpans(const QVector<config::Span>& spans) {
         dropOldSteps(steps);
     }
     refresh();
+}
+
+void TimelinePanel::setPipeline(int stages, int microBatches, const QString& schedule) {
+    m_pipelineStages = stages > 1 ? stages : 0;
+    m_microBatches = microBatches;
+    m_schedule = schedule;
+    refresh();
+}
+
+double TimelinePanel::idealBubble(int stages, int microBatches) {
+    if (stages < 1 || microBatches < 1) return std::numeric_limits<double>::quiet_NaN();
+    return static_cast<double>(stages - 1) / static_cast<double>(microBatches + stages - 1);
+}
+
+double TimelinePanel::measuredBubble() const {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    if (m_pipelineStages < 2 || static_cast<int>(m_kept.size()) != m_pipelineStages) return nan;
+    // The steps every stage keeps.
+    std::map<qint64, int> stagesWith;
+    for (const auto& [device, steps] : m_kept)
+        for (const auto& [step, spans] : steps) ++stagesWith[step];
+    double idle = 0, window = 0;
+    for (const auto& [step, count] : stagesWith) {
+        if (count != m_pipelineStages) continue;
+        double first = std::numeric_limits<double>::infinity(), last = -first, busy = 0;
+        bool complete = true;
+        for (const auto& [device, steps] : m_kept) {
+            int forwards = 0, backwards = 0;
+            for (const Kept& k : steps.at(step)) {
+                const bool fwd = k.phase == QLatin1String("forward"), bwd = k.phase == QLatin1String("backward");
+                if (!fwd && !bwd) continue;
+                forwards += fwd;
+                backwards += bwd;
+                first = std::min(first, k.t_begin);
+                last = std::max(last, k.t_end);
+                busy += k.t_end - k.t_begin;
+            }
+            complete = complete && forwards == m_microBatches && backwards == m_microBatches;
+        }
+        if (!complete || last <= first) continue;
+        const double span = m_pipelineStages * (last - first);
+        window += span;
+        idle += span - busy;
+    }
+    return window > 0 ? idle / window : nan;
+}
+
+QString TimelinePanel::bubbleText() const {
+    if (m_pipelineStages < 2) return {};
+    const double ideal = idealBubble(m_pipelineStages, m_microBatches);
+    const double measured = measuredBubble();
+    const QLocale locale;
+    QString text = tr("Pipeline bubble (%1 stages, %2 micro-batches, %3): ideal (p−1)/(m+p−1) = %4 %")
+                       .arg(m_pipelineStages)
+                       .arg(m_microBatches)
+                       .arg(m_schedule, locale.toString(100 * ideal, 'f', 0));
+    text += std::isfinite(measured)
+                ? tr(" · measured %1 % over the steps shown (sends and waits count as bubble)")
+                      .arg(locale.toString(100 * measured, 'f', 0))
+                : tr(" · measured: once a whole step has arrived");
+    return text;
 }
 
 void TimelinePanel::dropOldSteps(Steps& steps) const {
@@ -245,6 +319,8 @@ QVector<qint64> TimelinePanel::keptSteps(const QString& device) const {
 }
 
 void TimelinePanel::refresh() {
+    m_bubble->setText(bubbleText());
+    m_bubble->setVisible(m_pipelineStages > 1);
     const QVector<SpanView> all = spans();
     m_origin = std::numeric_limits<double>::infinity();
     double end = -std::numeric_limits<double>::infinity();
@@ -355,11 +431,8 @@ void TimelinePanel::onMouseMove(const QPoint& pos) {
 
 bool TimelinePanel::exportTo(const QString& path) {
     // A panel never shown (a test, a script) has no size of its own yet.
-    const bool sized = isVisible() && m_plot->width() >= 100;
-    const int w = sized ? 0 : 1200, h = sized ? 0 : 200 + 70 * static_cast<int>(m_devices.size());
     refresh();
-    if (path.endsWith(QLatin1String(".pdf"), Qt::CaseInsensitive)) return m_plot->savePdf(path, w, h);
-    return m_plot->savePng(path, w, h, 2.0);
+    return plotexport::saveImage(m_plot, path, QSize(1200, 200 + 70 * static_cast<int>(m_devices.size())));
 }
 
 bool TimelinePanel::exportCsv(const QString& path) const {

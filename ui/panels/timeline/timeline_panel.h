@@ -63,6 +63,17 @@ public:
     // Connected to RunController::spansArrived (a plain member: see DeviceDashboard).
     void addSpans(const QVector<config::Span>& spans);
 
+    // The run is a pipeline of `stages` devices running `microBatches` micro-batches per step
+    // (0 stages: it is not): the panel then measures the bubble of the steps it keeps and shows
+    // it beside the ideal (p − 1) / (m + p − 1).
+    void setPipeline(int stages, int microBatches, const QString& schedule);
+    // The measured bubble: over the kept steps that every stage completed (m forwards and m
+    // backwards each), the share of stages × (first forward → last backward) in which the
+    // stages did no forward or backward work. NaN when there is no such step.
+    double measuredBubble() const;
+    static double idealBubble(int stages, int microBatches);
+    QString bubbleText() const;  // the line under the plot ("" when not a pipeline)
+
 public slots:
     void clear();
     void setStepsShown(int steps);
@@ -92,6 +103,9 @@ private:
     QCustomPlot* m_plot;
     GanttPlottable* m_gantt;
     QLabel* m_hover;
+    QLabel* m_bubble;
+    int m_pipelineStages = 0, m_microBatches = 0;
+    QString m_schedule;
     QSpinBox* m_stepsBox;
     int m_stepsShown = 5;
     QStringList m_devices;              // palette order
