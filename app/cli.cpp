@@ -35,10 +35,6 @@
 
 namespace paralab::app {
 
-namespace {
-
-using nlohmann::json;
-
 std::string human_bytes(double bytes) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;
@@ -47,6 +43,10 @@ std::string human_bytes(double bytes) {
     std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
     return buf;
 }
+
+namespace {
+
+using nlohmann::json;
 
 int cmd_devices(bool as_json) {
     const auto devices = discover_devices();

@@ -1,5 +1,7 @@
 #include "plan_command.h"
 
+#include "cli.h"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -19,15 +21,6 @@ namespace paralab::app {
 namespace {
 
 using nlohmann::json;
-
-std::string bytes_text(double bytes) {
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
-    char buf[32];
-    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
-    return buf;
-}
 
 std::string mesh_line(const plan::Mesh& m, int64_t micro_batch) {
     std::string s = "dp " + std::to_string(m.dp) + " · tp " + std::to_string(m.tp) + " · pp " +
@@ -52,9 +45,9 @@ void print_report(const plan::Prediction& p, const std::string& name, const plan
     std::printf("memory of the most loaded device (stage %d)\n", p.memory_stage);
     for (size_t i = 0; i < plan::kMemoryKinds; ++i)
         std::printf("  %-16s %12s\n", plan::memory_name(static_cast<plan::Memory>(i)),
-                    bytes_text(p.memory[i]).c_str());
-    std::printf("  %-16s %12s of %s\n\n", "total", bytes_text(p.memory_total).c_str(),
-                bytes_text(p.memory_capacity).c_str());
+                    human_bytes(p.memory[i]).c_str());
+    std::printf("  %-16s %12s of %s\n\n", "total", human_bytes(p.memory_total).c_str(),
+                human_bytes(p.memory_capacity).c_str());
     const plan::Breakdown& b = p.breakdown;
     const std::pair<const char*, double> rows[] = {
         {"compute", b.compute},     {"recompute", b.recompute}, {"tp_comm", b.tp_comm},
@@ -85,7 +78,7 @@ void print_sweep(const std::vector<plan::Prediction>& ps, const std::vector<std:
             std::printf(" %14s", v.is_string() ? v.get<std::string>().c_str() : v.dump().c_str());
         }
         std::printf(" %12.4g %14.4g %6.1f%% %12s %5s\n", p.step_time_s, p.tokens_per_s, 100 * p.mfu,
-                    bytes_text(p.memory_total).c_str(), p.fits ? "yes" : "OOM");
+                    human_bytes(p.memory_total).c_str(), p.fits ? "yes" : "OOM");
     }
     if (!skipped.empty()) {
         std::printf("\nskipped:\n");
@@ -272,8 +265,8 @@ int compare(const PlanArgs& a) {
                 percent(time_error).c_str());
     std::printf("%-22s %14.4g %14.4g %9s\n", "samples/s", p.samples_per_s, samples_per_s,
                 percent(rate_error).c_str());
-    std::printf("%-22s %14s %14s %9s\n", "peak memory (busiest)", bytes_text(p.memory_total).c_str(),
-                bytes_text(peak).c_str(), percent(memory_error).c_str());
+    std::printf("%-22s %14s %14s %9s\n", "peak memory (busiest)", human_bytes(p.memory_total).c_str(),
+                human_bytes(peak).c_str(), percent(memory_error).c_str());
     std::printf("\nmeasured step time: %s; error = (predicted - measured) / measured\n",
                 step_from.c_str());
     return 0;
