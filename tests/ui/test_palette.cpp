@@ -101,6 +101,15 @@ private slots:
         expectApart(colors);
     }
 
+    void memoryCategoriesStayApart() {
+        // Stacked side by side in every memory bar: parameters, gradients, optimizer state,
+        // activations, communication, workspace.
+        const QStringList names = {"parameters", "gradients", "optimizer state", "activations", "communication", "workspace"};
+        QList<QPair<QString, QColor>> colors;
+        for (int c = 0; c < static_cast<int>(names.size()); ++c) colors.append({names[c], palette::memoryCategoryColor(c)});
+        expectApart(colors);
+    }
+
     void devicesPastEightGetNewShades() {
         // The documented extension: 9-16 darker, 17-24 lighter, each unlike the first eight.
         QSet<QRgb> seen;

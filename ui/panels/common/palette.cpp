@@ -14,8 +14,11 @@ namespace {
 // stays as far from the others under deuteranopia and protanopia (tests/ui/test_palette.cpp).
 constexpr std::array<QRgb, 8> kDevices = {0x0072B2, 0xE69F00, 0x009E73, 0xD55E00,
                                           0x56B4E9, 0xCC79A7, 0xF0E442, 0x882255};
-// Dark2 (ColorBrewer): six categories that stay apart when stacked next to each other.
-constexpr std::array<QRgb, 6> kMemory = {0x1B9E77, 0xD95F02, 0x7570B3, 0xE7298A, 0x66A61E, 0xE6AB02};
+// Six categories stacked side by side in every memory bar: Dark2's (ColorBrewer) teal, orange,
+// purple and mustard, with sky blue for activations and indigo for communication (Dark2's pink
+// and second green ran into its teal under deuteranopia); at least dE 18 apart under normal
+// vision, deuteranopia and protanopia (tests/ui/test_palette.cpp).
+constexpr std::array<QRgb, 6> kMemory = {0x1B9E77, 0xD95F02, 0x7570B3, 0x56B4E9, 0x332288, 0xE6AB02};
 
 struct DeviceKey {
     QString kind;
