@@ -278,15 +278,9 @@ public:
             const Piece& piece = m_pieces[static_cast<size_t>(first_rank)];
             for (size_t i = 0; i < piece.params.size(); ++i) {
                 const size_t g = piece.first_param + i;
-                Tensor whole = host_tensor(m_shapes[g]);
-                for (int t = 0; t < tp; ++t) {
-                    if (m_cuts[g].kind == Cut::Kind::whole && t > 0) break;
-                    const float* from = shards[static_cast<size_t>(t)][i].data<float>();
-                    for (const Run& run : runs_of(m_shapes[g], m_cuts[g], t, tp))
-                        std::memcpy(whole.data<float>() + run.whole_at, from + run.shard_at,
-                                    static_cast<size_t>(run.count) * sizeof(float));
-                }
-                out.push_back(std::move(whole));
+                std::vector<const Tensor*> of_i;
+                for (const auto& shard : shards) of_i.push_back(&shard[i]);
+                out.push_back(join_shards(m_shapes[g], m_cuts[g], of_i));
             }
         }
         return out;
@@ -375,12 +369,8 @@ protected:
             // first rank, k = stage · tp · dp, made before the others).
             for (size_t i = 0; i < piece.params.size(); ++i) {
                 const size_t g = piece.first_param + i;
-                Tensor slice = host_tensor(piece.params[i]->value.shape());
-                const float* from = ref_params[g]->value.data<float>();
-                for (const Run& run : runs_of(m_shapes[g], m_cuts[g], t, tp))
-                    std::memcpy(slice.data<float>() + run.shard_at, from + run.whole_at,
-                                static_cast<size_t>(run.count) * sizeof(float));
-                piece.params[i]->value.copy_from(slice);
+                piece.params[i]->value.copy_from(
+                    slice_of(ref_params[g]->value, piece.params[i]->value.shape(), m_cuts[g], t, tp));
             }
             for (size_t i = 0; i < piece.buffers.size(); ++i)
                 piece.buffers[i].copy_from(ref_buffers[buffer_start[piece.first] + i]);

@@ -141,15 +141,9 @@ public:
         for (auto& ps : m_params) shards.push_back(host_copies(ps));
         std::vector<Tensor> out;
         for (size_t i = 0; i < m_cuts.size(); ++i) {
-            Tensor whole = host_tensor(m_shapes[i]);
-            for (int r = 0; r < m_world; ++r) {
-                if (m_cuts[i].kind == Cut::Kind::whole && r > 0) break;
-                const float* from = shards[static_cast<size_t>(r)][i].data<float>();
-                for (const Run& run : runs_of(m_shapes[i], m_cuts[i], r, m_world))
-                    std::memcpy(whole.data<float>() + run.whole_at, from + run.shard_at,
-                                static_cast<size_t>(run.count) * sizeof(float));
-            }
-            out.push_back(std::move(whole));
+            std::vector<const Tensor*> of_i;
+            for (const auto& shard : shards) of_i.push_back(&shard[i]);
+            out.push_back(join_shards(m_shapes[i], m_cuts[i], of_i));
         }
         return out;
     }
@@ -177,14 +171,9 @@ protected:
             PARALAB_CHECK(params.size() == ref_params.size() && m_cuts.size() == params.size(),
                           "tensor_parallel: the shard's parameters do not match the model's");
             // This device's slices of the reference.
-            for (size_t i = 0; i < params.size(); ++i) {
-                Tensor slice = host_tensor(params[i]->value.shape());
-                const float* from = ref_params[i]->value.data<float>();
-                for (const Run& run : runs_of(m_shapes[i], m_cuts[i], r, m_world))
-                    std::memcpy(slice.data<float>() + run.shard_at, from + run.whole_at,
-                                static_cast<size_t>(run.count) * sizeof(float));
-                params[i]->value.copy_from(slice);
-            }
+            for (size_t i = 0; i < params.size(); ++i)
+                params[i]->value.copy_from(
+                    slice_of(ref_params[i]->value, params[i]->value.shape(), m_cuts[i], r, m_world));
             const auto bufs = model->buffers();
             for (size_t i = 0; i < bufs.size(); ++i) bufs[i].copy_from(ref_buffers[i]);
             // Which of this device's parameters are slices (their squares add over devices).

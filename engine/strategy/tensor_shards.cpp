@@ -4,6 +4,8 @@
 #include "engine/nn/attention.h"
 #include "engine/nn/linear.h"
 
+#include <cstring>
+
 namespace paralab::strategy::tensor_shards {
 
 void give_shard(nn::Layer& layer, const nn::TensorShard& shard) {
@@ -27,6 +29,13 @@ void collect_cuts(nn::Layer& layer, std::vector<Cut>& out) {
     for (nn::Layer* c : layer.children()) collect_cuts(*c, out);
 }
 
+namespace {
+
+// One contiguous run of numbers shared by the whole parameter and shard `r` of `n`.
+struct Run {
+    int64_t whole_at, shard_at, count;
+};
+
 std::vector<Run> runs_of(const Shape& whole, Cut cut, int r, int n) {
     if (cut.kind == Cut::Kind::whole || n == 1) return {{0, 0, whole.numel()}};
     const int64_t rows = whole[0], row_len = whole.numel() / rows;
@@ -44,6 +53,28 @@ std::vector<Run> runs_of(const Shape& whole, Cut cut, int r, int n) {
 
 Tensor host_tensor(const Shape& shape) {
     return Tensor::empty(shape, DType::f32, detached_host_device(), MemCategory::workspace);
+}
+
+}  // namespace
+
+Tensor slice_of(const Tensor& whole, const Shape& shard, Cut cut, int r, int n) {
+    Tensor slice = host_tensor(shard);
+    const float* from = whole.data<float>();
+    for (const Run& run : runs_of(whole.shape(), cut, r, n))
+        std::memcpy(slice.data<float>() + run.shard_at, from + run.whole_at, static_cast<size_t>(run.count) * sizeof(float));
+    return slice;
+}
+
+Tensor join_shards(const Shape& whole, Cut cut, const std::vector<const Tensor*>& shards) {
+    Tensor out = host_tensor(whole);
+    const int n = static_cast<int>(shards.size());
+    for (int r = 0; r < n; ++r) {
+        if (cut.kind == Cut::Kind::whole && r > 0) break;
+        const float* from = shards[static_cast<size_t>(r)]->data<float>();
+        for (const Run& run : runs_of(whole, cut, r, n))
+            std::memcpy(out.data<float>() + run.whole_at, from + run.shard_at, static_cast<size_t>(run.count) * sizeof(float));
+    }
+    return out;
 }
 
 }  // namespace paralab::strategy::tensor_shards

@@ -27,13 +27,11 @@ struct Cut {
 // The cut of each parameter of a built shard model, appended in parameters() order.
 void collect_cuts(nn::Layer& layer, std::vector<Cut>& out);
 
-// One contiguous run of numbers shared by the whole parameter and shard `r` of `n`.
-struct Run {
-    int64_t whole_at, shard_at, count;
-};
-std::vector<Run> runs_of(const Shape& whole, Cut cut, int r, int n);
-
-// An f32 tensor of `shape` on the detached host device (workspace).
-Tensor host_tensor(const Shape& shape);
+// Shard `r` of `n` (of shape `shard`) of the whole parameter `whole` (f32, host-readable), as
+// an f32 tensor on the host.
+Tensor slice_of(const Tensor& whole, const Shape& shard, Cut cut, int r, int n);
+// The whole parameter of shape `whole` put together from its n shards (shards[r]: f32,
+// host-readable), on the host; a replicated one is shard 0.
+Tensor join_shards(const Shape& whole, Cut cut, const std::vector<const Tensor*>& shards);
 
 }  // namespace paralab::strategy::tensor_shards
