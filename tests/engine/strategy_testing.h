@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,6 +25,34 @@ inline json devices(int n) {
     json d = json::array();
     for (int i = 0; i < n; ++i) d.push_back("cpu:" + std::to_string(i));
     return d;
+}
+
+// Text-like lines in a temporary file of this process, written once: the corpus of the text
+// models the tests train (`tag` names the file).
+inline std::string text_corpus(const std::string& tag, const std::string& line, int lines) {
+    const auto p = std::filesystem::temp_directory_path() /
+                   ("paralab-" + tag + "-" + std::to_string(::getpid()) + ".txt");
+    std::ofstream out(p);
+    for (int i = 0; i < lines; ++i) out << line << " " << i << "\n";
+    return p.string();
+}
+
+// A char-GPT in miniature over `corpus`: two transformer blocks of 4 heads, D 16, ffn 16, no
+// dropout, AdamW with eps 1e-6 (the tensor_parallel tests say why), 5 steps of batch 4 × 8.
+inline json tiny_gpt(const std::string& name, const std::string& corpus) {
+    json j = json::parse(R"({
+      "paralab": 1, "seed": 7,
+      "data": {"dataset": "text", "seq_len": 8, "batch_size": 4, "test_limit": 6},
+      "model": {"input": [8], "layers": [
+          {"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
+          {"type": "transformer_block", "heads": 4, "ffn": 16, "repeat": 2},
+          {"type": "layernorm"}, {"type": "linear", "out": 256}], "loss": "cross_entropy"},
+      "optimizer": {"type": "adamw", "lr": 0.01, "weight_decay": 0.01, "eps": 1e-6},
+      "train": {"epochs": 1, "max_steps": 5}
+    })");
+    j["name"] = name;
+    j["data"]["path"] = corpus;
+    return j;
 }
 
 // The spirals MLP 2-32-32-3 (1,500 samples, batch 32, seed 11) that tests of several files

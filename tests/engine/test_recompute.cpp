@@ -18,15 +18,9 @@ using namespace strategy_testing;
 
 namespace {
 
-// A small English-like corpus in a temp file, made once.
+// Text-like bytes in a temp file, made once.
 const std::string& corpus() {
-    static const std::string path = [] {
-        const auto p = std::filesystem::temp_directory_path() / ("paralab-recompute-" + std::to_string(::getpid()) + ".txt");
-        std::ofstream out(p);
-        for (int i = 0; i < 200; ++i)
-            out << "The quick brown fox " << i << " jumps over the lazy dog; a stitch in time saves nine.\n";
-        return p.string();
-    }();
+    static const std::string path = text_corpus("recompute", "The quick brown fox jumps over the lazy dog; a stitch in time saves nine.", 200);
     return path;
 }
 

@@ -23,15 +23,9 @@ using namespace strategy_testing;
 
 namespace {
 
+// Text-like bytes in a temp file, made once.
 const std::string& corpus() {
-    static const std::string path = [] {
-        const auto p = std::filesystem::temp_directory_path() /
-                       ("paralab-hybrid-" + std::to_string(::getpid()) + ".txt");
-        std::ofstream out(p);
-        for (int i = 0; i < 120; ++i)
-            out << "Replicas of shards, " << i << " groups of two; the sums go both ways.\n";
-        return p.string();
-    }();
+    static const std::string path = text_corpus("hybrid", "Replicas of shards, groups of two; the sums go both ways.", 120);
     return path;
 }
 
@@ -39,20 +33,7 @@ constexpr int64_t kB = 4, kT = 8, kD = 16, kBlocks = 2;
 
 // The tensor_parallel tests' char-GPT in miniature (no dropout; AdamW with eps 1e-6, whose
 // reason is told there): two transformer blocks of 4 heads and ffn 16.
-json tiny_gpt() {
-    json j = json::parse(R"({
-      "paralab": 1, "name": "hybrid-gpt", "seed": 7,
-      "data": {"dataset": "text", "seq_len": 8, "batch_size": 4, "test_limit": 6},
-      "model": {"input": [8], "layers": [
-          {"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
-          {"type": "transformer_block", "heads": 4, "ffn": 16, "repeat": 2},
-          {"type": "layernorm"}, {"type": "linear", "out": 256}], "loss": "cross_entropy"},
-      "optimizer": {"type": "adamw", "lr": 0.01, "weight_decay": 0.01, "eps": 1e-6},
-      "train": {"epochs": 1, "max_steps": 5}
-    })");
-    j["data"]["path"] = corpus();
-    return j;
-}
+json tiny_gpt() { return strategy_testing::tiny_gpt("hybrid-gpt", corpus()); }
 
 json hybrid(int dp, int tp, int zero = 0) {
     return {{"type", "hybrid"}, {"dp", dp}, {"tp", tp}, {"zero", zero}};

@@ -23,14 +23,7 @@ namespace {
 
 // Text-like bytes in a temp file, made once.
 const std::string& corpus() {
-    static const std::string path = [] {
-        const auto p = std::filesystem::temp_directory_path() /
-                       ("paralab-tp-" + std::to_string(::getpid()) + ".txt");
-        std::ofstream out(p);
-        for (int i = 0; i < 120; ++i)
-            out << "Split the heads, " << i << " all-reduce the sums; the layernorms stay whole.\n";
-        return p.string();
-    }();
+    static const std::string path = text_corpus("tp", "Split the heads, all-reduce the sums; the layernorms stay whole.", 120);
     return path;
 }
 
@@ -41,20 +34,7 @@ constexpr int64_t kB = 4, kT = 8, kD = 16;
 // is 1e-6: the k part of qkv's bias has a gradient of zero up to rounding (a softmax ignores a
 // shift of all its scores), which eps 1e-8 would turn into steps of ±lr whose sign is the
 // rounding's — ddp against single differs there as much.
-json tiny_gpt() {
-    json j = json::parse(R"({
-      "paralab": 1, "name": "tp-gpt", "seed": 7,
-      "data": {"dataset": "text", "seq_len": 8, "batch_size": 4, "test_limit": 6},
-      "model": {"input": [8], "layers": [
-          {"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
-          {"type": "transformer_block", "heads": 4, "ffn": 16, "repeat": 2},
-          {"type": "layernorm"}, {"type": "linear", "out": 256}], "loss": "cross_entropy"},
-      "optimizer": {"type": "adamw", "lr": 0.01, "weight_decay": 0.01, "eps": 1e-6},
-      "train": {"epochs": 1, "max_steps": 5}
-    })");
-    j["data"]["path"] = corpus();
-    return j;
-}
+json tiny_gpt() { return strategy_testing::tiny_gpt("tp-gpt", corpus()); }
 
 // The same with a bare attention (and an MLP of plain layers after it) in place of the blocks.
 json tiny_attention() {

@@ -42,34 +42,14 @@ json mlp() {
 
 // Text-like bytes in a temp file, made once.
 const std::string& corpus() {
-    static const std::string path = [] {
-        const auto p = std::filesystem::temp_directory_path() /
-                       ("paralab-zero3-" + std::to_string(::getpid()) + ".txt");
-        std::ofstream out(p);
-        for (int i = 0; i < 120; ++i)
-            out << "Gather the layer, " << i << " compute, scatter the gradients back to their owners.\n";
-        return p.string();
-    }();
+    static const std::string path = text_corpus("zero3", "Gather the layer, compute, scatter the gradients back to their owners.", 120);
     return path;
 }
 
 // A char-GPT in miniature (D 16, two blocks). AdamW's eps is 1e-6: the k part of qkv's bias has
 // a gradient of zero up to rounding, which eps 1e-8 turns into steps of ±lr whose sign is the
 // rounding's (docs/strategies.md, tensor_parallel). Every unit's size divides by 2 and by 4.
-json tiny_gpt() {
-    json j = json::parse(R"({
-      "paralab": 1, "name": "zero3-gpt", "seed": 7,
-      "data": {"dataset": "text", "seq_len": 8, "batch_size": 4, "test_limit": 6},
-      "model": {"input": [8], "layers": [
-          {"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
-          {"type": "transformer_block", "heads": 4, "ffn": 16, "repeat": 2},
-          {"type": "layernorm"}, {"type": "linear", "out": 256}], "loss": "cross_entropy"},
-      "optimizer": {"type": "adamw", "lr": 0.01, "weight_decay": 0.01, "eps": 1e-6},
-      "train": {"epochs": 1, "max_steps": 5}
-    })");
-    j["data"]["path"] = corpus();
-    return j;
-}
+json tiny_gpt() { return strategy_testing::tiny_gpt("zero3-gpt", corpus()); }
 
 json zero3(bool prefetch = true, bool reshard = true) {
     return {{"type", "zero"}, {"stage", 3}, {"prefetch", prefetch}, {"reshard_after_forward", reshard}};
