@@ -127,14 +127,7 @@ Cluster cluster_from_json(const nlohmann::json& j) {
 Cluster load_cluster(const std::string& name_or_file) {
     const bool is_file = name_or_file.ends_with(".json") || std::filesystem::exists(name_or_file);
     if (!is_file) return preset(name_or_file);
-    std::ifstream in(name_or_file);
-    if (!in) throw ConfigError(name_or_file + ": cannot open the cluster file");
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::parse_error& e) {
-        throw ConfigError(name_or_file + ": not valid JSON: " + e.what());
-    }
+    const nlohmann::json j = run::read_json_file(name_or_file, "cluster file");
     try {
         return cluster_from_json(j);
     } catch (const ConfigError& e) {

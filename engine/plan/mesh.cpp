@@ -15,16 +15,6 @@ using nlohmann::json;
 
 namespace {
 
-json read_json_file(const std::string& path) {
-    std::ifstream in(path);
-    if (!in) throw ConfigError(path + ": cannot open the file");
-    try {
-        return json::parse(in);
-    } catch (const json::parse_error& e) {
-        throw ConfigError(path + ": not valid JSON: " + e.what());
-    }
-}
-
 const std::vector<std::string> kSchedules{"gpipe", "1f1b", "interleaved_1f1b"};
 
 int positive(const std::string& key, const std::string& value, int min, int max) {
@@ -40,7 +30,9 @@ int positive(const std::string& key, const std::string& value, int min, int max)
 
 }  // namespace
 
-PlanFile read_plan_file(const std::string& path) { return plan_file_from_json(read_json_file(path), path); }
+PlanFile read_plan_file(const std::string& path) {
+    return plan_file_from_json(run::read_json_file(path, "experiment file"), path);
+}
 
 PlanFile plan_file_from_json(json j, const std::string& path) {
     PlanFile f;

@@ -470,82 +470,8 @@ Shape model_input_shape(const config::Experiment& e) {
     return Shape(data::load_data(probe, e.seed).train.sample_shape);
 }
 
-namespace {
-
-// nlohmann's DOM builder, keeping where and why parsing failed: its number overflow (error 406,
-// "1e99999") carries no position, its SAX call does.
-struct JsonDomWithPosition {
-    explicit JsonDomWithPosition(json& result) : dom(result, false) {}
-    nlohmann::detail::json_sax_dom_parser<json> dom;
-    bool failed = false;
-    size_t position = 0;
-    std::string token, message;
-    int error_id = 0;
-
-    bool null() { return dom.null(); }
-    bool boolean(bool v) { return dom.boolean(v); }
-    bool number_integer(json::number_integer_t v) { return dom.number_integer(v); }
-    bool number_unsigned(json::number_unsigned_t v) { return dom.number_unsigned(v); }
-    bool number_float(json::number_float_t v, const std::string& text) { return dom.number_float(v, text); }
-    bool string(std::string& v) { return dom.string(v); }
-    bool binary(json::binary_t& v) { return dom.binary(v); }
-    bool start_object(size_t n) { return dom.start_object(n); }
-    bool key(std::string& v) { return dom.key(v); }
-    bool end_object() { return dom.end_object(); }
-    bool start_array(size_t n) { return dom.start_array(n); }
-    bool end_array() { return dom.end_array(); }
-    template <class Exception>
-    bool parse_error(size_t at, const std::string& last_token, const Exception& ex) {
-        failed = true;
-        position = at;
-        token = last_token;
-        message = ex.what();
-        error_id = ex.id;
-        return false;
-    }
-};
-
-}  // namespace
-
 config::Experiment load_experiment(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ConfigError(path + ": cannot open the experiment file");
-    // An experiment is a few kilobytes: read in pieces, and refuse what passes the limit (a
-    // device, a huge or endless file) before parsing any of it.
-    constexpr size_t kMaxBytes = 16 << 20;
-    std::string s;
-    char piece[1 << 16];
-    while (in.read(piece, sizeof piece) || in.gcount() > 0) {
-        s.append(piece, static_cast<size_t>(in.gcount()));
-        if (s.size() > kMaxBytes)
-            throw ConfigError(path + ": larger than 16 MiB; an experiment file is at most 16 MiB");
-    }
-    json j;
-    JsonDomWithPosition sax(j);
-    json::sax_parse(s, &sax);
-    if (sax.failed) {
-        // nlohmann reports a byte offset; turn it into line and column for people. A syntax
-        // error is placed where the parser stopped, a number too large for a double (1e99999) at
-        // its first digit.
-        const size_t at = sax.error_id == 406 && sax.position >= sax.token.size() ? sax.position - sax.token.size()
-                                                                                    : (sax.position > 0 ? sax.position - 1 : 0);
-        size_t line = 1, col = 1;
-        for (size_t i = 0; i < at && i < s.size(); ++i) {
-            if (s[i] == '\n') ++line, col = 1;
-            else ++col;
-        }
-        std::string where = path;
-        where += ":" + std::to_string(line) + ":" + std::to_string(col) + ": ";
-        if (sax.error_id == 406) {
-            const std::string token = sax.token.size() > 40 ? sax.token.substr(0, 40) + "..." : sax.token;
-            throw ConfigError(where + "number out of range (" + token + " is beyond a double)");
-        }
-        std::string what = sax.message;
-        if (const auto pos = what.find("syntax error"); pos != std::string::npos) what = what.substr(pos);
-        // nlohmann quotes the text it last read: an unclosed 10 MB string is not echoed whole.
-        if (what.size() > 160) what = what.substr(0, 160) + "...";
-        throw ConfigError(where + "not valid JSON (" + what + ")");
-    }
+    const json j = read_json_file(path, "experiment file");
     try {
         return parse_experiment(j);
     } catch (const ConfigError& err) {

@@ -51,6 +51,11 @@ private:
     std::set<std::string> m_read;
 };
 
+// The JSON of the file at `path` (an experiment, a cluster: `kind` names it in messages), at
+// most 16 MiB. Throws ConfigError "PATH: cannot open the KIND", "PATH: larger than 16 MiB ...",
+// "PATH:LINE:COL: not valid JSON (...)" or "PATH:LINE:COL: number out of range (...)".
+nlohmann::json read_json_file(const std::string& path, const std::string& kind);
+
 // A short description of a JSON value for messages: -4, "abc", an array, an object, null.
 std::string describe_json(const nlohmann::json& v);
 
