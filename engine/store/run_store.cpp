@@ -623,7 +623,8 @@ std::vector<RunRow> RunStore::list_runs() {
     // A read-only store of an older schema has no author column.
     std::string sql =
         "SELECT run_id, name, status, strategy, devices, created_at, finished_at, summary, config, notes, ";
-    sql += has_column("main", "runs", "author") ? "author" : "''";
+    if (!m_has_author) m_has_author = has_column("main", "runs", "author");
+    sql += *m_has_author ? "author" : "''";
     sql += " FROM runs ORDER BY run_id";
     Statement q(m_db, sql.c_str(), m_path);
     std::vector<RunRow> rows;

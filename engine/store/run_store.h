@@ -160,6 +160,7 @@ private:
     sqlite3* m_db = nullptr;
     std::mutex m_mutex;  // one connection, used from the writer thread and the caller
     std::set<int64_t> m_interrupted;  // read-only access: runs reported interrupted
+    std::optional<bool> m_has_author;  // runs.author exists (a read-only older store has none)
     // Copies runs `ids` of the attached database `from` into `to` ("main" or "dest").
     std::vector<int64_t> copy_runs(const std::string& from, const std::string& to, const std::vector<int64_t>& ids,
                                    bool has_author, bool has_spans);
