@@ -22,14 +22,17 @@ ok() { echo "ok   $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1"; tail -5 "$tmp/err" 2>/dev/null; failed=$((failed + 1)); }
 json_field() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' "$@"; }
 
-# Two devices (ddp), 3000 steps, a checkpoint every 20.
+# Two devices (ddp), 3000 steps, a checkpoint every 20. A straggler's 2 ms a step (timing
+# only: ddp's result is the same) keeps the run going for seconds after its second checkpoint,
+# so that on a loaded machine it is killed while it trains, not after it ended.
 cat >"$tmp/e.paralab.json" <<'EOF'
 {"paralab": 1, "name": "resume-test", "seed": 3,
  "data": {"dataset": "spirals", "samples": 4000, "classes": 3, "batch_size": 64},
  "model": {"input": [2], "layers": [{"type": "linear", "out": 64}, {"type": "relu"},
                                     {"type": "linear", "out": 64}, {"type": "relu"},
                                     {"type": "linear", "out": 3}], "loss": "cross_entropy"},
- "devices": ["cpu:0", "cpu:1"], "strategy": {"type": "ddp"},
+ "devices": ["cpu:0", "cpu:1"],
+ "strategy": {"type": "ddp", "straggler": {"device": "cpu:1", "delay_ms": 2}},
  "optimizer": {"type": "adam", "lr": 0.01}, "schedule": {"type": "cosine", "warmup_steps": 20},
  "train": {"epochs": 100, "max_steps": 3000, "checkpoint_every": 20}}
 EOF
