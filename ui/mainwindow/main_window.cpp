@@ -135,9 +135,8 @@ void MainWindow::connectRunSource(RunSource* source) {
     // `paralab run` added meanwhile appear when the tab is opened.
     connect(source, &RunSource::started, m_runs, &RunsPanel::refresh);
     connect(source, &RunSource::finished, m_runs, &RunsPanel::refresh);
-    if (source == m_controller)
-        connect(m_runs, &RunsPanel::resumeRequested, this, [this](qint64 id) { resumeStoredRun(id); },
-                Qt::UniqueConnection);
+    if (source == m_controller)  // once: each source is connected once
+        connect(m_runs, &RunsPanel::resumeRequested, this, [this](qint64 id) { resumeStoredRun(id); });
     connect(source, &RunSource::finished, this, [this](const config::RunSummary& s) {
         QString text = tr("Run %1 after %2 steps in %3 s").arg(QString::fromStdString(s.status)).arg(s.steps).arg(s.wall_s, 0, 'f', 1);
         if (s.test_accuracy) text += tr(" · test accuracy %1").arg(*s.test_accuracy, 0, 'f', 4);
