@@ -55,8 +55,13 @@ void pinned_host_free(void* ptr) {
 
 // ---- copies --------------------------------------------------------------------------------
 
+// cudaMemcpy returns before the bytes have arrived in two cases (the runtime API's notes on
+// synchronous copies): from pageable host memory once the bytes are staged for DMA, and between
+// device buffers at once. Work on a non-blocking stream is not ordered after the legacy stream,
+// and read stale bytes on a busy GPU; waiting for the legacy stream keeps memory.h's promise.
 void copy_host_to_device(void* dst, const void* src, size_t bytes) {
     PARALAB_GPU_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    PARALAB_GPU_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 void copy_device_to_host(void* dst, const void* src, size_t bytes) {
@@ -65,6 +70,7 @@ void copy_device_to_host(void* dst, const void* src, size_t bytes) {
 
 void copy_device_to_device(void* dst, const void* src, size_t bytes) {
     PARALAB_GPU_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    PARALAB_GPU_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 void copy_host_to_device_async(void* dst, const void* src, size_t bytes, void* stream) {
