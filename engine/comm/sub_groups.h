@@ -1,8 +1,11 @@
 // Sub-groups of a run's ranks, for collectives among some of them only: a hybrid mesh's
 // tensor-parallel groups (consecutive ranks) and data-parallel groups (the ranks of one tensor
-// rank). Each sub-group is a LocalGroup of its members, whose rank i is members[i]: every rank
-// of a sub-group calls its collectives in the same order, as with any group, and sub-groups
-// never see each other's messages. In-process only, on host memory (cpu devices), as LocalGroup.
+// rank). Each sub-group is a group of its own over its members' devices, whose rank i is
+// members[i]: every rank of a sub-group calls its collectives in the same order, as with any
+// group, and sub-groups never see each other's messages. In-process only: cpu devices make a
+// LocalGroup (host memory); cuda devices a CudaLocalGroup (device memory; virtual GPUs of one
+// card or distinct GPUs through peer copies), which may share the devices' communication
+// streams with the run's group (gpu.h: the local protocol only serialises, never deadlocks).
 #pragma once
 
 #include <memory>
@@ -12,16 +15,21 @@
 
 #include "engine/comm/communicator.h"
 
+namespace paralab {
+class Device;
+}
+
 namespace paralab::comm {
 
-class LocalSubGroups {
+class SubGroups {
 public:
-    // `members[g]`: the ranks (of a world of `world`) of sub-group g, in the order of their
-    // ranks within it. Every rank of the world is in exactly one sub-group (Error otherwise).
-    LocalSubGroups(int world, std::vector<std::vector<int>> members);
-    ~LocalSubGroups();
-    LocalSubGroups(const LocalSubGroups&) = delete;
-    LocalSubGroups& operator=(const LocalSubGroups&) = delete;
+    // `devices[r]`: world rank r's device; `members[g]`: the ranks of sub-group g, in the order
+    // of their ranks within it. Every rank of the world is in exactly one sub-group, and a
+    // sub-group's devices are all cpu or all cuda (Error otherwise).
+    SubGroups(const std::vector<Device*>& devices, std::vector<std::vector<int>> members);
+    ~SubGroups();
+    SubGroups(const SubGroups&) = delete;
+    SubGroups& operator=(const SubGroups&) = delete;
 
     int size() const { return static_cast<int>(m_members.size()); }
     const std::vector<int>& members(int g) const { return m_members.at(static_cast<size_t>(g)); }
@@ -34,7 +42,7 @@ public:
 
 private:
     std::vector<std::vector<int>> m_members;
-    std::vector<std::unique_ptr<LocalGroup>> m_groups;
+    std::vector<std::unique_ptr<Group>> m_groups;
     std::vector<std::pair<int, int>> m_where;  // per world rank: sub-group, place in it
 };
 

@@ -117,16 +117,6 @@ void check_hybrid(const config::Experiment& e) {
                           "none; use tp 1");
 }
 
-// The sub-group collectives read host memory: CPU devices only.
-void check_hybrid_devices(const config::Experiment& e) {
-    for (size_t i = 0; i < e.devices.size(); ++i)
-        if (parse_device_id(e.devices[i]).kind != DeviceKind::cpu)
-            throw ConfigError("devices[" + std::to_string(i) + "]",
-                              "hybrid runs on cpu devices (its tensor- and data-parallel groups "
-                              "are in-process groups on host memory), not on " +
-                                  e.devices[i]);
-}
-
 using namespace tensor_shards;
 
 // The top-level layer bounds [0, b1, ..., L] of `pp` stages, balanced by forward FLOPs as the
@@ -297,7 +287,6 @@ public:
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
         const config::Experiment& e = *ctx.experiment;
-        check_hybrid_devices(e);
         check_hybrid(e);
         m_mesh = mesh_of(e.strategy);
         m_micro_batches = option<int64_t>(e.strategy, "micro_batches");
@@ -311,8 +300,8 @@ protected:
             tp_members[static_cast<size_t>(stage_of(k) * dp + data_rank(k))].push_back(k);
             dp_members[static_cast<size_t>(stage_of(k) * tp + tensor_rank(k))].push_back(k);
         }
-        m_tp_groups = std::make_unique<comm::LocalSubGroups>(m_world, tp_members);
-        m_dp_groups = std::make_unique<comm::LocalSubGroups>(m_world, dp_members);
+        m_tp_groups = std::make_unique<comm::SubGroups>(ctx.devices, tp_members);
+        m_dp_groups = std::make_unique<comm::SubGroups>(ctx.devices, dp_members);
         m_rank_of.assign(static_cast<size_t>(m_world), nullptr);
         m_state.resize(static_cast<size_t>(m_world));
         m_pieces.resize(static_cast<size_t>(m_world));
@@ -508,7 +497,9 @@ private:
                 const int64_t n = piece.params[i]->grad.numel();
                 const int64_t a = std::max(lo, at), b = std::min(hi, at + n);
                 if (a < b && (m_cuts[piece.first_param + i].kind != Cut::Kind::whole || counts_whole)) {
-                    const float* g = piece.params[i]->grad.data<float>();
+                    // On a GPU the gradient is read back to sum its range on the host.
+                    const Tensor grad = gpu::on_host(piece.params[i]->grad);
+                    const float* g = grad.data<float>();
                     for (int64_t j = a - at; j < b - at; ++j) sum += static_cast<double>(g[j]) * g[j];
                 }
                 at += n;
@@ -524,7 +515,7 @@ private:
     Mesh m_mesh;
     int64_t m_micro_batches = 1;
     stages::Schedule m_schedule = stages::Schedule::one_f_one_b;
-    std::unique_ptr<comm::LocalSubGroups> m_tp_groups, m_dp_groups;
+    std::unique_ptr<comm::SubGroups> m_tp_groups, m_dp_groups;
     std::vector<Piece> m_pieces;  // by rank; each rank thread touches its own
     std::vector<std::unique_ptr<optim::Optimizer>> m_optimizers;
     std::vector<RankState> m_state;  // by rank; each touched by its own thread
@@ -680,7 +671,6 @@ StrategyDescriptor hybrid_descriptor() {
         .max_devices = 0,
         .device_rule = "dp · tp · pp devices",
         .make = [] { return std::unique_ptr<Strategy>(std::make_unique<Hybrid>()); },
-        .check_devices = check_hybrid_devices,
         .check_options = check_hybrid,
         .memory = hybrid_memory,
         .picture = hybrid_picture,

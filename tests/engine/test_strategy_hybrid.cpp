@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine/comm/sub_groups.h"
+#include "engine/device/device.h"
 #include "engine/strategy/registry.h"
 #include "strategy_testing.h"
 
@@ -68,7 +69,9 @@ void expect_matches_single(const json& j, int devices, const json& strategy) {
 // The sub-groups a mesh is made of: collectives among their members only, ranks in the order
 // given; a partition that is not one is refused.
 TEST(Hybrid, SubGroupsReduceAmongTheirMembers) {
-    comm::LocalSubGroups groups(4, {{2, 0}, {1, 3}});
+    // cpu devices: a LocalGroup per sub-group (the CUDA ones are gpu_training_test's)
+    const auto hosts = [](int n) { return std::vector<Device*>(static_cast<size_t>(n), &detached_host_device()); };
+    comm::SubGroups groups(hosts(4), {{2, 0}, {1, 3}});
     EXPECT_EQ(groups.group_of(0), 0);
     EXPECT_EQ(groups.of(2).rank(), 0);
     EXPECT_EQ(groups.of(0).rank(), 1);
@@ -86,9 +89,9 @@ TEST(Hybrid, SubGroupsReduceAmongTheirMembers) {
     EXPECT_EQ(data[2], (std::vector<float>{4, 40}));
     EXPECT_EQ(data[1], (std::vector<float>{6, 60}));  // ranks 1 and 3: 2 + 4
     EXPECT_EQ(data[3], (std::vector<float>{6, 60}));
-    EXPECT_THROW(comm::LocalSubGroups(3, {{0, 1}}), Error);         // rank 2 in none
-    EXPECT_THROW(comm::LocalSubGroups(2, {{0, 1}, {1}}), Error);    // rank 1 in two
-    EXPECT_THROW(comm::LocalSubGroups(2, {{0, 2}}), Error);         // no rank 2
+    EXPECT_THROW(comm::SubGroups(hosts(3), {{0, 1}}), Error);       // rank 2 in none
+    EXPECT_THROW(comm::SubGroups(hosts(2), {{0, 1}, {1}}), Error);  // rank 1 in two
+    EXPECT_THROW(comm::SubGroups(hosts(2), {{0, 2}}), Error);       // no rank 2
 }
 
 TEST(Hybrid, DpTwoTpTwoMatchesSingle) {
