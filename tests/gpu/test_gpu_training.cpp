@@ -263,6 +263,46 @@ TEST_F(GpuRuns, TensorParallelOnTwoVirtualGpusMatchesTheSingleGpu) {
     std::filesystem::remove(corpus);
 }
 
+// The transformer strategies on virtual GPUs of one card end where the single GPU does: zero
+// stage 3 (parameters gathered per layer, a prefetch thread), tensor_parallel over 4, and the
+// hybrid meshes dp 2 x tp 2 (zero 0 and 1) and tp 2 x pp 2 (1f1b), on the miniature char-GPT.
+using DevicesAndStrategy = std::pair<int, std::string>;  // virtual GPUs, the strategy as JSON
+class GpuTransformerStrategies : public gpu_testing::GpuParamTest<DevicesAndStrategy> {};
+
+TEST_P(GpuTransformerStrategies, MatchTheSingleGpu) {
+    using strategy_testing::run_it;
+    static const std::string corpus =
+        strategy_testing::text_corpus("gpu-mesh", "Shards of one card, gathered and summed,", 80);
+    json one = strategy_testing::tiny_gpt("gpu-mesh", corpus);
+    one["devices"] = {"cuda:0"};
+    one["strategy"] = {{"type", "single"}};
+    json many = one;
+    many["devices"] = json::array();
+    for (int d = 0; d < GetParam().first; ++d) many["devices"].push_back("cuda:0");
+    many["strategy"] = json::parse(GetParam().second);
+    const auto r1 = run_it(one), rn = run_it(many);
+    ASSERT_EQ(r1.summary.status, "finished") << r1.summary.error;
+    ASSERT_EQ(rn.summary.status, "finished") << rn.summary.error;
+    EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.parameters, rn.artifacts.parameters), 1e-5);
+    ASSERT_TRUE(r1.summary.test_loss && rn.summary.test_loss);
+    EXPECT_NEAR(*r1.summary.test_loss, *rn.summary.test_loss, 1e-4 * (1 + *r1.summary.test_loss));
+    EXPECT_GT(rn.summary.peak_memory_bytes.at("cuda:0#1"), 0);  // every virtual GPU counted its own
+}
+
+std::string transformer_case_name(size_t index) {
+    static const char* names[] = {"zero3", "tensor_parallel4", "dp2_tp2", "dp2_tp2_zero1", "tp2_pp2_1f1b"};
+    return names[index];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, GpuTransformerStrategies,
+    ::testing::Values(DevicesAndStrategy(2, R"({"type":"zero","stage":3})"),
+                      DevicesAndStrategy(4, R"({"type":"tensor_parallel"})"),
+                      DevicesAndStrategy(4, R"({"type":"hybrid","dp":2,"tp":2})"),
+                      DevicesAndStrategy(4, R"({"type":"hybrid","dp":2,"tp":2,"zero":1})"),
+                      DevicesAndStrategy(4, R"({"type":"hybrid","tp":2,"pp":2,"micro_batches":2,"schedule":"1f1b"})")),
+    [](const auto& info) { return transformer_case_name(info.index); });
+
 // Every deterministic strategy on two virtual GPUs ends where the single GPU does (docs/strategies.md).
 class GpuStrategies : public gpu_testing::GpuParamTest<std::string> {};
 
@@ -281,7 +321,8 @@ TEST_P(GpuStrategies, MatchTheSingleGpu) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, GpuStrategies,
                          ::testing::Values(R"({"type":"data_parallel"})", R"({"type":"zero","stage":1})",
-                                           R"({"type":"zero","stage":2})", R"({"type":"model_parallel"})",
+                                           R"({"type":"zero","stage":2})", R"({"type":"zero","stage":3})",
+                                           R"({"type":"model_parallel"})",
                                            R"({"type":"param_server","mode":"sync"})",
                                            R"({"type":"pipeline","micro_batches":4,"schedule":"gpipe"})",
                                            R"({"type":"pipeline","micro_batches":4,"schedule":"1f1b"})"),
