@@ -2,7 +2,7 @@
 // around many launches on one stream, next to the bandwidth it reached (bytes it must move /
 // time) or, for GEMMs, its GFLOP/s. Compare the GB/s with the device's memory bandwidth
 // (H100 SXM: ~3.35 TB/s HBM3) to see how far each kernel is from its bound. Not a test: run
-// `build/bench/bench_gpu_kernels [--size N]` on a GPU machine. Without a GPU it says so.
+// `build/bench/bench_gpu_kernels [--size N] [--gemm-sweep]` on a GPU machine. Without a GPU it says so.
 #include <kernels/gpu/cast.h>
 #include <kernels/gpu/conv.h>
 #include <kernels/gpu/dropout.h>
@@ -66,12 +66,74 @@ void report_flops(const char* name, float ms, double flops) {
     std::printf("%-34s %9.4f ms  %8.1f GFLOP/s\n", name, ms, flops / (ms * 1e6));
 }
 
+// `--gemm-sweep`: the planner's calibration figures (docs/planner.md): cuBLAS GEMM rates by size
+// and precision, square and in the shapes of a GPT-2-small step, and the device-to-device copy
+// bandwidth; one aligned line per case and a JSON object on the last line.
+void gemm_sweep(void* s, const Buffer& a, const Buffer& b, const Buffer& c, const Buffer& d, const Buffer& e,
+                int64_t n) {
+    struct Shape {
+        const char* what;
+        int64_t M, N, K;
+    };
+    std::vector<Shape> shapes;
+    for (int64_t m = 256; m <= 8192 && m * m <= n; m *= 2) shapes.push_back({"square", m, m, m});
+    // GPT-2 small (D 768, ffn 3072, batch 8 x T 256 = 2048 tokens): qkv, projection, ffn in and
+    // out, and one head's scores (T x T over Dh 64).
+    shapes.push_back({"gpt2 qkv", 2048, 2304, 768});
+    shapes.push_back({"gpt2 proj", 2048, 768, 768});
+    shapes.push_back({"gpt2 ffn1", 2048, 3072, 768});
+    shapes.push_back({"gpt2 ffn2", 2048, 768, 3072});
+    shapes.push_back({"gpt2 scores", 256, 256, 64});
+    std::string json = "{\"gemm\": [";
+    bool first = true;
+    std::printf("%-12s %6s %6s %6s %6s %10s %12s\n", "shape", "M", "N", "K", "math", "ms", "GFLOP/s");
+    for (const Shape& sh : shapes) {
+        const double flops = 2.0 * static_cast<double>(sh.M) * static_cast<double>(sh.N) * static_cast<double>(sh.K);
+        const int iters = flops > 1e11 ? 10 : flops > 1e9 ? 50 : 200;
+        for (const char* math : {"fp32", "tf32", "bf16"}) {
+            float ms = 0;
+            if (std::strcmp(math, "bf16") == 0) {
+                ms = time_ms(s, [&] { kg::gemm_half(kg::HalfType::bf16, false, false, sh.M, sh.N, sh.K, 1.0f, d.as<uint16_t>(), sh.K, e.as<uint16_t>(), sh.N, 0.0f, c.as<float>(), sh.N, s); }, iters);
+            } else {
+                const auto mode = std::strcmp(math, "tf32") == 0 ? kg::GemmMath::tf32 : kg::GemmMath::fp32;
+                ms = time_ms(s, [&] { kg::gemm<float>(false, false, sh.M, sh.N, sh.K, 1.0f, a.as<float>(), b.as<float>(), 0.0f, c.as<float>(), s, mode); }, iters);
+            }
+            const double gflops = flops / (static_cast<double>(ms) * 1e6);
+            std::printf("%-12s %6lld %6lld %6lld %6s %10.4f %12.1f\n", sh.what, static_cast<long long>(sh.M),
+                        static_cast<long long>(sh.N), static_cast<long long>(sh.K), math, ms, gflops);
+            char row[256];
+            std::snprintf(row, sizeof row, "%s{\"shape\": \"%s\", \"M\": %lld, \"N\": %lld, \"K\": %lld, \"math\": \"%s\", \"gflops\": %.1f}",
+                          first ? "" : ", ", sh.what, static_cast<long long>(sh.M), static_cast<long long>(sh.N),
+                          static_cast<long long>(sh.K), math, gflops);
+            json += row;
+            first = false;
+        }
+    }
+    json += "], \"copy\": [";
+    first = true;
+    for (int64_t bytes = int64_t{1} << 20; bytes <= 4 * n; bytes *= 4) {
+        const float ms = time_ms(s, [&] { kg::copy_device_to_device_async(b.ptr, a.ptr, static_cast<size_t>(bytes), s); }, 20);
+        const double gbps = 2.0 * static_cast<double>(bytes) / (static_cast<double>(ms) * 1e6);  // read + write
+        std::printf("copy %10lld bytes %10.4f ms %10.1f GB/s (read + write)\n", static_cast<long long>(bytes), ms, gbps);
+        char row[128];
+        std::snprintf(row, sizeof row, "%s{\"bytes\": %lld, \"gbps_read_write\": %.1f}", first ? "" : ", ",
+                      static_cast<long long>(bytes), gbps);
+        json += row;
+        first = false;
+    }
+    json += "]}";
+    std::printf("%s\n", json.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     int64_t n = int64_t{1} << 26;  // 64 Mi elements: 256 MB per fp32 array
-    for (int i = 1; i + 1 < argc; ++i)
-        if (std::strcmp(argv[i], "--size") == 0) n = std::atoll(argv[i + 1]);
+    bool sweep = false;
+    for (int i = 1; i < argc; ++i) {
+        if (i + 1 < argc && std::strcmp(argv[i], "--size") == 0) n = std::atoll(argv[i + 1]);
+        if (std::strcmp(argv[i], "--gemm-sweep") == 0) sweep = true;
+    }
     if (kg::device_count() == 0) {
         std::printf("no CUDA device: nothing to benchmark\n");
         return 0;
@@ -85,6 +147,12 @@ int main(int argc, char** argv) {
         const double f4 = 4.0 * static_cast<double>(n);  // bytes of one fp32 array
         Buffer a(n * 4), b(n * 4), c(n * 4), d(n * 4), e(n * 4);
         Buffer result(8), scratch(kg::kReduceScratch * 8);
+        if (sweep) {
+            gemm_sweep(s, a, b, c, d, e, n);
+            kg::release_gemm_handles(s);
+            kg::stream_destroy(s);
+            return 0;
+        }
 
         report_bandwidth("relu_forward f32", time_ms(s, [&] { kg::relu_forward<float>(n, a.as<float>(), b.as<float>(), s); }), 2 * f4);
         report_bandwidth("gelu_forward f32", time_ms(s, [&] { kg::gelu_forward<float>(n, a.as<float>(), b.as<float>(), s); }), 2 * f4);
