@@ -23,6 +23,7 @@ constexpr double kTera = 1e12, kGiga = 1e9, kMicro = 1e-6;
 // GPU. Link rates are per GPU and direction: NVLink's published figure is the sum of both
 // directions (A100 600 GB/s, H100 900 GB/s); an HDR adapter carries 200 Gb/s = 25 GB/s, NDR
 // 400 Gb/s = 50 GB/s. Latencies are the order of NCCL's small-message latency (docs/planner.md).
+// The GEMM curve is one (e_max, w½) for both precisions unless calibrated() sets fp32's.
 Cluster dgx(std::string name, double tflops16, double tflops32, double memory_gb, double tb_per_s,
             double nvlink_bidirectional_gb, double ib_gbit, double gemm_efficiency) {
     Cluster c;
@@ -34,12 +35,25 @@ Cluster dgx(std::string name, double tflops16, double tflops32, double memory_gb
     c.memory_bytes = memory_gb * kGiga;
     c.reserved_bytes = 1.0 * kGiga;
     c.memory_bandwidth = tb_per_s * kTera;
-    c.gemm_efficiency = gemm_efficiency;
-    c.gemm_half_width = 64;
+    c.gemm_efficiency = c.gemm_efficiency_fp32 = gemm_efficiency;
+    c.gemm_half_width = c.gemm_half_width_fp32 = 64;
     c.intra_bandwidth = nvlink_bidirectional_gb / 2 * kGiga;
     c.intra_latency = 5 * kMicro;
     c.inter_bandwidth = ib_gbit / 8 * kGiga;
     c.inter_latency = 10 * kMicro;
+    return c;
+}
+
+// The GH100 presets as measured (docs/planner.md, "Calibration on a GPU"): cuBLAS GEMM curves
+// fitted to `bench_gpu_kernels --gemm-sweep` on an H200 (bf16: e_max 0.938, w½ 596; fp32:
+// 0.794, 160; the H100 ran the same 4096³ GEMMs within 0.6 %), and the memory bandwidth a
+// 256 MiB device-to-device copy reached, bytes read plus written.
+Cluster calibrated(Cluster c, double measured_tb_per_s) {
+    c.gemm_efficiency = 0.938;
+    c.gemm_half_width = 596;
+    c.gemm_efficiency_fp32 = 0.794;
+    c.gemm_half_width_fp32 = 160;
+    c.memory_bandwidth = measured_tb_per_s * kTera;
     return c;
 }
 
@@ -66,8 +80,8 @@ Cluster local_cluster() {
     c.memory_bytes = ram / c.gpus_per_node;
     c.reserved_bytes = 0;
     c.memory_bandwidth = 10 * kGiga;
-    c.gemm_efficiency = 1.0;  // the rate above is already an achieved one
-    c.gemm_half_width = 16;
+    c.gemm_efficiency = c.gemm_efficiency_fp32 = 1.0;  // the rate above is already an achieved one
+    c.gemm_half_width = c.gemm_half_width_fp32 = 16;
     c.intra_bandwidth = 5 * kGiga;
     c.intra_latency = 20 * kMicro;
     if (const auto measured = load_calibration(calibration_path())) {
@@ -84,8 +98,8 @@ Cluster local_cluster() {
 Cluster preset(const std::string& name) {
     // Sources of every figure: docs/planner.md, "Clusters".
     if (name == "a100-80g") return dgx("a100-80g", 312, 19.5, 80, 2.039, 600, 200, 0.80);
-    if (name == "h100-80g") return dgx("h100-80g", 989, 67, 80, 3.35, 900, 400, 0.75);
-    if (name == "h200") return dgx("h200", 989, 67, 141, 4.8, 900, 400, 0.75);
+    if (name == "h100-80g") return calibrated(dgx("h100-80g", 989, 67, 80, 3.35, 900, 400, 0.75), 2.92);
+    if (name == "h200") return calibrated(dgx("h200", 989, 67, 141, 4.8, 900, 400, 0.75), 4.19);
     if (name == "local") return local_cluster();
     std::string known;
     for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
@@ -115,6 +129,8 @@ Cluster cluster_from_json(const nlohmann::json& j) {
     c.memory_bandwidth = required("memory_bandwidth_gbps", 0) * kGiga;
     c.gemm_efficiency = r.number("gemm_efficiency", 0.8, 0, 1, false);
     c.gemm_half_width = r.number("gemm_half_width", 64.0, 0, 1e9);
+    c.gemm_efficiency_fp32 = r.number("gemm_efficiency_fp32", c.gemm_efficiency, 0, 1, false);
+    c.gemm_half_width_fp32 = r.number("gemm_half_width_fp32", c.gemm_half_width, 0, 1e9);
     c.intra_bandwidth = required("intra_node_bandwidth_gbps", 0) * kGiga;
     c.intra_latency = r.number("intra_node_latency_us", 5.0, 0, 1e9) * kMicro;
     c.inter_bandwidth =

@@ -23,9 +23,11 @@ struct Cluster {
         0;  // of it, taken before training (runtime context, library workspaces)
     double memory_bandwidth = 0;  // bytes/s
     // A GEMM whose smallest dimension is w runs at peak · gemm_efficiency · w / (w +
-    // gemm_half_width).
+    // gemm_half_width); the _fp32 pair for fp32 GEMMs (no tensor cores: another curve).
     double gemm_efficiency = 0.8;
     double gemm_half_width = 64;
+    double gemm_efficiency_fp32 = 0.8;
+    double gemm_half_width_fp32 = 64;
     // Links, per device and direction (bytes/s), and the latency α of one message (s).
     double intra_bandwidth = 0;
     double intra_latency = 0;
@@ -35,6 +37,11 @@ struct Cluster {
     int devices() const { return nodes * gpus_per_node; }
     double peak_flops(const std::string& precision) const {
         return precision == "fp32" ? peak_flops_fp32 : peak_flops_16bit;
+    }
+    // The fraction of peak_flops(precision) a GEMM whose smallest dimension is w reaches.
+    double gemm_fraction(const std::string& precision, double w) const {
+        return precision == "fp32" ? gemm_efficiency_fp32 * w / (w + gemm_half_width_fp32)
+                                   : gemm_efficiency * w / (w + gemm_half_width);
     }
 };
 

@@ -29,7 +29,7 @@ struct LayerContext {
     double act_bytes = 2;  // bytes per activation number (2 in 16-bit, 4 in fp32)
     int64_t b = 1;         // rows per micro-batch
     double efficiency(double width) const {
-        return c.gemm_efficiency * width / (width + c.gemm_half_width);
+        return c.gemm_fraction(mesh.precision, width);
     }
     double gemm_s(double flops, double width) const {
         return flops <= 0 ? 0 : flops / (peak * efficiency(width));
