@@ -17,16 +17,18 @@ using PenSetter = std::function<void(const QPen&)>;
 using Key = QPair<const void*, int>;
 
 // Every font a plot draws text with: axis labels and tick labels of each axis rect, titles and
-// other text elements, legends and their items, text items.
-void forEachFont(QCustomPlot* plot, const std::function<void(Key, const QFont&, const FontSetter&)>& f) {
+// other text elements, legends and their items, text items. `from`: the element whose font a
+// new one takes when it is made (a legend item its legend's), else a null key.
+using FontVisitor = std::function<void(Key key, const QFont&, const FontSetter&, Key from)>;
+void forEachFont(QCustomPlot* plot, const FontVisitor& f) {
     for (QCPAxisRect* rect : plot->axisRects())
         for (QCPAxis* axis : rect->axes()) {
-            f({axis, 0}, axis->labelFont(), [axis](const QFont& v) { axis->setLabelFont(v); });
-            f({axis, 1}, axis->tickLabelFont(), [axis](const QFont& v) { axis->setTickLabelFont(v); });
+            f({axis, 0}, axis->labelFont(), [axis](const QFont& v) { axis->setLabelFont(v); }, {});
+            f({axis, 1}, axis->tickLabelFont(), [axis](const QFont& v) { axis->setTickLabelFont(v); }, {});
         }
     for (QCPLayoutElement* element : plot->plotLayout()->elements(true)) {
         if (auto* text = qobject_cast<QCPTextElement*>(element))
-            f({text, 0}, text->font(), [text](const QFont& v) { text->setFont(v); });
+            f({text, 0}, text->font(), [text](const QFont& v) { text->setFont(v); }, {});
     }
     // Legends live in the layout or in an axis rect's inset layout.
     QList<QCPLegend*> legends;
@@ -44,16 +46,16 @@ void forEachFont(QCustomPlot* plot, const std::function<void(Key, const QFont&, 
                 if (QCPAbstractLegendItem* item = legend->item(i)) items.append({item, item->font()});
             legend->setFont(v);
             for (const auto& [item, font] : items) item->setFont(font);
-        });
+        }, {});
         for (int i = 0; i < legend->itemCount(); ++i) {
             QCPAbstractLegendItem* item = legend->item(i);  // a wrapped legend has empty cells
             if (!item) continue;
-            f({item, 0}, item->font(), [item](const QFont& v) { item->setFont(v); });
+            f({item, 0}, item->font(), [item](const QFont& v) { item->setFont(v); }, {legend, 0});
         }
     }
     for (int i = 0; i < plot->itemCount(); ++i)
         if (auto* text = qobject_cast<QCPItemText*>(plot->item(i)))
-            f({text, 0}, text->font(), [text](const QFont& v) { text->setFont(v); });
+            f({text, 0}, text->font(), [text](const QFont& v) { text->setFont(v); }, {});
 }
 
 // Every line a plot draws its data with.
@@ -137,9 +139,17 @@ void PresentationMode::setOn(bool on) {
 
 void PresentationMode::enlargePlot(QCustomPlot* plot) {
     // A value not as this mode set it is new (or was set anew): it is the one to put back.
-    forEachFont(plot, [this](Key key, const QFont& font, const FontSetter& set) {
+    forEachFont(plot, [this](Key key, const QFont& font, const FontSetter& set, Key from) {
         auto it = m_fonts.find(key);
         if (it != m_fonts.end() && it->applied == font) return;
+        // Made while on (a legend item of a new curve): it took its parent's enlarged font, and
+        // the parent's original is the one to put back. Keys are addresses, and a new item may
+        // or may not reuse a deleted one's, so this cannot rest on what the key held before.
+        if (const auto parent = m_fonts.constFind(from); from.first && parent != m_fonts.constEnd() &&
+                                                         parent->applied == font) {
+            m_fonts.insert(key, *parent);
+            return;
+        }
         const QFont applied = enlarged(font, kFontScale);
         m_fonts.insert(key, {font, applied});
         set(applied);
@@ -155,7 +165,7 @@ void PresentationMode::enlargePlot(QCustomPlot* plot) {
 
 void PresentationMode::restorePlot(QCustomPlot* plot) {
     // Only what is still as this mode set it: a value set since is the plot's own.
-    forEachFont(plot, [this](Key key, const QFont& font, const FontSetter& set) {
+    forEachFont(plot, [this](Key key, const QFont& font, const FontSetter& set, Key) {
         auto it = m_fonts.constFind(key);
         if (it != m_fonts.constEnd() && it->applied == font) set(it->original);
     });
