@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/plan/calibrate.h"
+#include "engine/plan/compare.h"
 #include "engine/plan/planner.h"
 #include "engine/store/run_store.h"
 #include "engine/util/error.h"
@@ -22,23 +23,10 @@ namespace {
 
 using nlohmann::json;
 
-std::string mesh_line(const plan::Mesh& m, int64_t micro_batch) {
-    std::string s = "dp " + std::to_string(m.dp) + " · tp " + std::to_string(m.tp) + " · pp " +
-                    std::to_string(m.pp);
-    s += ", " + m.schedule;
-    if (m.schedule == "interleaved_1f1b") s += " ×" + std::to_string(m.interleave);
-    s += ", " + std::to_string(m.micro_batches) + " micro-batches";
-    if (micro_batch > 0) s += " of " + std::to_string(micro_batch);
-    s += ", zero " + std::to_string(m.zero);
-    if (m.sequence_parallel) s += ", sequence parallel";
-    s += ", recompute " + m.recompute + ", " + m.precision;
-    return s;
-}
-
 void print_report(const plan::Prediction& p, const std::string& name, const plan::Cluster& c) {
     std::printf("%s on %s: %d node%s × %d = %d devices\n", name.c_str(), c.name.c_str(), c.nodes,
                 c.nodes == 1 ? "" : "s", c.gpus_per_node, p.devices);
-    std::printf("mesh: %s\n\n", mesh_line(p.mesh, p.micro_batch).c_str());
+    std::printf("mesh: %s\n\n", plan::mesh_line(p.mesh, p.micro_batch).c_str());
     std::printf("step %.4g s   %.4g tokens/s   %.4g samples/s   MFU %.1f%%   %s\n\n", p.step_time_s,
                 p.tokens_per_s, p.samples_per_s, 100 * p.mfu,
                 p.fits ? "fits" : "DOES NOT FIT (out of memory)");
@@ -148,20 +136,15 @@ int plan(const PlanArgs& a) {
     std::printf("%s on %s: %d node%s × %d = %d devices; base mesh %s\n\n",
                 file.experiment.name.c_str(), cluster.name.c_str(), cluster.nodes,
                 cluster.nodes == 1 ? "" : "s", cluster.gpus_per_node, cluster.devices(),
-                mesh_line(mesh, 0).c_str());
+                plan::mesh_line(mesh, 0).c_str());
     print_sweep(ps, keys);
     return 0;
-}
-
-// (predicted − measured) / measured; NaN without a measurement.
-double relative_error(double predicted, double measured) {
-    return measured > 0 ? (predicted - measured) / measured : std::nan("");
 }
 
 json number_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 
 // `plan --compare RUN_ID`: the stored run's experiment planned on the `local` cluster with the
-// run's own devices, beside what the run measured.
+// run's own devices, beside what the run measured (plan::compare_run).
 int compare(const PlanArgs& a) {
     const std::string db = a.db.empty() ? store::RunStore::default_path() : a.db;
     store::RunStore runs(db, store::RunStore::Access::read_only);
@@ -174,79 +157,31 @@ int compare(const PlanArgs& a) {
         !row->summary.contains("peak_memory_bytes"))
         throw ConfigError("--compare", "run " + id + " has no summary (status " + row->status +
                                            "): compare a run that has ended");
-    const json& summary = row->summary;
-    const auto steps = summary.value("steps", int64_t{0});
-    if (steps <= 0) throw ConfigError("--compare", "run " + id + " recorded no steps");
-
-    const std::string where = db + ": run " + id;
-    const plan::PlanFile file = plan::plan_file_from_json(row->config, where);
-    int devices = static_cast<int>(row->devices.size());
-    if (row->config.contains("devices") && row->config["devices"].is_array())
-        devices = static_cast<int>(row->config["devices"].size());
-    devices = std::max(devices, 1);
-    plan::Mesh mesh;
-    try {
-        mesh = plan::mesh_of(file, devices);
-    } catch (const ConfigError& e) {
-        throw ConfigError(where + ": " + e.what());
-    }
-    plan::Cluster cluster = plan::local_cluster();
-    cluster.nodes = 1;
-    cluster.gpus_per_node = mesh.devices();
-    const plan::PlanModel model = plan::plan_model(file.experiment);
-    const plan::Prediction p = plan::predict(file.experiment, model, cluster, mesh);
-    if (!p.skipped.empty())
-        throw ConfigError(where + ": strategy " + file.strategy_type + ": " + p.skipped);
-
-    // Measured step time: the median of the recorded steps' durations (the slowest device's end
-    // of each step), else the run's wall time over its steps.
-    double step_s = 0;
-    std::string step_from = "wall_s / steps";
-    const auto curve = runs.loss_curve(a.compare);
-    if (!curve.empty()) {
-        std::vector<double> d;
-        double previous = 0;
-        for (const auto& point : curve) {
-            d.push_back(point.wall_s - previous);
-            previous = point.wall_s;
-        }
-        std::sort(d.begin(), d.end());
-        const size_t n = d.size();
-        step_s = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
-        step_from = "median of " + std::to_string(n) + " recorded steps";
-    }
-    if (!(step_s > 0)) {
-        step_s = summary.value("wall_s", 0.0) / static_cast<double>(steps);
-        step_from = "wall_s / steps";
-    }
-    double peak = 0;
-    if (summary.contains("peak_memory_bytes") && summary["peak_memory_bytes"].is_object())
-        for (const auto& [device, bytes] : summary["peak_memory_bytes"].items())
-            if (bytes.is_number()) peak = std::max(peak, bytes.get<double>());
-    const double samples_per_s = summary.value("samples_per_s", 0.0);
-
-    const double time_error = relative_error(p.step_time_s, step_s);
-    const double memory_error = relative_error(p.memory_total, peak);
-    const double rate_error = relative_error(p.samples_per_s, samples_per_s);
+    if (row->summary.value("steps", int64_t{0}) <= 0)
+        throw ConfigError("--compare", "run " + id + " recorded no steps");
+    std::vector<double> ends;
+    for (const auto& point : runs.loss_curve(a.compare)) ends.push_back(point.wall_s);
+    const plan::RunComparison c = plan::compare_run(row->config, row->summary, ends, db + ": run " + id);
+    const plan::Prediction& p = c.predicted;
     if (a.json) {
         json out{{"run_id", a.compare},
                  {"name", row->name},
-                 {"strategy", file.strategy_type},
-                 {"devices", mesh.devices()},
-                 {"cluster", cluster.name},
+                 {"strategy", c.strategy},
+                 {"devices", c.devices},
+                 {"cluster", c.cluster},
                  {"predicted",
                   {{"step_time_s", p.step_time_s},
                    {"samples_per_s", p.samples_per_s},
                    {"peak_memory_bytes", p.memory_total}}},
                  {"measured",
-                  {{"step_time_s", step_s},
-                   {"step_time_from", step_from},
-                   {"samples_per_s", samples_per_s},
-                   {"peak_memory_bytes", peak}}},
+                  {{"step_time_s", c.step_s},
+                   {"step_time_from", c.step_from},
+                   {"samples_per_s", c.samples_per_s},
+                   {"peak_memory_bytes", c.peak_bytes}}},
                  {"error",
-                  {{"step_time", number_or_null(time_error)},
-                   {"samples_per_s", number_or_null(rate_error)},
-                   {"memory", number_or_null(memory_error)}}}};
+                  {{"step_time", number_or_null(c.time_error)},
+                   {"samples_per_s", number_or_null(c.rate_error)},
+                   {"memory", number_or_null(c.memory_error)}}}};
         std::cout << out.dump(2) << "\n";
         return 0;
     }
@@ -257,18 +192,18 @@ int compare(const PlanArgs& a) {
         return std::string(buf);
     };
     std::printf("run %s (%s, %s on %d device%s) against its plan on %s\n", id.c_str(),
-                row->name.c_str(), file.strategy_type.c_str(), mesh.devices(),
-                mesh.devices() == 1 ? "" : "s", cluster.name.c_str());
-    std::printf("mesh: %s\n\n", mesh_line(p.mesh, p.micro_batch).c_str());
+                row->name.c_str(), c.strategy.c_str(), c.devices,
+                c.devices == 1 ? "" : "s", c.cluster.c_str());
+    std::printf("mesh: %s\n\n", plan::mesh_line(p.mesh, p.micro_batch).c_str());
     std::printf("%-22s %14s %14s %9s\n", "", "predicted", "measured", "error");
-    std::printf("%-22s %14.4g %14.4g %9s\n", "step time (s)", p.step_time_s, step_s,
-                percent(time_error).c_str());
-    std::printf("%-22s %14.4g %14.4g %9s\n", "samples/s", p.samples_per_s, samples_per_s,
-                percent(rate_error).c_str());
+    std::printf("%-22s %14.4g %14.4g %9s\n", "step time (s)", p.step_time_s, c.step_s,
+                percent(c.time_error).c_str());
+    std::printf("%-22s %14.4g %14.4g %9s\n", "samples/s", p.samples_per_s, c.samples_per_s,
+                percent(c.rate_error).c_str());
     std::printf("%-22s %14s %14s %9s\n", "peak memory (busiest)", human_bytes(p.memory_total).c_str(),
-                human_bytes(peak).c_str(), percent(memory_error).c_str());
+                human_bytes(c.peak_bytes).c_str(), percent(c.memory_error).c_str());
     std::printf("\nmeasured step time: %s; error = (predicted - measured) / measured\n",
-                step_from.c_str());
+                c.step_from.c_str());
     return 0;
 }
 

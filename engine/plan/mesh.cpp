@@ -188,4 +188,17 @@ std::pair<std::string, std::vector<std::string>> parse_sweep(const std::string& 
     return out;
 }
 
+std::string mesh_line(const Mesh& m, int64_t micro_batch) {
+    std::string s = "dp " + std::to_string(m.dp) + " · tp " + std::to_string(m.tp) + " · pp " +
+                    std::to_string(m.pp);
+    s += ", " + m.schedule;
+    if (m.schedule == "interleaved_1f1b") s += " ×" + std::to_string(m.interleave);
+    s += ", " + std::to_string(m.micro_batches) + (m.micro_batches == 1 ? " micro-batch" : " micro-batches");
+    if (micro_batch > 0) s += " of " + std::to_string(micro_batch);
+    s += ", zero " + std::to_string(m.zero);
+    if (m.sequence_parallel) s += ", sequence parallel";
+    s += ", recompute " + m.recompute + ", " + m.precision;
+    return s;
+}
+
 }  // namespace paralab::plan

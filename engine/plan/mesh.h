@@ -48,6 +48,9 @@ PlanFile plan_file_from_json(nlohmann::json j, const std::string& where);
 // zero{stage} → dp = N with zero, tensor_parallel → tp = N, pipeline/model_parallel → pp = N,
 // single → 1. Throws ConfigError naming the JSON path ("strategy.tp").
 Mesh mesh_of(const PlanFile& file, int devices);
+// One line for people: "dp 2 · tp 4 · pp 1, 1f1b, 4 micro-batches of 8, zero 1, recompute
+// none, bf16" (`micro_batch` 0: its size left out).
+std::string mesh_line(const Mesh& m, int64_t micro_batch);
 
 // The keys a sweep may change, and one change: throws ConfigError naming `--sweep` for an
 // unknown key or a value it does not take.

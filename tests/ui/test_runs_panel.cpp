@@ -17,7 +17,12 @@
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
 #include "engine/store/run_store.h"
+#include <QDialog>
+#include <QTableWidget>
+#include <QAction>
+#include <QLabel>
 #include "ui/mainwindow/main_window.h"
+#include "ui/panels/common/byte_units.h"
 #include "ui/panels/runs/runs_panel.h"
 #include "ui/session/run_controller.h"
 #include "ui/session/runs_model.h"
@@ -106,6 +111,7 @@ private slots:
     void comparisonOverlaysTheSelectedLossCurves();
     void scalingEfficiencyIsAgainstTheSingleRun();
     void theUserPicksTheBaseline();
+    void aRunIsShownBesideItsPlan();
     void runsAreHandedInAndImported();
     void notesRoundTripToTheStore();
     void csvExportWritesTheTable();
@@ -264,6 +270,42 @@ void TestRunsPanel::theUserPicksTheBaseline() {
     QVERIFY(waitLoaded(again));
     QCOMPARE(again.model()->scalingEfficiency(m_runs.ddp)->baselineRunId, m_runs.single);
     QCOMPARE(again.model()->chosenBaseline(ddp->experimentKey), m_runs.single);
+}
+
+// "Planned beside measured…": the run's experiment planned on the local cluster beside what it
+// measured, the same figures `paralab plan --compare` prints (plan::compare_run).
+void TestRunsPanel::aRunIsShownBesideItsPlan() {
+    RunsPanel panel(m_path);
+    QVERIFY(waitLoaded(panel));
+    auto* action = panel.findChild<QAction*>(QStringLiteral("planBesideRun"));
+    QVERIFY(action);
+    panel.selectRuns({m_runs.ddp});
+    QVERIFY(action->isEnabled());
+    QSignalSpy spy(panel.model(), &RunsModel::planCompared);
+    action->trigger();
+    QVERIFY(spy.wait(15000));
+    QCOMPARE(spy.first().at(2).toString(), QString());
+    auto* dialog = panel.findChild<QDialog*>(QStringLiteral("planBesideRunDialog"));
+    QVERIFY(dialog && dialog->isVisible());
+    auto* table = dialog->findChild<QTableWidget*>(QStringLiteral("planBesideRunTable"));
+    QVERIFY(table);
+    QCOMPARE(table->rowCount(), 3);
+    for (int row = 0; row < 3; ++row)
+        for (int col = 0; col < 3; ++col) QVERIFY(table->item(row, col) && !table->item(row, col)->text().isEmpty());
+    // The measured side is the run's own: its peak memory as the Runs table shows it.
+    const auto* ddp = panel.model()->run(m_runs.ddp);
+    QCOMPARE(table->item(2, 1)->text(), ui::formatBytes(ddp->peakMemoryBytes));
+    QVERIFY(table->item(0, 2)->text().endsWith(QLatin1String("%")));
+    const QString header = dialog->findChild<QLabel*>(QStringLiteral("planBesideRunHeader"))->text();
+    QVERIFY2(header.contains(QStringLiteral("dp 2 · tp 1 · pp 1")), qPrintable(header));
+    if (const QString dir = qEnvironmentVariable("PARALAB_SCREENSHOT_DIR"); !dir.isEmpty())
+        QVERIFY(dialog->grab().save(dir + QStringLiteral("/screenshot-plan-beside-run.png")));
+    // A run that is not in the store any more says so, without a dialog of stale numbers.
+    dialog->close();
+    panel.model()->comparePlan(99999);
+    QVERIFY(spy.wait(15000));
+    QVERIFY(spy.last().at(2).toString().contains(QLatin1String("99999")));
+    QVERIFY(!dialog->isVisible());
 }
 
 // A student exports two runs to a file; a teacher's window imports it: both runs appear,

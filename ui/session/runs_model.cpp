@@ -13,6 +13,9 @@
 #include <cmath>
 #include <memory>
 
+#include "engine/plan/compare.h"
+#include "engine/plan/mesh.h"
+#include "engine/util/error.h"
 #include "engine/store/run_store.h"
 #include "engine/strategy/registry.h"
 
@@ -397,6 +400,39 @@ void RunsModel::writeFile(const QString& path, const QByteArray& bytes) {
                 emit fileWritten(path, error);
             },
             Qt::QueuedConnection);
+    });
+}
+
+void RunsModel::comparePlan(qint64 id) {
+    post([this, id](Worker& w) {
+        PlanBesideRun c;
+        QString error;
+        try {
+            const auto row = w.store().get_run(id);
+            if (!row) throw Error("run " + std::to_string(id) + " is not in the store");
+            if (row->status == "running")
+                throw Error("run " + std::to_string(id) + " is still running: compare a run that has ended");
+            std::vector<double> ends;
+            for (const auto& point : w.store().loss_curve(id)) ends.push_back(point.wall_s);
+            const plan::RunComparison r =
+                plan::compare_run(row->config, row->summary, ends, "run " + std::to_string(id));
+            c.cluster = fromStd(r.cluster);
+            c.mesh = fromStd(plan::mesh_line(r.predicted.mesh, r.predicted.micro_batch));
+            c.stepFrom = fromStd(r.step_from);
+            c.predictedStep = r.predicted.step_time_s;
+            c.measuredStep = r.step_s;
+            c.stepError = r.time_error;
+            c.predictedRate = r.predicted.samples_per_s;
+            c.measuredRate = r.samples_per_s;
+            c.rateError = r.rate_error;
+            c.predictedPeak = r.predicted.memory_total;
+            c.measuredPeak = r.peak_bytes;
+            c.memoryError = r.memory_error;
+        } catch (const std::exception& e) {
+            error = tr("Cannot plan run %1: %2").arg(id).arg(QString::fromUtf8(e.what()));
+        }
+        QMetaObject::invokeMethod(
+            this, [this, id, c, error] { emit planCompared(id, c, error); }, Qt::QueuedConnection);
     });
 }
 

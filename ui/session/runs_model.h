@@ -67,6 +67,16 @@ std::optional<ScalingEfficiency> scalingEfficiency(const RunInfo& run,
                                                    const QVector<RunInfo>& runs,
                                                    qint64 chosen = 0);
 
+// A stored run beside its plan (RunsModel::comparePlan): predicted and measured step time,
+// samples/s and the busiest device's peak memory, and the relative errors ((predicted −
+// measured) / measured; NaN without a measurement).
+struct PlanBesideRun {
+    QString cluster, mesh, stepFrom;
+    double predictedStep = 0, measuredStep = 0, stepError = 0;
+    double predictedRate = 0, measuredRate = 0, rateError = 0;
+    double predictedPeak = 0, measuredPeak = 0, memoryError = 0;
+};
+
 class RunsModel : public QAbstractTableModel {
     Q_OBJECT
 public:
@@ -139,6 +149,10 @@ public slots:
     // Every run of the store at `path` copied into this one, then the table reloaded:
     // runsImported(path, the new ids, "" or why not).
     void importRuns(const QString& path);
+    // The run's experiment planned on this machine's `local` cluster beside what the run
+    // measured (plan::compare_run), read on the worker: planCompared(id, comparison, "" or why
+    // not).
+    void comparePlan(qint64 id);
 
 signals:
     void refreshed();                              // after every refresh, also a failed one
@@ -150,6 +164,7 @@ signals:
     void fileWritten(const QString& path, const QString& error);
     void runsExported(const QString& path, int count, const QString& error);
     void runsImported(const QString& path, const QList<qint64>& ids, const QString& error);
+    void planCompared(qint64 id, const paralab::ui::PlanBesideRun& comparison, const QString& error);
 
 private:
     class Worker;
@@ -170,3 +185,4 @@ private:
 }  // namespace paralab::ui
 
 Q_DECLARE_METATYPE(paralab::ui::LossCurve)
+Q_DECLARE_METATYPE(paralab::ui::PlanBesideRun)

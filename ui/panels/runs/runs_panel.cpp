@@ -4,6 +4,8 @@
 #include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QTableWidget>
+#include <QDialog>
 #include <QFile>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -199,13 +201,24 @@ RunsPanel::RunsPanel(const QString& storePath, QWidget* parent)
         if (ids.size() == 1) emit resumeRequested(ids.front());
     });
     m_table->addAction(resumeAction);
+    auto* planAction = new QAction(tr("Planned beside measured…"), m_table);
+    planAction->setObjectName(QStringLiteral("planBesideRun"));
+    planAction->setToolTip(tr("What the planner predicts for this run's experiment and devices on "
+                              "this machine, beside what the run measured"));
+    connect(planAction, &QAction::triggered, this, [this] {
+        const QList<qint64> ids = selectedRunIds();
+        if (ids.size() == 1) m_model->comparePlan(ids.front());
+    });
+    connect(m_model, &RunsModel::planCompared, this, &RunsPanel::showPlanBesideRun);
+    m_table->addAction(planAction);
     m_table->setContextMenuPolicy(Qt::ActionsContextMenu);
-    auto updateActions = [this, baselineAction, resumeAction] {
+    auto updateActions = [this, baselineAction, resumeAction, planAction] {
         const QList<qint64> ids = selectedRunIds();
         const RunInfo* r = ids.size() == 1 ? m_model->run(ids.front()) : nullptr;
         baselineAction->setEnabled(r && r->devices.size() == 1 &&
                                    r->status == QLatin1String("finished"));
         resumeAction->setEnabled(r && r->resumable());
+        planAction->setEnabled(r && r->status != QLatin1String("running"));
     };
 
     auto* top = new QWidget;
@@ -713,6 +726,74 @@ void RunsPanel::exportTableWithDialog() {
     if (path.isEmpty()) return;
     if (!path.endsWith(QLatin1String(".csv"), Qt::CaseInsensitive)) path += QLatin1String(".csv");
     exportTableCsv(path);
+}
+
+void RunsPanel::showPlanBesideRun(qint64 id, const PlanBesideRun& c, const QString& error) {
+    if (!error.isEmpty()) {
+        showMessage(error);
+        return;
+    }
+    if (!m_planDialog) {
+        m_planDialog = new QDialog(this);
+        m_planDialog->setObjectName(QStringLiteral("planBesideRunDialog"));
+        auto* layout = new QVBoxLayout(m_planDialog);
+        auto* header = new QLabel(m_planDialog);
+        header->setObjectName(QStringLiteral("planBesideRunHeader"));
+        header->setWordWrap(true);
+        header->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        auto* table = new QTableWidget(3, 3, m_planDialog);
+        table->setObjectName(QStringLiteral("planBesideRunTable"));
+        table->setHorizontalHeaderLabels({tr("Predicted"), tr("Measured"), tr("Error")});
+        table->setVerticalHeaderLabels({tr("Step time"), tr("Samples/s"), tr("Peak memory (busiest device)")});
+        table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+        table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+        table->verticalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+        auto* note = new QLabel(m_planDialog);
+        note->setObjectName(QStringLiteral("planBesideRunNote"));
+        note->setWordWrap(true);
+        auto* close = new QPushButton(tr("Close"), m_planDialog);
+        connect(close, &QPushButton::clicked, m_planDialog, &QDialog::close);
+        layout->addWidget(header);
+        layout->addWidget(table);
+        layout->addWidget(note);
+        layout->addWidget(close, 0, Qt::AlignRight);
+        m_planDialog->resize(640, 260);
+    }
+    const RunInfo* r = m_model->run(id);
+    m_planDialog->setWindowTitle(tr("Run %1 beside its plan").arg(id));
+    m_planDialog->findChild<QLabel*>(QStringLiteral("planBesideRunHeader"))
+        ->setText(tr("Run %1%2, planned on the %3 cluster as %4.")
+                      .arg(id)
+                      .arg(r ? QStringLiteral(" (%1, %2)").arg(r->name, r->strategy) : QString())
+                      .arg(c.cluster, c.mesh));
+    const QLocale locale;
+    const auto seconds = [&](double s) {
+        return s >= 1 ? tr("%1 s").arg(locale.toString(s, 'g', 4)) : tr("%1 ms").arg(locale.toString(1e3 * s, 'g', 4));
+    };
+    const auto percent = [&](double e) {
+        return std::isfinite(e) ? QStringLiteral("%1%2 %").arg(e >= 0 ? QStringLiteral("+") : QString(),
+                                                               locale.toString(100 * e, 'f', 1))
+                                : QStringLiteral("—");
+    };
+    const QString cells[3][3] = {
+        {seconds(c.predictedStep), seconds(c.measuredStep), percent(c.stepError)},
+        {locale.toString(c.predictedRate, 'f', 0), locale.toString(c.measuredRate, 'f', 0), percent(c.rateError)},
+        {formatBytes(static_cast<qint64>(c.predictedPeak)), formatBytes(static_cast<qint64>(c.measuredPeak)),
+         percent(c.memoryError)}};
+    auto* table = m_planDialog->findChild<QTableWidget*>(QStringLiteral("planBesideRunTable"));
+    for (int row = 0; row < 3; ++row)
+        for (int col = 0; col < 3; ++col) {
+            auto* item = new QTableWidgetItem(cells[row][col]);
+            item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+            table->setItem(row, col, item);
+        }
+    m_planDialog->findChild<QLabel*>(QStringLiteral("planBesideRunNote"))
+        ->setText(tr("Measured step time: %1. Error = (predicted − measured) / measured. The same "
+                     "comparison on the command line: paralab plan --compare %2.")
+                      .arg(c.stepFrom)
+                      .arg(id));
+    m_planDialog->show();
+    m_planDialog->raise();
 }
 
 }  // namespace paralab::ui

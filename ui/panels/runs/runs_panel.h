@@ -21,6 +21,7 @@ class QLabel;
 class QLineEdit;
 class QPushButton;
 class QSortFilterProxyModel;
+class QDialog;
 class QTableView;
 class QTimer;
 
@@ -84,11 +85,14 @@ private:
     void showCurves(quint64 request, const QVector<LossCurve>& curves);
     void redraw();
     void showMessage(const QString& message);
+    // The dialog of RunsModel::comparePlan's answer (one, reused).
+    void showPlanBesideRun(qint64 id, const PlanBesideRun& c, const QString& error);
 
     RunsModel* m_model;
     QSortFilterProxyModel* m_proxy;
     QLineEdit* m_filter;
     QLabel* m_message;
+    QDialog* m_planDialog = nullptr;
     QTableView* m_table;
     QPushButton* m_deleteButton;
     QComboBox* m_xAxis;
