@@ -21,6 +21,7 @@
 #include "ui/mainwindow/main_window.h"
 #include "ui/mainwindow/presentation_mode.h"
 #include "ui/panels/common/plot_export.h"
+#include "ui/panels/common/plot_style.h"
 #include "ui/panels/dashboard/device_dashboard.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/session/run_controller.h"
@@ -301,6 +302,25 @@ private slots:
         QVERIFY(w.deviceDashboard()->exportTo(bare));
         QVERIFY(QImage(all).height() > QImage(bare).height());
         QCOMPARE(QImage(all).width(), QImage(bare).width());
+    }
+
+    // A rotated axis label longer than its plot is tall is replaced by its brief form, and comes
+    // back when the plot grows (the Runs tab's small charts at 720 px, the learning-rate strip
+    // in presentation mode).
+    void longAxisLabelsGiveWayToBriefOnes() {
+        QCustomPlot plot;
+        plot.resize(400, 90);
+        plot.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&plot));
+        const QString full = QStringLiteral("a label far longer than the plot is tall");
+        paralab::ui::plotstyle::setFittedLabel(plot.yAxis, full, QStringLiteral("brief"));
+        plot.replot();
+        plot.replot();  // the first replot lays the axis rect out
+        QCOMPARE(plot.yAxis->label(), QStringLiteral("brief"));
+        plot.resize(400, 900);
+        plot.replot();
+        plot.replot();
+        QCOMPARE(plot.yAxis->label(), full);
     }
 
     void barsStartAtZero() {

@@ -152,4 +152,31 @@ void setLogarithmic(QCPAxis* axis, bool on) {
     else axis->setTicker(QSharedPointer<QCPAxisTicker>::create());
 }
 
+namespace {
+
+// setFittedLabel's choice for one axis.
+void fitLabel(QCPAxis* axis) {
+    const QString full = axis->property("fittedFull").toString();
+    const int room = axis->orientation() == Qt::Vertical ? axis->axisRect()->height() : axis->axisRect()->width();
+    const int needs = QFontMetrics(axis->labelFont()).horizontalAdvance(full);
+    const QString text = room <= 0 || needs <= room ? full : axis->property("fittedBrief").toString();
+    if (axis->label() != text) axis->setLabel(text);
+}
+
+}  // namespace
+
+void setFittedLabel(QCPAxis* axis, const QString& full, const QString& brief) {
+    axis->setProperty("fittedFull", full);
+    axis->setProperty("fittedBrief", brief);
+    fitLabel(axis);
+    QCustomPlot* plot = axis->parentPlot();
+    if (plot->property("fittedLabels").toBool()) return;  // one connection per plot, for all its axes
+    plot->setProperty("fittedLabels", true);
+    QObject::connect(plot, &QCustomPlot::beforeReplot, plot, [plot] {
+        for (QCPAxisRect* rect : plot->axisRects())
+            for (QCPAxis* axis : rect->axes())
+                if (axis->property("fittedFull").isValid()) fitLabel(axis);
+    });
+}
+
 }  // namespace paralab::ui::plotstyle

@@ -29,6 +29,10 @@ void showQuietly(QComboBox* box, int index);
 void showQuietly(QCheckBox* box, bool checked);
 // An axis to logarithmic scale or back, with the matching ticker.
 void setLogarithmic(QCPAxis* axis, bool on);
+// A vertical axis's label that fits: `full` where the axis rect is tall enough for it (in the
+// label's current font, so presentation mode's larger one counts), else `brief` (a small plot
+// at 720 px, say), chosen again before every replot. Calling it again replaces both.
+void setFittedLabel(QCPAxis* axis, const QString& full, const QString& brief);
 
 enum class ExportKind { Image, Csv, ImageOrCsv };
 // Asks for a file name; adds the chosen filter's suffix (".png" by default, ".csv" for Csv)

@@ -120,7 +120,7 @@ LossPlotPanel::LossPlotPanel(QWidget* parent)
     m_lrRect->axis(QCPAxis::atRight)->setVisible(true);  // the same frame as the loss plot's
     m_lrRect->axis(QCPAxis::atRight)->setTicks(false);
     lrX->setTickLabels(false);
-    lrY->setLabel(tr("learning rate"));
+    plotstyle::setFittedLabel(lrY, tr("learning rate"), tr("lr"));
     lrY->ticker()->setTickCount(2);
     for (QCPAxis* axis : {lrX, lrY}) {
         axis->grid()->setPen(QPen(QColor(225, 225, 225), 1, Qt::SolidLine));

@@ -399,7 +399,7 @@ void RunsPanel::buildPlot() {
     m_lossRect->setMarginGroup(QCP::msLeft, margins);
     m_throughputRect->setMarginGroup(QCP::msLeft, margins);
     m_throughputRect->axis(QCPAxis::atLeft)->setLabel(tr("samples/s"));
-    m_efficiencyRect->axis(QCPAxis::atLeft)->setLabel(tr("efficiency (%)"));
+    plotstyle::setFittedLabel(m_efficiencyRect->axis(QCPAxis::atLeft), tr("efficiency (%)"), tr("%"));
 
     m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     m_plot->setContextMenuPolicy(Qt::ActionsContextMenu);
@@ -533,7 +533,8 @@ void RunsPanel::redraw() {
     }
     const ByteUnit byteUnit = byteUnitFor(static_cast<double>(maxBytes));
     const double unit = byteUnit.bytes;
-    m_memoryRect->axis(QCPAxis::atLeft)->setLabel(tr("peak memory (%1)").arg(byteUnit.name));
+    plotstyle::setFittedLabel(m_memoryRect->axis(QCPAxis::atLeft), tr("peak memory (%1)").arg(byteUnit.name),
+                              byteUnit.name);
 
     const QLocale locale;
     QStringList efficiencyLines, withoutBaseline;
