@@ -810,6 +810,10 @@ bool RunRecorder::write(F&& f, bool after_full) {
 void RunRecorder::on_start(const config::Experiment& e, int64_t) {
     // The devices as run: in an MPI job, every process's (the file lists one process's).
     if (m_config.is_object()) m_config["devices"] = e.devices;
+    {
+        std::lock_guard lock(m_mutex);
+        m_device_count = e.devices.size();
+    }
     try {
         if (m_resume_id) {
             if (!m_store.reopen_run(m_resume_id, m_resume_after ? m_resume_after() : 0))
@@ -833,6 +837,8 @@ void RunRecorder::on_step(const config::StepRecord& r) {
     std::lock_guard lock(m_mutex);
     if (m_disk_full) return;
     m_queue.push_back(r);
+    int64_t& latest = m_latest[r.device];
+    latest = std::max(latest, r.step);
     if (m_queue.size() >= 512) m_wake.notify_all();
 }
 
@@ -843,7 +849,7 @@ void RunRecorder::on_eval(const config::EvalResult& r) {
 void RunRecorder::on_finish(const config::RunSummary& s) {
     {
         std::unique_lock lock(m_mutex);
-        flush_queue(lock);
+        flush_queue(lock, true);
     }
     if (!m_run_id) return;
     const config::RunSummary recorded = as_recorded(s);
@@ -863,15 +869,35 @@ void RunRecorder::writer_loop() {
         m_wake.wait_for(lock, std::chrono::milliseconds(200));
         flush_queue(lock);
     }
+    flush_queue(lock, true);
+}
+
+void RunRecorder::flush() {
+    std::unique_lock lock(m_mutex);
     flush_queue(lock);
 }
 
-void RunRecorder::flush_queue(std::unique_lock<std::mutex>& lock) {
+void RunRecorder::flush_queue(std::unique_lock<std::mutex>& lock, bool all) {
     if ((m_queue.empty() && m_span_queue.empty()) || m_run_id == 0 || m_disk_full) return;
     std::vector<config::StepRecord> batch;
     std::vector<config::Span> spans;
-    batch.swap(m_queue);
+    // A device that records no steps (or falls far behind) must not hold the others back: past
+    // 4,096 queued records everything is written.
+    if (all || m_queue.size() >= 4096) {
+        batch.swap(m_queue);
+    } else {
+        // The newest step every device has reached; records past it wait for the next write.
+        int64_t whole = 0;
+        if (m_latest.size() >= m_device_count && !m_latest.empty()) {
+            whole = m_latest.begin()->second;
+            for (const auto& [device, step] : m_latest) whole = std::min(whole, step);
+        }
+        std::vector<config::StepRecord> later;
+        for (auto& r : m_queue) (r.step <= whole ? batch : later).push_back(std::move(r));
+        m_queue.swap(later);
+    }
     spans.swap(m_span_queue);
+    if (batch.empty() && spans.empty()) return;
     lock.unlock();  // training goes on queueing while the transaction is written
     write([&] {
         m_store.add_records(m_run_id, batch);

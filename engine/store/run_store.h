@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -183,6 +184,8 @@ public:
     void on_eval(const config::EvalResult& r) override;
     void on_finish(const config::RunSummary& s) override;
     int64_t run_id() const { return m_run_id; }
+    // Writes the whole steps queued now, as the writer thread does every 200 ms.
+    void flush();
     // Before on_start: record into the existing run `run_id` instead of a new one, reopened
     // (RunStore::reopen_run) after the step `after_step` returns when the run starts.
     void resume(int64_t run_id, std::function<int64_t()> after_step) {
@@ -201,7 +204,9 @@ public:
 
 private:
     void writer_loop();
-    void flush_queue(std::unique_lock<std::mutex>& lock);
+    // Writes what is queued: only whole steps (every device's record in) unless `all`, so that a
+    // process killed between two writes leaves each step whole or absent.
+    void flush_queue(std::unique_lock<std::mutex>& lock, bool all = false);
     // Runs one write of the store; false (and the failure noted) when it threw StoreError.
     // Nothing is written once the disk was found full, but the run's end.
     template <class F>
@@ -210,6 +215,8 @@ private:
     RunStore& m_store;
     nlohmann::json m_config;
     int64_t m_run_id = 0;
+    size_t m_device_count = 0;                   // from on_start
+    std::map<std::string, int64_t> m_latest;     // per device: the newest step queued
     int64_t m_resume_id = 0;
     std::function<int64_t()> m_resume_after;
     std::mutex m_mutex;

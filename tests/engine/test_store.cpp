@@ -50,6 +50,45 @@ config::StepRecord record(int64_t step, double loss) {
     return r;
 }
 
+// The recorder writes a step only once every device's record of it is in: a process killed
+// between two writes leaves each step whole or absent (a resumed run then finds whole steps).
+TEST(RunStore, RecorderWritesWholeStepsOnly) {
+    TempDir dir;
+    store::RunStore db((dir.path / "runs.db").string());
+    store::RunRecorder rec(db, nlohmann::json{{"paralab", 1}});
+    config::Experiment e = experiment("whole");
+    e.devices = {"cpu:0", "cpu:1"};
+    rec.on_start(e, 10);
+    const auto on = [&](const char* device, int64_t step) {
+        config::StepRecord r = record(step, 1.0);
+        r.device = device;
+        rec.on_step(r);
+    };
+    const auto steps_of = [&](const std::string& device) {
+        for (const auto& d : db.device_stats(rec.run_id()))
+            if (d.device == device) return d.steps;
+        return int64_t{0};
+    };
+    on("cpu:0", 1);
+    on("cpu:0", 2);
+    rec.flush();  // cpu:1 has not reported step 1: nothing is whole
+    EXPECT_EQ(steps_of("cpu:0"), 0);
+    on("cpu:1", 1);
+    rec.flush();  // step 1 is whole, step 2 is not
+    EXPECT_EQ(steps_of("cpu:0"), 1);
+    EXPECT_EQ(steps_of("cpu:1"), 1);
+    on("cpu:1", 2);
+    rec.flush();
+    EXPECT_EQ(steps_of("cpu:0"), 2);
+    EXPECT_EQ(steps_of("cpu:1"), 2);
+    on("cpu:0", 3);  // the run's end writes whatever is queued
+    config::RunSummary summary;
+    summary.status = "stopped";
+    summary.steps = 3;
+    rec.on_finish(summary);
+    EXPECT_EQ(steps_of("cpu:0"), 3);
+}
+
 TEST(RunStore, RecordsARunAndExportsCsv) {
     TempDir dir;
     store::RunStore db((dir.path / "sub" / "runs.db").string());  // creates the folder
