@@ -1,8 +1,11 @@
 #include "bench/strategy_bench.h"
 
+#include "bench/model_bench.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "engine/data/dataset.h"
@@ -42,6 +45,14 @@ json blobs_data(int64_t train, int64_t features) {
 class TimingObserver final : public run::RunObserver {
 public:
     void on_step(const config::StepRecord& r) override { m_records[r.device].push_back(r); }
+    void on_span(const config::Span& s) override {
+        if (s.bytes > 0) m_span_bytes[{s.device, s.step}] += s.bytes;
+    }
+    // Bytes the communication phases of `device` moved in `step`.
+    int64_t span_bytes(const std::string& device, int64_t step) const {
+        const auto it = m_span_bytes.find({device, step});
+        return it == m_span_bytes.end() ? 0 : it->second;
+    }
     void on_step_end(const config::StepRecord& r) override {
         m_end_s.push_back(r.wall_s);
         m_samples.push_back(r.samples);
@@ -57,6 +68,7 @@ public:
 
 private:
     std::map<std::string, std::vector<config::StepRecord>> m_records;  // per device, in step order
+    std::map<std::pair<std::string, int64_t>, int64_t> m_span_bytes;  // (device, step) -> bytes
     std::vector<double> m_end_s;
     std::vector<int64_t> m_samples;
     double m_loss = 0;
@@ -194,6 +206,7 @@ StrategyTiming time_experiment(const config::Experiment& e, int64_t warmup_steps
     t.status = s.status;
     t.error = s.error;
     t.final_loss = obs.loss();
+    for (const auto& [device, bytes] : s.peak_memory_bytes) t.peak_memory_bytes = std::max(t.peak_memory_bytes, bytes);
     const int64_t n = obs.steps();
     t.steps = n;
     // A run shorter than the warm-up (a failure) keeps its one last step, not none.
@@ -210,6 +223,8 @@ StrategyTiming time_experiment(const config::Experiment& e, int64_t warmup_steps
     const double timed_s = obs.end_s(n) - obs.end_s(first - 1);
     t.samples_per_s = timed_s > 0 ? static_cast<double>(samples) / timed_s : 0;
 
+    double bytes = 0;  // over the devices' timed steps
+    int64_t device_steps = 0;
     for (const auto& device : e.devices) {
         const auto it = obs.records().find(device);
         if (it == obs.records().end()) continue;
@@ -219,6 +234,7 @@ StrategyTiming time_experiment(const config::Experiment& e, int64_t warmup_steps
         int64_t count = 0;
         for (const config::StepRecord& r : it->second) {
             if (r.step < first || r.step > n) continue;
+            bytes += obs.span_bytes(device, r.step);
             d.compute_ms += r.compute_ms;
             d.comm_ms += r.comm_ms;
             d.idle_ms += r.idle_ms;
@@ -227,6 +243,7 @@ StrategyTiming time_experiment(const config::Experiment& e, int64_t warmup_steps
             ++count;
         }
         if (count == 0) continue;
+        device_steps += count;
         d.idle_fraction = wall_sum_ms > 0 ? d.idle_ms / wall_sum_ms : 0;
         d.compute_ms /= static_cast<double>(count);
         d.comm_ms /= static_cast<double>(count);
@@ -234,6 +251,7 @@ StrategyTiming time_experiment(const config::Experiment& e, int64_t warmup_steps
         d.data_wait_ms /= static_cast<double>(count);
         t.per_device.push_back(d);
     }
+    t.comm_bytes_per_step = device_steps > 0 ? bytes / static_cast<double>(device_steps) : 0;
     if (!t.per_device.empty()) {
         const double m = static_cast<double>(t.per_device.size());
         for (const auto& d : t.per_device) {
@@ -371,19 +389,71 @@ std::vector<PipelineIdleRow> bench_pipeline_idle(const BenchData& data, const St
     return rows;
 }
 
+namespace {
+
+// The char-GPT example on `corpus`, capped at `steps`, on cpu:0..devices-1.
+json gpt_char_experiment(const std::string& corpus, int devices, const json& strategy, int64_t steps,
+                         const std::string& recompute) {
+    json e = model_bench_experiment("gpt-char", corpus, steps, "cpu");
+    e["name"] = "bench-gpt-char";
+    e["devices"] = device_list(devices);
+    e["strategy"] = strategy;
+    e["train"]["recompute"] = recompute;
+    return e;
+}
+
+std::vector<BenchCase> transformer_cases(const std::string& corpus, const StrategySuiteOptions& o) {
+    struct Case {
+        std::string label;
+        int devices;
+        json strategy;
+        std::string recompute = "none";
+    };
+    std::vector<Case> cases{{"single", 1, {{"type", "single"}}},
+                            {"tensor_parallel", 4, {{"type", "tensor_parallel"}}}};
+    if (o.transformer_all) {
+        cases = {{"single", 1, {{"type", "single"}}},
+                 {"single, recompute full", 1, {{"type", "single"}}, "full"},
+                 {"single, recompute selective", 1, {{"type", "single"}}, "selective"},
+                 {"ddp", 4, {{"type", "ddp"}}},
+                 {"zero stage 3", 4, {{"type", "zero"}, {"stage", 3}}},
+                 {"tensor_parallel", 4, {{"type", "tensor_parallel"}}},
+                 {"hybrid dp2 tp2", 4, {{"type", "hybrid"}, {"dp", 2}, {"tp", 2}}},
+                 {"hybrid dp2 tp2 zero 1", 4, {{"type", "hybrid"}, {"dp", 2}, {"tp", 2}, {"zero", 1}}},
+                 {"hybrid tp2 pp2 1f1b m=2", 4,
+                  {{"type", "hybrid"}, {"tp", 2}, {"pp", 2}, {"micro_batches", 2}, {"schedule", "1f1b"}}},
+                 {"hybrid dp2 pp2 zero 1 m=2", 4,
+                  {{"type", "hybrid"}, {"dp", 2}, {"pp", 2}, {"zero", 1}, {"micro_batches", 2}}}};
+    }
+    std::vector<BenchCase> out;
+    for (const Case& c : cases)
+        out.push_back({gpt_char_experiment(corpus, c.devices, c.strategy, o.transformer_steps, c.recompute), c.label,
+                       "gpt-char", o.transformer_warmup_steps});
+    return out;
+}
+
+}  // namespace
+
 StrategySuite bench_strategy_suite(const BenchData& data, const StrategySuiteOptions& o, const Progress& progress) {
     StrategySuite suite;
     const auto strategies = strategy_cases(data, o);
     const auto ddp = ddp_cases(data, o);
     const auto pipeline = pipeline_cases(data, o, suite.pipeline);
+    // The char-GPT's corpus: random bytes, as the models table's (a file of this process).
+    std::optional<RandomBytesFile> corpus;
+    if (o.transformer) corpus.emplace(int64_t{1} << 20);
+    const auto transformer = corpus ? transformer_cases(corpus->path(), o) : std::vector<BenchCase>{};
     std::vector<BenchCase> all = strategies;
     all.insert(all.end(), ddp.begin(), ddp.end());
     all.insert(all.end(), pipeline.begin(), pipeline.end());
+    all.insert(all.end(), transformer.begin(), transformer.end());
     std::vector<StrategyTiming> timings = run_rounds(all, o.rounds, progress);
     const auto at = [&](size_t i) { return timings.begin() + static_cast<long>(i); };
+    const size_t pipeline_end = strategies.size() + ddp.size() + pipeline.size();
     suite.strategies.assign(at(0), at(strategies.size()));
     suite.ddp.assign(at(strategies.size()), at(strategies.size() + ddp.size()));
-    fill_pipeline_rows(suite.pipeline, std::vector<StrategyTiming>(at(strategies.size() + ddp.size()), timings.end()));
+    fill_pipeline_rows(suite.pipeline, std::vector<StrategyTiming>(at(strategies.size() + ddp.size()), at(pipeline_end)));
+    suite.transformer.assign(at(pipeline_end), timings.end());
     return suite;
 }
 
@@ -397,7 +467,9 @@ json to_json(const StrategyTiming& t) {
            {"oversubscribed", t.oversubscribed}, {"steps", t.steps}, {"warmup_steps", t.warmup_steps},
            {"status", t.status}, {"ms_per_step", t.ms_per_step}, {"compute_ms", t.compute_ms},
            {"comm_ms", t.comm_ms}, {"idle_ms", t.idle_ms}, {"data_wait_ms", t.data_wait_ms},
-           {"samples_per_s", t.samples_per_s}, {"final_loss", t.final_loss}, {"per_device", per_device},
+           {"samples_per_s", t.samples_per_s}, {"final_loss", t.final_loss},
+           {"peak_memory_bytes", t.peak_memory_bytes}, {"comm_bytes_per_step", t.comm_bytes_per_step},
+           {"per_device", per_device},
            {"ms_per_step_rounds", t.ms_per_step_rounds}};
     if (!t.error.empty()) j["error"] = t.error;
     return j;

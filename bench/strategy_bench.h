@@ -65,6 +65,8 @@ struct StrategyTiming {
     double compute_ms = 0, comm_ms = 0, idle_ms = 0, data_wait_ms = 0;
     double samples_per_s = 0;
     double final_loss = 0;
+    int64_t peak_memory_bytes = 0;    // the busiest device's peak (the run summary's)
+    double comm_bytes_per_step = 0;   // bytes its communication phases moved, per device and timed step
     std::vector<DeviceTiming> per_device;
     std::vector<double> ms_per_step_rounds;  // every round's median; the row is the fastest round
 };
@@ -90,6 +92,11 @@ struct StrategySuiteOptions {
     std::vector<int64_t> micro_batches{1, 2, 4, 8};
     std::vector<std::string> pipeline_schedules{"gpipe", "1f1b"};
     bool uniform_pipeline = true;  // the idle-fraction table also on the balanced model
+    // The transformer table: the char-GPT on 4 devices with every strategy that splits it.
+    bool transformer = true;
+    int64_t transformer_steps = 30;
+    int64_t transformer_warmup_steps = 5;
+    bool transformer_all = true;  // false: only single and tensor_parallel (the smoke run)
 };
 
 // One row per strategy of docs/strategies.md on the Fashion-MNIST MLP: single on 1 device, every
@@ -124,7 +131,10 @@ std::vector<PipelineIdleRow> bench_pipeline_idle(const BenchData& data, const St
 // The three tables at once, their cases in one round-robin (so that a case's rounds lie a
 // whole round apart, half a minute on the default suite).
 struct StrategySuite {
-    std::vector<StrategyTiming> strategies, ddp;
+    // transformer: the char-GPT example (4 blocks, D 128, T 64, batch 12, AdamW) on random
+    // bytes: single, recompute full and selective on one device, then ddp, zero 3,
+    // tensor_parallel and the hybrid meshes dp2·tp2 (zero 0, 1), tp2·pp2 and dp2·pp2 on 4.
+    std::vector<StrategyTiming> strategies, ddp, transformer;
     std::vector<PipelineIdleRow> pipeline;
 };
 StrategySuite bench_strategy_suite(const BenchData& data, const StrategySuiteOptions& o,

@@ -142,6 +142,9 @@ Plan make_plan(const BenchArgs& a) {
         p.suite.micro_batches = {2};
         p.suite.pipeline_schedules = {"gpipe"};
         p.suite.uniform_pipeline = false;
+        p.suite.transformer_steps = 4;
+        p.suite.transformer_warmup_steps = 1;
+        p.suite.transformer_all = false;
     } else if (a.quick) {
         p.mode = "quick";
         p.all_reduce_mib = {1, 16, 64};
@@ -154,6 +157,8 @@ Plan make_plan(const BenchArgs& a) {
         p.suite.pipeline_warmup_steps = 2;
         p.suite.micro_batches = {1, 4};
         p.suite.pipeline_schedules = {"gpipe"};
+        p.suite.transformer_steps = 12;
+        p.suite.transformer_warmup_steps = 2;
     } else {
         p.mode = "full";
         p.all_reduce_mib = {1, 4, 16, 64, 256};
@@ -343,6 +348,9 @@ int run_suite(const BenchArgs& a) {
         out["strategies"] = s;
         out["ddp"] = d;
         out["pipeline_idle"] = pi;
+        json tr = json::array();
+        for (const auto& t : suite.transformer) tr.push_back(bench::to_json(t));
+        out["transformer"] = tr;
         json mj = json::array();
         for (const auto& r : models) mj.push_back(bench::to_json(r));
         out["models"] = mj;
@@ -419,6 +427,29 @@ int run_suite(const BenchArgs& a) {
                 ok ? per_stage : r.error});
     }
     pt.print();
+    if (!suite.transformer.empty()) {
+        const int64_t gpt_timed = plan.suite.transformer_steps - plan.suite.transformer_warmup_steps;
+        std::printf("\nTransformer strategies: the char-GPT example (4 blocks D 128, T 64, batch 12, AdamW) on "
+                    "random bytes, %lld steps (%lld timed);\ncompute/comm/idle: ms per step, mean over "
+                    "devices; moved: bytes the communication phases moved per device and step;\npeak: the "
+                    "busiest device's peak memory; vs single = samples/s over single's\n\n",
+                    static_cast<long long>(plan.suite.transformer_steps), static_cast<long long>(gpt_timed));
+        const double gpt_single = suite.transformer.front().samples_per_s;
+        TextTable tt({"strategy", "devices", "ms/step", "compute ms", "comm ms", "idle ms", "moved/step",
+                      "peak memory", "vs single", "note"},
+                     "lrrrrrrrrl");
+        for (const auto& r : suite.transformer) {
+            const bool ok = r.status == "finished";
+            tt.add({r.label, std::to_string(r.devices) + (r.oversubscribed ? "*" : ""),
+                    ok ? fmt("%.2f", r.ms_per_step) : "-", ok ? fmt("%.2f", r.compute_ms) : "-",
+                    ok ? fmt("%.2f", r.comm_ms) : "-", ok ? fmt("%.2f", r.idle_ms) : "-",
+                    ok ? fmt("%.2f MB", r.comm_bytes_per_step / 1e6) : "-",
+                    ok ? fmt("%.1f MB", static_cast<double>(r.peak_memory_bytes) / 1e6) : "-",
+                    ok && gpt_single > 0 ? fmt("%.2fx", r.samples_per_s / gpt_single) : "-",
+                    ok ? "" : r.status + ": " + r.error});
+        }
+        tt.print();
+    }
     print_models(models, model_opts.rounds, model_opts.device);
     std::printf("\n%.0f s in all\n", total_s);
     return 0;

@@ -181,10 +181,19 @@ grep -q "notes, not a database" "$tmp/notes.db" || { echo "FAIL corrupt_db: file
 # paralab bench: the smallest suite runs and prints one JSON object with every table (timings
 # are recorded in docs/benchmarks.md, never asserted).
 check bench_smoke_json 0 '"all_reduce":' -- "$paralab" bench --smoke --json
-for key in mode machine data all_reduce strategies ddp pipeline_idle; do
+for key in mode machine data all_reduce strategies ddp pipeline_idle transformer; do
     grep -q "\"$key\":" "$tmp/out" || { echo "FAIL bench_smoke_json: missing key $key"; failed=$((failed + 1)); }
 done
 [ "$(grep -c '^{' "$tmp/out")" = 1 ] || { echo "FAIL bench_smoke_json: not exactly one JSON line"; failed=$((failed + 1)); }
+# tensor_parallel's bytes on 4 devices are the textbook's: per block and step 4 all-reduces of
+# b·s·h = 12·64·128 floats, each moving 2(N−1)/N of it per device: 16 · 1.5 · 393,216 B.
+python3 - "$tmp/out" <<'PY' || { echo "FAIL bench_smoke_json: tensor_parallel bytes"; failed=$((failed + 1)); }
+import json, sys
+rows = {r["label"]: r for r in json.load(open(sys.argv[1]))["transformer"]}
+tp = rows["tensor_parallel"]
+assert tp["status"] == "finished", tp
+assert tp["comm_bytes_per_step"] == 16 * 1.5 * 12 * 64 * 128 * 4, tp["comm_bytes_per_step"]
+PY
 
 # The char-GPT: 4 blocks as one row, every parameter counted (the hand count is in
 # tests/engine/test_transformer.cpp).
