@@ -41,7 +41,7 @@ std::vector<PipeOp> device_schedule(const std::string& schedule, int device, int
 }
 
 PipeResult simulate_pipeline(const std::string& schedule, int stages, int chunks, int micro_batches,
-                             const PipeTimes& times) {
+                             const PipeTimes& times, bool record_spans) {
     const int p = stages, v = chunks, m = micro_batches, g_count = p * v;
     PARALAB_CHECK(static_cast<int>(times.forward.size()) == g_count &&
                       static_cast<int>(times.backward.size()) == g_count &&
@@ -106,6 +106,7 @@ PipeResult simulate_pipeline(const std::string& schedule, int stages, int chunks
                 std::max(result.peak_in_flight[static_cast<size_t>(d)], live);
             (op.forward ? fwd_end : bwd_end)[at(g, op.micro)] = end;
             result.makespan = std::max(result.makespan, end);
+            if (record_spans) result.spans.push_back({d, op, start, end});
             ++pos;
             --remaining;
             // Wake the neighbour that may wait for this operation.

@@ -30,15 +30,25 @@ struct PipeTimes {
     std::vector<double> transfer;
 };
 
+// One operation as simulated: when device `device` ran it (s from the step's start).
+struct PipeSpan {
+    int device = 0;
+    PipeOp op;
+    double start = 0, end = 0;
+};
+
 struct PipeResult {
     double makespan = 0;              // first forward's start to last backward's end
     std::vector<double> busy;         // per device: the sum of its operations
     std::vector<int> peak_in_flight;  // per device: most micro-batch chunks held at once
+    std::vector<PipeSpan> spans;      // every operation, in the order run (when asked for)
 };
 
 // Simulates `schedule` on `stages` devices with `chunks` chunks each and `micro_batches`
 // micro-batches. times.forward/backward have stages · chunks entries, transfer one fewer.
+// With `record_spans`, the result lists every operation's start and end (the Plan tab's
+// predicted timeline).
 PipeResult simulate_pipeline(const std::string& schedule, int stages, int chunks, int micro_batches,
-                             const PipeTimes& times);
+                             const PipeTimes& times, bool record_spans = false);
 
 }  // namespace paralab::plan

@@ -92,7 +92,7 @@ struct ChunkCost {
 // ---- one prediction --------------------------------------------------------------------------
 
 Prediction predict(const config::Experiment& e, const PlanModel& model, const Cluster& cluster,
-                   const Mesh& mesh) {
+                   const Mesh& mesh, std::vector<PipeSpan>* timeline) {
     Prediction p;
     p.mesh = mesh;
     p.devices = cluster.devices();
@@ -171,7 +171,8 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
     }
     still = times;
     std::fill(still.transfer.begin(), still.transfer.end(), 0.0);
-    const PipeResult run = simulate_pipeline(mesh.schedule, P, v, m, times);
+    PipeResult run = simulate_pipeline(mesh.schedule, P, v, m, times, timeline != nullptr);
+    if (timeline) *timeline = std::move(run.spans);
     const PipeResult bubble_only = simulate_pipeline(mesh.schedule, P, v, m, still);
 
     // Per stage device: its chunks' sums; the critical device is the busiest.

@@ -17,6 +17,7 @@
 #include "engine/plan/cluster.h"
 #include "engine/plan/collectives.h"
 #include "engine/plan/mesh.h"
+#include "engine/plan/pipeline_sim.h"
 #include "engine/plan/plan_model.h"
 
 namespace paralab::plan {
@@ -47,9 +48,11 @@ struct Prediction {
 
 // The reason `mesh` cannot run `model` with a global batch of `batch` on `devices` devices, or "".
 std::string check_mesh(const Mesh& mesh, const PlanModel& model, int64_t batch, int devices);
-// One prediction; a mesh check_mesh refuses gives a Prediction with only `skipped` set.
+// One prediction; a mesh check_mesh refuses gives a Prediction with only `skipped` set. With
+// `timeline`, also every forward and backward of the simulated pipeline (transfers included),
+// one lane per stage device.
 Prediction predict(const config::Experiment& e, const PlanModel& model, const Cluster& cluster,
-                   const Mesh& mesh);
+                   const Mesh& mesh, std::vector<PipeSpan>* timeline = nullptr);
 
 // Every combination of the sweeps' values over `base`, ranked: configurations that fit by
 // tokens/s, then those that do not (by tokens/s), then the skipped ones.

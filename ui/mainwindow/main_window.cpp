@@ -34,6 +34,7 @@
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/designer/model_designer.h"
 #include "ui/panels/experiment/experiment_panel.h"
+#include "ui/panels/plan/plan_panel.h"
 #include "ui/panels/runs/runs_panel.h"
 #include "ui/panels/timeline/timeline_panel.h"
 #include "ui/panels/training/training_panel.h"
@@ -70,6 +71,7 @@ MainWindow::MainWindow(QWidget* parent)
       m_devices(new DeviceDashboard),
       m_timeline(new TimelinePanel),
       m_runs(new RunsPanel),
+      m_planPanel(new PlanPanel),
       m_tabs(new QTabWidget),
       m_controller(new RunController(this)),
       m_cluster(new ClusterRunController(this)),
@@ -87,6 +89,8 @@ MainWindow::MainWindow(QWidget* parent)
     m_tabs->addTab(m_devices, tr("Devices"));
     m_tabs->addTab(m_timeline, tr("Timeline"));
     m_tabs->addTab(m_runs, tr("Runs"));
+    m_tabs->addTab(m_planPanel, tr("Plan"));
+    m_planPanel->setRunHereHandler([this](const config::Experiment& e) { return runPlanned(e); });
     splitter->addWidget(m_tabs);
     splitter->setStretchFactor(1, 1);
     // Wide enough for the layer stack's rows ("transformer_block ×4  4 heads, ffn 512").
@@ -319,6 +323,7 @@ void MainWindow::setExperiment(const config::Experiment& e) {
         m_panel->showUnbuildable(e, QString::fromUtf8(err.what()));
     }
     m_experiment = e;
+    m_planPanel->setExperiment(e);
     m_designer->setExperiment(e);  // its verdict (validityChanged) enables Start or not
     m_modelValid = m_designer->isValid();
     showInSetupPanels(e);
@@ -366,6 +371,24 @@ void MainWindow::startRun() {
     }
     updateActions();
     m_active->start(*m_experiment);
+}
+
+QString MainWindow::runPlanned(const config::Experiment& e) {
+    if (m_active->isRunning()) return tr("a run is going: stop it first");
+    if (m_clusterPanel && m_clusterPanel->useCluster())
+        return tr("the Devices tab runs on a cluster; Run here runs on this machine's CPU devices: choose "
+                  "this machine there");
+    // The window's experiment is replaced: its unsaved changes are asked about first, and the
+    // planned configuration belongs to no file, so that Save asks where (Save As) instead of
+    // writing it over the experiment it came from.
+    if (!maybeSave()) return tr("not run; the unsaved changes are kept");
+    setExperiment(e);
+    m_currentPath.clear();
+    setWindowModified(true);
+    startRun();
+    if (!m_active->isRunning()) return fieldError().isEmpty() ? m_status->text() : fieldError();
+    m_tabs->setCurrentWidget(m_plot);
+    return {};
 }
 
 void MainWindow::stopRun() {
@@ -445,6 +468,7 @@ void MainWindow::applyModelEdit(const config::Experiment& e) {
     // The designer's experiment is the one Start runs. The summary tab follows while the model
     // builds; a model that does not fit leaves the last good summary there.
     m_experiment = e;
+    m_planPanel->setExperiment(e);
     try {
         m_panel->showExperiment(e);
     } catch (const std::exception&) {
@@ -593,6 +617,7 @@ QString MainWindow::fieldError() const {
 
 void MainWindow::applySetupEdit(const config::Experiment& e, QWidget* from) {
     m_experiment = e;
+    m_planPanel->setExperiment(e);
     showInSetupPanels(e, from);
     m_designer->updateContext(e);  // its model and undo history stay; a new data set re-infers
     try {
@@ -610,6 +635,7 @@ void MainWindow::mergeModelEdit(const config::Experiment& e) {
     merged.input = e.input;
     merged.loss = e.loss;
     m_experiment = merged;
+    m_planPanel->setExperiment(merged);
     showInSetupPanels(merged);
     try {
         m_panel->showExperiment(merged);

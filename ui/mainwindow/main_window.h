@@ -28,6 +28,7 @@ class DevicesPanel;
 class ExperimentPanel;
 class LossPlotPanel;
 class ModelDesigner;
+class PlanPanel;
 class RunController;
 class RunSource;
 class RunsPanel;
@@ -63,6 +64,16 @@ public:
     DeviceDashboard* deviceDashboard() const { return m_devices; }
     TimelinePanel* timeline() const { return m_timeline; }
     RunsPanel* runsPanel() const { return m_runs; }
+    // The Plan tab: the planner's sweep of the current experiment; its Run here comes back
+    // through runPlanned.
+    PlanPanel* planPanel() const { return m_planPanel; }
+    // Where File ▸ Save writes (empty or an example's ":/..." path: Save asks where).
+    QString currentPath() const { return m_currentPath; }
+    // Run here: shows `e` (a scaled-down configuration of the Plan tab) as the window's
+    // experiment, unsaved and belonging to no file (Save asks where), and starts it on this
+    // machine's devices like Start; unsaved changes to the experiment it replaces are asked about
+    // first. Returns why it did not start ("" when it did).
+    QString runPlanned(const config::Experiment& e);
     // Every plot of the window, tab by tab, with its PNG/PDF and CSV exports (File ▸ Export).
     QVector<PlotExport> plotExports() const;
     // The central tabs: training, devices, timeline (others add theirs).
@@ -158,6 +169,7 @@ private:
     DeviceDashboard* m_devices;
     TimelinePanel* m_timeline;
     RunsPanel* m_runs;
+    PlanPanel* m_planPanel;
     QTabWidget* m_tabs;
     RunController* m_controller;
     ClusterRunController* m_cluster;

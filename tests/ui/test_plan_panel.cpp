@@ -1,0 +1,456 @@
+// The Plan tab: the sweep's heatmap (one cell per combination, out-of-memory and skipped cells
+// marked), a click showing the cell's memory bars, step breakdown and predicted pipeline, Run
+// here's experiment (and the run it starts through the window), errors shown in the tab, and a
+// 100-configuration sweep's time.
+#include <qcustomplot.h>
+#include <QComboBox>
+#include <QDir>
+#include <QLabel>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTabWidget>
+#include <QTemporaryDir>
+#include <QFile>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/plan/planner.h"
+#include "engine/run/experiment.h"
+#include "engine/run/json_reader.h"
+#include "ui/mainwindow/main_window.h"
+#include "ui/panels/dashboard/loss_plot_panel.h"
+#include "ui/panels/plan/plan_panel.h"
+#include "ui/panels/plan/plan_views.h"
+#include "ui/panels/runs/runs_panel.h"
+#include "ui/session/run_controller.h"
+
+using paralab::config::Experiment;
+using paralab::ui::MainWindow;
+using paralab::ui::PipelineLanes;
+using paralab::ui::PlanHeatmap;
+using paralab::ui::PlanPanel;
+
+namespace {
+
+Experiment gpt3() {
+    const std::string path =
+        std::string(PARALAB_SOURCE_DIR) + "/resources/examples/plan/gpt3-175b.plan.paralab.json";
+    return paralab::run::parse_experiment(paralab::run::read_json_file(path, "experiment file"));
+}
+
+Experiment gptChar() {
+    QFile file(QStringLiteral(":/examples/gpt-char.paralab.json"));
+    if (!file.open(QIODevice::ReadOnly)) qFatal("no gpt-char example");
+    return paralab::run::parse_experiment(nlohmann::json::parse(file.readAll().toStdString()));
+}
+
+// Plans now and waits for the result.
+bool planNow(PlanPanel& panel) {
+    QSignalSpy planned(&panel, &PlanPanel::planned);
+    panel.replan();
+    return planned.count() > 0 || planned.wait(30000);
+}
+
+// The cell of the heatmap whose configuration has these tp and pp; -1 when none.
+int cellOf(const PlanHeatmap* map, int tp, int pp) {
+    for (int i = 0; i < map->cellCount(); ++i)
+        if (map->cell(i).mesh.tp == tp && map->cell(i).mesh.pp == pp) return i;
+    return -1;
+}
+
+}  // namespace
+
+class PlanPanelTest : public QObject {
+    Q_OBJECT
+private slots:
+    void heatmapHasOneCellPerCombination() {
+        PlanPanel panel;
+        panel.setExperiment(gpt3());
+        panel.setPreset(QStringLiteral("h100-80g"));
+        // The preset sized for the experiment's mesh: dp 16 · tp 8 · pp 8 = 1,024 devices.
+        QCOMPARE(panel.nodesBox()->value(), 128);
+        QCOMPARE(panel.gpusBox()->value(), 8);
+        QCOMPARE(panel.precisionText(), QStringLiteral("Precision: bf16"));
+        QCOMPARE(panel.keyBox(0)->currentText(), QStringLiteral("tp"));
+        QCOMPARE(panel.keyBox(1)->currentText(), QStringLiteral("pp"));
+        panel.setSweep(1, QStringLiteral("pp"), QStringLiteral("1,2,4,8,16"));
+        QVERIFY(planNow(panel));
+        QCOMPARE(panel.errorText(), QString());
+        PlanHeatmap* map = panel.heatmap();
+        QCOMPARE(map->columns(), 4);
+        QCOMPARE(map->rows(), 5);
+        QCOMPARE(map->cellCount(), 20);
+        const int tps[] = {1, 2, 4, 8}, pps[] = {1, 2, 4, 8, 16};
+        int oom = 0, skipped = 0, fits = 0;
+        for (int i = 0; i < map->cellCount(); ++i) {
+            const auto& p = map->cell(i);
+            // Row by row: pp down, tp across; dp takes the rest of the 1,024 devices.
+            QCOMPARE(p.mesh.tp, tps[i % 4]);
+            QCOMPARE(p.mesh.pp, pps[i / 4]);
+            QCOMPARE(p.mesh.dp * p.mesh.tp * p.mesh.pp, 1024);
+            switch (map->mark(i)) {
+                case PlanHeatmap::Mark::oom:
+                    ++oom;
+                    QVERIFY(!p.fits);
+                    QVERIFY(map->label(i).startsWith(QStringLiteral("OOM")));
+                    break;
+                case PlanHeatmap::Mark::skipped:
+                    ++skipped;
+                    QVERIFY(!p.skipped.empty());
+                    QCOMPARE(map->label(i), QStringLiteral("skipped"));
+                    QVERIFY2(map->toolTipText(i).contains(QString::fromStdString(p.skipped)),
+                             qPrintable(map->toolTipText(i)));
+                    break;
+                case PlanHeatmap::Mark::fits:
+                    ++fits;
+                    QVERIFY(p.fits && p.skipped.empty());
+                    QVERIFY(map->label(i).contains(QStringLiteral("MFU")));
+                    break;
+            }
+        }
+        // GPT-3 175B: one device per replica cannot hold it; an interleaved schedule needs pp ≥ 2.
+        QVERIFY(oom > 0);
+        QVERIFY(skipped > 0);
+        QVERIFY(fits > 0);
+        const int single = cellOf(map, 1, 1);
+        QCOMPARE(map->mark(single), PlanHeatmap::Mark::skipped);
+        QVERIFY(map->toolTipText(single).contains(QStringLiteral("pp ≥ 2")));
+        QCOMPARE(map->mark(cellOf(map, 1, 2)) == PlanHeatmap::Mark::fits, false);
+        // The best cell that fits is selected first, and has the most throughput.
+        QVERIFY(map->best() >= 0);
+        QCOMPARE(panel.selectedCell(), map->best());
+        for (int i = 0; i < map->cellCount(); ++i)
+            if (map->mark(i) == PlanHeatmap::Mark::fits)
+                QVERIFY(map->value(i) <= map->value(map->best()));
+        // The published configuration is there, with the experiment's 96 micro-batches.
+        const int published = cellOf(map, 8, 8);
+        QCOMPARE(map->cell(published).mesh.dp, 16);
+        QCOMPARE(map->cell(published).mesh.micro_batches, 96);
+        QVERIFY(panel.statusText().contains(QStringLiteral("20 configurations")));
+    }
+
+    void clickingACellShowsItsBarsBreakdownAndPipeline() {
+        PlanPanel panel;
+        panel.resize(1200, 800);
+        panel.setExperiment(gpt3());
+        panel.setPreset(QStringLiteral("h100-80g"));
+        QVERIFY(planNow(panel));
+        PlanHeatmap* map = panel.heatmap();
+        QCOMPARE(map->cellCount(), 16);
+        panel.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&panel));
+        // Two configurations that fit, clicked one after the other.
+        std::vector<int> fitting;
+        for (int i = 0; i < map->cellCount(); ++i)
+            if (map->mark(i) == PlanHeatmap::Mark::fits) fitting.push_back(i);
+        QVERIFY(fitting.size() >= 2);
+        for (int i : {fitting[0], fitting[1]}) {
+            QTest::mouseClick(map, Qt::LeftButton, {}, map->cellRect(i).center());
+            QCOMPARE(panel.selectedCell(), i);
+            const auto& p = map->cell(i);
+            const auto b = panel.shownBreakdown();
+            QCOMPARE(b.size(), size_t{7});
+            QCOMPARE(b[0], p.breakdown.compute);
+            QCOMPARE(b[1], p.breakdown.recompute);
+            QCOMPARE(b[2], p.breakdown.tp_comm);
+            QCOMPARE(b[3], p.breakdown.pp_bubble);
+            QCOMPARE(b[4], p.breakdown.pp_comm);
+            QCOMPARE(b[5], p.breakdown.dp_comm);
+            QCOMPARE(b[6], p.breakdown.optimizer);
+            double sum = 0;
+            for (double s : b) sum += s;
+            QVERIFY(std::abs(sum - p.step_time_s) < 1e-6 * p.step_time_s);
+            const auto mem = panel.shownMemory();
+            QCOMPARE(mem.size(), paralab::plan::kMemoryKinds);
+            for (size_t c = 0; c < mem.size(); ++c) QCOMPARE(mem[c], p.memory[c]);
+            QCOMPARE(panel.shownCapacity(), p.memory_capacity);
+            QCOMPARE(panel.memoryPlot()->plottableCount(), 6);
+            QCOMPARE(panel.breakdownPlot()->plottableCount(), 7);
+            // The pipeline: every forward and backward of every stage, ending with the step's
+            // pipeline part (the step adds the exposed gradient sync and the optimizer).
+            PipelineLanes* lanes = panel.lanes();
+            const int chunks = p.mesh.schedule == "interleaved_1f1b" ? p.mesh.interleave : 1;
+            QCOMPARE(lanes->stages(), p.mesh.pp);
+            QCOMPARE(lanes->spans().size(), size_t(2) * p.mesh.pp * chunks * p.mesh.micro_batches);
+            const double pipeline = p.step_time_s - p.breakdown.dp_comm - p.breakdown.optimizer;
+            QVERIFY2(std::abs(lanes->makespan() - pipeline) < 1e-9 + 1e-6 * pipeline,
+                     qPrintable(QStringLiteral("%1 vs %2").arg(lanes->makespan()).arg(pipeline)));
+            const auto& first = lanes->spans().front();
+            QVERIFY(lanes->describeAt(lanes->spanRect(first).center())
+                        .contains(QStringLiteral("stage %1").arg(first.device)));
+            // 1,024 devices: Run here says why not.
+            QVERIFY(!panel.runHereButton()->isEnabled());
+            QVERIFY2(panel.runHereNote().contains(QStringLiteral("at most 8")),
+                     qPrintable(panel.runHereNote()));
+        }
+        // An out-of-memory cell shows its bars past the capacity.
+        int oom = -1;
+        for (int i = 0; i < map->cellCount() && oom < 0; ++i)
+            if (map->mark(i) == PlanHeatmap::Mark::oom) oom = i;
+        QVERIFY(oom >= 0);
+        QTest::mouseClick(map, Qt::LeftButton, {}, map->cellRect(oom).center());
+        double total = 0;
+        for (double m : panel.shownMemory()) total += m;
+        QVERIFY(total > panel.shownCapacity());
+        QVERIFY(panel.selectionText().contains(QStringLiteral("out of memory")));
+        // A skipped cell: its reason, no bars.
+        const int skipped = cellOf(map, 1, 1);
+        QTest::mouseClick(map, Qt::LeftButton, {}, map->cellRect(skipped).center());
+        QVERIFY(panel.shownMemory().empty());
+        QCOMPARE(panel.memoryPlot()->plottableCount(), 0);
+        QVERIFY(panel.selectionText().contains(QStringLiteral("Skipped")));
+        QVERIFY(panel.lanes()->spans().empty());
+    }
+
+    void runHereBuildsTheChosenConfiguration() {
+        const Experiment base = gptChar();
+        paralab::plan::Mesh mesh;
+        mesh.dp = 1;
+        mesh.tp = 2;
+        mesh.pp = 2;
+        mesh.zero = 1;
+        mesh.micro_batches = 4;
+        mesh.schedule = "gpipe";
+        mesh.recompute = "selective";
+        mesh.precision = "bf16";
+        const auto r = PlanPanel::runHereExperiment(base, mesh);
+        QVERIFY2(r.experiment.has_value(), qPrintable(r.why));
+        const Experiment& e = *r.experiment;
+        QCOMPARE(e.strategy.type, std::string("hybrid"));
+        using paralab::config::OptionValue;
+        QCOMPARE(std::get<int64_t>(e.strategy.options.at("dp")), int64_t{1});
+        QCOMPARE(std::get<int64_t>(e.strategy.options.at("tp")), int64_t{2});
+        QCOMPARE(std::get<int64_t>(e.strategy.options.at("pp")), int64_t{2});
+        QCOMPARE(std::get<int64_t>(e.strategy.options.at("zero")), int64_t{1});
+        QCOMPARE(std::get<int64_t>(e.strategy.options.at("micro_batches")), int64_t{4});
+        QCOMPARE(std::get<std::string>(e.strategy.options.at("schedule")), std::string("gpipe"));
+        QCOMPARE((e.devices), (std::vector<std::string>{"cpu:0", "cpu:1", "cpu:2", "cpu:3"}));
+        QCOMPARE(e.train.precision, std::string("fp32"));
+        QCOMPARE(e.train.recompute, std::string("selective"));
+        QCOMPARE(e.train.max_steps.value_or(-1), int64_t{20});
+        QCOMPARE(e.layers.size(), base.layers.size());
+        QCOMPARE(e.data.batch_size, base.data.batch_size);
+        QVERIFY(paralab::run::validate(e).empty());
+        // It round-trips through the file format (what the run store keeps).
+        QCOMPARE(paralab::run::to_json(paralab::run::parse_experiment(paralab::run::to_json(e))),
+                 paralab::run::to_json(e));
+        // More devices than this machine runs, or a mesh the model refuses: why, no experiment.
+        mesh.dp = 4;
+        auto far = PlanPanel::runHereExperiment(base, mesh);
+        QVERIFY(!far.experiment);
+        QVERIFY2(far.why.contains(QStringLiteral("16 devices")) &&
+                     far.why.contains(QStringLiteral("at most 8")),
+                 qPrintable(far.why));
+        mesh.dp = 1;
+        mesh.pp = 1;
+        mesh.tp = 8;  // 4 heads
+        auto refused = PlanPanel::runHereExperiment(base, mesh);
+        QVERIFY(!refused.experiment);
+        QVERIFY2(refused.why.contains(QStringLiteral("strategy")), qPrintable(refused.why));
+    }
+
+    void runHereStartsTheRunInTheWindow() {
+        MainWindow w;
+        // The user's own file: Run here must not make Save write the planned configuration over it.
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        const QString mine = dir.filePath(QStringLiteral("mine.paralab.json"));
+        QVERIFY(QFile::copy(QStringLiteral(":/examples/gpt-char.paralab.json"), mine));
+        QFile::setPermissions(mine, QFileDevice::ReadOwner | QFileDevice::WriteOwner);
+        QCOMPARE(w.openExperiment(mine, false), QString());
+        QCOMPARE(w.currentPath(), mine);
+        PlanPanel* panel = w.planPanel();
+        QCOMPARE(w.viewTabs()->tabText(w.viewTabs()->indexOf(panel)), QStringLiteral("Plan"));
+        QCOMPARE(w.viewTabs()->indexOf(panel), w.viewTabs()->indexOf(w.runsPanel()) + 1);
+        panel->setPreset(QStringLiteral("local"));
+        panel->nodesBox()->setValue(1);
+        panel->gpusBox()->setValue(4);
+        panel->setSweep(0, QStringLiteral("tp"), QStringLiteral("1,2,4"));
+        panel->setSweep(1, QStringLiteral("pp"), QStringLiteral("1,2"));
+        QVERIFY(planNow(*panel));
+        QCOMPARE(panel->errorText(), QString());
+        PlanHeatmap* map = panel->heatmap();
+        QCOMPARE(map->cellCount(), 6);
+        const int cell = cellOf(map, 2, 2);  // dp 1 · tp 2 · pp 2 on cpu:0..3
+        QVERIFY(cell >= 0);
+        QCOMPARE(map->mark(cell) == PlanHeatmap::Mark::skipped, false);
+        panel->selectCell(cell);
+        QVERIFY2(panel->runHereButton()->isEnabled(), qPrintable(panel->runHereNote()));
+        QSignalSpy finished(w.controller(), &paralab::ui::RunController::finished);
+        QTest::mouseClick(panel->runHereButton(), Qt::LeftButton);
+        QVERIFY2(w.controller()->isRunning(), qPrintable(panel->runHereNote()));
+        QVERIFY(panel->runHereNote().startsWith(QStringLiteral("Started")));
+        // The window now shows and runs the planned configuration.
+        const Experiment& e = *w.experiment();
+        QCOMPARE(e.strategy.type, std::string("hybrid"));
+        QCOMPARE(e.devices.size(), size_t{4});
+        QCOMPARE(std::get<int64_t>(e.strategy.options.at("tp")), int64_t{2});
+        QCOMPARE(std::get<int64_t>(e.strategy.options.at("pp")), int64_t{2});
+        QVERIFY(w.isWindowModified());
+        QCOMPARE(w.currentPath(), QString());  // Save asks where
+        QCOMPARE(w.viewTabs()->currentWidget(), static_cast<QWidget*>(w.plot()));
+        // A second Run here while it runs is refused, saying why.
+        QCOMPARE(w.runPlanned(e), QStringLiteral("a run is going: stop it first"));
+        w.stopRun();
+        QTRY_VERIFY_WITH_TIMEOUT(finished.count() > 0, 120000);
+    }
+
+    void errorsAreShownInTheTab() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        PlanPanel panel;
+        panel.setExperiment(gpt3());
+        QVERIFY(planNow(panel));
+        QVERIFY(panel.heatmap()->cellCount() > 0);
+        // A cluster file with a bad value: the message names the file and the value.
+        const QString bad = dir.filePath(QStringLiteral("bad-cluster.json"));
+        QFile f(bad);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(R"({"name": "mine", "nodes": 2, "gpus_per_node": "eight"})");
+        f.close();
+        const QString message = panel.loadClusterFile(bad);
+        QVERIFY(!message.isEmpty());
+        QCOMPARE(panel.errorText(), message);
+        QVERIFY2(message.contains(QStringLiteral("bad-cluster.json")), qPrintable(message));
+        QVERIFY2(message.contains(QStringLiteral("gpus_per_node")), qPrintable(message));
+        QCOMPARE(panel.heatmap()->cellCount(), 0);
+        QCOMPARE(panel.clusterBox()->currentText(),
+                 QStringLiteral("a100-80g"));  // the preset stays
+        // Not JSON at all.
+        const QString notJson = dir.filePath(QStringLiteral("not-json.json"));
+        QFile g(notJson);
+        QVERIFY(g.open(QIODevice::WriteOnly));
+        g.write("{ nodes: ");
+        g.close();
+        QVERIFY(panel.loadClusterFile(notJson).contains(QStringLiteral("not-json.json")));
+        // A good plan again clears the error.
+        QVERIFY(planNow(panel));
+        QCOMPARE(panel.errorText(), QString());
+        // A sweep value the key does not take.
+        panel.setSweep(0, QStringLiteral("tp"), QStringLiteral("1,0"));
+        QVERIFY(planNow(panel));
+        QVERIFY2(panel.errorText().contains(QStringLiteral("tp=0")), qPrintable(panel.errorText()));
+        panel.setSweep(0, QStringLiteral("pp"), QStringLiteral("1,2"));
+        QVERIFY(planNow(panel));
+        QVERIFY(panel.errorText().contains(QStringLiteral("different keys")));
+        // A strategy the planner does not model.
+        panel.setSweep(0, QStringLiteral("tp"), QStringLiteral("1,2"));
+        Experiment hogwild = gptChar();
+        hogwild.strategy.type = "hogwild";
+        hogwild.strategy.options.clear();
+        panel.setExperiment(hogwild);
+        QVERIFY(planNow(panel));
+        QVERIFY2(panel.errorText().contains(QStringLiteral("hogwild")),
+                 qPrintable(panel.errorText()));
+        QCOMPARE(panel.heatmap()->cellCount(), 0);
+    }
+
+    void aNewPlanWhilePlanningWinsAndClosingWaits() {
+        PlanPanel panel;
+        panel.setExperiment(gpt3());
+        panel.setPreset(QStringLiteral("h100-80g"));
+        panel.setSweep(0, QStringLiteral("tp"), QStringLiteral("1,2"));
+        panel.replan();
+        QVERIFY(panel.isPlanning());
+        panel.setSweep(0, QStringLiteral("tp"), QStringLiteral("1,2,4,8"));
+        panel.setSweep(1, QStringLiteral("pp"), QStringLiteral("2,4,8"));
+        panel.replan();  // queued behind the first, which stops early and shows nothing
+        QTRY_COMPARE_WITH_TIMEOUT(panel.heatmap()->cellCount(), 12, 30000);
+        QTRY_VERIFY_WITH_TIMEOUT(!panel.isPlanning(), 30000);
+        QCOMPARE(panel.heatmap()->cellCount(), 12);
+        // A panel closed while it plans waits for its worker, which stops at the next cell.
+        auto* closing = new PlanPanel;
+        closing->setExperiment(gpt3());
+        closing->replan();
+        QVERIFY(closing->isPlanning());
+        delete closing;
+    }
+
+    void aPipelineTooLongToDrawSaysSo() {
+        // 100,000 micro-batches on 2 stages: predicted, but 400,000 spans are not drawn.
+        Experiment e = gptChar();
+        e.data.batch_size = 100000;
+        PlanPanel panel;
+        panel.setExperiment(e);
+        panel.setPreset(QStringLiteral("local"));
+        panel.nodesBox()->setValue(1);
+        panel.gpusBox()->setValue(2);
+        panel.setSweep(0, QStringLiteral("micro_batches"), QStringLiteral("4,100000"));
+        panel.setSweep(1, QStringLiteral("pp"), QStringLiteral("2"));
+        QVERIFY(planNow(panel));
+        QCOMPARE(panel.errorText(), QString());
+        PlanHeatmap* map = panel.heatmap();
+        QCOMPARE(map->cellCount(), 2);
+        QCOMPARE(map->cell(1).mesh.micro_batches, 100000);
+        QVERIFY(map->cell(1).skipped.empty());
+        panel.selectCell(0);
+        QCOMPARE(panel.lanes()->spans().size(), size_t{2 * 2 * 4});
+        panel.selectCell(1);
+        QVERIFY(panel.lanes()->spans().empty());
+        QCOMPARE(panel.shownBreakdown().size(), size_t{7});  // the rest is shown
+    }
+
+    void hundredConfigurationsTakeAFewSeconds() {
+        // GPT-3 175B with 1F1B on 120 × 8 = 960 H100s, tp 8: every pp below divides the 120
+        // replicas' devices, so that most configurations are predicted, not skipped.
+        Experiment e = gpt3();
+        e.strategy.options["schedule"] = std::string("1f1b");
+        e.strategy.options["interleave"] = int64_t{1};
+        PlanPanel panel;
+        panel.setExperiment(e);
+        panel.setPreset(QStringLiteral("h100-80g"));
+        panel.nodesBox()->setValue(120);
+        panel.setSweep(0, QStringLiteral("micro_batches"),
+                       QStringLiteral("1,2,4,6,8,12,16,24,32,48"));
+        panel.setSweep(1, QStringLiteral("pp"), QStringLiteral("1,2,3,4,5,6,8,10,12,15"));
+        QSignalSpy planned(&panel, &PlanPanel::planned);
+        panel.replan();
+        QVERIFY(panel.isPlanning());  // on the worker: the GUI thread goes on
+        QVERIFY(planned.wait(30000));
+        QCOMPARE(panel.heatmap()->cellCount(), 100);
+        int predicted = 0;
+        for (int i = 0; i < 100; ++i)
+            predicted += panel.heatmap()->mark(i) != PlanHeatmap::Mark::skipped;
+        QVERIFY2(predicted >= 50, qPrintable(panel.statusText()));
+        qInfo("100 configurations of GPT-3 175B on 960 H100s: %.3f s (%s)",
+              panel.lastSweepSeconds(),
+              qPrintable(panel.statusText()
+                             .section(QStringLiteral(": "), 2, 2)
+                             .section(QStringLiteral(" · "), 0, 0)));
+        QVERIFY2(panel.lastSweepSeconds() < 5,
+                 qPrintable(QString::number(panel.lastSweepSeconds())));
+    }
+
+    // docs/screenshot-plan.png: the GPT-3 175B example on 128 × 8 H100s, tp × pp, a cell
+    // selected, at 1600 x 1000. Run under a display (xvfb-run -a -s "-screen 0 1600x1000x24"
+    // ui_plan_panel_test screenshot -platform xcb) with PARALAB_SCREENSHOT_DIR set.
+    void screenshot() {
+        const QString dir = qEnvironmentVariable("PARALAB_SCREENSHOT_DIR");
+        if (dir.isEmpty()) QSKIP("set PARALAB_SCREENSHOT_DIR to take the Plan tab's screenshot");
+        MainWindow w;
+        const QString path = QStringLiteral(PARALAB_SOURCE_DIR
+                                            "/resources/examples/plan/gpt3-175b.plan.paralab.json");
+        QCOMPARE(w.openExperiment(path, false), QString());
+        w.resize(1600, 1000);
+        w.move(0, 0);
+        w.viewTabs()->setCurrentWidget(w.planPanel());
+        // The model's side narrower, as a user makes room for the sweep.
+        if (auto* splitter = qobject_cast<QSplitter*>(w.centralWidget()))
+            splitter->setSizes({430, 1170});
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        PlanPanel* panel = w.planPanel();
+        panel->setPreset(QStringLiteral("h100-80g"));
+        QCOMPARE(panel->nodesBox()->value() * panel->gpusBox()->value(), 1024);
+        QVERIFY(planNow(*panel));
+        panel->selectCell(cellOf(panel->heatmap(), 8, 8));
+        for (int i = 0; i < 4; ++i) QCoreApplication::processEvents();
+        QVERIFY(w.grab().save(QDir(dir).filePath(QStringLiteral("screenshot-plan.png"))));
+    }
+};
+
+QTEST_MAIN(PlanPanelTest)
+#include "test_plan_panel.moc"

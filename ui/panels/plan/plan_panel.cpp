@@ -1,0 +1,838 @@
+#include "ui/panels/plan/plan_panel.h"
+
+#include <qcustomplot.h>
+#include <QComboBox>
+#include <QElapsedTimer>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QLocale>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QThread>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/plan/cluster.h"
+#include "engine/plan/mesh.h"
+#include "engine/run/experiment.h"
+#include "engine/util/error.h"
+#include "ui/panels/common/form_widgets.h"
+#include "ui/panels/common/palette.h"
+#include "ui/panels/common/plot_style.h"
+#include "ui/panels/plan/plan_views.h"
+
+namespace paralab::ui {
+
+namespace {
+
+const char* const kFileItem = "File…";
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+// The predicted timeline draws at most this many operations (each a few pixels at best).
+constexpr int64_t kMostDrawnOperations = 200000;
+
+QStringList splitValues(const QString& text) {
+    QStringList out;
+    for (const QString& v : text.split(QLatin1Char(','))) out << v.trimmed();
+    return out;
+}
+
+QString seconds(double s) {
+    if (s == 0) return QStringLiteral("0");
+    if (s < 1e-3) return QStringLiteral("%1 µs").arg(s * 1e6, 0, 'f', 1);
+    if (s >= 1) return QStringLiteral("%1 s").arg(s, 0, 'f', s >= 100 ? 0 : 2);
+    return QStringLiteral("%1 ms").arg(s * 1e3, 0, 'f', s >= 0.1 ? 0 : 1);
+}
+
+plan::PlanFile planFileOf(const config::Experiment& e) {
+    return plan::plan_file_from_json(run::to_json(e), "the experiment");
+}
+
+}  // namespace
+
+struct PlanPanel::Result {
+    quint64 generation = 0;
+    QString error;
+    config::Experiment experiment;  // the window's
+    config::Experiment planned;     // as the planner reads it (plan::PlanFile)
+    plan::PlanModel model;
+    plan::Cluster cluster;
+    QString xKey, yKey;
+    QStringList xs, ys;
+    std::vector<plan::Prediction> cells;
+    QString metric = QStringLiteral("tokens/s");
+    bool dpFilled = false;  // dp = devices ÷ (tp·pp)
+    bool keepRows = false;  // micro_batches = batch ÷ (dp × rows)
+    int64_t rows = 1;       // the base mesh's rows per micro-batch
+    double seconds = 0;
+};
+
+PlanPanel::PlanPanel(QWidget* parent)
+    : QWidget(parent),
+      m_clusterBox(new QComboBox),
+      m_nodes(new QSpinBox),
+      m_gpus(new QSpinBox),
+      m_precision(new QLabel),
+      m_keys{new QComboBox, new QComboBox},
+      m_values{new QLineEdit, new QLineEdit},
+      m_status(new QLabel),
+      m_error(new QLabel),
+      m_heatmap(new PlanHeatmap),
+      m_selection(new QLabel),
+      m_memoryPlot(new QCustomPlot),
+      m_breakdownPlot(new QCustomPlot),
+      m_lanes(new PipelineLanes),
+      m_runHere(new QPushButton(tr("Run here"))),
+      m_runNote(new QLabel),
+      m_debounce(new QTimer(this)) {
+    // ---- the inputs: the cluster, then the two sweeps ----
+    for (const auto& name : plan::preset_names())
+        m_clusterBox->addItem(QString::fromStdString(name));
+    m_clusterBox->addItem(tr(kFileItem));
+    m_clusterBox->setObjectName(QStringLiteral("clusterBox"));
+    m_clusterBox->setToolTip(
+        tr("A preset (the vendors' published figures; local: this machine's "
+           "virtual CPU devices) or a cluster file (docs/planner.md, \"Clusters\")"));
+    m_nodes->setRange(1, 100000);
+    connect(m_nodes, &QSpinBox::valueChanged, m_nodes,
+            [this](int n) { m_nodes->setSuffix(n == 1 ? tr(" node") : tr(" nodes")); });
+    m_nodes->setObjectName(QStringLiteral("nodesBox"));
+    m_gpus->setRange(1, 4096);
+    m_gpus->setSuffix(tr(" GPUs per node"));
+    m_gpus->setObjectName(QStringLiteral("gpusPerNodeBox"));
+    m_precision->setObjectName(QStringLiteral("precisionLabel"));
+    m_precision->setToolTip(tr("train.precision of the experiment (its Settings tab)"));
+    auto* inputs = new QGridLayout;
+    inputs->setContentsMargins(6, 4, 6, 0);
+    inputs->setHorizontalSpacing(6);
+    auto* row1 = new QHBoxLayout;
+    row1->addWidget(new QLabel(tr("Cluster:")));
+    row1->addWidget(m_clusterBox);
+    row1->addSpacing(8);
+    row1->addWidget(m_nodes);
+    row1->addWidget(new QLabel(tr("×")));
+    row1->addWidget(m_gpus);
+    row1->addStretch(1);
+    auto* row2 = new QHBoxLayout;
+    const QStringList defaults{QStringLiteral("1,2,4,8"), QStringLiteral("1,2,4,8")};
+    const QStringList defaultKeys{QStringLiteral("tp"), QStringLiteral("pp")};
+    for (int axis = 0; axis < 2; ++axis) {
+        for (const auto& key : plan::sweep_keys())
+            m_keys[axis]->addItem(QString::fromStdString(key));
+        m_keys[axis]->setCurrentText(defaultKeys[axis]);
+        m_keys[axis]->setObjectName(axis == 0 ? QStringLiteral("sweepKeyX")
+                                              : QStringLiteral("sweepKeyY"));
+        m_values[axis]->setText(defaults[axis]);
+        m_values[axis]->setObjectName(axis == 0 ? QStringLiteral("sweepValuesX")
+                                                : QStringLiteral("sweepValuesY"));
+        m_values[axis]->setPlaceholderText(tr("values, comma separated"));
+        m_values[axis]->setMinimumWidth(70);
+        m_keys[axis]->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+        m_keys[axis]->setMinimumContentsLength(8);
+        row2->addWidget(new QLabel(axis == 0 ? tr("Sweep") : tr("×")));
+        row2->addWidget(m_keys[axis]);
+        row2->addWidget(m_values[axis], 1);
+        connect(m_keys[axis], &QComboBox::currentIndexChanged, this, &PlanPanel::schedule);
+        connect(m_values[axis], &QLineEdit::editingFinished, this, &PlanPanel::schedule);
+    }
+    inputs->addLayout(row1, 0, 0);
+    inputs->addLayout(row2, 1, 0);
+    m_status->setObjectName(QStringLiteral("planStatus"));
+    m_status->setWordWrap(true);
+    m_status->setStyleSheet(QStringLiteral("color: #555555"));
+    m_error->setObjectName(QStringLiteral("planError"));
+    m_error->setWordWrap(true);
+    m_error->setStyleSheet(QStringLiteral("color: #b00020"));
+    m_error->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_error->hide();
+    auto* row3 = new QHBoxLayout;
+    row3->addWidget(m_precision, 0, Qt::AlignTop);
+    row3->addSpacing(8);
+    row3->addWidget(m_status, 1);
+    inputs->addLayout(row3, 2, 0);
+    inputs->addWidget(m_error, 3, 0);
+
+    // ---- the selected configuration: memory, breakdown, Run here ----
+    m_heatmap->setObjectName(QStringLiteral("planHeatmap"));
+    m_selection->setObjectName(QStringLiteral("planSelection"));
+    m_selection->setWordWrap(true);
+    m_selection->setTextFormat(Qt::RichText);
+    m_memoryPlot->setObjectName(QStringLiteral("planMemoryPlot"));
+    m_memoryPlot->setMinimumHeight(180);
+    plotstyle::styleGrid(m_memoryPlot);
+    m_memoryPlot->legend->setVisible(true);
+    plotstyle::putLegendBelow(m_memoryPlot, 2);
+    m_memoryPlot->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
+    m_breakdownPlot->setObjectName(QStringLiteral("planBreakdownPlot"));
+    m_breakdownPlot->setMinimumHeight(170);
+    plotstyle::styleGrid(m_breakdownPlot);
+    m_breakdownPlot->yAxis->setRangeReversed(true);
+    m_breakdownPlot->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
+    m_runHere->setObjectName(QStringLiteral("runHereButton"));
+    m_runHere->setEnabled(false);
+    m_runHere->setToolTip(
+        tr("Runs a scaled-down version of the selected configuration on this "
+           "machine's virtual CPU devices: the experiment with this hybrid "
+           "mesh, fp32, a few steps; it shows in the Training, Devices and "
+           "Timeline tabs and is stored in Runs"));
+    m_runNote->setObjectName(QStringLiteral("runHereNote"));
+    m_runNote->setWordWrap(true);
+    m_runNote->setStyleSheet(QStringLiteral("color: #555555"));
+    connect(m_runHere, &QPushButton::clicked, this, &PlanPanel::runHere);
+
+    auto* details = new QWidget;
+    auto* detailsLayout = new QVBoxLayout(details);
+    detailsLayout->setContentsMargins(4, 0, 4, 0);
+    detailsLayout->addWidget(m_selection);
+    detailsLayout->addWidget(m_memoryPlot, 2);
+    detailsLayout->addWidget(m_breakdownPlot, 3);
+    auto* runRow = new QHBoxLayout;
+    runRow->addWidget(m_runHere);
+    runRow->addStretch(1);
+    detailsLayout->addLayout(runRow);
+    detailsLayout->addWidget(m_runNote);
+
+    auto* top = new QSplitter(Qt::Horizontal);
+    top->addWidget(m_heatmap);
+    top->addWidget(details);
+    top->setStretchFactor(0, 1);
+    top->setStretchFactor(1, 1);
+    top->setSizes({1000, 1000});
+    top->setChildrenCollapsible(false);
+    m_lanes->setObjectName(QStringLiteral("planLanes"));
+    auto* body = new QSplitter(Qt::Vertical);
+    body->addWidget(top);
+    body->addWidget(m_lanes);
+    body->setStretchFactor(0, 3);
+    body->setStretchFactor(1, 2);
+    body->setChildrenCollapsible(false);
+
+    // On a small screen the tab scrolls rather than squeezing the plots.
+    auto* content = new QWidget;
+    auto* layout = new QVBoxLayout(content);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addLayout(inputs);
+    layout->addWidget(body, 1);
+    setScrollingContent(this, content);
+
+    m_debounce->setSingleShot(true);
+    m_debounce->setInterval(150);
+    connect(m_debounce, &QTimer::timeout, this, [this] {
+        if (isVisible())
+            replan();
+        else
+            m_dirty = true;
+    });
+    connect(m_clusterBox, &QComboBox::activated, this, &PlanPanel::clusterChosen);
+    connect(m_nodes, &QSpinBox::valueChanged, this, &PlanPanel::schedule);
+    connect(m_gpus, &QSpinBox::valueChanged, this, &PlanPanel::schedule);
+    connect(m_heatmap, &PlanHeatmap::cellClicked, this, &PlanPanel::showCell);
+    setPreset(QStringLiteral("a100-80g"));
+    m_status->setText(tr("Open an experiment to plan it."));
+}
+
+PlanPanel::~PlanPanel() {
+    // The worker posts to this panel: it must end first (a sweep takes a moment at most).
+    if (m_thread) {
+        m_cancel->store(true);
+        m_thread->wait();
+    }
+}
+
+QString PlanPanel::precisionText() const {
+    return m_precision->text();
+}
+QString PlanPanel::errorText() const {
+    return m_error->isHidden() ? QString() : m_error->text();
+}
+QString PlanPanel::statusText() const {
+    return m_status->text();
+}
+QString PlanPanel::runHereNote() const {
+    return m_runNote->text();
+}
+QString PlanPanel::selectionText() const {
+    return m_selection->text();
+}
+int PlanPanel::selectedCell() const {
+    return m_heatmap->selected();
+}
+
+void PlanPanel::selectCell(int index) {
+    m_heatmap->setSelected(index);
+    showCell(index);
+}
+
+void PlanPanel::setExperiment(const config::Experiment& e) {
+    std::string key;
+    try {
+        key = run::to_json(e).dump();
+    } catch (const std::exception&) {
+    }
+    if (m_experiment && !key.empty() && key == m_experimentKey) return;
+    const bool first = !m_experiment;
+    const std::string before = m_experiment ? m_experiment->strategy.type : std::string();
+    m_experiment = e;
+    m_experimentKey = key;
+    m_precision->setText(tr("Precision: %1").arg(QString::fromStdString(e.train.precision)));
+    // A new strategy (or the first experiment) sizes the cluster for its mesh.
+    if (first || before != e.strategy.type) fitNodesToMesh();
+    schedule();
+}
+
+void PlanPanel::schedule() {
+    m_debounce->start();
+}
+
+void PlanPanel::setSweep(int axis, const QString& key, const QString& values) {
+    {
+        const QSignalBlocker block(m_keys[axis]);
+        m_keys[axis]->setCurrentText(key);
+    }
+    m_values[axis]->setText(values);
+    schedule();
+}
+
+void PlanPanel::showEvent(QShowEvent* event) {
+    QWidget::showEvent(event);
+    if (m_dirty) {
+        m_dirty = false;
+        replan();
+    }
+}
+
+std::optional<plan::Cluster> PlanPanel::baseCluster(QString* error) const {
+    try {
+        if (!m_clusterFile.isEmpty() && m_fileCluster) return *m_fileCluster;
+        return plan::preset(m_clusterBox->currentText().toStdString());
+    } catch (const std::exception& e) {
+        if (error) *error = QString::fromUtf8(e.what());
+    }
+    return std::nullopt;
+}
+
+void PlanPanel::setPreset(const QString& name) {
+    const int index = m_clusterBox->findText(name);
+    if (index < 0) return;
+    m_clusterBox->setCurrentIndex(index);
+    m_lastClusterIndex = index;
+    m_clusterFile.clear();
+    m_fileCluster.reset();
+    fitNodesToMesh();
+    schedule();
+}
+
+QString PlanPanel::loadClusterFile(const QString& path) {
+    try {
+        plan::Cluster c = plan::load_cluster(path.toStdString());
+        m_fileCluster = c;
+        m_clusterFile = path;
+        const QString item = tr("file: %1").arg(QFileInfo(path).fileName());
+        const int fileIndex = m_clusterBox->count() - 1;  // "File…" stays last
+        if (m_clusterBox->count() > static_cast<int>(plan::preset_names().size()) + 1)
+            m_clusterBox->setItemText(fileIndex - 1, item);
+        else
+            m_clusterBox->insertItem(fileIndex, item);
+        m_clusterBox->setItemData(m_clusterBox->count() - 2, path, Qt::ToolTipRole);
+        m_clusterBox->setCurrentIndex(m_clusterBox->count() - 2);
+        m_lastClusterIndex = m_clusterBox->currentIndex();
+        showSize(c.nodes, c.gpus_per_node);
+        schedule();
+        return {};
+    } catch (const std::exception& e) {
+        const QString message = tr("Cluster file not loaded: %1").arg(QString::fromUtf8(e.what()));
+        ++m_generation;  // a plan under way is of no use now: the error stays
+        showError(message);
+        m_clusterBox->setCurrentIndex(m_lastClusterIndex);
+        emit planned();
+        return message;
+    }
+}
+
+void PlanPanel::clusterChosen(int index) {
+    if (m_clusterBox->itemText(index) == tr(kFileItem)) {
+        m_clusterBox->setCurrentIndex(m_lastClusterIndex);
+        const QString path = QFileDialog::getOpenFileName(this, tr("Cluster file"), QString(),
+                                                          tr("Cluster files (*.json)"));
+        if (!path.isEmpty()) loadClusterFile(path);
+        return;
+    }
+    if (index < static_cast<int>(plan::preset_names().size())) {
+        setPreset(m_clusterBox->itemText(index));
+        return;
+    }
+    m_lastClusterIndex = index;  // the loaded file again
+    if (!m_clusterFile.isEmpty()) loadClusterFile(m_clusterFile);
+}
+
+void PlanPanel::fitNodesToMesh() {
+    QString error;
+    const auto cluster = baseCluster(&error);
+    if (!cluster) return;
+    int nodes = cluster->nodes, gpus = cluster->gpus_per_node;
+    // As `paralab plan` without --nodes: a preset gets as many nodes as the mesh needs (part of
+    // one when it needs fewer devices than a node has).
+    if (m_experiment && m_clusterFile.isEmpty()) {
+        try {
+            const int wanted =
+                plan::mesh_of(planFileOf(*m_experiment), cluster->devices()).devices();
+            if (wanted % gpus == 0)
+                nodes = wanted / gpus;
+            else if (wanted < gpus)
+                gpus = wanted, nodes = 1;
+        } catch (const std::exception&) {
+            // The plan says why (replan shows the error).
+        }
+    }
+    showSize(nodes, gpus);
+}
+
+void PlanPanel::showSize(int nodes, int gpus) {
+    const QSignalBlocker a(m_nodes), b(m_gpus);
+    m_nodes->setValue(nodes);
+    m_gpus->setValue(gpus);
+    m_nodes->setSuffix(nodes == 1 ? tr(" node") : tr(" nodes"));
+}
+
+void PlanPanel::showError(const QString& message) {
+    m_error->setText(message);
+    m_error->show();
+    m_heatmap->clear();
+    m_lanes->clear();
+    m_memoryPlot->clearPlottables();
+    m_memoryPlot->clearItems();
+    m_memoryPlot->replot(QCustomPlot::rpQueuedReplot);
+    m_breakdownPlot->clearPlottables();
+    m_breakdownPlot->clearItems();
+    m_breakdownPlot->replot(QCustomPlot::rpQueuedReplot);
+    m_selection->clear();
+    m_runHere->setEnabled(false);
+    m_runNote->clear();
+    m_shownBreakdown.clear();
+    m_shownMemory.clear();
+    m_shownCapacity = 0;
+    m_result.reset();
+}
+
+void PlanPanel::replan() {
+    m_debounce->stop();
+    m_dirty = false;
+    if (!m_experiment) {
+        showError(tr("No experiment to plan: open one."));
+        emit planned();
+        return;
+    }
+    if (m_thread) {  // one worker at a time: this plan follows the one under way
+        m_again = true;
+        m_cancel->store(true);  // its result is stale: the next plan starts when it stops
+        return;
+    }
+    // The inputs, checked here: a bad value is named before anything runs.
+    auto job = std::make_shared<Result>();
+    job->generation = ++m_generation;
+    job->experiment = *m_experiment;
+    QString error;
+    const auto cluster = baseCluster(&error);
+    if (!cluster) {
+        showError(error);
+        emit planned();
+        return;
+    }
+    job->cluster = *cluster;
+    job->cluster.nodes = m_nodes->value();
+    job->cluster.gpus_per_node = m_gpus->value();
+    job->xKey = m_keys[0]->currentText();
+    job->yKey = m_keys[1]->currentText();
+    if (job->xKey == job->yKey) {
+        showError(tr("The two sweeps need different keys (both are %1).").arg(job->xKey));
+        emit planned();
+        return;
+    }
+    for (int axis = 0; axis < 2; ++axis) {
+        const QString key = axis == 0 ? job->xKey : job->yKey;
+        const QStringList values = splitValues(m_values[axis]->text());
+        for (const QString& v : values) {
+            plan::Mesh probe;
+            try {
+                if (v.isEmpty())
+                    throw ConfigError(
+                        tr("an empty value in \"%1\"").arg(m_values[axis]->text()).toStdString());
+                plan::set_mesh_key(probe, key.toStdString(), v.toStdString());
+            } catch (const ConfigError& e) {
+                showError(tr("Sweep of %1: %2").arg(key, QString::fromStdString(e.reason())));
+                emit planned();
+                return;
+            }
+        }
+        (axis == 0 ? job->xs : job->ys) = values;
+    }
+    m_status->setText(tr("Planning %1 configurations…").arg(job->xs.size() * job->ys.size()));
+
+    // The destructor waits for the worker, so `this` outlives it; a result posted to a panel
+    // that is gone is dropped with it.
+    m_cancel = std::make_shared<std::atomic<bool>>(false);
+    m_thread = QThread::create([job, this, cancel = m_cancel] {
+        QElapsedTimer clock;
+        clock.start();
+        try {
+            const plan::PlanFile file = planFileOf(job->experiment);
+            job->planned = file.experiment;
+            job->model = plan::plan_model(file.experiment);
+            job->metric =
+                job->model.seq_len > 1 ? QStringLiteral("tokens/s") : QStringLiteral("samples/s");
+            const int devices = job->cluster.devices();
+            const plan::Mesh base = plan::mesh_of(file, devices);
+            job->dpFilled = job->xKey != QLatin1String("dp") && job->yKey != QLatin1String("dp");
+            job->keepRows = job->dpFilled && job->xKey != QLatin1String("micro_batches") &&
+                            job->yKey != QLatin1String("micro_batches");
+            const int64_t batch = file.experiment.data.batch_size;
+            const int64_t replicas = int64_t{base.dp} * base.micro_batches;
+            const int64_t rows = std::max<int64_t>(1, (batch + replicas - 1) / replicas);
+            job->rows = rows;
+            for (const QString& y : job->ys) {
+                for (const QString& x : job->xs) {
+                    if (cancel->load()) return;  // nothing posted: a newer plan follows
+                    plan::Mesh m = base;
+                    plan::set_mesh_key(m, job->xKey.toStdString(), x.toStdString());
+                    plan::set_mesh_key(m, job->yKey.toStdString(), y.toStdString());
+                    if (job->dpFilled) {
+                        // dp takes the devices the other axes leave.
+                        const int rest = m.tp * m.pp;
+                        if (devices % rest != 0) {
+                            plan::Prediction p;
+                            p.mesh = m;
+                            p.devices = devices;
+                            p.skipped = "tp·pp = " + std::to_string(rest) +
+                                        " does not divide the " + std::to_string(devices) +
+                                        " devices";
+                            job->cells.push_back(std::move(p));
+                            continue;
+                        }
+                        m.dp = devices / rest;
+                        // The micro-batches follow dp, so that each keeps the base mesh's rows
+                        // (as Megatron-LM's global batch = dp × micro-batches × micro-batch size).
+                        if (job->keepRows)
+                            m.micro_batches = static_cast<int>(
+                                std::max<int64_t>(1, batch / (int64_t{m.dp} * rows)));
+                    }
+                    job->cells.push_back(
+                        plan::predict(file.experiment, job->model, job->cluster, m));
+                }
+            }
+        } catch (const std::exception& e) {
+            job->error = QString::fromUtf8(e.what());
+            job->cells.clear();
+        }
+        job->seconds = clock.nsecsElapsed() / 1e9;
+        if (cancel->load()) return;
+        QMetaObject::invokeMethod(
+            this, [this, job] { showResult(job); }, Qt::QueuedConnection);
+    });
+    connect(m_thread, &QThread::finished, this, [this] {
+        m_thread = nullptr;
+        if (m_again) {
+            m_again = false;
+            replan();
+        }
+    });
+    connect(m_thread, &QThread::finished, m_thread, &QObject::deleteLater);
+    m_thread->start();
+}
+
+void PlanPanel::showResult(const std::shared_ptr<Result>& r) {
+    if (r->generation != m_generation) return;  // inputs changed since: another plan follows
+    if (!r->error.isEmpty()) {
+        showError(
+            tr("Cannot plan %1: %2").arg(QString::fromStdString(r->experiment.name), r->error));
+        m_status->setText(tr("No plan."));
+        emit planned();
+        return;
+    }
+    m_error->hide();
+    m_error->clear();
+    // Keep the selected configuration when the grid still has it.
+    QString keepX, keepY;
+    if (m_result && m_heatmap->selected() >= 0 && !m_result->xs.isEmpty()) {
+        const int i = m_heatmap->selected();
+        keepX = m_result->xs.value(i % m_result->xs.size());
+        keepY = m_result->ys.value(i / m_result->xs.size());
+    }
+    m_result = r;
+    m_seconds = r->seconds;
+    m_heatmap->setGrid(r->xKey, r->xs, r->yKey, r->ys, r->cells, r->metric);
+    int select = -1;
+    if (!keepX.isEmpty() && r->xs.contains(keepX) && r->ys.contains(keepY))
+        select = static_cast<int>(r->ys.indexOf(keepY) * r->xs.size() + r->xs.indexOf(keepX));
+    if (select < 0) select = m_heatmap->best();
+    for (int i = 0; select < 0 && i < m_heatmap->cellCount(); ++i)
+        if (m_heatmap->mark(i) != PlanHeatmap::Mark::skipped) select = i;
+    if (select < 0 && m_heatmap->cellCount() > 0) select = 0;
+    int fits = 0, oom = 0, skipped = 0;
+    for (int i = 0; i < m_heatmap->cellCount(); ++i) {
+        const auto m = m_heatmap->mark(i);
+        (m == PlanHeatmap::Mark::fits ? fits : m == PlanHeatmap::Mark::oom ? oom : skipped)++;
+    }
+    const QLocale locale;
+    QString status = tr("%1 on %2: %3 × %4 = %5 devices · %6 configurations in %7: %8 fit, %9 out "
+                        "of memory, %10 skipped")
+                         .arg(QString::fromStdString(r->experiment.name),
+                              QString::fromStdString(r->cluster.name))
+                         .arg(r->cluster.nodes)
+                         .arg(r->cluster.gpus_per_node)
+                         .arg(locale.toString(r->cluster.devices()))
+                         .arg(r->cells.size())
+                         .arg(seconds(r->seconds))
+                         .arg(fits)
+                         .arg(oom)
+                         .arg(skipped);
+    if (r->dpFilled) status += tr(" · dp = devices ÷ (tp·pp)");
+    if (r->keepRows)
+        status +=
+            tr(", micro_batches = batch ÷ (dp × b) with the experiment's b = %1 %2 per micro-batch")
+                .arg(r->rows)
+                .arg(r->rows == 1 ? tr("row") : tr("rows"));
+    status += tr(" · click a cell");
+    m_status->setText(status);
+    m_heatmap->setSelected(select);
+    showCell(select);
+    emit planned();
+}
+
+void PlanPanel::showCell(int index) {
+    m_shownBreakdown.clear();
+    m_shownMemory.clear();
+    m_shownCapacity = 0;
+    m_memoryPlot->clearPlottables();
+    m_memoryPlot->clearItems();
+    m_breakdownPlot->clearPlottables();
+    m_breakdownPlot->clearItems();
+    m_lanes->clear();
+    m_runHere->setEnabled(false);
+    m_runNote->clear();
+    if (!m_result || index < 0 || index >= m_heatmap->cellCount()) {
+        m_selection->clear();
+        m_memoryPlot->replot(QCustomPlot::rpQueuedReplot);
+        m_breakdownPlot->replot(QCustomPlot::rpQueuedReplot);
+        return;
+    }
+    const plan::Prediction& p = m_heatmap->cell(index);
+    QString head =
+        QStringLiteral("<b>%1</b>")
+            .arg(QString::fromStdString(plan::mesh_line(p.mesh, p.micro_batch)).toHtmlEscaped());
+    if (!p.skipped.empty()) {
+        m_selection->setText(
+            head + tr("<br>Skipped: %1").arg(QString::fromStdString(p.skipped).toHtmlEscaped()));
+        m_runNote->setText(tr("Nothing to run: this configuration cannot run as planned."));
+        m_memoryPlot->replot(QCustomPlot::rpQueuedReplot);
+        m_breakdownPlot->replot(QCustomPlot::rpQueuedReplot);
+        return;
+    }
+    const QLocale locale;
+    head +=
+        tr("<br>step %1 · %2 %3 · MFU %4% · %5")
+            .arg(seconds(p.step_time_s), locale.toString(m_heatmap->value(index), 'f', 0),
+                 m_result->metric)
+            .arg(100 * p.mfu, 0, 'f', 1)
+            .arg(p.fits
+                     ? tr("fits (%1 of %2 GiB)")
+                           .arg(p.memory_total / kGiB, 0, 'f', 1)
+                           .arg(p.memory_capacity / kGiB, 0, 'f', 0)
+                     : tr("<span style='color:#b00020'><b>out of memory</b> (%1 of %2 GiB)</span>")
+                           .arg(p.memory_total / kGiB, 0, 'f', 1)
+                           .arg(p.memory_capacity / kGiB, 0, 'f', 0));
+    m_selection->setText(head);
+    plotMemory(p);
+    plotBreakdown(p);
+
+    // The pipeline as simulated (a moment's work for one configuration).
+    const int chunks = p.mesh.schedule == "interleaved_1f1b" ? p.mesh.interleave : 1;
+    const int64_t operations = int64_t{2} * p.mesh.pp * chunks * p.mesh.micro_batches;
+    std::vector<plan::PipeSpan> spans;
+    if (operations <= kMostDrawnOperations) {
+        try {
+            plan::predict(m_result->planned, m_result->model, m_result->cluster, p.mesh, &spans);
+        } catch (const std::exception&) {
+            spans.clear();
+        }
+    } else {
+        m_lanes->setTimeline({}, 0, 1, 0, 0,
+                             tr("%1 forwards and backwards: too many to draw; fewer micro-batches "
+                                "or stages draw the pipeline")
+                                 .arg(QLocale().toString(static_cast<qlonglong>(operations))));
+    }
+    QString title = tr("Predicted step, one lane per pipeline stage");
+    if (p.mesh.tp * p.mesh.dp > 1)
+        title += tr(" (each stage: tp·dp = %1 devices)").arg(p.mesh.tp * p.mesh.dp);
+    title += tr(" · %1, %2 micro-batches")
+                 .arg(QString::fromStdString(p.mesh.schedule))
+                 .arg(p.mesh.micro_batches);
+    if (operations <= kMostDrawnOperations)
+        m_lanes->setTimeline(std::move(spans), p.mesh.pp, chunks, p.breakdown.dp_comm,
+                             p.breakdown.optimizer, title);
+
+    // Run here: what it would run, or why it cannot.
+    const RunHere run = runHereExperiment(m_result->experiment, p.mesh);
+    m_runHere->setEnabled(run.experiment.has_value());
+    if (run.experiment)
+        m_runNote->setText(
+            tr("Run here: cpu:0–cpu:%1 of this machine, fp32, at most %2 steps, live in the "
+               "Training tab and kept in Runs.")
+                .arg(p.mesh.devices() - 1)
+                .arg(*run.experiment->train.max_steps));
+    else
+        m_runNote->setText(tr("Cannot run here: %1").arg(run.why));
+}
+
+void PlanPanel::plotMemory(const plan::Prediction& p) {
+    QCustomPlot* plot = m_memoryPlot;
+    const double unit = kGiB;
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    ticker->addTick(0, tr("stage %1").arg(p.memory_stage));
+    plot->yAxis->setTicker(ticker);
+    plot->yAxis->setRange(-0.6, 0.6);
+    QCPBars* below = nullptr;
+    for (size_t c = 0; c < plan::kMemoryKinds; ++c) {
+        auto* bars = new QCPBars(plot->yAxis, plot->xAxis);
+        QString name = QString::fromLatin1(plan::memory_name(static_cast<plan::Memory>(c)))
+                           .replace(QLatin1Char('_'), QLatin1Char(' '));
+        if (static_cast<plan::Memory>(c) == plan::Memory::workspace) name = tr("reserved");
+        bars->setName(name);
+        const QColor color = palette::memoryCategoryColor(static_cast<int>(c));
+        bars->setBrush(color);
+        bars->setPen(QPen(color.darker(130)));
+        bars->setWidth(0.55);
+        bars->addData(0, p.memory[c] / unit);
+        if (below) bars->moveAbove(below);
+        below = bars;
+        m_shownMemory.push_back(p.memory[c]);
+    }
+    m_shownCapacity = p.memory_capacity;
+    const double cap = p.memory_capacity / unit;
+    auto* line = new QCPItemStraightLine(plot);
+    line->point1->setCoords(cap, -1);
+    line->point2->setCoords(cap, 1);
+    line->setPen(QPen(QColor(176, 0, 32), 2, Qt::DashLine));
+    auto* text = new QCPItemText(plot);
+    text->position->setCoords(cap, 0.58);
+    text->setPositionAlignment(Qt::AlignRight | Qt::AlignTop);
+    text->setText(tr("capacity %1 GiB ").arg(cap, 0, 'f', 0));
+    text->setColor(QColor(176, 0, 32));
+    plot->xAxis->setRange(0, std::max(cap, p.memory_total / unit) * 1.08);
+    plot->xAxis->setLabel(tr("GiB on the most loaded device"));
+    plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void PlanPanel::plotBreakdown(const plan::Prediction& p) {
+    QCustomPlot* plot = m_breakdownPlot;
+    const plan::Breakdown& b = p.breakdown;
+    const std::pair<const char*, double> rows[] = {
+        {"compute", b.compute},     {"recompute", b.recompute}, {"tp_comm", b.tp_comm},
+        {"pp_bubble", b.pp_bubble}, {"pp_comm", b.pp_comm},     {"dp_comm", b.dp_comm},
+        {"optimizer", b.optimizer}};
+    const QColor comm = palette::phaseFamilyColor(palette::PhaseFamily::communication);
+    const QColor colors[] = {palette::computeColor(),
+                             palette::computeColor().lighter(140),
+                             comm,
+                             palette::phaseFamilyColor(palette::PhaseFamily::idle),
+                             comm.darker(130),
+                             comm.lighter(135),
+                             palette::phaseFamilyColor(palette::PhaseFamily::compute)};
+    const bool ms = p.step_time_s < 1;
+    const double unit = ms ? 1e-3 : 1.0;
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    double most = 0;
+    for (int i = 0; i < 7; ++i) {
+        ticker->addTick(i, QString::fromLatin1(rows[i].first));
+        most = std::max(most, rows[i].second / unit);
+        m_shownBreakdown.push_back(rows[i].second);
+    }
+    plot->yAxis->setTicker(ticker);
+    plot->yAxis->setRange(-0.6, 6.6);
+    for (int i = 0; i < 7; ++i) {
+        auto* bars = new QCPBars(plot->yAxis, plot->xAxis);
+        bars->setBrush(colors[i]);
+        bars->setPen(QPen(colors[i].darker(130)));
+        bars->setWidth(0.7);
+        bars->addData(i, rows[i].second / unit);
+        auto* text = new QCPItemText(plot);
+        text->position->setCoords(rows[i].second / unit, i);
+        text->setPositionAlignment(Qt::AlignLeft | Qt::AlignVCenter);
+        text->setText(
+            QStringLiteral("  %1 · %2%")
+                .arg(seconds(rows[i].second))
+                .arg(p.step_time_s > 0 ? 100 * rows[i].second / p.step_time_s : 0.0, 0, 'f', 1));
+    }
+    plot->xAxis->setRange(0, std::max(most, 1e-9) * 1.45);
+    plot->xAxis->setLabel(tr("%1 per step (the busiest device; they add up to the step)")
+                              .arg(ms ? tr("ms") : tr("s")));
+    plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+PlanPanel::RunHere PlanPanel::runHereExperiment(const config::Experiment& base,
+                                                const plan::Mesh& mesh, int maxDevices, int steps) {
+    RunHere out;
+    const int n = mesh.devices();
+    if (n > maxDevices) {
+        out.why = tr("dp·tp·pp = %1 devices; this machine runs at most %2 virtual CPU devices")
+                      .arg(QLocale().toString(n))
+                      .arg(maxDevices);
+        return out;
+    }
+    config::Experiment e = base;
+    e.strategy.type = "hybrid";
+    e.strategy.options = {{"dp", int64_t{mesh.dp}},
+                          {"tp", int64_t{mesh.tp}},
+                          {"pp", int64_t{mesh.pp}},
+                          {"zero", int64_t{mesh.zero}},
+                          {"micro_batches", int64_t{mesh.micro_batches}},
+                          {"schedule", mesh.schedule},
+                          {"interleave", int64_t{mesh.interleave}},
+                          {"sequence_parallel", mesh.sequence_parallel}};
+    e.strategy.straggler_device.clear();
+    e.strategy.straggler_delay_ms = 0;
+    e.devices.clear();
+    for (int i = 0; i < n; ++i) e.devices.push_back("cpu:" + std::to_string(i));
+    e.train.precision = "fp32";  // CPU devices train in fp32
+    e.train.recompute = mesh.recompute;
+    e.train.max_steps = std::min<int64_t>(base.train.max_steps.value_or(steps), steps);
+    std::string name = base.name;
+    name += "-dp" + std::to_string(mesh.dp) + "-tp" + std::to_string(mesh.tp) + "-pp" +
+            std::to_string(mesh.pp);
+    e.name = name;
+    const auto issues = run::validate(e);
+    if (!issues.empty()) {
+        out.why = QString::fromStdString(issues.front().text());
+        return out;
+    }
+    out.experiment = std::move(e);
+    return out;
+}
+
+void PlanPanel::runHere() {
+    const int index = m_heatmap->selected();
+    if (!m_result || index < 0 || index >= m_heatmap->cellCount()) return;
+    const plan::Prediction& p = m_heatmap->cell(index);
+    if (!p.skipped.empty()) return;
+    const RunHere run = runHereExperiment(m_result->experiment, p.mesh);
+    if (!run.experiment) {
+        m_runNote->setText(tr("Cannot run here: %1").arg(run.why));
+        return;
+    }
+    const QString why =
+        m_runHereHandler ? m_runHereHandler(*run.experiment) : tr("no run path is connected");
+    m_runNote->setText(why.isEmpty() ? tr("Started %1 on %2 CPU devices: see the Training tab.")
+                                           .arg(QString::fromStdString(run.experiment->name))
+                                           .arg(run.experiment->devices.size())
+                                     : tr("Not started: %1").arg(why));
+}
+
+}  // namespace paralab::ui
