@@ -333,16 +333,10 @@ void TestMainWindow::summaryBuildsTheModelOffTheGuiThread() {
     QTRY_COMPARE(p.layerRowCount(), 5);
     QVERIFY(!p.buildPending());
 
-    // A model that does not build: the error, in red, when the worker finds it.
-    try {
-        p.showExperiment(bad);
-    } catch (const std::exception& err) {  // found within the budget after all: refused as before
-        QVERIFY2(QString(err.what()).contains("conv2d"), err.what());
-        QCOMPARE(p.layerRowCount(), 5);
-        threw = true;
-    }
-    if (!threw) QTRY_VERIFY2(p.totalsText().contains("does not build"), qPrintable(p.totalsText()));
-    QVERIFY(!threw || p.totalsText().contains("MFLOP"));
+    // A model that does not build: the error, in red, when the worker finds it (budget 0: never
+    // thrown here, however fast the worker is).
+    p.showExperiment(bad);
+    QTRY_VERIFY2(p.totalsText().contains("does not build"), qPrintable(p.totalsText()));
 
     // A slow build overtaken by a newer experiment shown at once: the newer one stays.
     p.showExperiment(bad);

@@ -60,7 +60,10 @@ ExperimentPanel::Built ExperimentPanel::build(const config::Experiment& e) {
 void ExperimentPanel::showExperiment(const config::Experiment& e) {
     if (m_job.valid()) m_stale.push_back(std::move(m_job));
     auto job = std::async(std::launch::async, [e] { return build(e); });
-    if (job.wait_for(std::chrono::milliseconds(m_syncBudgetMs)) == std::future_status::ready) {
+    // A budget of 0 leaves every build to the worker, even one that finished at once (the
+    // thread may beat this line): a caller that asked for no waiting gets no exception.
+    if (m_syncBudgetMs > 0 &&
+        job.wait_for(std::chrono::milliseconds(m_syncBudgetMs)) == std::future_status::ready) {
         const Built b = job.get();  // throws: nothing shown changes
         showSections(e);
         showBuilt(b);

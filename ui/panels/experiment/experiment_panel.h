@@ -38,6 +38,8 @@ public:
     int layerRowCount() const;
     QString totalsText() const;
     bool buildPending() const { return m_job.valid(); }
+    // How long showExperiment waits for a build before leaving it to the worker; 0: never (it
+    // then never throws).
     void setSynchronousBudget(int ms) { m_syncBudgetMs = ms; }
 
 private:
