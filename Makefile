@@ -7,15 +7,17 @@ CMAKE_FLAGS ?=
 DEFAULT_EXPERIMENT := resources/examples/first-look.paralab.json
 
 # Debian packages the project needs (benchmarks use python3-torch as the reference; fortunes
-# is the text data set's default corpus, /usr/share/games/fortunes).
+# is the text data set's default corpus, /usr/share/games/fortunes; dpkg-dev, desktop-file-utils
+# and appstream make and check the .deb).
 PACKAGES := cmake g++ make pkg-config \
 	qt6-base-dev qt6-base-dev-tools libqcustomplot-dev libsqlite3-dev libopenblas-dev libdnnl-dev \
 	nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev openmpi-bin libopenmpi-dev \
-	dataset-fashion-mnist fortunes xvfb xauth ccache python3-torch
+	dataset-fashion-mnist fortunes xvfb xauth ccache python3-torch \
+	dpkg-dev desktop-file-utils appstream
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build run test test-asan fuzz clean
+.PHONY: all deps build run test test-asan fuzz package clean
 
 all: build
 
@@ -88,6 +90,12 @@ fuzz:
 	  echo "fuzz_$$t: $${runs:-?} executions; log $(FUZZ_BUILD)/fuzz-$$t.log"; \
 	done; \
 	if [ -n "$$failed" ]; then echo "findings in:$$failed (see $(FUZZ_BUILD)/fuzz-findings/)"; exit 1; fi
+
+# The Debian package of the program (cmake/Packaging.cmake): $(BUILD)/paralab_VERSION_ARCH.deb.
+# It starts without the CUDA toolkit; `ctest -L package` in $(BUILD) proves it.
+package: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j$(JOBS) --target paralab
+	cd $(BUILD) && cpack -G DEB
 
 clean:
 	rm -rf $(BUILD)

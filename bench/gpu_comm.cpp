@@ -149,7 +149,7 @@ int main() {
                 gpus == 1 ? "" : "s", kg::nccl::version().c_str());
     try {
         for (int world : {2, 4}) bench("virtual", false, world);
-        if (kg::nccl::built())
+        if (kg::nccl::available())
             for (int world = 2; world <= gpus; world *= 2) bench("nccl", true, world);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_gpu_comm: %s\n", e.what());

@@ -1,11 +1,8 @@
-# Finds cuDNN 9 (headers and library). Defines CUDNN_FOUND and the imported target CUDNN::cudnn.
+# Finds cuDNN 9's headers (and, where it is, its library, whose folder the run-time loader tries
+# after the soname: kernels/cuda/cudnn_api.cuh). Defines CUDNN_FOUND (the header is enough: the
+# library is opened at first use, not linked), CUDNN_INCLUDE_DIR and CUDNN_LIBRARY.
 find_path(CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include
           PATH_SUFFIXES cudnn)
 find_library(CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
 include(FindPackageHandleStandardArgs)
-find_package_handle_standard_args(CUDNN DEFAULT_MSG CUDNN_LIBRARY CUDNN_INCLUDE_DIR)
-if(CUDNN_FOUND AND NOT TARGET CUDNN::cudnn)
-  add_library(CUDNN::cudnn UNKNOWN IMPORTED)
-  set_target_properties(CUDNN::cudnn PROPERTIES IMPORTED_LOCATION ${CUDNN_LIBRARY}
-                        INTERFACE_INCLUDE_DIRECTORIES ${CUDNN_INCLUDE_DIR})
-endif()
+find_package_handle_standard_args(CUDNN REQUIRED_VARS CUDNN_INCLUDE_DIR)

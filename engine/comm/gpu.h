@@ -95,9 +95,10 @@ struct DeviceGroupChoice {
 };
 
 // The backend for a run's devices (no GPU needed): all cpu -> local; all cuda on distinct GPUs
-// -> nccl when this build has NCCL, else cuda_local; a GPU listed twice -> cuda_local. Throws
+// -> nccl when NCCL is there, else cuda_local; a GPU listed twice -> cuda_local. Throws
 // ConfigError naming the devices when cpu and cuda devices are mixed (no communicator serves
-// both) or the list is empty. nccl_built: whether NCCL is there (kernels::gpu::nccl::built()).
+// both) or the list is empty. nccl_built: whether NCCL is there
+// (kernels::gpu::nccl::available(): built with it and libnccl opened).
 DeviceGroupChoice choose_device_group(const std::vector<DeviceId>& devices, bool nccl_built);
 
 // The group for a run's devices, as choose_device_group picks with this build's NCCL. cuda

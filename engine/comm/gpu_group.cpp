@@ -45,8 +45,8 @@ DeviceGroupChoice choose_device_group(const std::vector<DeviceId>& devices, bool
                         " times (virtual GPUs), which NCCL refuses: the local CUDA communicator"};
     if (!nccl_built)
         return {DeviceGroupBackend::cuda_local,
-                "distinct GPUs, but this ParaLab was built without NCCL: the local CUDA "
-                "communicator (peer copies)"};
+                "distinct GPUs, but without NCCL (this ParaLab was built without it, or libnccl "
+                "was not found at run time): the local CUDA communicator (peer copies)"};
     return {DeviceGroupBackend::nccl, "distinct GPUs: NCCL (ncclCommInitAll)"};
 }
 
@@ -56,7 +56,7 @@ std::unique_ptr<Group> make_device_group(const std::vector<Device*>& devices) {
         if (d == nullptr) throw ConfigError("make_device_group: a null device");
         ids.push_back(d->id());
     }
-    const DeviceGroupChoice choice = choose_device_group(ids, kernels::gpu::nccl::built());
+    const DeviceGroupChoice choice = choose_device_group(ids, kernels::gpu::nccl::available());
     if (choice.backend == DeviceGroupBackend::local)
         return std::make_unique<LocalGroup>(int(devices.size()));
     std::vector<CudaDevice*> gpus;

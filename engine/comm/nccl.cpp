@@ -302,9 +302,10 @@ void release_streams_and_events(NcclGroup::State& state) {
 
 NcclGroup::NcclGroup(std::vector<CudaDevice*> devices, bool own_streams) {
     if (devices.empty()) throw ConfigError("NcclGroup: no devices");
-    if (!nccl::built())
-        throw ConfigError("NcclGroup: this ParaLab was built without NCCL; devices on distinct GPUs "
-                          "can use the local CUDA communicator (CudaLocalGroup) instead");
+    if (!nccl::available())
+        throw ConfigError("NcclGroup: no NCCL (" + nccl::version() +
+                          "); devices on distinct GPUs can use the local CUDA communicator "
+                          "(CudaLocalGroup) instead");
     std::set<int> ordinals;
     std::vector<int> list;
     for (CudaDevice* d : devices) {

@@ -1,6 +1,8 @@
 // 2-D convolution through cuDNN's convolution API (kernels/gpu/conv.h). Built with cuDNN where
-// CMake found it (PARALAB_HAVE_CUDNN); without it the same API answers cudnn_available() false
-// and a plan's constructor throws "built without cuDNN".
+// CMake found its headers (PARALAB_HAVE_CUDNN); the library is opened at the first use
+// (cudnn_api.cuh), so that a machine without it answers cudnn_available() false and a plan's
+// constructor says why. Without the headers the same API answers false and a plan's constructor
+// throws "built without cuDNN".
 //
 // Per plan: one cuDNN handle (a handle is not thread-safe, and two rank threads may run two
 // plans on one GPU at once), the tensor and filter descriptors, and one convolution descriptor
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "check_cudnn.cuh"
+#include "cudnn_api.cuh"
 #endif
 
 namespace paralab::kernels::gpu {
@@ -41,6 +44,12 @@ namespace {
 
 using detail::as_stream;
 using detail::DeviceGuard;
+
+// cuDNN's functions, from the library opened at the first use. Reached only once
+// cudnn_available() said it opened, so it does not throw here.
+const detail::CudnnApi& dnn() {
+    return detail::cudnn();
+}
 
 // The largest workspace an algorithm may ask for while a candidate needing less exists.
 constexpr size_t kWorkspaceLimit = size_t{256} << 20;
@@ -185,9 +194,10 @@ int to_int(int64_t v, const char* name, const std::string& what) {
 }  // namespace
 
 bool cudnn_available() {
-    // The dispatcher libcudnn loads libcudnn_cnn (the convolutions) on demand: check that it is
-    // there and matches, once.
-    static const bool available = cudnnCnnVersionCheck() == CUDNN_STATUS_SUCCESS;
+    // libcudnn opened (cudnn_api.cuh), and the dispatcher's libcudnn_cnn (the convolutions,
+    // loaded on demand) there and matching: asked once.
+    static const bool available =
+        detail::cudnn_load_error().empty() && dnn().cudnnCnnVersionCheck() == CUDNN_STATUS_SUCCESS;
     return available;
 }
 
@@ -210,14 +220,14 @@ struct CudnnConv2dPlan::Impl {
         int previous = 0;
         const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != device &&
                               cudaSetDevice(device) == cudaSuccess;
-        if (fwd_conv) cudnnDestroyConvolutionDescriptor(fwd_conv);
-        if (data_conv) cudnnDestroyConvolutionDescriptor(data_conv);
-        if (filter_conv) cudnnDestroyConvolutionDescriptor(filter_conv);
-        if (w_desc) cudnnDestroyFilterDescriptor(w_desc);
-        if (x_desc) cudnnDestroyTensorDescriptor(x_desc);
-        if (y_desc) cudnnDestroyTensorDescriptor(y_desc);
-        if (b_desc) cudnnDestroyTensorDescriptor(b_desc);
-        if (handle) cudnnDestroy(handle);
+        if (fwd_conv) dnn().cudnnDestroyConvolutionDescriptor(fwd_conv);
+        if (data_conv) dnn().cudnnDestroyConvolutionDescriptor(data_conv);
+        if (filter_conv) dnn().cudnnDestroyConvolutionDescriptor(filter_conv);
+        if (w_desc) dnn().cudnnDestroyFilterDescriptor(w_desc);
+        if (x_desc) dnn().cudnnDestroyTensorDescriptor(x_desc);
+        if (y_desc) dnn().cudnnDestroyTensorDescriptor(y_desc);
+        if (b_desc) dnn().cudnnDestroyTensorDescriptor(b_desc);
+        if (handle) dnn().cudnnDestroy(handle);
         if (switched) cudaSetDevice(previous);
     }
 
@@ -239,16 +249,16 @@ struct CudnnConv2dPlan::Impl {
         to_int(batch * out_channels * g.out_height() * g.out_width(), "the output's element count", what);
         to_int(out_channels * g.channels * g.kernel * g.kernel, "the weight's element count", what);
 
-        PARALAB_GPU_CHECK(cudnnCreate(&handle));
-        PARALAB_GPU_CHECK(cudnnCreateTensorDescriptor(&x_desc));
-        PARALAB_GPU_CHECK(cudnnSetTensor4dDescriptor(x_desc, CUDNN_TENSOR_NCHW, type, n, c, h, w));
-        PARALAB_GPU_CHECK(cudnnCreateFilterDescriptor(&w_desc));
-        PARALAB_GPU_CHECK(cudnnSetFilter4dDescriptor(w_desc, type, CUDNN_TENSOR_NCHW, k, c, r, r));
-        PARALAB_GPU_CHECK(cudnnCreateTensorDescriptor(&y_desc));
-        PARALAB_GPU_CHECK(cudnnSetTensor4dDescriptor(y_desc, CUDNN_TENSOR_NCHW, type, n, k, oh, ow));
+        PARALAB_GPU_CHECK(dnn().cudnnCreate(&handle));
+        PARALAB_GPU_CHECK(dnn().cudnnCreateTensorDescriptor(&x_desc));
+        PARALAB_GPU_CHECK(dnn().cudnnSetTensor4dDescriptor(x_desc, CUDNN_TENSOR_NCHW, type, n, c, h, w));
+        PARALAB_GPU_CHECK(dnn().cudnnCreateFilterDescriptor(&w_desc));
+        PARALAB_GPU_CHECK(dnn().cudnnSetFilter4dDescriptor(w_desc, type, CUDNN_TENSOR_NCHW, k, c, r, r));
+        PARALAB_GPU_CHECK(dnn().cudnnCreateTensorDescriptor(&y_desc));
+        PARALAB_GPU_CHECK(dnn().cudnnSetTensor4dDescriptor(y_desc, CUDNN_TENSOR_NCHW, type, n, k, oh, ow));
         if (bias) {
-            PARALAB_GPU_CHECK(cudnnCreateTensorDescriptor(&b_desc));
-            PARALAB_GPU_CHECK(cudnnSetTensor4dDescriptor(b_desc, CUDNN_TENSOR_NCHW, type, 1, k, 1, 1));
+            PARALAB_GPU_CHECK(dnn().cudnnCreateTensorDescriptor(&b_desc));
+            PARALAB_GPU_CHECK(dnn().cudnnSetTensor4dDescriptor(b_desc, CUDNN_TENSOR_NCHW, type, 1, k, 1, 1));
         }
         // fp32 without TF32: FMA math only (CUDNN_DEFAULT_MATH lets Ampere and later GPUs use
         // TF32 tensor cores); otherwise the heuristics choose, each result saying its math.
@@ -257,13 +267,13 @@ struct CudnnConv2dPlan::Impl {
         const cudnnMathType_t math = fma_only ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
         const int pad = to_int(g.padding, "padding", what), stride = to_int(g.stride, "stride", what);
         for (cudnnConvolutionDescriptor_t* conv : {&fwd_conv, &data_conv, &filter_conv}) {
-            PARALAB_GPU_CHECK(cudnnCreateConvolutionDescriptor(conv));
-            PARALAB_GPU_CHECK(cudnnSetConvolution2dDescriptor(*conv, pad, pad, stride, stride, 1, 1,
+            PARALAB_GPU_CHECK(dnn().cudnnCreateConvolutionDescriptor(conv));
+            PARALAB_GPU_CHECK(dnn().cudnnSetConvolution2dDescriptor(*conv, pad, pad, stride, stride, 1, 1,
                                                               CUDNN_CROSS_CORRELATION, type));
-            PARALAB_GPU_CHECK(cudnnSetConvolutionMathType(*conv, math));
+            PARALAB_GPU_CHECK(dnn().cudnnSetConvolutionMathType(*conv, math));
         }
         int dims[4] = {};
-        PARALAB_GPU_CHECK(cudnnGetConvolution2dForwardOutputDim(fwd_conv, x_desc, w_desc, &dims[0], &dims[1],
+        PARALAB_GPU_CHECK(dnn().cudnnGetConvolution2dForwardOutputDim(fwd_conv, x_desc, w_desc, &dims[0], &dims[1],
                                                                 &dims[2], &dims[3]));
         if (dims[0] != n || dims[1] != k || dims[2] != oh || dims[3] != ow)
             throw std::logic_error("CudnnConv2dPlan(" + what + "): cuDNN's output [" + std::to_string(dims[0]) +
@@ -271,53 +281,53 @@ struct CudnnConv2dPlan::Impl {
                                    std::to_string(dims[3]) + "] differs from the geometry's");
 
         int count = 0;
-        PARALAB_GPU_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &count));
+        PARALAB_GPU_CHECK(dnn().cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &count));
         std::vector<cudnnConvolutionFwdAlgoPerf_t> fwd_perfs(static_cast<size_t>(std::max(count, 1)));
-        PARALAB_GPU_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc, w_desc, fwd_conv, y_desc,
+        PARALAB_GPU_CHECK(dnn().cudnnGetConvolutionForwardAlgorithm_v7(handle, x_desc, w_desc, fwd_conv, y_desc,
                                                                  static_cast<int>(fwd_perfs.size()), &count,
                                                                  fwd_perfs.data()));
         fwd_perfs.resize(static_cast<size_t>(count));
         fwd = choose<cudnnConvolutionFwdAlgo_t>(
             fwd_perfs, fma_only, exact,
             [&](cudnnConvolutionFwdAlgo_t algo, cudnnMathType_t m, size_t* bytes) {
-                return cudnnSetConvolutionMathType(fwd_conv, m) == CUDNN_STATUS_SUCCESS &&
-                       cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc, w_desc, fwd_conv, y_desc, algo,
+                return dnn().cudnnSetConvolutionMathType(fwd_conv, m) == CUDNN_STATUS_SUCCESS &&
+                       dnn().cudnnGetConvolutionForwardWorkspaceSize(handle, x_desc, w_desc, fwd_conv, y_desc, algo,
                                                                bytes) == CUDNN_STATUS_SUCCESS;
             },
             "forward", what);
-        PARALAB_GPU_CHECK(cudnnSetConvolutionMathType(fwd_conv, fwd.math));
+        PARALAB_GPU_CHECK(dnn().cudnnSetConvolutionMathType(fwd_conv, fwd.math));
 
-        PARALAB_GPU_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &count));
+        PARALAB_GPU_CHECK(dnn().cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &count));
         std::vector<cudnnConvolutionBwdDataAlgoPerf_t> data_perfs(static_cast<size_t>(std::max(count, 1)));
-        PARALAB_GPU_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc, y_desc, data_conv, x_desc,
+        PARALAB_GPU_CHECK(dnn().cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, w_desc, y_desc, data_conv, x_desc,
                                                                       static_cast<int>(data_perfs.size()), &count,
                                                                       data_perfs.data()));
         data_perfs.resize(static_cast<size_t>(count));
         data = choose<cudnnConvolutionBwdDataAlgo_t>(
             data_perfs, fma_only, exact,
             [&](cudnnConvolutionBwdDataAlgo_t algo, cudnnMathType_t m, size_t* bytes) {
-                return cudnnSetConvolutionMathType(data_conv, m) == CUDNN_STATUS_SUCCESS &&
-                       cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_desc, y_desc, data_conv, x_desc,
+                return dnn().cudnnSetConvolutionMathType(data_conv, m) == CUDNN_STATUS_SUCCESS &&
+                       dnn().cudnnGetConvolutionBackwardDataWorkspaceSize(handle, w_desc, y_desc, data_conv, x_desc,
                                                                     algo, bytes) == CUDNN_STATUS_SUCCESS;
             },
             "backward-data", what);
-        PARALAB_GPU_CHECK(cudnnSetConvolutionMathType(data_conv, data.math));
+        PARALAB_GPU_CHECK(dnn().cudnnSetConvolutionMathType(data_conv, data.math));
 
-        PARALAB_GPU_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &count));
+        PARALAB_GPU_CHECK(dnn().cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &count));
         std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> filter_perfs(static_cast<size_t>(std::max(count, 1)));
-        PARALAB_GPU_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_desc, y_desc, filter_conv, w_desc,
+        PARALAB_GPU_CHECK(dnn().cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, x_desc, y_desc, filter_conv, w_desc,
                                                                         static_cast<int>(filter_perfs.size()),
                                                                         &count, filter_perfs.data()));
         filter_perfs.resize(static_cast<size_t>(count));
         filter = choose<cudnnConvolutionBwdFilterAlgo_t>(
             filter_perfs, fma_only, exact,
             [&](cudnnConvolutionBwdFilterAlgo_t algo, cudnnMathType_t m, size_t* bytes) {
-                return cudnnSetConvolutionMathType(filter_conv, m) == CUDNN_STATUS_SUCCESS &&
-                       cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x_desc, y_desc, filter_conv, w_desc,
+                return dnn().cudnnSetConvolutionMathType(filter_conv, m) == CUDNN_STATUS_SUCCESS &&
+                       dnn().cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, x_desc, y_desc, filter_conv, w_desc,
                                                                       algo, bytes) == CUDNN_STATUS_SUCCESS;
             },
             "backward-filter", what);
-        PARALAB_GPU_CHECK(cudnnSetConvolutionMathType(filter_conv, filter.math));
+        PARALAB_GPU_CHECK(dnn().cudnnSetConvolutionMathType(filter_conv, filter.math));
     }
 };
 
@@ -325,10 +335,14 @@ CudnnConv2dPlan::CudnnConv2dPlan(int device, const cpu::Conv2dGeometry& g, int64
                                  bool bias, bool f64, bool tf32) {
     const std::string what = describe_conv(g, batch, out_channels, bias, f64, tf32);
     validate_conv_plan(g, batch, out_channels, what);
-    if (!cudnn_available())
+    if (!cudnn_available()) {
+        const std::string load_error = detail::cudnn_load_error();
+        if (!load_error.empty())
+            throw std::runtime_error("CudnnConv2dPlan(" + what + "): no cuDNN at run time: " + load_error);
         throw std::runtime_error("CudnnConv2dPlan(" + what +
                                  "): the cuDNN library found at run time has no convolutions "
                                  "(cudnnCnnVersionCheck failed: libcudnn_cnn missing or of another version)");
+    }
     auto impl = std::make_unique<Impl>();
     impl->device = device;
     impl->batch = batch;
@@ -379,12 +393,12 @@ void CudnnConv2dPlan::forward(const void* x, const void* w, const void* b, void*
     std::lock_guard<std::mutex> lock(p.mutex);
     try {
         DeviceGuard guard(p.device);
-        PARALAB_GPU_CHECK(cudnnSetStream(p.handle, as_stream(stream)));
-        PARALAB_GPU_CHECK(cudnnConvolutionForward(p.handle, p.scalar(1), p.x_desc, x, p.w_desc, w, p.fwd_conv,
+        PARALAB_GPU_CHECK(dnn().cudnnSetStream(p.handle, as_stream(stream)));
+        PARALAB_GPU_CHECK(dnn().cudnnConvolutionForward(p.handle, p.scalar(1), p.x_desc, x, p.w_desc, w, p.fwd_conv,
                                                   p.fwd.algo, workspace, p.fwd.workspace, p.scalar(0), p.y_desc,
                                                   y));
         if (p.bias)
-            PARALAB_GPU_CHECK(cudnnAddTensor(p.handle, p.scalar(1), p.b_desc, b, p.scalar(1), p.y_desc, y));
+            PARALAB_GPU_CHECK(dnn().cudnnAddTensor(p.handle, p.scalar(1), p.b_desc, b, p.scalar(1), p.y_desc, y));
     } catch (const GpuError& e) {
         rethrow_naming(e, p.what);
     }
@@ -405,14 +419,14 @@ void CudnnConv2dPlan::backward(const void* x, const void* dy, const void* w, voi
     try {
         DeviceGuard guard(p.device);
         const cudaStream_t s = as_stream(stream);
-        PARALAB_GPU_CHECK(cudnnSetStream(p.handle, s));
+        PARALAB_GPU_CHECK(dnn().cudnnSetStream(p.handle, s));
         // The two convolutions share the workspace: they run one after the other on `s`.
         if (dx)
-            PARALAB_GPU_CHECK(cudnnConvolutionBackwardData(p.handle, p.scalar(1), p.w_desc, w, p.y_desc, dy,
+            PARALAB_GPU_CHECK(dnn().cudnnConvolutionBackwardData(p.handle, p.scalar(1), p.w_desc, w, p.y_desc, dy,
                                                            p.data_conv, p.data.algo, workspace, p.data.workspace,
                                                            p.scalar(0), p.x_desc, dx));
         if (dw_acc)
-            PARALAB_GPU_CHECK(cudnnConvolutionBackwardFilter(p.handle, p.scalar(1), p.x_desc, x, p.y_desc, dy,
+            PARALAB_GPU_CHECK(dnn().cudnnConvolutionBackwardFilter(p.handle, p.scalar(1), p.x_desc, x, p.y_desc, dy,
                                                              p.filter_conv, p.filter.algo, workspace,
                                                              p.filter.workspace, p.scalar(1), p.w_desc, dw_acc));
         if (db_acc) {

@@ -1,7 +1,7 @@
 // kernels/gpu/nccl.h where this build has no NCCL (no CUDA backend, or a toolkit without NCCL):
-// built() says so, and every other call throws naming the call and the cause. The engine's
-// GPU group factory (engine/comm/gpu_group.cpp) asks built() first and picks the local CUDA
-// communicator or says why it cannot.
+// built() and available() say so, and every other call throws naming the call and the cause.
+// The engine's GPU group factory (engine/comm/gpu_group.cpp) asks available() first and picks
+// the local CUDA communicator or says why it cannot.
 #include <kernels/gpu/nccl.h>
 
 #include <stdexcept>
@@ -11,12 +11,13 @@ namespace paralab::kernels::gpu::nccl {
 namespace {
 [[noreturn]] void built_without_nccl(const char* call) {
     throw std::runtime_error(std::string("nccl::") + call +
-                             ": this ParaLab was built without NCCL (CMake found no nccl.h and "
-                             "libnccl next to the CUDA toolkit)");
+                             ": this ParaLab was built without NCCL (CMake found no nccl.h next to "
+                             "the CUDA toolkit)");
 }
 }  // namespace
 
 bool built() { return false; }
+bool available() { return false; }
 std::string version() { return "built without NCCL"; }
 std::vector<void*> comm_init_all(const std::vector<int>&) { built_without_nccl("comm_init_all"); }
 void comm_destroy(void*) { built_without_nccl("comm_destroy"); }

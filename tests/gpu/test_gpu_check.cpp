@@ -11,10 +11,16 @@
 #include <string>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/cublas_api.cuh"
+#include "kernels/cuda/shared_library.cuh"
 #ifdef PARALAB_TEST_CUDNN
+#include <kernels/gpu/conv.h>
+
 #include "kernels/cuda/check_cudnn.cuh"
 #endif
 #ifdef PARALAB_TEST_NCCL
+#include <kernels/gpu/nccl.h>
+
 #include "kernels/cuda/check_nccl.cuh"
 #endif
 #include "tests/gpu/gpu_testing.h"
@@ -92,21 +98,80 @@ bool mapped(const std::string& name) {
     return false;
 }
 
+// Why cuBLAS cannot be opened, or empty once it is.
+std::string cublas_load_error() {
+    try {
+        kernels::gpu::detail::cublas();
+        return {};
+    } catch (const GpuError& e) {
+        return e.status_text();
+    }
+}
+
 // cuBLAS is opened at its first use, not at start-up (kernels/cuda/cublas_api.cuh): a process
 // that runs no GPU GEMM never maps it. In a fresh process (a death test re-runs this program):
-// not mapped at first, mapped once a cuBLAS status is named.
+// not mapped at first, mapped once a cuBLAS status is named (where it can be opened).
 TEST(GpuCheckDeathTest, CublasIsOpenedAtItsFirstUse) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_EXIT(
         {
             if (mapped("libcublas")) std::_Exit(1);
             (void)error_of(CUBLAS_STATUS_NOT_INITIALIZED);
-            std::_Exit(mapped("libcublas") ? 0 : 2);
+            const bool mapped_by_the_check = mapped("libcublas");
+            const bool opened = cublas_load_error().empty();
+            std::_Exit(mapped_by_the_check == opened ? 0 : 2);
         },
         ::testing::ExitedWithCode(0), "");
+    const std::string why = cublas_load_error();
+    if (!why.empty()) GTEST_SKIP() << "cuBLAS cannot be opened here, so only its absence was seen: " << why;
+}
+
+// A library opened at first use (kernels/cuda/shared_library.cuh) that is not there, or lacks a
+// function: the error names the library, the file and the loader's reason.
+TEST(GpuCheck, AMissingLibraryIsNamedWithTheLoadersReason) {
+    using kernels::gpu::detail::SharedLibrary;
+    const SharedLibrary missing{"Nothing", "libparalab_no_such_library.so.1", "/nonexistent",
+                                "install nothing"};
+    try {
+        kernels::gpu::detail::open_shared_library(missing);
+        FAIL() << "a missing library was opened";
+    } catch (const GpuError& e) {
+        EXPECT_EQ(e.library(), "Nothing");
+        EXPECT_TRUE(contains(e.status_text(), "cannot open libparalab_no_such_library.so.1")) << e.status_text();
+        EXPECT_TRUE(contains(e.status_text(), "No such file")) << e.status_text();  // dlerror()'s words
+        EXPECT_TRUE(contains(e.status_text(), "install nothing")) << e.status_text();
+    }
+    const SharedLibrary libc{"the C library", "libc.so.6", "/nonexistent", "install libc6"};
+    void* handle = kernels::gpu::detail::open_shared_library(libc);
+    ASSERT_NE(handle, nullptr);
+    EXPECT_NE(kernels::gpu::detail::shared_library_symbol(libc, handle, "strlen"), nullptr);
+    try {
+        kernels::gpu::detail::shared_library_symbol(libc, handle, "paralab_no_such_function");
+        FAIL() << "a missing function was found";
+    } catch (const GpuError& e) {
+        EXPECT_EQ(e.library(), "the C library");
+        EXPECT_TRUE(contains(e.status_text(), "libc.so.6 has no paralab_no_such_function")) << e.status_text();
+    }
 }
 
 #ifdef PARALAB_TEST_CUDNN
+// cuDNN is opened at its first use (kernels/cuda/cudnn_api.cuh), like cuBLAS: in a fresh process
+// not mapped at first; cudnn_available() opens it, and then it is mapped exactly when it opened.
+TEST(GpuCheckDeathTest, CudnnIsOpenedAtItsFirstUse) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            if (mapped("libcudnn")) std::_Exit(1);
+            (void)kg::cudnn_available();
+            const bool mapped_by_the_query = mapped("libcudnn");
+            const bool opened = kernels::gpu::detail::cudnn_load_error().empty();
+            std::_Exit(mapped_by_the_query == opened ? 0 : 2);
+        },
+        ::testing::ExitedWithCode(0), "");
+    const std::string why = kernels::gpu::detail::cudnn_load_error();
+    if (!why.empty()) GTEST_SKIP() << "cuDNN cannot be opened here, so only its absence was seen: " << why;
+}
+
 TEST(GpuCheck, CudnnStatusNamesCudnn) {
     const GpuError e = error_of(CUDNN_STATUS_BAD_PARAM);
     EXPECT_EQ(e.library(), "cuDNN");
@@ -116,6 +181,23 @@ TEST(GpuCheck, CudnnStatusNamesCudnn) {
 #endif
 
 #ifdef PARALAB_TEST_NCCL
+// NCCL too: not mapped until nccl::available() (or any other call of kernels/gpu/nccl.h) asks,
+// then mapped exactly when it opened.
+TEST(GpuCheckDeathTest, NcclIsOpenedAtItsFirstUse) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            if (mapped("libnccl")) std::_Exit(1);
+            const bool available = kg::nccl::available();
+            const bool mapped_by_the_query = mapped("libnccl");
+            const bool opened = kernels::gpu::detail::nccl_load_error().empty();
+            std::_Exit(available == opened && mapped_by_the_query == opened ? 0 : 2);
+        },
+        ::testing::ExitedWithCode(0), "");
+    const std::string why = kernels::gpu::detail::nccl_load_error();
+    if (!why.empty()) GTEST_SKIP() << "NCCL cannot be opened here, so only its absence was seen: " << why;
+}
+
 TEST(GpuCheck, NcclResultNamesNccl) {
     const GpuError e = error_of(ncclInvalidArgument);
     EXPECT_EQ(e.library(), "NCCL");

@@ -104,8 +104,8 @@ std::string skip_reason(const Case& c) {
                    ? "no CUDA device: this machine has no NVIDIA GPU or no driver "
                      "(kernels::gpu::device_count() == 0); run tests/gpu/run_on_gpu.sh on a GPU machine"
                    : "no CUDA device: this ParaLab was built without the CUDA backend";
-    if (c.backend == Backend::nccl && !kg::nccl::built())
-        return "this ParaLab was built without NCCL";
+    if (c.backend == Backend::nccl && !kg::nccl::available())
+        return "no NCCL: " + kg::nccl::version();
     if (c.backend == Backend::nccl && c.world > kg::device_count())
         return "NCCL needs " + std::to_string(c.world) + " distinct GPUs; this machine has " +
                std::to_string(kg::device_count());
@@ -531,7 +531,7 @@ TEST_P(GpuCommTest, TheFactoryPicksThisBackend) {
     auto group = make_device_group(devices);
     std::set<int> distinct(m_ordinals.begin(), m_ordinals.end());
     const bool want_nccl = int(distinct.size()) == world();
-    EXPECT_EQ(group->rank(0).backend(), want_nccl && kg::nccl::built() ? "nccl" : "cuda_local");
+    EXPECT_EQ(group->rank(0).backend(), want_nccl && kg::nccl::available() ? "nccl" : "cuda_local");
     EXPECT_EQ(group->world(), world());
 }
 

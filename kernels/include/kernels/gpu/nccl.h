@@ -1,7 +1,9 @@
 // NCCL, free of CUDA and NCCL types: a communicator is an opaque void* (ncclComm_t), a stream an
 // opaque void* (cudaStream_t). Every call throws GpuError (kernels/gpu/error.h) with NCCL's own
 // words (ncclGetErrorString) when NCCL fails. Implemented by kernels/cuda/nccl_comm.cu where
-// NCCL was found; kernels/stub/nccl_stub.cpp otherwise, whose calls throw "built without NCCL".
+// NCCL's header was found, which opens libnccl at the first use (a machine without it answers
+// available() false); kernels/stub/nccl_stub.cpp otherwise, whose calls throw "built without
+// NCCL".
 //
 // Buffers are device pointers of `count` elements of `type`; every collective is enqueued on
 // `stream` and returns at once (the caller waits on the stream).
@@ -16,9 +18,13 @@ namespace paralab::kernels::gpu::nccl {
 enum class Type { f32, f64 };
 enum class Op { sum, average, max };  // ncclSum, ncclAvg, ncclMax
 
-// True when this build links NCCL.
+// True when this build has NCCL's wrapper (CMake found nccl.h).
 bool built();
-// "2.28.9", or why there is none ("built without NCCL").
+// True when built() and libnccl opened at run time (asked once; the first call opens it). The
+// other calls need it: without it they throw GpuError naming the library and the loader's reason.
+bool available();
+// "2.28.9", or why there is none ("built without NCCL", "NCCL not available: cannot open
+// libnccl.so.2 (...)").
 std::string version();
 
 // ncclCommInitAll: one communicator per entry of `devices` (distinct GPU ordinals; rank i is on
