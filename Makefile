@@ -60,6 +60,30 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 600 -j$(JOBS) -E 'mpi|Mpi'
 
+# The threaded parts under ThreadSanitizer: the communicators, every strategy, the run store and
+# the data loader (no window, no CUDA, no MPI). The CPU kernels are built without their
+# AVX-512/AVX2 clones, whose ifunc resolvers crash a TSan program before main
+# (PARALAB_SIMD_CLONES=OFF). oneDNN runs without its primitive cache (capacity 0): TSan cannot
+# see the synchronization inside that uninstrumented library, and the cache, shared by the rank
+# threads, showed as races inside it; each primitive is then the creating thread's own. Only
+# those test programs are built; ctest runs the suites (TSAN_TESTS) of tests/engine/test_comm.cpp,
+# test_data.cpp's Loader and Shard, test_store*.cpp, test_event_stream.cpp, test_strategy_*.cpp.
+# tests/tsan.supp suppresses hogwild's deliberate races and nothing else.
+TSAN_BUILD ?= build-tsan
+TSAN_TARGETS := engine_comm_test engine_data_test engine_store_test engine_store_queries_test \
+	engine_store_stress_test engine_event_stream_test engine_strategy_async_test \
+	engine_strategy_dp_test engine_strategy_tp_test engine_strategy_hybrid_test \
+	engine_strategy_zero3_test engine_strategy_pipeline_test
+TSAN_TESTS := ^(LocalComm|(Worlds|Pieces|LastPiece)/RingTest|Worlds/RootedTest|Loader|Shard|RunStore|RunStoreQueries|RunStoreStress|EventStream|AsyncStrategies|Hogwild|ParamServer|Workers/SyncServerEqualsSingle|DataParallel(Memory|Options|Runs)|DataParallel/MatchesSingle|TensorParallel|Hybrid|ZeroStage3|Stages|Stages/MatchesSingle)\.
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPARALAB_GUI=OFF -DPARALAB_CUDA=OFF \
+	  -DPARALAB_MPI=OFF -DPARALAB_DNNL=ON -DPARALAB_SIMD_CLONES=OFF \
+	  "-DCMAKE_CXX_FLAGS=-fsanitize=thread" "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread"
+	cmake --build $(TSAN_BUILD) -j$(JOBS) --target $(TSAN_TARGETS)
+	cd $(TSAN_BUILD) && TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp second_deadlock_stack=1" \
+	  ONEDNN_PRIMITIVE_CACHE_CAPACITY=0 DNNL_PRIMITIVE_CACHE_CAPACITY=0 \
+	  ctest --output-on-failure --timeout 600 -j$(JOBS) -R '$(TSAN_TESTS)'
+
 # The fuzz targets of every reader (tests/fuzz) under libFuzzer, AddressSanitizer and
 # UndefinedBehaviorSanitizer, in their own clang build; only they and what they link are built.
 # Each runs FUZZ_SECONDS, one after the other, from its seed corpus (tests/fuzz/corpus/NAME) and

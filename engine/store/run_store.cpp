@@ -102,7 +102,16 @@ json parse_or_null(const std::string& text) {
 
 std::string author_name() {
     if (const char* a = std::getenv("PARALAB_AUTHOR"); a && *a) return a;
-    if (const passwd* pw = getpwuid(getuid())) {
+    // getpwuid_r, not getpwuid: create_run may be called from several threads at once, and
+    // getpwuid fills one static record that a concurrent call overwrites.
+    long size = sysconf(_SC_GETPW_R_SIZE_MAX);
+    std::vector<char> buffer(size > 0 ? static_cast<size_t>(size) : 16384);
+    passwd record{};
+    passwd* pw = nullptr;
+    while (getpwuid_r(getuid(), &record, buffer.data(), buffer.size(), &pw) == ERANGE &&
+           buffer.size() < (size_t{1} << 20))
+        buffer.resize(buffer.size() * 2);
+    if (pw) {
         std::string full = pw->pw_gecos ? pw->pw_gecos : "";
         full = full.substr(0, full.find(','));  // "Ada Lovelace,room,phone,..."
         if (!full.empty()) return full;

@@ -6,7 +6,12 @@
 // machine it runs on (an ifunc). The package stays portable while a loop over vmath runs 16
 // lanes wide where the CPU has them. Without contraction (ISO C++, -ffp-contract=off) every
 // version computes the same IEEE operations, so results do not depend on the machine.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+// PARALAB_NO_SIMD_CLONES (CMake -DPARALAB_SIMD_CLONES=OFF) compiles the baseline only: a
+// ThreadSanitizer build needs it, because the dynamic loader runs ifunc resolvers while it
+// relocates the program, before TSan's runtime is up, and GCC instruments the resolvers too
+// (their __tsan_func_entry crashes the program before main).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && \
+    !defined(PARALAB_NO_SIMD_CLONES)
 #define PARALAB_SIMD_CLONES \
     __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
