@@ -265,18 +265,23 @@ int run_calibrate_command(bool as_json) {
         if (as_json) {
             std::cout << json{{"file", path},
                               {"gemm_gflops_fp32", c.gemm_flops / 1e9},
+                              {"gemm_half_width", c.gemm_half_width},
                               {"memory_bandwidth_gbps", c.memory_bandwidth / 1e9},
                               {"copy_bandwidth_gbps", c.copy_bandwidth / 1e9},
+                              {"allreduce_latency_us", c.allreduce_latency * 1e6},
+                              {"allreduce_bandwidth_gbps", c.allreduce_bandwidth / 1e9},
                               {"gemm_library", c.gemm_library}}
                              .dump(2)
                       << "\n";
         } else {
             std::printf(
-                "one virtual CPU device: fp32 GEMM [512 x 512 x 512] %.1f GFLOP/s (%s), memory "
-                "%.1f GB/s "
-                "(read + write), copy %.1f GB/s\nkept in %s for `paralab plan --cluster local`\n",
-                c.gemm_flops / 1e9, c.gemm_library.c_str(), c.memory_bandwidth / 1e9,
-                c.copy_bandwidth / 1e9, path.c_str());
+                "one virtual CPU device: fp32 GEMM n^3 at %.1f GFLOP/s · n / (n + %.0f) (%s, n = 64 "
+                "... 512), memory %.1f GB/s (read + write), copy %.1f GB/s\nall-reduce of two "
+                "devices: alpha %.1f us, beta %.1f GB/s\nkept in %s for `paralab plan --cluster "
+                "local`\n",
+                c.gemm_flops / 1e9, c.gemm_half_width, c.gemm_library.c_str(), c.memory_bandwidth / 1e9,
+                c.copy_bandwidth / 1e9, c.allreduce_latency * 1e6, c.allreduce_bandwidth / 1e9,
+                path.c_str());
         }
         return 0;
     } catch (const std::exception& e) {

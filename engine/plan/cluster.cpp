@@ -89,6 +89,13 @@ Cluster local_cluster() {
         c.peak_flops_fp32 = c.peak_flops_16bit = measured->gemm_flops;
         c.memory_bandwidth = measured->memory_bandwidth;
         c.intra_bandwidth = measured->copy_bandwidth;
+        // The curve and the all-reduce's α and β where the file has them (a newer calibration).
+        if (measured->gemm_half_width > 0)
+            c.gemm_half_width = c.gemm_half_width_fp32 = measured->gemm_half_width;
+        if (measured->allreduce_latency > 0 && measured->allreduce_bandwidth > 0) {
+            c.intra_latency = measured->allreduce_latency;
+            c.intra_bandwidth = measured->allreduce_bandwidth;
+        }
     }
     c.inter_bandwidth = c.intra_bandwidth;
     c.inter_latency = c.intra_latency;

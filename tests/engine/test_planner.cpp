@@ -380,6 +380,19 @@ TEST(Planner, BreakdownAddsUpToTheStep) {
     EXPECT_LT(p.mfu, 1);
 }
 
+// The GEMM curve through points of r(n) = peak · n / (n + w½) gives back peak and w½; points
+// that no such curve passes give the largest size's rate, flat.
+TEST(Planner, GemmCurveFitRecoversPeakAndHalfWidth) {
+    std::vector<std::pair<double, double>> points;
+    for (const double n : {64.0, 128.0, 256.0, 512.0}) points.emplace_back(n, 80e9 * n / (n + 48));
+    const auto [peak, half] = plan::fit_gemm_curve(points);
+    EXPECT_NEAR(peak, 80e9, 1e3);
+    EXPECT_NEAR(half, 48, 1e-6);
+    const auto [flat, none] = plan::fit_gemm_curve({{64, 10e9}, {512, 5e9}});  // slower when larger
+    EXPECT_DOUBLE_EQ(flat, 5e9);
+    EXPECT_EQ(none, 0);
+}
+
 // `paralab bench --calibrate`'s file: written, read back, and what the local preset uses; a
 // malformed one is refused with its path.
 TEST(Planner, CalibrationRoundTripsAndFeedsTheLocalPreset) {
@@ -394,18 +407,37 @@ TEST(Planner, CalibrationRoundTripsAndFeedsTheLocalPreset) {
 
     const plan::Calibration measured = plan::measure_local(0.01);
     EXPECT_GT(measured.gemm_flops, 0);
+    EXPECT_GE(measured.gemm_half_width, 0);
     EXPECT_GT(measured.memory_bandwidth, 0);
     EXPECT_GT(measured.copy_bandwidth, 0);
+    EXPECT_GT(measured.allreduce_bandwidth, 0);
+    // A file of an older version (no curve, no all-reduce): the copy rate is the link.
     plan::Calibration c{12e9, 34e9, 17e9, "test"};
     plan::save_calibration(c, plan::calibration_path());
-    const auto back = plan::load_calibration(plan::calibration_path());
+    auto back = plan::load_calibration(plan::calibration_path());
     ASSERT_TRUE(back.has_value());
     EXPECT_DOUBLE_EQ(back->gemm_flops, 12e9);
     EXPECT_DOUBLE_EQ(back->memory_bandwidth, 34e9);
-    const plan::Cluster local = plan::local_cluster();
+    EXPECT_EQ(back->gemm_half_width, 0);
+    plan::Cluster local = plan::local_cluster();
     EXPECT_DOUBLE_EQ(local.peak_flops_fp32, 12e9);
     EXPECT_DOUBLE_EQ(local.memory_bandwidth, 34e9);
     EXPECT_DOUBLE_EQ(local.intra_bandwidth, 17e9);
+    EXPECT_DOUBLE_EQ(local.gemm_half_width, 16);
+    // A full one: the fitted curve and the all-reduce's alpha and beta.
+    c.gemm_half_width = 40;
+    c.allreduce_latency = 3e-6;
+    c.allreduce_bandwidth = 9e9;
+    plan::save_calibration(c, plan::calibration_path());
+    back = plan::load_calibration(plan::calibration_path());
+    ASSERT_TRUE(back.has_value());
+    EXPECT_DOUBLE_EQ(back->gemm_half_width, 40);
+    EXPECT_NEAR(back->allreduce_latency, 3e-6, 1e-15);
+    local = plan::local_cluster();
+    EXPECT_DOUBLE_EQ(local.gemm_half_width, 40);
+    EXPECT_DOUBLE_EQ(local.gemm_half_width_fp32, 40);
+    EXPECT_NEAR(local.intra_latency, 3e-6, 1e-15);
+    EXPECT_DOUBLE_EQ(local.intra_bandwidth, 9e9);
 
     {
         std::ofstream out(plan::calibration_path());
