@@ -28,10 +28,21 @@ RunComparison compare_run(const nlohmann::json& config, const nlohmann::json& su
     if (steps <= 0) throw ConfigError(where + " recorded no steps");
 
     RunComparison c;
-    const PlanFile file = plan_file_from_json(config, where);
     int devices = 1;
     if (config.contains("devices") && config["devices"].is_array())
         devices = std::max(1, static_cast<int>(config["devices"].size()));
+    // An MPI job stores every process's devices as "rK/cpu:0", which no experiment file names:
+    // the plan needs only their number, as this machine's virtual devices cpu:0..N-1.
+    nlohmann::json planned = config;
+    bool across_processes = false;
+    if (planned.contains("devices") && planned["devices"].is_array())
+        for (const auto& d : planned["devices"])
+            across_processes = across_processes || (d.is_string() && d.get<std::string>().find('/') != std::string::npos);
+    if (across_processes) {
+        planned["devices"] = nlohmann::json::array();
+        for (int i = 0; i < devices; ++i) planned["devices"].push_back("cpu:" + std::to_string(i));
+    }
+    const PlanFile file = plan_file_from_json(planned, where);
     Mesh mesh;
     try {
         mesh = mesh_of(file, devices);

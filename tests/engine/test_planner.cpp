@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/plan/calibrate.h"
+#include "engine/plan/compare.h"
 #include "engine/plan/pipeline_sim.h"
 #include "engine/plan/planner.h"
 #include "engine/run/experiment.h"
@@ -378,6 +379,27 @@ TEST(Planner, BreakdownAddsUpToTheStep) {
     EXPECT_NEAR(p.tokens_per_s, p.samples_per_s * 32, 1e-9 * p.tokens_per_s);
     EXPECT_GT(p.mfu, 0);
     EXPECT_LT(p.mfu, 1);
+}
+
+// A run of an MPI job stores its devices as "rK/cpu:0": compared, it is planned on that many
+// of this machine's virtual devices.
+TEST(Planner, ARunAcrossProcessesIsComparedOnItsDeviceCount) {
+    const nlohmann::json config = nlohmann::json::parse(R"({
+      "paralab": 1, "name": "mpi", "seed": 1,
+      "data": {"dataset": "spirals", "samples": 600, "classes": 3, "batch_size": 32},
+      "model": {"input": [2], "layers": [{"type": "linear", "out": 16}, {"type": "relu"},
+                                         {"type": "linear", "out": 3}], "loss": "cross_entropy"},
+      "devices": ["r0/cpu:0", "r1/cpu:0"], "strategy": {"type": "ddp"},
+      "optimizer": {"type": "sgd", "lr": 0.1}, "train": {"epochs": 1}
+    })");
+    const nlohmann::json summary = {{"steps", 10}, {"wall_s", 0.01}, {"samples_per_s", 32000.0},
+                                    {"peak_memory_bytes", {{"r0/cpu:0", 4096}, {"r1/cpu:0", 5000}}}};
+    const plan::RunComparison c = plan::compare_run(config, summary, {0.001, 0.002, 0.003}, "run 1");
+    EXPECT_EQ(c.devices, 2);
+    EXPECT_EQ(c.strategy, "ddp");
+    EXPECT_EQ(c.predicted.mesh.dp, 2);
+    EXPECT_DOUBLE_EQ(c.peak_bytes, 5000);
+    EXPECT_DOUBLE_EQ(c.step_s, 0.001);
 }
 
 // The GEMM curve through points of r(n) = peak · n / (n + w½) gives back peak and w½; points
