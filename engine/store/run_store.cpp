@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <ostream>
 #include <thread>
+#include <type_traits>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -159,6 +160,24 @@ std::vector<int64_t> RunStore::copy_runs(const std::string& from, const std::str
     return copied;
 }
 
+template <class F>
+auto RunStore::in_write_transaction(F&& body) {
+    exec("BEGIN IMMEDIATE");
+    try {
+        if constexpr (std::is_void_v<decltype(body())>) {
+            body();
+            exec("COMMIT");
+        } else {
+            auto result = body();
+            exec("COMMIT");
+            return result;
+        }
+    } catch (...) {
+        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
 std::vector<int64_t> RunStore::export_runs(const std::vector<int64_t>& ids, const std::string& dest) {
     std::error_code ec;
     if (std::filesystem::exists(dest, ec))
@@ -176,14 +195,9 @@ std::vector<int64_t> RunStore::export_runs(const std::vector<int64_t>& ids, cons
     }
     std::vector<int64_t> copied;
     try {
-        exec("BEGIN IMMEDIATE");
-        try {
+        in_write_transaction([&] {
             copied = copy_runs("main", "dest", ids, true, true);
-            exec("COMMIT");
-        } catch (...) {
-            sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-            throw;
-        }
+        });
     } catch (...) {
         sqlite3_exec(m_db, "DETACH DATABASE dest", nullptr, nullptr, nullptr);
         remove_dest();
@@ -206,14 +220,9 @@ std::vector<int64_t> RunStore::import_runs(const std::string& source) {
         Statement q(m_db, "SELECT run_id FROM src.runs ORDER BY run_id", m_path);
         while (q.step()) ids.push_back(q.integer(0));
         const bool author = has_column("src", "runs", "author"), spans = has_column("src", "spans", "run_id");
-        exec("BEGIN IMMEDIATE");
-        try {
+        in_write_transaction([&] {
             copied = copy_runs("src", "main", ids, author, spans);
-            exec("COMMIT");
-        } catch (...) {
-            sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-            throw;
-        }
+        });
     } catch (...) {
         sqlite3_exec(m_db, "DETACH DATABASE src", nullptr, nullptr, nullptr);
         throw;
@@ -392,8 +401,7 @@ void RunStore::migrate() {
     // have migrated meanwhile, even to the newest schema), the steps still missing, the commit.
     // Every path ends the transaction: one left open would hold this connection's later writes
     // (a run's rows) and roll them back when the store closes.
-    exec("BEGIN IMMEDIATE");
-    try {
+    in_write_transaction([&] {
         version = read_version();
         if (version < 1) exec(R"(
 CREATE TABLE IF NOT EXISTS runs (
@@ -470,11 +478,7 @@ ALTER TABLE evaluations_v3 RENAME TO evaluations;
             exec("ALTER TABLE runs ADD COLUMN author TEXT NOT NULL DEFAULT ''");
             exec("PRAGMA user_version = 4");
         }
-        exec("COMMIT");
-    } catch (...) {
-        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-        throw;
-    }
+    });
 }
 
 void RunStore::mark_interrupted(bool write) {
@@ -525,8 +529,7 @@ bool RunStore::reopen_run(int64_t run_id, int64_t after_step) {
     std::lock_guard lock(m_mutex);
     char host[256] = {};
     gethostname(host, sizeof host - 1);
-    exec("BEGIN IMMEDIATE");
-    try {
+    return in_write_transaction([&] {
         for (const char* sql : {"DELETE FROM spans WHERE run_id = ? AND step > ?",
                                 "DELETE FROM evaluations WHERE run_id = ? AND step > ?",
                                 "DELETE FROM records WHERE run_id = ? AND step > ?"}) {
@@ -539,19 +542,14 @@ bool RunStore::reopen_run(int64_t run_id, int64_t after_step) {
                     m_path);
         s.bind(1, static_cast<int64_t>(getpid())).bind(2, std::string(host)).bind(3, run_id).step();
         const bool found = sqlite3_changes(m_db) > 0;
-        exec("COMMIT");
         return found;
-    } catch (...) {
-        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-        throw;
-    }
+    });
 }
 
 void RunStore::add_records(int64_t run_id, const std::vector<config::StepRecord>& records) {
     if (records.empty()) return;
     std::lock_guard lock(m_mutex);
-    exec("BEGIN IMMEDIATE");  // the write lock first: waited for while another writes
-    try {
+    in_write_transaction([&] {
         Statement s(m_db,
                     "INSERT OR REPLACE INTO records (run_id, step, device, epoch, wall_s, loss, samples, "
                     "compute_ms, comm_ms, idle_ms, data_wait_ms, memory_bytes, lr) "
@@ -566,11 +564,7 @@ void RunStore::add_records(int64_t run_id, const std::vector<config::StepRecord>
             s.step();
             s.reset();
         }
-        exec("COMMIT");
-    } catch (...) {
-        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-        throw;
-    }
+    });
 }
 
 void RunStore::add_eval(int64_t run_id, const config::EvalResult& ev) {
@@ -588,8 +582,7 @@ void RunStore::add_eval(int64_t run_id, const config::EvalResult& ev) {
 void RunStore::add_spans(int64_t run_id, const std::vector<config::Span>& spans) {
     if (spans.empty()) return;
     std::lock_guard lock(m_mutex);
-    exec("BEGIN IMMEDIATE");  // the write lock first: waited for while another writes
-    try {
+    in_write_transaction([&] {
         Statement s(m_db,
                     "INSERT INTO spans (run_id, device, step, phase, t_begin, t_end, bytes) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -599,11 +592,7 @@ void RunStore::add_spans(int64_t run_id, const std::vector<config::Span>& spans)
             s.bind(5, sp.t_begin).bind(6, sp.t_end).bind(7, sp.bytes).step();
             s.reset();
         }
-        exec("COMMIT");
-    } catch (...) {
-        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-        throw;
-    }
+    });
 }
 
 std::vector<config::Span> RunStore::spans(int64_t run_id, int64_t first_step, int64_t last_step) {
@@ -758,8 +747,7 @@ bool RunStore::set_notes(int64_t run_id, const std::string& notes) {
 bool RunStore::delete_run(int64_t run_id) {
     std::lock_guard lock(m_mutex);
     // Every table by hand: a store migrated from schema 1 has no ON DELETE CASCADE on records.
-    exec("BEGIN IMMEDIATE");
-    try {
+    return in_write_transaction([&] {
         for (const char* sql : {"DELETE FROM spans WHERE run_id = ?", "DELETE FROM evaluations WHERE run_id = ?",
                                 "DELETE FROM records WHERE run_id = ?"}) {
             Statement s(m_db, sql, m_path);
@@ -768,12 +756,8 @@ bool RunStore::delete_run(int64_t run_id) {
         Statement s(m_db, "DELETE FROM runs WHERE run_id = ?", m_path);
         s.bind(1, run_id).step();
         const bool found = sqlite3_changes(m_db) > 0;
-        exec("COMMIT");
         return found;
-    } catch (...) {
-        sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-        throw;
-    }
+    });
 }
 
 // ---- RunRecorder -----------------------------------------------------------------------------

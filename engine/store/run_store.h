@@ -147,6 +147,11 @@ public:
 
 private:
     void exec(const char* sql);
+    // `body` in one write transaction (BEGIN IMMEDIATE: the write lock first, waited for while
+    // another connection writes), committed when it returns and rolled back when it throws;
+    // returns what `body` returns.
+    template <class F>
+    auto in_write_transaction(F&& body);
     // Opens m_db (a path, or a URI with SQLITE_OPEN_URI) with the busy timeout set.
     void open_connection(const std::string& name, int flags);
     // Refuses, writing nothing, a database that is not a ParaLab store: tables but no schema
