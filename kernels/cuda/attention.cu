@@ -1,8 +1,8 @@
 // Scaled dot-product attention's four passes (kernels/gpu/attention.h), after
-// kernels/cpu/attention.cpp: the products are strided-batched cuBLAS GEMMs, one call per
-// sequence b over its H heads (head h's q, k, v and out start Dh columns after head h-1's, its
-// probabilities T*T entries after), and the softmax, its backward and the causal mask are row
-// kernels, one block per row of probabilities.
+// kernels/cpu/attention.cpp: the products are batched cuBLAS GEMMs, one call over all B * H
+// heads (head h's q, k, v and out start Dh columns after head h-1's, its probabilities T*T
+// entries after), and the softmax, its backward and the causal mask are row kernels: one warp
+// per row of probabilities for the first two, one block for the mask.
 //
 // The GEMMs are dense: with `causal` they compute the masked upper triangle of scores and dprobs
 // too (the row kernels then overwrite it with 0), and the products with probs read its masked
@@ -30,49 +30,58 @@ int row_threads(int64_t T_) {
     return static_cast<int>(std::clamp<int64_t>((T_ + 31) / 32 * 32, 32, kRowBlock));
 }
 
-// scores: [B*H*T, T] row r = (b, h, i) holding q_i . k_j (unscaled), overwritten by
+// The softmax and its backward give each row of probabilities one warp (kRowsPerBlock rows to
+// a block): a row of T entries is read from L1 in a few coalesced passes, and its max, sum and
+// dot product are warp shuffles, with no block-wide barrier between the passes.
+constexpr int kRowsPerBlock = kRowBlock / 32;
+
+unsigned row_warp_blocks(int64_t rows) {
+    return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+// scores: [rows = B*H*T, T] row r = (b, h, i) holding q_i . k_j (unscaled), overwritten by
 // softmax(scale * scores) over j < n (n = i + 1 under the causal mask, T otherwise), 0 after.
 // The max and the exponentials in T, their sum in double (as softmax.cu).
 template <class T>
 __global__ void __launch_bounds__(kRowBlock)
-    attention_softmax_rows_kernel(int64_t T_, bool causal, T scale, T* probs) {
-    __shared__ double shared[32];
-    const int64_t r = blockIdx.x;
+    attention_softmax_rows_kernel(int64_t rows, int64_t T_, bool causal, T scale, T* probs) {
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+    if (r >= rows) return;  // the whole warp: its lanes share r
+    const int lane = threadIdx.x % 32;
     const int64_t n = causal ? r % T_ + 1 : T_;
     T* p = probs + r * T_;
     double local_max = -INFINITY;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-        local_max = fmax(local_max, static_cast<double>(p[j] * scale));
-    const T max = static_cast<T>(block_max(local_max, shared));
+    for (int64_t j = lane; j < n; j += 32) local_max = fmax(local_max, static_cast<double>(p[j] * scale));
+    const T max = static_cast<T>(warp_max(local_max));
     double sum = 0;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    for (int64_t j = lane; j < n; j += 32) {
         const T e = exp(p[j] * scale - max);
         p[j] = e;
         sum += static_cast<double>(e);
     }
-    sum = block_sum(sum, shared);
-    const double inv = 1.0 / sum;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) p[j] = static_cast<T>(p[j] * inv);
-    for (int64_t j = n + threadIdx.x; j < T_; j += blockDim.x) p[j] = T(0);
+    const double inv = 1.0 / warp_sum(sum);
+    for (int64_t j = lane; j < n; j += 32) p[j] = static_cast<T>(p[j] * inv);
+    for (int64_t j = n + lane; j < T_; j += 32) p[j] = T(0);
 }
 
-// probs, dprobs: [B*H*T, T] -> dprobs overwritten by dS = P (dP - rowsum(dP P)) scale over
-// j < n, 0 after (n as in the softmax). Each thread reads and writes only its own entries.
+// probs, dprobs: [rows = B*H*T, T] -> dprobs overwritten by dS = P (dP - rowsum(dP P)) scale
+// over j < n, 0 after (n as in the softmax). One warp per row, as the softmax.
 template <class T>
 __global__ void __launch_bounds__(kRowBlock)
-    attention_softmax_backward_rows_kernel(int64_t T_, bool causal, T scale, const T* probs,
-                                           T* dprobs) {
-    __shared__ double shared[32];
-    const int64_t r = blockIdx.x;
+    attention_softmax_backward_rows_kernel(int64_t rows, int64_t T_, bool causal, T scale,
+                                           const T* probs, T* dprobs) {
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+    if (r >= rows) return;
+    const int lane = threadIdx.x % 32;
     const int64_t n = causal ? r % T_ + 1 : T_;
     const T* p = probs + r * T_;
     T* d = dprobs + r * T_;
     double local = 0;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    for (int64_t j = lane; j < n; j += 32)
         local += static_cast<double>(p[j]) * static_cast<double>(d[j]);
-    const T dot = static_cast<T>(block_sum(local, shared));
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) d[j] = p[j] * (d[j] - dot) * scale;
-    for (int64_t j = n + threadIdx.x; j < T_; j += blockDim.x) d[j] = T(0);
+    const T dot = static_cast<T>(warp_sum(local));
+    for (int64_t j = lane; j < n; j += 32) d[j] = p[j] * (d[j] - dot) * scale;
+    for (int64_t j = n + lane; j < T_; j += 32) d[j] = T(0);
 }
 
 // x: [B*H*T, T] -> the entries j > i of row r = (b, h, i) set to 0.
@@ -87,42 +96,96 @@ cublasOperation_t op(bool trans) {
     return trans ? CUBLAS_OP_T : CUBLAS_OP_N;
 }
 
-// For h < batch, row-major C_h[M, N] = op(A_h) op(B_h) with X_h = X + h * stride_x (overwritten),
-// swapped into cuBLAS's column-major as gemm.cu does. The sizes were checked to fit an int.
+// One operand of the per-(sequence, head) products: head (b, h)'s matrix starts at
+// base + b * per_b + h * per_h, rows ld apart.
+template <class P>
+struct HeadOperand {
+    P* base;
+    int64_t ld, per_b, per_h;
+    __host__ __device__ P* at(int64_t b, int64_t h) const { return base + b * per_b + h * per_h; }
+};
+
+// pointers[0, n), [n, 2n), [2n, 3n) = A, B, C of product i = b * H + h (n = B * H)
 template <class T>
-void gemm_heads(cublasHandle_t handle, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                const T* A, int64_t lda, int64_t stride_a, const T* B, int64_t ldb,
-                int64_t stride_b, T* C, int64_t ldc, int64_t stride_c, int64_t batch) {
+__global__ void head_pointers_kernel(int64_t B, int64_t H, HeadOperand<const T> a,
+                                     HeadOperand<const T> b, HeadOperand<T> c, void** pointers) {
+    const int64_t n = B * H;
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int64_t s = i / H, h = i % H;
+    pointers[i] = const_cast<T*>(a.at(s, h));
+    pointers[n + i] = const_cast<T*>(b.at(s, h));
+    pointers[2 * n + i] = c.at(s, h);
+}
+
+// For every sequence b < B and head h < H, row-major C_bh[M, N] = op(A_bh) op(B_bh)
+// (overwritten), swapped into cuBLAS's column-major as gemm.cu does: one pointer-array batched
+// product over all B * H heads, whose operand pointers a kernel writes first (a sequence's heads
+// are Dh columns apart, sequences a whole [T, 3D] block apart: no single stride spans both, and
+// B products of H heads each leave the GPU mostly idle on short sequences). While the stream is
+// captured into a graph and the pointer array would have to grow, one strided product per
+// sequence instead. The sizes were checked to fit an int.
+template <class T>
+void gemm_heads(void* stream, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                int64_t B, int64_t H, HeadOperand<const T> a, HeadOperand<const T> b,
+                HeadOperand<T> c) {
     const T one = 1, zero = 0;
-    if constexpr (std::is_same_v<T, float>) {
-        PARALAB_GPU_CHECK(cublas().sgemm_strided_batched(
-            handle, op(trans_b), op(trans_a), static_cast<int>(N), static_cast<int>(M),
-            static_cast<int>(K), &one, B, static_cast<int>(ldb), stride_b, A, static_cast<int>(lda),
-            stride_a, &zero, C, static_cast<int>(ldc), stride_c, static_cast<int>(batch)));
-    } else {
-        static_assert(std::is_same_v<T, double>, "attention: T = float or double");
-        PARALAB_GPU_CHECK(cublas().dgemm_strided_batched(
-            handle, op(trans_b), op(trans_a), static_cast<int>(N), static_cast<int>(M),
-            static_cast<int>(K), &one, B, static_cast<int>(ldb), stride_b, A, static_cast<int>(lda),
-            stride_a, &zero, C, static_cast<int>(ldc), stride_c, static_cast<int>(batch)));
+    const cublasHandle_t handle = cublas_handle_for(stream);
+    const int64_t n = B * H;
+    void** pointers = cublas_pointer_arrays_for(stream, 3 * n);
+    if (pointers) {
+        head_pointers_kernel<T><<<static_cast<unsigned>((n + kBlock - 1) / kBlock), kBlock, 0,
+                                  as_stream(stream)>>>(B, H, a, b, c, pointers);
+        PARALAB_GPU_CHECK_LAUNCH("head_pointers_kernel");
+        const auto as = reinterpret_cast<const T* const*>(pointers);
+        const auto bs = reinterpret_cast<const T* const*>(pointers + n);
+        const auto cs = reinterpret_cast<T* const*>(pointers + 2 * n);
+        if constexpr (std::is_same_v<T, float>) {
+            PARALAB_GPU_CHECK(cublas().sgemm_batched(
+                handle, op(trans_b), op(trans_a), static_cast<int>(N), static_cast<int>(M),
+                static_cast<int>(K), &one, bs, static_cast<int>(b.ld), as, static_cast<int>(a.ld),
+                &zero, cs, static_cast<int>(c.ld), static_cast<int>(n)));
+        } else {
+            static_assert(std::is_same_v<T, double>, "attention: T = float or double");
+            PARALAB_GPU_CHECK(cublas().dgemm_batched(
+                handle, op(trans_b), op(trans_a), static_cast<int>(N), static_cast<int>(M),
+                static_cast<int>(K), &one, bs, static_cast<int>(b.ld), as, static_cast<int>(a.ld),
+                &zero, cs, static_cast<int>(c.ld), static_cast<int>(n)));
+        }
+        return;
+    }
+    for (int64_t s = 0; s < B; ++s) {
+        if constexpr (std::is_same_v<T, float>) {
+            PARALAB_GPU_CHECK(cublas().sgemm_strided_batched(
+                handle, op(trans_b), op(trans_a), static_cast<int>(N), static_cast<int>(M),
+                static_cast<int>(K), &one, b.at(s, 0), static_cast<int>(b.ld), b.per_h,
+                a.at(s, 0), static_cast<int>(a.ld), a.per_h, &zero, c.at(s, 0),
+                static_cast<int>(c.ld), c.per_h, static_cast<int>(H)));
+        } else {
+            PARALAB_GPU_CHECK(cublas().dgemm_strided_batched(
+                handle, op(trans_b), op(trans_a), static_cast<int>(N), static_cast<int>(M),
+                static_cast<int>(K), &one, b.at(s, 0), static_cast<int>(b.ld), b.per_h,
+                a.at(s, 0), static_cast<int>(a.ld), a.per_h, &zero, c.at(s, 0),
+                static_cast<int>(c.ld), c.per_h, static_cast<int>(H)));
+        }
     }
 }
 
-// Where sequence b's arrays start: part 0, 1, 2 (q, k, v) of qkv [B, T, 3D], out [B, T, D] and
-// probs [B, H, T, T]; head h is Dh columns (of qkv, out) or T*T entries (of probs) further on.
+// The operands: part 0, 1, 2 (q, k, v) of qkv [B, T, 3D], out [B, T, D] and probs [B, H, T, T];
+// head h is Dh columns (of qkv, out) or T*T entries (of probs) further on.
 struct Geometry {
     int64_t T, H, Dh, D;
     template <class P>
-    P* part(P* qkv, int64_t b, int part_index) const {
-        return qkv + b * T * 3 * D + part_index * D;
+    HeadOperand<P> part(P* qkv, int part_index) const {
+        return {qkv + part_index * D, 3 * D, T * 3 * D, Dh};
     }
     template <class P>
-    P* rows(P* out, int64_t b) const {
-        return out + b * T * D;
+    HeadOperand<P> rows(P* out) const {
+        return {out, D, T * D, Dh};
     }
     template <class P>
-    P* scores(P* probs, int64_t b) const {
-        return probs + b * H * T * T;
+    HeadOperand<P> scores(P* probs) const {
+        return {probs, T, H * T * T, T * T};
     }
 };
 
@@ -140,13 +203,10 @@ void attention_scores_softmax(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool
     check_attention_sizes("attention_scores_softmax", B, T_, H, Dh);
     if (B == 0 || T_ == 0 || H == 0) return;
     const Geometry g{T_, H, Dh, H * Dh};
-    const cublasHandle_t handle = cublas_handle_for(stream);
-    for (int64_t b = 0; b < B; ++b)  // scores = q k^T
-        gemm_heads<T>(handle, false, true, T_, T_, Dh, g.part(qkv, b, 0), 3 * g.D, Dh,
-                      g.part(qkv, b, 1), 3 * g.D, Dh, g.scores(probs, b), T_, T_ * T_, H);
-    attention_softmax_rows_kernel<T>
-        <<<static_cast<unsigned>(B * H * T_), row_threads(T_), 0, as_stream(stream)>>>(
-            T_, causal, inverse_sqrt<T>(Dh), probs);
+    // scores = q k^T
+    gemm_heads<T>(stream, false, true, T_, T_, Dh, B, H, g.part(qkv, 0), g.part(qkv, 1), g.scores(probs));
+    attention_softmax_rows_kernel<T><<<row_warp_blocks(B * H * T_), kRowBlock, 0, as_stream(stream)>>>(
+        B * H * T_, T_, causal, inverse_sqrt<T>(Dh), probs);
     PARALAB_GPU_CHECK_LAUNCH("attention_softmax_rows_kernel");
 }
 
@@ -157,10 +217,8 @@ void attention_apply(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool /*causal
     check_attention_sizes("attention_apply", B, T_, H, Dh);
     if (B == 0 || T_ == 0 || H == 0) return;
     const Geometry g{T_, H, Dh, H * Dh};
-    const cublasHandle_t handle = cublas_handle_for(stream);
-    for (int64_t b = 0; b < B; ++b)  // out = P v
-        gemm_heads<T>(handle, false, false, T_, Dh, T_, g.scores(probs, b), T_, T_ * T_,
-                      g.part(qkv, b, 2), 3 * g.D, Dh, g.rows(out, b), g.D, Dh, H);
+    // out = P v
+    gemm_heads<T>(stream, false, false, T_, Dh, T_, B, H, g.scores(probs), g.part(qkv, 2), g.rows(out));
 }
 
 // probs: [B, H, T, T], qkv: [B, T, 3D], dout: [B, T, D] -> dprobs: [B, H, T, T], the v part of
@@ -172,15 +230,10 @@ void attention_backward_values(int64_t B, int64_t T_, int64_t H, int64_t Dh, boo
     check_attention_sizes("attention_backward_values", B, T_, H, Dh);
     if (B == 0 || T_ == 0 || H == 0) return;
     const Geometry g{T_, H, Dh, H * Dh};
-    const cublasHandle_t handle = cublas_handle_for(stream);
-    for (int64_t b = 0; b < B; ++b) {
-        // dP = dout v^T
-        gemm_heads<T>(handle, false, true, T_, T_, Dh, g.rows(dout, b), g.D, Dh, g.part(qkv, b, 2),
-                      3 * g.D, Dh, g.scores(dprobs, b), T_, T_ * T_, H);
-        // dv = P^T dout
-        gemm_heads<T>(handle, true, false, T_, Dh, T_, g.scores(probs, b), T_, T_ * T_,
-                      g.rows(dout, b), g.D, Dh, g.part(dqkv, b, 2), 3 * g.D, Dh, H);
-    }
+    // dP = dout v^T
+    gemm_heads<T>(stream, false, true, T_, T_, Dh, B, H, g.rows(dout), g.part(qkv, 2), g.scores(dprobs));
+    // dv = P^T dout
+    gemm_heads<T>(stream, true, false, T_, Dh, T_, B, H, g.scores(probs), g.rows(dout), g.part(dqkv, 2));
     if (causal && T_ > 1) {
         const unsigned rows = static_cast<unsigned>(B * H * T_);
         attention_causal_zero_kernel<T>
@@ -197,18 +250,14 @@ void attention_backward_scores(int64_t B, int64_t T_, int64_t H, int64_t Dh, boo
     if (B == 0 || T_ == 0 || H == 0) return;
     const Geometry g{T_, H, Dh, H * Dh};
     attention_softmax_backward_rows_kernel<T>
-        <<<static_cast<unsigned>(B * H * T_), row_threads(T_), 0, as_stream(stream)>>>(
-            T_, causal, inverse_sqrt<T>(Dh), probs, dprobs);
+        <<<row_warp_blocks(B * H * T_), kRowBlock, 0, as_stream(stream)>>>(
+            B * H * T_, T_, causal, inverse_sqrt<T>(Dh), probs, dprobs);
     PARALAB_GPU_CHECK_LAUNCH("attention_softmax_backward_rows_kernel");
-    const cublasHandle_t handle = cublas_handle_for(stream);
-    for (int64_t b = 0; b < B; ++b) {
-        // dq = dS k
-        gemm_heads<T>(handle, false, false, T_, Dh, T_, g.scores(dprobs, b), T_, T_ * T_,
-                      g.part(qkv, b, 1), 3 * g.D, Dh, g.part(dqkv, b, 0), 3 * g.D, Dh, H);
-        // dk = dS^T q
-        gemm_heads<T>(handle, true, false, T_, Dh, T_, g.scores(dprobs, b), T_, T_ * T_,
-                      g.part(qkv, b, 0), 3 * g.D, Dh, g.part(dqkv, b, 1), 3 * g.D, Dh, H);
-    }
+    const T* ds = dprobs;
+    // dq = dS k
+    gemm_heads<T>(stream, false, false, T_, Dh, T_, B, H, g.scores(ds), g.part(qkv, 1), g.part(dqkv, 0));
+    // dk = dS^T q
+    gemm_heads<T>(stream, true, false, T_, Dh, T_, B, H, g.scores(ds), g.part(qkv, 0), g.part(dqkv, 1));
 }
 
 PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_ATTENTION_OPS)

@@ -23,6 +23,8 @@ CublasApi load() {
     bind_symbol(k_cublas, lib, api.dgemm, PARALAB_SYMBOL_NAME(cublasDgemm));
     bind_symbol(k_cublas, lib, api.sgemm_strided_batched, PARALAB_SYMBOL_NAME(cublasSgemmStridedBatched));
     bind_symbol(k_cublas, lib, api.dgemm_strided_batched, PARALAB_SYMBOL_NAME(cublasDgemmStridedBatched));
+    bind_symbol(k_cublas, lib, api.sgemm_batched, PARALAB_SYMBOL_NAME(cublasSgemmBatched));
+    bind_symbol(k_cublas, lib, api.dgemm_batched, PARALAB_SYMBOL_NAME(cublasDgemmBatched));
     bind_symbol(k_cublas, lib, api.status_name, PARALAB_SYMBOL_NAME(cublasGetStatusName));
     bind_symbol(k_cublas, lib, api.status_string, PARALAB_SYMBOL_NAME(cublasGetStatusString));
     return api;

@@ -7,6 +7,8 @@
 
 #include <cublas_v2.h>
 
+#include <cstdint>
+
 namespace paralab::kernels::gpu::detail {
 
 struct CublasApi {
@@ -23,6 +25,8 @@ struct CublasApi {
     decltype(&::cublasDgemm) dgemm;
     decltype(&::cublasSgemmStridedBatched) sgemm_strided_batched;
     decltype(&::cublasDgemmStridedBatched) dgemm_strided_batched;
+    decltype(&::cublasSgemmBatched) sgemm_batched;
+    decltype(&::cublasDgemmBatched) dgemm_batched;
     decltype(&::cublasGetStatusName) status_name;
     decltype(&::cublasGetStatusString) status_string;
 };
@@ -37,5 +41,12 @@ const CublasApi& cublas();
 // gemm.cu's cache, which every launcher that calls cuBLAS shares, so that release_gemm_handles
 // (kernels/gpu/gemm.h) releases them all.
 cublasHandle_t cublas_handle_for(void* stream);
+
+// Device memory for `count` pointers, for the operand arrays of a pointer-array batched product
+// (cublas?gemmBatched) on `stream` and the kernel that fills them before it: both are ordered on
+// that stream, so one array serves every product there in turn. Kept with the stream's handle
+// and grown as needed; nullptr when it would have to grow while the stream is being captured
+// into a CUDA graph (no allocation there): the caller then does without.
+void** cublas_pointer_arrays_for(void* stream, int64_t count);
 
 }  // namespace paralab::kernels::gpu::detail

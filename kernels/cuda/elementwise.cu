@@ -91,12 +91,18 @@ struct Product {
     __device__ T operator()(T a, T b) const { return a * b; }
 };
 
-// y: [rows, cols]; add: y[r, c] (+)= bias[c]
+// y: [rows, cols]; add: y[r, c] (+)= bias[c]. Threads run along a row's columns (x), blocks
+// down the rows (y): no division per entry, and each thread reads its bias entries once.
 template <class T, bool Add>
 __global__ void bias_rows_kernel(int64_t rows, int64_t cols, const T* bias, T* y) {
-    PARALAB_GRID_STRIDE_LOOP(i, rows * cols) {
-        const T b = bias[i % cols];
-        y[i] = Add ? y[i] + b : b;
+    const int64_t row_step = gridDim.y;
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const T b = bias[c];
+        for (int64_t r = blockIdx.y; r < rows; r += row_step) {
+            T* p = y + r * cols + c;
+            *p = Add ? *p + b : b;
+        }
     }
 }
 
@@ -104,7 +110,11 @@ template <class T, bool Add>
 void launch_bias_rows(const char* name, int64_t rows, int64_t cols, const T* bias, T* y, void* stream) {
     require(rows >= 0 && cols >= 0, name, "negative size");
     if (rows * cols == 0) return;
-    bias_rows_kernel<T, Add><<<grid_for(rows * cols), kBlock, 0, as_stream(stream)>>>(rows, cols, bias, y);
+    // About kMaxGrid blocks in all, at most 65535 down (the y limit), each thread a few rows.
+    const int64_t across = std::min<int64_t>((cols + kBlock - 1) / kBlock, kMaxGrid);
+    const int64_t down = std::clamp<int64_t>(kMaxGrid / across / 4, 1, std::min<int64_t>(rows, 65535));
+    const dim3 grid(static_cast<unsigned>(across), static_cast<unsigned>(down));
+    bias_rows_kernel<T, Add><<<grid, kBlock, 0, as_stream(stream)>>>(rows, cols, bias, y);
     PARALAB_GPU_CHECK_LAUNCH("bias_rows_kernel");
 }
 

@@ -23,35 +23,44 @@ using detail::cublas;
 using detail::require;
 
 // One handle per (device, stream): a handle keeps the stream it was set to, and work on two
-// streams of one GPU (virtual devices, or compute and communication) must not share one.
+// streams of one GPU (virtual devices, or compute and communication) must not share one. Beside
+// each handle, the device array of operand pointers that batched products on that stream fill
+// and read (detail::cublas_pointer_arrays_for).
 class HandleCache {
 public:
     cublasHandle_t handle_for(void* stream) {
-        int device = 0;
-        PARALAB_GPU_CHECK(cudaGetDevice(&device));
         std::lock_guard lock(m_mutex);
-        auto it = m_handles.find({device, stream});
-        if (it != m_handles.end()) return it->second;
-        cublasHandle_t handle = nullptr;
-        PARALAB_GPU_CHECK(cublas().create(&handle));  // bound to the current device
-        const cublasStatus_t status =
-            cublas().set_stream(handle, static_cast<cudaStream_t>(stream));
-        if (status != CUBLAS_STATUS_SUCCESS) {
-            cublas().destroy(handle);
-            PARALAB_GPU_CHECK(status);
+        return state_for(stream).handle;
+    }
+
+    void** pointer_arrays_for(void* stream, int64_t count) {
+        std::lock_guard lock(m_mutex);
+        State& state = state_for(stream);
+        if (state.capacity >= count) return state.pointers;
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        PARALAB_GPU_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture));
+        if (capture != cudaStreamCaptureStatusNone) return nullptr;  // no allocation in a capture
+        if (state.pointers) {  // products queued on the stream may still read the old array
+            PARALAB_GPU_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+            PARALAB_GPU_CHECK(cudaFree(state.pointers));
+            state.pointers = nullptr;
+            state.capacity = 0;
         }
-        m_handles.emplace(std::make_pair(device, stream), handle);
-        return handle;
+        PARALAB_GPU_CHECK(cudaMalloc(reinterpret_cast<void**>(&state.pointers),
+                                     static_cast<size_t>(count) * sizeof(void*)));
+        state.capacity = count;
+        return state.pointers;
     }
 
     int release(void* stream) {
         std::lock_guard lock(m_mutex);
         int released = 0;
-        for (auto it = m_handles.begin(); it != m_handles.end();) {
+        for (auto it = m_states.begin(); it != m_states.end();) {
             if (it->first.second == stream) {
                 detail::DeviceGuard guard(it->first.first);
-                PARALAB_GPU_CHECK(cublas().destroy(it->second));
-                it = m_handles.erase(it);
+                PARALAB_GPU_CHECK(cublas().destroy(it->second.handle));
+                if (it->second.pointers) PARALAB_GPU_CHECK(cudaFree(it->second.pointers));
+                it = m_states.erase(it);
                 ++released;
             } else {
                 ++it;
@@ -61,8 +70,32 @@ public:
     }
 
 private:
+    struct State {
+        cublasHandle_t handle = nullptr;
+        void** pointers = nullptr;  // device memory for `capacity` pointers
+        int64_t capacity = 0;
+    };
+
+    // The current device's state for `stream`, its handle made and set to the stream on first
+    // use. Called with m_mutex held.
+    State& state_for(void* stream) {
+        int device = 0;
+        PARALAB_GPU_CHECK(cudaGetDevice(&device));
+        auto it = m_states.find({device, stream});
+        if (it != m_states.end()) return it->second;
+        cublasHandle_t handle = nullptr;
+        PARALAB_GPU_CHECK(cublas().create(&handle));  // bound to the current device
+        const cublasStatus_t status =
+            cublas().set_stream(handle, static_cast<cudaStream_t>(stream));
+        if (status != CUBLAS_STATUS_SUCCESS) {
+            cublas().destroy(handle);
+            PARALAB_GPU_CHECK(status);
+        }
+        return m_states.emplace(std::make_pair(device, stream), State{handle}).first->second;
+    }
+
     std::mutex m_mutex;
-    std::map<std::pair<int, void*>, cublasHandle_t> m_handles;  // guarded by m_mutex
+    std::map<std::pair<int, void*>, State> m_states;  // guarded by m_mutex
 };
 
 // Never destroyed: handles still alive at exit belong to a driver that is shutting down, and
@@ -80,6 +113,10 @@ cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 cublasHandle_t detail::cublas_handle_for(void* stream) {
     return handles().handle_for(stream);
+}
+
+void** detail::cublas_pointer_arrays_for(void* stream, int64_t count) {
+    return handles().pointer_arrays_for(stream, count);
 }
 
 // op(A): [M, K], op(B): [K, N] -> C: [M, N], row-major
