@@ -12,7 +12,7 @@
 #     --data DIR    Fashion-MNIST for the LeNet rows (default: /usr/share/datasets/fashion-mnist)
 #     --budget S    seconds for the whole script (default 540); the suite gets at most half
 #     --only LIST   run only these steps (comma list of: gemm_sweep, kernels, suite, gpt_runs,
-#                   torch_gpt, torch_small, models_graphs, models_no_graphs, comm)
+#                   torch_gpt, torch_small, models_graphs, models_no_graphs, comm, profile)
 # Exit 3: `paralab` does not start (a library missing; summary.log names it).
 set -uo pipefail
 
@@ -60,6 +60,7 @@ for so in libcudart.so.13 libcublas.so.13 libcudnn.so.9 libnccl.so.2; do
 done
 # PyTorch runs with the environment it came with: a system cuDNN ahead of its own stops it.
 torch_env=(env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}")
+export torch_ld="${LD_LIBRARY_PATH:-}"
 export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 paralab="$bin/app/paralab"
 export bin out repo paralab
@@ -150,5 +151,40 @@ step models_graphs 60 "$paralab" bench --models-only --device cuda:0 --data "$da
 PARALAB_CUDA_GRAPHS=0 step models_no_graphs 60 "$paralab" bench --models-only --device cuda:0 --data "$data"
 
 step comm 40 "$bin/bench/bench_gpu_comm"
+
+# 6. Where a GPT-2-small fp32 step's time goes, kernel by kernel, in ParaLab and in PyTorch eager:
+# Nsight Compute times every kernel of a few steps (clocks and caches left as they run), and
+# tests/gpu/kernel_profile.py averages the steps after the first and compares the two by kind.
+# A profile-torch.csv already in --out (an earlier call's, on the same kind of GPU) is kept, and
+# only ParaLab is profiled.
+profile() {
+    local ncu
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    [ -n "$ncu" ] || { echo "profile: no ncu (Nsight Compute) on this machine"; return 1; }
+    local flags=(--target-processes all --clock-control none --cache-control none --csv --page raw
+                 --print-units base --metrics gpu__time_duration.sum --launch-count 20000)
+    local work
+    work=$(mktemp -d)
+    python3 - "$repo/bench/gpu/gpt2-small.paralab.json" "$corpus" > "$work/gpt2-small.json" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))
+e["data"]["path"] = sys.argv[2]
+e["train"].update({"max_steps": 4, "eval_every": 0})
+json.dump(e, sys.stdout)
+PY
+    "$ncu" "${flags[@]}" --log-file "$out/profile-paralab.csv" \
+        "$paralab" run "$work/gpt2-small.json" --db "$work/runs.db" > /dev/null || echo "(paralab under ncu: exit $?)"
+    [ -s "$out/profile-torch.csv" ] ||
+        env "LD_LIBRARY_PATH=$torch_ld" "$ncu" "${flags[@]}" --log-file "$out/profile-torch.csv" \
+            python3 "$repo/bench/compare_torch_gpu.py" --models gpt2-small --modes fp32 --steps 2 \
+            --rounds 1 --warmup 2 > /dev/null || echo "(torch under ncu: exit $?)"
+    rm -rf "$work"
+    python3 "$repo/tests/gpu/kernel_profile.py" "$out/profile-paralab.csv" --against "$out/profile-torch.csv" \
+        --top 40 --sequence "$out/profile-paralab-step.txt"
+    echo
+    python3 "$repo/tests/gpu/kernel_profile.py" "$out/profile-torch.csv" --top 30 --sequence "$out/profile-torch-step.txt"
+}
+export -f profile
+step profile 240 bash -c profile
 rm -f "$corpus"
 echo "== done in $(( $(date +%s) - start )) s" | tee -a "$out/summary.log"
