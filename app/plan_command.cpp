@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -90,8 +91,9 @@ int plan(const PlanArgs& a) {
             throw ConfigError(a.file + ": " + e.what());
         }
     };
-    plan::Cluster cluster = plan::load_cluster(a.cluster);
-    const bool preset = !a.cluster.ends_with(".json");
+    const std::string cluster_name = a.cluster.empty() ? "a100-80g" : a.cluster;
+    plan::Cluster cluster = plan::load_cluster(cluster_name);
+    const bool preset = !cluster_name.ends_with(".json");
     if (a.gpus_per_node > 0) cluster.gpus_per_node = a.gpus_per_node;
     if (a.nodes > 0) cluster.nodes = a.nodes;
     std::vector<std::pair<std::string, std::vector<std::string>>> sweeps;
@@ -143,8 +145,9 @@ int plan(const PlanArgs& a) {
 
 json number_or_null(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 
-// `plan --compare RUN_ID`: the stored run's experiment planned on the `local` cluster with the
-// run's own devices, beside what the run measured (plan::compare_run).
+// `plan --compare RUN_ID [--cluster C]`: the stored run's experiment planned with the run's own
+// devices on `local` or on C (the cluster a GPU run's devices are), beside what the run measured
+// (plan::compare_run).
 int compare(const PlanArgs& a) {
     const std::string db = a.db.empty() ? store::RunStore::default_path() : a.db;
     store::RunStore runs(db, store::RunStore::Access::read_only);
@@ -161,7 +164,10 @@ int compare(const PlanArgs& a) {
         throw ConfigError("--compare", "run " + id + " recorded no steps");
     std::vector<double> ends;
     for (const auto& point : runs.loss_curve(a.compare)) ends.push_back(point.wall_s);
-    const plan::RunComparison c = plan::compare_run(row->config, row->summary, ends, db + ": run " + id);
+    std::optional<plan::Cluster> on;
+    if (!a.cluster.empty()) on = plan::load_cluster(a.cluster);
+    const plan::RunComparison c =
+        plan::compare_run(row->config, row->summary, ends, db + ": run " + id, on ? &*on : nullptr);
     const plan::Prediction& p = c.predicted;
     if (a.json) {
         json out{{"run_id", a.compare},
@@ -172,7 +178,7 @@ int compare(const PlanArgs& a) {
                  {"predicted",
                   {{"step_time_s", p.step_time_s},
                    {"samples_per_s", p.samples_per_s},
-                   {"peak_memory_bytes", p.memory_total}}},
+                   {"peak_memory_bytes", c.predicted_peak_bytes}}},
                  {"measured",
                   {{"step_time_s", c.step_s},
                    {"step_time_from", c.step_from},
@@ -200,9 +206,10 @@ int compare(const PlanArgs& a) {
                 percent(c.time_error).c_str());
     std::printf("%-22s %14.4g %14.4g %9s\n", "samples/s", p.samples_per_s, c.samples_per_s,
                 percent(c.rate_error).c_str());
-    std::printf("%-22s %14s %14s %9s\n", "peak memory (busiest)", human_bytes(p.memory_total).c_str(),
+    std::printf("%-22s %14s %14s %9s\n", "peak memory (busiest)", human_bytes(c.predicted_peak_bytes).c_str(),
                 human_bytes(c.peak_bytes).c_str(), percent(c.memory_error).c_str());
-    std::printf("\nmeasured step time: %s; error = (predicted - measured) / measured\n",
+    std::printf("\nmeasured step time: %s; memory: the tensors ParaLab allocated, the plan's without "
+                "the cluster's reserved bytes; error = (predicted - measured) / measured\n",
                 c.step_from.c_str());
     return 0;
 }
@@ -215,7 +222,8 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
     plan->add_option("file", args.file, "experiment file (*.paralab.json)");
     plan->add_option(
         "--cluster", args.cluster,
-        "a preset (a100-80g, h100-80g, h200, local) or a cluster file (*.json); default a100-80g");
+        "a preset (a100-80g, h100-80g, h200, local) or a cluster file (*.json); default a100-80g "
+        "(with --compare: local, which a run on GPUs must replace by its GPU's cluster)");
     plan->add_option("--nodes", args.nodes, "nodes (a preset: as many as the mesh needs)")
         ->check(CLI::Range(1, 1000000));
     plan->add_option("--gpus-per-node", args.gpus_per_node, "devices per node")
@@ -228,7 +236,7 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
     plan->add_flag("--json", args.json, "print JSON (an array with --sweep)");
     plan->add_option("--compare", args.compare,
                      "RUN_ID: a stored run's step time and memory beside the plan of its "
-                     "experiment on its own devices (the local cluster)")
+                     "experiment on its own devices (the local cluster, or --cluster)")
         ->check(CLI::PositiveNumber);
     plan->add_option("--db", args.db, "run store of --compare (SQLite)");
     return plan;
@@ -237,12 +245,10 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
 int run_plan_command(const PlanArgs& args) {
     try {
         if (args.compare > 0) {
-            if (!args.file.empty() || !args.sweeps.empty() || args.nodes || args.gpus_per_node ||
-                args.cluster != PlanArgs{}.cluster)
+            if (!args.file.empty() || !args.sweeps.empty() || args.nodes || args.gpus_per_node)
                 throw ConfigError("--compare",
-                                  "plans the stored run's own experiment on the local cluster; "
-                                  "a file, --cluster, --nodes, --gpus-per-node and --sweep do not "
-                                  "go with it");
+                                  "plans the stored run's own experiment on its own devices; a "
+                                  "file, --nodes, --gpus-per-node and --sweep do not go with it");
             return compare(args);
         }
         if (!args.db.empty()) throw ConfigError("--db", "goes with --compare RUN_ID");

@@ -13,7 +13,7 @@ namespace paralab::app {
 
 struct PlanArgs {
     std::string file;
-    std::string cluster = "a100-80g";
+    std::string cluster;    // "": a100-80g for a plan, local (or refused for a GPU run) for --compare
     int nodes = 0;          // 0: from the cluster (a preset: as many nodes as the mesh needs)
     int gpus_per_node = 0;  // 0: the cluster's
     std::vector<std::string> sweeps;

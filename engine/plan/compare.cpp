@@ -21,7 +21,8 @@ double relative_error(double predicted, double measured) {
 }  // namespace
 
 RunComparison compare_run(const nlohmann::json& config, const nlohmann::json& summary,
-                          const std::vector<double>& step_ends, const std::string& where) {
+                          const std::vector<double>& step_ends, const std::string& where,
+                          const Cluster* on) {
     if (!summary.is_object() || !summary.contains("peak_memory_bytes"))
         throw ConfigError(where + " has no summary: compare a run that has ended");
     const auto steps = summary.value("steps", int64_t{0});
@@ -35,9 +36,18 @@ RunComparison compare_run(const nlohmann::json& config, const nlohmann::json& su
     // the plan needs only their number, as this machine's virtual devices cpu:0..N-1.
     nlohmann::json planned = config;
     bool across_processes = false;
+    std::string gpu;  // the first cuda device, if any
     if (planned.contains("devices") && planned["devices"].is_array())
-        for (const auto& d : planned["devices"])
-            across_processes = across_processes || (d.is_string() && d.get<std::string>().find('/') != std::string::npos);
+        for (const auto& d : planned["devices"]) {
+            const std::string name = d.is_string() ? d.get<std::string>() : std::string();
+            across_processes = across_processes || name.find('/') != std::string::npos;
+            if (gpu.empty() && name.find("cuda") != std::string::npos) gpu = name;
+        }
+    if (!on && !gpu.empty())
+        throw ConfigError(where + " ran on " + gpu +
+                          ", and the local cluster models this machine's CPU: plan it on the "
+                          "cluster of that GPU (a preset such as h100-80g or h200, or a cluster "
+                          "file)");
     if (across_processes) {
         planned["devices"] = nlohmann::json::array();
         for (int i = 0; i < devices; ++i) planned["devices"].push_back("cpu:" + std::to_string(i));
@@ -49,7 +59,7 @@ RunComparison compare_run(const nlohmann::json& config, const nlohmann::json& su
     } catch (const ConfigError& e) {
         throw ConfigError(where + ": " + e.what());
     }
-    Cluster cluster = local_cluster();
+    Cluster cluster = on ? *on : local_cluster();
     cluster.nodes = 1;
     cluster.gpus_per_node = mesh.devices();
     const PlanModel model = plan_model(file.experiment);
@@ -83,7 +93,9 @@ RunComparison compare_run(const nlohmann::json& config, const nlohmann::json& su
             if (bytes.is_number()) c.peak_bytes = std::max(c.peak_bytes, bytes.get<double>());
     c.samples_per_s = summary.value("samples_per_s", 0.0);
     c.time_error = relative_error(c.predicted.step_time_s, c.step_s);
-    c.memory_error = relative_error(c.predicted.memory_total, c.peak_bytes);
+    c.predicted_peak_bytes =
+        c.predicted.memory_total - c.predicted.memory[static_cast<size_t>(Memory::workspace)];
+    c.memory_error = relative_error(c.predicted_peak_bytes, c.peak_bytes);
     c.rate_error = relative_error(c.predicted.samples_per_s, c.samples_per_s);
     return c;
 }

@@ -105,6 +105,15 @@ if command -v sqlite3 >/dev/null; then
     sqlite3 "$tmp/running.db" "UPDATE runs SET status = 'running', summary = NULL WHERE run_id = 1"
     check compare_running 2 'run 1 has no summary (status' -- "$paralab" plan --compare 1 --db "$tmp/running.db"
 fi
+# --cluster names the cluster the run's devices are: a GPU run needs one (the local cluster is
+# this machine's CPU), and any run can be planned on one.
+check compare_on_cluster 0 '"cluster": "h100-80g"' -- "$paralab" plan --compare 1 --db "$runs" --cluster h100-80g --json
+cp "$runs" "$tmp/gpu.db"
+if command -v sqlite3 >/dev/null; then
+    sqlite3 "$tmp/gpu.db" "UPDATE runs SET config = json_set(config, '$.devices', json_array('cuda:0')) WHERE run_id = 1"
+    check compare_gpu_run_local 2 'ran on cuda:0, and the local cluster' -- "$paralab" plan --compare 1 --db "$tmp/gpu.db"
+    check compare_gpu_run_h100 0 'against its plan on h100-80g' -- "$paralab" plan --compare 1 --db "$tmp/gpu.db" --cluster h100-80g
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

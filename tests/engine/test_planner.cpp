@@ -402,6 +402,42 @@ TEST(Planner, ARunAcrossProcessesIsComparedOnItsDeviceCount) {
     EXPECT_DOUBLE_EQ(c.step_s, 0.001);
 }
 
+// A run on a GPU is planned on the cluster that GPU is: the local cluster (this machine's CPU)
+// refuses it with the device's name, a named preset plans it on one of its GPUs, and the
+// predicted step is that GPU's, far below what this machine's CPU would take.
+TEST(Planner, AGpuRunIsComparedOnTheClusterOfItsGpu) {
+    const nlohmann::json config = nlohmann::json::parse(R"({
+      "paralab": 1, "name": "gpu", "seed": 1,
+      "data": {"dataset": "spirals", "samples": 600, "classes": 3, "batch_size": 256},
+      "model": {"input": [2], "layers": [{"type": "linear", "out": 1024}, {"type": "relu"},
+                                         {"type": "linear", "out": 3}], "loss": "cross_entropy"},
+      "devices": ["cuda:0"], "strategy": {"type": "single"},
+      "optimizer": {"type": "sgd", "lr": 0.1}, "train": {"epochs": 1}
+    })");
+    const nlohmann::json summary = {{"steps", 10}, {"wall_s", 0.01}, {"samples_per_s", 256000.0},
+                                    {"peak_memory_bytes", {{"cuda:0", 1 << 20}}}};
+    try {
+        plan::compare_run(config, summary, {}, "run 7");
+        ADD_FAILURE() << "a GPU run was planned on the local cluster";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("run 7 ran on cuda:0"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("h100-80g"), std::string::npos) << e.what();
+    }
+    const plan::Cluster h100 = plan::preset("h100-80g");
+    const plan::RunComparison on_gpu = plan::compare_run(config, summary, {}, "run 7", &h100);
+    EXPECT_EQ(on_gpu.cluster, "h100-80g");
+    EXPECT_EQ(on_gpu.devices, 1);
+    EXPECT_DOUBLE_EQ(on_gpu.step_s, 0.001);  // wall_s / steps
+    // The memory compared is the tensors': the preset's reserved runtime bytes are left out.
+    EXPECT_DOUBLE_EQ(on_gpu.predicted.memory_total - on_gpu.predicted_peak_bytes, h100.reserved_bytes);
+    EXPECT_GT(h100.reserved_bytes, 0);
+    EXPECT_NEAR(on_gpu.memory_error, on_gpu.predicted_peak_bytes / (1 << 20) - 1, 1e-12);
+    nlohmann::json on_cpu_config = config;
+    on_cpu_config["devices"] = {"cpu:0"};
+    const plan::RunComparison on_cpu = plan::compare_run(on_cpu_config, summary, {}, "run 7");
+    EXPECT_LT(on_gpu.predicted.step_time_s, on_cpu.predicted.step_time_s / 10);
+}
+
 // The GEMM curve through points of r(n) = peak · n / (n + w½) gives back peak and w½; points
 // that no such curve passes give the largest size's rate, flat.
 TEST(Planner, GemmCurveFitRecoversPeakAndHalfWidth) {

@@ -425,7 +425,7 @@ void RunsModel::comparePlan(qint64 id) {
             c.predictedRate = r.predicted.samples_per_s;
             c.measuredRate = r.samples_per_s;
             c.rateError = r.rate_error;
-            c.predictedPeak = r.predicted.memory_total;
+            c.predictedPeak = r.predicted_peak_bytes;
             c.measuredPeak = r.peak_bytes;
             c.memoryError = r.memory_error;
         } catch (const std::exception& e) {
