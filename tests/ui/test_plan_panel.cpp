@@ -13,6 +13,8 @@
 #include <QTabWidget>
 #include <QTemporaryDir>
 #include <QFile>
+#include <QFileInfo>
+#include <QImage>
 #include <QtTest>
 
 #include <nlohmann/json.hpp>
@@ -348,6 +350,73 @@ private slots:
         QCOMPARE(panel.heatmap()->cellCount(), 0);
     }
 
+    // Export: the tab as a PNG and a PDF with the plan's caption, every configuration as CSV
+    // (one row each, the figures of `paralab plan --json`) and as JSON (the same objects); the
+    // memory and breakdown plots through the window's export list; nothing before a plan.
+    void exportsWriteTheTabAndEveryConfiguration() {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        PlanPanel panel;
+        panel.resize(1200, 800);
+        QVERIFY(!panel.exportConfigurations(dir.filePath(QStringLiteral("none.csv"))));
+        panel.setExperiment(gpt3());
+        panel.setPreset(QStringLiteral("h100-80g"));
+        panel.setSweep(1, QStringLiteral("pp"), QStringLiteral("4,8"));
+        QVERIFY(planNow(panel));
+        const int cells = panel.heatmap()->cellCount();
+        QCOMPARE(cells, 8);
+        QVERIFY(panel.planCaption().startsWith(QStringLiteral("Plan of gpt3-175b on h100-80g · 128 × 8 devices · selected dp")));
+
+        const QString png = dir.filePath(QStringLiteral("plan.png"));
+        QVERIFY(panel.exportTab(png));
+        const QImage image(png);
+        QVERIFY(!image.isNull());
+        QVERIFY(image.width() >= 2 * 1000);  // twice the tab's pixels
+        const QString pdf = dir.filePath(QStringLiteral("plan.pdf"));
+        QVERIFY(panel.exportTab(pdf));
+        QFile pdfFile(pdf);
+        QVERIFY(pdfFile.open(QIODevice::ReadOnly));
+        QVERIFY(pdfFile.read(5) == "%PDF-");
+
+        const QString json = dir.filePath(QStringLiteral("plan.json"));
+        QVERIFY(panel.exportConfigurations(json));
+        QFile jsonFile(json);
+        QVERIFY(jsonFile.open(QIODevice::ReadOnly));
+        const auto all = nlohmann::json::parse(jsonFile.readAll().toStdString());
+        QVERIFY(all.is_array());
+        QCOMPARE(static_cast<int>(all.size()), cells);
+        for (int i = 0; i < cells; ++i) {
+            const auto& p = panel.heatmap()->cell(i);
+            QCOMPARE(all[i]["config"]["tp"].get<int>(), p.mesh.tp);
+            QCOMPARE(all[i]["config"]["pp"].get<int>(), p.mesh.pp);
+            if (p.skipped.empty()) QCOMPARE(all[i]["step_time_s"].get<double>(), p.step_time_s);
+        }
+
+        const QString csv = dir.filePath(QStringLiteral("plan.csv"));
+        QVERIFY(panel.exportConfigurations(csv));
+        QFile csvFile(csv);
+        QVERIFY(csvFile.open(QIODevice::ReadOnly | QIODevice::Text));
+        const QStringList lines = QString::fromUtf8(csvFile.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+        QCOMPARE(lines.size(), 1 + cells);
+        const QStringList header = lines.front().split(QLatin1Char(','));
+        QVERIFY2(header.contains(QStringLiteral("config.tp")) && header.contains(QStringLiteral("step_time_s")) &&
+                     header.contains(QStringLiteral("memory_bytes.total")) && header.back() == QStringLiteral("skipped"),
+                 qPrintable(lines.front()));
+        const int tpColumn = static_cast<int>(header.indexOf(QStringLiteral("config.tp")));
+        for (int i = 0; i < cells; ++i)
+            QCOMPARE(lines[i + 1].split(QLatin1Char(','))[tpColumn].toInt(), panel.heatmap()->cell(i).mesh.tp);
+
+        // The window's list: memory, breakdown, and the tab last (Ctrl+E on the Plan tab).
+        const auto exports = panel.plotExports();
+        QCOMPARE(exports.size(), 3);
+        QCOMPARE(exports.back().fileStem, QStringLiteral("paralab-plan"));
+        const QString memoryCsv = dir.filePath(QStringLiteral("memory.csv"));
+        QVERIFY(exports.front().csv(memoryCsv));
+        QVERIFY(QFileInfo(memoryCsv).size() > 0);
+        QVERIFY(exports[1].image(dir.filePath(QStringLiteral("breakdown.png"))));
+        QVERIFY(!QImage(dir.filePath(QStringLiteral("breakdown.png"))).isNull());
+    }
+
     void aNewPlanWhilePlanningWinsAndClosingWaits() {
         PlanPanel panel;
         panel.setExperiment(gpt3());
@@ -449,6 +518,8 @@ private slots:
         panel->selectCell(cellOf(panel->heatmap(), 8, 8));
         for (int i = 0; i < 4; ++i) QCoreApplication::processEvents();
         QVERIFY(w.grab().save(QDir(dir).filePath(QStringLiteral("screenshot-plan.png"))));
+        // And the tab as File ▸ Export writes it (for looking at, not for the docs).
+        QVERIFY(panel->exportTab(QDir(dir).filePath(QStringLiteral("plan-export.png"))));
     }
 };
 

@@ -272,7 +272,8 @@ bool MainWindow::newExperiment(bool interactive) {
 }
 
 QVector<PlotExport> MainWindow::plotExports() const {
-    return m_plot->plotExports() + m_devices->plotExports() + m_timeline->plotExports() + m_runs->plotExports();
+    return m_plot->plotExports() + m_devices->plotExports() + m_timeline->plotExports() + m_runs->plotExports() +
+           m_planPanel->plotExports();
 }
 
 void MainWindow::buildExportMenu(QMenu* file) {
@@ -285,6 +286,7 @@ void MainWindow::buildExportMenu(QMenu* file) {
         QVector<PlotExport> exports = tab == m_devices    ? m_devices->plotExports()
                                       : tab == m_timeline ? m_timeline->plotExports()
                                       : tab == m_runs     ? m_runs->plotExports()
+                                      : tab == m_planPanel ? m_planPanel->plotExports()
                                                           : m_plot->plotExports();
         plotexport::saveWithDialog(this, exports.back());
     });

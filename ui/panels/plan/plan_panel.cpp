@@ -4,12 +4,16 @@
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QFileDialog>
+#include <QFile>
 #include <QFileInfo>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
 #include <QLocale>
+#include <QMenu>
+#include <QPainter>
+#include <QPdfWriter>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QSplitter>
@@ -19,6 +23,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -28,6 +33,7 @@
 #include "engine/util/error.h"
 #include "ui/panels/common/form_widgets.h"
 #include "ui/panels/common/palette.h"
+#include "ui/panels/common/plot_export.h"
 #include "ui/panels/common/plot_style.h"
 #include "ui/panels/plan/plan_views.h"
 
@@ -93,6 +99,7 @@ PlanPanel::PlanPanel(QWidget* parent)
       m_lanes(new PipelineLanes),
       m_runHere(new QPushButton(tr("Run here"))),
       m_runNote(new QLabel),
+      m_export(new QPushButton(tr("Export…"))),
       m_debounce(new QTimer(this)) {
     // ---- the inputs: the cluster, then the two sweeps ----
     for (const auto& name : plan::preset_names())
@@ -158,6 +165,12 @@ PlanPanel::PlanPanel(QWidget* parent)
     row3->addWidget(m_precision, 0, Qt::AlignTop);
     row3->addSpacing(8);
     row3->addWidget(m_status, 1);
+    m_export->setObjectName(QStringLiteral("planExportButton"));
+    m_export->setToolTip(tr("The tab as a picture (PNG or PDF), or every configuration of the "
+                            "sweep as CSV or JSON"));
+    m_export->setEnabled(false);
+    connect(m_export, &QPushButton::clicked, this, &PlanPanel::exportWithMenu);
+    row3->addWidget(m_export, 0, Qt::AlignTop);
     inputs->addLayout(row3, 2, 0);
     inputs->addWidget(m_error, 3, 0);
 
@@ -210,6 +223,7 @@ PlanPanel::PlanPanel(QWidget* parent)
     top->setChildrenCollapsible(false);
     m_lanes->setObjectName(QStringLiteral("planLanes"));
     auto* body = new QSplitter(Qt::Vertical);
+    m_body = body;
     body->addWidget(top);
     body->addWidget(m_lanes);
     body->setStretchFactor(0, 3);
@@ -554,6 +568,7 @@ void PlanPanel::showResult(const std::shared_ptr<Result>& r) {
         showError(
             tr("Cannot plan %1: %2").arg(QString::fromStdString(r->experiment.name), r->error));
         m_status->setText(tr("No plan."));
+        m_export->setEnabled(false);
         emit planned();
         return;
     }
@@ -568,6 +583,7 @@ void PlanPanel::showResult(const std::shared_ptr<Result>& r) {
     }
     m_result = r;
     m_seconds = r->seconds;
+    m_export->setEnabled(!r->cells.empty());
     m_heatmap->setGrid(r->xKey, r->xs, r->yKey, r->ys, r->cells, r->metric);
     int select = -1;
     if (!keepX.isEmpty() && r->xs.contains(keepX) && r->ys.contains(keepY))
@@ -833,6 +849,151 @@ void PlanPanel::runHere() {
                                            .arg(QString::fromStdString(run.experiment->name))
                                            .arg(run.experiment->devices.size())
                                      : tr("Not started: %1").arg(why));
+}
+
+// ---- exports ----
+
+namespace {
+
+// `value`'s leaves as "a.b" → text, objects flattened in key order (nlohmann's), in `out`.
+void flatten(const nlohmann::json& value, const std::string& prefix, std::vector<std::pair<std::string, std::string>>& out) {
+    if (value.is_object()) {
+        for (const auto& [key, child] : value.items())
+            flatten(child, prefix.empty() ? key : prefix + "." + key, out);
+        return;
+    }
+    out.emplace_back(prefix, value.is_string() ? value.get<std::string>() : value.dump());
+}
+
+}  // namespace
+
+QString PlanPanel::planCaption() const {
+    if (!m_result) return QString();
+    const plan::Cluster& c = m_result->cluster;
+    QString caption = tr("Plan of %1 on %2 · %3 × %4 devices")
+                          .arg(QString::fromStdString(m_result->experiment.name),
+                               QString::fromStdString(c.name))
+                          .arg(c.nodes)
+                          .arg(c.gpus_per_node);
+    const int i = m_heatmap->selected();
+    if (i >= 0 && i < static_cast<int>(m_result->cells.size())) {
+        const plan::Prediction& p = m_result->cells[static_cast<size_t>(i)];
+        caption += tr(" · selected %1").arg(QString::fromStdString(plan::mesh_line(p.mesh, p.micro_batch)));
+    }
+    return caption;
+}
+
+bool PlanPanel::exportTab(const QString& path) {
+    if (!m_result || m_result->cells.empty() || !m_body) return false;
+    // A tab never shown has no size of its own yet: lay it out at a slide's size first.
+    if (!m_body->isVisible()) m_body->resize(m_body->size().expandedTo(QSize(1200, 800)));
+    const QSize size = m_body->size();
+    const QString caption = planCaption();
+    const QFont font = this->font();
+    const int captionHeight = QFontMetrics(font).height() * 2;
+    const QRect captionArea(0, size.height(), size.width(), captionHeight);
+    if (path.endsWith(QStringLiteral(".pdf"), Qt::CaseInsensitive)) {
+        QPdfWriter pdf(path);
+        pdf.setResolution(72);  // a point per pixel
+        pdf.setPageSize(QPageSize(QSizeF(size.width(), size.height() + captionHeight), QPageSize::Point));
+        pdf.setPageMargins(QMarginsF(0, 0, 0, 0));
+        QPainter painter;
+        if (!painter.begin(&pdf)) return false;
+        m_body->render(&painter, QPoint(), QRegion(), QWidget::DrawChildren);
+        plotexport::drawCaption(painter, captionArea, font, caption);
+        return painter.end();
+    }
+    // PNG at twice the widget's pixels, as the plots' exports (sharp on a slide).
+    QImage image((size + QSize(0, captionHeight)) * 2, QImage::Format_RGB32);
+    image.fill(Qt::white);
+    QPainter painter(&image);
+    painter.scale(2, 2);
+    m_body->render(&painter, QPoint(), QRegion(), QWidget::DrawChildren);
+    plotexport::drawCaption(painter, captionArea, font, caption);
+    painter.end();
+    return image.save(path);
+}
+
+bool PlanPanel::exportConfigurations(const QString& path) {
+    if (!m_result || m_result->cells.empty()) return false;
+    std::vector<std::string> swept;
+    for (const QString& key : {m_result->xKey, m_result->yKey})
+        if (!key.isEmpty()) swept.push_back(key.toStdString());
+    nlohmann::json all = nlohmann::json::array();
+    for (const plan::Prediction& p : m_result->cells) all.push_back(plan::to_json(p, swept));
+    QFile file(path);
+    if (!file.open(QIODevice::WriteOnly | QIODevice::Truncate | QIODevice::Text)) return false;
+    if (path.endsWith(QStringLiteral(".json"), Qt::CaseInsensitive)) {
+        file.write(QByteArray::fromStdString(all.dump(2) + "\n"));
+        return file.error() == QFileDevice::NoError;
+    }
+    // The columns: every field any configuration has (a skipped one has no figures), in the
+    // order they first appear, and `skipped` last.
+    std::vector<std::vector<std::pair<std::string, std::string>>> rows;
+    std::vector<std::string> columns;
+    for (const auto& cell : all) {
+        rows.emplace_back();
+        nlohmann::json figures = cell;
+        figures.erase("skipped");
+        flatten(figures, "", rows.back());
+        if (cell.contains("skipped")) rows.back().emplace_back("skipped", cell["skipped"].get<std::string>());
+        for (const auto& [key, value] : rows.back())
+            if (key != "skipped" && std::find(columns.begin(), columns.end(), key) == columns.end())
+                columns.push_back(key);
+    }
+    columns.push_back("skipped");
+    QStringList line;
+    for (const auto& c : columns) line << plotexport::csvField(QString::fromStdString(c));
+    file.write((line.join(QLatin1Char(',')) + QLatin1Char('\n')).toUtf8());
+    for (const auto& row : rows) {
+        std::map<std::string, std::string> byKey(row.begin(), row.end());
+        line.clear();
+        for (const auto& c : columns) {
+            const auto it = byKey.find(c);
+            line << (it == byKey.end() ? QString() : plotexport::csvField(QString::fromStdString(it->second)));
+        }
+        file.write((line.join(QLatin1Char(',')) + QLatin1Char('\n')).toUtf8());
+    }
+    return file.error() == QFileDevice::NoError;
+}
+
+QVector<PlotExport> PlanPanel::plotExports() {
+    return {{tr("Plan: memory of the selected configuration"), QStringLiteral("paralab-plan-memory"),
+             [this](const QString& path) {
+                 return m_result && plotexport::saveImage(m_memoryPlot, path, QSize(900, 560), planCaption());
+             },
+             [this](const QString& path) { return m_result && plotexport::saveCsv(m_memoryPlot, path); }},
+            {tr("Plan: step time of the selected configuration"), QStringLiteral("paralab-plan-breakdown"),
+             [this](const QString& path) {
+                 return m_result && plotexport::saveImage(m_breakdownPlot, path, QSize(900, 560), planCaption());
+             },
+             [this](const QString& path) { return m_result && plotexport::saveCsv(m_breakdownPlot, path); }},
+            {tr("Plan: the sweep, the selected configuration and its pipeline"), QStringLiteral("paralab-plan"),
+             [this](const QString& path) { return exportTab(path); },
+             [this](const QString& path) { return exportConfigurations(path); }}};
+}
+
+void PlanPanel::exportWithMenu() {
+    QMenu menu(this);
+    QAction* picture = menu.addAction(tr("The tab as a picture (PNG or PDF)…"));
+    QAction* csv = menu.addAction(tr("Every configuration as CSV…"));
+    menu.addAction(tr("Every configuration as JSON (as paralab plan --json)…"));
+    QAction* chosen = menu.exec(m_export->mapToGlobal(QPoint(0, m_export->height())));
+    if (!chosen) return;
+    QString path;
+    if (chosen == picture) {
+        path = plotstyle::askExportPath(this, QStringLiteral("paralab-plan"), plotstyle::ExportKind::Image);
+        if (!path.isEmpty() && !exportTab(path)) plotstyle::reportExportFailure(this, path);
+        return;
+    }
+    if (chosen == csv) {
+        path = plotstyle::askExportPath(this, QStringLiteral("paralab-plan"), plotstyle::ExportKind::Csv);
+    } else {
+        path = QFileDialog::getSaveFileName(this, tr("Export the configurations"),
+                                            QStringLiteral("paralab-plan.json"), tr("JSON (*.json)"));
+        if (!path.isEmpty() && QFileInfo(path).suffix().isEmpty()) path += QStringLiteral(".json");
+    }
+    if (!path.isEmpty() && !exportConfigurations(path)) plotstyle::reportExportFailure(this, path);
 }
 
 }  // namespace paralab::ui

@@ -12,6 +12,7 @@
 
 #include <QString>
 #include <QStringList>
+#include <QVector>
 #include <QWidget>
 
 #include <atomic>
@@ -22,6 +23,7 @@
 
 #include "engine/config/experiment.h"
 #include "engine/plan/planner.h"
+#include "ui/panels/common/plot_export.h"
 
 class QComboBox;
 class QCustomPlot;
@@ -99,6 +101,23 @@ public:
     }
     void runHere();
 
+    // The tab's exports, the whole tab last (Ctrl+E): the selected configuration's memory bars
+    // and step breakdown (PNG, PDF or CSV of their bars), and the tab as one picture (PNG or
+    // PDF) whose CSV is every configuration of the sweep.
+    QVector<PlotExport> plotExports();
+    // The tab (inputs left out: the sweep, the selected configuration's plots and its pipeline)
+    // as a PNG at twice its pixels or a PDF, the plan's caption under it. False when there is no
+    // plan or the file cannot be written.
+    bool exportTab(const QString& path);
+    // Every configuration of the sweep: `.json`, an array of the objects `paralab plan --sweep
+    // --json` prints; any other suffix, CSV with one row per configuration (the same fields,
+    // nested ones as mesh.tp, memory_bytes.total, ...). False when there is no plan or the file
+    // cannot be written.
+    bool exportConfigurations(const QString& path);
+    // The line under exported pictures: "Plan of gpt3-175b on h100-80g · 128 × 8 devices ·
+    // selected dp 16 · tp 8 · pp 8, ...".
+    QString planCaption() const;
+
 signals:
     void planned();
 
@@ -117,6 +136,7 @@ private:
     void showSize(int nodes, int gpus);  // the spin boxes, without a re-plan
     std::optional<plan::Cluster> baseCluster(QString* error) const;
     void clusterChosen(int index);
+    void exportWithMenu();
 
     std::optional<config::Experiment> m_experiment;
     std::string m_experimentKey;  // its JSON: an identical experiment is not re-planned
@@ -138,6 +158,8 @@ private:
     PipelineLanes* m_lanes;
     QPushButton* m_runHere;
     QLabel* m_runNote;
+    QPushButton* m_export;
+    QWidget* m_body = nullptr;  // what exportTab draws
     QTimer* m_debounce;
     QThread* m_thread = nullptr;
     bool m_again = false;  // inputs changed while the worker ran
