@@ -126,11 +126,13 @@ struct VariantPart {
 };
 
 // A strategy that runs its devices as consecutive stages: how many, how many micro-batches each
-// step, in which schedule (the Timeline measures its bubble against (p − 1) / (m + p − 1)).
+// step, in which schedule, and how many model chunks each device holds (interleaved_1f1b; the
+// Timeline measures the bubble against (p − 1) / (v·m + p − 1), v = chunks).
 struct PipelineShape {
     int stages = 0;
     int micro_batches = 1;
     std::string schedule{};  // "gpipe", "1f1b", ...; "one at a time" for model_parallel
+    int chunks = 1;
 };
 
 struct StrategyDescriptor {

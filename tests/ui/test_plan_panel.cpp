@@ -26,12 +26,13 @@
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/plan/plan_panel.h"
 #include "ui/panels/plan/plan_views.h"
+#include "ui/panels/timeline/timeline_panel.h"
 #include "ui/panels/runs/runs_panel.h"
 #include "ui/session/run_controller.h"
 
 using paralab::config::Experiment;
 using paralab::ui::MainWindow;
-using paralab::ui::PipelineLanes;
+using paralab::ui::TimelinePanel;
 using paralab::ui::PlanHeatmap;
 using paralab::ui::PlanPanel;
 
@@ -54,6 +55,14 @@ bool planNow(PlanPanel& panel) {
     QSignalSpy planned(&panel, &PlanPanel::planned);
     panel.replan();
     return planned.count() > 0 || planned.wait(30000);
+}
+
+// The forwards and backwards the Plan tab's timeline shows (the step's tail left out).
+int pipelineSpans(const TimelinePanel* timeline) {
+    int n = 0;
+    for (const auto& s : timeline->spans())
+        n += s.phase == QLatin1String("forward") || s.phase == QLatin1String("backward");
+    return n;
 }
 
 // The cell of the heatmap whose configuration has these tp and pp; -1 when none.
@@ -171,18 +180,36 @@ private slots:
             QCOMPARE(panel.shownCapacity(), p.memory_capacity);
             QCOMPARE(panel.memoryPlot()->plottableCount(), 6);
             QCOMPARE(panel.breakdownPlot()->plottableCount(), 7);
-            // The pipeline: every forward and backward of every stage, ending with the step's
-            // pipeline part (the step adds the exposed gradient sync and the optimizer).
-            PipelineLanes* lanes = panel.lanes();
+            // The pipeline, drawn by the Timeline tab's widget: every forward and backward of
+            // every stage, one row per stage, the pipeline part of the step, then the exposed
+            // gradient sync and the optimizer, so that the whole step is the predicted one.
+            TimelinePanel* timeline = panel.timeline();
             const int chunks = p.mesh.schedule == "interleaved_1f1b" ? p.mesh.interleave : 1;
-            QCOMPARE(lanes->stages(), p.mesh.pp);
-            QCOMPARE(lanes->spans().size(), size_t(2) * p.mesh.pp * chunks * p.mesh.micro_batches);
+            QCOMPARE(timeline->devices().size(), p.mesh.pp);
+            QCOMPARE(timeline->devices().front(), QStringLiteral("stage 0"));
+            QCOMPARE(pipelineSpans(timeline), 2 * p.mesh.pp * chunks * p.mesh.micro_batches);
+            double first = 1e300, pipelineEnd = -1e300, end = -1e300;
+            for (const auto& s : timeline->spans()) {
+                first = std::min(first, s.t_begin);
+                end = std::max(end, s.t_end);
+                if (s.phase == QLatin1String("forward") || s.phase == QLatin1String("backward"))
+                    pipelineEnd = std::max(pipelineEnd, s.t_end);
+            }
             const double pipeline = p.step_time_s - p.breakdown.dp_comm - p.breakdown.optimizer;
-            QVERIFY2(std::abs(lanes->makespan() - pipeline) < 1e-9 + 1e-6 * pipeline,
-                     qPrintable(QStringLiteral("%1 vs %2").arg(lanes->makespan()).arg(pipeline)));
-            const auto& first = lanes->spans().front();
-            QVERIFY(lanes->describeAt(lanes->spanRect(first).center())
-                        .contains(QStringLiteral("stage %1").arg(first.device)));
+            QVERIFY2(std::abs(pipelineEnd - first - pipeline) < 1e-9 + 1e-6 * pipeline,
+                     qPrintable(QStringLiteral("%1 vs %2").arg(pipelineEnd - first).arg(pipeline)));
+            QVERIFY(std::abs(end - first - p.step_time_s) < 1e-9 + 1e-6 * p.step_time_s);
+            // Its bubble beside the ideal of the schedule, as for a run.
+            QVERIFY2(timeline->bubbleText().contains(QStringLiteral("(p−1)/(v·m+p−1)")) &&
+                         timeline->bubbleText().contains(QStringLiteral("measured")),
+                     qPrintable(timeline->bubbleText()));
+            const double bubble = timeline->measuredBubble();
+            QVERIFY2(bubble > 0 && bubble < 1, qPrintable(QString::number(bubble)));
+            // Hovering names the stage and the phase.
+            const auto firstSpan = timeline->spans().front();
+            QVERIFY2(timeline->describeAt(1000 * (firstSpan.t_begin + firstSpan.t_end) / 2 - 1000 * first, firstSpan.row)
+                         .startsWith(firstSpan.device + QStringLiteral(" · step 0 · ") + firstSpan.phase),
+                     qPrintable(timeline->describeAt(1000 * (firstSpan.t_begin + firstSpan.t_end) / 2 - 1000 * first, firstSpan.row)));
             // 1,024 devices: Run here says why not.
             QVERIFY(!panel.runHereButton()->isEnabled());
             QVERIFY2(panel.runHereNote().contains(QStringLiteral("at most 8")),
@@ -204,7 +231,7 @@ private slots:
         QVERIFY(panel.shownMemory().empty());
         QCOMPARE(panel.memoryPlot()->plottableCount(), 0);
         QVERIFY(panel.selectionText().contains(QStringLiteral("Skipped")));
-        QVERIFY(panel.lanes()->spans().empty());
+        QVERIFY(panel.timeline()->spans().isEmpty());
     }
 
     void runHereBuildsTheChosenConfiguration() {
@@ -456,9 +483,9 @@ private slots:
         QCOMPARE(map->cell(1).mesh.micro_batches, 100000);
         QVERIFY(map->cell(1).skipped.empty());
         panel.selectCell(0);
-        QCOMPARE(panel.lanes()->spans().size(), size_t{2 * 2 * 4});
+        QCOMPARE(pipelineSpans(panel.timeline()), 2 * 2 * 4);
         panel.selectCell(1);
-        QVERIFY(panel.lanes()->spans().empty());
+        QVERIFY(panel.timeline()->spans().isEmpty());
         QCOMPARE(panel.shownBreakdown().size(), size_t{7});  // the rest is shown
     }
 
@@ -517,6 +544,7 @@ private slots:
         QVERIFY(planNow(*panel));
         panel->selectCell(cellOf(panel->heatmap(), 8, 8));
         for (int i = 0; i < 4; ++i) QCoreApplication::processEvents();
+        panel->memoryPlot()->replot();  // laid out at its final size
         QVERIFY(w.grab().save(QDir(dir).filePath(QStringLiteral("screenshot-plan.png"))));
         // And the tab as File ▸ Export writes it (for looking at, not for the docs).
         QVERIFY(panel->exportTab(QDir(dir).filePath(QStringLiteral("plan-export.png"))));

@@ -36,6 +36,7 @@
 #include "ui/panels/common/plot_export.h"
 #include "ui/panels/common/plot_style.h"
 #include "ui/panels/plan/plan_views.h"
+#include "ui/panels/timeline/timeline_panel.h"
 
 namespace paralab::ui {
 
@@ -44,7 +45,7 @@ namespace {
 const char* const kFileItem = "File…";
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 // The predicted timeline draws at most this many operations (each a few pixels at best).
-constexpr int64_t kMostDrawnOperations = 200000;
+constexpr int64_t kMostDrawnOperations = 50000;
 
 QStringList splitValues(const QString& text) {
     QStringList out;
@@ -61,6 +62,28 @@ QString seconds(double s) {
 
 plan::PlanFile planFileOf(const config::Experiment& e) {
     return plan::plan_file_from_json(run::to_json(e), "the experiment");
+}
+
+// The simulated pipeline as a run's spans (one step, step 0; device "stage K"): forwards and
+// backwards as the engine names them, then on every stage the gradient synchronisation left
+// exposed and the optimizer, after the pipeline's end.
+QVector<config::Span> predictedSpans(const std::vector<plan::PipeSpan>& simulated, int stages,
+                                     double dpComm, double optimizer) {
+    QVector<config::Span> spans;
+    spans.reserve(static_cast<qsizetype>(simulated.size()) + 2 * stages);
+    double end = 0;
+    for (const plan::PipeSpan& s : simulated) {
+        spans.push_back({0, "stage " + std::to_string(s.device), s.op.forward ? "forward" : "backward",
+                         s.start, s.end, 0});
+        end = std::max(end, s.end);
+    }
+    if (simulated.empty()) return spans;
+    for (int d = 0; d < stages; ++d) {
+        const std::string device = "stage " + std::to_string(d);
+        if (dpComm > 0) spans.push_back({0, device, "all_reduce (exposed)", end, end + dpComm, 0});
+        if (optimizer > 0) spans.push_back({0, device, "optimizer", end + dpComm, end + dpComm + optimizer, 0});
+    }
+    return spans;
 }
 
 }  // namespace
@@ -96,7 +119,7 @@ PlanPanel::PlanPanel(QWidget* parent)
       m_selection(new QLabel),
       m_memoryPlot(new QCustomPlot),
       m_breakdownPlot(new QCustomPlot),
-      m_lanes(new PipelineLanes),
+      m_timeline(new TimelinePanel),
       m_runHere(new QPushButton(tr("Run here"))),
       m_runNote(new QLabel),
       m_export(new QPushButton(tr("Export…"))),
@@ -221,11 +244,14 @@ PlanPanel::PlanPanel(QWidget* parent)
     top->setStretchFactor(1, 1);
     top->setSizes({1000, 1000});
     top->setChildrenCollapsible(false);
-    m_lanes->setObjectName(QStringLiteral("planLanes"));
+    m_timeline->setObjectName(QStringLiteral("planTimeline"));
+    m_timeline->setStepsControlVisible(false);  // one predicted step
+    m_timeline->setMinimumHeight(330);  // stages' two lanes each, the legend, the bubble line
+    m_timeline->setTitle(tr("Predicted step"));
     auto* body = new QSplitter(Qt::Vertical);
     m_body = body;
     body->addWidget(top);
-    body->addWidget(m_lanes);
+    body->addWidget(m_timeline);
     body->setStretchFactor(0, 3);
     body->setStretchFactor(1, 2);
     body->setChildrenCollapsible(false);
@@ -421,7 +447,7 @@ void PlanPanel::showError(const QString& message) {
     m_error->setText(message);
     m_error->show();
     m_heatmap->clear();
-    m_lanes->clear();
+    m_timeline->clear();
     m_memoryPlot->clearPlottables();
     m_memoryPlot->clearItems();
     m_memoryPlot->replot(QCustomPlot::rpQueuedReplot);
@@ -631,7 +657,7 @@ void PlanPanel::showCell(int index) {
     m_memoryPlot->clearItems();
     m_breakdownPlot->clearPlottables();
     m_breakdownPlot->clearItems();
-    m_lanes->clear();
+    m_timeline->clear();
     m_runHere->setEnabled(false);
     m_runNote->clear();
     if (!m_result || index < 0 || index >= m_heatmap->cellCount()) {
@@ -669,31 +695,34 @@ void PlanPanel::showCell(int index) {
     plotMemory(p);
     plotBreakdown(p);
 
-    // The pipeline as simulated (a moment's work for one configuration).
+    // The pipeline as simulated (a moment's work for one configuration), drawn by the Timeline
+    // tab's widget as a run's step is: one row per stage, its forwards and backwards, then the
+    // step's tail (the exposed gradient synchronisation and the optimizer, the busiest device's).
     const int chunks = p.mesh.schedule == "interleaved_1f1b" ? p.mesh.interleave : 1;
     const int64_t operations = int64_t{2} * p.mesh.pp * chunks * p.mesh.micro_batches;
-    std::vector<plan::PipeSpan> spans;
-    if (operations <= kMostDrawnOperations) {
-        try {
-            plan::predict(m_result->planned, m_result->model, m_result->cluster, p.mesh, &spans);
-        } catch (const std::exception&) {
-            spans.clear();
-        }
-    } else {
-        m_lanes->setTimeline({}, 0, 1, 0, 0,
-                             tr("%1 forwards and backwards: too many to draw; fewer micro-batches "
-                                "or stages draw the pipeline")
-                                 .arg(QLocale().toString(static_cast<qlonglong>(operations))));
-    }
-    QString title = tr("Predicted step, one lane per pipeline stage");
+    QString title = tr("Predicted step, one row per pipeline stage");
     if (p.mesh.tp * p.mesh.dp > 1)
         title += tr(" (each stage: tp·dp = %1 devices)").arg(p.mesh.tp * p.mesh.dp);
     title += tr(" · %1, %2 micro-batches")
                  .arg(QString::fromStdString(p.mesh.schedule))
                  .arg(p.mesh.micro_batches);
-    if (operations <= kMostDrawnOperations)
-        m_lanes->setTimeline(std::move(spans), p.mesh.pp, chunks, p.breakdown.dp_comm,
-                             p.breakdown.optimizer, title);
+    if (operations > kMostDrawnOperations) {
+        m_timeline->setPipeline(0, 0, {});
+        m_timeline->setTitle(tr("%1 forwards and backwards: too many to draw; fewer micro-batches "
+                                "or stages draw the pipeline")
+                                 .arg(QLocale().toString(static_cast<qlonglong>(operations))));
+    } else {
+        std::vector<plan::PipeSpan> simulated;
+        try {
+            plan::predict(m_result->planned, m_result->model, m_result->cluster, p.mesh, &simulated);
+        } catch (const std::exception&) {
+            simulated.clear();
+        }
+        m_timeline->setPipeline(p.mesh.pp, p.mesh.micro_batches,
+                                QString::fromStdString(p.mesh.schedule), chunks);
+        m_timeline->setTitle(title);
+        m_timeline->addSpans(predictedSpans(simulated, p.mesh.pp, p.breakdown.dp_comm, p.breakdown.optimizer));
+    }
 
     // Run here: what it would run, or why it cannot.
     const RunHere run = runHereExperiment(m_result->experiment, p.mesh);

@@ -36,8 +36,8 @@ class QTimer;
 
 namespace paralab::ui {
 
-class PipelineLanes;
 class PlanHeatmap;
+class TimelinePanel;
 
 class PlanPanel : public QWidget {
     Q_OBJECT
@@ -69,7 +69,7 @@ public:
     QString statusText() const;  // "16 configurations in 0.05 s ..."
     double lastSweepSeconds() const { return m_seconds; }
     PlanHeatmap* heatmap() const { return m_heatmap; }
-    PipelineLanes* lanes() const { return m_lanes; }
+    TimelinePanel* timeline() const { return m_timeline; }  // the predicted step
     QCustomPlot* memoryPlot() const { return m_memoryPlot; }
     QCustomPlot* breakdownPlot() const { return m_breakdownPlot; }
     QPushButton* runHereButton() const { return m_runHere; }
@@ -155,7 +155,7 @@ private:
     QLabel* m_selection;
     QCustomPlot* m_memoryPlot;
     QCustomPlot* m_breakdownPlot;
-    PipelineLanes* m_lanes;
+    TimelinePanel* m_timeline;
     QPushButton* m_runHere;
     QLabel* m_runNote;
     QPushButton* m_export;

@@ -1,7 +1,6 @@
-// The Plan tab's two painted views: the sweep as a heatmap (one cell per combination of the
-// two swept keys, coloured by predicted throughput) and the selected configuration's predicted
-// pipeline as lanes of forward and backward spans, one lane per stage (the Timeline tab's
-// colours).
+// The Plan tab's painted view of a sweep: a heatmap, one cell per combination of the two swept
+// keys, coloured by predicted throughput. (The selected configuration's predicted step is drawn
+// by the Timeline tab's widget.)
 #pragma once
 
 #include <QString>
@@ -67,42 +66,6 @@ private:
     std::vector<plan::Prediction> m_cells;
     double m_min = 0, m_max = 0;  // over the cells that fit
     int m_best = -1, m_selected = -1;
-};
-
-// The predicted step of one configuration, as the planner simulated its pipeline: one lane per
-// stage device, its forwards and backwards (micro-batch numbers inside when there is room),
-// then the step's tail (the exposed gradient synchronisation and the optimizer, the busiest
-// device's). Hovering a span names it.
-class PipelineLanes : public QWidget {
-    Q_OBJECT
-public:
-    explicit PipelineLanes(QWidget* parent = nullptr);
-
-    void setTimeline(std::vector<plan::PipeSpan> spans, int stages, int chunks, double dpComm,
-                     double optimizer, const QString& title);
-    void clear();
-
-    const std::vector<plan::PipeSpan>& spans() const { return m_spans; }
-    int stages() const { return m_stages; }
-    double makespan() const { return m_makespan; }
-    QString describeAt(const QPoint& pos) const;  // "" when no span is there
-    QRect spanRect(const plan::PipeSpan& s) const;
-
-    QSize minimumSizeHint() const override { return {300, 120}; }
-    QSize sizeHint() const override { return {700, 220}; }
-
-protected:
-    void paintEvent(QPaintEvent* event) override;
-    bool event(QEvent* event) override;
-
-private:
-    QRect laneArea() const;
-    double xOf(double t) const;
-
-    std::vector<plan::PipeSpan> m_spans;
-    int m_stages = 0, m_chunks = 1;
-    double m_makespan = 0, m_dpComm = 0, m_optimizer = 0;
-    QString m_title;
 };
 
 }  // namespace paralab::ui

@@ -106,11 +106,15 @@ TimelinePanel::TimelinePanel(QWidget* parent)
       m_stepsBox(new QSpinBox) {
     auto* controls = new QHBoxLayout;
     controls->setContentsMargins(6, 4, 6, 0);
-    controls->addWidget(new QLabel(tr("Steps shown:")));
+    m_stepsControl = new QWidget;
+    auto* stepsRow = new QHBoxLayout(m_stepsControl);
+    stepsRow->setContentsMargins(0, 0, 0, 0);
+    stepsRow->addWidget(new QLabel(tr("Steps shown:")));
     m_stepsBox->setRange(1, 50);
     m_stepsBox->setValue(m_stepsShown);
     m_stepsBox->setObjectName(QStringLiteral("stepsShownBox"));
-    controls->addWidget(m_stepsBox);
+    stepsRow->addWidget(m_stepsBox);
+    controls->addWidget(m_stepsControl);
     controls->addStretch(1);
     auto* exportButton = new QToolButton;
     exportButton->setText(tr("Export"));
@@ -122,7 +126,7 @@ TimelinePanel::TimelinePanel(QWidget* parent)
     controls->addWidget(exportButton);
 
     m_plot->setMinimumSize(300, 160);
-    plotstyle::addTitle(m_plot, tr("Timeline of the last steps"));
+    m_title = plotstyle::addTitle(m_plot, tr("Timeline of the last steps"));
     m_gantt = new GanttPlottable(m_plot->xAxis, m_plot->yAxis);
     m_gantt->removeFromLegend();
     // The legend: one empty bar series per phase family, for its swatch.
@@ -194,16 +198,27 @@ void TimelinePanel::addSpans(const QVector<config::Span>& spans) {
     refresh();
 }
 
-void TimelinePanel::setPipeline(int stages, int microBatches, const QString& schedule) {
+void TimelinePanel::setPipeline(int stages, int microBatches, const QString& schedule, int chunks) {
     m_pipelineStages = stages > 1 ? stages : 0;
     m_microBatches = microBatches;
     m_schedule = schedule;
+    m_chunks = std::max(chunks, 1);
     refresh();
 }
 
-double TimelinePanel::idealBubble(int stages, int microBatches) {
-    if (stages < 1 || microBatches < 1) return std::numeric_limits<double>::quiet_NaN();
-    return static_cast<double>(stages - 1) / static_cast<double>(microBatches + stages - 1);
+double TimelinePanel::idealBubble(int stages, int microBatches, int chunks) {
+    if (stages < 1 || microBatches < 1 || chunks < 1) return std::numeric_limits<double>::quiet_NaN();
+    return static_cast<double>(stages - 1) /
+           static_cast<double>(static_cast<int64_t>(chunks) * microBatches + stages - 1);
+}
+
+void TimelinePanel::setTitle(const QString& title) {
+    if (m_title) m_title->setText(title);
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimelinePanel::setStepsControlVisible(bool visible) {
+    m_stepsControl->setVisible(visible);
 }
 
 double TimelinePanel::measuredBubble() const {
@@ -229,7 +244,8 @@ double TimelinePanel::measuredBubble() const {
                 last = std::max(last, k.t_end);
                 busy += k.t_end - k.t_begin;
             }
-            complete = complete && forwards == m_microBatches && backwards == m_microBatches;
+            const int expected = m_microBatches * m_chunks;
+            complete = complete && forwards == expected && backwards == expected;
         }
         if (!complete || last <= first) continue;
         const double span = m_pipelineStages * (last - first);
@@ -241,13 +257,22 @@ double TimelinePanel::measuredBubble() const {
 
 QString TimelinePanel::bubbleText() const {
     if (m_pipelineStages < 2) return {};
-    const double ideal = idealBubble(m_pipelineStages, m_microBatches);
+    const double ideal = idealBubble(m_pipelineStages, m_microBatches, m_chunks);
     const double measured = measuredBubble();
     const QLocale locale;
-    QString text = tr("Pipeline bubble (%1 stages, %2 micro-batches, %3): ideal (p−1)/(m+p−1) = %4 %")
-                       .arg(m_pipelineStages)
-                       .arg(m_microBatches)
-                       .arg(m_schedule, locale.toString(100 * ideal, 'f', 0));
+    QString text =
+        m_chunks > 1
+            ? tr("Pipeline bubble (%1 stages, %2 micro-batches, %3 × %4 chunks): ideal "
+                 "(p−1)/(v·m+p−1) = %5 %")
+                  .arg(m_pipelineStages)
+                  .arg(m_microBatches)
+                  .arg(m_schedule)
+                  .arg(m_chunks)
+                  .arg(locale.toString(100 * ideal, 'f', 0))
+            : tr("Pipeline bubble (%1 stages, %2 micro-batches, %3): ideal (p−1)/(m+p−1) = %4 %")
+                  .arg(m_pipelineStages)
+                  .arg(m_microBatches)
+                  .arg(m_schedule, locale.toString(100 * ideal, 'f', 0));
     text += std::isfinite(measured)
                 ? tr(" · measured %1 % over the steps shown (sends and waits count as bubble)")
                       .arg(locale.toString(100 * measured, 'f', 0))

@@ -23,6 +23,7 @@
 #include "engine/run/trainer.h"
 #include "ui/panels/common/plot_export.h"
 
+class QCPTextElement;
 class QCustomPlot;
 class QLabel;
 class QSpinBox;
@@ -63,16 +64,21 @@ public:
     // Connected to RunController::spansArrived (a plain member: see DeviceDashboard).
     void addSpans(const QVector<config::Span>& spans);
 
-    // The run is a pipeline of `stages` devices running `microBatches` micro-batches per step
-    // (0 stages: it is not): the panel then measures the bubble of the steps it keeps and shows
-    // it beside the ideal (p − 1) / (m + p − 1).
-    void setPipeline(int stages, int microBatches, const QString& schedule);
-    // The measured bubble: over the kept steps that every stage completed (m forwards and m
-    // backwards each), the share of stages × (first forward → last backward) in which the
+    // The run is a pipeline of `stages` devices running `microBatches` micro-batches per step,
+    // each device `chunks` model chunks (interleaved_1f1b; 0 stages: it is not a pipeline): the
+    // panel then measures the bubble of the steps it keeps and shows it beside the ideal
+    // (p − 1) / (v·m + p − 1) (v = chunks; (p − 1) / (m + p − 1) for one chunk).
+    void setPipeline(int stages, int microBatches, const QString& schedule, int chunks = 1);
+    // The measured bubble: over the kept steps that every stage completed (v·m forwards and
+    // v·m backwards each), the share of stages × (first forward → last backward) in which the
     // stages did no forward or backward work. NaN when there is no such step.
     double measuredBubble() const;
-    static double idealBubble(int stages, int microBatches);
+    static double idealBubble(int stages, int microBatches, int chunks = 1);
     QString bubbleText() const;  // the line under the plot ("" when not a pipeline)
+    // The plot's title ("Timeline of the last steps" by default), and whether the "Steps shown"
+    // box is there: the Plan tab shows one predicted step under its own title.
+    void setTitle(const QString& title);
+    void setStepsControlVisible(bool visible);
 
 public slots:
     void clear();
@@ -104,7 +110,9 @@ private:
     GanttPlottable* m_gantt;
     QLabel* m_hover;
     QLabel* m_bubble;
-    int m_pipelineStages = 0, m_microBatches = 0;
+    int m_pipelineStages = 0, m_microBatches = 0, m_chunks = 1;
+    QCPTextElement* m_title = nullptr;
+    QWidget* m_stepsControl = nullptr;  // the "Steps shown" label and box
     QString m_schedule;
     QSpinBox* m_stepsBox;
     int m_stepsShown = 5;
