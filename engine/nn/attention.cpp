@@ -38,6 +38,33 @@ void check_tensor_shard(const Layer& layer, const char* key, int64_t count, int 
                                 " devices (tensor_parallel gives every device an equal share)");
 }
 
+// ---- sequence parallelism at a split layer's edges ----------------------------------------------
+
+Tensor sequence_enter(const TensorShard& s, const Tensor& x) {
+    return s.sequence_parallel() && !s.split_input ? sequence_slice(x, s.rank, s.world) : x;
+}
+
+Tensor sequence_leave(const TensorShard& s, const Tensor& y) {
+    return s.sequence_parallel() && !s.split_output ? sequence_gather(y, s.sequence()) : y;
+}
+
+Tensor sequence_leave_backward(const TensorShard& s, const Tensor& dy) {
+    return s.sequence_parallel() && !s.split_output ? sequence_slice(dy, s.rank, s.world) : dy;
+}
+
+Tensor sequence_enter_backward(const TensorShard& s, const Tensor& dx) {
+    return s.sequence_parallel() && !s.split_input && dx.defined() ? sequence_gather(dx, s.sequence()) : dx;
+}
+
+int64_t sequence_length(const Layer& layer, const TensorShard& s, const Shape& input) {
+    const int64_t T = s.split_input ? input[0] * s.world : input[0];
+    if (T % s.world != 0)
+        throw ConfigError(layer.path(), layer.label() + ": its sequence of " + std::to_string(T) +
+                                            " positions does not divide over " + std::to_string(s.world) +
+                                            " devices (sequence_parallel gives every device T / N of them)");
+    return T;
+}
+
 // ---- PositionEmbedding -----------------------------------------------------------------------
 
 Shape PositionEmbedding::build_impl(const Shape& input) {
@@ -93,20 +120,24 @@ std::vector<Layer*> Attention::children() {
 Shape Attention::build_impl(const Shape& input) {
     check_attention_input(*this, input, m_heads);
     check_tensor_shard(*this, "heads", m_heads, m_shard.world);
-    m_T = input[0];
+    const bool seq = m_shard.sequence_parallel();
+    m_T = seq ? sequence_length(*this, m_shard, input) : input[0];
     m_D = input[1];
     m_H = m_heads / m_shard.world;
     m_inner = m_D / m_shard.world;
+    // The positions this layer's own tensors hold: all, or with sequence parallelism T / N.
+    const Shape local = seq ? Shape{m_T / m_shard.world, m_D} : input;
     m_qkv = std::make_unique<Linear>(3 * m_inner, true);
     m_proj = std::make_unique<Linear>(m_D, true);
     if (m_shard.world > 1) {  // qkv column-parallel (its q, k, v parts), proj row-parallel
-        m_qkv->set_shard({LinearShard::Split::column, 3, m_shard.all_reduce});
-        m_proj->set_shard({LinearShard::Split::row, 1, m_shard.all_reduce});
+        const SequenceSplit sequence = seq ? m_shard.sequence() : SequenceSplit{};
+        m_qkv->set_shard({LinearShard::Split::column, 3, m_shard.all_reduce, sequence});
+        m_proj->set_shard({LinearShard::Split::row, 1, m_shard.all_reduce, sequence});
     }
     m_qkv->set_label(label() + ".qkv", path());
     m_proj->set_label(label() + ".proj", path());
     m_qkv->set_needs_input_grad(needs_input_grad());
-    m_qkv->build(input, dtype(), device());
+    m_qkv->build(local, dtype(), device());
     m_proj->build(Shape{m_T, m_inner}, dtype(), device());
     if (m_dropout > 0) {
         m_attn_drop = std::make_unique<Dropout>(m_dropout);
@@ -115,9 +146,11 @@ Shape Attention::build_impl(const Shape& input) {
         m_attn_drop->set_label(label() + ".attn_dropout", path());
         m_out_drop->set_label(label() + ".out_dropout", path());
         m_attn_drop->build(Shape{m_H, m_T, m_T}, dtype(), device());
-        m_out_drop->build(input, dtype(), device());
+        m_out_drop->build(local, dtype(), device());
+        // Its positions' masks of the whole sequence.
+        if (seq) m_out_drop->set_sequence_slice(m_shard.rank, m_shard.world);
     }
-    return input;
+    return seq && !m_shard.split_output ? Shape{m_T, m_D} : local;
 }
 
 void Attention::reset_parameters_impl(Rng& rng) {
@@ -131,8 +164,9 @@ void Attention::set_needs_input_grad_impl(bool needs) {
     if (m_qkv) m_qkv->set_needs_input_grad(needs);
 }
 
-Tensor Attention::forward_impl(const Tensor& x, Mode mode) {
-    const int64_t B = x.dim(0), H = m_H, T = m_T, Dh = m_D / m_heads;
+Tensor Attention::forward_impl(const Tensor& x_in, Mode mode) {
+    const int64_t B = x_in.dim(0), H = m_H, T = m_T, Dh = m_D / m_heads;
+    const Tensor x = sequence_enter(m_shard, x_in);
     m_qkv_out = m_qkv->forward(x, mode);
     Tensor heads = new_activation(Shape{B, T, m_inner});
     scores_and_dropout(B, mode);
@@ -147,7 +181,8 @@ Tensor Attention::forward_impl(const Tensor& x, Mode mode) {
         if (m_attn_drop) m_attn_drop->release_saved();
     }
     Tensor y = m_proj->forward(heads, mode);
-    return m_out_drop ? m_out_drop->forward(y, mode) : y;
+    if (m_out_drop) y = m_out_drop->forward(y, mode);
+    return sequence_leave(m_shard, y);
 }
 
 void Attention::scores_and_dropout(int64_t B, Mode mode) {
@@ -164,8 +199,9 @@ void Attention::scores_and_dropout(int64_t B, Mode mode) {
 
 void Attention::release_saved_impl() { m_qkv_out = m_probs = m_used = Tensor(); }
 
-Tensor Attention::backward_impl(const Tensor& dy) {
+Tensor Attention::backward_impl(const Tensor& dy_out) {
     PARALAB_CHECK(m_qkv_out.defined(), label() + ": a second backward after one forward");
+    const Tensor dy = sequence_leave_backward(m_shard, dy_out);
     const int64_t B = dy.dim(0), H = m_H, T = m_T, Dh = m_D / m_heads;
     if (!m_probs.defined()) {  // selective recomputation: the same scores from the same q, k
         RecomputeScope recompute;
@@ -195,7 +231,7 @@ Tensor Attention::backward_impl(const Tensor& dy) {
     });
     m_probs = Tensor();
     m_qkv_out = Tensor();
-    return m_qkv->backward(dqkv);
+    return sequence_enter_backward(m_shard, m_qkv->backward(dqkv));
 }
 
 // The projections, plus q k^T and the product with V: 2 T T D multiply-adds each (every head,
@@ -250,15 +286,23 @@ Shape TransformerBlock::build_impl(const Shape& input) {
     Layer& mlp = *at(1).children().front();
     auto* body = static_cast<Sequential*>(&mlp);
     static_cast<Linear&>(body->at(3)).set_out(input[1]);
+    const bool seq = m_shard.sequence_parallel();
     if (m_shard.world > 1) {  // Megatron's MLP: the first linear column-, the second row-parallel
         check_tensor_shard(*this, "heads", m_heads, m_shard.world);
         check_tensor_shard(*this, "ffn", m_ffn, m_shard.world);
+        const SequenceSplit sequence = seq ? m_shard.sequence() : SequenceSplit{};
         auto& fc1 = static_cast<Linear&>(body->at(1));
         fc1.set_out(m_ffn / m_shard.world);
-        fc1.set_shard({LinearShard::Split::column, 1, m_shard.all_reduce});
-        static_cast<Linear&>(body->at(3)).set_shard({LinearShard::Split::row, 1, m_shard.all_reduce});
+        fc1.set_shard({LinearShard::Split::column, 1, m_shard.all_reduce, sequence});
+        static_cast<Linear&>(body->at(3)).set_shard({LinearShard::Split::row, 1, m_shard.all_reduce, sequence});
+        // With sequence parallelism the block's layernorms, residual adds and dropout hold this
+        // device's positions: the attention takes and gives them split.
+        TensorShard inner = m_shard;
+        inner.split_input = inner.split_output = seq;
+        // The MLP's dropout draws its positions' masks of the whole sequence.
+        if (seq && body->size() > 4) static_cast<Dropout&>(body->at(4)).set_sequence_slice(m_shard.rank, m_shard.world);
         auto* attention = static_cast<Sequential*>(at(0).children().front());
-        static_cast<Attention&>(attention->at(1)).set_tensor_shard(m_shard);
+        static_cast<Attention&>(attention->at(1)).set_tensor_shard(std::move(inner));
     }
     const char* names[] = {"attention", "mlp"};
     for (size_t i = 0; i < 2; ++i) {
@@ -268,7 +312,19 @@ Shape TransformerBlock::build_impl(const Shape& input) {
         for (size_t k = 0; k < inner->size(); ++k)
             inner->at(k).set_label(label() + "." + names[i] + "." + inner->at(k).type(), path());
     }
-    return Sequential::build_impl(input);
+    if (!seq) return Sequential::build_impl(input);
+    const int64_t T = sequence_length(*this, m_shard, input);
+    const Shape local{T / m_shard.world, input[1]};
+    Sequential::build_impl(local);
+    return m_shard.split_output ? local : Shape{T, input[1]};
+}
+
+Tensor TransformerBlock::forward_impl(const Tensor& x, Mode mode) {
+    return sequence_leave(m_shard, Sequential::forward_impl(sequence_enter(m_shard, x), mode));
+}
+
+Tensor TransformerBlock::backward_impl(const Tensor& dy) {
+    return sequence_enter_backward(m_shard, Sequential::backward_impl(sequence_leave_backward(m_shard, dy)));
 }
 
 }  // namespace paralab::nn

@@ -37,11 +37,38 @@ private:
 // [rank H / world, (rank + 1) H / world) and, in a block, ffn / world of the MLP's units. Its
 // qkv and the MLP's first linear are column-parallel, proj and the MLP's second linear
 // row-parallel (LinearShard); `all_reduce` sums a tensor over the world's devices, in place.
+//
+// Sequence parallelism (Korthikanti et al. 2022), when `all_gather` and `reduce_scatter` are
+// set (SequenceSplit's in-place collectives): the layernorms, dropouts and residual adds run on
+// this device's T/N positions, the all-gathers and reduce-scatters along the sequence of the
+// split linears (LinearShard) taking the place of the all-reduces. T must divide by world.
+// `split_input`: the input arrives split along the sequence from the split layer before (else
+// it is whole, and the layer keeps its own positions of it); `split_output`: the output leaves
+// split for the split layer after (else it is gathered whole).
 struct TensorShard {
     int rank = 0;
     int world = 1;
     std::function<void(const Tensor&)> all_reduce;
+    std::function<void(const Tensor&)> all_gather{};
+    std::function<void(const Tensor&)> reduce_scatter{};
+    bool split_input = false;
+    bool split_output = false;
+
+    SequenceSplit sequence() const { return {rank, world, all_gather, reduce_scatter}; }
+    bool sequence_parallel() const { return sequence().on(); }
 };
+
+// Sequence parallelism at a split layer's edges (TensorShard): the input's positions, the
+// output gathered, and in backward the conjugates (the output gradient's positions, the input
+// gradient gathered). Each is the identity when the layer's neighbour is split too.
+Tensor sequence_enter(const TensorShard& s, const Tensor& x);
+Tensor sequence_leave(const TensorShard& s, const Tensor& y);
+Tensor sequence_leave_backward(const TensorShard& s, const Tensor& dy);
+Tensor sequence_enter_backward(const TensorShard& s, const Tensor& dx);
+// The per-sample shapes inside a sequence-parallel layer of per-sample input `input` ([T, D]
+// or, split, [T/N, D]): the whole sequence's length T. Throws ConfigError at
+// "<layer path>" naming T and the device count when T does not divide.
+int64_t sequence_length(const Layer& layer, const TensorShard& s, const Shape& input);
 
 // [T, D] -> [T, D]: qkv = x W_qkv^T + b (one linear D -> 3D), per head h (width D / heads)
 // softmax(q k^T / sqrt(D / heads)) v, causal when asked (position i sees j <= i), the heads
@@ -59,6 +86,7 @@ public:
     bool causal() const { return m_causal; }
     // Before build only: this layer computes one shard of the heads (TensorShard).
     void set_tensor_shard(TensorShard shard) { m_shard = std::move(shard); }
+    const TensorShard& tensor_shard() const { return m_shard; }
     // Selective recomputation (nn/recompute.h): in training, the probabilities (and their
     // dropout mask) are dropped after forward and computed again from q, k in backward.
     void set_recompute_scores(bool on) { m_recompute_scores = on; }
@@ -108,9 +136,12 @@ public:
     int64_t ffn() const { return m_ffn; }
     // Before build only: this block computes one shard of the heads and of the MLP (TensorShard).
     void set_tensor_shard(TensorShard shard) { m_shard = std::move(shard); }
+    const TensorShard& tensor_shard() const { return m_shard; }
 
 protected:
     Shape build_impl(const Shape& input) override;
+    Tensor forward_impl(const Tensor& x, Mode mode) override;
+    Tensor backward_impl(const Tensor& dy) override;
 
 private:
     int64_t m_heads, m_ffn;

@@ -32,6 +32,13 @@ Shape Dropout::build_impl(const Shape& input) {
     return input;
 }
 
+void Dropout::set_sequence_slice(int rank, int world) {
+    PARALAB_CHECK(world >= 1 && rank >= 0 && rank < world, label() + ": a sequence slice " + std::to_string(rank) +
+                                                                " of " + std::to_string(world));
+    m_slice_rank = rank;
+    m_slice_world = world;
+}
+
 void Dropout::set_random_state_impl(uint64_t seed, uint64_t step, int64_t sample_offset) {
     PARALAB_CHECK(sample_offset >= 0, label() + ": negative sample offset");
     m_seed = seed;
@@ -51,14 +58,23 @@ Tensor Dropout::forward_impl(const Tensor& x, Mode mode) {
     const uint64_t key = splitmix64(splitmix64(m_seed ^ stable_hash(label())) ^ m_step);
     const int64_t batch = x.dim(0);
     const int64_t per_sample = input_shape().numel();
-    const uint64_t first = static_cast<uint64_t>(m_sample_offset * per_sample);
+    // Element i of this batch is global element first + i; of a sequence slice, element k of
+    // sample b is element rank P + k of the whole sample, world P wide.
+    const bool sliced = m_slice_world > 1;
+    const int64_t runs = sliced ? batch : 1, run = sliced ? per_sample : batch * per_sample;
+    const auto first_of = [&](int64_t r) {
+        return sliced ? static_cast<uint64_t>((m_sample_offset + r) * per_sample * m_slice_world +
+                                              m_slice_rank * per_sample)
+                      : static_cast<uint64_t>(m_sample_offset * per_sample);
+    };
     m_mask = new_activation(x.shape());
     Tensor y = new_activation(x.shape());
     if (void* q = y.queue()) {
         // The GPU kernel draws hash_uniform(key, first + i) >= p itself: the CPU's mask bits.
         dispatch_float(x.dtype(), [&]<class T>() {
-            kg::dropout_forward<T>(batch * per_sample, key, first, m_p, x.data<T>(),
-                                   m_mask.data<T>(), y.data<T>(), q);
+            for (int64_t r = 0; r < runs; ++r)
+                kg::dropout_forward<T>(run, key, first_of(r), m_p, x.data<T>() + r * run,
+                                       m_mask.data<T>() + r * run, y.data<T>() + r * run, q);
         });
         return y;
     }
@@ -67,10 +83,14 @@ Tensor Dropout::forward_impl(const Tensor& x, Mode mode) {
         T* mask = m_mask.data<T>();
         const int64_t n = batch * per_sample;
         // The hash lives in the engine (kernels do not see rng.h), so the mask is drawn here
-        // and applied by a kernel; element i of this batch is global element first + i.
-#pragma omp parallel for if (n >= (int64_t{1} << 16))
-        for (int64_t i = 0; i < n; ++i)
-            mask[i] = hash_uniform(key, first + static_cast<uint64_t>(i)) >= m_p ? scale : T(0);
+        // and applied by a kernel.
+        for (int64_t r = 0; r < runs; ++r) {
+            const uint64_t first = first_of(r);
+            T* m = mask + r * run;
+#pragma omp parallel for if (run >= (int64_t{1} << 16))
+            for (int64_t i = 0; i < run; ++i)
+                m[i] = hash_uniform(key, first + static_cast<uint64_t>(i)) >= m_p ? scale : T(0);
+        }
         kc::multiply_elementwise<T>(n, x.data<T>(), mask, y.data<T>());
     });
     return y;

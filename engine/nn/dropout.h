@@ -22,6 +22,11 @@ public:
     explicit Dropout(double p);
     double p() const { return m_p; }
     bool runs_on_gpu() const override { return true; }
+    // Sequence parallelism (nn::TensorShard): this layer's per-sample input is positions
+    // [rank P, (rank + 1) P) of a sample of world P positions (the sequence its first
+    // dimension). Its masks are then the whole sample's at those positions: what one device
+    // draws for the whole sequence.
+    void set_sequence_slice(int rank, int world);
 
 protected:
     Shape build_impl(const Shape& input) override;
@@ -37,6 +42,7 @@ private:
     uint64_t m_seed = 0;
     uint64_t m_step = 0;
     int64_t m_sample_offset = 0;
+    int m_slice_rank = 0, m_slice_world = 1;  // set_sequence_slice
     bool m_identity = false;  // the last forward passed x through (eval, or p = 0)
     Tensor m_mask;            // [B, ...]: 0 or 1/(1-p) per element; released by backward
 };

@@ -3,10 +3,108 @@
 
 #include "engine/nn/ops.h"
 
-
 #include <cmath>
 
 namespace paralab::nn {
+
+// ---- sequence parallelism's moves --------------------------------------------------------------
+
+namespace {
+
+// A tensor [B, T, ...] as B samples of T positions of `width` numbers each.
+struct SequenceLayout {
+    int64_t batch, positions, width;
+};
+
+SequenceLayout layout_of(const Tensor& t) {
+    PARALAB_CHECK(t.rank() >= 3, "sequence parallelism: a tensor " + t.shape().to_string() +
+                                     " has no sequence dimension after its batch");
+    const int64_t b = t.dim(0), n = t.dim(1);
+    return {b, n, b * n == 0 ? 0 : t.numel() / (b * n)};
+}
+
+Shape with_positions(const Shape& shape, int64_t positions) {
+    Shape out = shape;
+    out[1] = positions;
+    return out;
+}
+
+// Chunk c of N ([B, T/N, width] in a buffer of N such chunks) <-> positions [c T/N, (c+1) T/N)
+// of every sample of a [B, T, width] tensor.
+template <class F>
+void chunk_to_positions(const Ops& ops, const SequenceLayout& whole, int64_t per, int64_t c,
+                        const F* chunk, F* to) {
+    ops.strided_rows_copy<F>(whole.batch, per * whole.width, chunk, per * whole.width,
+                             to + c * per * whole.width, whole.positions * whole.width);
+}
+template <class F>
+void positions_to_chunk(const Ops& ops, const SequenceLayout& whole, int64_t per, int64_t c,
+                        const F* from, F* chunk) {
+    ops.strided_rows_copy<F>(whole.batch, per * whole.width, from + c * per * whole.width,
+                             whole.positions * whole.width, chunk, per * whole.width);
+}
+
+}  // namespace
+
+Tensor sequence_slice(const Tensor& whole, int rank, int world) {
+    const SequenceLayout w = layout_of(whole);
+    PARALAB_CHECK(world >= 1 && w.positions % world == 0,
+                  "sequence_slice: " + std::to_string(w.positions) + " positions over " +
+                      std::to_string(world) + " devices");
+    const int64_t per = w.positions / world;
+    Tensor out = Tensor::empty(with_positions(whole.shape(), per), whole.dtype(), whole.device(),
+                               MemCategory::activations);
+    const Ops ops = ops_for(whole);
+    dispatch_float(whole.dtype(), [&]<class F>() {
+        positions_to_chunk<F>(ops, w, per, rank, whole.data<F>(), out.data<F>());
+    });
+    return out;
+}
+
+Tensor sequence_gather(const Tensor& local, const SequenceSplit& s) {
+    PARALAB_CHECK(s.on(), "sequence_gather: sequence parallelism is off");
+    const SequenceLayout l = layout_of(local);
+    const int64_t chunk = local.numel();
+    Tensor buffer = Tensor::empty(Shape{s.world * chunk}, local.dtype(), local.device(),
+                                  MemCategory::workspace);
+    Tensor out = Tensor::empty(with_positions(local.shape(), l.positions * s.world),
+                               local.dtype(), local.device(), MemCategory::activations);
+    const SequenceLayout w{l.batch, l.positions * s.world, l.width};
+    const Ops ops = ops_for(local);
+    dispatch_float(local.dtype(), [&]<class F>() {
+        ops.strided_rows_copy<F>(1, chunk, local.data<F>(), chunk, buffer.data<F>() + s.rank * chunk, chunk);
+    });
+    s.all_gather(buffer);
+    dispatch_float(local.dtype(), [&]<class F>() {
+        for (int64_t c = 0; c < s.world; ++c)
+            chunk_to_positions<F>(ops, w, l.positions, c, buffer.data<F>() + c * chunk, out.data<F>());
+    });
+    return out;
+}
+
+Tensor sequence_reduce_scatter(const Tensor& whole, const SequenceSplit& s) {
+    PARALAB_CHECK(s.on(), "sequence_reduce_scatter: sequence parallelism is off");
+    const SequenceLayout w = layout_of(whole);
+    PARALAB_CHECK(w.positions % s.world == 0,
+                  "sequence_reduce_scatter: " + std::to_string(w.positions) + " positions over " +
+                      std::to_string(s.world) + " devices");
+    const int64_t per = w.positions / s.world, chunk = whole.numel() / s.world;
+    Tensor buffer = Tensor::empty(Shape{whole.numel()}, whole.dtype(), whole.device(), MemCategory::workspace);
+    Tensor out = Tensor::empty(with_positions(whole.shape(), per), whole.dtype(), whole.device(),
+                               MemCategory::activations);
+    const Ops ops = ops_for(whole);
+    dispatch_float(whole.dtype(), [&]<class F>() {
+        for (int64_t c = 0; c < s.world; ++c)
+            positions_to_chunk<F>(ops, w, per, c, whole.data<F>(), buffer.data<F>() + c * chunk);
+    });
+    s.reduce_scatter(buffer);
+    dispatch_float(whole.dtype(), [&]<class F>() {
+        ops.strided_rows_copy<F>(1, chunk, buffer.data<F>() + s.rank * chunk, chunk, out.data<F>(), chunk);
+    });
+    return out;
+}
+
+// ---- Linear ------------------------------------------------------------------------------------
 
 
 Linear::Linear(int64_t out, bool bias) : Layer("linear"), m_out(out), m_has_bias(bias) {
@@ -25,6 +123,16 @@ void Linear::set_shard(LinearShard shard) {
     m_shard = std::move(shard);
 }
 
+const SequenceSplit* Linear::sequence() const {
+    return m_shard && m_shard->sequence.on() ? &m_shard->sequence : nullptr;
+}
+
+int64_t Linear::gemm_rows_per_sample() const {
+    const int64_t rows = input_shape().numel() / m_in;
+    const SequenceSplit* seq = sequence();
+    return seq && m_shard->split == LinearShard::Split::column ? rows * seq->world : rows;
+}
+
 // input: [..., in] -> [..., out]
 Shape Linear::build_impl(const Shape& input) {
     if (input.rank() == 0 || input.back() < 1)
@@ -34,6 +142,19 @@ Shape Linear::build_impl(const Shape& input) {
     m_bias = m_has_bias ? &add_param("bias", Shape{m_out}) : nullptr;
     Shape output = input;
     output[output.rank() - 1] = m_out;
+    if (const SequenceSplit* seq = sequence()) {  // the sequence: [T/N, in] <-> [T, out]
+        if (input.rank() < 2)
+            shape_error("a sequence [T, features] (sequence parallelism splits its positions)", input);
+        if (m_shard->split == LinearShard::Split::column) {
+            output[0] = input[0] * seq->world;
+        } else {
+            if (input[0] % seq->world != 0)
+                throw ConfigError(path(), label() + ": " + std::to_string(input[0]) +
+                                              " positions do not divide over " +
+                                              std::to_string(seq->world) + " devices");
+            output[0] = input[0] / seq->world;
+        }
+    }
     return output;
 }
 
@@ -51,11 +172,18 @@ void Linear::reset_parameters_impl(Rng& rng) {
 // x: [B, ..., in] -> y: [B, ..., out]; the leading dims fold into the GEMM's rows.
 Tensor Linear::forward_impl(const Tensor& x, Mode mode) {
     (void)mode;
-    const int64_t rows = x.numel() / m_in;
-    Tensor y = new_activation(output_shape().with_batch(x.dim(0)));
-    const Ops ops = ops_for(y);
-    // A row-parallel shard's output is a partial sum: the bias goes on after the all-reduce.
+    const SequenceSplit* seq = sequence();
+    const bool column = m_shard && m_shard->split == LinearShard::Split::column;
+    // A sequence-parallel column shard multiplies the whole sequence: gathered first.
+    const Tensor in = seq && column ? sequence_gather(x, *seq) : x;
+    const int64_t rows = in.numel() / m_in;
+    // A row-parallel shard's output is a partial sum: the bias goes on after the all-reduce
+    // (or the reduce-scatter, onto this device's positions).
     const bool partial = m_shard && m_shard->split == LinearShard::Split::row;
+    Shape gemm_shape = in.shape();
+    gemm_shape[gemm_shape.rank() - 1] = m_out;
+    Tensor y = new_activation(gemm_shape);
+    const Ops ops = ops_for(y);
     dispatch_float(x.dtype(), [&]<class T>() {
         T beta = T(0);
         if (m_bias && !partial) {
@@ -63,44 +191,64 @@ Tensor Linear::forward_impl(const Tensor& x, Mode mode) {
             ops.bias_broadcast_rows<T>(rows, m_out, m_bias->value.data<T>(), y.data<T>());
             beta = T(1);
         }
-        ops.gemm<T>(false, true, rows, m_out, m_in, T(1), x.data<T>(), m_weight->value.data<T>(),
+        ops.gemm<T>(false, true, rows, m_out, m_in, T(1), in.data<T>(), m_weight->value.data<T>(),
                     beta, y.data<T>());
-        if (partial) {
-            m_shard->all_reduce(y);
-            if (m_bias) ops.bias_add_rows<T>(rows, m_out, m_bias->value.data<T>(), y.data<T>());
-        }
     });
-    m_x = x;
+    if (partial) {
+        if (seq) y = sequence_reduce_scatter(y, *seq);
+        else m_shard->all_reduce(y);
+        if (m_bias)
+            dispatch_float(y.dtype(), [&]<class T>() {
+                ops.bias_add_rows<T>(y.numel() / m_out, m_out, m_bias->value.data<T>(), y.data<T>());
+            });
+    }
+    m_x = in;
     return y;
 }
 
 // dy: [B, ..., out] -> dx: [B, ..., in]; dW += dy^T x, db += column sums of dy.
 Tensor Linear::backward_impl(const Tensor& dy) {
     PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
-    const int64_t rows = dy.numel() / m_out;
-    Tensor dx;
-    if (needs_input_grad()) dx = new_activation(input_shape().with_batch(dy.dim(0)));
+    const SequenceSplit* seq = sequence();
+    const bool column = m_shard && m_shard->split == LinearShard::Split::column;
     const Ops ops = ops_for(dy);
+    // A sequence-parallel row shard's bias saw this device's positions; its weight needs the
+    // gradient of the whole sequence: gathered.
+    if (m_bias)
+        dispatch_float(dy.dtype(), [&]<class T>() {
+            ops.column_sums_accumulate<T>(dy.numel() / m_out, m_out, dy.data<T>(), m_bias->grad.data<T>());
+        });
+    const Tensor g_all = seq && !column ? sequence_gather(dy, *seq) : dy;
+    const int64_t rows = g_all.numel() / m_out;
+    Tensor dx;
+    if (needs_input_grad()) dx = new_activation(m_x.shape());
     dispatch_float(dy.dtype(), [&]<class T>() {
-        const T* g = dy.data<T>();
+        const T* g = g_all.data<T>();
         ops.gemm<T>(true, false, m_out, m_in, rows, T(1), g, m_x.data<T>(), T(1),
                     m_weight->grad.data<T>());
-        if (m_bias) ops.column_sums_accumulate<T>(rows, m_out, g, m_bias->grad.data<T>());
         if (dx.defined())
             ops.gemm<T>(false, false, rows, m_in, m_out, T(1), g, m_weight->value.data<T>(), T(0),
                         dx.data<T>());
     });
     m_x = Tensor();  // the saved input is dead once its gradients are out
-    // A column-parallel shard's input gradient is this shard's part of the sum.
-    if (dx.defined() && m_shard && m_shard->split == LinearShard::Split::column) m_shard->all_reduce(dx);
+    // A column-parallel shard's input gradient is this shard's part of the sum: all-reduced, or
+    // reduce-scattered to this device's positions.
+    if (dx.defined() && column) {
+        if (seq) dx = sequence_reduce_scatter(dx, *seq);
+        else m_shard->all_reduce(dx);
+    }
     return dx;
 }
 
 // 2 per multiply-add of x W^T, 1 per bias add; per output row, times the rows of a sample.
 int64_t Linear::flops_impl() const {
     if (!built()) return 0;
-    const int64_t rows_per_sample = input_shape().numel() / m_in;
-    return checked_product({rows_per_sample, m_out, 2 * m_in + (m_has_bias ? 1 : 0)}, "FLOPs");
+    return checked_product({gemm_rows_per_sample(), m_out, 2 * m_in + (m_has_bias ? 1 : 0)}, "FLOPs");
+}
+
+// The input it keeps: a sequence-parallel column shard keeps the gathered, whole sequence.
+int64_t Linear::activations_impl() {
+    return checked_product({gemm_rows_per_sample(), m_in}, "activations");
 }
 
 }  // namespace paralab::nn

@@ -5,7 +5,7 @@
 // [3D, D] that make those heads' q, k and v (three row ranges, one in each D-block) and the
 // matching columns of proj's weight [D, D/N]; in a block, also rows [r f/N, (r+1) f/N) of the
 // MLP's first linear and those columns of its second. The layers do the splitting
-// (nn::TensorShard, nn::LinearShard); this file gives them the all-reduce and the slices.
+// (nn::TensorShard, nn::LinearShard); this file gives them the collectives and the slices.
 //
 //   forward:  x (whole) -> qkv shard -> this device's heads -> proj shard = a partial sum
 //             -> all-reduce, + bias -> y (whole); the MLP alike: 2 all-reduces per block
@@ -14,6 +14,20 @@
 // Each all-reduce moves B·T·D numbers. Every other layer (embeddings, layernorms, the head,
 // the row-parallel biases) is replicated: it sees the same whole inputs and gradients on every
 // device, so its gradients are identical everywhere and need no reduction.
+//
+// sequence_parallel (Korthikanti et al. 2022, section 4.2.2): inside the split layers, what
+// lies outside the split linears (layernorms, dropout, residual adds) holds this device's T/N
+// positions of every sample. Before each column-parallel linear an all-gather along the
+// sequence, after each row-parallel one a reduce-scatter along the sequence in place of the
+// all-reduce; backward the conjugates (reduce-scatter of the input gradient of each column-
+// parallel linear, all-gather of the output gradient of each row-parallel one): 2 all-gathers
+// and 2 reduce-scatters of B·T·D numbers per block in forward, the same in backward. A run of
+// consecutive split layers passes the split sequence on: its first keeps its positions of the
+// whole input (no communication; in backward an all-gather of its input gradient), its last
+// all-gathers its output (in backward keeps its positions of the gradient). The layers outside
+// the split layers are unchanged. The split layers' layernorms and row-parallel biases stay
+// whole but see 1/N of the positions: their gradients are all-reduced over the devices before
+// the optimizer ("tp_sequence_grads"), as Megatron does.
 //
 // Every device starts from slices of `reference` and steps its own shards with its own
 // optimizer (element-wise, so the shards' steps are the single device's); parameters() puts
@@ -55,12 +69,18 @@ int world_of(const config::Experiment& e) {
 }
 
 void check_tensor_parallel(const config::Experiment& e) {
-    for (const char* key : {"sequence_parallel", "vocab_parallel"})
-        if (option<bool>(e.strategy, key))
-            throw ConfigError(
-                std::string("strategy.") + key,
-                "not supported yet: tensor_parallel splits attention and transformer_block "
-                "layers only; set it to false");
+    if (option<bool>(e.strategy, "vocab_parallel"))
+        throw ConfigError(
+            "strategy.vocab_parallel",
+            "not supported yet: tensor_parallel splits attention and transformer_block "
+            "layers only; set it to false");
+    // Sequence parallelism gives every device T/N positions of each sample.
+    if (option<bool>(e.strategy, "sequence_parallel") && world_of(e) > 1 && e.data.seq_len > 0 &&
+        e.data.seq_len % world_of(e) != 0)
+        throw ConfigError("data.seq_len",
+                          "sequence_parallel splits the sequence over the devices: " +
+                              std::to_string(e.data.seq_len) + " positions do not divide over " +
+                              std::to_string(world_of(e)) + " devices");
     const int n = world_of(e);
     bool any = false;
     for_each_split_spec(
@@ -104,6 +124,7 @@ public:
         optim::LossScaler* scaler = m_scalers[r].get();
         const LocalPass pass = forward_backward(rank, *m_models[r], batch, offset, {}, {},
                                                 scaler ? scaler->scale() : 1.0);
+        if (!m_sequence_partial[r].empty()) sum_sequence_partial(rank);
         // Every device computes the same loss: device 0 reports it.
         StepResult res{r == 0 ? pass.loss_sum : 0.0, r == 0 ? pass.samples : 0, pass.samples, 0};
         // fp16: the shards' overflow flags are agreed, so that every device skips or steps.
@@ -158,13 +179,20 @@ protected:
         const auto ref_params = reference.parameters();
         const auto ref_buffers = reference.buffers();
         for (const nn::Param* p : ref_params) m_shapes.push_back(p->value.shape());
+        const bool sequence = option<bool>(e.strategy, "sequence_parallel") && m_world > 1;
         for (int r = 0; r < m_world; ++r) {
             Device& device = *ctx.devices[static_cast<size_t>(r)];
             nn::TensorShard shard{r, m_world, {}};
             if (m_world > 1) shard.all_reduce = [this, r](const Tensor& t) { all_reduce(r, t); };
+            if (sequence) {
+                shard.all_gather = [this, r](const Tensor& t) { sequence_all_gather(r, t); };
+                shard.reduce_scatter = [this, r](const Tensor& t) {
+                    sequence_reduce_scatter(r, t);
+                };
+            }
             auto model =
                 std::make_unique<nn::Model>(e.layers, ctx.input, e.loss, DType::f32, device,
-                                            [&](nn::Layer& l) { give_shard(l, shard); });
+                                            shard_preparer(e.layers, 0, SIZE_MAX, shard));
             model->set_recompute(nn::recompute_from_name(e.train.recompute));
             auto params = model->parameters();
             if (r == 0) collect_cuts(model->net(), m_cuts);
@@ -172,14 +200,15 @@ protected:
                           "tensor_parallel: the shard's parameters do not match the model's");
             // This device's slices of the reference.
             for (size_t i = 0; i < params.size(); ++i)
-                params[i]->value.copy_from(
-                    slice_of(ref_params[i]->value, params[i]->value.shape(), m_cuts[i], r, m_world));
+                params[i]->value.copy_from(slice_of(ref_params[i]->value, params[i]->value.shape(),
+                                                    m_cuts[i], r, m_world));
             const auto bufs = model->buffers();
             for (size_t i = 0; i < bufs.size(); ++i) bufs[i].copy_from(ref_buffers[i]);
             // Which of this device's parameters are slices (their squares add over devices).
             std::vector<nn::Param*> sliced, whole;
             for (size_t i = 0; i < params.size(); ++i)
                 (m_cuts[i].kind == Cut::Kind::whole ? whole : sliced).push_back(params[i]);
+            m_sequence_partial.push_back(sequence_partial_parameters(model->net()));
             m_sliced.push_back(std::move(sliced));
             m_replicated.push_back(std::move(whole));
             m_params.push_back(std::move(params));
@@ -200,6 +229,46 @@ private:
         rank.record_comm(named(rank.comm().all_reduce(t, comm::ReduceOp::sum), "tp_all_reduce"));
     }
 
+    // sequence_parallel's collectives along the sequence, in place over `t` (N equal chunks).
+    void sequence_all_gather(int r, const Tensor& t) {
+        Rank& rank = *m_rank_of[static_cast<size_t>(r)];
+        rank.record_comm(
+            named(rank.comm().all_gather(t.raw(), t.numel(), t.dtype()), "tp_all_gather"));
+    }
+    void sequence_reduce_scatter(int r, const Tensor& t) {
+        Rank& rank = *m_rank_of[static_cast<size_t>(r)];
+        rank.record_comm(
+            named(rank.comm().reduce_scatter(t.raw(), t.numel(), t.dtype(), comm::ReduceOp::sum),
+                  "tp_reduce_scatter"));
+    }
+
+    // sequence_parallel: the gradients of the whole parameters that saw 1/N of the positions,
+    // summed over the devices in one all-reduce of a buffer holding them all.
+    void sum_sequence_partial(Rank& rank) {
+        const size_t r = static_cast<size_t>(rank.index());
+        const auto& params = m_sequence_partial[r];
+        int64_t count = 0;
+        for (const nn::Param* p : params) count += p->grad.numel();
+        const Tensor buffer = Tensor::empty(Shape{count}, params.front()->grad.dtype(),
+                                            params.front()->grad.device(), MemCategory::workspace);
+        rank.compute("sequence_grads", [&] {
+            int64_t at = 0;
+            for (const nn::Param* p : params) {
+                buffer.view(at, p->grad.shape()).copy_from(p->grad);
+                at += p->grad.numel();
+            }
+        });
+        rank.record_comm(
+            named(rank.comm().all_reduce(buffer, comm::ReduceOp::sum), "tp_sequence_grads"));
+        rank.compute("sequence_grads", [&] {
+            int64_t at = 0;
+            for (const nn::Param* p : params) {
+                p->grad.copy_from(buffer.view(at, p->grad.shape()));
+                at += p->grad.numel();
+            }
+        });
+    }
+
     // train.clip_norm: the slices' squares summed over the devices, plus the replicated
     // parameters' once (the same on every device).
     double clip(Rank& rank, double max_norm) {
@@ -216,6 +285,8 @@ private:
 
     std::vector<std::unique_ptr<nn::Model>> m_models;  // by rank: its shard of the model
     std::vector<std::vector<nn::Param*>> m_params, m_sliced, m_replicated;
+    // By rank: the whole parameters sequence_parallel feeds 1/N of the positions (none without).
+    std::vector<std::vector<nn::Param*>> m_sequence_partial;
     std::vector<std::unique_ptr<optim::Optimizer>> m_optimizers;
     std::vector<std::unique_ptr<optim::LossScaler>> m_scalers;  // fp16 mixed precision
     std::vector<Rank*> m_rank_of;        // each rank thread sets its own in start_rank
@@ -254,11 +325,14 @@ BlockParams split_params(const nn::LayerSpec& s, int64_t params) {
 
 // Each device: the replicated layers whole, 1/N of every attention's and block's sliced
 // parameters (their gradients and optimizer state alike), and the whole batch's activations
-// with 1/N of the attention probabilities. An attention inside a residual is counted whole.
+// with 1/N of the attention probabilities; with sequence_parallel, also 1/N of what a split
+// layer keeps outside its split linears (a block's two layernorm inputs, the dropout masks of
+// its attention output and its MLP). An attention inside a residual is counted whole.
 std::vector<DeviceMemoryEstimate> tensor_parallel_memory(const config::Experiment& e,
                                                          const ModelCost& m) {
     auto out = blank_estimates(e);
     const int64_t n = static_cast<int64_t>(out.size());
+    const bool sequence = n > 1 && option<bool>(e.strategy, "sequence_parallel");
     ModelCost shard = m;
     int64_t params = 0;
     // ModelCost lists a repeated layer's copies one by one, as nn::expand_repeats does.
@@ -276,6 +350,12 @@ std::vector<DeviceMemoryEstimate> tensor_parallel_memory(const config::Experimen
         const int64_t kept_scores = m.layer_scores[l] / n;
         shard.layer_activations[l] -= m.layer_scores[l] - kept_scores;
         shard.layer_scores[l] = kept_scores;
+        if (sequence && l < m.layer_outputs.size()) {  // [T, D] tensors held at T/N positions
+            const int64_t td = m.layer_outputs[l];
+            const int64_t held = s->type == "transformer_block" ? (s->dropout > 0 ? 4 : 2)
+                                                                : (s->dropout > 0 ? 1 : 0);
+            shard.layer_activations[l] -= held * (td - td / n);
+        }
     }
     const int64_t k = optimizer_state_per_parameter(e.optimizer);
     for (int64_t r = 0; r < n; ++r) {
@@ -305,16 +385,29 @@ StepPicture tensor_parallel_picture(const config::Experiment& e) {
         else
             p.subtitles.push_back("1/" + std::to_string(n) + " of each block");
     }
-    p.down_label = "forward: all-reduce after attention and after the MLP";
-    p.up_label = "backward: all-reduce of the gradient entering each";
-    p.caption =
-        "Every device runs the whole batch through its share of each block's heads and MLP; "
-        "embeddings, layernorms and the head are whole on every device.";
+    const bool sequence = n > 1 && option<bool>(e.strategy, "sequence_parallel");
+    if (sequence) {
+        p.down_label = "forward: all-gather before attention and the MLP, reduce-scatter after";
+        p.up_label = "backward: reduce-scatter and all-gather, the conjugates";
+        p.caption =
+            "Every device runs the whole batch through its share of each block's heads and MLP; "
+            "inside the blocks, layernorms and dropout hold 1/N of the positions.";
+    } else {
+        p.down_label = "forward: all-reduce after attention and after the MLP";
+        p.up_label = "backward: all-reduce of the gradient entering each";
+        p.caption =
+            "Every device runs the whole batch through its share of each block's heads and MLP; "
+            "embeddings, layernorms and the head are whole on every device.";
+    }
     if (heads == 0)
         p.note = "this model has no attention or transformer_block to split";
     else if (heads % n != 0)
         p.note =
             std::to_string(heads) + " heads do not divide over " + std::to_string(n) + " devices";
+    else if (sequence)
+        p.note =
+            "4 all-gathers and 4 reduce-scatters of batch × seq_len × width numbers per block "
+            "per step";
     else
         p.note = "4 all-reduces of batch × seq_len × width numbers per block per step";
     return p;
@@ -332,9 +425,9 @@ StrategyDescriptor tensor_parallel_descriptor() {
               .fallback = false,
               .label = "Sequence parallelism",
               .help =
-                  "Megatron's sequence parallelism: layernorms and dropout on 1/N of the "
-                  "positions, "
-                  "all-gather and reduce-scatter in place of the all-reduces (not supported yet)."},
+                  "Megatron's sequence parallelism: inside the blocks, layernorms and dropout "
+                  "on 1/N of the positions, all-gather and reduce-scatter along the sequence in "
+                  "place of the all-reduces. data.seq_len must divide by the device count."},
              {.key = "vocab_parallel",
               .kind = OptionKind::boolean,
               .fallback = false,
@@ -349,7 +442,9 @@ StrategyDescriptor tensor_parallel_descriptor() {
             "all-reduce "
             "after attention and one after the MLP put the outputs together, and two more in "
             "backward the input gradients. Embeddings, layernorms and the head are replicated. "
-            "Heads and ffn must divide by the device count.",
+            "Heads and ffn must divide by the device count. With sequence parallelism the "
+            "blocks' layernorms and dropout hold 1/N of the positions, and all-gathers and "
+            "reduce-scatters along the sequence replace the all-reduces.",
         .color = "#bcbd22",
         .make = [] { return std::unique_ptr<Strategy>(std::make_unique<TensorParallel>()); },
         .check_options = check_tensor_parallel,

@@ -3,15 +3,87 @@
 #include "engine/device/device.h"
 #include "engine/nn/attention.h"
 #include "engine/nn/linear.h"
+#include "engine/nn/model.h"
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 
 namespace paralab::strategy::tensor_shards {
+
+namespace {
+
+bool is_split(nn::Layer* layer) {
+    return dynamic_cast<nn::TransformerBlock*>(layer) || dynamic_cast<nn::Attention*>(layer);
+}
+
+bool is_split_type(const std::string& type) { return type == "attention" || type == "transformer_block"; }
+
+}  // namespace
 
 void give_shard(nn::Layer& layer, const nn::TensorShard& shard) {
     if (auto* block = dynamic_cast<nn::TransformerBlock*>(&layer)) return block->set_tensor_shard(shard);
     if (auto* attention = dynamic_cast<nn::Attention*>(&layer)) return attention->set_tensor_shard(shard);
-    for (nn::Layer* child : layer.children()) give_shard(*child, shard);
+    const std::vector<nn::Layer*> children = layer.children();
+    // Only a sequential's children run one after another.
+    const bool chain = dynamic_cast<nn::Sequential*>(&layer) != nullptr;
+    for (size_t i = 0; i < children.size(); ++i) {
+        nn::TensorShard s = shard;
+        s.split_input = chain && i > 0 && is_split(children[i - 1]);
+        s.split_output = chain && i + 1 < children.size() && is_split(children[i + 1]);
+        give_shard(*children[i], s);
+    }
+}
+
+std::function<void(nn::Layer&)> shard_preparer(const std::vector<nn::LayerSpec>& layers, size_t first,
+                                               size_t last, const nn::TensorShard& shard) {
+    const std::vector<nn::LayerSpec> expanded = nn::expand_repeats(layers);
+    last = std::min(last, expanded.size());
+    std::vector<bool> split;
+    for (size_t i = first; i < last; ++i) split.push_back(is_split_type(expanded[i].type));
+    auto next = std::make_shared<size_t>(0);  // the index in [first, last) of the next layer
+    return [split, next, shard](nn::Layer& layer) {
+        const size_t i = (*next)++;
+        PARALAB_CHECK(i < split.size(), "tensor_shards: more layers prepared than the model has");
+        nn::TensorShard s = shard;
+        s.split_input = i > 0 && split[i - 1];
+        s.split_output = i + 1 < split.size() && split[i + 1];
+        give_shard(layer, s);
+    };
+}
+
+namespace {
+
+// `inside`: within a sequence-parallel split layer.
+void collect_partial(nn::Layer& layer, bool inside, std::vector<nn::Param*>& out) {
+    if (auto* block = dynamic_cast<nn::TransformerBlock*>(&layer))
+        inside = block->tensor_shard().sequence_parallel();
+    else if (auto* attention = dynamic_cast<nn::Attention*>(&layer))
+        inside = inside || attention->tensor_shard().sequence_parallel();
+    if (auto* linear = dynamic_cast<nn::Linear*>(&layer); linear && linear->shard()) {
+        // A column shard's parameters are slices; a row shard's bias went onto this device's
+        // positions.
+        const auto params = layer.parameters();
+        if (inside && linear->shard()->split == nn::LinearShard::Split::row && params.size() > 1)
+            out.push_back(params[1]);
+        return;
+    }
+    // A layer's own parameters come before its children's (Layer::parameters).
+    const std::vector<nn::Layer*> children = layer.children();
+    size_t of_children = 0;
+    for (nn::Layer* c : children) of_children += c->parameters().size();
+    const auto params = layer.parameters();
+    if (inside)
+        for (size_t k = 0; k + of_children < params.size(); ++k) out.push_back(params[k]);
+    for (nn::Layer* c : children) collect_partial(*c, inside, out);
+}
+
+}  // namespace
+
+std::vector<nn::Param*> sequence_partial_parameters(nn::Layer& layer) {
+    std::vector<nn::Param*> out;
+    collect_partial(layer, false, out);
+    return out;
 }
 
 void collect_cuts(nn::Layer& layer, std::vector<Cut>& out) {

@@ -5,15 +5,32 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/nn/attention.h"
+#include "engine/nn/spec.h"
 #include "engine/tensor/tensor.h"
 
 namespace paralab::strategy::tensor_shards {
 
-// Gives every attention and transformer_block of an unbuilt layer tree its shard.
+// Gives every attention and transformer_block of an unbuilt layer tree its shard. With
+// sequence parallelism (shard.sequence_parallel()), `shard`'s split_input / split_output are
+// those of `layer` itself when it is split; inside a composite, split layers that follow one
+// another in one sequential chain hand their outputs on split along the sequence.
 void give_shard(nn::Layer& layer, const nn::TensorShard& shard);
+
+// Model's `prepare` for the top-level layers [first, last) of `layers` (nn::expand_repeats'
+// order, as nn::Model builds them): give_shard, with neighbouring split layers (attention,
+// transformer_block) chained under sequence parallelism, so that the sequence is split once
+// before the first of a run of them and gathered once after the last.
+std::function<void(nn::Layer&)> shard_preparer(const std::vector<nn::LayerSpec>& layers, size_t first,
+                                               size_t last, const nn::TensorShard& shard);
+
+// The parameters of a built shard model that sequence parallelism leaves whole but feeds only
+// this device's positions (each split layer's layernorms and row-parallel biases): their
+// gradients are partial sums, to be summed over the tensor-parallel group before the optimizer.
+std::vector<nn::Param*> sequence_partial_parameters(nn::Layer& layer);
 
 // How one parameter of the whole model is cut: whole (replicated), by rows of its first
 // dimension in `blocks` equal parts (a column-parallel weight or bias), or by columns of its

@@ -2,9 +2,12 @@
 // blocks ends with the single device's parameters on 2 and 4 devices (blocks and a bare
 // attention; clipping and gradient accumulation too), moves exactly 4 all-reduces of B·T·D
 // numbers per block per step, divides the blocks' parameters as its memory model says, and
-// refuses what it cannot split, naming the key.
+// refuses what it cannot split, naming the key. With sequence_parallel it ends there too,
+// moves exactly the all-gathers and reduce-scatters along the sequence that replace the
+// all-reduces, and holds less activation memory per device.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -58,9 +61,12 @@ const Result& single_of(const json& j) {
     return cache.at(key);
 }
 
-void expect_matches_single(const json& j, int devices) {
+const json kTensorParallel = {{"type", "tensor_parallel"}};
+const json kSequenceParallel = {{"type", "tensor_parallel"}, {"sequence_parallel", true}};
+
+void expect_matches_single(const json& j, int devices, const json& strategy = kTensorParallel) {
     const Result& want = single_of(j);
-    const Result got = run_on(j, devices, {{"type", "tensor_parallel"}});
+    const Result got = run_on(j, devices, strategy);
     ASSERT_EQ(want.summary.status, "finished") << want.summary.error;
     ASSERT_EQ(got.summary.status, "finished") << got.summary.error;
     ASSERT_FALSE(want.artifacts.parameters.empty());
@@ -188,11 +194,6 @@ TEST(TensorParallel, RefusesWhatItCannotSplit) {
          "model.layers[2].ffn",
          "10 ffn units do not divide over 4 devices"},
         {json::object(),
-         {{"type", "tensor_parallel"}, {"sequence_parallel", true}},
-         2,
-         "strategy.sequence_parallel",
-         "not supported yet"},
-        {json::object(),
          {{"type", "tensor_parallel"}, {"vocab_parallel", true}},
          2,
          "strategy.vocab_parallel",
@@ -219,6 +220,210 @@ TEST(TensorParallel, RefusesWhatItCannotSplit) {
         spirals_mlp("mlp", {{"type", "sgd"}, {"lr", 0.1}}, 1), 2, {{"type", "tensor_parallel"}})));
     ASSERT_EQ(issues.size(), 1u);
     EXPECT_EQ(issues[0].path, "model.layers");
+}
+
+// ---- sequence_parallel ----------------------------------------------------------------------
+
+TEST(SequenceParallel, BlocksMatchSingleOnTwoAndFourDevices) {
+    for (int n : {2, 4}) {
+        SCOPED_TRACE(n);
+        expect_matches_single(tiny_gpt(), n, kSequenceParallel);
+    }
+}
+
+// A bare attention splits and gathers the sequence itself (no block before or after it).
+TEST(SequenceParallel, BareAttentionMatchesSingle) {
+    for (int n : {2, 4}) {
+        SCOPED_TRACE(n);
+        expect_matches_single(tiny_attention(), n, kSequenceParallel);
+    }
+}
+
+// A residual's attention, then two blocks: the residual's body splits and gathers by itself,
+// the blocks pass the split sequence from one to the next.
+TEST(SequenceParallel, SplitLayersInsideAResidualMatchSingle) {
+    json j = tiny_gpt();
+    j["name"] = "sp-residual";
+    j["model"]["layers"] = json::parse(R"([
+          {"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
+          {"type": "residual", "layers": [{"type": "layernorm"}, {"type": "attention", "heads": 4}]},
+          {"type": "transformer_block", "heads": 4, "ffn": 16, "repeat": 2},
+          {"type": "layernorm"}, {"type": "linear", "out": 256}])");
+    expect_matches_single(j, 2, kSequenceParallel);
+}
+
+// The layernorms' gradients (summed over the devices) enter the norm once.
+TEST(SequenceParallel, ClippingAndAccumulationMatchSingle) {
+    json j = tiny_gpt();
+    j["train"]["clip_norm"] = 0.5;
+    j["train"]["grad_accum"] = 2;
+    for (int n : {2, 4}) {
+        SCOPED_TRACE(n);
+        expect_matches_single(j, n, kSequenceParallel);
+    }
+}
+
+TEST(SequenceParallel, RecomputationMatchesSingle) {
+    for (const char* mode : {"selective", "full"}) {
+        SCOPED_TRACE(mode);
+        json j = tiny_gpt();
+        j["train"]["recompute"] = mode;
+        expect_matches_single(j, 2, kSequenceParallel);
+    }
+}
+
+// With dropout, the dropouts outside the split linears draw, at each device's positions, the
+// masks one device draws for the whole sequence: the run is plain tensor parallelism's (whose
+// attention masks are each device's own heads', so neither is the single device's).
+TEST(SequenceParallel, DropoutMatchesPlainTensorParallel) {
+    json j = tiny_gpt();
+    j["name"] = "sp-dropout";
+    j["model"]["layers"][2]["dropout"] = 0.2;
+    for (int n : {2, 4}) {
+        SCOPED_TRACE(n);
+        const Result tp = run_on(j, n, kTensorParallel);
+        const Result sp = run_on(j, n, kSequenceParallel);
+        ASSERT_EQ(tp.summary.status, "finished") << tp.summary.error;
+        ASSERT_EQ(sp.summary.status, "finished") << sp.summary.error;
+        EXPECT_LE(max_rel_diff(tp.artifacts.parameters, sp.artifacts.parameters), 1e-5);
+        EXPECT_NEAR(tp.summary.final_loss, sp.summary.final_loss, 1e-5 * (1 + tp.summary.final_loss));
+        // The masks matter: the run is not the one without dropout.
+        EXPECT_GT(max_rel_diff(single_of(tiny_gpt()).artifacts.parameters, sp.artifacts.parameters), 1e-3);
+    }
+}
+
+// Bytes and calls of every tensor-parallel collective, per device and step.
+class SequenceCommCounter : public run::RunObserver {
+public:
+    void on_span(const config::Span& s) override {
+        if (s.phase.rfind("tp_", 0) != 0) return;
+        ++calls[s.phase][{s.device, s.step}];
+        bytes[s.phase][{s.device, s.step}] += s.bytes;
+    }
+    using PerStep = std::map<std::pair<std::string, int64_t>, int64_t>;
+    std::map<std::string, PerStep> calls, bytes;
+};
+
+// Per device and step, with N devices, B·T·D = kB·kT·kD numbers per collective, L = 2 blocks
+// in a row and 4-byte floats (a ring all-gather or reduce-scatter of C numbers moves
+// (N − 1)/N · C of them per device; an all-reduce 2 (N − 1)/N · C):
+//   all-gathers:     4 L + 2 of B·T·D: per block 2 in forward (before qkv and fc1) and 2 in
+//                    backward (the output gradients of proj and fc2), plus the last block's
+//                    output in forward and the first block's input gradient in backward
+//   reduce-scatters: 4 L of B·T·D: per block 2 in forward (after proj and fc2) and 2 in
+//                    backward (the input gradients of qkv and fc1)
+//   one all-reduce of the layernorms' and row-parallel biases' gradients: 6 D per block
+//   no all-reduce of activations
+TEST(SequenceParallel, AllGathersAndReduceScattersOfBTDPerBlockPerStep) {
+    for (int n : {2, 4}) {
+        SCOPED_TRACE(n);
+        SequenceCommCounter counter;
+        const Result r = run_it(with_strategy(tiny_gpt(), n, kSequenceParallel), &counter);
+        ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+        const int64_t blocks = 2;
+        const int64_t per_call = (n - 1) * kB * kT * kD / n * 4;
+        const int64_t grads = blocks * 6 * kD;
+        const int64_t grads_bytes = 2 * (n - 1) * grads / n * 4;
+        EXPECT_EQ(counter.calls.count("tp_all_reduce"), 0u);
+        ASSERT_EQ(counter.calls["tp_all_gather"].size(), static_cast<size_t>(n * r.summary.steps));
+        ASSERT_EQ(counter.calls["tp_reduce_scatter"].size(), static_cast<size_t>(n * r.summary.steps));
+        ASSERT_EQ(counter.calls["tp_sequence_grads"].size(), static_cast<size_t>(n * r.summary.steps));
+        for (const auto& [key, calls] : counter.calls["tp_all_gather"]) {
+            const std::string at = key.first + " step " + std::to_string(key.second);
+            EXPECT_EQ(calls, 4 * blocks + 2) << at;
+            EXPECT_EQ(counter.bytes["tp_all_gather"].at(key), (4 * blocks + 2) * per_call) << at;
+            EXPECT_EQ(counter.calls["tp_reduce_scatter"].at(key), 4 * blocks) << at;
+            EXPECT_EQ(counter.bytes["tp_reduce_scatter"].at(key), 4 * blocks * per_call) << at;
+            EXPECT_EQ(counter.calls["tp_sequence_grads"].at(key), 1) << at;
+            EXPECT_EQ(counter.bytes["tp_sequence_grads"].at(key), grads_bytes) << at;
+        }
+        // The whole per device and step: 8 L + 2 collectives' worth of (N − 1)/N · B·T·D, where
+        // plain tensor parallelism moves 4 L all-reduces of 2 (N − 1)/N · B·T·D.
+        int64_t total = 0;
+        for (const auto& [phase, per_step] : counter.bytes)
+            for (const auto& [key, b] : per_step) total += b;
+        EXPECT_EQ(total, n * r.summary.steps * ((8 * blocks + 2) * per_call + grads_bytes));
+    }
+}
+
+// Each device's peak of activation memory, measured by its allocator, is below the same run's
+// without sequence parallelism: the layernorms keep 1/N of the positions.
+TEST(SequenceParallel, HoldsLessActivationMemoryPerDevice) {
+    json j = tiny_gpt();
+    j["name"] = "sp-memory";
+    j["data"]["seq_len"] = 32;
+    j["data"]["batch_size"] = 8;
+    j["model"]["input"] = {32};
+    j["model"]["layers"] = json::parse(R"([
+          {"type": "embedding", "vocab": 256, "dim": 64}, {"type": "position_embedding"},
+          {"type": "transformer_block", "heads": 4, "ffn": 64, "repeat": 4},
+          {"type": "layernorm"}, {"type": "linear", "out": 256}])");
+    j["train"]["max_steps"] = 2;
+    const auto act = static_cast<size_t>(MemCategory::activations);
+    for (int n : {2, 4}) {
+        const Result tp = run_on(j, n, kTensorParallel);
+        const Result sp = run_on(j, n, kSequenceParallel);
+        ASSERT_EQ(tp.summary.status, "finished") << tp.summary.error;
+        ASSERT_EQ(sp.summary.status, "finished") << sp.summary.error;
+        for (int d = 0; d < n; ++d) {
+            const std::string device = "cpu:" + std::to_string(d);
+            const int64_t without = tp.artifacts.memory.at(device).peak[act];
+            const int64_t with = sp.artifacts.memory.at(device).peak[act];
+            RecordProperty("activations_" + std::to_string(n) + "_" + device,
+                           std::to_string(without) + " -> " + std::to_string(with));
+            std::printf("tp %d %s: peak activations %lld bytes without sequence_parallel, %lld with\n", n,
+                        device.c_str(), static_cast<long long>(without), static_cast<long long>(with));
+            EXPECT_LT(with, without) << device;
+        }
+        // The memory model sees the same direction, within its usual bound (registry.h).
+        const auto predicted = [&](const json& strategy) {
+            const config::Experiment e = run::parse_experiment(with_strategy(j, n, strategy));
+            return strategy::estimate_memory(e, strategy::model_cost(e, Shape{32}))[0].bytes[act];
+        };
+        const int64_t want = predicted(kSequenceParallel);
+        std::printf("tp %d: predicted activations %lld bytes without sequence_parallel, %lld with\n", n,
+                    static_cast<long long>(predicted(kTensorParallel)), static_cast<long long>(want));
+        EXPECT_LT(want, predicted(kTensorParallel));
+        const double got = static_cast<double>(sp.artifacts.memory.at("cpu:0").peak[act]);
+        EXPECT_TRUE(got / static_cast<double>(want) <= 2.5 && static_cast<double>(want) / got <= 2.5)
+            << "predicted " << want << ", measured " << got;
+    }
+}
+
+// A sequence that does not divide over the devices is refused before the run, at data.seq_len.
+TEST(SequenceParallel, RefusesASequenceThatDoesNotDivide) {
+    json j = tiny_gpt();
+    j["data"]["seq_len"] = 6;
+    j["model"]["input"] = {6};
+    j = with_strategy(j, 4, kSequenceParallel);
+    const auto issues = run::validate(run::parse_experiment(j));
+    ASSERT_EQ(issues.size(), 1u);
+    EXPECT_EQ(issues[0].path, "data.seq_len");
+    EXPECT_NE(issues[0].message.find("6 positions do not divide over 4 devices"), std::string::npos)
+        << issues[0].message;
+    try {
+        run_it(j);
+        ADD_FAILURE() << "the run started";
+    } catch (const ConfigError& err) {
+        EXPECT_EQ(err.path(), "data.seq_len");
+        EXPECT_NE(std::string(err.what()).find("6 positions do not divide over 4 devices"), std::string::npos)
+            << err.what();
+    }
+    // The same sequence on 2 devices (3 positions each) and without sequence parallelism on 4
+    // is fine.
+    j = with_strategy(j, 2, kSequenceParallel);
+    EXPECT_TRUE(run::validate(run::parse_experiment(j)).empty());
+    j = with_strategy(j, 4, kTensorParallel);
+    EXPECT_TRUE(run::validate(run::parse_experiment(j)).empty());
+}
+
+// vocab_parallel stays refused with sequence parallelism on.
+TEST(SequenceParallel, VocabParallelStaysRefused) {
+    json s = kSequenceParallel;
+    s["vocab_parallel"] = true;
+    const auto issues = run::validate(run::parse_experiment(with_strategy(tiny_gpt(), 2, s)));
+    ASSERT_EQ(issues.size(), 1u);
+    EXPECT_EQ(issues[0].path, "strategy.vocab_parallel");
 }
 
 }  // namespace

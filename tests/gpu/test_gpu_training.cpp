@@ -264,7 +264,8 @@ TEST_F(GpuRuns, TensorParallelOnTwoVirtualGpusMatchesTheSingleGpu) {
 }
 
 // The transformer strategies on virtual GPUs of one card end where the single GPU does: zero
-// stage 3 (parameters gathered per layer, a prefetch thread), tensor_parallel over 4, and the
+// stage 3 (parameters gathered per layer, a prefetch thread), tensor_parallel over 4 (with and
+// without sequence parallelism), and the
 // hybrid meshes dp 2 x tp 2 (zero 0 and 1) and tp 2 x pp 2 (1f1b), on the miniature char-GPT.
 using DevicesAndStrategy = std::pair<int, std::string>;  // virtual GPUs, the strategy as JSON
 class GpuTransformerStrategies : public gpu_testing::GpuParamTest<DevicesAndStrategy> {};
@@ -290,7 +291,8 @@ TEST_P(GpuTransformerStrategies, MatchTheSingleGpu) {
 }
 
 std::string transformer_case_name(size_t index) {
-    static const char* names[] = {"zero3", "tensor_parallel4", "dp2_tp2", "dp2_tp2_zero1", "tp2_pp2_1f1b"};
+    static const char* names[] = {"zero3", "tensor_parallel4", "sequence_parallel4", "dp2_tp2", "dp2_tp2_zero1",
+                                  "tp2_pp2_1f1b"};
     return names[index];
 }
 
@@ -298,6 +300,7 @@ INSTANTIATE_TEST_SUITE_P(
     Strategies, GpuTransformerStrategies,
     ::testing::Values(DevicesAndStrategy(2, R"({"type":"zero","stage":3})"),
                       DevicesAndStrategy(4, R"({"type":"tensor_parallel"})"),
+                      DevicesAndStrategy(4, R"({"type":"tensor_parallel","sequence_parallel":true})"),
                       DevicesAndStrategy(4, R"({"type":"hybrid","dp":2,"tp":2})"),
                       DevicesAndStrategy(4, R"({"type":"hybrid","dp":2,"tp":2,"zero":1})"),
                       DevicesAndStrategy(4, R"({"type":"hybrid","tp":2,"pp":2,"micro_batches":2,"schedule":"1f1b"})")),
