@@ -5,9 +5,11 @@
 //   - Stages: the model's top-level layers in pp contiguous ranges balanced by forward FLOPs (the
 //     pipeline strategy's automatic split). Device k runs stage s; its activations go to device
 //     k + tp·dp (the same tensor and data rank of the next stage) and their gradients come back,
-//     micro-batch by micro-batch in the gpipe or 1f1b schedule of stages.h (`micro_batches` per
-//     replica and step; a stage keeps one build of its layers per micro-batch in flight, all
-//     sharing its parameters and gradients).
+//     micro-batch by micro-batch in the gpipe, 1f1b or interleaved_1f1b schedule of stages.h
+//     (`micro_batches` per replica and step; a stage keeps one build of its layers per
+//     micro-batch in flight, all sharing its parameters and gradients). interleaved_1f1b cuts
+//     the layers into pp · `interleave` chunks instead, global chunk g on stage g mod pp, so that
+//     stage pp − 1 sends chunk c's activations to stage 0's chunk c + 1 (device k − (pp−1)·tp·dp).
 //   - The tp consecutive devices of one (stage, data rank) form a tensor-parallel group: each
 //     holds its Megatron shard of every attention and transformer_block of the stage
 //     (tensor_parallel.cpp's cut: heads and MLP units, nn::TensorShard) and the stage's other
@@ -25,8 +27,8 @@
 // The last stage's loss is divided by the global batch, so the sums over dp are the single
 // device's gradients; optimizers are element-wise, so the shards' steps are its step.
 //
-// zero 2 and 3, the interleaved schedule and sequence_parallel are refused by check_hybrid,
-// naming the option.
+// zero 2 and 3 and sequence_parallel are refused by check_hybrid, naming the option, and so are
+// interleave options the schedule cannot take (stages::check_schedule).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -88,14 +90,9 @@ void check_hybrid(const config::Experiment& e) {
     if (m.zero > 1)
         throw ConfigError("strategy.zero", "zero " + std::to_string(m.zero) +
                                                " in a hybrid mesh is not available yet; use 0 or 1");
-    if (option<std::string>(e.strategy, "schedule") == "interleaved_1f1b")
-        throw ConfigError("strategy.schedule",
-                          "interleaved_1f1b is not available in runs yet (paralab plan models it); "
-                          "use gpipe or 1f1b");
-    if (option<int64_t>(e.strategy, "interleave") != 1)
-        throw ConfigError("strategy.interleave",
-                          "model chunks per device (interleaved_1f1b) are not available in runs "
-                          "yet; set it to 1");
+    stages::check_schedule(option<std::string>(e.strategy, "schedule"), option<int64_t>(e.strategy, "interleave"),
+                           option<int64_t>(e.strategy, "micro_batches"), m.pp, "strategy.pp");
+    stages::check_stage_count(m.pp, layers, "hybrid", stages::chunks_of(e));
     if (option<bool>(e.strategy, "sequence_parallel"))
         throw ConfigError("strategy.sequence_parallel",
                           "not supported yet: the tensor-parallel groups split attention and "
@@ -119,18 +116,17 @@ void check_hybrid(const config::Experiment& e) {
 
 using namespace tensor_shards;
 
-// The top-level layer bounds [0, b1, ..., L] of `pp` stages, balanced by forward FLOPs as the
-// pipeline strategy's automatic split (stages::balanced_split).
-std::vector<size_t> stage_bounds_of(const std::vector<int64_t>& flops, const std::vector<int64_t>& params, int pp) {
+// The top-level layer bounds [0, b1, ..., L] of `parts` stages or chunks, balanced by forward
+// FLOPs as the pipeline strategy's automatic split (stages::balanced_split).
+std::vector<size_t> stage_bounds_of(const std::vector<int64_t>& flops, const std::vector<int64_t>& params, int parts) {
     std::vector<size_t> bounds{0};
-    if (pp > 1)
-        for (int64_t b : stages::balanced_split(flops, pp, params)) bounds.push_back(static_cast<size_t>(b));
+    if (parts > 1)
+        for (int64_t b : stages::balanced_split(flops, parts, params)) bounds.push_back(static_cast<size_t>(b));
     bounds.push_back(flops.size());
     return bounds;
 }
 
 constexpr int kForwardTag = 0, kBackwardTag = 1;
-int message_tag(int micro, int direction) { return 2 * micro + direction; }
 
 class Hybrid final : public Strategy {
 public:
@@ -172,13 +168,14 @@ public:
             s.shard = {0, data_rank(r) == 0 ? total : 0};
         }
         // The other contexts use the master's (now flat) values and gradients.
-        for (size_t c = 1; c < piece.contexts.size(); ++c) {
-            auto own = piece.contexts[c]->parameters();
-            for (size_t i = 0; i < own.size(); ++i) {
-                own[i]->value = ps[i]->value;
-                own[i]->grad = ps[i]->grad;
+        for (Chunk& ch : piece.chunks)
+            for (size_t c = 1; c < ch.contexts.size(); ++c) {
+                auto own = ch.contexts[c]->parameters();
+                for (size_t i = 0; i < own.size(); ++i) {
+                    own[i]->value = ch.params[i]->value;
+                    own[i]->grad = ch.params[i]->grad;
+                }
             }
-        }
         // Setup's copies (the contexts' own parameters, the flat buffers' sources) are not
         // training's peak.
         rank.device().allocator().reset_peak();
@@ -191,7 +188,7 @@ public:
         Piece& piece = m_pieces[static_cast<size_t>(r)];
         auto& ps = piece.params;
         StepResult res;
-        piece.contexts.front()->zero_grad();
+        for (Chunk& ch : piece.chunks) ch.master().zero_grad();
         // This replica's rows of the global batch, in grad_accum parts, each a flush of the
         // schedule over its micro-batches.
         const auto rows = data::shard_of_batch(batch.global_size, data_rank(r), m_mesh.dp);
@@ -256,21 +253,24 @@ public:
         return gpu::on_device(out, *m_ctx->devices[0], MemCategory::activations);
     }
 
-    // The whole model's parameters in the single device's order: stage after stage, each put
-    // together from the shards of replica 0's tensor ranks (every replica holds the same values).
+    // The whole model's parameters in the single device's order: chunk after chunk (stage after
+    // stage without interleaving), each put together from the shards of replica 0's tensor ranks
+    // (every replica holds the same values).
     std::vector<Tensor> parameters() override {
         const int tp = m_mesh.tp;
         std::vector<Tensor> out;
-        for (int st = 0; st < m_mesh.pp; ++st) {
-            const int first_rank = st * tp * m_mesh.dp;
+        for (int g = 0; g < m_mesh.pp * m_chunks; ++g) {
+            const int first_rank = (g % m_mesh.pp) * tp * m_mesh.dp;
+            const size_t c = static_cast<size_t>(g / m_mesh.pp);
             std::vector<std::vector<Tensor>> shards;
-            for (int t = 0; t < tp; ++t) shards.push_back(host_copies(m_pieces[static_cast<size_t>(first_rank + t)].params));
-            const Piece& piece = m_pieces[static_cast<size_t>(first_rank)];
-            for (size_t i = 0; i < piece.params.size(); ++i) {
-                const size_t g = piece.first_param + i;
+            for (int t = 0; t < tp; ++t)
+                shards.push_back(host_copies(m_pieces[static_cast<size_t>(first_rank + t)].chunks[c].params));
+            const Chunk& ch = m_pieces[static_cast<size_t>(first_rank)].chunks[c];
+            for (size_t i = 0; i < ch.params.size(); ++i) {
+                const size_t whole = ch.first_param + i;
                 std::vector<const Tensor*> of_i;
                 for (const auto& shard : shards) of_i.push_back(&shard[i]);
-                out.push_back(join_shards(m_shapes[g], m_cuts[g], of_i));
+                out.push_back(join_shards(m_shapes[whole], m_cuts[whole], of_i));
             }
         }
         return out;
@@ -278,9 +278,11 @@ public:
 
     std::vector<Tensor> buffers() override {
         std::vector<Tensor> out;
-        for (int st = 0; st < m_mesh.pp; ++st)
-            for (Tensor& t : host_copies(m_pieces[static_cast<size_t>(st * m_mesh.tp * m_mesh.dp)].buffers))
+        for (int g = 0; g < m_mesh.pp * m_chunks; ++g) {
+            const Piece& piece = m_pieces[static_cast<size_t>((g % m_mesh.pp) * m_mesh.tp * m_mesh.dp)];
+            for (Tensor& t : host_copies(piece.chunks[static_cast<size_t>(g / m_mesh.pp)].buffers))
                 out.push_back(std::move(t));
+        }
         return out;
     }
 
@@ -290,8 +292,8 @@ protected:
         check_hybrid(e);
         m_mesh = mesh_of(e.strategy);
         m_micro_batches = option<int64_t>(e.strategy, "micro_batches");
-        m_schedule = option<std::string>(e.strategy, "schedule") == "gpipe" ? stages::Schedule::gpipe
-                                                                            : stages::Schedule::one_f_one_b;
+        m_schedule = stages::schedule_of(e);
+        m_chunks = stages::chunks_of(e);
         const int tp = m_mesh.tp, dp = m_mesh.dp, pp = m_mesh.pp;
         // Tensor-parallel groups: the tp consecutive devices of one (stage, data rank);
         // data-parallel groups: the devices of one (stage, tensor rank).
@@ -306,7 +308,8 @@ protected:
         m_state.resize(static_cast<size_t>(m_world));
         m_pieces.resize(static_cast<size_t>(m_world));
 
-        // The stages: top-level layers balanced by forward FLOPs, as the pipeline strategy's.
+        // The stages (interleaved: pp · v chunks): top-level layers balanced by forward FLOPs, as
+        // the pipeline strategy's.
         nn::Sequential& net = reference.net();
         std::vector<int64_t> flops, counts;
         std::vector<size_t> param_start{0}, buffer_start{0};
@@ -316,53 +319,63 @@ protected:
             param_start.push_back(param_start.back() + net.at(i).parameters().size());
             buffer_start.push_back(buffer_start.back() + net.at(i).buffers().size());
         }
-        const std::vector<size_t> bounds = stage_bounds_of(flops, counts, pp);
+        const std::vector<size_t> bounds = stage_bounds_of(flops, counts, pp * m_chunks);
         const std::vector<nn::LayerSpec> layers = nn::expand_repeats(e.layers);  // as reference.net()
         const auto ref_params = reference.parameters();
         const auto ref_buffers = reference.buffers();
         for (const nn::Param* p : ref_params) m_shapes.push_back(p->value.shape());
         m_cuts.assign(ref_params.size(), Cut{});
+        // No flush has more micro-batches than the largest replica has rows.
+        const int64_t most = std::min(m_micro_batches, (e.data.batch_size + dp - 1) / dp);
         for (int k = 0; k < m_world; ++k) {
             Device& device = *ctx.devices[static_cast<size_t>(k)];
             const int t = tensor_rank(k), st = stage_of(k);
             Piece& piece = m_pieces[static_cast<size_t>(k)];
-            piece.first = bounds[static_cast<size_t>(st)];
-            piece.last = bounds[static_cast<size_t>(st) + 1];
-            piece.input = net.at(piece.first).input_shape();
-            piece.output = net.at(piece.last - 1).output_shape();
-            piece.first_param = param_start[piece.first];
-            nn::TensorShard shard{t, tp, {}};
+            nn::TensorShard shard;
+            shard.rank = t;
+            shard.world = tp;
             if (tp > 1) shard.all_reduce = [this, k](const Tensor& x) { tp_all_reduce(k, x); };
-            // No flush has more micro-batches than the largest replica has rows.
-            const int64_t most = std::min(m_micro_batches, (e.data.batch_size + dp - 1) / dp);
-            const int contexts = stages::contexts_needed(m_schedule, st, pp, static_cast<int>(std::max<int64_t>(1, most)));
-            for (int c = 0; c < contexts; ++c) {
-                auto model = nn::Model::stage(layers, piece.first, piece.last, piece.input, e.loss, DType::f32, device,
-                                              [&](nn::Layer& l) { give_shard(l, shard); });
-                model->set_recompute(nn::recompute_from_name(e.train.recompute));
-                piece.contexts.push_back(std::move(model));
+            const std::vector<int> contexts =
+                stages::chunk_contexts(m_schedule, st, pp, static_cast<int>(std::max<int64_t>(1, most)), m_chunks);
+            piece.chunks.resize(static_cast<size_t>(m_chunks));
+            for (int c = 0; c < m_chunks; ++c) {
+                Chunk& ch = piece.chunks[static_cast<size_t>(c)];
+                const size_t g = static_cast<size_t>(c) * static_cast<size_t>(pp) + static_cast<size_t>(st);
+                ch.first = bounds[g];
+                ch.last = bounds[g + 1];
+                ch.input = net.at(ch.first).input_shape();
+                ch.output = net.at(ch.last - 1).output_shape();
+                ch.first_param = param_start[ch.first];
+                for (int i = 0; i < contexts[static_cast<size_t>(c)]; ++i) {
+                    auto model = nn::Model::stage(layers, ch.first, ch.last, ch.input, e.loss, DType::f32, device,
+                                                  [&](nn::Layer& l) { give_shard(l, shard); });
+                    model->set_recompute(nn::recompute_from_name(e.train.recompute));
+                    ch.contexts.push_back(std::move(model));
+                }
+                nn::Model& master = ch.master();
+                ch.params = master.parameters();
+                ch.buffers = master.buffers();
+                PARALAB_CHECK(ch.params.size() == param_start[ch.last] - ch.first_param &&
+                                  ch.buffers.size() == buffer_start[ch.last] - buffer_start[ch.first],
+                              "hybrid: the chunk's parameters do not match the model's");
+                if (t == 0 && data_rank(k) == 0) {
+                    std::vector<Cut> cuts;
+                    collect_cuts(master.net(), cuts);
+                    PARALAB_CHECK(cuts.size() == ch.params.size(), "hybrid: the chunk's cuts do not match");
+                    std::copy(cuts.begin(), cuts.end(), m_cuts.begin() + static_cast<std::ptrdiff_t>(ch.first_param));
+                }
+                // This device's slices of the reference (the stage's cuts were collected by its
+                // first rank, k = stage · tp · dp, made before the others).
+                for (size_t i = 0; i < ch.params.size(); ++i) {
+                    const size_t whole = ch.first_param + i;
+                    ch.params[i]->value.copy_from(
+                        slice_of(ref_params[whole]->value, ch.params[i]->value.shape(), m_cuts[whole], t, tp));
+                    piece.params.push_back(ch.params[i]);
+                    piece.param_index.push_back(whole);
+                }
+                for (size_t i = 0; i < ch.buffers.size(); ++i)
+                    ch.buffers[i].copy_from(ref_buffers[buffer_start[ch.first] + i]);
             }
-            nn::Model& master = *piece.contexts.front();
-            piece.params = master.parameters();
-            piece.buffers = master.buffers();
-            PARALAB_CHECK(piece.params.size() == param_start[piece.last] - piece.first_param &&
-                              piece.buffers.size() == buffer_start[piece.last] - buffer_start[piece.first],
-                          "hybrid: the stage's parameters do not match the model's");
-            if (t == 0 && data_rank(k) == 0) {
-                std::vector<Cut> cuts;
-                collect_cuts(master.net(), cuts);
-                PARALAB_CHECK(cuts.size() == piece.params.size(), "hybrid: the stage's cuts do not match");
-                std::copy(cuts.begin(), cuts.end(), m_cuts.begin() + static_cast<std::ptrdiff_t>(piece.first_param));
-            }
-            // This device's slices of the reference (the stage's cuts were collected by its
-            // first rank, k = stage · tp · dp, made before the others).
-            for (size_t i = 0; i < piece.params.size(); ++i) {
-                const size_t g = piece.first_param + i;
-                piece.params[i]->value.copy_from(
-                    slice_of(ref_params[g]->value, piece.params[i]->value.shape(), m_cuts[g], t, tp));
-            }
-            for (size_t i = 0; i < piece.buffers.size(); ++i)
-                piece.buffers[i].copy_from(ref_buffers[buffer_start[piece.first] + i]);
             m_optimizers.push_back(optim::make_optimizer(e.optimizer));
         }
     }
@@ -372,16 +385,24 @@ protected:
     }
 
 private:
-    // One device's part of the mesh: its stage's layers [first, last), as `contexts` builds of
-    // its tensor shard that share parameters and gradients (stages.h), each holding one
-    // micro-batch in flight.
-    struct Piece {
+    // One model chunk of a device (its stage's layers without interleaving): layers [first,
+    // last), as `contexts` builds of its tensor shard that share parameters and gradients
+    // (stages.h), each holding one micro-batch in flight.
+    struct Chunk {
         size_t first = 0, last = 0;
         Shape input, output;  // per example
-        size_t first_param = 0;  // the stage's first parameter in the whole model's list
+        size_t first_param = 0;  // the chunk's first parameter in the whole model's list
         std::vector<std::unique_ptr<nn::Model>> contexts;
         std::vector<nn::Param*> params;  // the master's (context 0)
         std::vector<Tensor> buffers;     // the master's
+
+        nn::Model& master() { return *contexts.front(); }
+    };
+    // One device's part of the mesh: its chunks (local chunk c is global chunk c·pp + stage).
+    struct Piece {
+        std::vector<Chunk> chunks;
+        std::vector<nn::Param*> params;   // every chunk's, chunk after chunk
+        std::vector<size_t> param_index;  // each one's index in the whole model's list
     };
 
     struct RankState {
@@ -401,43 +422,62 @@ private:
         rank.record_comm(named(m_tp_groups->of(k).all_reduce(x, comm::ReduceOp::sum), "tp_all_reduce"));
     }
 
+    // The device that runs global chunk g for tensor and data ranks of device k.
+    int device_of_chunk(int g, int k) const {
+        const int hop = m_mesh.tp * m_mesh.dp;
+        return (g % m_mesh.pp) * hop + k % hop;
+    }
+    // The tag of micro-batch `index`'s message sent by local chunk `chunk`.
+    int message_tag(int index, int chunk, int direction) const { return 2 * (index * m_chunks + chunk) + direction; }
+
     void run_flush(Rank& rank, Piece& piece, const data::Batch& batch, int64_t offset,
                    const std::vector<data::ShardRange>& micro, StepResult& res) {
-        const int m = static_cast<int>(micro.size());
         const int st = stage_of(rank.index());
-        const int contexts = stages::contexts_needed(m_schedule, st, m_mesh.pp, m);
-        PARALAB_CHECK(contexts <= static_cast<int>(piece.contexts.size()), "hybrid: too few contexts");
-        for (const stages::Op& op : stages::stage_schedule(m_schedule, st, m_mesh.pp, m)) {
-            nn::Model& c = *piece.contexts[static_cast<size_t>(op.micro % contexts)];
-            const data::ShardRange& mb = micro[static_cast<size_t>(op.micro)];
-            if (op.forward) forward(rank, piece, c, batch, offset, op.micro, mb, res);
-            else backward(rank, c, op.micro, mb);
+        int first = 0;  // the part's first micro-batch
+        for (const int m : stages::flush_parts(m_schedule, m_mesh.pp, static_cast<int>(micro.size()))) {
+            const std::vector<stages::Op> ops = stages::stage_schedule(m_schedule, st, m_mesh.pp, m, m_chunks);
+            const std::vector<int> contexts = stages::chunk_in_flight(ops, m_chunks);
+            for (int c = 0; c < m_chunks; ++c)
+                PARALAB_CHECK(contexts[static_cast<size_t>(c)] <=
+                                  static_cast<int>(piece.chunks[static_cast<size_t>(c)].contexts.size()),
+                              "hybrid: too few contexts");
+            for (const stages::Op& op : ops) {
+                Chunk& ch = piece.chunks[static_cast<size_t>(op.chunk)];
+                nn::Model& c = *ch.contexts[static_cast<size_t>(op.micro % std::max(1, contexts[static_cast<size_t>(op.chunk)]))];
+                const int index = first + op.micro;
+                const data::ShardRange& mb = micro[static_cast<size_t>(index)];
+                if (op.forward) forward(rank, ch, op.chunk, c, batch, offset, index, mb, res);
+                else backward(rank, ch, op.chunk, c, index, mb);
+            }
+            first += m;
         }
     }
 
-    void forward(Rank& rank, Piece& piece, nn::Model& c, const data::Batch& batch, int64_t offset, int index,
-                 const data::ShardRange& mb, StepResult& res) {
+    void forward(Rank& rank, Chunk& ch, int chunk, nn::Model& c, const data::Batch& batch, int64_t offset,
+                 int index, const data::ShardRange& mb, StepResult& res) {
         const config::Experiment& e = rank.experiment();
         const RunContext& ctx = rank.context();
-        const int k = rank.index(), st = stage_of(k), hop = m_mesh.tp * m_mesh.dp;
-        const bool first = st == 0, last = st == m_mesh.pp - 1;
+        const int k = rank.index(), g = chunk * m_mesh.pp + stage_of(k);
+        const bool first = g == 0, last = g == m_mesh.pp * m_chunks - 1;
         DeviceBatch rows;
         if (first || last) rows = to_device(batch, mb.offset - offset, mb.count, ctx.input, ctx.target, rank.device());
         Tensor x = rows.x;
         if (!first) {
-            x = Tensor::empty(piece.input.with_batch(mb.count), DType::f32, rank.device(), MemCategory::activations);
-            rank.record_comm(named(rank.comm().recv(x.raw(), x.numel(), DType::f32, k - hop,
-                                                    message_tag(index, kForwardTag)),
-                                   "recv_activation"),
+            x = Tensor::empty(ch.input.with_batch(mb.count), DType::f32, rank.device(), MemCategory::activations);
+            const std::string phase = stages::chunk_phase("recv_activation", chunk, m_chunks);
+            rank.record_comm(named(rank.comm().recv(x.raw(), x.numel(), DType::f32, device_of_chunk(g - 1, k),
+                                                    message_tag(index, (g - 1) / m_mesh.pp, kForwardTag)),
+                                   phase.c_str()),
                              /*waiting=*/true);
         }
         // A context other than the master runs on the master's running statistics.
-        const bool own_buffers = &c != piece.contexts.front().get() && !piece.buffers.empty();
+        const bool own_buffers = &c != &ch.master() && !ch.buffers.empty();
         std::vector<Tensor> buffers = own_buffers ? c.buffers() : std::vector<Tensor>{};
-        for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_from(piece.buffers[i]);
+        for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_from(ch.buffers[i]);
         c.set_random_state(e.seed, static_cast<uint64_t>(rank.step() - 1), mb.offset);
         const int64_t total = batch.global_size;
-        Tensor out = rank.compute("forward", [&] {
+        const std::string phase = stages::chunk_phase("forward", chunk, m_chunks);
+        Tensor out = rank.compute(phase.c_str(), [&] {
             rank.straggle();
             Tensor o = c.forward(x, nn::Mode::train);
             if (last) {
@@ -450,36 +490,40 @@ private:
             }
             return o;
         });
-        for (size_t i = 0; i < buffers.size(); ++i) piece.buffers[i].copy_from(buffers[i]);
-        if (!last)
-            rank.record_comm(named(rank.comm().send(out.raw(), out.numel(), DType::f32, k + hop,
-                                                    message_tag(index, kForwardTag)),
-                                   "send_activation"));
+        for (size_t i = 0; i < buffers.size(); ++i) ch.buffers[i].copy_from(buffers[i]);
+        if (!last) {
+            const std::string send = stages::chunk_phase("send_activation", chunk, m_chunks);
+            rank.record_comm(named(rank.comm().send(out.raw(), out.numel(), DType::f32, device_of_chunk(g + 1, k),
+                                                    message_tag(index, chunk, kForwardTag)),
+                                   send.c_str()));
+        }
     }
 
-    void backward(Rank& rank, nn::Model& c, int index, const data::ShardRange& mb) {
-        const int k = rank.index(), st = stage_of(k), hop = m_mesh.tp * m_mesh.dp;
-        const bool last = st == m_mesh.pp - 1;
+    void backward(Rank& rank, Chunk& ch, int chunk, nn::Model& c, int index, const data::ShardRange& mb) {
+        const int k = rank.index(), g = chunk * m_mesh.pp + stage_of(k);
+        const bool last = g == m_mesh.pp * m_chunks - 1;
         Tensor dy;
         if (!last) {
-            const Piece& piece = m_pieces[static_cast<size_t>(k)];
-            dy = Tensor::empty(piece.output.with_batch(mb.count), DType::f32, rank.device(), MemCategory::activations);
-            rank.record_comm(named(rank.comm().recv(dy.raw(), dy.numel(), DType::f32, k + hop,
-                                                    message_tag(index, kBackwardTag)),
-                                   "recv_grad"),
+            dy = Tensor::empty(ch.output.with_batch(mb.count), DType::f32, rank.device(), MemCategory::activations);
+            const std::string phase = stages::chunk_phase("recv_grad", chunk, m_chunks);
+            rank.record_comm(named(rank.comm().recv(dy.raw(), dy.numel(), DType::f32, device_of_chunk(g + 1, k),
+                                                    message_tag(index, (g + 1) / m_mesh.pp, kBackwardTag)),
+                                   phase.c_str()),
                              /*waiting=*/true);
         }
-        Tensor dx = rank.compute("backward", [&] {
+        const std::string phase = stages::chunk_phase("backward", chunk, m_chunks);
+        Tensor dx = rank.compute(phase.c_str(), [&] {
             if (last) dy = c.loss().backward();
-            Tensor g = c.net().backward(dy);
+            Tensor grad = c.net().backward(dy);
             dy = Tensor();
-            return g;
+            return grad;
         });
-        if (st > 0) {
-            PARALAB_CHECK(dx.defined(), "hybrid: stage " + std::to_string(st) + " computed no input gradient");
-            rank.record_comm(named(rank.comm().send(dx.raw(), dx.numel(), DType::f32, k - hop,
-                                                    message_tag(index, kBackwardTag)),
-                                   "send_grad"));
+        if (g > 0) {
+            PARALAB_CHECK(dx.defined(), "hybrid: chunk " + std::to_string(g) + " computed no input gradient");
+            const std::string send = stages::chunk_phase("send_grad", chunk, m_chunks);
+            rank.record_comm(named(rank.comm().send(dx.raw(), dx.numel(), DType::f32, device_of_chunk(g - 1, k),
+                                                    message_tag(index, chunk, kBackwardTag)),
+                                   send.c_str()));
         }
     }
 
@@ -496,7 +540,7 @@ private:
             for (size_t i = 0; i < piece.params.size(); ++i) {
                 const int64_t n = piece.params[i]->grad.numel();
                 const int64_t a = std::max(lo, at), b = std::min(hi, at + n);
-                if (a < b && (m_cuts[piece.first_param + i].kind != Cut::Kind::whole || counts_whole)) {
+                if (a < b && (m_cuts[piece.param_index[i]].kind != Cut::Kind::whole || counts_whole)) {
                     // On a GPU the gradient is read back to sum its range on the host.
                     const Tensor grad = gpu::on_host(piece.params[i]->grad);
                     const float* g = grad.data<float>();
@@ -515,6 +559,7 @@ private:
     Mesh m_mesh;
     int64_t m_micro_batches = 1;
     stages::Schedule m_schedule = stages::Schedule::one_f_one_b;
+    int m_chunks = 1;  // model chunks per device (interleaved_1f1b)
     std::unique_ptr<comm::SubGroups> m_tp_groups, m_dp_groups;
     std::vector<Piece> m_pieces;  // by rank; each rank thread touches its own
     std::vector<std::unique_ptr<optim::Optimizer>> m_optimizers;
@@ -563,34 +608,49 @@ std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, con
         shard.layer_activations[l] -= m.layer_scores[l] - kept_scores;
         shard.layer_scores[l] = kept_scores;
     }
+    // interleaved_1f1b: pp · v chunks, global chunk g on stage g mod pp (one chunk per stage when
+    // the options do not fit the model).
+    int v = stages::chunks_of(e);
+    if (pp < 2 || int64_t{pp} * v > layers) v = 1;
+    const int parts = pp * v;
     std::vector<int64_t> bounds{0};
-    if (pp > 1 && pp <= layers && m.layer_flops.size() == m.layer_parameters.size())
-        for (int64_t b : stages::balanced_split(m.layer_flops, pp, m.layer_parameters)) bounds.push_back(b);
-    while (static_cast<int>(bounds.size()) < pp) bounds.push_back(layers);
+    if (parts > 1 && parts <= layers && m.layer_flops.size() == m.layer_parameters.size())
+        for (int64_t b : stages::balanced_split(m.layer_flops, parts, m.layer_parameters)) bounds.push_back(b);
+    while (static_cast<int>(bounds.size()) < parts) bounds.push_back(layers);
     bounds.push_back(layers);
     const int64_t micro = std::max<int64_t>(1, option<int64_t>(e.strategy, "micro_batches"));
-    const stages::Schedule schedule =
-        option<std::string>(e.strategy, "schedule") == "gpipe" ? stages::Schedule::gpipe : stages::Schedule::one_f_one_b;
+    const stages::Schedule schedule = v > 1 ? stages::Schedule::interleaved_1f1b
+                                      : stages::schedule_of(e) == stages::Schedule::gpipe ? stages::Schedule::gpipe
+                                                                                          : stages::Schedule::one_f_one_b;
     const int64_t k = optimizer_state_per_parameter(e.optimizer);
     for (size_t i = 0; i < out.size(); ++i) {
         auto& d = out[i];
         const int t = static_cast<int>(i) % tp, r = (static_cast<int>(i) / tp) % dp;
         const int st = std::min(pp - 1, static_cast<int>(i) / (tp * dp));
-        const auto first = static_cast<size_t>(bounds[static_cast<size_t>(st)]);
-        const auto last = static_cast<size_t>(bounds[static_cast<size_t>(st) + 1]);
-        int64_t params = 0;
-        for (size_t l = first; l < last; ++l) params += layer_params[l];
         const int64_t rows = rows_of(e.data.batch_size, r, dp);
         const int64_t m_here = std::clamp<int64_t>(std::min(micro, rows), 1, 1 << 20);
         const int64_t micro_rows = (rows + m_here - 1) / m_here;
-        const int in_flight = stages::contexts_needed(schedule, st, pp, static_cast<int>(m_here));
-        const int64_t acts = shard.activations_of(first, last) + (st == pp - 1 ? m.output_numel : 0);
+        // Per chunk: its micro-batches in flight at most (the largest flush part's schedule).
+        const std::vector<int> in_flight =
+            v > 1 ? stages::chunk_in_flight(stages::stage_schedule(schedule, st, pp,
+                                                                   stages::flush_parts(schedule, pp, static_cast<int>(m_here)).front(), v),
+                                            v)
+                  : std::vector<int>{stages::contexts_needed(schedule, st, pp, static_cast<int>(m_here))};
+        int64_t params = 0, acts = 0;
+        for (int c = 0; c < v; ++c) {
+            const size_t g = static_cast<size_t>(c) * static_cast<size_t>(pp) + static_cast<size_t>(st);
+            const auto first = static_cast<size_t>(bounds[g]);
+            const auto last = static_cast<size_t>(bounds[g + 1]);
+            for (size_t l = first; l < last; ++l) params += layer_params[l];
+            acts += (shard.activations_of(first, last) + (static_cast<int>(g) == parts - 1 ? m.output_numel : 0)) *
+                    in_flight[static_cast<size_t>(c)];
+        }
         d.role = "tp " + std::to_string(t) + " · dp " + std::to_string(r);
         if (pp > 1) d.role += " · stage " + std::to_string(st + 1);
         d.set(MemCategory::parameters, params);
         d.set(MemCategory::gradients, params);
         d.set(MemCategory::optimizer_state, mesh.zero >= 1 ? k * data::shard_of_dataset(params, r, dp).count : k * params);
-        d.set(MemCategory::activations, acts * micro_rows * in_flight);
+        d.set(MemCategory::activations, acts * micro_rows);
     }
     return out;
 }
@@ -619,6 +679,11 @@ StepPicture hybrid_picture(const config::Experiment& e) {
                       "of the same stage and tensor rank sum their gradients."
                     : "Each run of tp consecutive devices is one replica of the tensor-parallel model and "
                       "trains its 1/dp of the batch; devices of the same tensor rank sum their gradients.";
+    if (mesh.pp > 1 && stages::chunks_of(e) > 1) {
+        p.caption += " Interleaved: each stage holds ";
+        p.caption += std::to_string(stages::chunks_of(e));
+        p.caption += " chunks of layers, and the activations go around the stages once per chunk.";
+    }
     if (mesh.dp * mesh.tp * mesh.pp != static_cast<int>(e.devices.size()))
         p.note = "dp · tp · pp must be the number of devices (" + std::to_string(e.devices.size()) + ")";
     return p;
@@ -650,10 +715,13 @@ StrategyDescriptor hybrid_descriptor() {
              {.key = "schedule", .kind = OptionKind::choice, .fallback = std::string("1f1b"),
               .choices = {"gpipe", "1f1b", "interleaved_1f1b"}, .label = "Schedule",
               .help = "gpipe: every forward, then every backward; 1f1b: one forward and one backward in "
-                      "turn after a warm-up (runs: gpipe and 1f1b; paralab plan also models interleaved_1f1b)."},
+                      "turn after a warm-up; interleaved_1f1b: 1f1b over `interleave` model chunks per "
+                      "stage (micro-batches a multiple of pp)."},
              {.key = "interleave", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1,
               .max = 1024, .label = "Chunks per device",
-              .help = "interleaved_1f1b: model chunks per pipeline device (runs: 1)."},
+              .help = "interleaved_1f1b: the layers are cut into pp × interleave chunks and stage s holds "
+                      "chunks s, s + pp, ...; the bubble shrinks by this factor. 1 with the other "
+                      "schedules."},
              {.key = "sequence_parallel", .kind = OptionKind::boolean, .fallback = false,
               .label = "Sequence parallelism",
               .help = "Megatron's sequence parallelism in the tensor-parallel groups (not supported yet)."}},
@@ -664,7 +732,8 @@ StrategyDescriptor hybrid_descriptor() {
             "(an all-reduce at `zero` 0; at `zero` 1 a reduce-scatter, each updating its 1/`dp` of the "
             "parameters with 1/`dp` of the optimizer state, then an all-gather). With `pp` stages the "
             "layers are split as a pipeline's, each stage `dp` × `tp` devices, `micro_batches` flowing "
-            "through them in the `schedule`. Runs take `zero` 0 or 1 and the gpipe or 1f1b schedule; "
+            "through them in the `schedule` (interleaved_1f1b: `interleave` chunks of layers per stage, "
+            "the activations going around the stages once per chunk). Runs take `zero` 0 or 1; "
             "paralab plan predicts every option.",
         .color = "#393b79",
         .min_devices = 1,

@@ -16,13 +16,90 @@ namespace paralab::strategy::stages {
 
 // ---- schedules ------------------------------------------------------------------------------
 
-int contexts_needed(Schedule schedule, int stage, int stages, int micro_batches) {
+namespace {
+
+// interleaved_1f1b: the forwards of a device in order (groups of p micro-batches, each group
+// through chunk 0, then chunk 1, ...; the last group may be smaller), and its backwards (the
+// same with the chunks reversed).
+std::vector<Op> interleaved_order(int stages, int chunks, int micro_batches, bool forward) {
+    std::vector<Op> ops;
+    ops.reserve(static_cast<size_t>(micro_batches) * static_cast<size_t>(chunks));
+    for (int group = 0; group < micro_batches; group += stages) {
+        const int size = std::min(stages, micro_batches - group);
+        for (int c = 0; c < chunks; ++c)
+            for (int i = 0; i < size; ++i) ops.push_back({forward, group + i, forward ? c : chunks - 1 - c});
+    }
+    return ops;
+}
+
+}  // namespace
+
+std::vector<int> chunk_in_flight(const std::vector<Op>& ops, int chunks) {
+    std::vector<int> live(static_cast<size_t>(std::max(1, chunks)), 0), peak(live);
+    for (const Op& op : ops) {
+        PARALAB_CHECK(op.chunk >= 0 && op.chunk < chunks, "chunk_in_flight: chunk out of range");
+        int& n = live[static_cast<size_t>(op.chunk)];
+        n += op.forward ? 1 : -1;
+        peak[static_cast<size_t>(op.chunk)] = std::max(peak[static_cast<size_t>(op.chunk)], n);
+    }
+    return peak;
+}
+
+int contexts_needed(Schedule schedule, int stage, int stages, int micro_batches, int chunks) {
     if (schedule == Schedule::gpipe) return micro_batches;
+    if (schedule == Schedule::interleaved_1f1b) {
+        const std::vector<int> k = chunk_contexts(schedule, stage, stages, micro_batches, chunks);
+        return *std::max_element(k.begin(), k.end());
+    }
     return std::max(1, std::min(micro_batches, stages - stage));
 }
 
-std::vector<Op> stage_schedule(Schedule schedule, int stage, int stages, int micro_batches) {
+std::vector<int> flush_parts(Schedule schedule, int stages, int micro_batches) {
+    if (schedule != Schedule::interleaved_1f1b || micro_batches <= stages || micro_batches % stages == 0)
+        return {micro_batches};
+    const int rest = micro_batches % stages;
+    return {micro_batches - rest, rest};
+}
+
+std::vector<int> chunk_contexts(Schedule schedule, int stage, int stages, int micro_batches, int chunks) {
+    if (schedule != Schedule::interleaved_1f1b)
+        return std::vector<int>(static_cast<size_t>(std::max(1, chunks)),
+                                contexts_needed(schedule, stage, stages, micro_batches));
+    // A flush of m' <= m micro-batches runs as flush_parts(m'): multiples of p, whose order
+    // for p < m' is a prefix of the largest one's followed by backwards only (so its peak
+    // covers them), p itself (every forward first), and fewer than p (every forward first).
+    std::vector<int> out(static_cast<size_t>(chunks), 1);
+    for (int m : {micro_batches, std::min(micro_batches, stages), std::min(micro_batches, stages - 1)}) {
+        if (m < 1) continue;
+        for (int part : flush_parts(schedule, stages, m)) {
+            const auto peak = chunk_in_flight(stage_schedule(schedule, stage, stages, part, chunks), chunks);
+            for (size_t c = 0; c < out.size(); ++c) out[c] = std::max(out[c], peak[c]);
+        }
+    }
+    return out;
+}
+
+std::vector<Op> stage_schedule(Schedule schedule, int stage, int stages, int micro_batches, int chunks) {
     std::vector<Op> ops;
+    if (schedule == Schedule::interleaved_1f1b) {
+        // Megatron-LM's forward_backward_pipelining_with_interleaving (the order of
+        // plan::device_schedule): 2·(p − d − 1) + (v − 1)·p warm-up forwards, then one forward
+        // and one backward in turn, then the remaining backwards.
+        const int p = stages, v = chunks, m = micro_batches;
+        const std::vector<Op> forwards = interleaved_order(p, v, m, true);
+        const std::vector<Op> backwards = interleaved_order(p, v, m, false);
+        const int total = static_cast<int>(forwards.size());
+        const bool textbook = m > p && m % p == 0;
+        const int warmup = textbook ? std::min(total, 2 * (p - stage - 1) + (v - 1) * p) : total;
+        ops.reserve(2 * forwards.size());
+        for (int k = 0; k < warmup; ++k) ops.push_back(forwards[size_t(k)]);
+        for (int k = 0; k + warmup < total; ++k) {
+            ops.push_back(forwards[size_t(k + warmup)]);
+            ops.push_back(backwards[size_t(k)]);
+        }
+        for (int k = total - warmup; k < total; ++k) ops.push_back(backwards[size_t(k)]);
+        return ops;
+    }
     ops.reserve(static_cast<size_t>(2 * micro_batches));
     if (schedule == Schedule::gpipe) {
         for (int i = 0; i < micro_batches; ++i) ops.push_back({true, i});
@@ -100,18 +177,30 @@ std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_cost, int 
     return split;
 }
 
-void check_stage_count(int world, size_t layers, const std::string& strategy_name) {
+void check_stage_count(int world, size_t layers, const std::string& strategy_name, int chunks) {
+    const int64_t parts = int64_t{world} * chunks;
+    if (chunks > 1 && static_cast<size_t>(parts) > layers) {
+        std::string why = std::to_string(world) + " stages · " + std::to_string(chunks) + " chunks = " +
+                          std::to_string(parts) + " model chunks for a model of " + std::to_string(layers) +
+                          " top-level layers: each chunk holds at least one";
+        throw ConfigError("strategy.interleave", why);
+    }
     if (static_cast<size_t>(world) > layers)
         throw ConfigError("devices", strategy_name + " places at least one top-level layer on each device, but "
                           "there are " + std::to_string(world) + " devices for a model of " +
                           std::to_string(layers) + " layers");
 }
 
-void check_split(const std::vector<int64_t>& split, int world, size_t layers) {
-    if (split.size() != static_cast<size_t>(world - 1))
-        throw ConfigError("strategy.split", "expected " + std::to_string(world - 1) +
-                          " layer indices (the first layer of each stage after the first, for " +
-                          std::to_string(world) + " devices), got " + std::to_string(split.size()));
+void check_split(const std::vector<int64_t>& split, int world, size_t layers, int chunks) {
+    const int parts = world * chunks;
+    if (split.size() != static_cast<size_t>(parts - 1)) {
+        std::string why = "expected " + std::to_string(parts - 1) + " layer indices (the first layer of each ";
+        why += chunks > 1 ? "chunk after the first, for " + std::to_string(world) + " devices · " +
+                                std::to_string(chunks) + " chunks"
+                          : "stage after the first, for " + std::to_string(world) + " devices";
+        why += "), got " + std::to_string(split.size());
+        throw ConfigError("strategy.split", why);
+    }
     int64_t last = 0;
     for (size_t i = 0; i < split.size(); ++i) {
         const int64_t b = split[i];
@@ -126,29 +215,56 @@ void check_split(const std::vector<int64_t>& split, int world, size_t layers) {
     }
 }
 
+void check_schedule(const std::string& schedule, int64_t interleave, int64_t micro_batches, int stages,
+                    const std::string& stages_key) {
+    const bool interleaved = schedule == "interleaved_1f1b";
+    if (!interleaved && interleave != 1)
+        throw ConfigError("strategy.interleave", "interleave " + std::to_string(interleave) +
+                                                     " (model chunks per device) needs schedule interleaved_1f1b, "
+                                                     "not " + schedule + "; set it to 1");
+    if (!interleaved) return;
+    if (interleave < 2)
+        throw ConfigError("strategy.interleave", "interleaved_1f1b needs at least 2 model chunks per device, got " +
+                                                     std::to_string(interleave));
+    if (stages < 2)
+        throw ConfigError(stages_key, "interleaved_1f1b needs at least 2 pipeline stages, got " +
+                                          std::to_string(stages));
+    if (micro_batches % stages != 0)
+        throw ConfigError("strategy.micro_batches",
+                          "interleaved_1f1b runs the micro-batches in groups of the " + std::to_string(stages) +
+                              " pipeline stages: " + std::to_string(micro_batches) + " micro-batches is not a "
+                              "multiple of " + std::to_string(stages));
+}
+
 void check_stages(const config::Experiment& e) {
     const auto split = option<std::vector<int64_t>>(e.strategy, "split");
     const int world = static_cast<int>(e.devices.size());
+    const bool pipelined = e.strategy.type == "pipeline";
+    if (pipelined)
+        check_schedule(option<std::string>(e.strategy, "schedule"), option<int64_t>(e.strategy, "interleave"),
+                       option<int64_t>(e.strategy, "micro_batches"), world, "devices");
+    const int chunks = pipelined ? chunks_of(e) : 1;
     // A repeated layer's copies are layers of their own here (nn::expand_repeats).
     const size_t layers = nn::expand_repeats(e.layers).size();
-    check_stage_count(world, layers, e.strategy.type);
-    if (!split.empty()) check_split(split, world, layers);
+    check_stage_count(world, layers, e.strategy.type, chunks);
+    if (!split.empty()) check_split(split, world, layers, chunks);
 }
 
 std::vector<size_t> stage_bounds(const config::Experiment& e, nn::Model& reference, int world,
-                                 const std::string& strategy_name) {
+                                 const std::string& strategy_name, int chunks) {
     const size_t n = reference.net().size();
-    check_stage_count(world, n, strategy_name);
+    check_stage_count(world, n, strategy_name, chunks);
+    const int parts = world * chunks;
     std::vector<int64_t> split = option<std::vector<int64_t>>(e.strategy, "split");
-    if (split.empty() && world > 1) {
+    if (split.empty() && parts > 1) {
         std::vector<int64_t> flops, counts;
         for (size_t i = 0; i < n; ++i) {
             flops.push_back(reference.net().at(i).flops_per_sample());
             counts.push_back(reference.net().at(i).parameter_count());
         }
-        split = balanced_split(flops, world, counts);
+        split = balanced_split(flops, parts, counts);
     }
-    check_split(split, world, n);
+    check_split(split, world, n, chunks);
     std::vector<size_t> bounds{0};
     for (int64_t b : split) bounds.push_back(static_cast<size_t>(b));
     bounds.push_back(n);
@@ -160,9 +276,6 @@ std::vector<size_t> stage_bounds(const config::Experiment& e, nn::Model& referen
 namespace {
 
 constexpr int kForwardTag = 0, kBackwardTag = 1;
-int message_tag(int micro, int direction) {
-    return 2 * micro + direction;
-}
 
 // Rows [first, first + count) of a host array of rows shaped `row` as a device tensor.
 Tensor rows_to_device(const std::vector<float>& data, int64_t first, int64_t count,
@@ -177,19 +290,27 @@ Tensor rows_to_device(const std::vector<float>& data, int64_t first, int64_t cou
     return t;
 }
 
-// A stage on its device: the master model (context 0) and the contexts that share its
-// parameters and gradients.
-struct Stage {
+// One model chunk of a stage on its device (the stage itself without interleaving): the master
+// model (context 0) and the contexts that share its parameters and gradients.
+struct Chunk {
     size_t first = 0, last = 0;  // top-level layers [first, last)
     Shape input, output;         // per example
     std::vector<std::unique_ptr<nn::Model>> contexts;
     std::vector<nn::Param*> params;  // context 0's (every context's values and grads)
     std::vector<Tensor> buffers;     // context 0's
-    std::unique_ptr<optim::Optimizer> optimizer;
-    std::unique_ptr<optim::LossScaler> scaler;  // fp16: every stage's, kept equal (see step)
-    size_t remote_params = 0, remote_buffers = 0;  // a stage of another process: list lengths
+    size_t param_offset = 0;         // its first parameter in the stage's list
+    size_t remote_params = 0, remote_buffers = 0;  // a chunk of another process: list lengths
 
     nn::Model& master() { return *contexts.front(); }
+};
+
+// A stage on its device: its chunks (local chunk c is global chunk c·p + s), and one optimizer
+// over all their parameters.
+struct Stage {
+    std::vector<Chunk> chunks;
+    std::vector<nn::Param*> params;  // every chunk's, chunk after chunk
+    std::unique_ptr<optim::Optimizer> optimizer;
+    std::unique_ptr<optim::LossScaler> scaler;  // fp16: every stage's, kept equal (see step)
 };
 
 // Rows of one micro-batch in the global batch.
@@ -203,7 +324,8 @@ public:
         : Strategy(pipelined ? "pipeline" : "model_parallel"), m_pipelined(pipelined) {}
 
     DataRole data_role(int rank) const override {
-        // The first stage reads the inputs and the last the targets; the rest get activations.
+        // The first stage reads the inputs and the last the targets (global chunks 0 and
+        // p·v − 1); the rest get activations.
         return {rank == 0 || rank == m_world - 1, 0, 1};
     }
 
@@ -225,105 +347,121 @@ protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override;
 
 private:
+    // Global chunk g: its stage and local chunk, in the model's order.
+    Chunk& chunk_of(int g) { return m_stages[size_t(g % m_world)].chunks[size_t(g / m_world)]; }
+    int global_chunks() const { return m_world * m_chunks; }
+
     // One flush of the schedule over `micro` (rows of the global batch).
     void run_flush(Rank& rank, Stage& st, const data::Batch& batch, int64_t offset,
                    const std::vector<Micro>& micro, StepResult& result);
-    void forward(Rank& rank, Stage& st, nn::Model& c, const data::Batch& batch, int64_t offset,
+    void forward(Rank& rank, Stage& st, int chunk, nn::Model& c, const data::Batch& batch, int64_t offset,
                  int index, const Micro& mb, StepResult& result);
-    void backward(Rank& rank, Stage& st, nn::Model& c, int index, const Micro& mb);
+    void backward(Rank& rank, Stage& st, int chunk, nn::Model& c, int index, const Micro& mb);
+    // The tag of micro-batch `index`'s message sent by local chunk `chunk`.
+    int message_tag(int index, int chunk, int direction) const { return 2 * (index * m_chunks + chunk) + direction; }
 
     bool m_pipelined;
     int64_t m_micro_batches = 1;
     Schedule m_schedule = Schedule::gpipe;
+    int m_chunks = 1;             // model chunks per device (interleaved_1f1b)
     std::vector<Stage> m_stages;  // by rank; rank r's thread touches only m_stages[r]
 };
 
 void StagedStrategy::setup_impl(RunContext& ctx, nn::Model& reference) {
     const config::Experiment& e = *ctx.experiment;
-    const std::vector<size_t> bounds = stage_bounds(e, reference, m_world, name());
-    const std::vector<nn::LayerSpec> layers = nn::expand_repeats(e.layers);  // as reference.net()
     if (m_pipelined) {
+        check_stages(e);
         m_micro_batches = option<int64_t>(e.strategy, "micro_batches");
         m_schedule = schedule_of(e);
+        m_chunks = chunks_of(e);
     }
     if (m_micro_batches < 1)
         throw ConfigError("strategy.micro_batches", "expected a positive integer, got " +
                           std::to_string(m_micro_batches));
+    const std::vector<size_t> bounds = stage_bounds(e, reference, m_world, name(), m_chunks);
+    const std::vector<nn::LayerSpec> layers = nn::expand_repeats(e.layers);  // as reference.net()
 
     auto ref_params = reference.parameters();
     auto ref_buffers = reference.buffers();
-    size_t param_at = 0, buffer_at = 0;  // the stage's slice of the reference's lists
+    std::vector<size_t> param_start{0}, buffer_start{0};  // per top-level layer
+    for (size_t i = 0; i < reference.net().size(); ++i) {
+        param_start.push_back(param_start.back() + reference.net().at(i).parameters().size());
+        buffer_start.push_back(buffer_start.back() + reference.net().at(i).buffers().size());
+    }
     m_stages.resize(static_cast<size_t>(m_world));
     for (int s = 0; s < m_world; ++s) {
         Stage& st = m_stages[size_t(s)];
-        st.first = bounds[size_t(s)];
-        st.last = bounds[size_t(s) + 1];
-        st.input = reference.net().at(st.first).input_shape();
-        st.output = reference.net().at(st.last - 1).output_shape();
-        if (!ctx.is_local(s)) {
-            // Another process holds this stage: only its share of the model's lists is counted.
-            for (size_t i = st.first; i < st.last; ++i) {
-                st.remote_params += reference.net().at(i).parameters().size();
-                st.remote_buffers += reference.net().at(i).buffers().size();
+        st.chunks.resize(static_cast<size_t>(m_chunks));
+        const std::vector<int> contexts =
+            chunk_contexts(m_schedule, s, m_world, static_cast<int>(m_micro_batches), m_chunks);
+        for (int c = 0; c < m_chunks; ++c) {
+            Chunk& ch = st.chunks[size_t(c)];
+            const size_t g = size_t(c) * size_t(m_world) + size_t(s);
+            ch.first = bounds[g];
+            ch.last = bounds[g + 1];
+            ch.input = reference.net().at(ch.first).input_shape();
+            ch.output = reference.net().at(ch.last - 1).output_shape();
+            if (!ctx.is_local(s)) {
+                // Another process holds this stage: only its share of the model's lists is counted.
+                ch.remote_params = param_start[ch.last] - param_start[ch.first];
+                ch.remote_buffers = buffer_start[ch.last] - buffer_start[ch.first];
+                continue;
             }
-            param_at += st.remote_params;
-            buffer_at += st.remote_buffers;
-            continue;
-        }
-        Device& device = *ctx.devices[size_t(s)];
-        const int contexts =
-            contexts_needed(m_schedule, s, m_world, static_cast<int>(m_micro_batches));
-        for (int c = 0; c < contexts; ++c) {
-            auto model =
-                nn::Model::stage(layers, st.first, st.last, st.input, e.loss, DType::f32, device);
-            model->set_recompute(nn::recompute_from_name(e.train.recompute));
-            if (c == 0) {
-                st.params = model->parameters();
-                st.buffers = model->buffers();
-                for (nn::Param* p : st.params) {
-                    PARALAB_CHECK(param_at < ref_params.size(), "stage: parameter lists differ");
-                    p->value.copy_from(ref_params[param_at++]->value);
+            Device& device = *ctx.devices[size_t(s)];
+            for (int k = 0; k < contexts[size_t(c)]; ++k) {
+                auto model = nn::Model::stage(layers, ch.first, ch.last, ch.input, e.loss, DType::f32, device);
+                model->set_recompute(nn::recompute_from_name(e.train.recompute));
+                if (k == 0) {
+                    ch.params = model->parameters();
+                    ch.buffers = model->buffers();
+                    PARALAB_CHECK(ch.params.size() == param_start[ch.last] - param_start[ch.first] &&
+                                      ch.buffers.size() == buffer_start[ch.last] - buffer_start[ch.first],
+                                  "stage: parameter lists differ");
+                    for (size_t i = 0; i < ch.params.size(); ++i)
+                        ch.params[i]->value.copy_from(ref_params[param_start[ch.first] + i]->value);
+                    for (size_t i = 0; i < ch.buffers.size(); ++i)
+                        ch.buffers[i].copy_from(ref_buffers[buffer_start[ch.first] + i]);
+                } else {
+                    // Drop this build's own parameters and gradients for the master's.
+                    auto own = model->parameters();
+                    PARALAB_CHECK(own.size() == ch.params.size(), "stage: contexts differ");
+                    for (size_t i = 0; i < own.size(); ++i) {
+                        own[i]->value = ch.params[i]->value;
+                        own[i]->grad = ch.params[i]->grad;
+                    }
                 }
-                for (Tensor& b : st.buffers) {
-                    PARALAB_CHECK(buffer_at < ref_buffers.size(), "stage: buffer lists differ");
-                    b.copy_from(ref_buffers[buffer_at++]);
-                }
-            } else {
-                // Drop this build's own parameters and gradients for the master's.
-                auto own = model->parameters();
-                PARALAB_CHECK(own.size() == st.params.size(), "stage: contexts differ");
-                for (size_t i = 0; i < own.size(); ++i) {
-                    own[i]->value = st.params[i]->value;
-                    own[i]->grad = st.params[i]->grad;
-                }
+                ch.contexts.push_back(std::move(model));
             }
-            st.contexts.push_back(std::move(model));
+            ch.param_offset = st.params.size();
+            st.params.insert(st.params.end(), ch.params.begin(), ch.params.end());
         }
+        if (!ctx.is_local(s)) continue;
         // The contexts' own parameters lived only until replaced: keep them out of the peak,
         // so that the memory picture shows each stage's parameters once.
-        if (contexts > 1) device.allocator().reset_peak();
+        ctx.devices[size_t(s)]->allocator().reset_peak();
         st.optimizer = optim::make_optimizer(e.optimizer);
         st.scaler = loss_scaler_for(e);
     }
-    PARALAB_CHECK(param_at == ref_params.size() && buffer_at == ref_buffers.size(),
-                  "stage: the stages do not hold every parameter of the model");
 }
 
 TrainingState StagedStrategy::save_state() {
     if (why_no_checkpoint()) return Strategy::save_state();
     TrainingState out;
     out.optimizer_state_names = m_stages.front().optimizer->state_names();
-    for (Stage& st : m_stages) {
-        for (Tensor& t : host_copies(st.params)) out.parameters.push_back(std::move(t));
-        for (Tensor& t : host_copies(st.buffers)) out.buffers.push_back(std::move(t));
-        const auto& state = st.optimizer->state();
-        for (size_t i = 0; i < st.params.size(); ++i)
-            out.optimizer_state.push_back(i < state.size() ? host_copies(state[i]) : std::vector<Tensor>{});
+    for (const Stage& st : m_stages) {
         out.optimizer_steps = std::max(out.optimizer_steps, st.optimizer->steps_taken());
         if (st.scaler) {
             out.has_scaler = true;
             out.scaler = st.scaler->state();  // every stage's is the same
         }
+    }
+    for (int g = 0; g < global_chunks(); ++g) {
+        Chunk& ch = chunk_of(g);
+        const auto& state = m_stages[size_t(g % m_world)].optimizer->state();
+        for (Tensor& t : host_copies(ch.params)) out.parameters.push_back(std::move(t));
+        for (Tensor& t : host_copies(ch.buffers)) out.buffers.push_back(std::move(t));
+        for (size_t i = ch.param_offset; i < ch.param_offset + ch.params.size(); ++i)
+            out.optimizer_state.push_back(i < state.size() ? host_copies(state[i]) : std::vector<Tensor>{});
     }
     return out;
 }
@@ -331,28 +469,33 @@ TrainingState StagedStrategy::save_state() {
 void StagedStrategy::load_state(const TrainingState& state) {
     if (why_no_checkpoint()) return Strategy::load_state(state);
     size_t p_at = 0, b_at = 0;
-    for (Stage& st : m_stages) {
-        PARALAB_CHECK(p_at + st.params.size() <= state.parameters.size() &&
-                          b_at + st.buffers.size() <= state.buffers.size(),
+    std::vector<std::vector<std::vector<Tensor>>> mine(m_stages.size());  // per stage, per parameter
+    for (size_t s = 0; s < m_stages.size(); ++s) mine[s].resize(m_stages[s].params.size());
+    for (int g = 0; g < global_chunks(); ++g) {
+        Chunk& ch = chunk_of(g);
+        PARALAB_CHECK(p_at + ch.params.size() <= state.parameters.size() &&
+                          b_at + ch.buffers.size() <= state.buffers.size(),
                       "the checkpoint holds fewer parameters than the stages");
-        std::vector<std::vector<Tensor>> mine;
-        for (size_t i = 0; i < st.params.size(); ++i, ++p_at) {
-            st.params[i]->value.copy_from(state.parameters[p_at]);
-            mine.push_back(state.optimizer_state[p_at]);
+        for (size_t i = 0; i < ch.params.size(); ++i, ++p_at) {
+            ch.params[i]->value.copy_from(state.parameters[p_at]);
+            mine[size_t(g % m_world)][ch.param_offset + i] = state.optimizer_state[p_at];
         }
-        for (Tensor& b : st.buffers) b.copy_from(state.buffers[b_at++]);
-        st.optimizer->load_state(st.params, mine, state.optimizer_steps);
-        if (st.scaler && state.has_scaler) st.scaler->load_state(state.scaler);
+        for (Tensor& b : ch.buffers) b.copy_from(state.buffers[b_at++]);
     }
     PARALAB_CHECK(p_at == state.parameters.size() && b_at == state.buffers.size(),
                   "the checkpoint holds more parameters than the stages");
+    for (size_t s = 0; s < m_stages.size(); ++s) {
+        Stage& st = m_stages[s];
+        st.optimizer->load_state(st.params, mine[s], state.optimizer_steps);
+        if (st.scaler && state.has_scaler) st.scaler->load_state(state.scaler);
+    }
 }
 
 StepResult StagedStrategy::step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) {
     const config::Experiment& e = rank.experiment();
     Stage& st = m_stages[size_t(rank.index())];
     StepResult result;
-    st.master().zero_grad();
+    for (Chunk& ch : st.chunks) ch.master().zero_grad();
     const int64_t total = batch.global_size;
     if (total > 0) {
         const int parts = static_cast<int>(std::min<int64_t>(e.train.grad_accum, total));
@@ -379,50 +522,61 @@ StepResult StagedStrategy::step(Rank& rank, const data::Batch& batch, int64_t of
 
 void StagedStrategy::run_flush(Rank& rank, Stage& st, const data::Batch& batch, int64_t offset,
                                const std::vector<Micro>& micro, StepResult& result) {
-    const int m = static_cast<int>(micro.size());
-    const int contexts = contexts_needed(m_schedule, rank.index(), m_world, m);
-    PARALAB_CHECK(contexts <= static_cast<int>(st.contexts.size()), "stage: too few contexts");
-    for (const Op& op : stage_schedule(m_schedule, rank.index(), m_world, m)) {
-        nn::Model& c = *st.contexts[size_t(op.micro % contexts)];
-        const Micro& mb = micro[size_t(op.micro)];
-        if (op.forward)
-            forward(rank, st, c, batch, offset, op.micro, mb, result);
-        else
-            backward(rank, st, c, op.micro, mb);
+    int first = 0;  // the part's first micro-batch
+    for (const int m : flush_parts(m_schedule, m_world, static_cast<int>(micro.size()))) {
+        const std::vector<Op> ops = stage_schedule(m_schedule, rank.index(), m_world, m, m_chunks);
+        const std::vector<int> contexts = chunk_in_flight(ops, m_chunks);
+        for (int c = 0; c < m_chunks; ++c)
+            PARALAB_CHECK(contexts[size_t(c)] <= static_cast<int>(st.chunks[size_t(c)].contexts.size()),
+                          "stage: too few contexts");
+        for (const Op& op : ops) {
+            Chunk& ch = st.chunks[size_t(op.chunk)];
+            nn::Model& c = *ch.contexts[size_t(op.micro % std::max(1, contexts[size_t(op.chunk)]))];
+            const int index = first + op.micro;
+            const Micro& mb = micro[size_t(index)];
+            if (op.forward)
+                forward(rank, st, op.chunk, c, batch, offset, index, mb, result);
+            else
+                backward(rank, st, op.chunk, c, index, mb);
+        }
+        first += m;
     }
 }
 
-void StagedStrategy::forward(Rank& rank, Stage& st, nn::Model& c, const data::Batch& batch,
+void StagedStrategy::forward(Rank& rank, Stage& st, int chunk, nn::Model& c, const data::Batch& batch,
                              int64_t offset, int index, const Micro& mb, StepResult& result) {
     const config::Experiment& e = rank.experiment();
     const RunContext& ctx = rank.context();
     Device& device = rank.device();
     const int s = rank.index();
-    const bool last = s == m_world - 1;
+    Chunk& ch = st.chunks[size_t(chunk)];
+    const int g = chunk * m_world + s;  // the global chunk
+    const bool first = g == 0, last = g == global_chunks() - 1;
     const int64_t local = mb.offset - offset;  // the micro-batch's first row in `batch`
 
     Tensor x;
-    if (s == 0) {
+    if (first) {
         x = rows_to_device(batch.inputs, local, mb.count, ctx.input, device);
     } else {
-        x = Tensor::empty(st.input.with_batch(mb.count), DType::f32, device,
-                          MemCategory::activations);
-        comm::CommRecord rec = rank.comm().recv(x.raw(), x.numel(), DType::f32, s - 1,
-                                                message_tag(index, kForwardTag));
-        rec.op = "recv_activation";
+        x = Tensor::empty(ch.input.with_batch(mb.count), DType::f32, device, MemCategory::activations);
+        const std::string phase = chunk_phase("recv_activation", chunk, m_chunks);
+        comm::CommRecord rec = rank.comm().recv(x.raw(), x.numel(), DType::f32, (g - 1) % m_world,
+                                                message_tag(index, (g - 1) / m_world, kForwardTag));
+        rec.op = phase.c_str();
         rank.record_comm(rec, /*waiting=*/true);
     }
     Tensor y;
     if (last) y = rows_to_device(batch.targets, local, mb.count, ctx.target, device);
 
     // A context other than the master runs on the master's running statistics.
-    const bool own_buffers = &c != &st.master() && !st.buffers.empty();
+    const bool own_buffers = &c != &ch.master() && !ch.buffers.empty();
     std::vector<Tensor> buffers = own_buffers ? c.buffers() : std::vector<Tensor>{};
-    for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_from(st.buffers[i]);
+    for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_from(ch.buffers[i]);
 
     c.set_random_state(e.seed, static_cast<uint64_t>(rank.step() - 1), mb.offset);
     const int64_t total = batch.global_size;
-    Tensor out = rank.compute("forward", [&] {
+    const std::string phase = chunk_phase("forward", chunk, m_chunks);
+    Tensor out = rank.compute(phase.c_str(), [&] {
         rank.straggle();
         Tensor o = c.forward(x, nn::Mode::train);
         if (last) {
@@ -431,112 +585,153 @@ void StagedStrategy::forward(Rank& rank, Stage& st, nn::Model& c, const data::Ba
         }
         return o;
     });
-    for (size_t i = 0; i < buffers.size(); ++i) st.buffers[i].copy_from(buffers[i]);
+    for (size_t i = 0; i < buffers.size(); ++i) ch.buffers[i].copy_from(buffers[i]);
 
     if (!last) {
-        comm::CommRecord rec = rank.comm().send(out.raw(), out.numel(), DType::f32, s + 1,
-                                                message_tag(index, kForwardTag));
-        rec.op = "send_activation";
+        const std::string send = chunk_phase("send_activation", chunk, m_chunks);
+        comm::CommRecord rec = rank.comm().send(out.raw(), out.numel(), DType::f32, (g + 1) % m_world,
+                                                message_tag(index, chunk, kForwardTag));
+        rec.op = send.c_str();
         rank.record_comm(rec);
     }
 }
 
-void StagedStrategy::backward(Rank& rank, Stage& st, nn::Model& c, int index, const Micro& mb) {
+void StagedStrategy::backward(Rank& rank, Stage& st, int chunk, nn::Model& c, int index, const Micro& mb) {
     Device& device = rank.device();
     const int s = rank.index();
-    const bool last = s == m_world - 1;
+    Chunk& ch = st.chunks[size_t(chunk)];
+    const int g = chunk * m_world + s;
+    const bool last = g == global_chunks() - 1;
     Tensor dy;
     if (!last) {
-        dy = Tensor::empty(st.output.with_batch(mb.count), DType::f32, device,
-                           MemCategory::activations);
-        comm::CommRecord rec = rank.comm().recv(dy.raw(), dy.numel(), DType::f32, s + 1,
-                                                message_tag(index, kBackwardTag));
-        rec.op = "recv_grad";
+        dy = Tensor::empty(ch.output.with_batch(mb.count), DType::f32, device, MemCategory::activations);
+        const std::string phase = chunk_phase("recv_grad", chunk, m_chunks);
+        comm::CommRecord rec = rank.comm().recv(dy.raw(), dy.numel(), DType::f32, (g + 1) % m_world,
+                                                message_tag(index, (g + 1) / m_world, kBackwardTag));
+        rec.op = phase.c_str();
         rank.record_comm(rec, /*waiting=*/true);
     }
-    Tensor dx = rank.compute("backward", [&] {
+    const std::string phase = chunk_phase("backward", chunk, m_chunks);
+    Tensor dx = rank.compute(phase.c_str(), [&] {
         if (last) {
             dy = c.loss().backward();
             if (st.scaler) optim::scale_in_place(dy, st.scaler->scale());
         }
-        Tensor g = c.net().backward(dy);
+        Tensor grad = c.net().backward(dy);
         dy = Tensor();  // the output gradient is not needed any more
-        return g;
+        return grad;
     });
-    if (s > 0) {
+    if (g > 0) {
         PARALAB_CHECK(dx.defined(), "stage " + std::to_string(s) + ": no input gradient");
-        comm::CommRecord rec = rank.comm().send(dx.raw(), dx.numel(), DType::f32, s - 1,
-                                                message_tag(index, kBackwardTag));
-        rec.op = "send_grad";
+        const std::string send = chunk_phase("send_grad", chunk, m_chunks);
+        comm::CommRecord rec = rank.comm().send(dx.raw(), dx.numel(), DType::f32, (g - 1) % m_world,
+                                                message_tag(index, chunk, kBackwardTag));
+        rec.op = send.c_str();
         rank.record_comm(rec);
     }
 }
 
-// The stages chain on the calling thread (each stage's input copied onto its device when it is
-// another: GPUs); every rank is between steps when predict runs, so the masters' last-forward
-// state is free to overwrite.
+// The chunks chain in the model's order on the calling thread (each chunk's input copied onto
+// its device when it is another: GPUs); every rank is between steps when predict runs, so the
+// masters' last-forward state is free to overwrite.
 Tensor StagedStrategy::predict(const Tensor& x) {
     Tensor h = x;
-    for (Stage& st : m_stages) {
-        Device& device = st.master().device();
-        h = st.master().forward(gpu::on_device(h, device, MemCategory::activations), nn::Mode::eval);
+    for (int g = 0; g < global_chunks(); ++g) {
+        Chunk& ch = chunk_of(g);
+        Device& device = ch.master().device();
+        h = ch.master().forward(gpu::on_device(h, device, MemCategory::activations), nn::Mode::eval);
     }
     return h;
 }
 
-// Each stage's share, in the model's order; a stage of another process as empty tensors.
+// Each chunk's share, in the model's order; a chunk of another process as empty tensors.
 std::vector<Tensor> StagedStrategy::parameters() {
     std::vector<Tensor> out;
-    for (Stage& st : m_stages) {
-        for (Tensor& t : host_copies(st.params)) out.push_back(std::move(t));
-        out.resize(out.size() + st.remote_params);
+    for (int g = 0; g < global_chunks(); ++g) {
+        Chunk& ch = chunk_of(g);
+        for (Tensor& t : host_copies(ch.params)) out.push_back(std::move(t));
+        out.resize(out.size() + ch.remote_params);
     }
     return out;
 }
 
 std::vector<Tensor> StagedStrategy::buffers() {
     std::vector<Tensor> out;
-    for (Stage& st : m_stages) {
-        for (Tensor& t : host_copies(st.buffers)) out.push_back(std::move(t));
-        out.resize(out.size() + st.remote_buffers);
+    for (int g = 0; g < global_chunks(); ++g) {
+        Chunk& ch = chunk_of(g);
+        for (Tensor& t : host_copies(ch.buffers)) out.push_back(std::move(t));
+        out.resize(out.size() + ch.remote_buffers);
     }
     return out;
 }
 
 }  // namespace
 
+Schedule schedule_named(const std::string& name) {
+    if (name == "1f1b") return Schedule::one_f_one_b;
+    if (name == "interleaved_1f1b") return Schedule::interleaved_1f1b;
+    return Schedule::gpipe;
+}
+
 Schedule schedule_of(const config::Experiment& e) {
-    return option<std::string>(e.strategy, "schedule") == "1f1b" ? Schedule::one_f_one_b : Schedule::gpipe;
+    return schedule_named(option<std::string>(e.strategy, "schedule"));
+}
+
+int chunks_of(const config::Experiment& e) {
+    if (schedule_of(e) != Schedule::interleaved_1f1b) return 1;
+    return static_cast<int>(std::clamp<int64_t>(option<int64_t>(e.strategy, "interleave"), 1, 1024));
+}
+
+std::string chunk_phase(const char* phase, int chunk, int chunks) {
+    std::string out = phase;
+    if (chunks > 1) out += " chunk " + std::to_string(chunk);
+    return out;
 }
 
 std::vector<DeviceMemoryEstimate> stage_memory(const config::Experiment& e, const ModelCost& m, bool pipelined) {
     auto out = blank_estimates(e);
     const int n = static_cast<int>(out.size());
     const int64_t layers = static_cast<int64_t>(m.layer_parameters.size());
+    // interleaved_1f1b: n · v chunks, global chunk g on device g mod n (one chunk per device
+    // when the options do not fit the model).
+    int v = pipelined ? chunks_of(e) : 1;
+    if (n < 2 || int64_t{n} * v > layers) v = 1;
+    const int parts = n * v;
     std::vector<int64_t> split = option<std::vector<int64_t>>(e.strategy, "split");
-    if (split.size() != static_cast<size_t>(n - 1) && n <= layers)
-        split = balanced_split(m.layer_flops, n, m.layer_parameters);
+    if (split.size() != static_cast<size_t>(parts - 1) && parts <= layers)
+        split = balanced_split(m.layer_flops, parts, m.layer_parameters);
     std::vector<int64_t> bounds{0};
     for (int64_t b : split) bounds.push_back(std::clamp<int64_t>(b, 0, layers));
-    while (static_cast<int>(bounds.size()) < n) bounds.push_back(layers);
+    while (static_cast<int>(bounds.size()) < parts) bounds.push_back(layers);
     bounds.push_back(layers);
     const int micro = pipelined ? static_cast<int>(std::max<int64_t>(1, option<int64_t>(e.strategy, "micro_batches"))) : 1;
     const int64_t micro_rows = (e.data.batch_size + micro - 1) / micro;
     const int64_t k = optimizer_state_per_parameter(e.optimizer);
+    const Schedule schedule = v > 1 ? Schedule::interleaved_1f1b : pipelined ? schedule_of(e) : Schedule::gpipe;
     for (int r = 0; r < n; ++r) {
         // What the stage's layers keep (the received input is its first layer's to keep; its
         // gradient sent back is among the gradients activations_of counts): what crosses
-        // devices is accounted as activations, not communication.
-        int64_t params = 0;
-        for (int64_t l = bounds[r]; l < bounds[r + 1]; ++l) params += m.layer_parameters[l];
-        const int64_t acts = m.activations_of(static_cast<size_t>(bounds[r]), static_cast<size_t>(bounds[r + 1]));
-        const int in_flight = pipelined ? contexts_needed(schedule_of(e), r, n, micro) : 1;
-        out[r].role = "stage " + std::to_string(r + 1) + ": layers " + std::to_string(bounds[r]) + "–" +
-                      std::to_string(std::max<int64_t>(bounds[r], bounds[r + 1] - 1));
+        // devices is accounted as activations, not communication. Per chunk: its micro-batches
+        // in flight at most.
+        const std::vector<int> in_flight =
+            v > 1       ? chunk_in_flight(stage_schedule(schedule, r, n, micro, v), v)
+            : pipelined ? std::vector<int>{contexts_needed(schedule, r, n, micro)}
+                        : std::vector<int>{1};
+        int64_t params = 0, acts = 0;
+        std::string layers_text;
+        for (int c = 0; c < v; ++c) {
+            const size_t g = size_t(c) * size_t(n) + size_t(r);
+            for (int64_t l = bounds[g]; l < bounds[g + 1]; ++l) params += m.layer_parameters[size_t(l)];
+            acts += m.activations_of(static_cast<size_t>(bounds[g]), static_cast<size_t>(bounds[g + 1])) *
+                    in_flight[size_t(c)];
+            if (c > 0) layers_text += ", ";
+            layers_text += std::to_string(bounds[g]) + "–" + std::to_string(std::max<int64_t>(bounds[g], bounds[g + 1] - 1));
+        }
+        out[r].role = "stage " + std::to_string(r + 1) + ": layers " + layers_text;
         out[r].set(MemCategory::parameters, params);
         out[r].set(MemCategory::gradients, params);
         out[r].set(MemCategory::optimizer_state, k * params);
-        out[r].set(MemCategory::activations, acts * micro_rows * in_flight);
+        out[r].set(MemCategory::activations, acts * micro_rows);
     }
     return out;
 }
@@ -546,11 +741,19 @@ StepPicture stage_picture(const config::Experiment& e, bool pipelined) {
     p.layout = StepPicture::Layout::chain;
     for (size_t i = 0; i < e.devices.size(); ++i) p.subtitles.push_back("stage " + std::to_string(i + 1));
     p.top = "→ activations forward      ← their gradients back";
-    p.caption = pipelined ? "The batch is cut into " + std::to_string(option<int64_t>(e.strategy, "micro_batches")) +
-                                " micro-batches (" + (schedule_of(e) == Schedule::one_f_one_b ? "1F1B" : "GPipe") +
-                                "): stages work on different micro-batches at once; the idle start and end "
-                                "are the bubble."
-                          : "One batch at a time: while one stage works, the others wait.";
+    if (!pipelined) {
+        p.caption = "One batch at a time: while one stage works, the others wait.";
+        return p;
+    }
+    const Schedule schedule = schedule_of(e);
+    p.caption = "The batch is cut into " + std::to_string(option<int64_t>(e.strategy, "micro_batches")) +
+                " micro-batches (";
+    p.caption += schedule == Schedule::interleaved_1f1b ? "interleaved 1F1B, " + std::to_string(chunks_of(e)) +
+                                                             " model chunks per stage, the activations going "
+                                                             "around the stages once per chunk"
+                 : schedule == Schedule::one_f_one_b ? "1F1B"
+                                                     : "GPipe";
+    p.caption += "): stages work on different micro-batches at once; the idle start and end are the bubble.";
     return p;
 }
 

@@ -1,5 +1,5 @@
 // hybrid (docs/strategies.md): a dp × tp × pp mesh ends with the single device's parameters on
-// the same global batch (zero 0 and 1, both schedules, clipping and accumulation too); a dp × tp
+// the same global batch (zero 0 and 1, the three schedules, clipping and accumulation too); a dp × tp
 // mesh moves per device and step 4 tensor-parallel all-reduces of b·s·h numbers per block (b: its
 // replica's rows) and one data-parallel collective of its 1/tp gradients, with stages the same
 // all-reduces per micro-batch and one activation per micro-batch; every mesh holds the
@@ -43,6 +43,18 @@ json hybrid(int dp, int tp, int zero = 0) {
 json staged(int dp, int tp, int pp, int zero = 0, int micro_batches = 2, const std::string& schedule = "1f1b") {
     return {{"type", "hybrid"}, {"dp", dp}, {"tp", tp}, {"pp", pp}, {"zero", zero},
             {"micro_batches", micro_batches}, {"schedule", schedule}};
+}
+
+json with_interleave(json strategy, int chunks) {
+    strategy["interleave"] = chunks;
+    return strategy;
+}
+
+// interleaved_1f1b with `chunks` model chunks per stage.
+json interleaved(int dp, int tp, int pp, int chunks, int micro_batches, int zero = 0) {
+    json j = staged(dp, tp, pp, zero, micro_batches, "interleaved_1f1b");
+    j["interleave"] = chunks;
+    return j;
 }
 
 const Result& single_of(const json& j) {
@@ -146,6 +158,24 @@ TEST(Hybrid, WholeMeshOnEightDevicesMatchesSingle) {
     expect_matches_single(j, 8, staged(2, 2, 2, 0, 2, "gpipe"));
 }
 
+// The interleaved schedule on the pp dimension: pp · v chunks of the 6 top-level layers, global
+// chunk g on stage g mod pp; with replicas, tensor-parallel groups, both, ZeRO-1, clipping and
+// accumulation (a replica's 3 rows in parts of 2 and 1: a flush of 1 micro-batch on 2 stages).
+TEST(Hybrid, InterleavedPipelineMatchesSingle) {
+    expect_matches_single(tiny_gpt(), 2, interleaved(1, 1, 2, 2, 2));
+    expect_matches_single(tiny_gpt(), 2, interleaved(1, 1, 2, 3, 4));
+    expect_matches_single(tiny_gpt(), 3, interleaved(1, 1, 3, 2, 3));
+    expect_matches_single(tiny_gpt(), 4, interleaved(2, 1, 2, 2, 2));
+    expect_matches_single(tiny_gpt(), 4, interleaved(1, 2, 2, 2, 2));
+    expect_matches_single(tiny_gpt(), 4, interleaved(1, 2, 2, 2, 4));
+    expect_matches_single(tiny_gpt(), 8, interleaved(2, 2, 2, 2, 2, 1));
+    json j = tiny_gpt();
+    j["train"]["clip_norm"] = 0.5;
+    j["train"]["grad_accum"] = 2;
+    j["data"]["batch_size"] = 6;
+    expect_matches_single(j, 4, interleaved(2, 1, 2, 2, 2));
+}
+
 class CommCounter : public run::RunObserver {
 public:
     void on_span(const config::Span& s) override {
@@ -218,11 +248,47 @@ TEST(Hybrid, StagesMoveMicroBatches) {
         EXPECT_EQ(calls, tp * 4 * kBlocks * micro) << "step " << step;
         EXPECT_EQ(bytes, calls * tp_call) << "step " << step;
         for (const char* device : {"cpu:0", "cpu:1"}) {
-            const auto c = counter.counts["send_activation"][{device, step}];
+            const auto c = counter.counts["send_activation"][std::pair<std::string, int64_t>{device, step}];
             EXPECT_EQ(c.first, micro) << device;
             EXPECT_EQ(c.second, micro * rows * kT * kD * 4) << device;
         }
     }
+}
+
+// Interleaved: each device sends one activation per micro-batch per chunk that is not the
+// last, named by its chunk; stage 1's chunk 0 sends around to stage 0's chunk 1, and its chunk
+// 1 (the last) sends none. The tensor-parallel all-reduces are the same as without chunks.
+TEST(Hybrid, InterleavedStagesMoveMicroBatchesChunkByChunk) {
+    const int tp = 2, micro = 2;
+    CommCounter counter;
+    const Result r = run_it(with_strategy(tiny_gpt(), 4, interleaved(1, tp, 2, 2, micro)), &counter);
+    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+    const int64_t rows = kB / micro;
+    const auto calls = [&](const std::string& phase, const std::string& device, int64_t step) {
+        return counter.counts[phase][{device, step}].first;
+    };
+    const auto bytes = [&](const std::string& phase, const std::string& device, int64_t step) {
+        return counter.counts[phase][{device, step}].second;
+    };
+    for (int64_t step = 1; step <= r.summary.steps; ++step) {
+        int64_t tp_calls = 0;
+        for (const auto& [key, c] : counter.counts["tp_all_reduce"])
+            if (key.second == step) tp_calls += c.first;
+        EXPECT_EQ(tp_calls, tp * 4 * kBlocks * micro) << "step " << step;
+        for (const char* device : {"cpu:0", "cpu:1", "cpu:2", "cpu:3"}) {
+            const bool stage0 = std::string(device) < "cpu:2";
+            EXPECT_EQ(calls("send_activation chunk 0", device, step), micro) << device;
+            EXPECT_EQ(calls("send_activation chunk 1", device, step), stage0 ? micro : 0) << device;
+            EXPECT_EQ(calls("recv_activation chunk 1", device, step), micro) << device;
+            EXPECT_EQ(calls("recv_activation chunk 0", device, step), stage0 ? 0 : micro) << device;
+            EXPECT_EQ(calls("forward chunk 1", device, step), micro) << device;
+            EXPECT_EQ(calls("backward chunk 0", device, step), micro) << device;
+            // Every activation is b·T·D numbers.
+            EXPECT_EQ(bytes("send_activation chunk 0", device, step), micro * rows * kT * kD * 4);
+        }
+    }
+    EXPECT_TRUE(counter.counts["send_activation"].empty());
+    EXPECT_TRUE(counter.counts["forward"].empty());
 }
 
 // Predicted against measured peaks per device (parameters, gradients and optimizer state
@@ -231,7 +297,8 @@ TEST(Hybrid, MemoryAsPredicted) {
     const std::pair<json, int> meshes[] = {{hybrid(2, 2, 0), 4},
                                            {hybrid(2, 2, 1), 4},
                                            {staged(1, 2, 2, 0, 2), 4},
-                                           {staged(2, 2, 2, 1, 2, "gpipe"), 8}};
+                                           {staged(2, 2, 2, 1, 2, "gpipe"), 8},
+                                           {interleaved(1, 2, 2, 2, 2), 4}};
     for (const auto& [strategy, devices] : meshes) {
         SCOPED_TRACE(strategy.dump());
         const json j = with_strategy(tiny_gpt(), devices, strategy);
@@ -276,10 +343,18 @@ TEST(Hybrid, RefusesWhatItCannotRun) {
         {staged(1, 1, 8), 8, json::object(), "strategy.pp", "8 pipeline stages for a model of 6 top-level layers"},
         {hybrid(2, 2, 2), 4, json::object(), "strategy.zero", "not available yet"},
         {staged(2, 1, 2, 3), 4, json::object(), "strategy.zero", "not available yet"},
-        {{{"type", "hybrid"}, {"pp", 2}, {"schedule", "interleaved_1f1b"}}, 2, json::object(), "strategy.schedule",
-         "not available in runs yet"},
-        {{{"type", "hybrid"}, {"pp", 2}, {"interleave", 2}}, 2, json::object(), "strategy.interleave",
-         "not available in runs yet"},
+        {{{"type", "hybrid"}, {"pp", 2}, {"micro_batches", 2}, {"schedule", "interleaved_1f1b"}}, 2, json::object(),
+         "strategy.interleave", "interleaved_1f1b needs at least 2 model chunks per device, got 1"},
+        {{{"type", "hybrid"}, {"pp", 2}, {"micro_batches", 2}, {"interleave", 2}}, 2, json::object(),
+         "strategy.interleave", "needs schedule interleaved_1f1b, not 1f1b"},
+        {with_interleave(staged(1, 1, 2, 0, 2, "gpipe"), 3), 2, json::object(), "strategy.interleave",
+         "needs schedule interleaved_1f1b, not gpipe"},
+        {interleaved(1, 1, 2, 2, 3), 2, json::object(), "strategy.micro_batches",
+         "3 micro-batches is not a multiple of 2"},
+        {interleaved(1, 1, 2, 4, 2), 2, json::object(), "strategy.interleave",
+         "2 stages · 4 chunks = 8 model chunks for a model of 6 top-level layers"},
+        {interleaved(2, 1, 1, 2, 2), 2, json::object(), "strategy.pp",
+         "interleaved_1f1b needs at least 2 pipeline stages, got 1"},
         {{{"type", "hybrid"}, {"dp", 2}, {"tp", 2}, {"sequence_parallel", true}}, 4, json::object(),
          "strategy.sequence_parallel", "not supported yet"},
     };

@@ -1,17 +1,24 @@
 // model_parallel and pipeline (docs/strategies.md): N stages give the single device's parameters on
-// the same global batch (GPipe and 1F1B, any number of micro-batches, batches that divide
-// evenly into neither), GPipe's activation memory grows with the micro-batches in flight while
-// 1F1B's stays bounded, and bad splits are refused naming the key.
+// the same global batch (GPipe, 1F1B and interleaved 1F1B, any number of micro-batches, batches
+// that divide evenly into neither), GPipe's activation memory grows with the micro-batches in
+// flight while 1F1B's stays bounded, the interleaved schedule runs Megatron-LM's order with a
+// smaller bubble than 1F1B's, and bad splits and schedule options are refused naming the key.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <set>
+#include <tuple>
 
+#include "engine/plan/pipeline_sim.h"
+#include "engine/run/checkpoint.h"
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
 #include "strategy_testing.h"
+#include "engine/strategy/registry.h"
 #include "engine/strategy/stages.h"
 
 using namespace paralab;
@@ -292,6 +299,382 @@ TEST(Stages, SchedulesRunEveryMicroBatchOnceWithinTheirContexts) {
                                    {false, 3}}));
     EXPECT_EQ(st::stage_schedule(st::Schedule::gpipe, 1, 3, 2),
               (std::vector<st::Op>{{true, 0}, {true, 1}, {false, 1}, {false, 0}}));
+}
+
+// ---- interleaved 1F1B ---------------------------------------------------------------------------
+
+json interleaved(int micro_batches, int chunks) {
+    return {{"type", "pipeline"}, {"schedule", "interleaved_1f1b"}, {"interleave", chunks},
+            {"micro_batches", micro_batches}};
+}
+
+// p · v chunks of the 6-layer MLP (at most 6) and of the 4-layer LSTM, micro-batches a
+// multiple of p, with rows that divide evenly into none of them.
+TEST(Stages, InterleavedMatchesSingle) {
+    for (const auto& [p, v, m] : {std::tuple{2, 2, 4}, std::tuple{2, 3, 4}, std::tuple{2, 2, 2},
+                                  std::tuple{3, 2, 3}, std::tuple{3, 2, 6}, std::tuple{2, 2, 8}}) {
+        SCOPED_TRACE("p " + std::to_string(p) + " v " + std::to_string(v) + " m " + std::to_string(m));
+        expect_matches_single(with_strategy(spirals_mlp(), p, interleaved(m, v)));
+    }
+    expect_matches_single(with_strategy(seqclass_lstm(), 2, interleaved(4, 2)));
+}
+
+// An explicit split names p·v − 1 chunk boundaries; grad_accum gives flushes of 3 or 4 rows,
+// so that a flush of 3 micro-batches on 2 stages runs as 2 in the schedule, then 1; clipping
+// sums the norm over the stages' chunks.
+TEST(Stages, InterleavedSplitShortFlushesAndClippingMatchSingle) {
+    json split = interleaved(4, 2);
+    split["split"] = {1, 3, 5};
+    expect_matches_single(with_strategy(spirals_mlp(), 2, split));
+    json j = with_strategy(spirals_mlp(), 2, interleaved(4, 2));
+    j["train"]["grad_accum"] = 8;
+    j["train"]["clip_norm"] = 0.3;
+    expect_matches_single(j);
+}
+
+// The textbook order (Narayanan et al. 2021, 2.2.2; Megatron-LM) for p 2, v 2, m 4: device d
+// runs 2·(p − d − 1) + (v − 1)·p warm-up forwards, in groups of p micro-batches chunk after
+// chunk, then one forward and one backward in turn (backwards with the chunks reversed).
+TEST(Stages, InterleavedScheduleIsTheTextbookOrder) {
+    using O = st::Op;
+    const auto F = [](int micro, int chunk) { return O{true, micro, chunk}; };
+    const auto B = [](int micro, int chunk) { return O{false, micro, chunk}; };
+    const std::vector<O> device0{F(0, 0), F(1, 0), F(0, 1), F(1, 1),  // warm-up: 2 + 2
+                                 F(2, 0), B(0, 1), F(3, 0), B(1, 1), F(2, 1), B(0, 0), F(3, 1), B(1, 0),
+                                 B(2, 1), B(3, 1), B(2, 0), B(3, 0)};
+    const std::vector<O> device1{F(0, 0), F(1, 0),  // warm-up: 0 + 2
+                                 F(0, 1), B(0, 1), F(1, 1), B(1, 1), F(2, 0), B(0, 0), F(3, 0), B(1, 0),
+                                 F(2, 1), B(2, 1), F(3, 1), B(3, 1),
+                                 B(2, 0), B(3, 0)};
+    EXPECT_EQ(st::stage_schedule(st::Schedule::interleaved_1f1b, 0, 2, 4, 2), device0);
+    EXPECT_EQ(st::stage_schedule(st::Schedule::interleaved_1f1b, 1, 2, 4, 2), device1);
+    // The planner simulates the same order.
+    for (int p : {2, 3, 4})
+        for (int v : {2, 3})
+            for (int m : {p, 2 * p, 3 * p, 5 * p})
+                for (int d = 0; d < p; ++d) {
+                    const auto ops = st::stage_schedule(st::Schedule::interleaved_1f1b, d, p, m, v);
+                    const auto plan = plan::device_schedule("interleaved_1f1b", d, p, v, m);
+                    ASSERT_EQ(ops.size(), plan.size());
+                    for (size_t i = 0; i < ops.size(); ++i) {
+                        EXPECT_EQ(ops[i].forward, plan[i].forward) << p << v << m << d << " op " << i;
+                        EXPECT_EQ(ops[i].micro, plan[i].micro) << p << v << m << d << " op " << i;
+                        EXPECT_EQ(ops[i].chunk, plan[i].chunk) << p << v << m << d << " op " << i;
+                    }
+                }
+}
+
+// Every device's order run against the others, one slot per chunk forward and two per chunk
+// backward (a stage's 1F1B work is v chunks' worth): an operation runs once the operation it
+// needs has ended (the previous global chunk's forward, the next one's backward). Returns the
+// makespan in slots; fails on a deadlock. `orders[d]` holds device d's (kind, micro, chunk).
+int slot_makespan(const std::vector<std::vector<st::Op>>& orders, int chunks, int slots_per_chunk) {
+    const int p = static_cast<int>(orders.size()), g_count = p * chunks;
+    std::map<std::tuple<bool, int, int>, int> done;  // (forward, global chunk, micro) -> end slot
+    std::vector<size_t> next(orders.size(), 0);
+    std::vector<int> free_at(orders.size(), 0);
+    int makespan = 0;
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (int d = 0; d < p; ++d)
+            while (next[size_t(d)] < orders[size_t(d)].size()) {
+                const st::Op& op = orders[size_t(d)][next[size_t(d)]];
+                const int g = op.chunk * p + d;
+                std::tuple<bool, int, int> need;
+                if (op.forward) need = {true, g - 1, op.micro};
+                else if (g + 1 < g_count) need = {false, g + 1, op.micro};
+                else need = {true, g, op.micro};
+                int ready = 0;
+                if (!(op.forward && g == 0)) {
+                    const auto it = done.find(need);
+                    if (it == done.end()) break;
+                    ready = it->second;
+                }
+                const int end = std::max(ready, free_at[size_t(d)]) + (op.forward ? 1 : 2) * slots_per_chunk;
+                free_at[size_t(d)] = end;
+                done[{op.forward, g, op.micro}] = end;
+                makespan = std::max(makespan, end);
+                ++next[size_t(d)];
+                progress = true;
+            }
+    }
+    for (int d = 0; d < p; ++d) EXPECT_EQ(next[size_t(d)], orders[size_t(d)].size()) << "deadlock on device " << d;
+    return makespan;
+}
+
+// Every micro-batch runs forward and backward once through every chunk, within the contexts
+// the device builds (micro-batch i in context i mod K of its chunk, K the chunk's most in
+// flight), without deadlock, for any flush a run gives it (fewer micro-batches than set: a
+// short batch, grad_accum).
+TEST(Stages, InterleavedFlushesRunEveryMicroBatchOnceWithinTheirContexts) {
+    const auto kind = st::Schedule::interleaved_1f1b;
+    for (int p : {2, 3, 4})
+        for (int v : {2, 3})
+            for (int m : {p, 2 * p, 3 * p})
+                for (int flush = 1; flush <= m; ++flush) {
+                    SCOPED_TRACE("p " + std::to_string(p) + " v " + std::to_string(v) + " m " +
+                                 std::to_string(m) + " flush " + std::to_string(flush));
+                    int covered = 0;
+                    for (int part : st::flush_parts(kind, p, flush)) {
+                        if (part > p) {
+                            EXPECT_EQ(part % p, 0);
+                        }
+                        std::vector<std::vector<st::Op>> orders;
+                        for (int d = 0; d < p; ++d) {
+                            const auto ops = st::stage_schedule(kind, d, p, part, v);
+                            const auto built = st::chunk_contexts(kind, d, p, m, v);
+                            const auto peak = st::chunk_in_flight(ops, v);
+                            ASSERT_EQ(ops.size(), size_t(2 * part * v));
+                            std::map<std::pair<int, int>, int> runs;  // (micro, chunk) -> forwards − backwards
+                            std::vector<std::set<int>> in_flight(static_cast<size_t>(v));
+                            for (const auto& op : ops) {
+                                const int k = peak[size_t(op.chunk)];
+                                ASSERT_LE(k, built[size_t(op.chunk)]);
+                                auto& live = in_flight[size_t(op.chunk)];
+                                if (op.forward) {
+                                    for (int f : live) EXPECT_NE(f % k, op.micro % k);  // context free
+                                    live.insert(op.micro);
+                                    EXPECT_EQ((runs[{op.micro, op.chunk}]++), 0);
+                                } else {
+                                    EXPECT_EQ(live.erase(op.micro), 1u);
+                                    EXPECT_EQ((runs[{op.micro, op.chunk}]--), 1);
+                                }
+                            }
+                            EXPECT_EQ(runs.size(), size_t(part * v));
+                            orders.push_back(ops);
+                        }
+                        slot_makespan(orders, v, 1);
+                        covered += part;
+                    }
+                    EXPECT_EQ(covered, flush);
+                }
+}
+
+// The run follows the schedule: the forward and backward spans of each device, in the order
+// recorded, name the chunk and are the textbook order's (kind, chunk); the messages between
+// chunks name theirs. Their bubble, counted in slots from the recorded orders (one per chunk
+// forward, two per backward, a 1F1B stage being v chunks), is below 1F1B's on the same model:
+// (p − 1)/(v·m + p − 1) of the step against (p − 1)/(m + p − 1). Wall time, which a loaded
+// machine makes flaky, is not compared.
+TEST(Stages, InterleavedSpansFollowTheScheduleWithASmallerBubbleThanOneF1B) {
+    struct Order : run::RunObserver {
+        std::map<std::string, std::vector<std::string>> compute;  // device -> forward/backward phases of step 1
+        std::map<std::string, std::set<std::string>> phases;
+        void on_span(const config::Span& s) override {
+            phases[s.device].insert(s.phase);
+            if (s.step == 1 && (s.phase.rfind("forward", 0) == 0 || s.phase.rfind("backward", 0) == 0))
+                compute[s.device].push_back(s.phase);
+        }
+    };
+    const int p = 2, v = 2, m = 4;
+    // The recorded compute spans of one step as each device's (kind, micro, chunk): the n-th
+    // forward (backward) of a chunk is micro-batch n, as both schedules run them in order.
+    const auto orders_of = [&](const Order& o, int chunks) {
+        std::vector<std::vector<st::Op>> orders;
+        for (int d = 0; d < p; ++d) {
+            std::map<std::pair<bool, int>, int> seen;
+            std::vector<st::Op> ops;
+            for (const std::string& phase : o.compute.at("cpu:" + std::to_string(d))) {
+                const bool forward = phase.rfind("forward", 0) == 0;
+                const std::string base = forward ? "forward" : "backward";
+                int chunk = 0;
+                if (chunks > 1) {
+                    const std::string prefix = base + " chunk ";
+                    EXPECT_EQ(phase.rfind(prefix, 0), 0u) << phase;
+                    chunk = std::stoi(phase.substr(prefix.size()));
+                } else {
+                    EXPECT_EQ(phase, base);
+                }
+                ops.push_back({forward, seen[{forward, chunk}]++, chunk});
+            }
+            orders.push_back(ops);
+        }
+        return orders;
+    };
+
+    Order inter, plain;
+    const Result& ri = run_it(with_strategy(spirals_mlp(), p, interleaved(m, v)), &inter);
+    ASSERT_EQ(ri.summary.status, "finished") << ri.summary.error;
+    const auto inter_orders = orders_of(inter, v);
+    for (int d = 0; d < p; ++d)
+        EXPECT_EQ(inter_orders[size_t(d)], st::stage_schedule(st::Schedule::interleaved_1f1b, d, p, m, v)) << d;
+
+    json one_f_one_b = {{"type", "pipeline"}, {"schedule", "1f1b"}, {"micro_batches", m}};
+    const Result& rp = run_it(with_strategy(spirals_mlp(), p, one_f_one_b), &plain);
+    ASSERT_EQ(rp.summary.status, "finished") << rp.summary.error;
+    const auto plain_orders = orders_of(plain, 1);
+    for (int d = 0; d < p; ++d)
+        EXPECT_EQ(plain_orders[size_t(d)], st::stage_schedule(st::Schedule::one_f_one_b, d, p, m)) << d;
+
+    // Busy slots per device: m micro-batches · 3 slots · v chunks in both; the rest is bubble.
+    const double busy = 3.0 * m * v;
+    const int inter_span = slot_makespan(inter_orders, v, 1);
+    const int plain_span = slot_makespan(plain_orders, 1, v);
+    const double inter_idle = 1 - busy / inter_span, plain_idle = 1 - busy / plain_span;
+    RecordProperty("interleaved_idle_fraction", std::to_string(inter_idle));
+    RecordProperty("one_f_one_b_idle_fraction", std::to_string(plain_idle));
+    EXPECT_LT(inter_idle, plain_idle) << inter_span << " slots against " << plain_span;
+    EXPECT_NEAR(plain_idle, double(p - 1) / (m + p - 1), 1e-9);
+    EXPECT_NEAR(inter_idle, double(p - 1) / (v * m + p - 1), 1e-9);
+
+    // Chunk 0 of device 0 reads the inputs; device 1's chunk 0 sends around to device 0's
+    // chunk 1; device 1's chunk 1 is the last and computes the loss.
+    auto& ph = inter.phases;
+    for (const char* phase : {"forward chunk 0", "forward chunk 1", "backward chunk 0", "backward chunk 1",
+                              "send_activation chunk 0", "send_activation chunk 1", "recv_activation chunk 1",
+                              "recv_grad chunk 0", "recv_grad chunk 1", "send_grad chunk 1"})
+        EXPECT_TRUE(ph["cpu:0"].count(phase)) << phase;
+    for (const char* phase : {"recv_activation chunk 0", "send_activation chunk 0", "recv_activation chunk 1",
+                              "recv_grad chunk 0", "send_grad chunk 0", "send_grad chunk 1"})
+        EXPECT_TRUE(ph["cpu:1"].count(phase)) << phase;
+    EXPECT_FALSE(ph["cpu:0"].count("recv_activation chunk 0"));
+    EXPECT_FALSE(ph["cpu:0"].count("send_grad chunk 0"));
+    EXPECT_FALSE(ph["cpu:1"].count("send_activation chunk 1"));
+    EXPECT_FALSE(ph["cpu:1"].count("recv_grad chunk 1"));
+    EXPECT_FALSE(ph["cpu:0"].count("forward"));  // every compute span names its chunk
+}
+
+// The interleaved schedule's activations stay bounded as micro-batches are added, as 1F1B's.
+TEST(Stages, InterleavedActivationsStayBounded) {
+    constexpr auto act = static_cast<size_t>(MemCategory::activations);
+    const auto peak = [](int micro_batches) {
+        json j = spirals_mlp();
+        j["data"]["batch_size"] = 16 * micro_batches;
+        j["data"]["test_fraction"] = 0.0;
+        j["train"]["max_steps"] = 2;
+        j["model"]["layers"][0]["out"] = 128;
+        j["model"]["layers"][3]["out"] = 128;
+        const Result& r = run_it(with_strategy(j, 2, interleaved(micro_batches, 2)));
+        EXPECT_EQ(r.summary.status, "finished") << r.summary.error;
+        return r.artifacts.memory.at("cpu:0").peak[act];
+    };
+    const int64_t four = peak(4), twelve = peak(12);
+    SCOPED_TRACE(std::to_string(four) + " -> " + std::to_string(twelve));
+    EXPECT_GT(four, 0);
+    EXPECT_LE(twelve, four + four / 10);
+}
+
+// The memory model (each chunk's parameters, and its activations times the micro-batches it
+// holds at most) against the measured peaks: parameters, gradients and optimizer state within
+// 10%, activations within the factor 2.5 the memory models allow.
+TEST(Stages, InterleavedMemoryAsPredicted) {
+    json j = spirals_mlp();
+    j["data"]["batch_size"] = 64;
+    j["data"]["test_fraction"] = 0.0;
+    j["train"]["max_steps"] = 2;
+    j["model"]["layers"][0]["out"] = 128;
+    j["model"]["layers"][3]["out"] = 128;
+    j = with_strategy(j, 2, interleaved(4, 2));
+    const Result& r = run_it(j);
+    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+    const config::Experiment e = run::parse_experiment(j);
+    const auto predicted = strategy::estimate_memory(e, strategy::model_cost(e, Shape{2}));
+    ASSERT_EQ(predicted.size(), 2u);
+    for (const auto& d : predicted) {
+        const auto& peak = r.artifacts.memory.at(d.device).peak;
+        for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state,
+                              MemCategory::activations}) {
+            const double want = static_cast<double>(d.bytes[static_cast<size_t>(c)]);
+            const double got = static_cast<double>(peak[static_cast<size_t>(c)]);
+            const double factor = c == MemCategory::activations ? 2.5 : 1.10;
+            EXPECT_TRUE(want > 0 && got / want <= factor && want / got <= factor)
+                << d.device << " " << mem_category_name(c) << ": predicted " << want << ", measured " << got;
+        }
+    }
+    // Device 0 holds chunks 0 and 2 of the 6 layers.
+    EXPECT_NE(predicted[0].role.find(", "), std::string::npos) << predicted[0].role;
+}
+
+// A checkpoint holds the chunks' parameters and Adam states in the model's order (device 0
+// holds chunks 0 and 2): stopped at step 31 and resumed, the run ends bit for bit as the run
+// never stopped.
+TEST(Stages, InterleavedResumesFromItsCheckpointExactly) {
+    struct StopAt : run::RunObserver {
+        run::RunControl& control;
+        explicit StopAt(run::RunControl& c) : control(c) {}
+        void on_step_end(const config::StepRecord& r) override {
+            if (r.step >= 31) control.stop = true;
+        }
+    };
+    json j = strategy_testing::spirals_mlp("interleaved-ckpt", {{"type", "adam"}, {"lr", 0.01}}, 2);
+    j["data"]["samples"] = 1000;  // 25 steps an epoch
+    j["train"]["checkpoint_every"] = 20;
+    j = with_strategy(j, 2, interleaved(4, 2));
+    const Result whole = run_it(j);
+    ASSERT_EQ(whole.summary.status, "finished") << whole.summary.error;
+
+    const auto folder = std::filesystem::temp_directory_path() /
+                        ("paralab-interleaved-ckpt-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(folder);
+    {
+        run::RunControl control;
+        run::Checkpointing cp;
+        cp.folder = folder.string();
+        control.checkpoints = &cp;
+        StopAt stop(control);
+        EXPECT_EQ(run_it(j, &stop, &control).summary.status, "stopped");
+    }
+    run::RunControl control;
+    run::Checkpointing cp;
+    cp.folder = folder.string();
+    cp.resume = true;
+    control.checkpoints = &cp;
+    const Result resumed = run_it(j, nullptr, &control);
+    std::filesystem::remove_all(folder);
+    ASSERT_EQ(resumed.summary.status, "finished") << resumed.summary.error;
+    EXPECT_GE(cp.resumed_from_step, 31);
+    EXPECT_LT(cp.resumed_from_step, whole.summary.steps);
+    ASSERT_EQ(resumed.artifacts.parameters.size(), whole.artifacts.parameters.size());
+    for (size_t i = 0; i < whole.artifacts.parameters.size(); ++i) {
+        const Tensor& a = whole.artifacts.parameters[i];
+        const Tensor& b = resumed.artifacts.parameters[i];
+        ASSERT_EQ(a.shape(), b.shape()) << i;
+        EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes())) << "tensor " << i << " differs";
+    }
+}
+
+// The run's variant names the chunks only with the interleaved schedule (the form hides the
+// option otherwise).
+TEST(Stages, InterleavedVariantNamesTheChunks) {
+    const auto label = [](const json& strategy) {
+        return strategy::variant_label(run::parse_experiment(with_strategy(spirals_mlp(), 2, strategy)).strategy);
+    };
+    EXPECT_EQ(label(interleaved(4, 2)), "interleaved_1f1b · 2 chunks · 4 micro-batches");
+    EXPECT_EQ(label({{"type", "pipeline"}, {"schedule", "1f1b"}, {"micro_batches", 4}}), "1f1b · 4 micro-batches");
+}
+
+TEST(Stages, InterleavedOptionsAreRefusedNamingTheKey) {
+    // micro_batches not a multiple of the stages: both numbers named.
+    try {
+        run_it(with_strategy(spirals_mlp(), 2, interleaved(3, 2)));
+        ADD_FAILURE() << "no ConfigError";
+    } catch (const ConfigError& e) {
+        EXPECT_EQ(e.path(), "strategy.micro_batches");
+        EXPECT_NE(std::string(e.what()).find("3 micro-batches is not a multiple of 2"), std::string::npos) << e.what();
+    }
+    expect_config_error(with_strategy(spirals_mlp(), 3, interleaved(4, 2)), "strategy.micro_batches");
+    // Chunks without the interleaved schedule, and the interleaved schedule without chunks.
+    for (const char* schedule : {"gpipe", "1f1b"})
+        expect_config_error(with_strategy(spirals_mlp(), 2, {{"type", "pipeline"}, {"schedule", schedule},
+                                                            {"interleave", 2}, {"micro_batches", 4}}),
+                            "strategy.interleave");
+    expect_config_error(with_strategy(spirals_mlp(), 2, interleaved(4, 1)), "strategy.interleave");
+    // More chunks (2 · 4) than the 6 top-level layers.
+    try {
+        run_it(with_strategy(spirals_mlp(), 2, interleaved(4, 4)));
+        ADD_FAILURE() << "no ConfigError";
+    } catch (const ConfigError& e) {
+        EXPECT_EQ(e.path(), "strategy.interleave");
+        EXPECT_NE(std::string(e.what()).find("8 model chunks for a model of 6"), std::string::npos) << e.what();
+    }
+    // A split of p − 1 indices where p·v − 1 are needed.
+    json split = interleaved(4, 2);
+    split["split"] = {3};
+    expect_config_error(with_strategy(spirals_mlp(), 2, split), "strategy.split");
+    // validate names the same keys without running.
+    const auto issues = run::validate(run::parse_experiment(with_strategy(spirals_mlp(), 2, interleaved(3, 2))));
+    ASSERT_EQ(issues.size(), 1u);
+    EXPECT_EQ(issues[0].path, "strategy.micro_batches");
 }
 
 }  // namespace
