@@ -164,6 +164,7 @@ private slots:
     void timelineColoursByPhaseFamily();
     void timelineDescribesTheSpanUnderThePointer();
     void timelineMeasuresThePipelineBubble();
+    void timelineMeasuresAnInterleavedBubble();
     void realPipelineRunShowsItsBubble();
     void csvHasAHeaderAndOneRowPerRecord();
     void plotsExportAsPngAndPdf();
@@ -397,6 +398,9 @@ void TestDashboard::phaseFamilies_data() {
     };
     row("forward", Family::forward);
     row("backward", Family::backward);
+    row("forward chunk 1", Family::forward);  // an interleaved pipeline's
+    row("backward chunk 0", Family::backward);
+    row("send_activation chunk 1", Family::communication, 1024);
     for (const char* p : {"optimizer", "clip", "loss", "server_update"}) row(p, Family::compute);
     for (const char* p : {"all_reduce_bucket", "all_reduce", "reduce_scatter_grads", "all_gather_params", "broadcast",
                           "scatter_inputs", "gather_outputs", "reduce_grads", "send_activation", "send_grad",
@@ -460,6 +464,33 @@ void TestDashboard::timelineMeasuresThePipelineBubble() {
     QVERIFY2(t.bubbleText().contains("measured 33 %"), qPrintable(t.bubbleText()));
     t.setPipeline(0, 0, {});
     QVERIFY(t.bubbleText().isEmpty());
+}
+
+// interleaved_1f1b on 2 stages, 2 micro-batches, 2 chunks a device, every operation 1 s and named
+// with its chunk as the engine names it: each stage works 8 of the step's 10 s, so 4 of the 20
+// stage-seconds are idle, the ideal (p-1)/(v·m+p-1) = 1/5.
+void TestDashboard::timelineMeasuresAnInterleavedBubble() {
+    TimelinePanel t;
+    t.setPipeline(2, 2, "interleaved_1f1b", 2);
+    QCOMPARE(TimelinePanel::idealBubble(2, 2, 2), 1.0 / 5.0);
+    QVERIFY2(t.bubbleText().contains("(p−1)/(v·m+p−1) = 20 %"), qPrintable(t.bubbleText()));
+    QVector<Span> step;
+    for (int i = 0; i < 4; ++i) {
+        const QString chunk = QString::number(i / 2);
+        step << span("cpu:0", 1, "forward chunk " + chunk, i, i + 1)
+             << span("cpu:0", 1, "backward chunk " + chunk, 6 + i, 7 + i)
+             << span("cpu:1", 1, "forward chunk " + chunk, 1 + i, 2 + i)
+             << span("cpu:1", 1, "backward chunk " + chunk, 5 + i, 6 + i);
+    }
+    step << span("cpu:0", 1, "send_activation chunk 0", 2, 2.1, 64);
+    t.addSpans(step.mid(0, 8));  // half the operations: not a whole step yet
+    QVERIFY(std::isnan(t.measuredBubble()));
+    t.addSpans(step.mid(8));
+    QCOMPARE(t.measuredBubble(), 0.2);
+    QVERIFY2(t.bubbleText().contains("measured 20 %"), qPrintable(t.bubbleText()));
+    // Their colours are forward's and backward's.
+    for (const auto& v : t.spans())
+        if (v.phase.startsWith("forward")) QCOMPARE(v.color, palette::phaseFamilyColor(Family::forward));
 }
 
 void TestDashboard::timelineColoursByPhaseFamily() {

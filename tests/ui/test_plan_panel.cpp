@@ -61,7 +61,7 @@ bool planNow(PlanPanel& panel) {
 int pipelineSpans(const TimelinePanel* timeline) {
     int n = 0;
     for (const auto& s : timeline->spans())
-        n += s.phase == QLatin1String("forward") || s.phase == QLatin1String("backward");
+        n += s.phase.startsWith(QLatin1String("forward")) || s.phase.startsWith(QLatin1String("backward"));
     return n;
 }
 
@@ -192,7 +192,7 @@ private slots:
             for (const auto& s : timeline->spans()) {
                 first = std::min(first, s.t_begin);
                 end = std::max(end, s.t_end);
-                if (s.phase == QLatin1String("forward") || s.phase == QLatin1String("backward"))
+                if (s.phase.startsWith(QLatin1String("forward")) || s.phase.startsWith(QLatin1String("backward")))
                     pipelineEnd = std::max(pipelineEnd, s.t_end);
             }
             const double pipeline = p.step_time_s - p.breakdown.dp_comm - p.breakdown.optimizer;
@@ -386,10 +386,12 @@ private slots:
         PlanPanel panel;
         panel.resize(1200, 800);
         QVERIFY(!panel.exportConfigurations(dir.filePath(QStringLiteral("none.csv"))));
+        QVERIFY(!panel.hasPlan());
         panel.setExperiment(gpt3());
         panel.setPreset(QStringLiteral("h100-80g"));
         panel.setSweep(1, QStringLiteral("pp"), QStringLiteral("4,8"));
         QVERIFY(planNow(panel));
+        QVERIFY(panel.hasPlan());
         const int cells = panel.heatmap()->cellCount();
         QCOMPARE(cells, 8);
         QVERIFY(panel.planCaption().startsWith(QStringLiteral("Plan of gpt3-175b on h100-80g · 128 × 8 devices · selected dp")));

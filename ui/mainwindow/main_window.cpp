@@ -272,8 +272,9 @@ bool MainWindow::newExperiment(bool interactive) {
 }
 
 QVector<PlotExport> MainWindow::plotExports() const {
+    // The Plan tab's once it shows a plan (it plans when first shown).
     return m_plot->plotExports() + m_devices->plotExports() + m_timeline->plotExports() + m_runs->plotExports() +
-           m_planPanel->plotExports();
+           (m_planPanel->hasPlan() ? m_planPanel->plotExports() : QVector<PlotExport>{});
 }
 
 void MainWindow::buildExportMenu(QMenu* file) {

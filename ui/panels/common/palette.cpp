@@ -61,8 +61,11 @@ int insertDevice(QStringList& devices, const QString& device) {
 }
 
 PhaseFamily phaseFamilyOf(const QString& phase, qint64 bytes) {
-    if (phase == QLatin1String("forward")) return PhaseFamily::forward;
-    if (phase == QLatin1String("backward")) return PhaseFamily::backward;
+    // An interleaved pipeline names the chunk: "forward chunk 1".
+    if (phase == QLatin1String("forward") || phase.startsWith(QLatin1String("forward chunk ")))
+        return PhaseFamily::forward;
+    if (phase == QLatin1String("backward") || phase.startsWith(QLatin1String("backward chunk ")))
+        return PhaseFamily::backward;
     if (phase == QLatin1String("data_wait")) return PhaseFamily::data_wait;
     if (phase.startsWith(QLatin1String("wait")) || phase.startsWith(QLatin1String("recv")) ||
         phase.startsWith(QLatin1String("idle")))

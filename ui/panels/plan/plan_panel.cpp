@@ -65,16 +65,18 @@ plan::PlanFile planFileOf(const config::Experiment& e) {
 }
 
 // The simulated pipeline as a run's spans (one step, step 0; device "stage K"): forwards and
-// backwards as the engine names them, then on every stage the gradient synchronisation left
+// backwards as the engine names them (with the chunk under an interleaved schedule), then on every stage the gradient synchronisation left
 // exposed and the optimizer, after the pipeline's end.
 QVector<config::Span> predictedSpans(const std::vector<plan::PipeSpan>& simulated, int stages,
-                                     double dpComm, double optimizer) {
+                                     int chunks, double dpComm, double optimizer) {
     QVector<config::Span> spans;
     spans.reserve(static_cast<qsizetype>(simulated.size()) + 2 * stages);
     double end = 0;
     for (const plan::PipeSpan& s : simulated) {
-        spans.push_back({0, "stage " + std::to_string(s.device), s.op.forward ? "forward" : "backward",
-                         s.start, s.end, 0});
+        // As a run names them: "forward", or "forward chunk C" with interleaved chunks.
+        std::string phase = s.op.forward ? "forward" : "backward";
+        if (chunks > 1) phase += " chunk " + std::to_string(s.op.chunk);
+        spans.push_back({0, "stage " + std::to_string(s.device), phase, s.start, s.end, 0});
         end = std::max(end, s.end);
     }
     if (simulated.empty()) return spans;
@@ -721,7 +723,8 @@ void PlanPanel::showCell(int index) {
         m_timeline->setPipeline(p.mesh.pp, p.mesh.micro_batches,
                                 QString::fromStdString(p.mesh.schedule), chunks);
         m_timeline->setTitle(title);
-        m_timeline->addSpans(predictedSpans(simulated, p.mesh.pp, p.breakdown.dp_comm, p.breakdown.optimizer));
+        m_timeline->addSpans(
+            predictedSpans(simulated, p.mesh.pp, chunks, p.breakdown.dp_comm, p.breakdown.optimizer));
     }
 
     // Run here: what it would run, or why it cannot.
@@ -984,6 +987,10 @@ bool PlanPanel::exportConfigurations(const QString& path) {
         file.write((line.join(QLatin1Char(',')) + QLatin1Char('\n')).toUtf8());
     }
     return file.error() == QFileDevice::NoError;
+}
+
+bool PlanPanel::hasPlan() const {
+    return m_result && !m_result->cells.empty() && m_error->isHidden();
 }
 
 QVector<PlotExport> PlanPanel::plotExports() {

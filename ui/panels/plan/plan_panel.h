@@ -105,6 +105,7 @@ public:
     // and step breakdown (PNG, PDF or CSV of their bars), and the tab as one picture (PNG or
     // PDF) whose CSV is every configuration of the sweep.
     QVector<PlotExport> plotExports();
+    bool hasPlan() const;  // a plan is shown (the exports have something to write)
     // The tab (inputs left out: the sweep, the selected configuration's plots and its pipeline)
     // as a PNG at twice its pixels or a PDF, the plan's caption under it. False when there is no
     // plan or the file cannot be written.

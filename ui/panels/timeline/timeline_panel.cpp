@@ -236,7 +236,9 @@ double TimelinePanel::measuredBubble() const {
         for (const auto& [device, steps] : m_kept) {
             int forwards = 0, backwards = 0;
             for (const Kept& k : steps.at(step)) {
-                const bool fwd = k.phase == QLatin1String("forward"), bwd = k.phase == QLatin1String("backward");
+                const auto family = palette::phaseFamilyOf(k.phase, k.bytes);  // "forward chunk 1" too
+                const bool fwd = family == palette::PhaseFamily::forward;
+                const bool bwd = family == palette::PhaseFamily::backward;
                 if (!fwd && !bwd) continue;
                 forwards += fwd;
                 backwards += bwd;
