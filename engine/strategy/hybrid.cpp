@@ -27,8 +27,15 @@
 // The last stage's loss is divided by the global batch, so the sums over dp are the single
 // device's gradients; optimizers are element-wise, so the shards' steps are its step.
 //
-// zero 2 and 3 and sequence_parallel are refused by check_hybrid, naming the option, and so are
-// interleave options the schedule cannot take (stages::check_schedule).
+//   - sequence_parallel (tp > 1): each tensor-parallel group runs its split layers as
+//     tensor_parallel.cpp's sequence parallelism does (all-gathers and reduce-scatters along the
+//     sequence in place of the all-reduces, the layers between them on T/tp positions); a run of
+//     split layers ends at a stage's edge, so activations between stages are whole. The
+//     layernorm and row-bias gradients those positions leave partial are all-reduced over the
+//     tensor group after the schedule, before the data-parallel collective.
+//
+// zero 2 and 3 are refused by check_hybrid, naming the option, and so are interleave options
+// the schedule cannot take (stages::check_schedule).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -93,10 +100,12 @@ void check_hybrid(const config::Experiment& e) {
     stages::check_schedule(option<std::string>(e.strategy, "schedule"), option<int64_t>(e.strategy, "interleave"),
                            option<int64_t>(e.strategy, "micro_batches"), m.pp, "strategy.pp");
     stages::check_stage_count(m.pp, layers, "hybrid", stages::chunks_of(e));
-    if (option<bool>(e.strategy, "sequence_parallel"))
-        throw ConfigError("strategy.sequence_parallel",
-                          "not supported yet: the tensor-parallel groups split attention and "
-                          "transformer_block layers only; set it to false");
+    // Sequence parallelism gives each device of a tensor group T/tp positions of every sample.
+    if (option<bool>(e.strategy, "sequence_parallel") && m.tp > 1 && e.data.seq_len > 0 &&
+        e.data.seq_len % m.tp != 0)
+        throw ConfigError("data.seq_len", "sequence_parallel splits the sequence over the tensor group: " +
+                                              std::to_string(e.data.seq_len) + " positions do not divide over tp " +
+                                              std::to_string(m.tp));
     if (m.tp == 1) return;
     bool any = false;
     for_each_split_spec(e.layers, "model.layers", [&](const nn::LayerSpec& s, const std::string& path) {
@@ -206,6 +215,7 @@ public:
             }
             res.samples = rows.count;
         }
+        if (!piece.sequence_partial.empty()) sum_sequence_partial(rank, piece.sequence_partial);
         if (m_mesh.dp > 1) {
             comm::Communicator& dp = m_dp_groups->of(r);
             const int64_t n = s.grads.numel();
@@ -294,6 +304,7 @@ protected:
         m_micro_batches = option<int64_t>(e.strategy, "micro_batches");
         m_schedule = stages::schedule_of(e);
         m_chunks = stages::chunks_of(e);
+        m_sequence = option<bool>(e.strategy, "sequence_parallel") && m_mesh.tp > 1;
         const int tp = m_mesh.tp, dp = m_mesh.dp, pp = m_mesh.pp;
         // Tensor-parallel groups: the tp consecutive devices of one (stage, data rank);
         // data-parallel groups: the devices of one (stage, tensor rank).
@@ -335,6 +346,10 @@ protected:
             shard.rank = t;
             shard.world = tp;
             if (tp > 1) shard.all_reduce = [this, k](const Tensor& x) { tp_all_reduce(k, x); };
+            if (tp > 1 && m_sequence) {
+                shard.all_gather = [this, k](const Tensor& x) { tp_all_gather(k, x); };
+                shard.reduce_scatter = [this, k](const Tensor& x) { tp_reduce_scatter(k, x); };
+            }
             const std::vector<int> contexts =
                 stages::chunk_contexts(m_schedule, st, pp, static_cast<int>(std::max<int64_t>(1, most)), m_chunks);
             piece.chunks.resize(static_cast<size_t>(m_chunks));
@@ -347,14 +362,17 @@ protected:
                 ch.output = net.at(ch.last - 1).output_shape();
                 ch.first_param = param_start[ch.first];
                 for (int i = 0; i < contexts[static_cast<size_t>(c)]; ++i) {
+                    // Under sequence parallelism a run of split layers ends at the chunk's edge.
                     auto model = nn::Model::stage(layers, ch.first, ch.last, ch.input, e.loss, DType::f32, device,
-                                                  [&](nn::Layer& l) { give_shard(l, shard); });
+                                                  shard_preparer(layers, ch.first, ch.last, shard));
                     model->set_recompute(nn::recompute_from_name(e.train.recompute));
                     ch.contexts.push_back(std::move(model));
                 }
                 nn::Model& master = ch.master();
                 ch.params = master.parameters();
                 ch.buffers = master.buffers();
+                if (tp > 1 && m_sequence)
+                    for (nn::Param* q : sequence_partial_parameters(master.net())) piece.sequence_partial.push_back(q);
                 PARALAB_CHECK(ch.params.size() == param_start[ch.last] - ch.first_param &&
                                   ch.buffers.size() == buffer_start[ch.last] - buffer_start[ch.first],
                               "hybrid: the chunk's parameters do not match the model's");
@@ -403,6 +421,9 @@ private:
         std::vector<Chunk> chunks;
         std::vector<nn::Param*> params;   // every chunk's, chunk after chunk
         std::vector<size_t> param_index;  // each one's index in the whole model's list
+        // sequence_parallel: the whole parameters whose gradients hold this device's positions
+        // only (tensor_shards::sequence_partial_parameters of each chunk)
+        std::vector<nn::Param*> sequence_partial;
     };
 
     struct RankState {
@@ -420,6 +441,37 @@ private:
     void tp_all_reduce(int k, const Tensor& x) {
         Rank& rank = *m_rank_of[static_cast<size_t>(k)];
         rank.record_comm(named(m_tp_groups->of(k).all_reduce(x, comm::ReduceOp::sum), "tp_all_reduce"));
+    }
+    // sequence_parallel's collectives along the sequence, in place over `x` (tp equal chunks).
+    void tp_all_gather(int k, const Tensor& x) {
+        Rank& rank = *m_rank_of[static_cast<size_t>(k)];
+        rank.record_comm(named(m_tp_groups->of(k).all_gather(x.raw(), x.numel(), x.dtype()), "tp_all_gather"));
+    }
+    void tp_reduce_scatter(int k, const Tensor& x) {
+        Rank& rank = *m_rank_of[static_cast<size_t>(k)];
+        rank.record_comm(named(m_tp_groups->of(k).reduce_scatter(x.raw(), x.numel(), x.dtype(), comm::ReduceOp::sum),
+                               "tp_reduce_scatter"));
+    }
+    // sequence_parallel: the partial gradients of the layernorms and row-parallel biases summed
+    // over the tensor group, in one all-reduce of a buffer holding them all.
+    void sum_sequence_partial(Rank& rank, const std::vector<nn::Param*>& params) {
+        int64_t count = 0;
+        for (const nn::Param* q : params) count += q->grad.numel();
+        const Tensor buffer = Tensor::empty(Shape{count}, params.front()->grad.dtype(), params.front()->grad.device(),
+                                            MemCategory::workspace);
+        const auto copy = [&](bool in) {
+            rank.compute("sequence_grads", [&] {
+                int64_t at = 0;
+                for (const nn::Param* q : params) {
+                    const Tensor view = buffer.view(at, q->grad.shape());
+                    in ? view.copy_from(q->grad) : q->grad.copy_from(view);
+                    at += q->grad.numel();
+                }
+            });
+        };
+        copy(true);
+        rank.record_comm(named(m_tp_groups->of(rank.index()).all_reduce(buffer, comm::ReduceOp::sum), "tp_sequence_grads"));
+        copy(false);
     }
 
     // The device that runs global chunk g for tensor and data ranks of device k.
@@ -561,6 +613,7 @@ private:
     stages::Schedule m_schedule = stages::Schedule::one_f_one_b;
     int m_chunks = 1;  // model chunks per device (interleaved_1f1b)
     std::unique_ptr<comm::SubGroups> m_tp_groups, m_dp_groups;
+    bool m_sequence = false;  // sequence_parallel with tp > 1
     std::vector<Piece> m_pieces;  // by rank; each rank thread touches its own
     std::vector<std::unique_ptr<optim::Optimizer>> m_optimizers;
     std::vector<RankState> m_state;  // by rank; each touched by its own thread
@@ -724,7 +777,9 @@ StrategyDescriptor hybrid_descriptor() {
                       "schedules."},
              {.key = "sequence_parallel", .kind = OptionKind::boolean, .fallback = false,
               .label = "Sequence parallelism",
-              .help = "Megatron's sequence parallelism in the tensor-parallel groups (not supported yet)."}},
+              .help = "Megatron's sequence parallelism in the tensor-parallel groups: inside the blocks, "
+                      "layernorms and dropout on 1/tp of the positions, all-gather and reduce-scatter "
+                      "along the sequence in place of the all-reduces. data.seq_len must divide by tp."}},
         .explanation =
             "Hybrid: a mesh of `dp` × `tp` (× `pp`) devices. Each `tp` consecutive devices split every "
             "attention and transformer_block as tensor_parallel does, and together are one replica that "
@@ -746,7 +801,8 @@ StrategyDescriptor hybrid_descriptor() {
         .variant = {{.key = "dp", .text = "dp {}"},
                     {.key = "tp", .text = "tp {}"},
                     {.key = "pp", .text = "pp {}"},
-                    {.key = "zero", .text = "zero {}"}},
+                    {.key = "zero", .text = "zero {}"},
+                    {.key = "sequence_parallel", .text = "sequence parallel"}},
     };
 }
 

@@ -329,6 +329,51 @@ TEST(Hybrid, VariantNamesTheMesh) {
     EXPECT_EQ(strategy::variant_label(e.strategy), "dp 2 · tp 2 · pp 1 · zero 1");
 }
 
+// sequence_parallel in the tensor groups: a dp × tp mesh, stages of tensor groups (a run of
+// split layers ends at each stage's edge), the whole mesh, and clipping with accumulation, each
+// equal to the single device; the tensor groups move all-gathers and reduce-scatters, no
+// all-reduce, and one all-reduce of the partial layernorm and bias gradients a step.
+TEST(Hybrid, SequenceParallelMatchesSingle) {
+    const auto sp = [](json strategy) {
+        strategy["sequence_parallel"] = true;
+        return strategy;
+    };
+    expect_matches_single(tiny_gpt(), 4, sp(hybrid(2, 2)));
+    expect_matches_single(tiny_gpt(), 4, sp(hybrid(2, 2, 1)));
+    expect_matches_single(tiny_gpt(), 4, sp(staged(1, 2, 2, 0, 2)));
+    expect_matches_single(tiny_gpt(), 8, sp(staged(2, 2, 2, 1, 2)));
+    json j = tiny_gpt();
+    j["train"]["clip_norm"] = 0.5;
+    j["train"]["grad_accum"] = 2;
+    expect_matches_single(j, 4, sp(hybrid(2, 2)));
+
+    // Bytes per device and step (tensor_parallel's formulas, b the replica's rows): all-gathers
+    // (4L + 2) · (tp − 1)/tp · b·T·D · 4, reduce-scatters 4L · (tp − 1)/tp · b·T·D · 4, and the
+    // partial gradients' all-reduce 2 (tp − 1)/tp · 6D · L · 4.
+    CommCounter counter;
+    const Result r = run_it(with_strategy(tiny_gpt(), 4, sp(hybrid(2, 2))), &counter);
+    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+    const int64_t tp = 2, rows = kB / 2;
+    const int64_t along = (tp - 1) * rows * kT * kD / tp * 4;
+    EXPECT_EQ(counter.counts.count("tp_all_reduce"), 0u);
+    for (const auto& [phase, bytes] : std::map<std::string, int64_t>{
+             {"tp_all_gather", (4 * kBlocks + 2) * along},
+             {"tp_reduce_scatter", 4 * kBlocks * along},
+             {"tp_sequence_grads", 2 * (tp - 1) * 6 * kD * kBlocks / tp * 4}}) {
+        const auto& spans = counter.counts[phase];
+        ASSERT_EQ(spans.size(), static_cast<size_t>(4 * r.summary.steps)) << phase;
+        for (const auto& [key, c] : spans) EXPECT_EQ(c.second, bytes) << phase << " " << key.first << " step " << key.second;
+    }
+    // A sequence that the tensor group cannot split is refused at data.seq_len.
+    json odd = tiny_gpt();
+    odd["data"]["seq_len"] = 7;
+    odd["model"]["input"] = {7};
+    const auto issues = run::validate(run::parse_experiment(with_strategy(odd, 4, sp(hybrid(2, 2)))));
+    ASSERT_FALSE(issues.empty());
+    EXPECT_EQ(issues[0].path, "data.seq_len");
+    EXPECT_NE(issues[0].message.find("7 positions do not divide over tp 2"), std::string::npos) << issues[0].message;
+}
+
 TEST(Hybrid, RefusesWhatItCannotRun) {
     struct Case {
         json strategy;
@@ -355,8 +400,6 @@ TEST(Hybrid, RefusesWhatItCannotRun) {
          "2 stages · 4 chunks = 8 model chunks for a model of 6 top-level layers"},
         {interleaved(2, 1, 1, 2, 2), 2, json::object(), "strategy.pp",
          "interleaved_1f1b needs at least 2 pipeline stages, got 1"},
-        {{{"type", "hybrid"}, {"dp", 2}, {"tp", 2}, {"sequence_parallel", true}}, 4, json::object(),
-         "strategy.sequence_parallel", "not supported yet"},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.strategy.dump());
