@@ -34,6 +34,7 @@
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/designer/model_designer.h"
 #include "ui/panels/experiment/experiment_panel.h"
+#include "ui/panels/lessons/lessons_panel.h"
 #include "ui/panels/plan/plan_panel.h"
 #include "ui/panels/runs/runs_panel.h"
 #include "ui/panels/timeline/timeline_panel.h"
@@ -72,6 +73,7 @@ MainWindow::MainWindow(QWidget* parent)
       m_timeline(new TimelinePanel),
       m_runs(new RunsPanel),
       m_planPanel(new PlanPanel),
+      m_lessonsPanel(new LessonsPanel),
       m_tabs(new QTabWidget),
       m_controller(new RunController(this)),
       m_cluster(new ClusterRunController(this)),
@@ -91,6 +93,11 @@ MainWindow::MainWindow(QWidget* parent)
     m_tabs->addTab(m_runs, tr("Runs"));
     m_tabs->addTab(m_planPanel, tr("Plan"));
     m_planPanel->setRunHereHandler([this](const config::Experiment& e) { return runPlanned(e); });
+    m_tabs->addTab(m_lessonsPanel, tr("Lessons"));
+    m_lessonsPanel->setOpenExperimentHandler([this](const QString& path) {
+        if (m_active->isRunning()) return tr("a run is going: stop it first");
+        return openExperiment(path);
+    });
     splitter->addWidget(m_tabs);
     splitter->setStretchFactor(1, 1);
     // Wide enough for the layer stack's rows ("transformer_block ×4  4 heads, ffn 512").

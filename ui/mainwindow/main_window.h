@@ -26,6 +26,7 @@ class DataPanel;
 class DeviceDashboard;
 class DevicesPanel;
 class ExperimentPanel;
+class LessonsPanel;
 class LossPlotPanel;
 class ModelDesigner;
 class PlanPanel;
@@ -67,6 +68,8 @@ public:
     // The Plan tab: the planner's sweep of the current experiment; its Run here comes back
     // through runPlanned.
     PlanPanel* planPanel() const { return m_planPanel; }
+    // The Lessons tab: built-in and teachers' lessons; its "Open experiment" is openExperiment.
+    LessonsPanel* lessonsPanel() const { return m_lessonsPanel; }
     // Where File ▸ Save writes (empty or an example's ":/..." path: Save asks where).
     QString currentPath() const { return m_currentPath; }
     // Run here: shows `e` (a scaled-down configuration of the Plan tab) as the window's
@@ -170,6 +173,7 @@ private:
     TimelinePanel* m_timeline;
     RunsPanel* m_runs;
     PlanPanel* m_planPanel;
+    LessonsPanel* m_lessonsPanel;
     QTabWidget* m_tabs;
     RunController* m_controller;
     ClusterRunController* m_cluster;
