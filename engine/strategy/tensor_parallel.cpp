@@ -32,7 +32,8 @@
 // Every device starts from slices of `reference` and steps its own shards with its own
 // optimizer (element-wise, so the shards' steps are the single device's); parameters() puts
 // the shards together in the single device's order, and predict() runs that whole model on
-// the host.
+// the host. A checkpoint holds that whole model and its whole optimizer state, put together
+// the same way; a resume cuts them again.
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -170,6 +171,103 @@ public:
     }
 
     std::vector<Tensor> buffers() override { return host_copies(m_models[0]->buffers()); }
+
+    // A checkpoint holds the single device's layout: the whole parameters (parameters()) and
+    // each parameter's whole optimizer state, put together from the devices' slices as the
+    // parameters are (element-wise optimizers: a slice's state is the whole state's slice); a
+    // replicated parameter's state is device 0's, the same on every device. A resume cuts them
+    // again.
+    const char* why_no_checkpoint() const override { return nullptr; }
+
+    TrainingState save_state() override {
+        TrainingState st;
+        st.parameters = parameters();
+        st.buffers = buffers();
+        const optim::Optimizer& opt0 = *m_optimizers[0];
+        st.optimizer_state_names = opt0.state_names();
+        st.optimizer_steps = opt0.steps_taken();
+        if (m_scalers[0]) {
+            st.has_scaler = true;
+            st.scaler = m_scalers[0]->state();
+        }
+        st.optimizer_state.assign(m_shapes.size(), {});
+        if (opt0.state().empty()) return st;  // before the first step
+        std::vector<std::vector<std::vector<Tensor>>> shards;  // [rank][parameter][state]
+        for (const auto& opt : m_optimizers) {
+            std::vector<std::vector<Tensor>> of_rank;
+            for (const auto& per_param : opt->state()) of_rank.push_back(host_copies(per_param));
+            shards.push_back(std::move(of_rank));
+        }
+        for (size_t i = 0; i < m_shapes.size(); ++i)
+            for (size_t j = 0; j < st.optimizer_state_names.size(); ++j) {
+                std::vector<const Tensor*> of_i;
+                for (const auto& shard : shards) of_i.push_back(&shard[i][j]);
+                st.optimizer_state[i].push_back(join_shards(m_shapes[i], m_cuts[i], of_i));
+            }
+        return st;
+    }
+
+    // Each device's slices of the checkpoint's parameters and optimizer state, cut as setup
+    // cuts the reference's. Everything is checked before anything changes, so that a checkpoint
+    // that does not fit leaves the shards as they were.
+    void load_state(const TrainingState& st) override {
+        const size_t n = m_shapes.size();
+        if (st.parameters.size() != n)
+            throw Error("the checkpoint holds " + std::to_string(st.parameters.size()) +
+                        " parameters, the model " + std::to_string(n));
+        const auto buffers0 = m_models[0]->buffers();
+        if (st.buffers.size() != buffers0.size())
+            throw Error("the checkpoint holds " + std::to_string(st.buffers.size()) + " buffers, the model " +
+                        std::to_string(buffers0.size()));
+        for (size_t i = 0; i < buffers0.size(); ++i)
+            if (!st.buffers[i].defined() || st.buffers[i].shape() != buffers0[i].shape())
+                throw Error("the checkpoint's buffer " + std::to_string(i) + " does not fit the model's " +
+                            buffers0[i].shape().to_string());
+        const size_t per_param = m_optimizers[0]->state_names().size();
+        const bool stepped = !st.optimizer_state.empty() && !st.optimizer_state[0].empty();
+        if (stepped && st.optimizer_state.size() != n)
+            throw Error("the checkpoint holds optimizer state for " + std::to_string(st.optimizer_state.size()) +
+                        " parameters, the model has " + std::to_string(n));
+        // f32 host copies of the whole tensors (slice_of reads f32).
+        const auto whole = [&](const Tensor& t, size_t i, const std::string& what) {
+            if (!t.defined() || t.shape() != m_shapes[i])
+                throw Error("the checkpoint's " + what + " of parameter " + std::to_string(i) + " is " +
+                            (t.defined() ? t.shape().to_string() : std::string("missing")) + "; the model's is " +
+                            m_shapes[i].to_string());
+            if (t.dtype() == DType::f32) return t;
+            Tensor f = Tensor::empty(t.shape(), DType::f32, detached_host_device(), MemCategory::workspace);
+            f.copy_from(t);
+            return f;
+        };
+        std::vector<Tensor> values;
+        std::vector<std::vector<Tensor>> state(n);
+        for (size_t i = 0; i < n; ++i) {
+            values.push_back(whole(st.parameters[i], i, "value"));
+            if (!stepped) continue;
+            if (st.optimizer_state[i].size() != per_param)
+                throw Error("the checkpoint holds " + std::to_string(st.optimizer_state[i].size()) +
+                            " optimizer state tensors of parameter " + std::to_string(i) + "; the optimizer has " +
+                            std::to_string(per_param));
+            for (const Tensor& t : st.optimizer_state[i]) state[i].push_back(whole(t, i, "optimizer state"));
+        }
+        for (size_t r = 0; r < m_models.size(); ++r) {
+            const int rank = static_cast<int>(r);
+            const auto& params = m_params[r];
+            for (size_t i = 0; i < n; ++i)
+                params[i]->value.copy_from(slice_of(values[i], params[i]->value.shape(), m_cuts[i], rank, m_world));
+            const auto bufs = m_models[r]->buffers();
+            for (size_t i = 0; i < bufs.size(); ++i) bufs[i].copy_from(st.buffers[i]);
+            // Before the first step an optimizer with state has none yet: the fresh one is it.
+            if (stepped || per_param == 0) {
+                std::vector<std::vector<Tensor>> mine(n);
+                for (size_t i = 0; i < n; ++i)
+                    for (const Tensor& t : state[i])
+                        mine[i].push_back(slice_of(t, params[i]->value.shape(), m_cuts[i], rank, m_world));
+                m_optimizers[r]->load_state(params, mine, st.optimizer_steps);
+            }
+            if (m_scalers[r] && st.has_scaler) m_scalers[r]->load_state(st.scaler);
+        }
+    }
 
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {

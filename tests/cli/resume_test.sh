@@ -2,7 +2,8 @@
 # `paralab run --resume RUN_ID` (docs/experiment-format.md): a run killed (SIGKILL) once it has
 # stored a checkpoint, then resumed, ends as the run that was never killed: the same final loss
 # in --json, the same stored final parameters, each step once in its records. A run without
-# checkpoints, a finished run and a corrupt checkpoint are refused with their reason.
+# checkpoints, a finished run and a corrupt checkpoint are refused with their reason. A
+# tensor_parallel run killed and resumed ends as its run never killed too.
 # Waits are conditions polled with a bound, never fixed sleeps.
 # Usage: resume_test.sh PARALAB
 set -u
@@ -165,6 +166,66 @@ text_id=$(json_field "$tmp/out" run_id)
 rc=$?
 [ "$rc" = 0 ] && python3 -c 'import sys; t=open(sys.argv[1]).read().rstrip("\n"); assert t.startswith("To be") and len(t) == 17, repr(t)' "$tmp/gen" \
     && ok "generate: 12 bytes after the prompt" || fail "generate: exit $rc"
+
+# tensor_parallel over two devices: each device holds its slices of the blocks, a checkpoint the
+# whole model. Killed once its second checkpoint exists, resumed: the run never killed, bit for bit.
+python3 -c 'import sys
+with open(sys.argv[1], "w") as f:
+    for i in range(200): f.write("Heads split over two devices, killed and resumed, line %d.\n" % i)' "$tmp/tp.txt"
+cat >"$tmp/tp.paralab.json" <<EOF
+{"paralab": 1, "name": "resume-tp", "seed": 5,
+ "data": {"dataset": "text", "path": "$tmp/tp.txt", "seq_len": 16, "batch_size": 8, "test_limit": 16},
+ "model": {"input": [16], "layers": [{"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
+           {"type": "transformer_block", "heads": 4, "ffn": 32, "repeat": 2}, {"type": "layernorm"},
+           {"type": "linear", "out": 256}], "loss": "cross_entropy"},
+ "devices": ["cpu:0", "cpu:1"],
+ "strategy": {"type": "tensor_parallel", "straggler": {"device": "cpu:1", "delay_ms": 2}},
+ "optimizer": {"type": "adamw", "lr": 0.003}, "schedule": {"type": "cosine", "warmup_steps": 20},
+ "train": {"epochs": 100, "max_steps": 1000, "checkpoint_every": 20}}
+EOF
+"$paralab" run "$tmp/tp.paralab.json" --db "$db" --json >"$tmp/whole" 2>"$tmp/err" || fail "tensor_parallel: uninterrupted run"
+tp_whole_id=$(json_field "$tmp/whole" run_id)
+tp_whole_loss=$(json_field "$tmp/whole" final_loss)
+"$paralab" run "$tmp/tp.paralab.json" --db "$db" --json >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+tp_killed_id=$((tp_whole_id + 1))
+tp_folder="$tmp/checkpoints/runs.db/run-$tp_killed_id"
+for _ in $(seq 12000); do
+    [ -e "$tp_folder/step-40.safetensors" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.01
+done
+kill -KILL "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+pid=
+if [ -s "$tmp/out" ]; then fail "tensor_parallel: the run ended before it could be killed"; fi
+"$paralab" run --resume "$tp_killed_id" --db "$db" --json >"$tmp/out" 2>"$tmp/err"
+rc=$?
+tp_from=$(sed -n 's/.*resumed run [0-9]* from step \([0-9]*\).*/\1/p' "$tmp/err")
+[ "$rc" = 0 ] && [ -n "$tp_from" ] && ok "tensor_parallel: killed run resumed from step $tp_from" \
+    || fail "tensor_parallel: resume exit $rc"
+[ "$(json_field "$tmp/out" status)" = finished ] && [ "$(json_field "$tmp/out" steps)" = 1000 ] \
+    && ok "tensor_parallel: resumed run finished its 1000 steps" || fail "tensor_parallel: resumed run not finished"
+[ "$(json_field "$tmp/out" final_loss)" = "$tp_whole_loss" ] && ok "tensor_parallel: final loss equal ($tp_whole_loss)" \
+    || fail "tensor_parallel: final loss $(json_field "$tmp/out" final_loss) != $tp_whole_loss"
+python3 - "$tmp/checkpoints/runs.db/run-$tp_whole_id/step-1000.safetensors" "$tp_folder/step-1000.safetensors" <<'EOF' \
+    && ok "tensor_parallel: final parameters and optimizer state equal bit for bit" || fail "tensor_parallel: final checkpoints differ"
+import json, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    data = b[8 + n:]
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items() if k != "__metadata__"}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys() and any(k.startswith("optim.layers.") for k in a), sorted(a)[:5]
+assert all(a[k] == b[k] for k in a), [k for k in a if a[k] != b[k]]
+EOF
+# The checkpoint holds the whole model: export writes it, and one device starts from it.
+"$paralab" export "$tp_killed_id" --weights "$tmp/tp.safetensors" --db "$db" 2>"$tmp/err" \
+    && "$paralab" run "$tmp/tp.paralab.json" --init "$tmp/tp.safetensors" --devices cpu:0 --strategy single \
+        --steps 1 --db "$db" >/dev/null 2>>"$tmp/err" \
+    && ok "tensor_parallel: export, then run --init on one device" || fail "tensor_parallel: export or --init"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

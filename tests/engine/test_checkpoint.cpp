@@ -1,7 +1,8 @@
 // Checkpoints and resume (engine/run/checkpoint.h): a run stopped at a chosen step and resumed
 // from its checkpoint ends with the parameters of the run that was never stopped, bit for bit,
-// for every strategy that checkpoints; a corrupt or foreign checkpoint is refused with its reason
-// and the previous one used; a strategy that cannot checkpoint is refused.
+// for every strategy that checkpoints (tensor_parallel's on the miniature char-GPT, whose
+// checkpoints hold the single device's layout); a corrupt or foreign checkpoint is refused with
+// its reason and the previous one used; a strategy that cannot checkpoint is refused.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -136,6 +137,129 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"model_parallel", {{"type", "model_parallel"}}, 2},
         Case{"gpipe", {{"type", "pipeline"}, {"schedule", "gpipe"}, {"micro_batches", 4}}, 2},
         Case{"onef1b", {{"type", "pipeline"}, {"schedule", "1f1b"}, {"micro_batches", 4}}, 3}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// ---- tensor_parallel: shards written whole, cut again on resume -------------------------------
+
+// The char-GPT in miniature (strategy_testing::tiny_gpt: two blocks of 4 heads, AdamW) for 12
+// steps, a checkpoint every 4.
+json gpt_experiment(const json& strategy, int devices) {
+    static const std::string corpus =
+        text_corpus("ckpt-gpt", "Cut the heads over the devices, stop, resume; the shards come back whole.", 120);
+    json j = tiny_gpt("ckpt-gpt", corpus);
+    j["train"]["max_steps"] = 12;
+    j["train"]["checkpoint_every"] = 4;
+    j["schedule"] = {{"type", "cosine"}, {"warmup_steps", 3}};
+    return with_strategy(j, devices, strategy);
+}
+
+// The checkpoint at `path` of the experiment `j`, read as a resume reads it.
+run::Checkpoint read_gpt_checkpoint(const json& j, const std::string& path) {
+    const config::Experiment e = run::parse_experiment(j);
+    auto device = make_cpu_device(0);
+    nn::Model model(e.layers, run::model_input_shape(e), e.loss, DType::f32, *device);
+    std::vector<Shape> shapes, buffer_shapes;
+    for (const nn::Param* p : model.parameters()) shapes.push_back(p->value.shape());
+    for (const Tensor& b : model.buffers()) buffer_shapes.push_back(b.shape());
+    return run::read_checkpoint(path, e, run::checkpoint_names(model), shapes, buffer_shapes);
+}
+
+// Largest |a - b| of each tensor pair relative to the largest |a| of that tensor (optimizer
+// moments are far below 1, where max_rel_diff's 1 + scale would hide any difference).
+double max_diff_per_tensor(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double worst = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+        EXPECT_EQ(a[i].shape(), b[i].shape()) << "tensor " << i;
+        if (a[i].shape() != b[i].shape()) return INFINITY;
+        double diff = 0, scale = 0;
+        for (int64_t k = 0; k < a[i].numel(); ++k) {
+            const double x = a[i].data<float>()[k], y = b[i].data<float>()[k];
+            diff = std::max(diff, std::abs(x - y));
+            scale = std::max(scale, std::abs(x));
+        }
+        worst = std::max(worst, diff / std::max(scale, 1e-30));
+    }
+    return worst;
+}
+
+class TensorParallelResumesExactly : public ::testing::TestWithParam<Case> {};
+
+// Stopped at step 7 and resumed, a tensor_parallel run ends with the uninterrupted run's
+// parameters bit for bit. Its checkpoints hold the single device's layout: the stopped run's
+// last checkpoint holds the whole parameters the run ended with, and the periodic one at step 4
+// holds, tensor by tensor, the parameters and AdamW moments of a single device's run at step 4.
+TEST_P(TensorParallelResumesExactly, StoppedAndResumedEndsAsTheUninterruptedRun) {
+    const Case& c = GetParam();
+    const json j = gpt_experiment(c.strategy, c.devices);
+    const Result whole = run_it(j);
+    ASSERT_EQ(whole.summary.status, "finished") << whole.summary.error;
+    ASSERT_EQ(whole.summary.steps, 12);
+
+    TempDir single_dir(std::string(c.name) + "-single");
+    {
+        run::RunControl control;
+        run::Checkpointing cp;
+        cp.folder = single_dir.path.string();
+        control.checkpoints = &cp;
+        ASSERT_EQ(run_it(gpt_experiment({{"type", "single"}}, 1), nullptr, &control).summary.status, "finished");
+    }
+
+    TempDir dir(c.name);
+    {
+        run::RunControl control;
+        run::Checkpointing cp;
+        cp.folder = dir.path.string();
+        control.checkpoints = &cp;
+        StopAt stop(control, 7);
+        const Result stopped = run_it(j, &stop, &control);
+        ASSERT_EQ(stopped.summary.status, "stopped") << stopped.summary.error;
+        ASSERT_GE(stopped.summary.steps, 7);
+        ASSERT_LT(stopped.summary.steps, 12);
+        const auto files = run::checkpoint_files(dir.path.string());
+        ASSERT_FALSE(files.empty());
+        EXPECT_EQ(fs::path(files.front()).filename(),
+                  "step-" + std::to_string(stopped.summary.steps) + ".safetensors");
+        const run::Checkpoint last = read_gpt_checkpoint(j, files.front());
+        expect_bitwise_equal(last.state.parameters, stopped.artifacts.parameters);
+
+        const fs::path at4 = dir.path / "step-4.safetensors";
+        ASSERT_TRUE(fs::exists(at4));
+        const run::Checkpoint mine = read_gpt_checkpoint(j, at4.string());
+        const run::Checkpoint single =
+            read_gpt_checkpoint(gpt_experiment({{"type", "single"}}, 1), (single_dir.path / "step-4.safetensors").string());
+        EXPECT_EQ(mine.state.optimizer_steps, 4);
+        EXPECT_EQ(mine.state.optimizer_state_names, single.state.optimizer_state_names);
+        EXPECT_LE(max_rel_diff(single.state.parameters, mine.state.parameters), 1e-5);
+        ASSERT_EQ(mine.state.optimizer_state.size(), single.state.optimizer_state.size());
+        for (size_t i = 0; i < single.state.optimizer_state.size(); ++i)
+            EXPECT_LE(max_diff_per_tensor(single.state.optimizer_state[i], mine.state.optimizer_state[i]), 1e-5)
+                << "optimizer state of parameter " << i;
+    }
+
+    run::RunControl control;
+    run::Checkpointing cp;
+    cp.folder = dir.path.string();
+    cp.resume = true;
+    control.checkpoints = &cp;
+    const Result resumed = run_it(j, nullptr, &control);
+    EXPECT_GE(cp.resumed_from_step, 7);  // the stop's own checkpoint, not the periodic one at 4
+    EXPECT_LT(cp.resumed_from_step, 12);
+    ASSERT_EQ(resumed.summary.status, "finished") << resumed.summary.error;
+    EXPECT_EQ(resumed.summary.steps, whole.summary.steps);
+    EXPECT_EQ(resumed.summary.final_loss, whole.summary.final_loss);
+    expect_bitwise_equal(resumed.artifacts.parameters, whole.artifacts.parameters);
+    const auto files = run::checkpoint_files(dir.path.string());
+    ASSERT_EQ(files.size(), static_cast<size_t>(run::kCheckpointsKept));
+    EXPECT_EQ(fs::path(files.front()).filename(), "step-12.safetensors");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, TensorParallelResumesExactly,
+    ::testing::Values(Case{"tensor_parallel2", {{"type", "tensor_parallel"}}, 2},
+                      Case{"tensor_parallel4", {{"type", "tensor_parallel"}}, 4},
+                      Case{"sequence_parallel2", {{"type", "tensor_parallel"}, {"sequence_parallel", true}}, 2},
+                      Case{"sequence_parallel4", {{"type", "tensor_parallel"}, {"sequence_parallel", true}}, 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Checkpoint, ACorruptCheckpointIsRefusedAndThePreviousOneUsed) {

@@ -1,7 +1,7 @@
 // Checkpoints of runs on GPUs (engine/run/checkpoint.h): fp16 mixed precision, whose loss
 // scaler's state is part of a checkpoint, stopped at a chosen step and resumed, ends with the
 // parameters of the run never stopped, bit for bit; on one GPU and sharded over two virtual
-// GPUs. SKIPPED without a GPU (the fake-GPU build runs it on the host).
+// GPUs (tensor_parallel's shards too). SKIPPED without a GPU (the fake-GPU build runs it on the host).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../engine/strategy_testing.h"
+#include "engine/device/device.h"
 #include "engine/run/checkpoint.h"
 #include "gpu_testing.h"
 
@@ -82,6 +83,92 @@ INSTANTIATE_TEST_SUITE_P(
         if (s.contains("stage")) name += std::to_string(s["stage"].get<int>());
         return name;
     });
+
+// tensor_parallel on two virtual GPUs in fp16 (the shards agree on overflow; the scaler's state
+// is device 0's, the same on both), with and without sequence parallelism: the miniature
+// char-GPT stopped at step 7 and resumed ends as the run never stopped, bit for bit: its
+// parameters, and its last checkpoint's optimizer state and loss scaler position.
+class GpuTensorParallelCheckpoints : public gpu_testing::GpuParamTest<bool> {};
+
+TEST_P(GpuTensorParallelCheckpoints, Fp16StoppedAndResumedEndsAsTheUninterruptedRun) {
+    using strategy_testing::run_it;
+    static const std::string corpus =
+        strategy_testing::text_corpus("gpu-tp-ckpt", "Half-precision shards, stopped and resumed,", 80);
+    json j = strategy_testing::tiny_gpt("gpu-tp-ckpt", corpus);
+    j["train"]["precision"] = "fp16";
+    j["train"]["max_steps"] = 12;
+    j["train"]["checkpoint_every"] = 4;
+    j["devices"] = {"cuda:0", "cuda:0"};
+    j["strategy"] = {{"type", "tensor_parallel"}, {"sequence_parallel", GetParam()}};
+    const fs::path folder =
+        fs::temp_directory_path() / ("paralab-gpu-tp-ckpt-" + std::to_string(::getpid()));
+    const fs::path whole_folder = folder.string() + "-whole";
+    fs::remove_all(folder);
+    fs::remove_all(whole_folder);
+    strategy_testing::Result whole;
+    {
+        run::RunControl control;
+        run::Checkpointing cp;
+        cp.folder = whole_folder.string();
+        control.checkpoints = &cp;
+        whole = run_it(j, nullptr, &control);
+    }
+    ASSERT_EQ(whole.summary.status, "finished") << whole.summary.error;
+    {
+        run::RunControl control;
+        run::Checkpointing cp;
+        cp.folder = folder.string();
+        control.checkpoints = &cp;
+        StopAt stop(control, 7);
+        EXPECT_EQ(run_it(j, &stop, &control).summary.status, "stopped");
+    }
+    run::RunControl control;
+    run::Checkpointing cp;
+    cp.folder = folder.string();
+    cp.resume = true;
+    control.checkpoints = &cp;
+    const auto resumed = run_it(j, nullptr, &control);
+    // The last checkpoints of both runs: the same tensors (parameters and AdamW moments) and
+    // the same loss scaler position (its clean steps counted across the resume).
+    const config::Experiment e = run::parse_experiment(j);
+    auto host = make_cpu_device(0);
+    nn::Model model(e.layers, run::model_input_shape(e), e.loss, DType::f32, *host);
+    std::vector<Shape> shapes;
+    for (const nn::Param* p : model.parameters()) shapes.push_back(p->value.shape());
+    const auto last = [&](const fs::path& f) {
+        return run::read_checkpoint((f / "step-12.safetensors").string(), e, run::checkpoint_names(model), shapes, {});
+    };
+    const run::Checkpoint want = last(whole_folder), got = last(folder);
+    fs::remove_all(folder);
+    fs::remove_all(whole_folder);
+    ASSERT_TRUE(want.state.has_scaler && got.state.has_scaler);
+    EXPECT_EQ(got.state.scaler.scale, want.state.scaler.scale);
+    EXPECT_EQ(got.state.scaler.clean, want.state.scaler.clean);
+    EXPECT_EQ(got.state.scaler.skipped, want.state.scaler.skipped);
+    EXPECT_EQ(got.state.optimizer_steps, want.state.optimizer_steps);
+    ASSERT_EQ(got.state.optimizer_state.size(), want.state.optimizer_state.size());
+    for (size_t i = 0; i < want.state.optimizer_state.size(); ++i) {
+        ASSERT_EQ(got.state.optimizer_state[i].size(), want.state.optimizer_state[i].size());
+        for (size_t k = 0; k < want.state.optimizer_state[i].size(); ++k)
+            EXPECT_EQ(0, std::memcmp(got.state.optimizer_state[i][k].raw(), want.state.optimizer_state[i][k].raw(),
+                                     want.state.optimizer_state[i][k].nbytes()))
+                << "optimizer state " << k << " of parameter " << i << " differs";
+    }
+    ASSERT_EQ(resumed.summary.status, "finished") << resumed.summary.error;
+    EXPECT_GE(cp.resumed_from_step, 7);
+    EXPECT_LT(cp.resumed_from_step, 12);
+    const auto& a = resumed.artifacts.parameters;
+    const auto& b = whole.artifacts.parameters;
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_EQ(0, std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes()))
+            << "tensor " << i << " differs";
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, GpuTensorParallelCheckpoints, ::testing::Bool(),
+                         [](const auto& info) {
+                             return std::string(info.param ? "sequence_parallel" : "tensor_parallel");
+                         });
 
 }  // namespace
 }  // namespace paralab
