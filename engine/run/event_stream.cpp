@@ -20,7 +20,8 @@ double number_from(const json& j) { return j.is_null() ? std::numeric_limits<dou
 json memory_json(const MemoryStats& m) {
     return json{{"current", m.current},           {"peak", m.peak},
                 {"current_total", m.current_total}, {"peak_total", m.peak_total},
-                {"cached", m.cached_bytes},         {"system_allocs", m.system_allocs}};
+                {"cached", m.cached_bytes},         {"system_allocs", m.system_allocs},
+                {"step_peak_total", m.step_peak_total}, {"at_step_peak", m.at_step_peak}};
 }
 
 MemoryStats memory_from(const json& j) {
@@ -31,6 +32,11 @@ MemoryStats memory_from(const json& j) {
     m.peak_total = j.at("peak_total").get<int64_t>();
     m.cached_bytes = j.at("cached").get<int64_t>();
     m.system_allocs = j.at("system_allocs").get<int64_t>();
+    // A stream written before the step peak was kept has none.
+    if (j.contains("step_peak_total")) {
+        m.step_peak_total = j.at("step_peak_total").get<int64_t>();
+        m.at_step_peak = j.at("at_step_peak").get<decltype(m.at_step_peak)>();
+    }
     return m;
 }
 

@@ -300,6 +300,7 @@ void rank_main(Shared& sh, int index) {
             }
             for (int64_t i = first_batch; i < sh.steps_per_epoch && step < sh.ctx.total_steps; ++i) {
                 if (!begin_step(sh, rank, step + 1)) return sh.strategy.finish_rank(rank);
+                rank.device().allocator().begin_step();  // the record's step peak: this step's
                 const auto t_wait = Clock::now();
                 if (loader) {
                     PARALAB_CHECK(loader->next(batch), "the loader ended an epoch early");

@@ -560,7 +560,9 @@ void RunStore::add_records(int64_t run_id, const std::vector<config::StepRecord>
             if (std::isfinite(r.loss)) s.bind(6, r.loss);
             else s.bind_null(6);
             s.bind(7, r.samples).bind(8, r.compute_ms).bind(9, r.comm_ms).bind(10, r.idle_ms);
-            s.bind(11, r.data_wait_ms).bind(12, r.memory.current_total).bind(13, r.lr);
+            // The step's peak (activations included); a record without one, what was live at its end.
+            const int64_t memory = r.memory.step_peak_total > 0 ? r.memory.step_peak_total : r.memory.current_total;
+            s.bind(11, r.data_wait_ms).bind(12, memory).bind(13, r.lr);
             s.step();
             s.reset();
         }

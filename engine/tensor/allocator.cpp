@@ -58,6 +58,10 @@ void* Allocator::allocate(size_t bytes, MemCategory category) {
     if (m_stats.current[c] > m_stats.peak[c]) m_stats.peak[c] = m_stats.current[c];
     m_stats.current_total += static_cast<int64_t>(size);
     if (m_stats.current_total > m_stats.peak_total) m_stats.peak_total = m_stats.current_total;
+    if (m_stats.current_total > m_stats.step_peak_total) {
+        m_stats.step_peak_total = m_stats.current_total;
+        m_stats.at_step_peak = m_stats.current;
+    }
     return ptr;
 }
 
@@ -81,6 +85,12 @@ void Allocator::reset_peak() {
     std::lock_guard lock(m_mutex);
     m_stats.peak = m_stats.current;
     m_stats.peak_total = m_stats.current_total;
+}
+
+void Allocator::begin_step() {
+    std::lock_guard lock(m_mutex);
+    m_stats.step_peak_total = m_stats.current_total;
+    m_stats.at_step_peak = m_stats.current;
 }
 
 void Allocator::release_cached() {

@@ -43,6 +43,11 @@ struct MemoryStats {
     int64_t peak_total = 0;     // high-water mark of the sum (not the sum of the peaks)
     int64_t cached_bytes = 0;   // freed blocks held for reuse
     int64_t system_allocs = 0;  // calls that reached the system allocator
+    // The step's high-water mark of current_total since Allocator::begin_step, and the bytes by
+    // category at that moment: a training step's memory with its activations, which `current`
+    // at the step's end no longer holds (backward freed them).
+    int64_t step_peak_total = 0;
+    std::array<int64_t, kMemCategoryCount> at_step_peak{};
 };
 
 // Thread-safe. Subclasses provide the raw memory (host, CUDA).
@@ -58,6 +63,9 @@ public:
 
     MemoryStats stats() const;
     void reset_peak();
+    // A training step starts: its high-water mark (step_peak_total, at_step_peak) starts again
+    // from what is live now. The run's peak (peak_total) is not touched.
+    void begin_step();
     // Returns cached blocks to the system.
     void release_cached();
     // 0 = unlimited. A virtual device may be given a budget so that out-of-memory can be taught.

@@ -149,8 +149,7 @@ TEST(Stages, BatchNormBuffersMatchSingleWithOneMicroBatch) {
 
 // ---- memory: GPipe's activations grow with the micro-batches, 1F1B's do not -------------------
 
-MemoryStats stage_memory(const std::string& schedule, int micro_batches,
-                         const std::string& device) {
+json staged_mlp(const std::string& schedule, int micro_batches) {
     // Micro-batches of 16 rows each, so that a micro-batch's activations stay the same size.
     json j = spirals_mlp();
     j["data"]["batch_size"] = 16 * micro_batches;
@@ -158,11 +157,44 @@ MemoryStats stage_memory(const std::string& schedule, int micro_batches,
     j["train"]["max_steps"] = 2;
     j["model"]["layers"][0]["out"] = 128;
     j["model"]["layers"][3]["out"] = 128;
-    j = with_strategy(
-        j, 3, {{"type", "pipeline"}, {"micro_batches", micro_batches}, {"schedule", schedule}});
-    const Result& r = run_it(j);
+    return with_strategy(j, 3, {{"type", "pipeline"}, {"micro_batches", micro_batches}, {"schedule", schedule}});
+}
+
+MemoryStats stage_memory(const std::string& schedule, int micro_batches, const std::string& device) {
+    const Result& r = run_it(staged_mlp(schedule, micro_batches));
     EXPECT_EQ(r.summary.status, "finished") << r.summary.error;
     return r.artifacts.memory.at(device);
+}
+
+// Each step's record carries the step's peak and the categories at that moment: its
+// activations, which the step's end no longer holds. GPipe's step holds all 9 micro-batches' on
+// the first stage, 1F1B's at most 3; the run's peak is the largest step's.
+TEST(Stages, StepRecordsCarryTheStepsPeakWithItsActivations) {
+    constexpr auto act = static_cast<size_t>(MemCategory::activations);
+    struct Last : run::RunObserver {
+        std::map<std::string, config::StepRecord> by_device;
+        void on_step(const config::StepRecord& r) override { by_device[r.device] = r; }
+    };
+    std::map<std::string, config::StepRecord> last;
+    std::map<std::string, MemoryStats> run_peak;
+    for (const std::string schedule : {"gpipe", "1f1b"}) {
+        Last observer;
+        const Result r = run_it(staged_mlp(schedule, 9), &observer);
+        ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+        last[schedule] = observer.by_device.at("cpu:0");
+        run_peak[schedule] = r.artifacts.memory.at("cpu:0");
+    }
+    for (const auto& [schedule, record] : last) {
+        SCOPED_TRACE(schedule);
+        const MemoryStats& m = record.memory;
+        EXPECT_GT(m.step_peak_total, m.current_total);
+        EXPECT_GT(m.at_step_peak[act], m.current[act]);
+        int64_t sum = 0;
+        for (const int64_t bytes : m.at_step_peak) sum += bytes;
+        EXPECT_EQ(sum, m.step_peak_total);
+        EXPECT_LE(m.step_peak_total, run_peak[schedule].peak_total);
+    }
+    EXPECT_GT(last["gpipe"].memory.at_step_peak[act], 2 * last["1f1b"].memory.at_step_peak[act]);
 }
 
 TEST(Stages, GpipeActivationsGrowWithMicroBatchesOneF1BStayBounded) {

@@ -10,6 +10,36 @@ using namespace paralab;
 
 namespace {
 
+// A step's peak: begin_step starts it from what is live; it follows current_total up, never
+// down, and keeps the categories as they were at the top; the run's peak is another count.
+TEST(Allocator, KeepsTheStepsPeakAndItsCategories) {
+    auto dev = make_cpu_device(0);
+    Allocator& a = dev->allocator();
+    const size_t acts = size_t(MemCategory::activations), grads = size_t(MemCategory::gradients);
+    Tensor params = Tensor::zeros({16}, DType::f32, *dev, MemCategory::parameters);  // 64 B
+    {
+        Tensor big = Tensor::empty({1000}, DType::f32, *dev, MemCategory::activations);  // 4000 B
+        a.begin_step();
+        EXPECT_EQ(a.stats().step_peak_total, 64 + 4032);
+    }
+    a.begin_step();  // the step starts with the parameters alone
+    EXPECT_EQ(a.stats().step_peak_total, 64);
+    {
+        Tensor x = Tensor::empty({100}, DType::f32, *dev, MemCategory::activations);  // 448 B
+        Tensor y = Tensor::empty({200}, DType::f32, *dev, MemCategory::activations);  // 832 B
+    }  // backward freed them
+    Tensor g = Tensor::zeros({16}, DType::f32, *dev, MemCategory::gradients);
+    const MemoryStats s = a.stats();
+    EXPECT_EQ(s.current_total, 64 + 64);
+    EXPECT_EQ(s.step_peak_total, 64 + 448 + 832);
+    EXPECT_EQ(s.at_step_peak[acts], 448 + 832);
+    EXPECT_EQ(s.at_step_peak[grads], 0);  // the gradients came after the top
+    EXPECT_EQ(s.peak_total, 64 + 4032);   // the run's peak: the first block
+    a.begin_step();
+    EXPECT_EQ(a.stats().step_peak_total, 128);
+    EXPECT_EQ(a.stats().at_step_peak[grads], 64);
+}
+
 TEST(Allocator, AccountsBytesPerCategoryAndPeak) {
     auto dev = make_cpu_device(0);
     {

@@ -157,6 +157,7 @@ private slots:
     void xAxisSwitchKeepsThePoints();
     void trainingPlotByWallTime();
     void memoryStacksAddUpToTheDeviceTotal();
+    void memoryShowsTheStepsPeak();
     void breakdownIsTheMeanOfTheLastSteps();
     void phaseFamilies_data();
     void phaseFamilies();
@@ -373,6 +374,24 @@ void TestDashboard::memoryStacksAddUpToTheDeviceTotal() {
         }
         QCOMPARE(sum, static_cast<double>(latest.memory.current_total));
     }
+}
+
+// A record with the step's peak shows the step at its peak, activations included, not what was
+// live at its end.
+void TestDashboard::memoryShowsTheStepsPeak() {
+    DeviceDashboard d;
+    StepRecord r = deviceRecord(0, 1);
+    const size_t acts = static_cast<size_t>(paralab::MemCategory::activations);
+    r.memory.at_step_peak = r.memory.current;
+    r.memory.at_step_peak[acts] += 5000000;  // freed by the step's end
+    r.memory.step_peak_total = r.memory.current_total + 5000000;
+    d.addDeviceSteps({r});
+    double sum = 0;
+    for (int c = 0; c < static_cast<int>(paralab::kMemCategoryCount); ++c) {
+        QCOMPARE(d.memoryBar(kDevices[0], c), static_cast<double>(r.memory.at_step_peak[static_cast<size_t>(c)]));
+        sum += d.memoryBar(kDevices[0], c);
+    }
+    QCOMPARE(sum, static_cast<double>(r.memory.step_peak_total));
 }
 
 void TestDashboard::breakdownIsTheMeanOfTheLastSteps() {

@@ -205,8 +205,8 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
     p.loss->yAxis->setLabel(tr("loss"));
     p.rate = makePlot(tr("Throughput"));
     p.rate->yAxis->setLabel(tr("samples/s"));
-    p.memory = makePlot(tr("Memory by category (latest step)"));
-    p.memoryTime = makePlot(tr("Memory in use over time"));
+    p.memory = makePlot(tr("Memory by category at the latest step's peak"));
+    p.memoryTime = makePlot(tr("Memory at each step's peak"));
     p.breakdown = makePlot(QString());
     p.breakdownTitle = qobject_cast<QCPTextElement*>(p.breakdown->plotLayout()->element(0, 0));
     p.breakdown->yAxis->setLabel(tr("ms per step"));
@@ -400,8 +400,11 @@ void DeviceDashboard::append(Series& s, const config::StepRecord& r) {
     const double previousWall = s.rows.empty() ? 0.0 : s.rows.back().wall;
     if (r.wall_s > previousWall) row.rate = row.samples / (r.wall_s - previousWall);
     row.ms = {r.compute_ms, r.comm_ms, r.idle_ms, r.data_wait_ms};
-    for (int c = 0; c < kCategories; ++c) row.memory[static_cast<size_t>(c)] = r.memory.current[static_cast<size_t>(c)];
-    row.memoryTotal = r.memory.current_total;
+    // The step at its peak, activations included (a record without one: what was live at its end).
+    const bool peak = r.memory.step_peak_total > 0;
+    for (int c = 0; c < kCategories; ++c)
+        row.memory[static_cast<size_t>(c)] = (peak ? r.memory.at_step_peak : r.memory.current)[static_cast<size_t>(c)];
+    row.memoryTotal = peak ? r.memory.step_peak_total : r.memory.current_total;
     s.rows.push_back(row);
 
     Plots& p = *m_plots;
