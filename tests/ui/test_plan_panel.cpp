@@ -550,6 +550,10 @@ private slots:
         QVERIFY(w.grab().save(QDir(dir).filePath(QStringLiteral("screenshot-plan.png"))));
         // And the tab as File ▸ Export writes it (for looking at, not for the docs).
         QVERIFY(panel->exportTab(QDir(dir).filePath(QStringLiteral("plan-export.png"))));
+        // The selected configuration's predicted step, on the page beside the sweep.
+        panel->pages()->setCurrentWidget(panel->timeline());
+        for (int i = 0; i < 4; ++i) QCoreApplication::processEvents();
+        QVERIFY(w.grab().save(QDir(dir).filePath(QStringLiteral("screenshot-plan-predicted.png"))));
     }
 };
 

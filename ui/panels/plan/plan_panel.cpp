@@ -17,6 +17,7 @@
 #include <QPushButton>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QThread>
 #include <QTimer>
 #include <QVBoxLayout>
@@ -122,6 +123,7 @@ PlanPanel::PlanPanel(QWidget* parent)
       m_memoryPlot(new QCustomPlot),
       m_breakdownPlot(new QCustomPlot),
       m_timeline(new TimelinePanel),
+      m_pages(new QTabWidget),
       m_runHere(new QPushButton(tr("Run here"))),
       m_runNote(new QLabel),
       m_export(new QPushButton(tr("Export…"))),
@@ -239,24 +241,24 @@ PlanPanel::PlanPanel(QWidget* parent)
     detailsLayout->addLayout(runRow);
     detailsLayout->addWidget(m_runNote);
 
+    // Left: the sweep, and the selected configuration's predicted step as a page beside it (at
+    // a projector's 720 lines there is no room for both above each other); right: its memory,
+    // where its step goes, Run here.
+    m_timeline->setObjectName(QStringLiteral("planTimeline"));
+    m_timeline->setStepsControlVisible(false);  // one predicted step
+    m_timeline->setTitle(tr("Predicted step"));
+    m_pages->setObjectName(QStringLiteral("planPages"));
+    m_pages->addTab(m_heatmap, tr("Sweep"));
+    m_pages->addTab(m_timeline, tr("Predicted step"));
     auto* top = new QSplitter(Qt::Horizontal);
-    top->addWidget(m_heatmap);
+    m_body = top;
+    top->addWidget(m_pages);
     top->addWidget(details);
     top->setStretchFactor(0, 1);
     top->setStretchFactor(1, 1);
     top->setSizes({1000, 1000});
     top->setChildrenCollapsible(false);
-    m_timeline->setObjectName(QStringLiteral("planTimeline"));
-    m_timeline->setStepsControlVisible(false);  // one predicted step
-    m_timeline->setMinimumHeight(330);  // stages' two lanes each, the legend, the bubble line
-    m_timeline->setTitle(tr("Predicted step"));
-    auto* body = new QSplitter(Qt::Vertical);
-    m_body = body;
-    body->addWidget(top);
-    body->addWidget(m_timeline);
-    body->setStretchFactor(0, 3);
-    body->setStretchFactor(1, 2);
-    body->setChildrenCollapsible(false);
+    auto* body = top;
 
     // On a small screen the tab scrolls rather than squeezing the plots.
     auto* content = new QWidget;
@@ -702,12 +704,11 @@ void PlanPanel::showCell(int index) {
     // step's tail (the exposed gradient synchronisation and the optimizer, the busiest device's).
     const int chunks = p.mesh.schedule == "interleaved_1f1b" ? p.mesh.interleave : 1;
     const int64_t operations = int64_t{2} * p.mesh.pp * chunks * p.mesh.micro_batches;
-    QString title = tr("Predicted step, one row per pipeline stage");
-    if (p.mesh.tp * p.mesh.dp > 1)
-        title += tr(" (each stage: tp·dp = %1 devices)").arg(p.mesh.tp * p.mesh.dp);
-    title += tr(" · %1, %2 micro-batches")
-                 .arg(QString::fromStdString(p.mesh.schedule))
-                 .arg(p.mesh.micro_batches);
+    // Short: a plot's title does not wrap, and the page is half the window.
+    QString title = tr("Predicted step · %1, %2 micro-batches")
+                        .arg(QString::fromStdString(p.mesh.schedule))
+                        .arg(p.mesh.micro_batches);
+    if (p.mesh.tp * p.mesh.dp > 1) title += tr(" · a stage = %1 devices").arg(p.mesh.tp * p.mesh.dp);
     if (operations > kMostDrawnOperations) {
         m_timeline->setPipeline(0, 0, {});
         m_timeline->setTitle(tr("%1 forwards and backwards: too many to draw; fewer micro-batches "

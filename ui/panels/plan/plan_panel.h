@@ -31,6 +31,7 @@ class QLabel;
 class QLineEdit;
 class QPushButton;
 class QSpinBox;
+class QTabWidget;
 class QThread;
 class QTimer;
 
@@ -70,6 +71,7 @@ public:
     double lastSweepSeconds() const { return m_seconds; }
     PlanHeatmap* heatmap() const { return m_heatmap; }
     TimelinePanel* timeline() const { return m_timeline; }  // the predicted step
+    QTabWidget* pages() const { return m_pages; }            // Sweep | Predicted step
     QCustomPlot* memoryPlot() const { return m_memoryPlot; }
     QCustomPlot* breakdownPlot() const { return m_breakdownPlot; }
     QPushButton* runHereButton() const { return m_runHere; }
@@ -157,6 +159,7 @@ private:
     QCustomPlot* m_memoryPlot;
     QCustomPlot* m_breakdownPlot;
     TimelinePanel* m_timeline;
+    QTabWidget* m_pages;  // the sweep, the predicted step
     QPushButton* m_runHere;
     QLabel* m_runNote;
     QPushButton* m_export;
