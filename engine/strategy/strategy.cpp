@@ -121,7 +121,7 @@ void Strategy::setup(RunContext& ctx, nn::Model& reference) {
         if (const char* why = single_process_only())
             throw ConfigError("strategy.type", m_name + " runs in one process (" + why +
                               "); run it without mpirun, or use ddp, zero, data_parallel, "
-                              "model_parallel or pipeline across processes");
+                              "model_parallel, pipeline or tensor_parallel across processes");
     if (const StrategyDescriptor* d = find_strategy(m_name)) check_device_count(*d, m_world);
     setup_impl(ctx, reference);
 }

@@ -34,6 +34,12 @@
 // the shards together in the single device's order, and predict() runs that whole model on
 // the host. A checkpoint holds that whole model and its whole optimizer state, put together
 // the same way; a resume cuts them again.
+//
+// Across the processes of an MPI job each process builds only its own devices' shards, and the
+// collectives above run over the job's group. parameters() is then collective over the
+// processes (one thread each, as the job calls it between steps): every process sends its
+// devices' slices to rank 0's process, which puts the whole model together there and offers it
+// to the job's gather; the others offer nothing. Checkpoints stay in one process.
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -69,20 +75,21 @@ int world_of(const config::Experiment& e) {
     return std::max<int>(1, static_cast<int>(e.devices.size()));
 }
 
-void check_tensor_parallel(const config::Experiment& e) {
+// The checks of the registry for `n` devices (a job's world, whose processes each list only
+// their own devices in e.devices).
+void check_split(const config::Experiment& e, int n) {
     if (option<bool>(e.strategy, "vocab_parallel"))
         throw ConfigError(
             "strategy.vocab_parallel",
             "not supported yet: tensor_parallel splits attention and transformer_block "
             "layers only; set it to false");
     // Sequence parallelism gives every device T/N positions of each sample.
-    if (option<bool>(e.strategy, "sequence_parallel") && world_of(e) > 1 && e.data.seq_len > 0 &&
-        e.data.seq_len % world_of(e) != 0)
+    if (option<bool>(e.strategy, "sequence_parallel") && n > 1 && e.data.seq_len > 0 &&
+        e.data.seq_len % n != 0)
         throw ConfigError("data.seq_len",
                           "sequence_parallel splits the sequence over the devices: " +
                               std::to_string(e.data.seq_len) + " positions do not divide over " +
-                              std::to_string(world_of(e)) + " devices");
-    const int n = world_of(e);
+                              std::to_string(n) + " devices");
     bool any = false;
     for_each_split_spec(
         e.layers, "model.layers", [&](const nn::LayerSpec& s, const std::string& path) {
@@ -101,6 +108,12 @@ void check_tensor_parallel(const config::Experiment& e) {
                           "tensor_parallel splits attention and transformer_block layers, and "
                           "this model has none; use ddp or pipeline for it");
 }
+
+void check_tensor_parallel(const config::Experiment& e) { check_split(e, world_of(e)); }
+
+// Tags of the shards sent to rank 0's process on the processes' communicator: apart from the
+// job's gather (engine/run/process_run.cpp) and any pipeline message tag.
+constexpr int kShardMaskTag = 30011, kShardTag = 30012;
 
 using namespace tensor_shards;
 
@@ -157,10 +170,11 @@ public:
     }
 
     // The whole model's parameters in the single device's order: each put together from the
-    // devices' slices (a replicated one from device 0).
+    // devices' slices (a replicated one from device 0). Across processes, on rank 0's process
+    // (the others list empty tensors: they hold no whole parameter).
     std::vector<Tensor> parameters() override {
-        std::vector<std::vector<Tensor>> shards;
-        for (auto& ps : m_params) shards.push_back(host_copies(ps));
+        std::vector<std::vector<Tensor>> shards = shards_on_rank0();
+        if (shards.empty()) return std::vector<Tensor>(m_shapes.size());
         std::vector<Tensor> out;
         for (size_t i = 0; i < m_cuts.size(); ++i) {
             std::vector<const Tensor*> of_i;
@@ -170,16 +184,24 @@ public:
         return out;
     }
 
-    std::vector<Tensor> buffers() override { return host_copies(m_models[0]->buffers()); }
+    // The same on every device: rank 0's process offers them.
+    std::vector<Tensor> buffers() override {
+        if (!m_ctx->is_local(0)) return std::vector<Tensor>(m_models[m_first_local]->buffers().size());
+        return host_copies(m_models[0]->buffers());
+    }
 
     // A checkpoint holds the single device's layout: the whole parameters (parameters()) and
     // each parameter's whole optimizer state, put together from the devices' slices as the
     // parameters are (element-wise optimizers: a slice's state is the whole state's slice); a
     // replicated parameter's state is device 0's, the same on every device. A resume cuts them
     // again.
-    const char* why_no_checkpoint() const override { return nullptr; }
+    const char* why_no_checkpoint() const override {
+        if (m_ctx && m_ctx->spans_processes()) return "its ranks run in several processes";
+        return nullptr;
+    }
 
     TrainingState save_state() override {
+        if (why_no_checkpoint()) return Strategy::save_state();
         TrainingState st;
         st.parameters = parameters();
         st.buffers = buffers();
@@ -211,6 +233,7 @@ public:
     // cuts the reference's. Everything is checked before anything changes, so that a checkpoint
     // that does not fit leaves the shards as they were.
     void load_state(const TrainingState& st) override {
+        if (why_no_checkpoint()) return Strategy::load_state(st);
         const size_t n = m_shapes.size();
         if (st.parameters.size() != n)
             throw Error("the checkpoint holds " + std::to_string(st.parameters.size()) +
@@ -272,13 +295,24 @@ public:
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
         const config::Experiment& e = *ctx.experiment;
-        check_tensor_parallel(e);
-        m_rank_of.assign(static_cast<size_t>(m_world), nullptr);
+        check_split(e, m_world);
+        const size_t world = static_cast<size_t>(m_world);
+        m_rank_of.assign(world, nullptr);
+        m_models.resize(world);
+        m_params.resize(world);
+        m_sliced.resize(world);
+        m_replicated.resize(world);
+        m_sequence_partial.resize(world);
+        m_optimizers.resize(world);
+        m_scalers.resize(world);
+        m_first_local = 0;
+        while (!ctx.is_local(m_first_local)) ++m_first_local;
         const auto ref_params = reference.parameters();
         const auto ref_buffers = reference.buffers();
         for (const nn::Param* p : ref_params) m_shapes.push_back(p->value.shape());
         const bool sequence = option<bool>(e.strategy, "sequence_parallel") && m_world > 1;
         for (int r = 0; r < m_world; ++r) {
+            if (!ctx.is_local(r)) continue;  // another process builds it
             Device& device = *ctx.devices[static_cast<size_t>(r)];
             nn::TensorShard shard{r, m_world, {}};
             if (m_world > 1) shard.all_reduce = [this, r](const Tensor& t) { all_reduce(r, t); };
@@ -293,7 +327,7 @@ protected:
                                             shard_preparer(e.layers, 0, SIZE_MAX, shard));
             model->set_recompute(nn::recompute_from_name(e.train.recompute));
             auto params = model->parameters();
-            if (r == 0) collect_cuts(model->net(), m_cuts);
+            if (r == m_first_local) collect_cuts(model->net(), m_cuts);
             PARALAB_CHECK(params.size() == ref_params.size() && m_cuts.size() == params.size(),
                           "tensor_parallel: the shard's parameters do not match the model's");
             // This device's slices of the reference.
@@ -306,21 +340,69 @@ protected:
             std::vector<nn::Param*> sliced, whole;
             for (size_t i = 0; i < params.size(); ++i)
                 (m_cuts[i].kind == Cut::Kind::whole ? whole : sliced).push_back(params[i]);
-            m_sequence_partial.push_back(sequence_partial_parameters(model->net()));
-            m_sliced.push_back(std::move(sliced));
-            m_replicated.push_back(std::move(whole));
-            m_params.push_back(std::move(params));
-            m_models.push_back(std::move(model));
-            m_optimizers.push_back(optim::make_optimizer(e.optimizer));
-            m_scalers.push_back(loss_scaler_for(e));
+            const size_t at = static_cast<size_t>(r);
+            m_sequence_partial[at] = sequence_partial_parameters(model->net());
+            m_sliced[at] = std::move(sliced);
+            m_replicated[at] = std::move(whole);
+            m_params[at] = std::move(params);
+            m_models[at] = std::move(model);
+            m_optimizers[at] = optim::make_optimizer(e.optimizer);
+            m_scalers[at] = loss_scaler_for(e);
         }
     }
 
-    const char* single_process_only() const override {
-        return "its shards are put together in one process to evaluate";
+private:
+    // Host copies of every rank's parameters ([rank][parameter], the shards), where the whole
+    // model is put together: in one process, all of them; across processes, on rank 0's
+    // process, received from the others (each sends its ranks' slices; a replicated parameter
+    // is rank 0's, so remote ranks' stay empty), and nothing on the others. Collective over
+    // the processes then: one thread of each, every rank stopped between steps.
+    std::vector<std::vector<Tensor>> shards_on_rank0() {
+        const size_t world = static_cast<size_t>(m_world);
+        std::vector<std::vector<Tensor>> shards(world);
+        for (size_t r = 0; r < world; ++r)
+            if (m_ctx->is_local(static_cast<int>(r))) shards[r] = host_copies(m_params[r]);
+        if (!m_ctx->spans_processes()) return shards;
+        PARALAB_CHECK(m_ctx->processes != nullptr, "tensor_parallel: a run across processes without their communicator");
+        comm::Communicator& comm = *m_ctx->processes;
+        const size_t n = m_shapes.size();
+        std::vector<double> mask(world);
+        if (comm.rank() != 0) {
+            for (size_t r = 0; r < world; ++r) mask[r] = m_ctx->is_local(static_cast<int>(r)) ? 1 : 0;
+            comm.send(mask.data(), m_world, DType::f64, 0, kShardMaskTag);
+            for (size_t r = 0; r < world; ++r) {
+                if (mask[r] == 0) continue;
+                for (size_t i = 0; i < n; ++i)
+                    if (m_cuts[i].kind != Cut::Kind::whole)
+                        comm.send(shards[r][i].raw(), shards[r][i].numel(), shards[r][i].dtype(), 0, kShardTag);
+            }
+            comm.barrier();  // the messages' copies are freed once rank 0 has them
+            return {};
+        }
+        const std::vector<Tensor>& own = shards[static_cast<size_t>(m_first_local)];
+        for (int p = 1; p < comm.world(); ++p) {
+            comm.recv(mask.data(), m_world, DType::f64, p, kShardMaskTag);
+            for (size_t r = 0; r < world; ++r) {
+                if (mask[r] == 0) continue;
+                PARALAB_CHECK(shards[r].empty(), "tensor_parallel: rank " + std::to_string(r) +
+                                                     "'s shards came from two processes");
+                shards[r].resize(n);
+                // Every rank's slice of a parameter has the same shape.
+                for (size_t i = 0; i < n; ++i) {
+                    if (m_cuts[i].kind == Cut::Kind::whole) continue;
+                    Tensor t = Tensor::empty(own[i].shape(), own[i].dtype(), detached_host_device(),
+                                             MemCategory::communication);
+                    comm.recv(t.raw(), t.numel(), t.dtype(), p, kShardTag);
+                    shards[r][i] = std::move(t);
+                }
+            }
+        }
+        comm.barrier();
+        for (size_t r = 0; r < world; ++r)
+            PARALAB_CHECK(!shards[r].empty(), "tensor_parallel: no process sent rank " + std::to_string(r) + "'s shards");
+        return shards;
     }
 
-private:
     // Rank r's in-place sum of `t` over the devices, on its timeline.
     void all_reduce(int r, const Tensor& t) {
         Rank& rank = *m_rank_of[static_cast<size_t>(r)];
@@ -388,6 +470,8 @@ private:
     std::vector<std::unique_ptr<optim::Optimizer>> m_optimizers;
     std::vector<std::unique_ptr<optim::LossScaler>> m_scalers;  // fp16 mixed precision
     std::vector<Rank*> m_rank_of;        // each rank thread sets its own in start_rank
+    // By rank, the members above are null or empty for a rank of another process.
+    int m_first_local = 0;               // this process's first rank
     std::vector<Cut> m_cuts;             // by parameter of the whole model
     std::vector<Shape> m_shapes;         // the whole model's parameter shapes
     std::atomic<int64_t> m_steps{0};     // steps device 0 has taken

@@ -7,7 +7,10 @@
 #   3. a rank that hangs (SIGSTOP): rank 0's watchdog fails the run after --rank-timeout, naming
 #      the rank, and every process exits;
 #   4. a loss that becomes NaN: the run is `failed` with the cause, and the job ends.
-# Each job must end within a bound (timeout), and the store must stay readable.
+# Each job must end within a bound (timeout), and the store must stay readable. And one run
+# without a fault that no other test makes on the CLI:
+#   5. tensor_parallel on the char-GPT example (gpt-char.paralab.json, beside EXPERIMENT), one
+#      device per process: it finishes, and rank 0 stores it with the world's devices.
 # Usage: test_mpi_faults.sh PARALAB EXPERIMENT RUN_MPI_TEST MPIEXEC NUMPROC_FLAG
 set -u
 paralab=$1 experiment=$2 run_mpi=$3 mpiexec=$4 np_flag=$5
@@ -105,6 +108,17 @@ check "the job whose loss became NaN ended within its bound, unsuccessfully (rc 
 check "the run whose loss became NaN is failed (got $(status_of "$db"))" test "$(status_of "$db")" = failed
 check "its error names the rank and the NaN: $(error_of "$db")" \
     sh -c "'$paralab' runs show 1 --db '$db' --json | grep -q 'rank [01] (r[01]/cpu:0): the training loss became NaN'"
+
+# 5. tensor_parallel across 2 processes.
+db=$dir/tp.db
+timeout 120 "$run_mpi" "$mpiexec" "$np_flag" 2 "$paralab" run "$(dirname "$experiment")/gpt-char.paralab.json" \
+    --devices cpu:0 --strategy tensor_parallel --steps 20 --db "$db" --json > "$db.out" 2> "$db.err"
+echo $? > "$db.rc"
+check "the tensor_parallel job ended successfully (rc $(cat "$db.rc"))" test "$(cat "$db.rc")" = 0
+check "the tensor_parallel run is finished (got $(status_of "$db"))" test "$(status_of "$db")" = finished
+check "it is stored with devices r0/cpu:0, r1/cpu:0 and 20 steps" \
+    sh -c "'$paralab' runs show 1 --db '$db' --json | tr -d ' \n' | grep -q '\"devices\":\[\"r0/cpu:0\",\"r1/cpu:0\"\]' &&
+           '$paralab' runs show 1 --db '$db' --json | tr -d ' \n' | grep -q '\"steps\":20,'"
 
 if [ $fail -ne 0 ]; then
     for f in "$dir"/*.err; do echo "--- $f"; tail -n 15 "$f"; done

@@ -1,9 +1,10 @@
 // Runs across the processes of an MPI job, run by `mpirun -np N` (N = 2 and 3; CTest
 // label `mpi`): every process runs one device, or two, and
-//   - ddp, zero, data_parallel, model_parallel, pipeline and the sync parameter server train to
-//     the parameters of the in-process run on as many devices (rank 0 runs that too): the same
-//     to float rounding (MPI's reduction order), exactly for the stage strategies and the
-//     server, whose messages carry values unchanged;
+//   - ddp, zero, data_parallel, model_parallel, pipeline, the sync parameter server and
+//     tensor_parallel (a small char-GPT; with sequence_parallel too) train to the parameters of
+//     the in-process run on as many devices (rank 0 runs that too): the same to float rounding
+//     (MPI's reduction order), exactly for the stage strategies and the server, whose messages
+//     carry values unchanged;
 //   - the async parameter server runs with its workers in other processes;
 //   - rank 0's observer hears every rank's step records and spans, under the world's names;
 //   - an eval during training and the final one evaluate the model put together on rank 0;
@@ -22,6 +23,11 @@
 #include <tuple>
 #include <vector>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
 #include "engine/run/experiment.h"
@@ -35,8 +41,48 @@ namespace pcomm = paralab::comm;
 
 namespace {
 
+// The text the GPT experiment trains on: one file for every process of the job (the experiment
+// must be the same everywhere), named by rank 0's pid and written by rank 0 once.
+const std::string& job_corpus() {
+    static const std::string path = [] {
+        double pid = mpi_testing::comm().rank() == 0 ? double(::getpid()) : 0.0;
+        mpi_testing::comm().all_reduce(&pid, 1, DType::f64, pcomm::ReduceOp::sum);
+        const auto p = std::filesystem::temp_directory_path() /
+                       ("paralab-mpi-gpt-" + std::to_string(static_cast<long long>(pid)) + ".txt");
+        if (mpi_testing::comm().rank() == 0) {
+            std::ofstream out(p);
+            for (int i = 0; i < 120; ++i) out << "Each process holds its heads; the sums cross over MPI. " << i << "\n";
+        }
+        mpi_testing::comm().barrier();
+        return p.string();
+    }();
+    return path;
+}
+
+// tensor_parallel's (and, as "sequence_parallel", with its sequence parallelism): a char-GPT in
+// miniature whose 12 heads, ffn 24 and 12 positions divide over 2, 3, 4 and 6 devices. AdamW's
+// eps is 1e-6 (see tests/engine/test_strategy_tensor_parallel.cpp: qkv's k bias has a gradient
+// of zero up to rounding, and rounding differs with the reduction order).
+json gpt_experiment(const std::string& strategy) {
+    json j = json::parse(R"({
+      "paralab": 1, "name": "job-gpt", "seed": 7,
+      "data": {"dataset": "text", "seq_len": 12, "batch_size": 4, "test_limit": 6},
+      "model": {"input": [12], "layers": [
+          {"type": "embedding", "vocab": 256, "dim": 24}, {"type": "position_embedding"},
+          {"type": "transformer_block", "heads": 12, "ffn": 24, "repeat": 2},
+          {"type": "layernorm"}, {"type": "linear", "out": 256}], "loss": "cross_entropy"},
+      "optimizer": {"type": "adamw", "lr": 0.01, "weight_decay": 0.01, "eps": 1e-6},
+      "train": {"epochs": 1, "max_steps": 6, "eval_every": 3}
+    })");
+    j["data"]["path"] = job_corpus();
+    j["strategy"] = {{"type", "tensor_parallel"}};
+    if (strategy == "sequence_parallel") j["strategy"]["sequence_parallel"] = true;
+    return j;
+}
+
 // Dropout (masks follow the global row index) and 26 rows per batch (3 does not divide it).
 json experiment(const std::string& strategy) {
+    if (strategy == "tensor_parallel" || strategy == "sequence_parallel") return gpt_experiment(strategy);
     json j = json::parse(R"({
       "paralab": 1, "name": "job", "seed": 5,
       "data": {"dataset": "spirals", "samples": 300, "classes": 3, "batch_size": 26},
@@ -144,7 +190,8 @@ TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, JobParity,
                          ::testing::Combine(::testing::Values("ddp", "zero", "data_parallel", "model_parallel",
-                                                              "pipeline", "param_server"),
+                                                              "pipeline", "param_server", "tensor_parallel",
+                                                              "sequence_parallel"),
                                             ::testing::Values(1, 2)),
                          [](const auto& info) {
                              return std::string(std::get<0>(info.param)) + "_" +
@@ -224,6 +271,34 @@ TEST_F(JobTest, HogwildIsRefusedOnEveryRank) {
         } else {
             EXPECT_TRUE(refused_quietly) << message;
         }
+    }
+}
+
+// Each process lists one device, which one head divides; the job's world does not: every
+// process refuses, and rank 0 names the key.
+TEST_F(JobTest, TensorParallelChecksItsSplitAgainstTheWholeWorld) {
+    json j = gpt_experiment("tensor_parallel");
+    j["model"]["layers"][2] = {{"type", "transformer_block"}, {"heads", 1}, {"ffn", 24}};
+    j["devices"] = json::array({"cpu:0"});
+    run::JobOptions job;
+    std::string message;
+    bool refused_quietly = false;
+    try {
+        run::run_experiment(run::parse_experiment(j), nullptr, nullptr, 1, nullptr, &job);
+        ADD_FAILURE() << "the job ran";
+    } catch (const run::JobRefused& e) {
+        refused_quietly = true;
+        message = e.what();
+    } catch (const ConfigError& e) {
+        message = e.what();
+    }
+    if (mpi_testing::comm().rank() == 0) {
+        EXPECT_FALSE(refused_quietly);
+        const std::string want = "model.layers[2].heads: 1 heads do not divide over " +
+                                 std::to_string(mpi_testing::comm().world()) + " devices";
+        EXPECT_NE(message.find(want), std::string::npos) << message;
+    } else {
+        EXPECT_TRUE(refused_quietly) << message;
     }
 }
 
