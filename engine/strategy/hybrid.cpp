@@ -34,6 +34,10 @@
 //     layernorm and row-bias gradients those positions leave partial are all-reduced over the
 //     tensor group after the schedule, before the data-parallel collective.
 //
+// A checkpoint holds the single device's layout: the whole model and its whole optimizer state,
+// joined from replica 0's tensor ranks (at zero 1 from the data-parallel shards first); a
+// resume cuts them again (save_state, load_state).
+//
 // zero 2 and 3 are refused by check_hybrid, naming the option, and so are interleave options
 // the schedule cannot take (stages::check_schedule).
 #include <algorithm>
@@ -188,6 +192,12 @@ public:
         // Setup's copies (the contexts' own parameters, the flat buffers' sources) are not
         // training's peak.
         rank.device().allocator().reset_peak();
+        // A resumed zero 1 run: this device's range of the checkpoint's optimizer state.
+        if (sharded() && m_loaded_steps >= 0) {
+            m_optimizers[static_cast<size_t>(r)]->load_state({&s.shard_param}, {m_loaded[static_cast<size_t>(r)]},
+                                                             m_loaded_steps);
+            m_loaded[static_cast<size_t>(r)].clear();
+        }
     }
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
@@ -296,6 +306,153 @@ public:
         return out;
     }
 
+    // A checkpoint holds the single device's layout, as tensor_parallel's: the whole parameters
+    // (parameters()) and each parameter's whole optimizer state, put together the same way from
+    // replica 0's tensor ranks (element-wise optimizers: a slice's state is the whole state's
+    // slice; a replicated parameter's is tensor rank 0's, the same on every tensor rank). At
+    // zero 1 a device's state is its 1/dp of the flat state of its (stage, tensor rank): the
+    // data-parallel group's shards are laid end to end first, as zero.cpp's. A resume cuts them
+    // again (the zero 1 shards in start_rank, where the shard parameters are made).
+    const char* why_no_checkpoint() const override { return nullptr; }
+
+    TrainingState save_state() override {
+        TrainingState st;
+        st.parameters = parameters();
+        st.buffers = buffers();
+        const optim::Optimizer& opt0 = *m_optimizers[0];
+        st.optimizer_state_names = opt0.state_names();
+        st.optimizer_steps = opt0.steps_taken();
+        st.optimizer_state.assign(m_shapes.size(), {});
+        // Before the first step there is no state. (Rank 0's optimizer may hold none after it
+        // either: its stage may have no parameters; every rank steps at every step.)
+        if (opt0.steps_taken() == 0) return st;
+        const int tp = m_mesh.tp;
+        // Each device of replica 0 ([tensor rank][local parameter][state]), stage after stage.
+        std::vector<std::vector<std::vector<std::vector<Tensor>>>> of_stage(static_cast<size_t>(m_mesh.pp));
+        for (int g = 0; g < m_mesh.pp * m_chunks; ++g) {
+            const int first_rank = (g % m_mesh.pp) * tp * m_mesh.dp;
+            const size_t c = static_cast<size_t>(g / m_mesh.pp);
+            auto& shards = of_stage[static_cast<size_t>(g % m_mesh.pp)];
+            if (shards.empty())
+                for (int t = 0; t < tp; ++t) shards.push_back(local_state(first_rank + t));
+            const Piece& piece = m_pieces[static_cast<size_t>(first_rank)];
+            const Chunk& ch = piece.chunks[c];
+            const size_t at = chunk_offset(piece, c);
+            for (size_t i = 0; i < ch.params.size(); ++i) {
+                const size_t whole = ch.first_param + i;
+                for (size_t j = 0; j < st.optimizer_state_names.size(); ++j) {
+                    std::vector<const Tensor*> of_i;
+                    for (const auto& shard : shards) of_i.push_back(&shard[at + i][j]);
+                    st.optimizer_state[whole].push_back(join_shards(m_shapes[whole], m_cuts[whole], of_i));
+                }
+            }
+        }
+        return st;
+    }
+
+    // Each device's slices of the checkpoint's parameters and optimizer state, cut as setup cuts
+    // the reference's (at zero 1, its 1/dp of the flat state, loaded in start_rank). Everything
+    // is checked and cut before anything changes, so that a checkpoint that does not fit leaves
+    // the devices as they were.
+    void load_state(const TrainingState& st) override {
+        const size_t n = m_shapes.size();
+        if (st.parameters.size() != n)
+            throw Error("the checkpoint holds " + std::to_string(st.parameters.size()) + " parameters, the model " +
+                        std::to_string(n));
+        const std::vector<Tensor> buffers0 = buffers();
+        if (st.buffers.size() != buffers0.size())
+            throw Error("the checkpoint holds " + std::to_string(st.buffers.size()) + " buffers, the model " +
+                        std::to_string(buffers0.size()));
+        for (size_t i = 0; i < buffers0.size(); ++i)
+            if (!st.buffers[i].defined() || st.buffers[i].shape() != buffers0[i].shape())
+                throw Error("the checkpoint's buffer " + std::to_string(i) + " does not fit the model's " +
+                            buffers0[i].shape().to_string());
+        const size_t per_param = m_optimizers[0]->state_names().size();
+        const bool stepped = !st.optimizer_state.empty() && !st.optimizer_state[0].empty();
+        if (stepped && st.optimizer_state.size() != n)
+            throw Error("the checkpoint holds optimizer state for " + std::to_string(st.optimizer_state.size()) +
+                        " parameters, the model has " + std::to_string(n));
+        // f32 host copies of the whole tensors (slice_of reads f32).
+        const auto whole = [&](const Tensor& t, size_t i, const std::string& what) {
+            if (!t.defined() || t.shape() != m_shapes[i])
+                throw Error("the checkpoint's " + what + " of parameter " + std::to_string(i) + " is " +
+                            (t.defined() ? t.shape().to_string() : std::string("missing")) + "; the model's is " +
+                            m_shapes[i].to_string());
+            if (t.dtype() == DType::f32) return t;
+            Tensor f = Tensor::empty(t.shape(), DType::f32, detached_host_device(), MemCategory::workspace);
+            f.copy_from(t);
+            return f;
+        };
+        std::vector<Tensor> values;
+        std::vector<std::vector<Tensor>> state(n);
+        for (size_t i = 0; i < n; ++i) {
+            values.push_back(whole(st.parameters[i], i, "value"));
+            if (!stepped) continue;
+            if (st.optimizer_state[i].size() != per_param)
+                throw Error("the checkpoint holds " + std::to_string(st.optimizer_state[i].size()) +
+                            " optimizer state tensors of parameter " + std::to_string(i) + "; the optimizer has " +
+                            std::to_string(per_param));
+            for (const Tensor& t : st.optimizer_state[i]) state[i].push_back(whole(t, i, "optimizer state"));
+        }
+        // Before the first step an optimizer with state has none yet: the fresh one is it.
+        const bool restore_state = stepped || per_param == 0;
+        // Each device's slices: of the values, and of the state ([local parameter][state]).
+        std::vector<std::vector<Tensor>> my_values(static_cast<size_t>(m_world));
+        std::vector<std::vector<std::vector<Tensor>>> my_state(static_cast<size_t>(m_world));
+        for (int k = 0; k < m_world; ++k) {
+            const Piece& piece = m_pieces[static_cast<size_t>(k)];
+            const int t = tensor_rank(k);
+            for (size_t l = 0; l < piece.params.size(); ++l) {
+                const size_t i = piece.param_index[l];
+                const Shape& shape = piece.params[l]->value.shape();
+                my_values[static_cast<size_t>(k)].push_back(slice_of(values[i], shape, m_cuts[i], t, m_mesh.tp));
+                std::vector<Tensor> mine;
+                if (restore_state)
+                    for (const Tensor& s : state[i]) mine.push_back(slice_of(s, shape, m_cuts[i], t, m_mesh.tp));
+                my_state[static_cast<size_t>(k)].push_back(std::move(mine));
+            }
+        }
+        // zero 1: each device's range of its flat state vectors.
+        std::vector<std::vector<Tensor>> shard_state(static_cast<size_t>(m_world));
+        if (sharded() && restore_state)
+            for (int k = 0; k < m_world; ++k) {
+                const Piece& piece = m_pieces[static_cast<size_t>(k)];
+                const int64_t total = total_numel(piece.params);
+                const data::ShardRange range = data::shard_of_dataset(total, data_rank(k), m_mesh.dp);
+                for (size_t j = 0; j < per_param; ++j) {
+                    Tensor flat =
+                        Tensor::empty(Shape{total}, DType::f32, detached_host_device(), MemCategory::workspace);
+                    int64_t at = 0;
+                    for (size_t l = 0; l < piece.params.size(); ++l) {
+                        const Tensor& s = my_state[static_cast<size_t>(k)][l][j];
+                        flat.view(at, s.shape()).copy_from(s);
+                        at += s.numel();
+                    }
+                    Tensor mine = Tensor::empty(Shape{range.count}, DType::f32, detached_host_device(),
+                                                MemCategory::workspace);
+                    mine.copy_from(flat.view(range.offset, Shape{range.count}));
+                    shard_state[static_cast<size_t>(k)].push_back(std::move(mine));
+                }
+            }
+        for (int k = 0; k < m_world; ++k) {
+            Piece& piece = m_pieces[static_cast<size_t>(k)];
+            for (size_t l = 0; l < piece.params.size(); ++l)
+                piece.params[l]->value.copy_from(my_values[static_cast<size_t>(k)][l]);
+            // Every device of a chunk's stage holds its buffers: the checkpoint's, chunk by chunk.
+            for (Chunk& ch : piece.chunks)
+                for (size_t i = 0; i < ch.buffers.size(); ++i) ch.buffers[i].copy_from(st.buffers[ch.first_buffer + i]);
+            if (!restore_state) continue;
+            if (sharded()) {
+                m_loaded[static_cast<size_t>(k)] = std::move(shard_state[static_cast<size_t>(k)]);
+                m_loaded_steps = st.optimizer_steps;
+            } else {
+                m_optimizers[static_cast<size_t>(k)]->load_state(piece.params, my_state[static_cast<size_t>(k)],
+                                                                 st.optimizer_steps);
+            }
+        }
+        m_whole_at = -1;
+    }
+
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
         const config::Experiment& e = *ctx.experiment;
@@ -318,6 +475,7 @@ protected:
         m_rank_of.assign(static_cast<size_t>(m_world), nullptr);
         m_state.resize(static_cast<size_t>(m_world));
         m_pieces.resize(static_cast<size_t>(m_world));
+        m_loaded.assign(static_cast<size_t>(m_world), {});
 
         // The stages (interleaved: pp · v chunks): top-level layers balanced by forward FLOPs, as
         // the pipeline strategy's.
@@ -361,6 +519,7 @@ protected:
                 ch.input = net.at(ch.first).input_shape();
                 ch.output = net.at(ch.last - 1).output_shape();
                 ch.first_param = param_start[ch.first];
+                ch.first_buffer = buffer_start[ch.first];
                 for (int i = 0; i < contexts[static_cast<size_t>(c)]; ++i) {
                     // Under sequence parallelism a run of split layers ends at the chunk's edge.
                     auto model = nn::Model::stage(layers, ch.first, ch.last, ch.input, e.loss, DType::f32, device,
@@ -410,6 +569,7 @@ private:
         size_t first = 0, last = 0;
         Shape input, output;  // per example
         size_t first_param = 0;  // the chunk's first parameter in the whole model's list
+        size_t first_buffer = 0;  // its first buffer in the whole model's list
         std::vector<std::unique_ptr<nn::Model>> contexts;
         std::vector<nn::Param*> params;  // the master's (context 0)
         std::vector<Tensor> buffers;     // the master's
@@ -437,6 +597,48 @@ private:
     int data_rank(int k) const { return (k / m_mesh.tp) % m_mesh.dp; }
     int stage_of(int k) const { return k / (m_mesh.tp * m_mesh.dp); }
     bool sharded() const { return m_mesh.zero == 1 && m_mesh.dp > 1; }
+
+    // The first of local chunk c's parameters in the device's list (piece.params).
+    static size_t chunk_offset(const Piece& piece, size_t c) {
+        size_t at = 0;
+        for (size_t i = 0; i < c; ++i) at += piece.chunks[i].params.size();
+        return at;
+    }
+
+    // Device k's optimizer state as host f32 copies, [local parameter][state], each of its
+    // parameter's shape: its optimizer's, or at zero 1 the flat state of its (stage, tensor
+    // rank) laid together from the data-parallel group's shards and cut per parameter.
+    std::vector<std::vector<Tensor>> local_state(int k) const {
+        const Piece& piece = m_pieces[static_cast<size_t>(k)];
+        std::vector<std::vector<Tensor>> out(piece.params.size());
+        if (!sharded()) {
+            const auto& state = m_optimizers[static_cast<size_t>(k)]->state();
+            for (size_t l = 0; l < piece.params.size(); ++l) out[l] = host_copies(state[l]);
+            return out;
+        }
+        const int64_t total = total_numel(piece.params);
+        const int first = stage_of(k) * m_mesh.tp * m_mesh.dp + tensor_rank(k);
+        const size_t per_param = m_optimizers[static_cast<size_t>(k)]->state_names().size();
+        for (size_t j = 0; j < per_param; ++j) {
+            Tensor flat = Tensor::empty(Shape{total}, DType::f32, detached_host_device(), MemCategory::workspace);
+            for (int d = 0; d < m_mesh.dp; ++d) {
+                const int q = first + d * m_mesh.tp;
+                const RankState& s = m_state[static_cast<size_t>(q)];
+                if (s.shard.count == 0) continue;
+                flat.view(s.shard.offset, Shape{s.shard.count})
+                    .copy_from(m_optimizers[static_cast<size_t>(q)]->state()[0][j]);
+            }
+            int64_t at = 0;
+            for (size_t l = 0; l < piece.params.size(); ++l) {
+                const Shape& shape = piece.params[l]->value.shape();
+                Tensor t = Tensor::empty(shape, DType::f32, detached_host_device(), MemCategory::workspace);
+                t.copy_from(flat.view(at, shape));
+                at += t.numel();
+                out[l].push_back(std::move(t));
+            }
+        }
+        return out;
+    }
 
     void tp_all_reduce(int k, const Tensor& x) {
         Rank& rank = *m_rank_of[static_cast<size_t>(k)];
@@ -623,6 +825,10 @@ private:
     std::atomic<int64_t> m_steps{0};
     std::unique_ptr<nn::Model> m_whole;
     int64_t m_whole_at = -1;
+    // zero 1, a checkpoint to resume from: each device's range of the flat optimizer state
+    // ([state]), loaded into its shard in start_rank; the optimizer's steps (-1: none).
+    std::vector<std::vector<Tensor>> m_loaded;
+    int64_t m_loaded_steps = -1;
 };
 
 // ---- the registry's memory model and picture --------------------------------------------------

@@ -3,7 +3,8 @@
 # stored a checkpoint, then resumed, ends as the run that was never killed: the same final loss
 # in --json, the same stored final parameters, each step once in its records. A run without
 # checkpoints, a finished run and a corrupt checkpoint are refused with their reason. A
-# tensor_parallel run killed and resumed ends as its run never killed too.
+# tensor_parallel run and a hybrid run (dp2·tp2 at zero 1) killed and resumed end as their runs
+# never killed too.
 # Waits are conditions polled with a bound, never fixed sleeps.
 # Usage: resume_test.sh PARALAB
 set -u
@@ -226,6 +227,63 @@ EOF
     && "$paralab" run "$tmp/tp.paralab.json" --init "$tmp/tp.safetensors" --devices cpu:0 --strategy single \
         --steps 1 --db "$db" >/dev/null 2>>"$tmp/err" \
     && ok "tensor_parallel: export, then run --init on one device" || fail "tensor_parallel: export or --init"
+
+# hybrid dp2·tp2 at zero 1 over four devices: each holds its slices of the blocks and 1/2 of their
+# optimizer state, a checkpoint the whole model and state. Killed once its second checkpoint
+# exists, resumed: the run never killed, bit for bit.
+cat >"$tmp/hy.paralab.json" <<EOF
+{"paralab": 1, "name": "resume-hybrid", "seed": 6,
+ "data": {"dataset": "text", "path": "$tmp/tp.txt", "seq_len": 16, "batch_size": 8, "test_limit": 16},
+ "model": {"input": [16], "layers": [{"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
+           {"type": "transformer_block", "heads": 4, "ffn": 32, "repeat": 2}, {"type": "layernorm"},
+           {"type": "linear", "out": 256}], "loss": "cross_entropy"},
+ "devices": ["cpu:0", "cpu:1", "cpu:2", "cpu:3"],
+ "strategy": {"type": "hybrid", "dp": 2, "tp": 2, "zero": 1, "straggler": {"device": "cpu:3", "delay_ms": 2}},
+ "optimizer": {"type": "adamw", "lr": 0.003}, "schedule": {"type": "cosine", "warmup_steps": 20},
+ "train": {"epochs": 100, "max_steps": 600, "checkpoint_every": 20}}
+EOF
+"$paralab" run "$tmp/hy.paralab.json" --db "$db" --json >"$tmp/whole" 2>"$tmp/err" || fail "hybrid: uninterrupted run"
+hy_whole_id=$(json_field "$tmp/whole" run_id)
+hy_whole_loss=$(json_field "$tmp/whole" final_loss)
+"$paralab" run "$tmp/hy.paralab.json" --db "$db" --json >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+hy_killed_id=$((hy_whole_id + 1))
+hy_folder="$tmp/checkpoints/runs.db/run-$hy_killed_id"
+for _ in $(seq 12000); do
+    [ -e "$hy_folder/step-40.safetensors" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.01
+done
+kill -KILL "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+pid=
+if [ -s "$tmp/out" ]; then fail "hybrid: the run ended before it could be killed"; fi
+"$paralab" run --resume "$hy_killed_id" --db "$db" --json >"$tmp/out" 2>"$tmp/err"
+rc=$?
+hy_from=$(sed -n 's/.*resumed run [0-9]* from step \([0-9]*\).*/\1/p' "$tmp/err")
+[ "$rc" = 0 ] && [ -n "$hy_from" ] && ok "hybrid: killed run resumed from step $hy_from" || fail "hybrid: resume exit $rc"
+[ "$(json_field "$tmp/out" status)" = finished ] && [ "$(json_field "$tmp/out" steps)" = 600 ] \
+    && ok "hybrid: resumed run finished its 600 steps" || fail "hybrid: resumed run not finished"
+[ "$(json_field "$tmp/out" final_loss)" = "$hy_whole_loss" ] && ok "hybrid: final loss equal ($hy_whole_loss)" \
+    || fail "hybrid: final loss $(json_field "$tmp/out" final_loss) != $hy_whole_loss"
+python3 - "$tmp/checkpoints/runs.db/run-$hy_whole_id/step-600.safetensors" "$hy_folder/step-600.safetensors" <<'EOF' \
+    && ok "hybrid: final parameters and optimizer state equal bit for bit" || fail "hybrid: final checkpoints differ"
+import json, struct, sys
+def tensors(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    head = json.loads(b[8:8 + n])
+    data = b[8 + n:]
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items() if k != "__metadata__"}
+a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert a.keys() == b.keys() and any(k.startswith("optim.layers.") for k in a), sorted(a)[:5]
+assert all(a[k] == b[k] for k in a), [k for k in a if a[k] != b[k]]
+EOF
+# The checkpoint holds the whole model: export writes it, and one device starts from it.
+"$paralab" export "$hy_killed_id" --weights "$tmp/hy.safetensors" --db "$db" 2>"$tmp/err" \
+    && "$paralab" run "$tmp/hy.paralab.json" --init "$tmp/hy.safetensors" --devices cpu:0 --strategy single \
+        --steps 1 --db "$db" >/dev/null 2>>"$tmp/err" \
+    && ok "hybrid: export, then run --init on one device" || fail "hybrid: export or --init"
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,7 +1,7 @@
 // Checkpoints and resume (engine/run/checkpoint.h): a run stopped at a chosen step and resumed
 // from its checkpoint ends with the parameters of the run that was never stopped, bit for bit,
-// for every strategy that checkpoints (tensor_parallel's on the miniature char-GPT, whose
-// checkpoints hold the single device's layout); a corrupt or foreign checkpoint is refused with
+// for every strategy that checkpoints (tensor_parallel's and hybrid's on the miniature char-GPT,
+// whose checkpoints hold the single device's layout); a corrupt or foreign checkpoint is refused with
 // its reason and the previous one used; a strategy that cannot checkpoint is refused.
 #include <gtest/gtest.h>
 
@@ -183,14 +183,11 @@ double max_diff_per_tensor(const std::vector<Tensor>& a, const std::vector<Tenso
     return worst;
 }
 
-class TensorParallelResumesExactly : public ::testing::TestWithParam<Case> {};
-
-// Stopped at step 7 and resumed, a tensor_parallel run ends with the uninterrupted run's
+// Stopped at step 7 and resumed, a run of strategy `c` ends with the uninterrupted run's
 // parameters bit for bit. Its checkpoints hold the single device's layout: the stopped run's
 // last checkpoint holds the whole parameters the run ended with, and the periodic one at step 4
 // holds, tensor by tensor, the parameters and AdamW moments of a single device's run at step 4.
-TEST_P(TensorParallelResumesExactly, StoppedAndResumedEndsAsTheUninterruptedRun) {
-    const Case& c = GetParam();
+void expect_resumes_exactly_in_single_layout(const Case& c) {
     const json j = gpt_experiment(c.strategy, c.devices);
     const Result whole = run_it(j);
     ASSERT_EQ(whole.summary.status, "finished") << whole.summary.error;
@@ -254,12 +251,48 @@ TEST_P(TensorParallelResumesExactly, StoppedAndResumedEndsAsTheUninterruptedRun)
     EXPECT_EQ(fs::path(files.front()).filename(), "step-12.safetensors");
 }
 
+class TensorParallelResumesExactly : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TensorParallelResumesExactly, StoppedAndResumedEndsAsTheUninterruptedRun) {
+    expect_resumes_exactly_in_single_layout(GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Strategies, TensorParallelResumesExactly,
     ::testing::Values(Case{"tensor_parallel2", {{"type", "tensor_parallel"}}, 2},
                       Case{"tensor_parallel4", {{"type", "tensor_parallel"}}, 4},
                       Case{"sequence_parallel2", {{"type", "tensor_parallel"}, {"sequence_parallel", true}}, 2},
                       Case{"sequence_parallel4", {{"type", "tensor_parallel"}, {"sequence_parallel", true}}, 4}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// ---- hybrid: each device's slices (and, at zero 1, its shard of them) written whole ----------
+
+class HybridResumesExactly : public ::testing::TestWithParam<Case> {};
+
+TEST_P(HybridResumesExactly, StoppedAndResumedEndsAsTheUninterruptedRun) {
+    expect_resumes_exactly_in_single_layout(GetParam());
+}
+
+json hybrid_mesh(json options) {
+    options["type"] = "hybrid";
+    return options;
+}
+
+// dp2·tp2 at zero 0 and 1 (2 of the batch of 4 a replica), tp2·pp2 under 1f1b (2 micro-batches),
+// dp2·pp2 interleaved (v 2: the 6 top-level layers in 4 chunks) at zero 1, and dp2·tp2 with
+// sequence parallelism at zero 1.
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, HybridResumesExactly,
+    ::testing::Values(Case{"dp2tp2_zero0", hybrid_mesh({{"dp", 2}, {"tp", 2}, {"zero", 0}}), 4},
+                      Case{"dp2tp2_zero1", hybrid_mesh({{"dp", 2}, {"tp", 2}, {"zero", 1}}), 4},
+                      Case{"tp2pp2_1f1b",
+                           hybrid_mesh({{"tp", 2}, {"pp", 2}, {"schedule", "1f1b"}, {"micro_batches", 2}}), 4},
+                      Case{"dp2pp2_interleaved_zero1",
+                           hybrid_mesh({{"dp", 2}, {"pp", 2}, {"zero", 1}, {"schedule", "interleaved_1f1b"},
+                                        {"interleave", 2}, {"micro_batches", 2}}),
+                           4},
+                      Case{"dp2tp2_sequence_parallel_zero1",
+                           hybrid_mesh({{"dp", 2}, {"tp", 2}, {"zero", 1}, {"sequence_parallel", true}}), 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Checkpoint, ACorruptCheckpointIsRefusedAndThePreviousOneUsed) {

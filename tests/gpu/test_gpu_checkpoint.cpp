@@ -1,7 +1,8 @@
 // Checkpoints of runs on GPUs (engine/run/checkpoint.h): fp16 mixed precision, whose loss
 // scaler's state is part of a checkpoint, stopped at a chosen step and resumed, ends with the
 // parameters of the run never stopped, bit for bit; on one GPU and sharded over two virtual
-// GPUs (tensor_parallel's shards too). SKIPPED without a GPU (the fake-GPU build runs it on the host).
+// GPUs (tensor_parallel's shards too); hybrid's meshes on four in fp32. SKIPPED without a GPU
+// (the fake-GPU build runs it on the host).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -169,6 +170,93 @@ INSTANTIATE_TEST_SUITE_P(Strategies, GpuTensorParallelCheckpoints, ::testing::Bo
                          [](const auto& info) {
                              return std::string(info.param ? "sequence_parallel" : "tensor_parallel");
                          });
+
+// hybrid on four virtual GPUs (fp32: hybrid has no loss scaler), at zero 1, whose optimizer
+// state lies in 1/dp shards on the GPUs: dp2·tp2, and dp2·pp2 interleaved (v 2). The miniature
+// char-GPT stopped at step 7 and resumed ends as the run never stopped, bit for bit: its
+// parameters, and its last checkpoint's optimizer state.
+class GpuHybridCheckpoints : public gpu_testing::GpuParamTest<std::string> {};
+
+TEST_P(GpuHybridCheckpoints, StoppedAndResumedEndsAsTheUninterruptedRun) {
+    using strategy_testing::run_it;
+    static const std::string corpus =
+        strategy_testing::text_corpus("gpu-hybrid-ckpt", "A mesh of shards, stopped and resumed,", 80);
+    json j = strategy_testing::tiny_gpt("gpu-hybrid-ckpt", corpus);
+    j["train"]["max_steps"] = 12;
+    j["train"]["checkpoint_every"] = 4;
+    j["devices"] = {"cuda:0", "cuda:0", "cuda:0", "cuda:0"};
+    j["strategy"] = json::parse(GetParam());
+    const fs::path folder =
+        fs::temp_directory_path() / ("paralab-gpu-hybrid-ckpt-" + std::to_string(::getpid()));
+    const fs::path whole_folder = folder.string() + "-whole";
+    fs::remove_all(folder);
+    fs::remove_all(whole_folder);
+    strategy_testing::Result whole;
+    {
+        run::RunControl control;
+        run::Checkpointing cp;
+        cp.folder = whole_folder.string();
+        control.checkpoints = &cp;
+        whole = run_it(j, nullptr, &control);
+    }
+    ASSERT_EQ(whole.summary.status, "finished") << whole.summary.error;
+    {
+        run::RunControl control;
+        run::Checkpointing cp;
+        cp.folder = folder.string();
+        control.checkpoints = &cp;
+        StopAt stop(control, 7);
+        EXPECT_EQ(run_it(j, &stop, &control).summary.status, "stopped");
+    }
+    run::RunControl control;
+    run::Checkpointing cp;
+    cp.folder = folder.string();
+    cp.resume = true;
+    control.checkpoints = &cp;
+    const auto resumed = run_it(j, nullptr, &control);
+    const config::Experiment e = run::parse_experiment(j);
+    auto host = make_cpu_device(0);
+    nn::Model model(e.layers, run::model_input_shape(e), e.loss, DType::f32, *host);
+    std::vector<Shape> shapes;
+    for (const nn::Param* p : model.parameters()) shapes.push_back(p->value.shape());
+    const auto last = [&](const fs::path& f) {
+        return run::read_checkpoint((f / "step-12.safetensors").string(), e, run::checkpoint_names(model), shapes, {});
+    };
+    const run::Checkpoint want = last(whole_folder), got = last(folder);
+    fs::remove_all(folder);
+    fs::remove_all(whole_folder);
+    EXPECT_EQ(got.state.optimizer_steps, 12);
+    EXPECT_EQ(got.state.optimizer_steps, want.state.optimizer_steps);
+    ASSERT_EQ(got.state.optimizer_state.size(), want.state.optimizer_state.size());
+    for (size_t i = 0; i < want.state.optimizer_state.size(); ++i) {
+        ASSERT_EQ(got.state.optimizer_state[i].size(), want.state.optimizer_state[i].size());
+        ASSERT_EQ(want.state.optimizer_state[i].size(), 2u) << "AdamW's two moments of parameter " << i;
+        for (size_t k = 0; k < want.state.optimizer_state[i].size(); ++k)
+            EXPECT_EQ(0, std::memcmp(got.state.optimizer_state[i][k].raw(), want.state.optimizer_state[i][k].raw(),
+                                     want.state.optimizer_state[i][k].nbytes()))
+                << "optimizer state " << k << " of parameter " << i << " differs";
+    }
+    ASSERT_EQ(resumed.summary.status, "finished") << resumed.summary.error;
+    EXPECT_GE(cp.resumed_from_step, 7);
+    EXPECT_LT(cp.resumed_from_step, 12);
+    EXPECT_EQ(resumed.summary.final_loss, whole.summary.final_loss);
+    const auto& a = resumed.artifacts.parameters;
+    const auto& b = whole.artifacts.parameters;
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+        EXPECT_EQ(0, std::memcmp(a[i].raw(), b[i].raw(), a[i].nbytes()))
+            << "tensor " << i << " differs";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, GpuHybridCheckpoints,
+    ::testing::Values(R"({"type":"hybrid","dp":2,"tp":2,"zero":1})",
+                      R"({"type":"hybrid","dp":2,"pp":2,"zero":1,"schedule":"interleaved_1f1b",)"
+                      R"("interleave":2,"micro_batches":2})"),
+    [](const auto& info) {
+        const json s = json::parse(info.param);
+        return s.contains("tp") ? std::string("dp2tp2_zero1") : std::string("dp2pp2_interleaved_zero1");
+    });
 
 }  // namespace
 }  // namespace paralab
