@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/data/dataset.h"
 #include "engine/run/training.h"
 #include "engine/strategy/registry.h"
 
@@ -62,15 +63,18 @@ void refused_alike(bool root, F&& check) {
 // The world of a job: every process's devices, named "r<process>/<device>", in process order
 // (`per_process` gets how many each runs). Refuses, on every process alike, a job whose
 // processes disagree or cannot run (`local_error`: this process's problem before training, ""
-// when none).
+// when none). `stopped`: in, whether this process was stopped while its data loaded; out,
+// whether any was (then the job ends before training, on every process alike).
 std::vector<std::string> agree_on_job(comm::MpiGroup& mpi, const config::Experiment& e, const std::vector<std::string>& devices,
-                                      const std::string& local_error, std::vector<int>& per_process) {
+                                      const std::string& local_error, std::vector<int>& per_process, bool& stopped) {
     config::Experiment common = e;
     common.devices.clear();
     const std::string mine = nlohmann::json{{"devices", devices},
                                             {"error", local_error},
+                                            {"stopped", stopped},
                                             {"experiment", to_json(common).dump()}}
                                  .dump();
+    stopped = false;
     std::vector<std::string> names;
     std::string first_error, experiment0;
     const std::vector<std::string> all = mpi.all_gather_strings(mine);
@@ -86,6 +90,7 @@ std::vector<std::string> agree_on_job(comm::MpiGroup& mpi, const config::Experim
             names.push_back(std::move(name));
         }
         per_process.push_back(static_cast<int>(theirs.size()));
+        stopped = stopped || j.at("stopped").get<bool>();
         const std::string err = j.at("error").get<std::string>();
         if (!err.empty() && first_error.empty()) first_error = "rank " + std::to_string(r) + ": " + err;
         if (r == 0) experiment0 = j.at("experiment").get<std::string>();
@@ -110,18 +115,36 @@ config::RunSummary run_job(const config::Experiment& e, RunObserver* observer, R
     summary.name = e.name;
     summary.strategy = e.strategy.type;
 
-    // Every process checks its own part first, and all agree before any collective.
+    // Every process checks its own part first, and all agree before any collective. A stop
+    // (mpirun passes the window's SIGINT on to every process) ends the data loading at its next
+    // piece, as in one process.
     Prepared p;
     std::string local_error;
+    bool stopped = false;
     try {
-        p = prepare(e, compute_threads, true, nullptr, control ? control->init_weights : std::string());
+        p = prepare(e, compute_threads, true, control ? &control->stop : nullptr,
+                    control ? control->init_weights : std::string());
+    } catch (const data::LoadStopped&) {
+        stopped = true;
     } catch (const std::exception& err) {
         local_error = err.what();
     }
     std::vector<std::string> local_names;
     for (auto& d : p.devices) local_names.push_back(d->name());
+    if (p.devices.empty()) local_names = e.devices;  // stopped or refused before they were made
     std::vector<int> per_process;  // devices per process
-    const std::vector<std::string> names = agree_on_job(mpi, e, local_names, local_error, per_process);
+    const std::vector<std::string> names = agree_on_job(mpi, e, local_names, local_error, per_process, stopped);
+    if (stopped) {  // stopped while some process loaded its data: a run of no steps, as in one process
+        summary.status = "stopped";
+        summary.devices = names;
+        if (observer && root) {
+            config::Experiment as_run = e;
+            as_run.devices = names;
+            observer->on_start(as_run, 0);
+            observer->on_finish(summary);
+        }
+        return summary;
+    }
     refused_alike(root, [&] { check_straggler(e, names); });
     summary.devices = names;
     std::vector<Device*> world(names.size(), nullptr);
