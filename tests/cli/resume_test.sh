@@ -184,33 +184,38 @@ cat >"$tmp/tp.paralab.json" <<EOF
  "optimizer": {"type": "adamw", "lr": 0.003}, "schedule": {"type": "cosine", "warmup_steps": 20},
  "train": {"epochs": 100, "max_steps": 1000, "checkpoint_every": 20}}
 EOF
-"$paralab" run "$tmp/tp.paralab.json" --db "$db" --json >"$tmp/whole" 2>"$tmp/err" || fail "tensor_parallel: uninterrupted run"
-tp_whole_id=$(json_field "$tmp/whole" run_id)
-tp_whole_loss=$(json_field "$tmp/whole" final_loss)
-"$paralab" run "$tmp/tp.paralab.json" --db "$db" --json >"$tmp/out" 2>"$tmp/err" &
-pid=$!
-tp_killed_id=$((tp_whole_id + 1))
-tp_folder="$tmp/checkpoints/runs.db/run-$tp_killed_id"
-for _ in $(seq 12000); do
-    [ -e "$tp_folder/step-40.safetensors" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.01
-done
-kill -KILL "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
-pid=
-if [ -s "$tmp/out" ]; then fail "tensor_parallel: the run ended before it could be killed"; fi
-"$paralab" run --resume "$tp_killed_id" --db "$db" --json >"$tmp/out" 2>"$tmp/err"
-rc=$?
-tp_from=$(sed -n 's/.*resumed run [0-9]* from step \([0-9]*\).*/\1/p' "$tmp/err")
-[ "$rc" = 0 ] && [ -n "$tp_from" ] && ok "tensor_parallel: killed run resumed from step $tp_from" \
-    || fail "tensor_parallel: resume exit $rc"
-[ "$(json_field "$tmp/out" status)" = finished ] && [ "$(json_field "$tmp/out" steps)" = 1000 ] \
-    && ok "tensor_parallel: resumed run finished its 1000 steps" || fail "tensor_parallel: resumed run not finished"
-[ "$(json_field "$tmp/out" final_loss)" = "$tp_whole_loss" ] && ok "tensor_parallel: final loss equal ($tp_whole_loss)" \
-    || fail "tensor_parallel: final loss $(json_field "$tmp/out" final_loss) != $tp_whole_loss"
-python3 - "$tmp/checkpoints/runs.db/run-$tp_whole_id/step-1000.safetensors" "$tp_folder/step-1000.safetensors" <<'EOF' \
-    && ok "tensor_parallel: final parameters and optimizer state equal bit for bit" || fail "tensor_parallel: final checkpoints differ"
+# kill_and_resume NAME FILE STEPS: FILE run whole, then again and killed (SIGKILL) once its
+# second checkpoint (step 40) exists, and resumed: it must end as the whole run (finished, STEPS
+# steps, the same final loss, its final checkpoint's parameters and optimizer state bit for bit),
+# and its checkpoint hold the whole model (export, then --init on one device).
+kill_and_resume() {
+    local name=$1 file=$2 steps=$3 whole_id whole_loss killed_id folder rc from
+    "$paralab" run "$file" --db "$db" --json >"$tmp/whole" 2>"$tmp/err" || fail "$name: uninterrupted run"
+    whole_id=$(json_field "$tmp/whole" run_id)
+    whole_loss=$(json_field "$tmp/whole" final_loss)
+    "$paralab" run "$file" --db "$db" --json >"$tmp/out" 2>"$tmp/err" &
+    pid=$!
+    killed_id=$((whole_id + 1))
+    folder="$tmp/checkpoints/runs.db/run-$killed_id"
+    for _ in $(seq 12000); do
+        [ -e "$folder/step-40.safetensors" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.01
+    done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    pid=
+    if [ -s "$tmp/out" ]; then fail "$name: the run ended before it could be killed"; fi
+    "$paralab" run --resume "$killed_id" --db "$db" --json >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    from=$(sed -n 's/.*resumed run [0-9]* from step \([0-9]*\).*/\1/p' "$tmp/err")
+    [ "$rc" = 0 ] && [ -n "$from" ] && ok "$name: killed run resumed from step $from" || fail "$name: resume exit $rc"
+    [ "$(json_field "$tmp/out" status)" = finished ] && [ "$(json_field "$tmp/out" steps)" = "$steps" ] \
+        && ok "$name: resumed run finished its $steps steps" || fail "$name: resumed run not finished"
+    [ "$(json_field "$tmp/out" final_loss)" = "$whole_loss" ] && ok "$name: final loss equal ($whole_loss)" \
+        || fail "$name: final loss $(json_field "$tmp/out" final_loss) != $whole_loss"
+    python3 - "$tmp/checkpoints/runs.db/run-$whole_id/step-$steps.safetensors" "$folder/step-$steps.safetensors" <<'PY' \
+        && ok "$name: final parameters and optimizer state equal bit for bit" || fail "$name: final checkpoints differ"
 import json, struct, sys
 def tensors(path):
     b = open(path, "rb").read()
@@ -221,12 +226,13 @@ def tensors(path):
 a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
 assert a.keys() == b.keys() and any(k.startswith("optim.layers.") for k in a), sorted(a)[:5]
 assert all(a[k] == b[k] for k in a), [k for k in a if a[k] != b[k]]
-EOF
-# The checkpoint holds the whole model: export writes it, and one device starts from it.
-"$paralab" export "$tp_killed_id" --weights "$tmp/tp.safetensors" --db "$db" 2>"$tmp/err" \
-    && "$paralab" run "$tmp/tp.paralab.json" --init "$tmp/tp.safetensors" --devices cpu:0 --strategy single \
-        --steps 1 --db "$db" >/dev/null 2>>"$tmp/err" \
-    && ok "tensor_parallel: export, then run --init on one device" || fail "tensor_parallel: export or --init"
+PY
+    "$paralab" export "$killed_id" --weights "$tmp/$name.safetensors" --db "$db" 2>"$tmp/err" \
+        && "$paralab" run "$file" --init "$tmp/$name.safetensors" --devices cpu:0 --strategy single \
+            --steps 1 --db "$db" >/dev/null 2>>"$tmp/err" \
+        && ok "$name: export, then run --init on one device" || fail "$name: export or --init"
+}
+kill_and_resume tensor_parallel "$tmp/tp.paralab.json" 1000
 
 # hybrid dp2·tp2 at zero 1 over four devices: each holds its slices of the blocks and 1/2 of their
 # optimizer state, a checkpoint the whole model and state. Killed once its second checkpoint
@@ -242,48 +248,7 @@ cat >"$tmp/hy.paralab.json" <<EOF
  "optimizer": {"type": "adamw", "lr": 0.003}, "schedule": {"type": "cosine", "warmup_steps": 20},
  "train": {"epochs": 100, "max_steps": 600, "checkpoint_every": 20}}
 EOF
-"$paralab" run "$tmp/hy.paralab.json" --db "$db" --json >"$tmp/whole" 2>"$tmp/err" || fail "hybrid: uninterrupted run"
-hy_whole_id=$(json_field "$tmp/whole" run_id)
-hy_whole_loss=$(json_field "$tmp/whole" final_loss)
-"$paralab" run "$tmp/hy.paralab.json" --db "$db" --json >"$tmp/out" 2>"$tmp/err" &
-pid=$!
-hy_killed_id=$((hy_whole_id + 1))
-hy_folder="$tmp/checkpoints/runs.db/run-$hy_killed_id"
-for _ in $(seq 12000); do
-    [ -e "$hy_folder/step-40.safetensors" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.01
-done
-kill -KILL "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
-pid=
-if [ -s "$tmp/out" ]; then fail "hybrid: the run ended before it could be killed"; fi
-"$paralab" run --resume "$hy_killed_id" --db "$db" --json >"$tmp/out" 2>"$tmp/err"
-rc=$?
-hy_from=$(sed -n 's/.*resumed run [0-9]* from step \([0-9]*\).*/\1/p' "$tmp/err")
-[ "$rc" = 0 ] && [ -n "$hy_from" ] && ok "hybrid: killed run resumed from step $hy_from" || fail "hybrid: resume exit $rc"
-[ "$(json_field "$tmp/out" status)" = finished ] && [ "$(json_field "$tmp/out" steps)" = 600 ] \
-    && ok "hybrid: resumed run finished its 600 steps" || fail "hybrid: resumed run not finished"
-[ "$(json_field "$tmp/out" final_loss)" = "$hy_whole_loss" ] && ok "hybrid: final loss equal ($hy_whole_loss)" \
-    || fail "hybrid: final loss $(json_field "$tmp/out" final_loss) != $hy_whole_loss"
-python3 - "$tmp/checkpoints/runs.db/run-$hy_whole_id/step-600.safetensors" "$hy_folder/step-600.safetensors" <<'EOF' \
-    && ok "hybrid: final parameters and optimizer state equal bit for bit" || fail "hybrid: final checkpoints differ"
-import json, struct, sys
-def tensors(path):
-    b = open(path, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    head = json.loads(b[8:8 + n])
-    data = b[8 + n:]
-    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in head.items() if k != "__metadata__"}
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-assert a.keys() == b.keys() and any(k.startswith("optim.layers.") for k in a), sorted(a)[:5]
-assert all(a[k] == b[k] for k in a), [k for k in a if a[k] != b[k]]
-EOF
-# The checkpoint holds the whole model: export writes it, and one device starts from it.
-"$paralab" export "$hy_killed_id" --weights "$tmp/hy.safetensors" --db "$db" 2>"$tmp/err" \
-    && "$paralab" run "$tmp/hy.paralab.json" --init "$tmp/hy.safetensors" --devices cpu:0 --strategy single \
-        --steps 1 --db "$db" >/dev/null 2>>"$tmp/err" \
-    && ok "hybrid: export, then run --init on one device" || fail "hybrid: export or --init"
+kill_and_resume hybrid "$tmp/hy.paralab.json" 600
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
