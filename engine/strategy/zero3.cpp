@@ -25,6 +25,14 @@
 // added into the shard gradient. Every rank must make the same collectives: a rank with fewer
 // rows (or none) than the others runs the schedule without compute for the micro-batches it
 // lacks, contributing zero gradients.
+//
+// Across the processes of an MPI job each process builds only its own ranks' replicas, shards
+// and optimizers, and the all-gathers and reduce-scatters above run over the job's group (the
+// gather threads' over a split of it). parameters() is then collective over the processes (one
+// thread each, as the job calls it between steps): every process sends its ranks' shards to
+// rank 0's process, which puts the whole model together there and offers it to the job's
+// gather (evaluation, the summary, the store); the others offer nothing. Checkpoints stay in
+// one process.
 #include "engine/strategy/zero3.h"
 
 #include <algorithm>
@@ -49,6 +57,10 @@ struct Unit {
 };
 
 constexpr size_t kNone = SIZE_MAX;
+
+// Tags of the shards sent to rank 0's process on the processes' communicator: apart from the
+// job's gather (engine/run/process_run.cpp), tensor_parallel's and any pipeline message tag.
+constexpr int kShardMaskTag = 30031, kShardTag = 30032;
 
 class Zero3 final : public ReplicaStrategy {
 public:
@@ -91,8 +103,12 @@ public:
 
     // A checkpoint holds the parameters and the optimizer state whole, per parameter: every
     // rank's chunks of each unit put together, so that a resume may shard them again.
-    const char* why_no_checkpoint() const override { return nullptr; }
+    const char* why_no_checkpoint() const override {
+        if (m_ctx && m_ctx->spans_processes()) return "its ranks run in several processes";
+        return nullptr;
+    }
     TrainingState save_state() override {
+        if (why_no_checkpoint()) return Strategy::save_state();
         TrainingState st;
         st.parameters = parameters();
         st.buffers = buffers();
@@ -123,6 +139,7 @@ public:
         return st;
     }
     void load_state(const TrainingState& st) override {
+        if (why_no_checkpoint()) return Strategy::load_state(st);
         load_replicas(st);  // start_rank shards them
         m_loaded = std::make_unique<TrainingState>(st);
     }
@@ -217,7 +234,8 @@ public:
     }
 
     // Device 0's replica, each unit put together from every rank's chunk just before its
-    // forward and freed after it (no collective: no rank is stepping, and all are in memory).
+    // forward and freed after it (no collective: no rank is stepping, and all are in memory;
+    // across processes predict is not called: rank 0's process evaluates parameters()).
     Tensor predict(const Tensor& x) override {
         nn::Model& model = replica(0);
         std::vector<Tensor> held(m_units.size());
@@ -242,10 +260,14 @@ public:
     }
 
     // The whole parameters in the model's order, put together from the shards on the host.
+    // Across processes, on rank 0's process (the others list empty tensors: they hold no whole
+    // parameter).
     std::vector<Tensor> parameters() override {
+        const std::vector<Tensor> shards = shards_on_rank0();
+        if (shards.empty()) return std::vector<Tensor>(m_shapes.size());
         std::vector<Tensor> out;
         for (size_t u = 0; u < m_units.size(); ++u) {
-            const Tensor whole = assemble(u, detached_host_device(), MemCategory::workspace);
+            const Tensor whole = assemble(u, shards, detached_host_device(), MemCategory::workspace);
             int64_t from = 0;
             for (size_t i : m_units[u].params) {
                 out.push_back(whole.view(from, m_shapes[i]).clone(MemCategory::workspace));
@@ -256,11 +278,6 @@ public:
     }
 
 protected:
-    // Units are put together from every rank's memory (predict, parameters).
-    const char* single_process_only() const override {
-        return "stage 3 puts the trained model together from every device's shard in memory";
-    }
-
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
         const config::Experiment& e = *ctx.experiment;
         m_prefetch = option<bool>(e.strategy, "prefetch");
@@ -293,10 +310,12 @@ protected:
             }
         m_rank_slots.assign(static_cast<size_t>(m_world), nullptr);
         if (option<bool>(e.strategy, "sync_batchnorm")) install_sync_batchnorm_on_local(m_rank_slots);
+        // A rank of another process keeps an empty state and no optimizer here.
         for (int r = 0; r < m_world; ++r) {
-            m_optimizers.push_back(optim::make_optimizer(e.optimizer));
+            const bool local = ctx.is_local(r);
+            m_optimizers.push_back(local ? optim::make_optimizer(e.optimizer) : nullptr);
             m_state.push_back(std::make_unique<RankState>());
-            m_state.back()->scaler = loss_scaler_for(e);
+            if (local) m_state.back()->scaler = loss_scaler_for(e);
         }
         if (m_prefetch && m_world > 1) m_gather_group = ctx.group->split();
     }
@@ -366,16 +385,63 @@ private:
         }
     }
 
-    // Unit u whole on `device`, copied from every rank's shard.
-    Tensor assemble(size_t u, Device& device, MemCategory category) {
+    // Unit u whole on `device`, copied from every rank's shard (shards[q]: rank q's).
+    Tensor assemble(size_t u, const std::vector<Tensor>& shards, Device& device, MemCategory category) {
         Tensor whole = Tensor::empty(Shape{m_units[u].numel}, DType::f32, device, category);
         for (int q = 0; q < m_world; ++q) {
             const auto c = chunk(u, q);
             if (c.count == 0) continue;
-            whole.view(c.offset, Shape{c.count})
-                .copy_from(m_state[static_cast<size_t>(q)]->shard.view(at(u, q), Shape{c.count}));
+            whole.view(c.offset, Shape{c.count}).copy_from(shards[static_cast<size_t>(q)].view(at(u, q), Shape{c.count}));
         }
         return whole;
+    }
+    Tensor assemble(size_t u, Device& device, MemCategory category) {
+        std::vector<Tensor> shards;
+        for (const auto& s : m_state) shards.push_back(s->shard);
+        return assemble(u, shards, device, category);
+    }
+
+    // Every rank's shard ([rank]), where the whole model is put together: in one process, the
+    // ranks' own (in their devices' memory); across processes, host copies on rank 0's process,
+    // received from the others (each sends its ranks' shards), and nothing on the others.
+    // Collective over the processes then: one thread of each, every rank stopped between steps.
+    std::vector<Tensor> shards_on_rank0() {
+        const size_t world = static_cast<size_t>(m_world);
+        std::vector<Tensor> shards(world);
+        if (!m_ctx->spans_processes()) {
+            for (size_t r = 0; r < world; ++r) shards[r] = m_state[r]->shard;
+            return shards;
+        }
+        PARALAB_CHECK(m_ctx->processes != nullptr, "zero stage 3: a run across processes without their communicator");
+        comm::Communicator& comm = *m_ctx->processes;
+        for (size_t r = 0; r < world; ++r)
+            if (m_ctx->is_local(static_cast<int>(r))) shards[r] = host_copies(std::vector<Tensor>{m_state[r]->shard})[0];
+        std::vector<double> mask(world);
+        if (comm.rank() != 0) {
+            for (size_t r = 0; r < world; ++r) mask[r] = m_ctx->is_local(static_cast<int>(r)) ? 1 : 0;
+            comm.send(mask.data(), m_world, DType::f64, 0, kShardMaskTag);
+            for (size_t r = 0; r < world; ++r)
+                if (mask[r] != 0) comm.send(shards[r].raw(), shards[r].numel(), DType::f32, 0, kShardTag);
+            comm.barrier();  // the messages' copies are freed once rank 0 has them
+            return {};
+        }
+        for (int p = 1; p < comm.world(); ++p) {
+            comm.recv(mask.data(), m_world, DType::f64, p, kShardMaskTag);
+            for (size_t r = 0; r < world; ++r) {
+                if (mask[r] == 0) continue;
+                PARALAB_CHECK(!shards[r].defined(),
+                              "zero stage 3: rank " + std::to_string(r) + "'s shard came from two processes");
+                // A shard holds at least one number (start_rank's rule).
+                Tensor t = Tensor::empty(Shape{std::max<int64_t>(m_shard_numel[r], 1)}, DType::f32,
+                                         detached_host_device(), MemCategory::communication);
+                comm.recv(t.raw(), t.numel(), DType::f32, p, kShardTag);
+                shards[r] = std::move(t);
+            }
+        }
+        comm.barrier();
+        for (size_t r = 0; r < world; ++r)
+            PARALAB_CHECK(shards[r].defined(), "zero stage 3: no process sent rank " + std::to_string(r) + "'s shard");
+        return shards;
     }
 
     // Issues unit u's all-gather (once until it is released): on the gather thread with

@@ -10,7 +10,9 @@
 # Each job must end within a bound (timeout), and the store must stay readable. And one run
 # without a fault that no other test makes on the CLI:
 #   5. tensor_parallel on the char-GPT example (gpt-char.paralab.json, beside EXPERIMENT), one
-#      device per process: it finishes, and rank 0 stores it with the world's devices.
+#      device per process: it finishes, and rank 0 stores it with the world's devices;
+#   6. zero stage 3 (EXPERIMENT with its strategy {"type": "zero", "stage": 3}), one device per
+#      process: the same.
 # Usage: test_mpi_faults.sh PARALAB EXPERIMENT RUN_MPI_TEST MPIEXEC NUMPROC_FLAG
 set -u
 paralab=$1 experiment=$2 run_mpi=$3 mpiexec=$4 np_flag=$5
@@ -118,6 +120,21 @@ check "the tensor_parallel job ended successfully (rc $(cat "$db.rc"))" test "$(
 check "the tensor_parallel run is finished (got $(status_of "$db"))" test "$(status_of "$db")" = finished
 check "it is stored with devices r0/cpu:0, r1/cpu:0 and 20 steps" \
     sh -c "'$paralab' runs show 1 --db '$db' --json | tr -d ' \n' | grep -q '\"devices\":\[\"r0/cpu:0\",\"r1/cpu:0\"\]' &&
+           '$paralab' runs show 1 --db '$db' --json | tr -d ' \n' | grep -q '\"steps\":20,'"
+
+# 6. zero stage 3 across 2 processes. The file sets the stage: --strategy would reset the
+# strategy to its defaults (stage 1).
+db=$dir/zero3.db
+sed 's/"strategy": *{[^}]*}/"strategy": {"type": "zero", "stage": 3}/' "$experiment" > "$dir/zero3.paralab.json"
+timeout 120 "$run_mpi" "$mpiexec" "$np_flag" 2 "$paralab" run "$dir/zero3.paralab.json" \
+    --devices cpu:0 --steps 20 --db "$db" --json > "$db.out" 2> "$db.err"
+echo $? > "$db.rc"
+check "the zero stage 3 job ended successfully (rc $(cat "$db.rc"))" test "$(cat "$db.rc")" = 0
+check "the zero stage 3 run is finished (got $(status_of "$db"))" test "$(status_of "$db")" = finished
+check "it is stored as zero stage 3 with devices r0/cpu:0, r1/cpu:0 and 20 steps" \
+    sh -c "'$paralab' runs show 1 --db '$db' --json | tr -d ' \n' | grep -q '\"stage\":3,' &&
+           '$paralab' runs show 1 --db '$db' --json | tr -d ' \n' | grep -q '\"type\":\"zero\"' &&
+           '$paralab' runs show 1 --db '$db' --json | tr -d ' \n' | grep -q '\"devices\":\[\"r0/cpu:0\",\"r1/cpu:0\"\]' &&
            '$paralab' runs show 1 --db '$db' --json | tr -d ' \n' | grep -q '\"steps\":20,'"
 
 if [ $fail -ne 0 ]; then

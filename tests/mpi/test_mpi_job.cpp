@@ -1,10 +1,10 @@
 // Runs across the processes of an MPI job, run by `mpirun -np N` (N = 2 and 3; CTest
 // label `mpi`): every process runs one device, or two, and
-//   - ddp, zero, data_parallel, model_parallel, pipeline, the sync parameter server and
-//     tensor_parallel (a small char-GPT; with sequence_parallel too) train to the parameters of
-//     the in-process run on as many devices (rank 0 runs that too): the same to float rounding
-//     (MPI's reduction order), exactly for the stage strategies and the server, whose messages
-//     carry values unchanged;
+//   - ddp, zero (stage 1; stage 3 with and without prefetch), data_parallel, model_parallel,
+//     pipeline, the sync parameter server and tensor_parallel (a small char-GPT; with
+//     sequence_parallel too) train to the parameters of the in-process run on as many devices
+//     (rank 0 runs that too): the same to float rounding (MPI's reduction order), exactly for
+//     the stage strategies and the server, whose messages carry values unchanged;
 //   - the async parameter server runs with its workers in other processes;
 //   - rank 0's observer hears every rank's step records and spans, under the world's names;
 //   - an eval during training and the final one evaluate the model put together on rank 0;
@@ -81,6 +81,8 @@ json gpt_experiment(const std::string& strategy) {
 }
 
 // Dropout (masks follow the global row index) and 26 rows per batch (3 does not divide it).
+// "zero3" is zero at stage 3 (FSDP's schedule; its all-gathers on a second thread of each rank,
+// the default prefetch), "zero3_no_prefetch" the same with every all-gather on the rank thread.
 json experiment(const std::string& strategy) {
     if (strategy == "tensor_parallel" || strategy == "sequence_parallel") return gpt_experiment(strategy);
     json j = json::parse(R"({
@@ -94,6 +96,8 @@ json experiment(const std::string& strategy) {
       "train": {"epochs": 1, "max_steps": 6, "eval_every": 3}
     })");
     j["strategy"] = {{"type", strategy}};
+    if (strategy == "zero3") j["strategy"] = {{"type", "zero"}, {"stage", 3}};
+    if (strategy == "zero3_no_prefetch") j["strategy"] = {{"type", "zero"}, {"stage", 3}, {"prefetch", false}};
     if (strategy == "pipeline") j["strategy"]["micro_batches"] = 3;
     if (strategy == "param_server") j["strategy"]["mode"] = "sync";
     return j;
@@ -189,8 +193,9 @@ TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, JobParity,
-                         ::testing::Combine(::testing::Values("ddp", "zero", "data_parallel", "model_parallel",
-                                                              "pipeline", "param_server", "tensor_parallel",
+                         ::testing::Combine(::testing::Values("ddp", "zero", "zero3", "zero3_no_prefetch",
+                                                              "data_parallel", "model_parallel", "pipeline",
+                                                              "param_server", "tensor_parallel",
                                                               "sequence_parallel"),
                                             ::testing::Values(1, 2)),
                          [](const auto& info) {
