@@ -138,7 +138,7 @@ public:
         optim::LossScaler* scaler = m_scalers[r].get();
         const LocalPass pass = forward_backward(rank, *m_models[r], batch, offset, {}, {},
                                                 scaler ? scaler->scale() : 1.0);
-        if (!m_sequence_partial[r].empty()) sum_sequence_partial(rank);
+        if (!m_sequence_partial[r].empty()) sum_sequence_partial(rank, rank.comm(), m_sequence_partial[r]);
         // Every device computes the same loss: device 0 reports it.
         StepResult res{r == 0 ? pass.loss_sum : 0.0, r == 0 ? pass.samples : 0, pass.samples, 0};
         // fp16: the shards' overflow flags are agreed, so that every device skips or steps.
@@ -420,33 +420,6 @@ private:
         rank.record_comm(
             named(rank.comm().reduce_scatter(t.raw(), t.numel(), t.dtype(), comm::ReduceOp::sum),
                   "tp_reduce_scatter"));
-    }
-
-    // sequence_parallel: the gradients of the whole parameters that saw 1/N of the positions,
-    // summed over the devices in one all-reduce of a buffer holding them all.
-    void sum_sequence_partial(Rank& rank) {
-        const size_t r = static_cast<size_t>(rank.index());
-        const auto& params = m_sequence_partial[r];
-        int64_t count = 0;
-        for (const nn::Param* p : params) count += p->grad.numel();
-        const Tensor buffer = Tensor::empty(Shape{count}, params.front()->grad.dtype(),
-                                            params.front()->grad.device(), MemCategory::workspace);
-        rank.compute("sequence_grads", [&] {
-            int64_t at = 0;
-            for (const nn::Param* p : params) {
-                buffer.view(at, p->grad.shape()).copy_from(p->grad);
-                at += p->grad.numel();
-            }
-        });
-        rank.record_comm(
-            named(rank.comm().all_reduce(buffer, comm::ReduceOp::sum), "tp_sequence_grads"));
-        rank.compute("sequence_grads", [&] {
-            int64_t at = 0;
-            for (const nn::Param* p : params) {
-                p->grad.copy_from(buffer.view(at, p->grad.shape()));
-                at += p->grad.numel();
-            }
-        });
     }
 
     // train.clip_norm: the slices' squares summed over the devices, plus the replicated

@@ -4,6 +4,7 @@
 #include "engine/nn/attention.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/model.h"
+#include "engine/strategy/strategy.h"
 
 #include <algorithm>
 #include <cstring>
@@ -147,6 +148,27 @@ Tensor join_shards(const Shape& whole, Cut cut, const std::vector<const Tensor*>
             std::memcpy(out.data<float>() + run.whole_at, from + run.shard_at, static_cast<size_t>(run.count) * sizeof(float));
     }
     return out;
+}
+
+void sum_sequence_partial(Rank& rank, comm::Communicator& group, const std::vector<nn::Param*>& params) {
+    int64_t count = 0;
+    for (const nn::Param* p : params) count += p->grad.numel();
+    const Tensor buffer = Tensor::empty(Shape{count}, params.front()->grad.dtype(), params.front()->grad.device(),
+                                        MemCategory::workspace);
+    const auto copy = [&](bool in) {
+        rank.compute("sequence_grads", [&] {
+            int64_t at = 0;
+            for (const nn::Param* p : params) {
+                const Tensor view = buffer.view(at, p->grad.shape());
+                if (in) view.copy_from(p->grad);
+                else p->grad.copy_from(view);
+                at += p->grad.numel();
+            }
+        });
+    };
+    copy(true);
+    rank.record_comm(named(group.all_reduce(buffer, comm::ReduceOp::sum), "tp_sequence_grads"));
+    copy(false);
 }
 
 }  // namespace paralab::strategy::tensor_shards

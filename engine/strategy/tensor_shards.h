@@ -12,6 +12,13 @@
 #include "engine/nn/spec.h"
 #include "engine/tensor/tensor.h"
 
+namespace paralab::comm {
+class Communicator;
+}
+namespace paralab::strategy {
+class Rank;
+}
+
 namespace paralab::strategy::tensor_shards {
 
 // Gives every attention and transformer_block of an unbuilt layer tree its shard. With
@@ -31,6 +38,11 @@ std::function<void(nn::Layer&)> shard_preparer(const std::vector<nn::LayerSpec>&
 // this device's positions (each split layer's layernorms and row-parallel biases): their
 // gradients are partial sums, to be summed over the tensor-parallel group before the optimizer.
 std::vector<nn::Param*> sequence_partial_parameters(nn::Layer& layer);
+
+// Sums those partial gradients (`params`, non-empty) over the tensor-parallel `group` in one
+// all-reduce of a buffer holding them all, recorded on `rank` as "tp_sequence_grads" (the
+// copies in and out as "sequence_grads" compute).
+void sum_sequence_partial(Rank& rank, comm::Communicator& group, const std::vector<nn::Param*>& params);
 
 // How one parameter of the whole model is cut: whole (replicated), by rows of its first
 // dimension in `blocks` equal parts (a column-parallel weight or bias), or by columns of its
