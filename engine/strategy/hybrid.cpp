@@ -21,9 +21,25 @@
 //       zero 0: all-reduced; every device steps all its parameters;
 //       zero 1: reduce-scattered: each device keeps the optimizer state of its 1/dp of the flat
 //               parameters, steps that shard and all-gathers the flat parameters.
+//       zero 2: as zero 1 with the gradients sharded too: a device keeps only its shard's
+//               gradient between steps. When each chunk runs one backward a step (one
+//               micro-batch, no grad_accum, no sequence_parallel), a top-level layer's gradients
+//               exist from just before its backward until they are reduced to the owners of
+//               their flat range over the dp group (as zero.cpp's stage 2); otherwise they
+//               accumulate over the micro-batches in a flat buffer made for the step, which is
+//               reduce-scattered into the shard and freed.
+//       zero 3: as zero 2 with the parameters sharded too (FSDP over the dp group): between uses a
+//               device holds only its 1/dp of its flat parameters. In each forward and each
+//               backward of one of its chunks, a top-level layer's values are put together over
+//               the dp group just before its compute (each owner of part of the layer's range
+//               broadcasts it) and freed just after; the optimizer steps the shard and nothing
+//               is all-gathered after the step. A replica with fewer rows runs replica 0's flushes,
+//               gathering for the micro-batches it lacks without computing, so that every device
+//               of a dp group makes the same collectives.
 //   - train.clip_norm: the squared norm of the whole model's gradient is summed over the
 //     world: each device counts the slices of its part (all of it at zero 0 on data rank 0,
-//     its shard at zero 1) and the replicated parameters of that part only on tensor rank 0.
+//     its shard at zero 1 to 3) and the replicated parameters of that part only on tensor
+//     rank 0.
 // The last stage's loss is divided by the global batch, so the sums over dp are the single
 // device's gradients; optimizers are element-wise, so the shards' steps are its step.
 //
@@ -35,11 +51,11 @@
 //     tensor group after the schedule, before the data-parallel collective.
 //
 // A checkpoint holds the single device's layout: the whole model and its whole optimizer state,
-// joined from replica 0's tensor ranks (at zero 1 from the data-parallel shards first); a
-// resume cuts them again (save_state, load_state).
+// joined from replica 0's tensor ranks (at zero 1 to 3 from the data-parallel shards first; at
+// zero 3 the values too); a resume cuts them again (save_state, load_state).
 //
-// zero 2 and 3 are refused by check_hybrid, naming the option, and so are interleave options
-// the schedule cannot take (stages::check_schedule).
+// check_hybrid refuses, naming the option, a mesh that is not the device count and interleave
+// options the schedule cannot take (stages::check_schedule).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -98,9 +114,6 @@ void check_hybrid(const config::Experiment& e) {
         throw ConfigError("strategy.pp", std::to_string(m.pp) + " pipeline stages for a model of " +
                                              std::to_string(layers) +
                                              " top-level layers: each stage holds at least one");
-    if (m.zero > 1)
-        throw ConfigError("strategy.zero", "zero " + std::to_string(m.zero) +
-                                               " in a hybrid mesh is not available yet; use 0 or 1");
     stages::check_schedule(option<std::string>(e.strategy, "schedule"), option<int64_t>(e.strategy, "interleave"),
                            option<int64_t>(e.strategy, "micro_batches"), m.pp, "strategy.pp");
     stages::check_stage_count(m.pp, layers, "hybrid", stages::chunks_of(e));
@@ -158,8 +171,10 @@ public:
         RankState& s = m_state[static_cast<size_t>(r)];
         Piece& piece = m_pieces[static_cast<size_t>(r)];
         auto& ps = piece.params;
-        const int64_t total = total_numel(ps);
-        if (m_mesh.dp > 1) s.grads = grads_as_views(ps, 0, ps.size(), rank.device());
+        const int64_t total = total_numel_of(piece);
+        // zero 2 keeps no gradient of the whole between steps: it is made during the step.
+        if (grads_sharded()) release_grads(piece);
+        else if (m_mesh.dp > 1) s.grads = grads_as_views(ps, 0, ps.size(), rank.device());
         if (sharded()) {
             // The parameters become views of one flat buffer, all-gathered in place; the shard the
             // optimizer sees is a parameter of its own (a private copy of the values, a view of
@@ -174,9 +189,14 @@ public:
             }
             s.shard = data::shard_of_dataset(total, data_rank(r), m_mesh.dp);
             s.shard_param.name = "hybrid_shard";
-            s.shard_param.value = Tensor::empty(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::workspace);
+            // (zero 3: the only values kept between uses, the device's parameters memory.)
+            s.shard_param.value = Tensor::empty(Shape{s.shard.count}, DType::f32, rank.device(),
+                                                params_sharded() ? MemCategory::parameters : MemCategory::workspace);
             s.shard_param.value.copy_from(s.values.view(s.shard.offset, Shape{s.shard.count}));
-            s.shard_param.grad = s.grads.view(s.shard.offset, Shape{s.shard.count});
+            s.shard_param.grad = grads_sharded()
+                                     ? Tensor::zeros(Shape{s.shard.count}, DType::f32, rank.device(),
+                                                     MemCategory::gradients)
+                                     : s.grads.view(s.shard.offset, Shape{s.shard.count});
         } else {
             s.shard = {0, data_rank(r) == 0 ? total : 0};
         }
@@ -189,10 +209,30 @@ public:
                     own[i]->grad = ch.params[i]->grad;
                 }
             }
+        // zero 3: between uses a device holds its shard only; a top-level layer's values are
+        // gathered for each of its forwards and backwards (gather_values).
+        if (params_sharded()) {
+            s.values = Tensor();
+            for (size_t c = 0; c < piece.chunks.size(); ++c) {
+                release_values(piece, c, param_range(piece, c, 0, piece.chunks[c].params.size()));
+                // A top-level layer's values exist from just before its forward until just after.
+                for (auto& context : piece.chunks[c].contexts)
+                    context->net().set_forward_hooks(
+                        [this, r, c](size_t layer) {
+                            gather_values(*m_rank_of[static_cast<size_t>(r)], m_pieces[static_cast<size_t>(r)], c,
+                                          layer_range(m_pieces[static_cast<size_t>(r)], c, layer));
+                        },
+                        [this, r, c](size_t layer) {
+                            release_values(m_pieces[static_cast<size_t>(r)], c,
+                                           layer_range(m_pieces[static_cast<size_t>(r)], c, layer));
+                        });
+            }
+            s.released = true;
+        }
         // Setup's copies (the contexts' own parameters, the flat buffers' sources) are not
         // training's peak.
         rank.device().allocator().reset_peak();
-        // A resumed zero 1 run: this device's range of the checkpoint's optimizer state.
+        // A resumed zero 1 to 3 run: this device's range of the checkpoint's optimizer state.
         if (sharded() && m_loaded_steps >= 0) {
             m_optimizers[static_cast<size_t>(r)]->load_state({&s.shard_param}, {m_loaded[static_cast<size_t>(r)]},
                                                              m_loaded_steps);
@@ -207,32 +247,57 @@ public:
         Piece& piece = m_pieces[static_cast<size_t>(r)];
         auto& ps = piece.params;
         StepResult res;
+        // zero 2 and 3: layer by layer when every chunk runs one backward this step (the same on every
+        // device of a dp group: each replica has rows and one micro-batch of them); otherwise a
+        // flat gradient buffer for the step.
+        s.eager = grads_sharded() && e.train.grad_accum == 1 && m_micro_batches == 1 && !m_sequence &&
+                  batch.global_size >= m_mesh.dp;
+        if (grads_sharded() && !s.eager) {
+            s.grads = flat_grads(piece, rank.device());
+            share_grads(piece);
+        }
         for (Chunk& ch : piece.chunks) ch.master().zero_grad();
         // This replica's rows of the global batch, in grad_accum parts, each a flush of the
-        // schedule over its micro-batches.
+        // schedule over its micro-batches. zero 3: every device of a dp group gathers the same
+        // layers in the same order, so each runs the flushes of replica 0 (the most rows), its
+        // own micro-batches in the first slots of each and no compute in the slots it lacks.
         const auto rows = data::shard_of_batch(batch.global_size, data_rank(r), m_mesh.dp);
-        if (rows.count > 0) {
-            const int parts = static_cast<int>(std::min<int64_t>(e.train.grad_accum, rows.count));
+        const int64_t plan_rows = params_sharded() ? data::shard_of_batch(batch.global_size, 0, m_mesh.dp).count
+                                                   : rows.count;
+        if (plan_rows > 0) {
+            const int parts = static_cast<int>(std::min<int64_t>(e.train.grad_accum, plan_rows));
             for (int k = 0; k < parts; ++k) {
+                const int slots = static_cast<int>(
+                    std::min<int64_t>(m_micro_batches, data::shard_of_batch(plan_rows, k, parts).count));
                 const auto part = data::shard_of_batch(rows.count, k, parts);
-                const int m = static_cast<int>(std::min<int64_t>(m_micro_batches, part.count));
+                const int m = static_cast<int>(std::min<int64_t>(slots, part.count));
                 std::vector<data::ShardRange> micro;
                 for (int i = 0; i < m; ++i) {
                     const auto mb = data::shard_of_batch(part.count, i, m);
                     micro.push_back({rows.offset + part.offset + mb.offset, mb.count});
                 }
-                run_flush(rank, piece, batch, offset, micro, res);
+                run_flush(rank, piece, batch, offset, micro, slots, res);
             }
             res.samples = rows.count;
         }
-        if (!piece.sequence_partial.empty()) sum_sequence_partial(rank, piece.sequence_partial);
-        if (m_mesh.dp > 1) {
+        if (!piece.sequence_partial.empty())
+            sum_sequence_partial(rank, m_tp_groups->of(rank.index()), piece.sequence_partial);
+        // (zero 2 and 3 layer by layer: reduced to their owners in backward already.)
+        if (m_mesh.dp > 1 && !s.eager) {
             comm::Communicator& dp = m_dp_groups->of(r);
             const int64_t n = s.grads.numel();
-            if (sharded())
+            if (sharded()) {
                 rank.record_comm(named(dp.reduce_scatter(s.grads.raw(), n, DType::f32, comm::ReduceOp::sum),
                                        "dp_reduce_scatter_grads"));
-            else
+                if (grads_sharded()) {
+                    // Keep the shard's sum; the step's whole gradients go.
+                    rank.compute("optimizer", [&] {
+                        s.shard_param.grad.copy_from(s.grads.view(s.shard.offset, Shape{s.shard.count}));
+                    });
+                    s.grads = Tensor();
+                    release_grads(piece);
+                }
+            } else
                 rank.record_comm(
                     named(dp.all_reduce(s.grads.raw(), n, DType::f32, comm::ReduceOp::sum), "dp_all_reduce_grads"));
         }
@@ -241,9 +306,11 @@ public:
         if (e.train.clip_norm) res.grad_norm = clip(rank, s, stepped, *e.train.clip_norm);
         rank.compute("optimizer", [&] {
             m_optimizers[static_cast<size_t>(r)]->step(stepped, lr);
-            if (sharded()) s.values.view(s.shard.offset, Shape{s.shard.count}).copy_from(s.shard_param.value);
+            if (sharded() && !params_sharded())
+                s.values.view(s.shard.offset, Shape{s.shard.count}).copy_from(s.shard_param.value);
         });
-        if (sharded())
+        // (zero 3: the shards are gathered where they are used, layer by layer.)
+        if (sharded() && !params_sharded())
             rank.record_comm(named(m_dp_groups->of(r).all_gather(s.values.raw(), s.values.numel(), DType::f32),
                                    "dp_all_gather_params"));
         if (r == 0) ++m_steps;
@@ -283,8 +350,7 @@ public:
             const int first_rank = (g % m_mesh.pp) * tp * m_mesh.dp;
             const size_t c = static_cast<size_t>(g / m_mesh.pp);
             std::vector<std::vector<Tensor>> shards;
-            for (int t = 0; t < tp; ++t)
-                shards.push_back(host_copies(m_pieces[static_cast<size_t>(first_rank + t)].chunks[c].params));
+            for (int t = 0; t < tp; ++t) shards.push_back(chunk_values(first_rank + t, c));
             const Chunk& ch = m_pieces[static_cast<size_t>(first_rank)].chunks[c];
             for (size_t i = 0; i < ch.params.size(); ++i) {
                 const size_t whole = ch.first_param + i;
@@ -310,9 +376,9 @@ public:
     // (parameters()) and each parameter's whole optimizer state, put together the same way from
     // replica 0's tensor ranks (element-wise optimizers: a slice's state is the whole state's
     // slice; a replicated parameter's is tensor rank 0's, the same on every tensor rank). At
-    // zero 1 a device's state is its 1/dp of the flat state of its (stage, tensor rank): the
+    // zero 1 to 3 a device's state is its 1/dp of the flat state of its (stage, tensor rank): the
     // data-parallel group's shards are laid end to end first, as zero.cpp's. A resume cuts them
-    // again (the zero 1 shards in start_rank, where the shard parameters are made).
+    // again (the shards in start_rank, where the shard parameters are made).
     const char* why_no_checkpoint() const override { return nullptr; }
 
     TrainingState save_state() override {
@@ -351,7 +417,7 @@ public:
     }
 
     // Each device's slices of the checkpoint's parameters and optimizer state, cut as setup cuts
-    // the reference's (at zero 1, its 1/dp of the flat state, loaded in start_rank). Everything
+    // the reference's (at zero 1 to 3, its 1/dp of the flat state, loaded in start_rank). Everything
     // is checked and cut before anything changes, so that a checkpoint that does not fit leaves
     // the devices as they were.
     void load_state(const TrainingState& st) override {
@@ -404,7 +470,7 @@ public:
             const int t = tensor_rank(k);
             for (size_t l = 0; l < piece.params.size(); ++l) {
                 const size_t i = piece.param_index[l];
-                const Shape& shape = piece.params[l]->value.shape();
+                const Shape& shape = piece.shapes[l];
                 my_values[static_cast<size_t>(k)].push_back(slice_of(values[i], shape, m_cuts[i], t, m_mesh.tp));
                 std::vector<Tensor> mine;
                 if (restore_state)
@@ -412,12 +478,12 @@ public:
                 my_state[static_cast<size_t>(k)].push_back(std::move(mine));
             }
         }
-        // zero 1: each device's range of its flat state vectors.
+        // zero 1 to 3: each device's range of its flat state vectors.
         std::vector<std::vector<Tensor>> shard_state(static_cast<size_t>(m_world));
         if (sharded() && restore_state)
             for (int k = 0; k < m_world; ++k) {
                 const Piece& piece = m_pieces[static_cast<size_t>(k)];
-                const int64_t total = total_numel(piece.params);
+                const int64_t total = total_numel_of(piece);
                 const data::ShardRange range = data::shard_of_dataset(total, data_rank(k), m_mesh.dp);
                 for (size_t j = 0; j < per_param; ++j) {
                     Tensor flat =
@@ -530,6 +596,10 @@ protected:
                 nn::Model& master = ch.master();
                 ch.params = master.parameters();
                 ch.buffers = master.buffers();
+                for (size_t i = 0, n = 0; i < master.net().size(); ++i) {
+                    n += master.net().at(i).parameters().size();
+                    ch.layer_ends.push_back(n);
+                }
                 if (tp > 1 && m_sequence)
                     for (nn::Param* q : sequence_partial_parameters(master.net())) piece.sequence_partial.push_back(q);
                 PARALAB_CHECK(ch.params.size() == param_start[ch.last] - ch.first_param &&
@@ -553,6 +623,12 @@ protected:
                 for (size_t i = 0; i < ch.buffers.size(); ++i)
                     ch.buffers[i].copy_from(ref_buffers[buffer_start[ch.first] + i]);
             }
+            // (zero 3 releases the values: their shapes and flat offsets are kept.)
+            for (int64_t at = 0; const nn::Param* p : piece.params) {
+                piece.offsets.push_back(at);
+                piece.shapes.push_back(p->value.shape());
+                at += p->value.numel();
+            }
             m_optimizers.push_back(optim::make_optimizer(e.optimizer));
         }
     }
@@ -573,6 +649,8 @@ private:
         std::vector<std::unique_ptr<nn::Model>> contexts;
         std::vector<nn::Param*> params;  // the master's (context 0)
         std::vector<Tensor> buffers;     // the master's
+        // The master's top-level layer i holds params [layer_ends[i − 1], layer_ends[i]).
+        std::vector<size_t> layer_ends;
 
         nn::Model& master() { return *contexts.front(); }
     };
@@ -581,22 +659,186 @@ private:
         std::vector<Chunk> chunks;
         std::vector<nn::Param*> params;   // every chunk's, chunk after chunk
         std::vector<size_t> param_index;  // each one's index in the whole model's list
+        std::vector<int64_t> offsets;     // each one's offset in the flat parameters
+        std::vector<Shape> shapes;        // each one's shape
         // sequence_parallel: the whole parameters whose gradients hold this device's positions
         // only (tensor_shards::sequence_partial_parameters of each chunk)
         std::vector<nn::Param*> sequence_partial;
     };
 
     struct RankState {
-        Tensor grads;            // dp > 1, [T]: the gradients are views of it
-        Tensor values;           // zero 1, [T]: the parameters are views of it
-        data::ShardRange shard;  // the flat range whose gradient norm (and, at zero 1, update) is this rank's
-        nn::Param shard_param;   // zero 1: the shard's value (a private copy) and gradient (a view)
+        Tensor grads;            // dp > 1, [T]: the gradients are views of it (zero 2: during a step only)
+        Tensor values;           // zero 1 and 2 (zero 3: setup only), [T]: the parameters are views of it
+        data::ShardRange shard;  // the flat range whose gradient norm (and, at zero 1 to 3, update) is this rank's
+        // zero 1 to 3: the shard's value (a private copy) and gradient (zero 1: a view of
+        // grads; zero 2: its own, the only gradient kept between steps)
+        nn::Param shard_param;
+        bool eager = false;  // zero 2 and 3, this step: each layer's gradients reduced as its backward ends
+        bool released = false;  // zero 3: the values are the shard only (start_rank has run)
     };
 
     int tensor_rank(int k) const { return k % m_mesh.tp; }
     int data_rank(int k) const { return (k / m_mesh.tp) % m_mesh.dp; }
     int stage_of(int k) const { return k / (m_mesh.tp * m_mesh.dp); }
-    bool sharded() const { return m_mesh.zero == 1 && m_mesh.dp > 1; }
+    bool sharded() const { return m_mesh.zero >= 1 && m_mesh.dp > 1; }
+    bool grads_sharded() const { return m_mesh.zero >= 2 && m_mesh.dp > 1; }
+    bool params_sharded() const { return m_mesh.zero >= 3 && m_mesh.dp > 1; }
+
+    // Local chunk c's parameters [a, b) (the chunk's own indices) as [first, last) of the device's
+    // list, and their flat range [begin, end).
+    struct ParamRange {
+        size_t first = 0, last = 0;
+        int64_t begin = 0, end = 0;
+    };
+    static ParamRange param_range(const Piece& piece, size_t c, size_t a, size_t b) {
+        ParamRange out;
+        out.first = chunk_offset(piece, c) + a;
+        out.last = chunk_offset(piece, c) + b;
+        if (out.first == out.last) return out;
+        out.begin = piece.offsets[out.first];
+        out.end = piece.offsets[out.last - 1] + piece.shapes[out.last - 1].numel();
+        return out;
+    }
+    static ParamRange layer_range(const Piece& piece, size_t c, size_t layer) {
+        const Chunk& ch = piece.chunks[c];
+        return param_range(piece, c, layer == 0 ? 0 : ch.layer_ends[layer - 1], ch.layer_ends[layer]);
+    }
+    // zero 3: local chunk c's values of `range` dropped in every context (the gathered buffer goes
+    // with the last view).
+    static void release_values(Piece& piece, size_t c, const ParamRange& range) {
+        const size_t at = chunk_offset(piece, c);
+        for (auto& context : piece.chunks[c].contexts) {
+            const auto own = context->parameters();
+            for (size_t i = range.first; i < range.last; ++i) own[i - at]->value = Tensor();
+        }
+    }
+    // zero 3: the values of `range` of local chunk c put together over the dp group, just before
+    // a top-level layer's forward or backward: each owner (data rank q) of part of the range
+    // broadcasts that part of its shard into one buffer (parameters memory), whose views every
+    // context of the chunk uses.
+    void gather_values(Rank& rank, Piece& piece, size_t c, const ParamRange& range) {
+        if (range.first == range.last) return;
+        const RankState& s = m_state[static_cast<size_t>(rank.index())];
+        const int64_t n = range.end - range.begin, total = total_numel_of(piece);
+        const Tensor buf = Tensor::empty(Shape{n}, DType::f32, rank.device(), MemCategory::parameters);
+        comm::Communicator& dp = m_dp_groups->of(rank.index());
+        for (int q = 0; q < m_mesh.dp; ++q) {
+            const auto sq = data::shard_of_dataset(total, q, m_mesh.dp);
+            const int64_t lo = std::max(range.begin, sq.offset), hi = std::min(range.end, sq.offset + sq.count);
+            if (lo >= hi) continue;
+            const Tensor part = buf.view(lo - range.begin, Shape{hi - lo});
+            if (q == dp.rank()) part.copy_from(s.shard_param.value.view(lo - s.shard.offset, Shape{hi - lo}));
+            rank.record_comm(named(dp.broadcast(part.raw(), hi - lo, DType::f32, q), "dp_gather_params"));
+        }
+        const size_t at = chunk_offset(piece, c);
+        for (auto& context : piece.chunks[c].contexts) {
+            const auto own = context->parameters();
+            for (size_t i = range.first; i < range.last; ++i)
+                own[i - at]->value = buf.view(piece.offsets[i] - range.begin, piece.shapes[i]);
+        }
+    }
+    // zero 3, a micro-batch slot this replica lacks: the gathers of a forward (layer after layer)
+    // or a backward (in reverse) of local chunk c, without compute.
+    void gather_without_compute(Rank& rank, Piece& piece, size_t c, bool forward) {
+        const size_t layers = piece.chunks[c].layer_ends.size();
+        for (size_t j = 0; j < layers; ++j) {
+            const ParamRange range = layer_range(piece, c, forward ? j : layers - 1 - j);
+            gather_values(rank, piece, c, range);
+            release_values(piece, c, range);
+        }
+    }
+    // Host copies of device k's local chunk c's values (zero 3: put together from its dp group's
+    // shards).
+    std::vector<Tensor> chunk_values(int k, size_t c) const {
+        const Piece& piece = m_pieces[static_cast<size_t>(k)];
+        if (!params_sharded() || !m_state[static_cast<size_t>(k)].released) return host_copies(piece.chunks[c].params);
+        Tensor flat = Tensor::empty(Shape{total_numel_of(piece)}, DType::f32, detached_host_device(),
+                                    MemCategory::workspace);
+        const int first = stage_of(k) * m_mesh.tp * m_mesh.dp + tensor_rank(k);
+        for (int d = 0; d < m_mesh.dp; ++d) {
+            const RankState& s = m_state[static_cast<size_t>(first + d * m_mesh.tp)];
+            if (s.shard.count > 0) flat.view(s.shard.offset, Shape{s.shard.count}).copy_from(s.shard_param.value);
+        }
+        const ParamRange range = param_range(piece, c, 0, piece.chunks[c].params.size());
+        std::vector<Tensor> out;
+        for (size_t i = range.first; i < range.last; ++i) {
+            Tensor t = Tensor::empty(piece.shapes[i], DType::f32, detached_host_device(), MemCategory::workspace);
+            t.copy_from(flat.view(piece.offsets[i], piece.shapes[i]));
+            out.push_back(std::move(t));
+        }
+        return out;
+    }
+    static int64_t total_numel_of(const Piece& piece) {
+        return piece.offsets.empty() ? 0 : piece.offsets.back() + piece.shapes.back().numel();
+    }
+
+    // zero 2: every context's gradients dropped (the layers make none until given).
+    static void release_grads(Piece& piece) {
+        for (Chunk& ch : piece.chunks)
+            for (auto& context : ch.contexts)
+                for (nn::Param* p : context->parameters()) p->grad = Tensor();
+    }
+    // zero 2: the other contexts use the master's gradients.
+    static void share_grads(Piece& piece) {
+        for (Chunk& ch : piece.chunks)
+            for (size_t c = 1; c < ch.contexts.size(); ++c) {
+                auto own = ch.contexts[c]->parameters();
+                for (size_t i = 0; i < own.size(); ++i) own[i]->grad = ch.params[i]->grad;
+            }
+    }
+    // zero 2, a step with several backwards per chunk: zeroed flat gradients [T], the master's
+    // gradients views of it.
+    static Tensor flat_grads(Piece& piece, Device& device) {
+        Tensor flat = Tensor::zeros(Shape{total_numel_of(piece)}, DType::f32, device, MemCategory::gradients);
+        for (size_t l = 0; l < piece.params.size(); ++l)
+            piece.params[l]->grad = flat.view(piece.offsets[l], piece.shapes[l]);
+        return flat;
+    }
+
+    // zero 2 layer by layer: the gradients of top-level layer `layer` of local chunk `chunk`,
+    // zeroed, for the master and context `c`, just before its backward.
+    static void make_layer_grads(Piece& piece, size_t chunk, nn::Model& c, size_t layer) {
+        Chunk& ch = piece.chunks[chunk];
+        const size_t a = layer == 0 ? 0 : ch.layer_ends[layer - 1], b = ch.layer_ends[layer];
+        const auto own = c.parameters();
+        for (size_t i = a; i < b; ++i) {
+            nn::Param* p = ch.params[i];
+            p->grad = Tensor::zeros(p->value.shape(), DType::f32, p->value.device(), MemCategory::gradients);
+            own[i]->grad = p->grad;
+        }
+    }
+    // zero 2 layer by layer: the layer's gradients are final. They cover the flat range [a, a + n);
+    // each owner q (data rank q of the dp group) of part of it receives the group's sum of that
+    // part, which it copies into its shard gradient; then the layer's gradients are freed.
+    void reduce_layer_to_owners(Rank& rank, Piece& piece, size_t chunk, nn::Model& c, size_t layer) {
+        Chunk& ch = piece.chunks[chunk];
+        const size_t first = layer == 0 ? 0 : ch.layer_ends[layer - 1], last = ch.layer_ends[layer];
+        if (first == last) return;
+        const size_t at = chunk_offset(piece, chunk);
+        const int64_t a = piece.offsets[at + first];
+        int64_t n = 0;
+        for (size_t i = first; i < last; ++i) n += ch.params[i]->value.numel();
+        RankState& s = m_state[static_cast<size_t>(rank.index())];
+        const Tensor buf = Tensor::empty(Shape{n}, DType::f32, rank.device(), MemCategory::communication);
+        for (size_t i = first; i < last; ++i)
+            buf.view(piece.offsets[at + i] - a, ch.params[i]->grad.shape()).copy_from(ch.params[i]->grad);
+        comm::Communicator& dp = m_dp_groups->of(rank.index());
+        const int64_t total = total_numel_of(piece);
+        for (int q = 0; q < m_mesh.dp; ++q) {
+            const auto sq = data::shard_of_dataset(total, q, m_mesh.dp);
+            const int64_t lo = std::max(a, sq.offset), hi = std::min(a + n, sq.offset + sq.count);
+            if (lo >= hi) continue;
+            const Tensor part = buf.view(lo - a, Shape{hi - lo});
+            rank.record_comm(
+                named(dp.reduce(part.raw(), hi - lo, DType::f32, comm::ReduceOp::sum, q), "dp_reduce_grads_to_owner"));
+            if (q == dp.rank()) s.shard_param.grad.view(lo - s.shard.offset, Shape{hi - lo}).copy_from(part);
+        }
+        const auto own = c.parameters();
+        for (size_t i = first; i < last; ++i) {
+            ch.params[i]->grad = Tensor();
+            own[i]->grad = Tensor();
+        }
+    }
 
     // The first of local chunk c's parameters in the device's list (piece.params).
     static size_t chunk_offset(const Piece& piece, size_t c) {
@@ -606,7 +848,7 @@ private:
     }
 
     // Device k's optimizer state as host f32 copies, [local parameter][state], each of its
-    // parameter's shape: its optimizer's, or at zero 1 the flat state of its (stage, tensor
+    // parameter's shape: its optimizer's, or at zero 1 to 3 the flat state of its (stage, tensor
     // rank) laid together from the data-parallel group's shards and cut per parameter.
     std::vector<std::vector<Tensor>> local_state(int k) const {
         const Piece& piece = m_pieces[static_cast<size_t>(k)];
@@ -616,7 +858,7 @@ private:
             for (size_t l = 0; l < piece.params.size(); ++l) out[l] = host_copies(state[l]);
             return out;
         }
-        const int64_t total = total_numel(piece.params);
+        const int64_t total = total_numel_of(piece);
         const int first = stage_of(k) * m_mesh.tp * m_mesh.dp + tensor_rank(k);
         const size_t per_param = m_optimizers[static_cast<size_t>(k)]->state_names().size();
         for (size_t j = 0; j < per_param; ++j) {
@@ -630,7 +872,7 @@ private:
             }
             int64_t at = 0;
             for (size_t l = 0; l < piece.params.size(); ++l) {
-                const Shape& shape = piece.params[l]->value.shape();
+                const Shape& shape = piece.shapes[l];
                 Tensor t = Tensor::empty(shape, DType::f32, detached_host_device(), MemCategory::workspace);
                 t.copy_from(flat.view(at, shape));
                 at += t.numel();
@@ -654,28 +896,6 @@ private:
         rank.record_comm(named(m_tp_groups->of(k).reduce_scatter(x.raw(), x.numel(), x.dtype(), comm::ReduceOp::sum),
                                "tp_reduce_scatter"));
     }
-    // sequence_parallel: the partial gradients of the layernorms and row-parallel biases summed
-    // over the tensor group, in one all-reduce of a buffer holding them all.
-    void sum_sequence_partial(Rank& rank, const std::vector<nn::Param*>& params) {
-        int64_t count = 0;
-        for (const nn::Param* q : params) count += q->grad.numel();
-        const Tensor buffer = Tensor::empty(Shape{count}, params.front()->grad.dtype(), params.front()->grad.device(),
-                                            MemCategory::workspace);
-        const auto copy = [&](bool in) {
-            rank.compute("sequence_grads", [&] {
-                int64_t at = 0;
-                for (const nn::Param* q : params) {
-                    const Tensor view = buffer.view(at, q->grad.shape());
-                    in ? view.copy_from(q->grad) : q->grad.copy_from(view);
-                    at += q->grad.numel();
-                }
-            });
-        };
-        copy(true);
-        rank.record_comm(named(m_tp_groups->of(rank.index()).all_reduce(buffer, comm::ReduceOp::sum), "tp_sequence_grads"));
-        copy(false);
-    }
-
     // The device that runs global chunk g for tensor and data ranks of device k.
     int device_of_chunk(int g, int k) const {
         const int hop = m_mesh.tp * m_mesh.dp;
@@ -684,11 +904,13 @@ private:
     // The tag of micro-batch `index`'s message sent by local chunk `chunk`.
     int message_tag(int index, int chunk, int direction) const { return 2 * (index * m_chunks + chunk) + direction; }
 
+    // One flush of `slots` micro-batch slots, the first micro.size() of them this replica's
+    // micro-batches (fewer only at zero 3: the others gather and free their chunk, no more).
     void run_flush(Rank& rank, Piece& piece, const data::Batch& batch, int64_t offset,
-                   const std::vector<data::ShardRange>& micro, StepResult& res) {
+                   const std::vector<data::ShardRange>& micro, int slots, StepResult& res) {
         const int st = stage_of(rank.index());
         int first = 0;  // the part's first micro-batch
-        for (const int m : stages::flush_parts(m_schedule, m_mesh.pp, static_cast<int>(micro.size()))) {
+        for (const int m : stages::flush_parts(m_schedule, m_mesh.pp, slots)) {
             const std::vector<stages::Op> ops = stages::stage_schedule(m_schedule, st, m_mesh.pp, m, m_chunks);
             const std::vector<int> contexts = stages::chunk_in_flight(ops, m_chunks);
             for (int c = 0; c < m_chunks; ++c)
@@ -699,6 +921,10 @@ private:
                 Chunk& ch = piece.chunks[static_cast<size_t>(op.chunk)];
                 nn::Model& c = *ch.contexts[static_cast<size_t>(op.micro % std::max(1, contexts[static_cast<size_t>(op.chunk)]))];
                 const int index = first + op.micro;
+                if (index >= static_cast<int>(micro.size())) {
+                    gather_without_compute(rank, piece, static_cast<size_t>(op.chunk), op.forward);
+                    continue;
+                }
                 const data::ShardRange& mb = micro[static_cast<size_t>(index)];
                 if (op.forward) forward(rank, ch, op.chunk, c, batch, offset, index, mb, res);
                 else backward(rank, ch, op.chunk, c, index, mb);
@@ -766,10 +992,37 @@ private:
                              /*waiting=*/true);
         }
         const std::string phase = stages::chunk_phase("backward", chunk, m_chunks);
+        const bool eager = m_state[static_cast<size_t>(k)].eager;
+        Piece& piece = m_pieces[static_cast<size_t>(k)];
+        const auto local = static_cast<size_t>(chunk);
         Tensor dx = rank.compute(phase.c_str(), [&] {
             if (last) dy = c.loss().backward();
-            Tensor grad = c.net().backward(dy);
+            if (!eager && !params_sharded()) {
+                Tensor grad = c.net().backward(dy);
+                dy = Tensor();
+                return grad;
+            }
+            // A top-level layer at a time: zero 3 gathers its values just before (its
+            // recomputation's too) and frees them just after; zero 2 and 3 in this chunk's only
+            // backward of the step make its gradients just before and reduce them to their
+            // owners just after. Layers before an embedding (none by construction) are walked
+            // for their collectives only.
+            nn::Sequential& net = c.net();
+            Tensor grad = dy;
             dy = Tensor();
+            bool computing = true;
+            for (size_t i = net.size(); i-- > 0;) {
+                const ParamRange range = layer_range(piece, local, i);
+                if (params_sharded()) gather_values(rank, piece, local, range);
+                if (eager) make_layer_grads(piece, local, c, i);
+                if (computing) {
+                    net.recompute_before_backward(i);
+                    grad = net.at(i).backward(grad);
+                    computing = grad.defined();
+                }
+                if (eager) reduce_layer_to_owners(rank, piece, local, c, i);
+                if (params_sharded()) release_values(piece, local, range);
+            }
             return grad;
         });
         if (g > 0) {
@@ -782,7 +1035,8 @@ private:
     }
 
     // train.clip_norm: the squares of this rank's range of its flat gradients (the replicated
-    // parameters' on tensor rank 0 only) summed over the world; `stepped` scaled by the norm.
+    // parameters' on tensor rank 0 only; at zero 1 to 3 read from the shard's gradient) summed
+    // over the world; `stepped` scaled by the norm.
     double clip(Rank& rank, const RankState& s, const std::vector<nn::Param*>& stepped, double max_norm) {
         const int r = rank.index();
         const bool counts_whole = tensor_rank(r) == 0;
@@ -791,14 +1045,17 @@ private:
             double sum = 0;
             int64_t at = 0;
             const int64_t lo = s.shard.offset, hi = s.shard.offset + s.shard.count;
+            // On a GPU the gradients are read back to sum their ranges on the host.
+            const Tensor shard = sharded() ? gpu::on_host(s.shard_param.grad) : Tensor();
             for (size_t i = 0; i < piece.params.size(); ++i) {
-                const int64_t n = piece.params[i]->grad.numel();
+                const int64_t n = piece.shapes[i].numel();
                 const int64_t a = std::max(lo, at), b = std::min(hi, at + n);
                 if (a < b && (m_cuts[piece.param_index[i]].kind != Cut::Kind::whole || counts_whole)) {
-                    // On a GPU the gradient is read back to sum its range on the host.
-                    const Tensor grad = gpu::on_host(piece.params[i]->grad);
-                    const float* g = grad.data<float>();
-                    for (int64_t j = a - at; j < b - at; ++j) sum += static_cast<double>(g[j]) * g[j];
+                    const Tensor grad = sharded() ? Tensor() : gpu::on_host(piece.params[i]->grad);
+                    // g[j − base]: the gradient at flat position j
+                    const float* g = sharded() ? shard.data<float>() : grad.data<float>();
+                    const int64_t base = sharded() ? lo : at;
+                    for (int64_t j = a; j < b; ++j) sum += static_cast<double>(g[j - base]) * g[j - base];
                 }
                 at += n;
             }
@@ -825,7 +1082,7 @@ private:
     std::atomic<int64_t> m_steps{0};
     std::unique_ptr<nn::Model> m_whole;
     int64_t m_whole_at = -1;
-    // zero 1, a checkpoint to resume from: each device's range of the flat optimizer state
+    // zero 1 to 3, a checkpoint to resume from: each device's range of the flat optimizer state
     // ([state]), loaded into its shard in start_rank; the optimizer's steps (-1: none).
     std::vector<std::vector<Tensor>> m_loaded;
     int64_t m_loaded_steps = -1;
@@ -844,7 +1101,11 @@ int64_t whole_params_of(const nn::LayerSpec& s, int64_t params) {
 }
 
 // Per device: parameters and gradients of its stage's tensor shard (the replicated layers whole,
-// 1/tp of every attention and block); optimizer state for them, 1/dp of it under zero 1;
+// 1/tp of every attention and block); optimizer state for them, 1/dp of it under zero 1 to 3;
+// at zero 2 the gradients of its 1/dp shard plus, layer by layer (one micro-batch, no
+// grad_accum, no sequence_parallel), its largest top-level layer's, otherwise the whole flat
+// gradients of the step; at zero 3 the parameters of its shard plus its largest top-level
+// layer's, gathered;
 // activations of its stage's layers (1/tp of the attention probabilities) for a micro-batch of
 // its replica's rows, times the micro-batches its schedule holds in flight (stages.h), the
 // loss's copy of the output on the last stage.
@@ -882,6 +1143,9 @@ std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, con
                                       : stages::schedule_of(e) == stages::Schedule::gpipe ? stages::Schedule::gpipe
                                                                                           : stages::Schedule::one_f_one_b;
     const int64_t k = optimizer_state_per_parameter(e.optimizer);
+    // zero 2 reduces each layer's gradients as its backward ends when it runs once a step.
+    const bool eager = e.train.grad_accum == 1 && micro == 1 &&
+                       !(option<bool>(e.strategy, "sequence_parallel") && tp > 1) && e.data.batch_size >= dp;
     for (size_t i = 0; i < out.size(); ++i) {
         auto& d = out[i];
         const int t = static_cast<int>(i) % tp, r = (static_cast<int>(i) / tp) % dp;
@@ -895,20 +1159,24 @@ std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, con
                                                                    stages::flush_parts(schedule, pp, static_cast<int>(m_here)).front(), v),
                                             v)
                   : std::vector<int>{stages::contexts_needed(schedule, st, pp, static_cast<int>(m_here))};
-        int64_t params = 0, acts = 0;
+        int64_t params = 0, acts = 0, largest = 0;
         for (int c = 0; c < v; ++c) {
             const size_t g = static_cast<size_t>(c) * static_cast<size_t>(pp) + static_cast<size_t>(st);
             const auto first = static_cast<size_t>(bounds[g]);
             const auto last = static_cast<size_t>(bounds[g + 1]);
-            for (size_t l = first; l < last; ++l) params += layer_params[l];
+            for (size_t l = first; l < last; ++l) {
+                params += layer_params[l];
+                largest = std::max(largest, layer_params[l]);
+            }
             acts += (shard.activations_of(first, last) + (static_cast<int>(g) == parts - 1 ? m.output_numel : 0)) *
                     in_flight[static_cast<size_t>(c)];
         }
         d.role = "tp " + std::to_string(t) + " · dp " + std::to_string(r);
         if (pp > 1) d.role += " · stage " + std::to_string(st + 1);
-        d.set(MemCategory::parameters, params);
-        d.set(MemCategory::gradients, params);
-        d.set(MemCategory::optimizer_state, mesh.zero >= 1 ? k * data::shard_of_dataset(params, r, dp).count : k * params);
+        const int64_t shard_count = data::shard_of_dataset(params, r, dp).count;
+        d.set(MemCategory::parameters, mesh.zero >= 3 && dp > 1 ? shard_count + largest : params);
+        d.set(MemCategory::gradients, mesh.zero >= 2 && dp > 1 ? shard_count + (eager ? largest : params) : params);
+        d.set(MemCategory::optimizer_state, mesh.zero >= 1 ? k * shard_count : k * params);
         d.set(MemCategory::activations, acts * micro_rows);
     }
     return out;
@@ -930,8 +1198,11 @@ StepPicture hybrid_picture(const config::Experiment& e) {
         p.subtitles.push_back(std::move(sub));
     }
     p.down_label = "tp group: all-reduce after attention and after the MLP (forward and backward)";
-    p.up_label = mesh.zero >= 1 ? "dp group: reduce-scatter of the gradients, all-gather of the parameters"
-                                : "dp group: all-reduce of the gradients";
+    p.up_label = mesh.zero >= 3   ? "dp group: a layer's parameters gathered before its forward and its backward, "
+                                    "gradients summed into their owners' shards"
+                 : mesh.zero == 2 ? "dp group: gradients summed into their owners' shards, all-gather of the parameters"
+                 : mesh.zero == 1 ? "dp group: reduce-scatter of the gradients, all-gather of the parameters"
+                                  : "dp group: all-reduce of the gradients";
     p.caption = mesh.pp > 1
                     ? "Each stage's runs of tp consecutive devices split its blocks; a stage's activations go "
                       "to the same tensor rank of the next stage, micro-batch after micro-batch; devices "
@@ -943,6 +1214,12 @@ StepPicture hybrid_picture(const config::Experiment& e) {
         p.caption += std::to_string(stages::chunks_of(e));
         p.caption += " chunks of layers, and the activations go around the stages once per chunk.";
     }
+    if (mesh.zero == 2 && mesh.dp > 1)
+        p.caption += " ZeRO-2: each device keeps the optimizer state and the gradients of its 1/dp of "
+                     "its part only; a layer's gradients are freed once summed into their owners' shards.";
+    if (mesh.zero >= 3 && mesh.dp > 1)
+        p.caption += " ZeRO-3: each device keeps its 1/dp of its part's parameters, gradients and "
+                     "optimizer state; a layer's parameters are whole only while it computes.";
     if (mesh.dp * mesh.tp * mesh.pp != static_cast<int>(e.devices.size()))
         p.note = "dp · tp · pp must be the number of devices (" + std::to_string(e.devices.size()) + ")";
     return p;
@@ -967,7 +1244,8 @@ StrategyDescriptor hybrid_descriptor() {
              {.key = "zero", .kind = OptionKind::integer, .fallback = int64_t{0}, .min = 0, .max = 3,
               .label = "ZeRO stage",
               .help = "Over the data-parallel group: 0 all-reduces the gradients; 1 shards the optimizer "
-                      "state (runs: 0 and 1; paralab plan also models 2 and 3)."},
+                      "state; 2 the gradients too; 3 the parameters too, each layer gathered for its "
+                      "forward and backward."},
              {.key = "micro_batches", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1,
               .label = "Micro-batches",
               .help = "Micro-batches per optimizer step per replica, flowing through the pipeline stages."},
@@ -991,11 +1269,13 @@ StrategyDescriptor hybrid_descriptor() {
             "attention and transformer_block as tensor_parallel does, and together are one replica that "
             "trains 1/`dp` of the global batch; the devices of the same tensor rank sum their gradients "
             "(an all-reduce at `zero` 0; at `zero` 1 a reduce-scatter, each updating its 1/`dp` of the "
-            "parameters with 1/`dp` of the optimizer state, then an all-gather). With `pp` stages the "
+            "parameters with 1/`dp` of the optimizer state, then an all-gather; at `zero` 2 each keeps "
+            "only its 1/`dp` of the gradients too, a layer's summed into their owners' shards as its "
+            "backward ends; at `zero` 3 its 1/`dp` of the parameters too, a layer's gathered for each of "
+            "its forwards and backwards). With `pp` stages the "
             "layers are split as a pipeline's, each stage `dp` × `tp` devices, `micro_batches` flowing "
             "through them in the `schedule` (interleaved_1f1b: `interleave` chunks of layers per stage, "
-            "the activations going around the stages once per chunk). Runs take `zero` 0 or 1; "
-            "paralab plan predicts every option.",
+            "the activations going around the stages once per chunk). paralab plan predicts every option.",
         .color = "#393b79",
         .min_devices = 1,
         .max_devices = 0,

@@ -265,7 +265,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"sequence_parallel4", {{"type", "tensor_parallel"}, {"sequence_parallel", true}}, 4}),
     [](const auto& info) { return std::string(info.param.name); });
 
-// ---- hybrid: each device's slices (and, at zero 1, its shard of them) written whole ----------
+// ---- hybrid: each device's slices (and, at zero 1 to 3, its shard of them) written whole -----
 
 class HybridResumesExactly : public ::testing::TestWithParam<Case> {};
 
@@ -278,17 +278,27 @@ json hybrid_mesh(json options) {
     return options;
 }
 
-// dp2·tp2 at zero 0 and 1 (2 of the batch of 4 a replica), tp2·pp2 under 1f1b (2 micro-batches),
-// dp2·pp2 interleaved (v 2: the 6 top-level layers in 4 chunks) at zero 1, and dp2·tp2 with
-// sequence parallelism at zero 1.
+// dp2·tp2 at zero 0 to 3 (2 of the batch of 4 a replica), tp2·pp2 under 1f1b (2
+// micro-batches), dp2·pp2 interleaved (v 2: the 6 top-level layers in 4 chunks) at zero 1 to 3,
+// and dp2·tp2 with sequence parallelism at zero 1.
 INSTANTIATE_TEST_SUITE_P(
     Meshes, HybridResumesExactly,
     ::testing::Values(Case{"dp2tp2_zero0", hybrid_mesh({{"dp", 2}, {"tp", 2}, {"zero", 0}}), 4},
                       Case{"dp2tp2_zero1", hybrid_mesh({{"dp", 2}, {"tp", 2}, {"zero", 1}}), 4},
+                      Case{"dp2tp2_zero2", hybrid_mesh({{"dp", 2}, {"tp", 2}, {"zero", 2}}), 4},
+                      Case{"dp2tp2_zero3", hybrid_mesh({{"dp", 2}, {"tp", 2}, {"zero", 3}}), 4},
                       Case{"tp2pp2_1f1b",
                            hybrid_mesh({{"tp", 2}, {"pp", 2}, {"schedule", "1f1b"}, {"micro_batches", 2}}), 4},
                       Case{"dp2pp2_interleaved_zero1",
                            hybrid_mesh({{"dp", 2}, {"pp", 2}, {"zero", 1}, {"schedule", "interleaved_1f1b"},
+                                        {"interleave", 2}, {"micro_batches", 2}}),
+                           4},
+                      Case{"dp2pp2_interleaved_zero2",
+                           hybrid_mesh({{"dp", 2}, {"pp", 2}, {"zero", 2}, {"schedule", "interleaved_1f1b"},
+                                        {"interleave", 2}, {"micro_batches", 2}}),
+                           4},
+                      Case{"dp2pp2_interleaved_zero3",
+                           hybrid_mesh({{"dp", 2}, {"pp", 2}, {"zero", 3}, {"schedule", "interleaved_1f1b"},
                                         {"interleave", 2}, {"micro_batches", 2}}),
                            4},
                       Case{"dp2tp2_sequence_parallel_zero1",

@@ -1,9 +1,12 @@
 // hybrid (docs/strategies.md): a dp × tp × pp mesh ends with the single device's parameters on
-// the same global batch (zero 0 and 1, the three schedules, clipping and accumulation too); a dp × tp
-// mesh moves per device and step 4 tensor-parallel all-reduces of b·s·h numbers per block (b: its
-// replica's rows) and one data-parallel collective of its 1/tp gradients, with stages the same
-// all-reduces per micro-batch and one activation per micro-batch; every mesh holds the
-// memory its model predicts; what it cannot run is refused at the option.
+// the same global batch (zero 0 to 3, the three schedules, clipping and accumulation too); a
+// dp × tp mesh moves per device and step 4 tensor-parallel all-reduces of b·s·h numbers per block
+// (b: its replica's rows) and one data-parallel collective of its 1/tp gradients (zero 2 and 3:
+// the same bytes in a reduce per layer and owner; zero 3 gathers each layer's parameters for its
+// forward and its backward), with stages the same all-reduces per micro-batch and one activation
+// per micro-batch; every mesh holds the memory its model predicts, zero 2 less gradient memory
+// than zero 1 and zero 3 less parameter memory than zero 2; what it cannot run is refused at
+// the option.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -133,6 +136,53 @@ TEST(Hybrid, ClippingAccumulationAndUnevenRowsMatchSingle) {
     expect_matches_single(j, 4, hybrid(2, 2, 1));
 }
 
+// zero 2: layer by layer (one micro-batch a step: dp · tp, dp · pp, the whole mesh on 8
+// devices, clipping over uneven rows) and through a flat buffer of the step (micro-batches,
+// grad_accum with clipping, interleaving, sequence parallelism).
+TEST(Hybrid, ZeroTwoMatchesSingle) {
+    expect_matches_single(tiny_gpt(), 4, hybrid(2, 2, 2));
+    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 2, 1));
+    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 2, 2));
+    expect_matches_single(tiny_gpt(), 8, staged(2, 2, 2, 2, 1));
+    expect_matches_single(tiny_gpt(), 8, staged(2, 2, 2, 2, 2, "gpipe"));
+    expect_matches_single(tiny_gpt(), 8, interleaved(2, 2, 2, 2, 2, 2));
+    json sp = hybrid(2, 2, 2);
+    sp["sequence_parallel"] = true;
+    expect_matches_single(tiny_gpt(), 4, sp);
+    json j = tiny_gpt();
+    j["train"]["clip_norm"] = 0.5;
+    j["data"]["batch_size"] = 5;
+    expect_matches_single(j, 4, hybrid(2, 2, 2));
+    j["train"]["grad_accum"] = 2;
+    expect_matches_single(j, 4, hybrid(2, 2, 2));
+    j["data"]["batch_size"] = 6;
+    expect_matches_single(j, 8, staged(2, 2, 2, 2, 2));
+}
+
+// zero 3: a chunk's values gathered over the dp group for each of its forwards and backwards,
+// the gradients as zero 2's; uneven rows (5: replicas of 3 and 2, and 3: of 2 and 1, the smaller
+// one gathering without computing for the micro-batches it lacks), clipping and accumulation.
+TEST(Hybrid, ZeroThreeMatchesSingle) {
+    expect_matches_single(tiny_gpt(), 4, hybrid(2, 2, 3));
+    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 3, 1));
+    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 3, 2));
+    expect_matches_single(tiny_gpt(), 8, staged(2, 2, 2, 3, 1));
+    expect_matches_single(tiny_gpt(), 8, staged(2, 2, 2, 3, 2, "gpipe"));
+    expect_matches_single(tiny_gpt(), 8, interleaved(2, 2, 2, 2, 2, 3));
+    json sp = hybrid(2, 2, 3);
+    sp["sequence_parallel"] = true;
+    expect_matches_single(tiny_gpt(), 4, sp);
+    json j = tiny_gpt();
+    j["train"]["clip_norm"] = 0.5;
+    j["data"]["batch_size"] = 5;
+    expect_matches_single(j, 4, hybrid(2, 2, 3));
+    j["train"]["grad_accum"] = 2;
+    expect_matches_single(j, 4, hybrid(2, 2, 3));
+    expect_matches_single(j, 4, staged(2, 1, 2, 3, 2));
+    j["data"]["batch_size"] = 3;
+    expect_matches_single(j, 4, staged(2, 1, 2, 3, 2));
+}
+
 // Pipeline stages of tensor-parallel groups, in both schedules.
 TEST(Hybrid, PipelineOfTensorParallelStagesMatchesSingle) {
     for (const char* schedule : {"gpipe", "1f1b"}) {
@@ -194,7 +244,7 @@ constexpr int64_t kBlock = 4 * kD * kD + 2 * kD * 16 + 9 * kD + 16;
 constexpr int64_t kLocalTp2 = kWhole + kBlocks * (6 * kD + (kBlock - 6 * kD) / 2);
 
 TEST(Hybrid, BytesPerCollectiveFollowTheFormulas) {
-    for (int zero : {0, 1}) {
+    for (int zero : {0, 1, 2, 3}) {
         SCOPED_TRACE(zero);
         CommCounter counter;
         const Result r = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, zero)), &counter);
@@ -212,19 +262,42 @@ TEST(Hybrid, BytesPerCollectiveFollowTheFormulas) {
         }
         const int64_t dp_all_reduce = 2 * (dp - 1) * kLocalTp2 / dp * 4;
         const std::vector<std::string> dp_phases =
-            zero == 0 ? std::vector<std::string>{"dp_all_reduce_grads"}
-                      : std::vector<std::string>{"dp_reduce_scatter_grads", "dp_all_gather_params"};
+            zero == 0   ? std::vector<std::string>{"dp_all_reduce_grads"}
+            : zero == 1 ? std::vector<std::string>{"dp_reduce_scatter_grads", "dp_all_gather_params"}
+            : zero == 2 ? std::vector<std::string>{"dp_reduce_grads_to_owner", "dp_all_gather_params"}
+                        : std::vector<std::string>{"dp_reduce_grads_to_owner", "dp_gather_params"};
         int64_t dp_bytes = 0;
         for (const std::string& phase : dp_phases) {
             const auto& spans = counter.counts[phase];
             ASSERT_EQ(spans.size(), static_cast<size_t>(4 * r.summary.steps)) << phase;
             for (const auto& [key, c] : spans) {
-                EXPECT_EQ(c.first, 1) << phase << " " << key.first;
+                // zero 2: a reduce per top-level layer and owner of part of its range (6 layers,
+                // one of them split between the owners)
+                if (phase == "dp_reduce_grads_to_owner") {
+                    EXPECT_EQ(c.first, 7) << phase << " " << key.first;
+                    // the owner receives (dp − 1) · its part: each device its half of the gradients
+                    EXPECT_EQ(c.second, (dp - 1) * kLocalTp2 / dp * 4) << phase << " " << key.first;
+                } else if (phase == "dp_gather_params") {
+                    // zero 3: each layer's values gathered for its forward and its backward, a
+                    // broadcast per owner of part of its range; each device receives the other's
+                    // half of the local parameters twice (an all-gather's bytes, twice)
+                    EXPECT_EQ(c.first, 2 * 7) << phase << " " << key.first;
+                    EXPECT_EQ(c.second, 2 * (dp - 1) * kLocalTp2 / dp * 4) << phase << " " << key.first;
+                } else {
+                    EXPECT_EQ(c.first, 1) << phase << " " << key.first;
+                }
                 if (key.first == "cpu:0" && key.second == 1) dp_bytes += c.second;
             }
         }
-        // The local gradients are kLocalTp2 numbers (even): the halves are exact.
-        EXPECT_EQ(dp_bytes, dp_all_reduce);
+        // The local gradients are kLocalTp2 numbers (even): the halves are exact. (zero 3: one
+        // more gather of the parameters, before the backward.)
+        EXPECT_EQ(dp_bytes, zero == 3 ? dp_all_reduce + (dp - 1) * kLocalTp2 / dp * 4 : dp_all_reduce);
+        if (zero >= 2) {
+            EXPECT_TRUE(counter.counts["dp_reduce_scatter_grads"].empty());
+        }
+        if (zero == 3) {
+            EXPECT_TRUE(counter.counts["dp_all_gather_params"].empty());
+        }
     }
 }
 
@@ -296,7 +369,12 @@ TEST(Hybrid, InterleavedStagesMoveMicroBatchesChunkByChunk) {
 TEST(Hybrid, MemoryAsPredicted) {
     const std::pair<json, int> meshes[] = {{hybrid(2, 2, 0), 4},
                                            {hybrid(2, 2, 1), 4},
+                                           {hybrid(2, 2, 2), 4},
                                            {staged(1, 2, 2, 0, 2), 4},
+                                           {staged(2, 1, 2, 2, 1), 4},
+                                           {staged(2, 1, 2, 2, 2), 4},
+                                           {hybrid(2, 2, 3), 4},
+                                           {staged(2, 2, 2, 3, 2), 8},
                                            {staged(2, 2, 2, 1, 2, "gpipe"), 8},
                                            {interleaved(1, 2, 2, 2, 2), 4}};
     for (const auto& [strategy, devices] : meshes) {
@@ -308,7 +386,7 @@ TEST(Hybrid, MemoryAsPredicted) {
         const auto predicted = strategy::estimate_memory(e, strategy::model_cost(e, Shape{kT}));
         ASSERT_EQ(predicted.size(), static_cast<size_t>(devices));
         for (const auto& d : predicted) {
-            if (strategy.value("pp", 1) == 1) {
+            if (strategy.value("pp", 1) == 1 && strategy.value("zero", 0) < 3) {
                 EXPECT_EQ(d.bytes[static_cast<size_t>(MemCategory::parameters)], kLocalTp2 * 4);
             }
             const auto& peak = r.artifacts.memory.at(d.device).peak;
@@ -321,6 +399,43 @@ TEST(Hybrid, MemoryAsPredicted) {
                     << d.device << " " << mem_category_name(c) << ": predicted " << want << ", measured " << got;
             }
         }
+    }
+}
+
+// zero 2 keeps each device's 1/dp of the gradients plus, layer by layer, the layer in its
+// backward (here the 4352-number output layer, whole on every tensor rank): less than zero 1's
+// whole local gradients, at least the shard; the optimizer state is zero 1's.
+TEST(Hybrid, ZeroTwoShardsTheGradients) {
+    const Result one = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, 1)));
+    const Result two = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, 2)));
+    ASSERT_EQ(one.summary.status, "finished") << one.summary.error;
+    ASSERT_EQ(two.summary.status, "finished") << two.summary.error;
+    const int64_t largest = kD * 256 + 256;
+    for (const auto& [device, stats] : one.artifacts.memory) {
+        const auto& z2 = two.artifacts.memory.at(device).peak;
+        const auto at = [](const auto& peak, MemCategory c) { return peak[static_cast<size_t>(c)]; };
+        EXPECT_EQ(at(stats.peak, MemCategory::gradients), kLocalTp2 * 4) << device;
+        EXPECT_EQ(at(z2, MemCategory::gradients), (kLocalTp2 / 2 + largest) * 4) << device;
+        EXPECT_LT(at(z2, MemCategory::gradients), at(stats.peak, MemCategory::gradients) * 95 / 100) << device;
+        EXPECT_EQ(at(z2, MemCategory::optimizer_state), at(stats.peak, MemCategory::optimizer_state)) << device;
+    }
+}
+
+// zero 3 keeps each device's 1/dp of the parameters plus the layer in use (the output layer at
+// most): less than zero 2's whole local parameters; its gradients are zero 2's.
+TEST(Hybrid, ZeroThreeShardsTheParameters) {
+    const Result two = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, 2)));
+    const Result three = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, 3)));
+    ASSERT_EQ(two.summary.status, "finished") << two.summary.error;
+    ASSERT_EQ(three.summary.status, "finished") << three.summary.error;
+    const int64_t largest = kD * 256 + 256;
+    for (const auto& [device, stats] : two.artifacts.memory) {
+        const auto& z3 = three.artifacts.memory.at(device).peak;
+        const auto at = [](const auto& peak, MemCategory c) { return peak[static_cast<size_t>(c)]; };
+        EXPECT_EQ(at(stats.peak, MemCategory::parameters), kLocalTp2 * 4) << device;
+        EXPECT_EQ(at(z3, MemCategory::parameters), (kLocalTp2 / 2 + largest) * 4) << device;
+        EXPECT_LT(at(z3, MemCategory::parameters), at(stats.peak, MemCategory::parameters) * 95 / 100) << device;
+        EXPECT_EQ(at(z3, MemCategory::gradients), at(stats.peak, MemCategory::gradients)) << device;
     }
 }
 
@@ -386,8 +501,6 @@ TEST(Hybrid, RefusesWhatItCannotRun) {
         {hybrid(1, 3), 3, json::object(), "strategy.tp", "does not divide the 4 heads"},
         {hybrid(1, 4), 4, {{"ffn", 10}}, "strategy.tp", "does not divide the 10 ffn units"},
         {staged(1, 1, 8), 8, json::object(), "strategy.pp", "8 pipeline stages for a model of 6 top-level layers"},
-        {hybrid(2, 2, 2), 4, json::object(), "strategy.zero", "not available yet"},
-        {staged(2, 1, 2, 3), 4, json::object(), "strategy.zero", "not available yet"},
         {{{"type", "hybrid"}, {"pp", 2}, {"micro_batches", 2}, {"schedule", "interleaved_1f1b"}}, 2, json::object(),
          "strategy.interleave", "interleaved_1f1b needs at least 2 model chunks per device, got 1"},
         {{{"type", "hybrid"}, {"pp", 2}, {"micro_batches", 2}, {"interleave", 2}}, 2, json::object(),
@@ -417,6 +530,15 @@ TEST(Hybrid, RefusesWhatItCannotRun) {
             EXPECT_EQ(err.path(), c.path);
         }
     }
+    // zero runs 0 to 3 (3 included, ZeroThreeMatchesSingle); beyond is refused as the file is read.
+    try {
+        run::parse_experiment(with_strategy(tiny_gpt(), 4, hybrid(2, 2, 4)));
+        ADD_FAILURE() << "zero 4 was read";
+    } catch (const ConfigError& err) {
+        EXPECT_EQ(err.path(), "strategy.zero");
+        EXPECT_NE(std::string(err.what()).find("from 0 to 3, got 4"), std::string::npos) << err.what();
+    }
+    EXPECT_TRUE(run::validate(run::parse_experiment(with_strategy(tiny_gpt(), 4, hybrid(2, 2, 3)))).empty());
     // tp over a model without attention has nothing to split; dp alone runs it.
     const json mlp = spirals_mlp("mlp", {{"type", "sgd"}, {"lr", 0.1}}, 1);
     const auto issues = run::validate(run::parse_experiment(with_strategy(mlp, 2, hybrid(1, 2))));
