@@ -421,45 +421,11 @@ public:
     // is checked and cut before anything changes, so that a checkpoint that does not fit leaves
     // the devices as they were.
     void load_state(const TrainingState& st) override {
-        const size_t n = m_shapes.size();
-        if (st.parameters.size() != n)
-            throw Error("the checkpoint holds " + std::to_string(st.parameters.size()) + " parameters, the model " +
-                        std::to_string(n));
-        const std::vector<Tensor> buffers0 = buffers();
-        if (st.buffers.size() != buffers0.size())
-            throw Error("the checkpoint holds " + std::to_string(st.buffers.size()) + " buffers, the model " +
-                        std::to_string(buffers0.size()));
-        for (size_t i = 0; i < buffers0.size(); ++i)
-            if (!st.buffers[i].defined() || st.buffers[i].shape() != buffers0[i].shape())
-                throw Error("the checkpoint's buffer " + std::to_string(i) + " does not fit the model's " +
-                            buffers0[i].shape().to_string());
         const size_t per_param = m_optimizers[0]->state_names().size();
-        const bool stepped = !st.optimizer_state.empty() && !st.optimizer_state[0].empty();
-        if (stepped && st.optimizer_state.size() != n)
-            throw Error("the checkpoint holds optimizer state for " + std::to_string(st.optimizer_state.size()) +
-                        " parameters, the model has " + std::to_string(n));
-        // f32 host copies of the whole tensors (slice_of reads f32).
-        const auto whole = [&](const Tensor& t, size_t i, const std::string& what) {
-            if (!t.defined() || t.shape() != m_shapes[i])
-                throw Error("the checkpoint's " + what + " of parameter " + std::to_string(i) + " is " +
-                            (t.defined() ? t.shape().to_string() : std::string("missing")) + "; the model's is " +
-                            m_shapes[i].to_string());
-            if (t.dtype() == DType::f32) return t;
-            Tensor f = Tensor::empty(t.shape(), DType::f32, detached_host_device(), MemCategory::workspace);
-            f.copy_from(t);
-            return f;
-        };
-        std::vector<Tensor> values;
-        std::vector<std::vector<Tensor>> state(n);
-        for (size_t i = 0; i < n; ++i) {
-            values.push_back(whole(st.parameters[i], i, "value"));
-            if (!stepped) continue;
-            if (st.optimizer_state[i].size() != per_param)
-                throw Error("the checkpoint holds " + std::to_string(st.optimizer_state[i].size()) +
-                            " optimizer state tensors of parameter " + std::to_string(i) + "; the optimizer has " +
-                            std::to_string(per_param));
-            for (const Tensor& t : st.optimizer_state[i]) state[i].push_back(whole(t, i, "optimizer state"));
-        }
+        WholeCheckpoint checkpoint = read_whole_checkpoint(st, m_shapes, buffers(), per_param);
+        const bool stepped = checkpoint.stepped;
+        std::vector<Tensor>& values = checkpoint.values;
+        std::vector<std::vector<Tensor>>& state = checkpoint.state;
         // Before the first step an optimizer with state has none yet: the fresh one is it.
         const bool restore_state = stepped || per_param == 0;
         // Each device's slices: of the values, and of the state ([local parameter][state]).

@@ -5,10 +5,12 @@
 #include "engine/nn/linear.h"
 #include "engine/nn/model.h"
 #include "engine/strategy/strategy.h"
+#include "engine/util/error.h"
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
 
 namespace paralab::strategy::tensor_shards {
 
@@ -169,6 +171,48 @@ void sum_sequence_partial(Rank& rank, comm::Communicator& group, const std::vect
     copy(true);
     rank.record_comm(named(group.all_reduce(buffer, comm::ReduceOp::sum), "tp_sequence_grads"));
     copy(false);
+}
+
+WholeCheckpoint read_whole_checkpoint(const TrainingState& st, const std::vector<Shape>& shapes,
+                                      const std::vector<Tensor>& buffers, size_t per_param) {
+    const size_t n = shapes.size();
+    if (st.parameters.size() != n)
+        throw Error("the checkpoint holds " + std::to_string(st.parameters.size()) + " parameters, the model " +
+                    std::to_string(n));
+    if (st.buffers.size() != buffers.size())
+        throw Error("the checkpoint holds " + std::to_string(st.buffers.size()) + " buffers, the model " +
+                    std::to_string(buffers.size()));
+    for (size_t i = 0; i < buffers.size(); ++i)
+        if (!st.buffers[i].defined() || st.buffers[i].shape() != buffers[i].shape())
+            throw Error("the checkpoint's buffer " + std::to_string(i) + " does not fit the model's " +
+                        buffers[i].shape().to_string());
+    WholeCheckpoint out;
+    out.stepped = !st.optimizer_state.empty() && !st.optimizer_state[0].empty();
+    if (out.stepped && st.optimizer_state.size() != n)
+        throw Error("the checkpoint holds optimizer state for " + std::to_string(st.optimizer_state.size()) +
+                    " parameters, the model has " + std::to_string(n));
+    // f32 host copies of the whole tensors (slice_of reads f32).
+    const auto whole = [&](const Tensor& t, size_t i, const std::string& what) {
+        if (!t.defined() || t.shape() != shapes[i])
+            throw Error("the checkpoint's " + what + " of parameter " + std::to_string(i) + " is " +
+                        (t.defined() ? t.shape().to_string() : std::string("missing")) + "; the model's is " +
+                        shapes[i].to_string());
+        if (t.dtype() == DType::f32) return t;
+        Tensor f = Tensor::empty(t.shape(), DType::f32, detached_host_device(), MemCategory::workspace);
+        f.copy_from(t);
+        return f;
+    };
+    out.state.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+        out.values.push_back(whole(st.parameters[i], i, "value"));
+        if (!out.stepped) continue;
+        if (st.optimizer_state[i].size() != per_param)
+            throw Error("the checkpoint holds " + std::to_string(st.optimizer_state[i].size()) +
+                        " optimizer state tensors of parameter " + std::to_string(i) + "; the optimizer has " +
+                        std::to_string(per_param));
+        for (const Tensor& t : st.optimizer_state[i]) out.state[i].push_back(whole(t, i, "optimizer state"));
+    }
+    return out;
 }
 
 }  // namespace paralab::strategy::tensor_shards

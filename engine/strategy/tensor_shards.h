@@ -17,6 +17,7 @@ class Communicator;
 }
 namespace paralab::strategy {
 class Rank;
+struct TrainingState;
 }
 
 namespace paralab::strategy::tensor_shards {
@@ -43,6 +44,18 @@ std::vector<nn::Param*> sequence_partial_parameters(nn::Layer& layer);
 // all-reduce of a buffer holding them all, recorded on `rank` as "tp_sequence_grads" (the
 // copies in and out as "sequence_grads" compute).
 void sum_sequence_partial(Rank& rank, comm::Communicator& group, const std::vector<nn::Param*>& params);
+
+// A checkpoint (the single device's layout) read for cutting into shards: every whole parameter
+// (`shapes`, in the model's order) and, when the run had stepped, each one's `per_param`
+// optimizer state tensors, as f32 host-readable tensors for slice_of; `buffers` checked against
+// the model's. Throws Error naming what does not fit, before anything changes.
+struct WholeCheckpoint {
+    std::vector<Tensor> values;
+    std::vector<std::vector<Tensor>> state;  // [parameter][state]; empty lists when not stepped
+    bool stepped = false;                    // the checkpoint holds optimizer state
+};
+WholeCheckpoint read_whole_checkpoint(const TrainingState& st, const std::vector<Shape>& shapes,
+                                      const std::vector<Tensor>& buffers, size_t per_param);
 
 // How one parameter of the whole model is cut: whole (replicated), by rows of its first
 // dimension in `blocks` equal parts (a column-parallel weight or bias), or by columns of its
