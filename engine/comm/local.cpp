@@ -48,26 +48,12 @@
 namespace paralab::comm {
 namespace {
 
+using detail::combine;
+using detail::divide;
 using detail::offset_of;
 
 // The most bytes of one chunk that one ring step moves (see "Segments" above).
 constexpr int64_t k_piece_bytes = 256 * 1024;
-
-// dst[i] = src[i] (op) dst[i]; src holds the partial result of the ranks before this one.
-template <class T>
-void combine(T* __restrict dst, const T* __restrict src, int64_t n, ReduceOp op) {
-    if (op == ReduceOp::max) {
-        for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] < src[i] ? src[i] : dst[i];
-    } else {
-        for (int64_t i = 0; i < n; ++i) dst[i] = src[i] + dst[i];
-    }
-}
-
-template <class T>
-void divide(T* data, int64_t n, int world) {
-    const T w = static_cast<T>(world);
-    for (int64_t i = 0; i < n; ++i) data[i] /= w;
-}
 
 }  // namespace
 

@@ -2,7 +2,8 @@
 // other's buffers: LocalGroup (local.cpp, host memory) and CudaLocalGroup (cuda_local.cpp, device
 // memory). local.cpp's opening comment explains it; this is the one implementation of its
 // pieces: the abort flag, one progress counter and published pointer per rank, a rank's ticks
-// and waits, and the ring's schedule. Private to engine/comm.
+// and waits, and the ring's schedule and host arithmetic (which the message ring of
+// sub_groups.cpp follows too, so that its sums are the local ring's). Private to engine/comm.
 #pragma once
 
 #include <atomic>
@@ -46,6 +47,32 @@ private:
 
 inline int wrap(int r, int n) {
     return ((r % n) + n) % n;
+}
+
+// The ring's schedule (local.cpp, "Ring"): the chunk rank r of n reduces in reduce-scatter step
+// k, and the one it copies in all-gather step k. shift is 0 for an all-reduce, 1 for a
+// reduce-scatter or an all-gather alone.
+inline int ring_reduced_chunk(int r, int n, int k, int shift) {
+    return wrap(r - k - 1 - shift, n);
+}
+inline int ring_gathered_chunk(int r, int n, int k, int shift) {
+    return wrap(r - k - shift, n);
+}
+
+// Host arithmetic of the reductions: dst[i] = src[i] (op) dst[i], where src holds the partial
+// result of the ranks before this one (average sums; the finished sum is divided once).
+template <class T>
+void combine(T* __restrict dst, const T* __restrict src, int64_t n, ReduceOp op) {
+    if (op == ReduceOp::max) {
+        for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] < src[i] ? src[i] : dst[i];
+    } else {
+        for (int64_t i = 0; i < n; ++i) dst[i] = src[i] + dst[i];
+    }
+}
+template <class T>
+void divide(T* data, int64_t n, int world) {
+    const T w = static_cast<T>(world);
+    for (int64_t i = 0; i < n; ++i) data[i] /= w;
 }
 
 // The rank-order offset of rank r's rows in a scatterv/gatherv layout.
@@ -141,11 +168,9 @@ public:
         return m_board.m_slots[size_t(peer)].buffer.load(std::memory_order_relaxed);
     }
 
-    // The ring's schedule (local.cpp, "Ring"): the chunk this rank reduces in reduce-scatter
-    // step k, and the one it copies in all-gather step k. shift is 0 for an all-reduce, 1 for a
-    // reduce-scatter or an all-gather alone.
-    int reduced_chunk(int k, int shift) const { return wrap(m_rank - k - 1 - shift, world()); }
-    int gathered_chunk(int k, int shift) const { return wrap(m_rank - k - shift, world()); }
+    // This rank's ring schedule (ring_reduced_chunk, ring_gathered_chunk).
+    int reduced_chunk(int k, int shift) const { return ring_reduced_chunk(m_rank, world(), k, shift); }
+    int gathered_chunk(int k, int shift) const { return ring_gathered_chunk(m_rank, world(), k, shift); }
 
 private:
     static constexpr int k_spin_polls = 256;

@@ -2,6 +2,7 @@
 // devices, the world is every process's devices in process order ("r1/cpu:0"), rank 0's process
 // owns the run: it hears every rank's records, watches for silent ranks, evaluates the model
 // put together from every process's part, and its summary is the run's.
+#include <exception>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -57,6 +58,30 @@ void refused_alike(bool root, F&& check) {
     } catch (const ConfigError& err) {
         if (!root) throw JobRefused(err.what());
         throw;
+    }
+}
+
+// `setup` run on every process, agreed: when it fails on any process, it fails on all, so that no
+// process waits in training for one that will not come. Rank 0 throws its own error (a
+// ConfigError as itself) or, when only others failed, the first of theirs naming its rank; the
+// others throw JobRefused.
+template <class F>
+void setup_alike(comm::MpiGroup& mpi, F&& setup) {
+    std::exception_ptr failure;
+    std::string why;
+    try {
+        setup();
+    } catch (const std::exception& err) {
+        failure = std::current_exception();
+        why = err.what();
+        if (why.empty()) why = "setup failed";
+    }
+    const std::vector<std::string> all = mpi.all_gather_strings(why);
+    for (size_t r = 0; r < all.size(); ++r) {
+        if (all[r].empty()) continue;
+        if (mpi.rank() != 0) throw JobRefused(why.empty() ? all[r] : why);
+        if (failure) std::rethrow_exception(failure);
+        throw Error("rank " + std::to_string(r) + ": " + all[r]);
     }
 }
 
@@ -166,7 +191,7 @@ config::RunSummary run_job(const config::Experiment& e, RunObserver* observer, R
     ctx.processes = &mpi.communicator();
     auto strat = strategy::make_strategy(e);
     summary.parameters = p.reference->parameter_count();
-    refused_alike(root, [&] { strat->setup(ctx, *p.reference); });
+    setup_alike(mpi, [&] { strat->setup(ctx, *p.reference); });
     // Rank 0 keeps the reference: the model is put together there for evaluation.
 
     auto schedule = optim::make_schedule(e.schedule, e.optimizer.lr, ctx.total_steps);

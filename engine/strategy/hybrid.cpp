@@ -54,6 +54,15 @@
 // joined from replica 0's tensor ranks (at zero 1 to 3 from the data-parallel shards first; at
 // zero 3 the values too); a resume cuts them again (save_state, load_state).
 //
+// Across the processes of an MPI job each process builds only its own devices' chunks. A tensor-
+// or data-parallel group whose devices are in several processes runs its collectives as messages
+// over the job's group (comm::SubGroups: the local ring's steps, the same sums); the stages'
+// activations and gradients go over it as in one process. parameters() is then collective over
+// the processes (one thread each, as the job calls it between steps): every process sends its
+// devices' values (replica 0's slices; at zero 3 every device's shard) to rank 0's process, which
+// puts the whole model together there (lists_on_rank0); buffers() lists the stages this process
+// holds. Checkpoints stay in one process.
+//
 // check_hybrid refuses, naming the option, a mesh that is not the device count and interleave
 // options the schedule cannot take (stages::check_schedule).
 #include <algorithm>
@@ -100,9 +109,10 @@ void for_each_split_spec(const std::vector<nn::LayerSpec>& layers, const std::st
     }
 }
 
-void check_hybrid(const config::Experiment& e) {
+// The registry's checks for a run of `world` devices (a job's world, whose processes each list
+// only their own devices in e.devices).
+void check_mesh(const config::Experiment& e, int64_t world) {
     const Mesh m = mesh_of(e.strategy);
-    const int64_t world = std::max<int64_t>(1, static_cast<int64_t>(e.devices.size()));
     const int64_t mesh = int64_t{m.dp} * m.tp * m.pp;
     if (mesh != world)
         throw ConfigError("strategy", "the mesh dp · tp · pp = " + std::to_string(m.dp) + " · " +
@@ -140,6 +150,10 @@ void check_hybrid(const config::Experiment& e) {
                           "none; use tp 1");
 }
 
+void check_hybrid(const config::Experiment& e) {
+    check_mesh(e, std::max<int64_t>(1, static_cast<int64_t>(e.devices.size())));
+}
+
 using namespace tensor_shards;
 
 // The top-level layer bounds [0, b1, ..., L] of `parts` stages or chunks, balanced by forward
@@ -153,6 +167,9 @@ std::vector<size_t> stage_bounds_of(const std::vector<int64_t>& flops, const std
 }
 
 constexpr int kForwardTag = 0, kBackwardTag = 1;
+// The tags of the tensor- and data-parallel groups' messages when they span processes
+// (comm::SubGroups): above every stage message's (message_tag), below MPI's least tag bound.
+constexpr int kTpGroupTag = 32760, kDpGroupTag = 32761;
 
 class Hybrid final : public Strategy {
 public:
@@ -342,32 +359,41 @@ public:
 
     // The whole model's parameters in the single device's order: chunk after chunk (stage after
     // stage without interleaving), each put together from the shards of replica 0's tensor ranks
-    // (every replica holds the same values).
+    // (every replica holds the same values). Across processes, on rank 0's process (the others
+    // list empty tensors).
     std::vector<Tensor> parameters() override {
+        const std::vector<std::vector<Tensor>> values = replica_values();
+        if (values.empty()) return std::vector<Tensor>(m_shapes.size());
         const int tp = m_mesh.tp;
         std::vector<Tensor> out;
         for (int g = 0; g < m_mesh.pp * m_chunks; ++g) {
             const int first_rank = (g % m_mesh.pp) * tp * m_mesh.dp;
             const size_t c = static_cast<size_t>(g / m_mesh.pp);
-            std::vector<std::vector<Tensor>> shards;
-            for (int t = 0; t < tp; ++t) shards.push_back(chunk_values(first_rank + t, c));
-            const Chunk& ch = m_pieces[static_cast<size_t>(first_rank)].chunks[c];
-            for (size_t i = 0; i < ch.params.size(); ++i) {
+            const Piece& piece = m_pieces[static_cast<size_t>(first_rank)];
+            const Chunk& ch = piece.chunks[c];
+            const size_t at = chunk_offset(piece, c);
+            for (size_t i = 0; i < ch.param_count; ++i) {
                 const size_t whole = ch.first_param + i;
                 std::vector<const Tensor*> of_i;
-                for (const auto& shard : shards) of_i.push_back(&shard[i]);
+                for (int t = 0; t < tp; ++t) of_i.push_back(&values[static_cast<size_t>(first_rank + t)][at + i]);
                 out.push_back(join_shards(m_shapes[whole], m_cuts[whole], of_i));
             }
         }
         return out;
     }
 
+    // Chunk after chunk, the buffers of the stage's first device (a device of another process
+    // lists empty tensors).
     std::vector<Tensor> buffers() override {
         std::vector<Tensor> out;
         for (int g = 0; g < m_mesh.pp * m_chunks; ++g) {
-            const Piece& piece = m_pieces[static_cast<size_t>((g % m_mesh.pp) * m_mesh.tp * m_mesh.dp)];
-            for (Tensor& t : host_copies(piece.chunks[static_cast<size_t>(g / m_mesh.pp)].buffers))
-                out.push_back(std::move(t));
+            const int k = (g % m_mesh.pp) * m_mesh.tp * m_mesh.dp;
+            const Chunk& ch = m_pieces[static_cast<size_t>(k)].chunks[static_cast<size_t>(g / m_mesh.pp)];
+            if (!m_ctx->is_local(k)) {
+                out.resize(out.size() + ch.buffer_count);
+                continue;
+            }
+            for (Tensor& t : host_copies(ch.buffers)) out.push_back(std::move(t));
         }
         return out;
     }
@@ -379,7 +405,10 @@ public:
     // zero 1 to 3 a device's state is its 1/dp of the flat state of its (stage, tensor rank): the
     // data-parallel group's shards are laid end to end first, as zero.cpp's. A resume cuts them
     // again (the shards in start_rank, where the shard parameters are made).
-    const char* why_no_checkpoint() const override { return nullptr; }
+    const char* why_no_checkpoint() const override {
+        if (m_ctx && m_ctx->spans_processes()) return "its ranks run in several processes";
+        return nullptr;
+    }
 
     TrainingState save_state() override {
         TrainingState st;
@@ -404,7 +433,7 @@ public:
             const Piece& piece = m_pieces[static_cast<size_t>(first_rank)];
             const Chunk& ch = piece.chunks[c];
             const size_t at = chunk_offset(piece, c);
-            for (size_t i = 0; i < ch.params.size(); ++i) {
+            for (size_t i = 0; i < ch.param_count; ++i) {
                 const size_t whole = ch.first_param + i;
                 for (size_t j = 0; j < st.optimizer_state_names.size(); ++j) {
                     std::vector<const Tensor*> of_i;
@@ -488,7 +517,7 @@ public:
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
         const config::Experiment& e = *ctx.experiment;
-        check_hybrid(e);
+        check_mesh(e, m_world);
         m_mesh = mesh_of(e.strategy);
         m_micro_batches = option<int64_t>(e.strategy, "micro_batches");
         m_schedule = stages::schedule_of(e);
@@ -502,12 +531,15 @@ protected:
             tp_members[static_cast<size_t>(stage_of(k) * dp + data_rank(k))].push_back(k);
             dp_members[static_cast<size_t>(stage_of(k) * tp + tensor_rank(k))].push_back(k);
         }
-        m_tp_groups = std::make_unique<comm::SubGroups>(ctx.devices, tp_members);
-        m_dp_groups = std::make_unique<comm::SubGroups>(ctx.devices, dp_members);
+        // Across processes a group with members in several processes sends messages over the
+        // run's group, on tags apart from the stages' (message_tag stays below them).
+        m_tp_groups = std::make_unique<comm::SubGroups>(ctx.devices, tp_members, ctx.group, kTpGroupTag);
+        m_dp_groups = std::make_unique<comm::SubGroups>(ctx.devices, dp_members, ctx.group, kDpGroupTag);
         m_rank_of.assign(static_cast<size_t>(m_world), nullptr);
         m_state.resize(static_cast<size_t>(m_world));
         m_pieces.resize(static_cast<size_t>(m_world));
         m_loaded.assign(static_cast<size_t>(m_world), {});
+        m_optimizers.resize(static_cast<size_t>(m_world));
 
         // The stages (interleaved: pp · v chunks): top-level layers balanced by forward FLOPs, as
         // the pipeline strategy's.
@@ -526,9 +558,34 @@ protected:
         const auto ref_buffers = reference.buffers();
         for (const nn::Param* p : ref_params) m_shapes.push_back(p->value.shape());
         m_cuts.assign(ref_params.size(), Cut{});
+        std::vector<bool> cut(static_cast<size_t>(pp * m_chunks), false);  // global chunk g's cuts are known
+        // Every device's chunks: their layers, and their parameters and buffers in the model's lists.
+        for (int k = 0; k < m_world; ++k) {
+            Piece& piece = m_pieces[static_cast<size_t>(k)];
+            piece.chunks.resize(static_cast<size_t>(m_chunks));
+            for (int c = 0; c < m_chunks; ++c) {
+                Chunk& ch = piece.chunks[static_cast<size_t>(c)];
+                const size_t g = static_cast<size_t>(c) * static_cast<size_t>(pp) + static_cast<size_t>(stage_of(k));
+                ch.first = bounds[g];
+                ch.last = bounds[g + 1];
+                ch.input = net.at(ch.first).input_shape();
+                ch.output = net.at(ch.last - 1).output_shape();
+                ch.first_param = param_start[ch.first];
+                ch.param_count = param_start[ch.last] - ch.first_param;
+                ch.first_buffer = buffer_start[ch.first];
+                ch.buffer_count = buffer_start[ch.last] - ch.first_buffer;
+            }
+        }
         // No flush has more micro-batches than the largest replica has rows.
         const int64_t most = std::min(m_micro_batches, (e.data.batch_size + dp - 1) / dp);
+        // Across processes every stage message's tag stays below the groups' (MPI's tags end at
+        // 32767 at least).
+        if (ctx.spans_processes() && 2 * most * m_chunks > kTpGroupTag)
+            throw ConfigError("strategy.micro_batches",
+                              "across processes a replica's micro-batches times its chunks must stay below " +
+                                  std::to_string(kTpGroupTag / 2) + ", got " + std::to_string(most * m_chunks));
         for (int k = 0; k < m_world; ++k) {
+            if (!ctx.is_local(k)) continue;  // another process builds it
             Device& device = *ctx.devices[static_cast<size_t>(k)];
             const int t = tensor_rank(k), st = stage_of(k);
             Piece& piece = m_pieces[static_cast<size_t>(k)];
@@ -542,16 +599,9 @@ protected:
             }
             const std::vector<int> contexts =
                 stages::chunk_contexts(m_schedule, st, pp, static_cast<int>(std::max<int64_t>(1, most)), m_chunks);
-            piece.chunks.resize(static_cast<size_t>(m_chunks));
             for (int c = 0; c < m_chunks; ++c) {
                 Chunk& ch = piece.chunks[static_cast<size_t>(c)];
                 const size_t g = static_cast<size_t>(c) * static_cast<size_t>(pp) + static_cast<size_t>(st);
-                ch.first = bounds[g];
-                ch.last = bounds[g + 1];
-                ch.input = net.at(ch.first).input_shape();
-                ch.output = net.at(ch.last - 1).output_shape();
-                ch.first_param = param_start[ch.first];
-                ch.first_buffer = buffer_start[ch.first];
                 for (int i = 0; i < contexts[static_cast<size_t>(c)]; ++i) {
                     // Under sequence parallelism a run of split layers ends at the chunk's edge.
                     auto model = nn::Model::stage(layers, ch.first, ch.last, ch.input, e.loss, DType::f32, device,
@@ -568,39 +618,56 @@ protected:
                 }
                 if (tp > 1 && m_sequence)
                     for (nn::Param* q : sequence_partial_parameters(master.net())) piece.sequence_partial.push_back(q);
-                PARALAB_CHECK(ch.params.size() == param_start[ch.last] - ch.first_param &&
-                                  ch.buffers.size() == buffer_start[ch.last] - buffer_start[ch.first],
+                PARALAB_CHECK(ch.params.size() == ch.param_count && ch.buffers.size() == ch.buffer_count,
                               "hybrid: the chunk's parameters do not match the model's");
-                if (t == 0 && data_rank(k) == 0) {
-                    std::vector<Cut> cuts;
-                    collect_cuts(master.net(), cuts);
-                    PARALAB_CHECK(cuts.size() == ch.params.size(), "hybrid: the chunk's cuts do not match");
-                    std::copy(cuts.begin(), cuts.end(), m_cuts.begin() + static_cast<std::ptrdiff_t>(ch.first_param));
+                // The chunk's cuts, from the first of its devices (the same on every tensor rank).
+                if (!cut[g]) {
+                    collect_chunk_cuts(master.net(), ch);
+                    cut[g] = true;
                 }
-                // This device's slices of the reference (the stage's cuts were collected by its
-                // first rank, k = stage · tp · dp, made before the others).
+                // This device's slices of the reference.
                 for (size_t i = 0; i < ch.params.size(); ++i) {
                     const size_t whole = ch.first_param + i;
                     ch.params[i]->value.copy_from(
                         slice_of(ref_params[whole]->value, ch.params[i]->value.shape(), m_cuts[whole], t, tp));
                     piece.params.push_back(ch.params[i]);
-                    piece.param_index.push_back(whole);
                 }
                 for (size_t i = 0; i < ch.buffers.size(); ++i)
                     ch.buffers[i].copy_from(ref_buffers[buffer_start[ch.first] + i]);
             }
-            // (zero 3 releases the values: their shapes and flat offsets are kept.)
-            for (int64_t at = 0; const nn::Param* p : piece.params) {
-                piece.offsets.push_back(at);
-                piece.shapes.push_back(p->value.shape());
-                at += p->value.numel();
-            }
-            m_optimizers.push_back(optim::make_optimizer(e.optimizer));
+            m_optimizers[static_cast<size_t>(k)] = optim::make_optimizer(e.optimizer);
         }
-    }
-
-    const char* single_process_only() const override {
-        return "its tensor- and data-parallel groups are in-process groups";
+        // A chunk held only by other processes: its cuts from a shard of it built on the host.
+        for (size_t g = 0; g < cut.size(); ++g) {
+            if (cut[g]) continue;
+            const int k = static_cast<int>(g % static_cast<size_t>(pp)) * tp * dp;  // any device of the chunk
+            const Chunk& ch = m_pieces[static_cast<size_t>(k)].chunks[g / static_cast<size_t>(pp)];
+            nn::TensorShard shard{0, tp, {}};
+            const auto never = [](const Tensor&) { throw Error("hybrid: a chunk built for its cuts computed"); };
+            shard.all_reduce = never;
+            if (m_sequence) shard.all_gather = shard.reduce_scatter = never;
+            const auto model = nn::Model::stage(layers, ch.first, ch.last, ch.input, e.loss, DType::f32,
+                                                detached_host_device(), shard_preparer(layers, ch.first, ch.last, shard));
+            collect_chunk_cuts(model->net(), ch);
+        }
+        // Every device's parameters (its slices), laid end to end chunk after chunk: their indices
+        // in the whole model's list, shapes and flat offsets (zero 3 releases the values and keeps
+        // these).
+        for (int k = 0; k < m_world; ++k) {
+            Piece& piece = m_pieces[static_cast<size_t>(k)];
+            int64_t at = 0;
+            for (const Chunk& ch : piece.chunks)
+                for (size_t i = 0; i < ch.param_count; ++i) {
+                    const size_t whole = ch.first_param + i;
+                    const Shape shape = shard_shape(m_shapes[whole], m_cuts[whole], tp);
+                    PARALAB_CHECK(!ctx.is_local(k) || shape == piece.params[piece.shapes.size()]->value.shape(),
+                                  "hybrid: a slice's shape does not match its cut");
+                    piece.param_index.push_back(whole);
+                    piece.offsets.push_back(at);
+                    piece.shapes.push_back(shape);
+                    at += shape.numel();
+                }
+        }
     }
 
 private:
@@ -610,8 +677,9 @@ private:
     struct Chunk {
         size_t first = 0, last = 0;
         Shape input, output;  // per example
-        size_t first_param = 0;  // the chunk's first parameter in the whole model's list
-        size_t first_buffer = 0;  // its first buffer in the whole model's list
+        size_t first_param = 0, param_count = 0;    // its parameters in the whole model's list
+        size_t first_buffer = 0, buffer_count = 0;  // its buffers in the whole model's list
+        // The builds below exist on a device of this process only.
         std::vector<std::unique_ptr<nn::Model>> contexts;
         std::vector<nn::Param*> params;  // the master's (context 0)
         std::vector<Tensor> buffers;     // the master's
@@ -713,26 +781,58 @@ private:
             release_values(piece, c, range);
         }
     }
-    // Host copies of device k's local chunk c's values (zero 3: put together from its dp group's
-    // shards).
-    std::vector<Tensor> chunk_values(int k, size_t c) const {
-        const Piece& piece = m_pieces[static_cast<size_t>(k)];
-        if (!params_sharded() || !m_state[static_cast<size_t>(k)].released) return host_copies(piece.chunks[c].params);
-        Tensor flat = Tensor::empty(Shape{total_numel_of(piece)}, DType::f32, detached_host_device(),
-                                    MemCategory::workspace);
-        const int first = stage_of(k) * m_mesh.tp * m_mesh.dp + tensor_rank(k);
-        for (int d = 0; d < m_mesh.dp; ++d) {
-            const RankState& s = m_state[static_cast<size_t>(first + d * m_mesh.tp)];
-            if (s.shard.count > 0) flat.view(s.shard.offset, Shape{s.shard.count}).copy_from(s.shard_param.value);
+    // Host copies of the values of replica 0's devices ([rank][local parameter]; empty for the
+    // other ranks), on rank 0's process (lists_on_rank0; elsewhere an empty vector). Each device
+    // gives a flag (1 when its values are a zero 3 shard) and its values: replica 0's devices
+    // their parameters, at zero 3 every device its shard, which make its dp group's flat values.
+    std::vector<std::vector<Tensor>> replica_values() const {
+        const size_t world = static_cast<size_t>(m_world);
+        std::vector<std::vector<Tensor>> mine(world);
+        for (size_t k = 0; k < world; ++k) {
+            if (!m_ctx->is_local(static_cast<int>(k))) continue;
+            const bool shard = params_sharded() && m_state[k].released;
+            if (!shard && data_rank(static_cast<int>(k)) != 0) continue;
+            Tensor flag = Tensor::empty(Shape{1}, DType::f32, detached_host_device(), MemCategory::workspace);
+            flag.data<float>()[0] = shard ? 1.0f : 0.0f;
+            mine[k].push_back(std::move(flag));
+            for (Tensor& t : shard ? host_copies(std::vector<Tensor>{m_state[k].shard_param.value})
+                                   : host_copies(m_pieces[k].params))
+                mine[k].push_back(std::move(t));
         }
-        const ParamRange range = param_range(piece, c, 0, piece.chunks[c].params.size());
-        std::vector<Tensor> out;
-        for (size_t i = range.first; i < range.last; ++i) {
-            Tensor t = Tensor::empty(piece.shapes[i], DType::f32, detached_host_device(), MemCategory::workspace);
-            t.copy_from(flat.view(piece.offsets[i], piece.shapes[i]));
-            out.push_back(std::move(t));
+        std::vector<std::vector<Tensor>> all = lists_on_rank0(*m_ctx, std::move(mine));
+        if (all.empty()) return {};
+        std::vector<std::vector<Tensor>> out(world);
+        for (size_t k = 0; k < world; ++k) {
+            if (data_rank(static_cast<int>(k)) != 0) continue;
+            PARALAB_CHECK(!all[k].empty(), "hybrid: no process gave rank " + std::to_string(k) + "'s values");
+            const Piece& piece = m_pieces[k];
+            if (all[k][0].data<float>()[0] == 0.0f) {
+                out[k].assign(all[k].begin() + 1, all[k].end());
+                continue;
+            }
+            // zero 3: the flat values laid together from the dp group's shards, cut per parameter.
+            Tensor flat = Tensor::empty(Shape{total_numel_of(piece)}, DType::f32, detached_host_device(),
+                                        MemCategory::workspace);
+            for (int d = 0; d < m_mesh.dp; ++d) {
+                const auto q = k + static_cast<size_t>(d * m_mesh.tp);
+                PARALAB_CHECK(all[q].size() == 2, "hybrid: no process gave rank " + std::to_string(q) + "'s shard");
+                const data::ShardRange range = data::shard_of_dataset(flat.numel(), d, m_mesh.dp);
+                if (range.count > 0) flat.view(range.offset, Shape{range.count}).copy_from(all[q][1]);
+            }
+            for (size_t i = 0; i < piece.shapes.size(); ++i) {
+                Tensor t = Tensor::empty(piece.shapes[i], DType::f32, detached_host_device(), MemCategory::workspace);
+                t.copy_from(flat.view(piece.offsets[i], piece.shapes[i]));
+                out[k].push_back(std::move(t));
+            }
         }
         return out;
+    }
+    // The cuts of a chunk's parameters (their places in the whole model's list) from a build of it.
+    void collect_chunk_cuts(nn::Layer& net, const Chunk& ch) {
+        std::vector<Cut> cuts;
+        collect_cuts(net, cuts);
+        PARALAB_CHECK(cuts.size() == ch.param_count, "hybrid: the chunk's cuts do not match");
+        std::copy(cuts.begin(), cuts.end(), m_cuts.begin() + static_cast<std::ptrdiff_t>(ch.first_param));
     }
     static int64_t total_numel_of(const Piece& piece) {
         return piece.offsets.empty() ? 0 : piece.offsets.back() + piece.shapes.back().numel();
@@ -809,7 +909,7 @@ private:
     // The first of local chunk c's parameters in the device's list (piece.params).
     static size_t chunk_offset(const Piece& piece, size_t c) {
         size_t at = 0;
-        for (size_t i = 0; i < c; ++i) at += piece.chunks[i].params.size();
+        for (size_t i = 0; i < c; ++i) at += piece.chunks[i].param_count;
         return at;
     }
 

@@ -121,7 +121,7 @@ void Strategy::setup(RunContext& ctx, nn::Model& reference) {
         if (const char* why = single_process_only())
             throw ConfigError("strategy.type", m_name + " runs in one process (" + why +
                               "); run it without mpirun, or use ddp, zero, data_parallel, "
-                              "model_parallel, pipeline or tensor_parallel across processes");
+                              "model_parallel, pipeline, tensor_parallel or hybrid across processes");
     if (const StrategyDescriptor* d = find_strategy(m_name)) check_device_count(*d, m_world);
     setup_impl(ctx, reference);
 }
@@ -173,6 +173,64 @@ std::vector<Tensor> host_copies(const std::vector<nn::Param*>& params) {
     values.reserve(params.size());
     for (const nn::Param* p : params) values.push_back(p->value);
     return host_copies(values);
+}
+
+// Tags on the processes' communicator: apart from the job's gather (engine/run/process_run.cpp),
+// tensor_parallel's and zero3's.
+constexpr int kListCountTag = 30041, kListHeaderTag = 30042, kListTensorTag = 30043;
+
+std::vector<std::vector<Tensor>> lists_on_rank0(const RunContext& ctx, std::vector<std::vector<Tensor>> mine) {
+    const size_t world = ctx.devices.size();
+    PARALAB_CHECK(mine.size() == world, "lists_on_rank0: one list per rank");
+    if (!ctx.spans_processes()) return mine;
+    PARALAB_CHECK(ctx.processes != nullptr, "lists_on_rank0: a run across processes without their communicator");
+    comm::Communicator& comm = *ctx.processes;
+    // A list's header: its rank, its length, and each tensor's rank and dimensions.
+    if (comm.rank() != 0) {
+        double lists = 0;
+        for (size_t r = 0; r < world; ++r) lists += mine[r].empty() ? 0 : 1;
+        comm.send(&lists, 1, DType::f64, 0, kListCountTag);
+        for (size_t r = 0; r < world; ++r) {
+            if (mine[r].empty()) continue;
+            PARALAB_CHECK(ctx.is_local(static_cast<int>(r)), "lists_on_rank0: a list of another process's rank");
+            std::vector<double> header{static_cast<double>(r), static_cast<double>(mine[r].size())};
+            for (const Tensor& t : mine[r]) {
+                PARALAB_CHECK(t.dtype() == DType::f32, "lists_on_rank0: f32 tensors only");
+                header.push_back(static_cast<double>(t.shape().rank()));
+                for (int64_t d : t.shape().dims()) header.push_back(static_cast<double>(d));
+            }
+            const double length = static_cast<double>(header.size());
+            comm.send(&length, 1, DType::f64, 0, kListHeaderTag);
+            comm.send(header.data(), static_cast<int64_t>(header.size()), DType::f64, 0, kListHeaderTag);
+            for (const Tensor& t : mine[r]) comm.send(t.raw(), t.numel(), DType::f32, 0, kListTensorTag);
+        }
+        comm.barrier();  // the messages' copies are freed once rank 0 has them
+        return {};
+    }
+    for (int p = 1; p < comm.world(); ++p) {
+        double lists = 0;
+        comm.recv(&lists, 1, DType::f64, p, kListCountTag);
+        for (int64_t l = 0; l < static_cast<int64_t>(lists); ++l) {
+            double length = 0;
+            comm.recv(&length, 1, DType::f64, p, kListHeaderTag);
+            std::vector<double> header(static_cast<size_t>(length));
+            comm.recv(header.data(), static_cast<int64_t>(header.size()), DType::f64, p, kListHeaderTag);
+            const auto r = static_cast<size_t>(header.at(0));
+            PARALAB_CHECK(r < world && mine[r].empty(),
+                          "lists_on_rank0: rank " + std::to_string(r) + "'s list came from two processes");
+            size_t at = 2;
+            for (int64_t i = 0; i < static_cast<int64_t>(header.at(1)); ++i) {
+                std::vector<int64_t> dims(static_cast<size_t>(header.at(at++)));
+                for (int64_t& d : dims) d = static_cast<int64_t>(header.at(at++));
+                Tensor t = Tensor::empty(Shape(std::move(dims)), DType::f32, detached_host_device(),
+                                         MemCategory::communication);
+                comm.recv(t.raw(), t.numel(), DType::f32, p, kListTensorTag);
+                mine[r].push_back(std::move(t));
+            }
+        }
+    }
+    comm.barrier();
+    return mine;
 }
 
 // dst's bytes from host memory, into a GPU ordered on its queue (the runtime stages pageable

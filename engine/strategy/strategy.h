@@ -249,6 +249,14 @@ void copy_parameters(const std::vector<nn::Param*>& from, const std::vector<nn::
 std::vector<Tensor> host_copies(const std::vector<nn::Param*>& params);
 std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors);
 
+// Each rank's host tensors put together on rank 0's process, for a strategy that assembles the
+// whole model from its ranks' parts: `mine[r]` lists local rank r's f32 host tensors (none for
+// a rank with nothing to give). In one process, `mine` itself. Across processes it is collective
+// over ctx.processes (one thread of each process, every rank stopped between steps): rank 0's
+// process returns every rank's list, received from the others in order (each list with its
+// tensors' shapes), and the others an empty vector once rank 0 has their tensors.
+std::vector<std::vector<Tensor>> lists_on_rank0(const RunContext& ctx, std::vector<std::vector<Tensor>> mine);
+
 // Rows [offset, offset + count) of a host batch as device tensors (x: [count, ...input],
 // y: [count] class ids or [count, ...target]).
 struct DeviceBatch {

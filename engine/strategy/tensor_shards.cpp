@@ -132,6 +132,13 @@ Tensor host_tensor(const Shape& shape) {
 
 }  // namespace
 
+Shape shard_shape(const Shape& whole, Cut cut, int n) {
+    Shape out = whole;
+    if (cut.kind == Cut::Kind::rows) out[0] = whole[0] / n;
+    if (cut.kind == Cut::Kind::columns) out[1] = whole[1] / n;  // [rows, row length]
+    return out;
+}
+
 Tensor slice_of(const Tensor& whole, const Shape& shard, Cut cut, int r, int n) {
     Tensor slice = host_tensor(shard);
     const float* from = whole.data<float>();

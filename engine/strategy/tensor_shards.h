@@ -69,6 +69,9 @@ struct Cut {
 // The cut of each parameter of a built shard model, appended in parameters() order.
 void collect_cuts(nn::Layer& layer, std::vector<Cut>& out);
 
+// The shape of each of the n shards of a parameter of shape `whole`.
+Shape shard_shape(const Shape& whole, Cut cut, int n);
+
 // Shard `r` of `n` (of shape `shard`) of the whole parameter `whole` (f32, host-readable), as
 // an f32 tensor on the host.
 Tensor slice_of(const Tensor& whole, const Shape& shard, Cut cut, int r, int n);

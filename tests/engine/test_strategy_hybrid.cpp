@@ -9,8 +9,10 @@
 // the option.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include "engine/comm/sub_groups.h"
+#include "comm_reference.h"
 #include "engine/device/device.h"
 #include "engine/strategy/registry.h"
 #include "strategy_testing.h"
@@ -107,6 +110,113 @@ TEST(Hybrid, SubGroupsReduceAmongTheirMembers) {
     EXPECT_THROW(comm::SubGroups(hosts(3), {{0, 1}}), Error);       // rank 2 in none
     EXPECT_THROW(comm::SubGroups(hosts(2), {{0, 1}, {1}}), Error);  // rank 1 in two
     EXPECT_THROW(comm::SubGroups(hosts(2), {{0, 2}}), Error);       // no rank 2
+}
+
+// A sub-group whose collectives are messages of the run's group (the one a group spanning MPI
+// processes makes; here asked for in one process) gives every rank the bits and the byte counts
+// of the shared-memory sub-group, for every collective, uneven chunks and empty ones included.
+TEST(Hybrid, SubGroupsOfMessagesMatchTheSharedMemoryOnes) {
+    constexpr int kWorld = 7;
+    const std::vector<Device*> hosts(kWorld, &detached_host_device());
+    const std::vector<std::vector<int>> members{{0, 3, 6, 1}, {2, 5, 4}};
+    comm::LocalGroup world(kWorld);
+    comm::SubGroups shared(hosts, members);
+    comm::SubGroups messages(hosts, members, &world, /*tag=*/7, /*messages=*/true);
+    EXPECT_EQ(messages.of(3).backend(), "messages");
+    EXPECT_EQ(messages.of(3).rank(), 1);
+    EXPECT_EQ(messages.of(4).world(), 3);
+    // Each rank's buffers after `call` (in place: `a`; scatter and gather also write `b`) and the
+    // bytes its record counts.
+    struct Outcome {
+        std::vector<std::vector<double>> a, b;
+        std::vector<int64_t> bytes;
+    };
+    const auto run = [&](comm::SubGroups& groups, uint64_t salt, int64_t count, auto call) {
+        Outcome out;
+        out.a.resize(kWorld);
+        out.b.assign(kWorld, std::vector<double>(static_cast<size_t>(4 * count + 8), -1.0));
+        out.bytes.assign(kWorld, -1);
+        std::vector<std::thread> threads;
+        for (int r = 0; r < kWorld; ++r) {
+            for (int64_t i = 0; i < 4 * count + 8; ++i)
+                out.a[static_cast<size_t>(r)].push_back(comm_reference::input_value(salt, r, i));
+            threads.emplace_back([&, r] {
+                const size_t k = static_cast<size_t>(r);
+                out.bytes[k] = call(groups.of(r), out.a[k].data(), out.b[k].data()).bytes;
+            });
+        }
+        for (auto& t : threads) t.join();
+        return out;
+    };
+    using Call = std::function<comm::CommRecord(comm::Communicator&, double*, double*)>;
+    const auto uneven = [](const comm::Communicator& c, int64_t count) {
+        std::vector<int64_t> counts;
+        for (int q = 0; q < c.world(); ++q) counts.push_back((count + q) % 5);
+        return counts;
+    };
+    uint64_t salt = 1;
+    for (const int64_t count : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{5}, int64_t{37}, int64_t{1000}}) {
+        const std::vector<std::pair<const char*, Call>> calls{
+            {"all_reduce sum", [=](comm::Communicator& c, double* a, double*) {
+                 return c.all_reduce(a, count, DType::f64, comm::ReduceOp::sum);
+             }},
+            {"all_reduce average f32", [=](comm::Communicator& c, double* a, double*) {
+                 return c.all_reduce(reinterpret_cast<float*>(a), count, DType::f32, comm::ReduceOp::average);
+             }},
+            {"all_reduce max", [=](comm::Communicator& c, double* a, double*) {
+                 return c.all_reduce(a, count, DType::f64, comm::ReduceOp::max);
+             }},
+            {"reduce_scatter", [=](comm::Communicator& c, double* a, double*) {
+                 return c.reduce_scatter(a, count, DType::f64, comm::ReduceOp::sum);
+             }},
+            {"all_gather", [=](comm::Communicator& c, double* a, double*) { return c.all_gather(a, count, DType::f64); }},
+            {"broadcast", [=](comm::Communicator& c, double* a, double*) {
+                 return c.broadcast(a, count, DType::f64, 1);
+             }},
+            {"reduce", [=](comm::Communicator& c, double* a, double*) {
+                 return c.reduce(a, count, DType::f64, comm::ReduceOp::sum, c.world() - 1);
+             }},
+            {"reduce average at 0", [=](comm::Communicator& c, double* a, double*) {
+                 return c.reduce(a, count, DType::f64, comm::ReduceOp::average, 0);
+             }},
+            {"scatter", [=](comm::Communicator& c, double* a, double* b) {
+                 return c.scatter(a, b, uneven(c, count), DType::f64, 2);
+             }},
+            {"gather", [=](comm::Communicator& c, double* a, double* b) {
+                 return c.gather(a, b, uneven(c, count), DType::f64, 1);
+             }},
+            {"barrier", [](comm::Communicator& c, double*, double*) { return c.barrier(); }},
+            {"send and recv", [=](comm::Communicator& c, double* a, double* b) {
+                 const int next = (c.rank() + 1) % c.world(), prev = (c.rank() + c.world() - 1) % c.world();
+                 const comm::CommRecord sent = c.send(a, count, DType::f64, next);
+                 c.recv(b, count, DType::f64, prev);
+                 return sent;
+             }},
+        };
+        for (const auto& [name, call] : calls) {
+            SCOPED_TRACE(std::string(name) + ", count " + std::to_string(count));
+            const Outcome want = run(shared, salt, count, call);
+            const Outcome got = run(messages, salt, count, call);
+            ++salt;
+            for (int r = 0; r < kWorld; ++r) {
+                const size_t k = static_cast<size_t>(r);
+                EXPECT_EQ(std::memcmp(want.a[k].data(), got.a[k].data(), want.a[k].size() * sizeof(double)), 0) << r;
+                EXPECT_EQ(std::memcmp(want.b[k].data(), got.b[k].data(), want.b[k].size() * sizeof(double)), 0) << r;
+                EXPECT_EQ(want.bytes[k], got.bytes[k]) << r;
+            }
+        }
+    }
+    // Its own messages carry tag 0 only (the sub-group's tag is its collectives' too).
+    double x = 0;
+    EXPECT_THROW(messages.of(0).send(&x, 1, DType::f64, 1, 3), Error);
+    // A sub-group across processes needs the run's group.
+    std::vector<Device*> remote = hosts;
+    remote[6] = nullptr;
+    EXPECT_THROW(comm::SubGroups(remote, members), Error);
+    comm::SubGroups across(remote, members, &world, 7);
+    EXPECT_EQ(across.of(0).backend(), "messages");  // 6, of another process, is a member
+    EXPECT_EQ(across.of(2).backend(), "local");
+    EXPECT_THROW(across.of(6), Error);
 }
 
 TEST(Hybrid, DpTwoTpTwoMatchesSingle) {

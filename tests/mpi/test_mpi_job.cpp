@@ -1,8 +1,9 @@
 // Runs across the processes of an MPI job, run by `mpirun -np N` (N = 2 and 3; CTest
 // label `mpi`): every process runs one device, or two, and
 //   - ddp, zero (stage 1; stage 3 with and without prefetch), data_parallel, model_parallel,
-//     pipeline, the sync parameter server and tensor_parallel (a small char-GPT; with
-//     sequence_parallel too) train to the parameters of the in-process run on as many devices
+//     pipeline, the sync parameter server, tensor_parallel (a small char-GPT; with
+//     sequence_parallel too) and hybrid meshes of the char-GPT (dp · tp at zero 1, tp · pp with
+//     sequence parallelism, dp · pp at zero 3) train to the parameters of the in-process run on as many devices
 //     (rank 0 runs that too): the same to float rounding (MPI's reduction order), exactly for
 //     the stage strategies and the server, whose messages carry values unchanged;
 //   - the async parameter server runs with its workers in other processes;
@@ -83,8 +84,23 @@ json gpt_experiment(const std::string& strategy) {
 // Dropout (masks follow the global row index) and 26 rows per batch (3 does not divide it).
 // "zero3" is zero at stage 3 (FSDP's schedule; its all-gathers on a second thread of each rank,
 // the default prefetch), "zero3_no_prefetch" the same with every all-gather on the rank thread.
-json experiment(const std::string& strategy) {
+// hybrid meshes of the char-GPT over the job's `world` devices (2, 3, 4 or 6), f = 2 for an even
+// world, else 3: "hybrid_dp_tp" dp f · tp world/f at zero 1; "hybrid_tp_pp" tp f · pp world/f
+// with sequence parallelism and 2 micro-batches; "hybrid_zero3" dp f · pp world/f at zero 3. With
+// one device per process every group spans processes; with two, some do.
+json hybrid_experiment(const std::string& strategy, int world) {
+    const int f = world % 2 == 0 ? 2 : 3, rest = world / f;
+    json j = gpt_experiment("tensor_parallel");
+    if (strategy == "hybrid_dp_tp") j["strategy"] = {{"type", "hybrid"}, {"dp", f}, {"tp", rest}, {"zero", 1}};
+    if (strategy == "hybrid_tp_pp")
+        j["strategy"] = {{"type", "hybrid"}, {"tp", f}, {"pp", rest}, {"micro_batches", 2}, {"sequence_parallel", true}};
+    if (strategy == "hybrid_zero3") j["strategy"] = {{"type", "hybrid"}, {"dp", f}, {"pp", rest}, {"zero", 3}};
+    return j;
+}
+
+json experiment(const std::string& strategy, int world = 0) {
     if (strategy == "tensor_parallel" || strategy == "sequence_parallel") return gpt_experiment(strategy);
+    if (strategy.starts_with("hybrid")) return hybrid_experiment(strategy, world);
     json j = json::parse(R"({
       "paralab": 1, "name": "job", "seed": 5,
       "data": {"dataset": "spirals", "samples": 300, "classes": 3, "batch_size": 26},
@@ -141,7 +157,7 @@ TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
     const int processes = mpi_testing::comm().world();
     const int world = processes * per_process;
     const int me = mpi_testing::comm().rank();
-    json j = experiment(strategy);
+    json j = experiment(strategy, world);
     j["devices"] = strategy_testing::devices(per_process);
     run::JobOptions job;
     job.rank_timeout_s = 30;
@@ -175,13 +191,14 @@ TEST_P(JobParity, SameParametersAsTheInProcessRunAndRankZeroHearsEveryRank) {
     EXPECT_EQ(heard.evals[0].step, 3);
 
     // The same run with N devices in this process.
-    json local = experiment(strategy);
+    json local = experiment(strategy, world);
     local["devices"] = strategy_testing::devices(world);
     const strategy_testing::Result ref = strategy_testing::run_it(local);
     ASSERT_EQ(ref.summary.status, "finished") << ref.summary.error;
     // Messages carry values unchanged: the stages', and the sync server's (it sums the pushes
-    // in rank order itself).
-    const bool exact = strategy == "pipeline" || strategy == "model_parallel" || strategy == "param_server";
+    // in rank order itself); hybrid's groups across processes take the local ring's sums.
+    const bool exact = strategy == "pipeline" || strategy == "model_parallel" || strategy == "param_server" ||
+                       strategy.starts_with("hybrid");
     const double diff = strategy_testing::max_rel_diff(artifacts.parameters, ref.artifacts.parameters);
     if (exact)
         EXPECT_EQ(diff, 0.0) << strategy;
@@ -196,7 +213,8 @@ INSTANTIATE_TEST_SUITE_P(Strategies, JobParity,
                          ::testing::Combine(::testing::Values("ddp", "zero", "zero3", "zero3_no_prefetch",
                                                               "data_parallel", "model_parallel", "pipeline",
                                                               "param_server", "tensor_parallel",
-                                                              "sequence_parallel"),
+                                                              "sequence_parallel", "hybrid_dp_tp", "hybrid_tp_pp",
+                                                              "hybrid_zero3"),
                                             ::testing::Values(1, 2)),
                          [](const auto& info) {
                              return std::string(std::get<0>(info.param)) + "_" +
