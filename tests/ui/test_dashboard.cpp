@@ -944,7 +944,8 @@ void TestDashboard::textRunShowsItsSampleInTheTrainingTab() {
 // Not a check: the README's screenshots, taken from the real window during a 4-device DDP run on
 // Fashion-MNIST. Run under a display (xvfb-run -s "-screen 0 1600x1000x24" ui_dashboard_test
 // screenshots -platform xcb) with PARALAB_SCREENSHOT_DIR set to the folder to write them into
-// (PARALAB_SCREENSHOT_STEPS: the step to take them at, 250 by default).
+// (PARALAB_SCREENSHOT_STEPS: the step to take them at, 250 by default;
+// PARALAB_SCREENSHOT_TIMELINE_STEPS: the steps the Timeline shows, its default otherwise).
 void TestDashboard::screenshots() {
     const QString dir = qEnvironmentVariable("PARALAB_SCREENSHOT_DIR");
     if (dir.isEmpty()) QSKIP("set PARALAB_SCREENSHOT_DIR to take the README's screenshots");
@@ -962,6 +963,8 @@ void TestDashboard::screenshots() {
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
     w.viewTabs()->setCurrentWidget(w.deviceDashboard());
+    if (const int shown = qEnvironmentVariableIntValue("PARALAB_SCREENSHOT_TIMELINE_STEPS"); shown > 0)
+        w.timeline()->setStepsShown(shown);
     const int steps = qEnvironmentVariableIntValue("PARALAB_SCREENSHOT_STEPS") > 0
                           ? qEnvironmentVariableIntValue("PARALAB_SCREENSHOT_STEPS")
                           : 250;

@@ -812,17 +812,20 @@ void PlanPanel::plotBreakdown(const plan::Prediction& p) {
         bars->setPen(QPen(colors[i].darker(130)));
         bars->setWidth(0.7);
         bars->addData(i, rows[i].second / unit);
+        // A long bar carries its label inside (from its end leftwards, in a colour that reads on
+        // the bar), so that no label runs past the plot on a narrow window; the others after it.
+        const bool inside = rows[i].second / unit > 0.5 * most;
         auto* text = new QCPItemText(plot);
         text->position->setCoords(rows[i].second / unit, i);
-        text->setPositionAlignment(Qt::AlignLeft | Qt::AlignVCenter);
+        text->setPositionAlignment((inside ? Qt::AlignRight : Qt::AlignLeft) | Qt::AlignVCenter);
+        if (inside) text->setColor(colors[i].lightness() < 150 ? Qt::white : Qt::black);
         text->setText(
-            QStringLiteral("  %1 · %2%")
+            (inside ? QStringLiteral("%1 · %2%  ") : QStringLiteral("  %1 · %2%"))
                 .arg(seconds(rows[i].second))
                 .arg(p.step_time_s > 0 ? 100 * rows[i].second / p.step_time_s : 0.0, 0, 'f', 1));
     }
-    plot->xAxis->setRange(0, std::max(most, 1e-9) * 1.45);
-    plot->xAxis->setLabel(tr("%1 per step (the busiest device; they add up to the step)")
-                              .arg(ms ? tr("ms") : tr("s")));
+    plot->xAxis->setRange(0, std::max(most, 1e-9) * 1.05);
+    plot->xAxis->setLabel(tr("%1 per step on the busiest device").arg(ms ? tr("ms") : tr("s")));
     plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
