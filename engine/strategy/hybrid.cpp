@@ -42,6 +42,10 @@
 //     rank 0.
 // The last stage's loss is divided by the global batch, so the sums over dp are the single
 // device's gradients; optimizers are element-wise, so the shards' steps are its step.
+//   - train.precision fp16: the last stage scales the loss gradient by the loss scaler's factor;
+//     after the data-parallel collective each device unscales what it steps (its shard at zero 1
+//     to 3), and one all-reduce over the world agrees on an overflow, so that every device skips
+//     or steps with the others and their scalers stay equal.
 //
 //   - sequence_parallel (tp > 1): each tensor-parallel group runs its split layers as
 //     tensor_parallel.cpp's sequence parallelism does (all-gathers and reduce-scatters along the
@@ -320,6 +324,10 @@ public:
         }
         std::vector<nn::Param*> shard{&s.shard_param};
         std::vector<nn::Param*>& stepped = sharded() ? shard : ps;
+        // fp16: the last stage scaled the loss gradient, so every device's gradients (and shards)
+        // are scaled; each checks its own and all agree, so they skip or step together (a skipped
+        // step changes no values: nothing to gather).
+        if (s.scaler && !unscale_gradients(rank, stepped, *s.scaler, true)) return res;
         if (e.train.clip_norm) res.grad_norm = clip(rank, s, stepped, *e.train.clip_norm);
         rank.compute("optimizer", [&] {
             m_optimizers[static_cast<size_t>(r)]->step(stepped, lr);
@@ -418,6 +426,10 @@ public:
         st.optimizer_state_names = opt0.state_names();
         st.optimizer_steps = opt0.steps_taken();
         st.optimizer_state.assign(m_shapes.size(), {});
+        if (m_state[0].scaler) {
+            st.has_scaler = true;
+            st.scaler = m_state[0].scaler->state();  // every device's is the same
+        }
         // Before the first step there is no state. (Rank 0's optimizer may hold none after it
         // either: its stage may have no parameters; every rank steps at every step.)
         if (opt0.steps_taken() == 0) return st;
@@ -502,6 +514,8 @@ public:
             // Every device of a chunk's stage holds its buffers: the checkpoint's, chunk by chunk.
             for (Chunk& ch : piece.chunks)
                 for (size_t i = 0; i < ch.buffers.size(); ++i) ch.buffers[i].copy_from(st.buffers[ch.first_buffer + i]);
+            if (m_state[static_cast<size_t>(k)].scaler && st.has_scaler)
+                m_state[static_cast<size_t>(k)].scaler->load_state(st.scaler);
             if (!restore_state) continue;
             if (sharded()) {
                 m_loaded[static_cast<size_t>(k)] = std::move(shard_state[static_cast<size_t>(k)]);
@@ -636,6 +650,7 @@ protected:
                     ch.buffers[i].copy_from(ref_buffers[buffer_start[ch.first] + i]);
             }
             m_optimizers[static_cast<size_t>(k)] = optim::make_optimizer(e.optimizer);
+            m_state[static_cast<size_t>(k)].scaler = loss_scaler_for(e);
         }
         // A chunk held only by other processes: its cuts from a shard of it built on the host.
         for (size_t g = 0; g < cut.size(); ++g) {
@@ -709,6 +724,8 @@ private:
         nn::Param shard_param;
         bool eager = false;  // zero 2 and 3, this step: each layer's gradients reduced as its backward ends
         bool released = false;  // zero 3: the values are the shard only (start_rank has run)
+        // fp16 mixed precision: every device's, kept equal (they agree on every overflow)
+        std::unique_ptr<optim::LossScaler> scaler;
     };
 
     int tensor_rank(int k) const { return k % m_mesh.tp; }
@@ -1061,8 +1078,12 @@ private:
         const bool eager = m_state[static_cast<size_t>(k)].eager;
         Piece& piece = m_pieces[static_cast<size_t>(k)];
         const auto local = static_cast<size_t>(chunk);
+        const optim::LossScaler* scaler = m_state[static_cast<size_t>(k)].scaler.get();
         Tensor dx = rank.compute(phase.c_str(), [&] {
-            if (last) dy = c.loss().backward();
+            if (last) {
+                dy = c.loss().backward();
+                if (scaler) optim::scale_in_place(dy, scaler->scale());
+            }
             if (!eager && !params_sharded()) {
                 Tensor grad = c.net().backward(dy);
                 dy = Tensor();

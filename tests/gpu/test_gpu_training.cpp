@@ -227,7 +227,8 @@ TEST_F(GpuRuns, DdpOnTwoVirtualGpusMatchesTheSingleGpu) {
 }
 
 // tensor_parallel's all-reduces run in the GPUs' memory and its evaluation on the host; in fp32
-// and in fp16 (the shards agree on overflow) it ends where the single GPU does.
+// and in fp16 (the shards agree on overflow) it ends where the single GPU does, and so do hybrid
+// meshes of four virtual GPUs in fp16 (dp2·tp2 at zero 1, dp2·pp2 at zero 3, tp2·pp2).
 TEST_F(GpuRuns, TensorParallelOnTwoVirtualGpusMatchesTheSingleGpu) {
     using strategy_testing::run_it;
     const auto corpus = std::filesystem::temp_directory_path() / ("paralab-gpu-tp-" + std::to_string(::getpid()) + ".txt");
@@ -259,6 +260,18 @@ TEST_F(GpuRuns, TensorParallelOnTwoVirtualGpusMatchesTheSingleGpu) {
                   std::string(precision) == "fp32" ? 1e-5 : 1e-3) << precision;
         ASSERT_TRUE(r1.summary.test_loss && r2.summary.test_loss);
         EXPECT_NEAR(*r1.summary.test_loss, *r2.summary.test_loss, 1e-3 * (1 + *r1.summary.test_loss)) << precision;
+    }
+    const auto r1 = run_it(one);  // fp16
+    for (const char* mesh : {R"({"type":"hybrid","dp":2,"tp":2,"zero":1})", R"({"type":"hybrid","dp":2,"pp":2,"zero":3})",
+                             R"({"type":"hybrid","tp":2,"pp":2,"micro_batches":2})"}) {
+        json four = one;
+        four["devices"] = {"cuda:0", "cuda:0", "cuda:0", "cuda:0"};
+        four["strategy"] = json::parse(mesh);
+        const auto r4 = run_it(four);
+        ASSERT_EQ(r4.summary.status, "finished") << mesh << ": " << r4.summary.error;
+        EXPECT_LE(strategy_testing::max_rel_diff(r1.artifacts.parameters, r4.artifacts.parameters), 1e-3) << mesh;
+        ASSERT_TRUE(r1.summary.test_loss && r4.summary.test_loss);
+        EXPECT_NEAR(*r1.summary.test_loss, *r4.summary.test_loss, 1e-3 * (1 + *r1.summary.test_loss)) << mesh;
     }
     std::filesystem::remove(corpus);
 }
