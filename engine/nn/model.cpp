@@ -55,13 +55,8 @@ LayerSummary row_of(Layer& layer, const std::string& path, int depth) {
         if (!err.path().empty()) throw;
         throw ShapeError(layer.path().empty() ? path : layer.path(), layer.label() + ": " + err.what());
     }
-    const std::function<int64_t(Layer&)> scores = [&](Layer& l) {
-        int64_t n = 0;
-        if (auto* a = dynamic_cast<Attention*>(&l)) n += a->scores_per_sample();
-        for (Layer* c : l.children()) n += scores(*c);
-        return n;
-    };
-    row.attention_scores = scores(layer);
+    row.attention_scores = attention_scores_of(layer);
+    row.backward_extra = backward_extra_of(layer);
     row.depth = depth;
     return row;
 }
@@ -80,6 +75,7 @@ void add_copy(LayerSummary& row, const LayerSummary& copy) {
     add(row.flops, copy.flops, "FLOPs");
     add(row.activations, copy.activations, "activations");
     add(row.attention_scores, copy.attention_scores, "attention scores");
+    add(row.backward_extra, copy.backward_extra, "backward");
     ++row.copies;
 }
 
@@ -176,6 +172,20 @@ std::vector<LayerSpec> expand_repeats(const std::vector<LayerSpec>& layers) {
         }
     }
     return out;
+}
+
+int64_t backward_extra_of(Layer& layer) {
+    int64_t n = 0;
+    if (auto* a = dynamic_cast<Attention*>(&layer)) n = a->saved_per_sample() - a->scores_per_sample();
+    for (Layer* c : layer.children()) n = std::max(n, backward_extra_of(*c));
+    return n;
+}
+
+int64_t attention_scores_of(Layer& layer) {
+    int64_t n = 0;
+    if (auto* a = dynamic_cast<Attention*>(&layer)) n += a->scores_per_sample();
+    for (Layer* c : layer.children()) n += attention_scores_of(*c);
+    return n;
 }
 
 ModelSummary summarize(const std::vector<LayerSpec>& layers, const Shape& input, const std::string& loss) {

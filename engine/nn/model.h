@@ -24,6 +24,7 @@ struct LayerSummary {
     int64_t flops = 0;  // forward, per sample
     int64_t activations = 0;  // numbers per sample held for backward (Layer::activations_per_sample)
     int64_t attention_scores = 0;  // of those, attention probabilities (selective recomputation's)
+    int64_t backward_extra = 0;    // per sample, what its backward adds to its gradients (backward_extra_of)
     int depth = 0;      // nesting level (residual bodies are 1 deeper)
     int64_t copies = 1; // a layer with "repeat": N is one row for its N copies (counts summed)
 };
@@ -46,6 +47,14 @@ class Model;
 // parameter memory, so that a model of any size is summarised at once. Throws like Model's
 // constructor (ShapeError, ConfigError naming the layer) when it does not build.
 ModelSummary summarize(const std::vector<LayerSpec>& layers, const Shape& input, const std::string& loss);
+
+// The attention probabilities per example that `layer` holds for backward (its attentions',
+// its children's included): what selective recomputation drops.
+int64_t attention_scores_of(Layer& layer);
+
+// The numbers per sample that `layer`'s backward allocates for a moment beyond its output and
+// input gradients: the largest of its attentions' q, k, v gradients [T, 3·inner] (0 without).
+int64_t backward_extra_of(Layer& layer);
 
 class Model {
 public:

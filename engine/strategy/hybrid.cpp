@@ -1193,7 +1193,8 @@ int64_t whole_params_of(const nn::LayerSpec& s, int64_t params) {
 // grad_accum, no sequence_parallel), its largest top-level layer's, otherwise the whole flat
 // gradients of the step; at zero 3 the parameters of its shard plus its largest top-level
 // layer's, gathered;
-// activations of its stage's layers (1/tp of the attention probabilities) for a micro-batch of
+// activations of its stage's layers as its tensor shard holds them (tensor_shards::
+// shard_activations, sequence parallelism included) for a micro-batch of
 // its replica's rows, times the micro-batches its schedule holds in flight (stages.h), the
 // loss's copy of the output on the last stage.
 std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, const ModelCost& m) {
@@ -1201,6 +1202,7 @@ std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, con
     const Mesh mesh = mesh_of(e.strategy);
     const int tp = std::max(1, mesh.tp), dp = std::max(1, mesh.dp), pp = std::max(1, mesh.pp);
     const int64_t layers = static_cast<int64_t>(m.layer_parameters.size());
+    const bool sequence = tp > 1 && option<bool>(e.strategy, "sequence_parallel");
     ModelCost shard = m;
     std::vector<int64_t> layer_params = m.layer_parameters;  // one tensor rank's
     const std::vector<nn::LayerSpec> specs = nn::expand_repeats(e.layers);
@@ -1211,10 +1213,8 @@ std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, con
         if (!split) continue;
         const int64_t whole = whole_params_of(*s, m.layer_parameters[l]);
         layer_params[l] = whole + (m.layer_parameters[l] - whole) / tp;
-        const int64_t kept_scores = m.layer_scores[l] / tp;
-        shard.layer_activations[l] -= m.layer_scores[l] - kept_scores;
-        shard.layer_scores[l] = kept_scores;
     }
+    shard_the_activations(e, tp, sequence, shard);
     // interleaved_1f1b: pp · v chunks, global chunk g on stage g mod pp (one chunk per stage when
     // the options do not fit the model).
     int v = stages::chunks_of(e);
@@ -1231,8 +1231,7 @@ std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, con
                                                                                           : stages::Schedule::one_f_one_b;
     const int64_t k = optimizer_state_per_parameter(e.optimizer);
     // zero 2 reduces each layer's gradients as its backward ends when it runs once a step.
-    const bool eager = e.train.grad_accum == 1 && micro == 1 &&
-                       !(option<bool>(e.strategy, "sequence_parallel") && tp > 1) && e.data.batch_size >= dp;
+    const bool eager = e.train.grad_accum == 1 && micro == 1 && !sequence && e.data.batch_size >= dp;
     for (size_t i = 0; i < out.size(); ++i) {
         auto& d = out[i];
         const int t = static_cast<int>(i) % tp, r = (static_cast<int>(i) / tp) % dp;
@@ -1246,7 +1245,7 @@ std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, con
                                                                    stages::flush_parts(schedule, pp, static_cast<int>(m_here)).front(), v),
                                             v)
                   : std::vector<int>{stages::contexts_needed(schedule, st, pp, static_cast<int>(m_here))};
-        int64_t params = 0, acts = 0, largest = 0;
+        int64_t params = 0, acts = 0, transient = 0, largest = 0;
         for (int c = 0; c < v; ++c) {
             const size_t g = static_cast<size_t>(c) * static_cast<size_t>(pp) + static_cast<size_t>(st);
             const auto first = static_cast<size_t>(bounds[g]);
@@ -1255,8 +1254,9 @@ std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, con
                 params += layer_params[l];
                 largest = std::max(largest, layer_params[l]);
             }
-            acts += (shard.activations_of(first, last) + (static_cast<int>(g) == parts - 1 ? m.output_numel : 0)) *
-                    in_flight[static_cast<size_t>(c)];
+            const ModelCost::Held h = shard.held_of(first, last);
+            acts += (h.kept + (static_cast<int>(g) == parts - 1 ? m.output_numel : 0)) * in_flight[static_cast<size_t>(c)];
+            transient = std::max(transient, h.transient);
         }
         d.role = "tp " + std::to_string(t) + " · dp " + std::to_string(r);
         if (pp > 1) d.role += " · stage " + std::to_string(st + 1);
@@ -1264,7 +1264,7 @@ std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, con
         d.set(MemCategory::parameters, mesh.zero >= 3 && dp > 1 ? shard_count + largest : params);
         d.set(MemCategory::gradients, mesh.zero >= 2 && dp > 1 ? shard_count + (eager ? largest : params) : params);
         d.set(MemCategory::optimizer_state, mesh.zero >= 1 ? k * shard_count : k * params);
-        d.set(MemCategory::activations, acts * micro_rows);
+        d.set(MemCategory::activations, (acts + transient) * micro_rows);
     }
     return out;
 }

@@ -233,6 +233,11 @@ int64_t ModelCost::activations_per_example() const {
 }
 
 int64_t ModelCost::activations_of(size_t first, size_t last) const {
+    const Held h = held_of(first, last);
+    return h.kept + h.transient;
+}
+
+ModelCost::Held ModelCost::held_of(size_t first, size_t last) const {
     last = std::min(last, layer_activations.size());
     // in_flight: what one layer adds while its backward runs (its recomputed activations);
     // gradients: a layer's output gradient and its input gradient, alive during its backward.
@@ -251,9 +256,9 @@ int64_t ModelCost::activations_of(size_t first, size_t last) const {
                 in_flight = std::max(in_flight, layer_activations[l]);
                 break;
         }
-        gradients = std::max(gradients, 2 * layer_outputs[l]);
+        gradients = std::max(gradients, 2 * layer_outputs[l] + (l < layer_backward.size() ? layer_backward[l] : 0));
     }
-    return held + in_flight + gradients;
+    return {held, in_flight + gradients};
 }
 
 int optimizer_state_per_parameter(const optim::OptimizerConfig& o) {
@@ -270,6 +275,7 @@ ModelCost model_cost(const config::Experiment& e, const Shape& input) {
     const nn::ModelSummary model = nn::summarize(e.layers, input, e.loss);
     ModelCost cost;
     cost.recompute = nn::recompute_from_name(e.train.recompute);
+    cost.input = input;
     cost.input_numel = input.numel();
     cost.output_numel = model.output.numel();
     for (const auto& row : model.layers) {
@@ -281,6 +287,7 @@ ModelCost model_cost(const config::Experiment& e, const Shape& input) {
             cost.layer_outputs.push_back(row.output.numel());
             cost.layer_activations.push_back(row.activations / row.copies);
             cost.layer_scores.push_back(row.attention_scores / row.copies);
+            cost.layer_backward.push_back(row.backward_extra / row.copies);
         }
     }
     return cost;

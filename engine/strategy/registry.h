@@ -54,7 +54,9 @@ struct ModelCost {
     std::vector<int64_t> layer_outputs;      // per example
     std::vector<int64_t> layer_activations;  // per example: what each layer holds for backward
     std::vector<int64_t> layer_scores;       // per example: of those, attention probabilities
+    std::vector<int64_t> layer_backward;     // per example: its backward's extra (nn::backward_extra_of)
     nn::Recompute recompute = nn::Recompute::none;  // train.recompute
+    Shape input;               // per example (model_cost's)
     int64_t input_numel = 0;   // per example
     int64_t output_numel = 0;  // the model's output per example
     int64_t parameters() const;
@@ -65,8 +67,16 @@ struct ModelCost {
     // Numbers per example held for backward by layers [first, last) under `recompute`: all of
     // theirs (none); without the attention probabilities but one attention's (selective); each
     // layer's output, all of the last one's, and one layer's whole while it is recomputed (full);
-    // plus a layer's output and input gradients, alive while its backward runs.
+    // plus a layer's output and input gradients, alive while its backward runs, and what that
+    // backward allocates beside them (layer_backward).
     int64_t activations_of(size_t first, size_t last) const;
+    // The two parts of activations_of: what is kept per micro-batch in flight (`kept`), and what
+    // exists for a moment during one backward (`transient`: a recomputed layer, a layer's
+    // gradients and its backward's extra), once per device however many micro-batches it holds.
+    struct Held {
+        int64_t kept = 0, transient = 0;
+    };
+    Held held_of(size_t first, size_t last) const;
 };
 
 // Reads the shapes of `e`'s model for per-example `input` (run::model_input_shape) through

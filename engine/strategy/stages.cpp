@@ -717,13 +717,15 @@ std::vector<DeviceMemoryEstimate> stage_memory(const config::Experiment& e, cons
             v > 1       ? chunk_in_flight(stage_schedule(schedule, r, n, micro, v), v)
             : pipelined ? std::vector<int>{contexts_needed(schedule, r, n, micro)}
                         : std::vector<int>{1};
-        int64_t params = 0, acts = 0;
+        int64_t params = 0, acts = 0, transient = 0;
         std::string layers_text;
         for (int c = 0; c < v; ++c) {
             const size_t g = size_t(c) * size_t(n) + size_t(r);
             for (int64_t l = bounds[g]; l < bounds[g + 1]; ++l) params += m.layer_parameters[size_t(l)];
-            acts += m.activations_of(static_cast<size_t>(bounds[g]), static_cast<size_t>(bounds[g + 1])) *
-                    in_flight[size_t(c)];
+            const ModelCost::Held h = m.held_of(static_cast<size_t>(bounds[g]), static_cast<size_t>(bounds[g + 1]));
+            // The last chunk's loss keeps its copy of the output per micro-batch in flight.
+            acts += (h.kept + (static_cast<int>(g) == parts - 1 ? m.output_numel : 0)) * in_flight[size_t(c)];
+            transient = std::max(transient, h.transient);
             if (c > 0) layers_text += ", ";
             layers_text += std::to_string(bounds[g]) + "–" + std::to_string(std::max<int64_t>(bounds[g], bounds[g + 1] - 1));
         }
@@ -731,7 +733,7 @@ std::vector<DeviceMemoryEstimate> stage_memory(const config::Experiment& e, cons
         out[r].set(MemCategory::parameters, params);
         out[r].set(MemCategory::gradients, params);
         out[r].set(MemCategory::optimizer_state, k * params);
-        out[r].set(MemCategory::activations, acts * micro_rows);
+        out[r].set(MemCategory::activations, (acts + transient) * micro_rows);
     }
     return out;
 }

@@ -175,8 +175,7 @@ std::vector<Tensor> host_copies(const std::vector<nn::Param*>& params) {
     return host_copies(values);
 }
 
-// Tags on the processes' communicator: apart from the job's gather (engine/run/process_run.cpp),
-// tensor_parallel's and zero3's.
+// Tags on the processes' communicator: apart from the job's gather (engine/run/process_run.cpp).
 constexpr int kListCountTag = 30041, kListHeaderTag = 30042, kListTensorTag = 30043;
 
 std::vector<std::vector<Tensor>> lists_on_rank0(const RunContext& ctx, std::vector<std::vector<Tensor>> mine) {

@@ -111,10 +111,6 @@ void check_split(const config::Experiment& e, int n) {
 
 void check_tensor_parallel(const config::Experiment& e) { check_split(e, world_of(e)); }
 
-// Tags of the shards sent to rank 0's process on the processes' communicator: apart from the
-// job's gather (engine/run/process_run.cpp) and any pipeline message tag.
-constexpr int kShardMaskTag = 30011, kShardTag = 30012;
-
 using namespace tensor_shards;
 
 // ---- the strategy -----------------------------------------------------------------------------
@@ -321,53 +317,12 @@ protected:
 private:
     // Host copies of every rank's parameters ([rank][parameter], the shards), where the whole
     // model is put together: in one process, all of them; across processes, on rank 0's
-    // process, received from the others (each sends its ranks' slices; a replicated parameter
-    // is rank 0's, so remote ranks' stay empty), and nothing on the others. Collective over
-    // the processes then: one thread of each, every rank stopped between steps.
+    // process, received from the others (lists_on_rank0), and nothing on the others.
     std::vector<std::vector<Tensor>> shards_on_rank0() {
-        const size_t world = static_cast<size_t>(m_world);
-        std::vector<std::vector<Tensor>> shards(world);
-        for (size_t r = 0; r < world; ++r)
+        std::vector<std::vector<Tensor>> shards(static_cast<size_t>(m_world));
+        for (size_t r = 0; r < shards.size(); ++r)
             if (m_ctx->is_local(static_cast<int>(r))) shards[r] = host_copies(m_params[r]);
-        if (!m_ctx->spans_processes()) return shards;
-        PARALAB_CHECK(m_ctx->processes != nullptr, "tensor_parallel: a run across processes without their communicator");
-        comm::Communicator& comm = *m_ctx->processes;
-        const size_t n = m_shapes.size();
-        std::vector<double> mask(world);
-        if (comm.rank() != 0) {
-            for (size_t r = 0; r < world; ++r) mask[r] = m_ctx->is_local(static_cast<int>(r)) ? 1 : 0;
-            comm.send(mask.data(), m_world, DType::f64, 0, kShardMaskTag);
-            for (size_t r = 0; r < world; ++r) {
-                if (mask[r] == 0) continue;
-                for (size_t i = 0; i < n; ++i)
-                    if (m_cuts[i].kind != Cut::Kind::whole)
-                        comm.send(shards[r][i].raw(), shards[r][i].numel(), shards[r][i].dtype(), 0, kShardTag);
-            }
-            comm.barrier();  // the messages' copies are freed once rank 0 has them
-            return {};
-        }
-        const std::vector<Tensor>& own = shards[static_cast<size_t>(m_first_local)];
-        for (int p = 1; p < comm.world(); ++p) {
-            comm.recv(mask.data(), m_world, DType::f64, p, kShardMaskTag);
-            for (size_t r = 0; r < world; ++r) {
-                if (mask[r] == 0) continue;
-                PARALAB_CHECK(shards[r].empty(), "tensor_parallel: rank " + std::to_string(r) +
-                                                     "'s shards came from two processes");
-                shards[r].resize(n);
-                // Every rank's slice of a parameter has the same shape.
-                for (size_t i = 0; i < n; ++i) {
-                    if (m_cuts[i].kind == Cut::Kind::whole) continue;
-                    Tensor t = Tensor::empty(own[i].shape(), own[i].dtype(), detached_host_device(),
-                                             MemCategory::communication);
-                    comm.recv(t.raw(), t.numel(), t.dtype(), p, kShardTag);
-                    shards[r][i] = std::move(t);
-                }
-            }
-        }
-        comm.barrier();
-        for (size_t r = 0; r < world; ++r)
-            PARALAB_CHECK(!shards[r].empty(), "tensor_parallel: no process sent rank " + std::to_string(r) + "'s shards");
-        return shards;
+        return lists_on_rank0(*m_ctx, std::move(shards));
     }
 
     // Rank r's in-place sum of `t` over the devices, on its timeline.
@@ -446,10 +401,10 @@ BlockParams split_params(const nn::LayerSpec& s, int64_t params) {
 }
 
 // Each device: the replicated layers whole, 1/N of every attention's and block's sliced
-// parameters (their gradients and optimizer state alike), and the whole batch's activations
-// with 1/N of the attention probabilities; with sequence_parallel, also 1/N of what a split
-// layer keeps outside its split linears (a block's two layernorm inputs, the dropout masks of
-// its attention output and its MLP). An attention inside a residual is counted whole.
+// parameters (their gradients and optimizer state alike), and the whole batch's activations as
+// its shard of each layer holds them (tensor_shards::shard_activations: 1/N of the heads' q, k,
+// v, probabilities and outputs and of the MLP's hidden units; with sequence_parallel, also 1/N
+// of the positions of what a split layer keeps outside its split linears).
 std::vector<DeviceMemoryEstimate> tensor_parallel_memory(const config::Experiment& e,
                                                          const ModelCost& m) {
     auto out = blank_estimates(e);
@@ -469,16 +424,8 @@ std::vector<DeviceMemoryEstimate> tensor_parallel_memory(const config::Experimen
         }
         const BlockParams b = split_params(*s, m.layer_parameters[l]);
         params += b.whole + b.sliced / n;
-        const int64_t kept_scores = m.layer_scores[l] / n;
-        shard.layer_activations[l] -= m.layer_scores[l] - kept_scores;
-        shard.layer_scores[l] = kept_scores;
-        if (sequence && l < m.layer_outputs.size()) {  // [T, D] tensors held at T/N positions
-            const int64_t td = m.layer_outputs[l];
-            const int64_t held = s->type == "transformer_block" ? (s->dropout > 0 ? 4 : 2)
-                                                                : (s->dropout > 0 ? 1 : 0);
-            shard.layer_activations[l] -= held * (td - td / n);
-        }
     }
+    shard_the_activations(e, n, sequence, shard);
     const int64_t k = optimizer_state_per_parameter(e.optimizer);
     for (int64_t r = 0; r < n; ++r) {
         auto& d = out[static_cast<size_t>(r)];

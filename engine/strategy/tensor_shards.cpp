@@ -4,6 +4,7 @@
 #include "engine/nn/attention.h"
 #include "engine/nn/linear.h"
 #include "engine/nn/model.h"
+#include "engine/strategy/registry.h"
 #include "engine/strategy/strategy.h"
 #include "engine/util/error.h"
 
@@ -131,6 +132,37 @@ Tensor host_tensor(const Shape& shape) {
 }
 
 }  // namespace
+
+ShardActivations shard_activations(const config::Experiment& e, const Shape& input, int n, bool sequence) {
+    const std::vector<nn::LayerSpec> layers = nn::expand_repeats(e.layers);
+    nn::TensorShard shard{0, n, {}};
+    const auto never = [](const Tensor&) { throw Error("tensor_shards: a shard built for its memory computed"); };
+    shard.all_reduce = never;
+    if (sequence) shard.all_gather = shard.reduce_scatter = never;
+    const auto model = nn::Model::stage(layers, 0, layers.size(), input, e.loss, DType::f32, meta_device(),
+                                        shard_preparer(layers, 0, layers.size(), shard));
+    ShardActivations out;
+    for (size_t i = 0; i < model->net().size(); ++i) {
+        out.activations.push_back(model->net().at(i).activations_per_sample());
+        out.scores.push_back(nn::attention_scores_of(model->net().at(i)));
+        out.backward.push_back(nn::backward_extra_of(model->net().at(i)));
+    }
+    return out;
+}
+
+void shard_the_activations(const config::Experiment& e, int n, bool sequence, strategy::ModelCost& cost) {
+    if (n <= 1 || cost.input.rank() == 0) return;
+    ShardActivations shard;
+    try {
+        shard = shard_activations(e, cost.input, n, sequence);
+    } catch (const std::exception&) {
+        return;
+    }
+    if (shard.activations.size() != cost.layer_activations.size()) return;
+    cost.layer_activations = std::move(shard.activations);
+    cost.layer_scores = std::move(shard.scores);
+    cost.layer_backward = std::move(shard.backward);
+}
 
 Shape shard_shape(const Shape& whole, Cut cut, int n) {
     Shape out = whole;

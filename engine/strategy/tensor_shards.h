@@ -8,6 +8,7 @@
 #include <functional>
 #include <vector>
 
+#include "engine/config/experiment.h"
 #include "engine/nn/attention.h"
 #include "engine/nn/spec.h"
 #include "engine/tensor/tensor.h"
@@ -17,6 +18,7 @@ class Communicator;
 }
 namespace paralab::strategy {
 class Rank;
+struct ModelCost;
 struct TrainingState;
 }
 
@@ -56,6 +58,20 @@ struct WholeCheckpoint {
 };
 WholeCheckpoint read_whole_checkpoint(const TrainingState& st, const std::vector<Shape>& shapes,
                                       const std::vector<Tensor>& buffers, size_t per_param);
+
+// What tensor rank 0 of `n` holds for backward per example in each top-level layer of `e`'s
+// model (nn::expand_repeats' order), and of that its attention probabilities: read from the
+// model built with its shards (give_shard; `sequence`: with sequence parallelism) on the meta
+// device, nothing allocated. `input`: the model's per-example input.
+struct ShardActivations {
+    std::vector<int64_t> activations, scores, backward;  // backward: nn::backward_extra_of
+};
+ShardActivations shard_activations(const config::Experiment& e, const Shape& input, int n, bool sequence);
+
+// `cost`'s activations, attention probabilities and backward extras replaced, layer by layer, by those of tensor
+// rank 0 of `n` (shard_activations of cost.input). A model whose layers do not divide over `n`
+// (refused at setup, but estimated in the window as it is edited) keeps its whole numbers.
+void shard_the_activations(const config::Experiment& e, int n, bool sequence, strategy::ModelCost& cost);
 
 // How one parameter of the whole model is cut: whole (replicated), by rows of its first
 // dimension in `blocks` equal parts (a column-parallel weight or bias), or by columns of its

@@ -58,10 +58,6 @@ struct Unit {
 
 constexpr size_t kNone = SIZE_MAX;
 
-// Tags of the shards sent to rank 0's process on the processes' communicator: apart from the
-// job's gather (engine/run/process_run.cpp), tensor_parallel's and any pipeline message tag.
-constexpr int kShardMaskTag = 30031, kShardTag = 30032;
-
 class Zero3 final : public ReplicaStrategy {
 public:
     Zero3() : ReplicaStrategy("zero") {}
@@ -403,8 +399,7 @@ private:
 
     // Every rank's shard ([rank]), where the whole model is put together: in one process, the
     // ranks' own (in their devices' memory); across processes, host copies on rank 0's process,
-    // received from the others (each sends its ranks' shards), and nothing on the others.
-    // Collective over the processes then: one thread of each, every rank stopped between steps.
+    // received from the others (lists_on_rank0), and nothing on the others.
     std::vector<Tensor> shards_on_rank0() {
         const size_t world = static_cast<size_t>(m_world);
         std::vector<Tensor> shards(world);
@@ -412,35 +407,15 @@ private:
             for (size_t r = 0; r < world; ++r) shards[r] = m_state[r]->shard;
             return shards;
         }
-        PARALAB_CHECK(m_ctx->processes != nullptr, "zero stage 3: a run across processes without their communicator");
-        comm::Communicator& comm = *m_ctx->processes;
+        std::vector<std::vector<Tensor>> mine(world);
         for (size_t r = 0; r < world; ++r)
-            if (m_ctx->is_local(static_cast<int>(r))) shards[r] = host_copies(std::vector<Tensor>{m_state[r]->shard})[0];
-        std::vector<double> mask(world);
-        if (comm.rank() != 0) {
-            for (size_t r = 0; r < world; ++r) mask[r] = m_ctx->is_local(static_cast<int>(r)) ? 1 : 0;
-            comm.send(mask.data(), m_world, DType::f64, 0, kShardMaskTag);
-            for (size_t r = 0; r < world; ++r)
-                if (mask[r] != 0) comm.send(shards[r].raw(), shards[r].numel(), DType::f32, 0, kShardTag);
-            comm.barrier();  // the messages' copies are freed once rank 0 has them
-            return {};
+            if (m_ctx->is_local(static_cast<int>(r))) mine[r] = host_copies(std::vector<Tensor>{m_state[r]->shard});
+        std::vector<std::vector<Tensor>> all = lists_on_rank0(*m_ctx, std::move(mine));
+        if (all.empty()) return {};
+        for (size_t r = 0; r < world; ++r) {
+            PARALAB_CHECK(all[r].size() == 1, "zero stage 3: no process sent rank " + std::to_string(r) + "'s shard");
+            shards[r] = std::move(all[r][0]);
         }
-        for (int p = 1; p < comm.world(); ++p) {
-            comm.recv(mask.data(), m_world, DType::f64, p, kShardMaskTag);
-            for (size_t r = 0; r < world; ++r) {
-                if (mask[r] == 0) continue;
-                PARALAB_CHECK(!shards[r].defined(),
-                              "zero stage 3: rank " + std::to_string(r) + "'s shard came from two processes");
-                // A shard holds at least one number (start_rank's rule).
-                Tensor t = Tensor::empty(Shape{std::max<int64_t>(m_shard_numel[r], 1)}, DType::f32,
-                                         detached_host_device(), MemCategory::communication);
-                comm.recv(t.raw(), t.numel(), DType::f32, p, kShardTag);
-                shards[r] = std::move(t);
-            }
-        }
-        comm.barrier();
-        for (size_t r = 0; r < world; ++r)
-            PARALAB_CHECK(shards[r].defined(), "zero stage 3: no process sent rank " + std::to_string(r) + "'s shard");
         return shards;
     }
 

@@ -51,6 +51,11 @@ json staged(int dp, int tp, int pp, int zero = 0, int micro_batches = 2, const s
             {"micro_batches", micro_batches}, {"schedule", schedule}};
 }
 
+json sequence(json strategy) {
+    strategy["sequence_parallel"] = true;
+    return strategy;
+}
+
 json with_interleave(json strategy, int chunks) {
     strategy["interleave"] = chunks;
     return strategy;
@@ -486,7 +491,9 @@ TEST(Hybrid, MemoryAsPredicted) {
                                            {hybrid(2, 2, 3), 4},
                                            {staged(2, 2, 2, 3, 2), 8},
                                            {staged(2, 2, 2, 1, 2, "gpipe"), 8},
-                                           {interleaved(1, 2, 2, 2, 2), 4}};
+                                           {interleaved(1, 2, 2, 2, 2), 4},
+                                           {sequence(hybrid(2, 2, 1)), 4},
+                                           {sequence(staged(1, 2, 2, 0, 2)), 4}};
     for (const auto& [strategy, devices] : meshes) {
         SCOPED_TRACE(strategy.dump());
         const json j = with_strategy(tiny_gpt(), devices, strategy);
