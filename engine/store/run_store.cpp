@@ -287,7 +287,7 @@ RunStore::RunStore(const std::string& path, Access access) : m_path(path) {
             version = check_is_ours();
         }
         if (!write) {
-            if (version == 0) throw StoreError(path + ": an empty database, not a ParaLab run store yet");
+            if (version == 0) throw StoreNotCreated(path + ": an empty database, not a ParaLab run store yet");
             mark_interrupted(false);  // read as it is: no journal switch, no migration, no writes
             return;
         }

@@ -44,6 +44,14 @@ private:
     int m_code;
 };
 
+// A store opened read-only that is an empty database: a store being created by another opener
+// this moment (its schema not written yet), or an empty file. A reader may take it as a store
+// with no runs.
+class StoreNotCreated : public StoreError {
+public:
+    using StoreError::StoreError;
+};
+
 struct RunRow {
     int64_t run_id = 0;
     std::string name, status, strategy, created_at, finished_at;

@@ -29,11 +29,11 @@ class Strategy;
 // per number; P = parameters, k = optimizer numbers per parameter: 0 for plain SGD, 1 for SGD
 // with momentum, 2 for Adam/AdamW; rows = the device's share of the global batch,
 // shard_of_batch's rule); each strategy's own rule is beside its code. It is an estimate,
-// checked against real runs (tests/ui/test_setup_panels.cpp): parameters, gradients,
-// optimizer state and communication within ±35% (mostly exact up to the allocator's 64-byte
-// rounding); activations are the rough part (backward's temporaries, the loss's buffers, a
-// layer's saved inputs; convolutions and recurrent layers keep more). Workspace is not
-// predicted.
+// checked against real runs: on the char-GPT example every category of every device within 10%
+// for every strategy that runs it (tests/engine/test_memory_model.cpp), and on small models in
+// each strategy's tests and tests/ui/test_setup_panels.cpp. Activations are the rough part on
+// models other than transformers (backward's temporaries, the loss's buffers; convolutions and
+// recurrent layers keep more). Workspace is not predicted.
 
 struct DeviceMemoryEstimate {
     std::string device;  // "cpu:0"

@@ -15,6 +15,7 @@
 
 #include "engine/run/experiment.h"
 #include "engine/run/trainer.h"
+#include "engine/strategy/registry.h"
 
 namespace strategy_testing {
 
@@ -105,6 +106,32 @@ inline double max_rel_diff(const std::vector<paralab::Tensor>& a, const std::vec
         }
     }
     return diff / (1 + scale);
+}
+
+// The registry's memory model for the run `r` of experiment `j` (per-example model `input`)
+// against what each device measured: per category, the predicted bytes within `factor` of the
+// measured peak either way (activations within `activations_factor`); a category predicted and
+// measured as 0 passes. Returns the predictions.
+inline std::vector<paralab::strategy::DeviceMemoryEstimate> expect_memory_as_predicted(
+    const json& j, const Result& r, const paralab::Shape& input, double factor, double activations_factor) {
+    using paralab::MemCategory;
+    const paralab::config::Experiment e = paralab::run::parse_experiment(j);
+    auto predicted = paralab::strategy::estimate_memory(e, paralab::strategy::model_cost(e, input));
+    EXPECT_EQ(predicted.size(), e.devices.size());
+    for (const auto& d : predicted) {
+        const auto& peak = r.artifacts.memory.at(d.device).peak;
+        for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state,
+                              MemCategory::activations}) {
+            const double want = static_cast<double>(d.bytes[static_cast<size_t>(c)]);
+            const double got = static_cast<double>(peak[static_cast<size_t>(c)]);
+            if (want == 0 && got == 0) continue;
+            const double f = c == MemCategory::activations ? activations_factor : factor;
+            EXPECT_TRUE(got / want <= f && want / got <= f)
+                << d.device << " " << paralab::mem_category_name(c) << ": predicted " << want << ", measured " << got
+                << " (" << (want / got - 1) * 100 << " %)";
+        }
+    }
+    return predicted;
 }
 
 }  // namespace strategy_testing

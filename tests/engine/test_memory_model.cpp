@@ -9,7 +9,6 @@
 #include <string>
 
 #include "engine/run/experiment.h"
-#include "engine/strategy/registry.h"
 #include "strategy_testing.h"
 
 using namespace paralab;
@@ -45,21 +44,7 @@ TEST_P(MemoryModel, PredictsEveryDeviceWithinTenPercentOnTheGptExample) {
     j = with_strategy(j, devices, strategy);
     const Result r = run_it(j);
     ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
-    const config::Experiment e = run::parse_experiment(j);
-    const auto predicted = strategy::estimate_memory(e, strategy::model_cost(e, run::model_input_shape(e)));
-    ASSERT_EQ(predicted.size(), e.devices.size());
-    for (const auto& d : predicted) {
-        const auto& peak = r.artifacts.memory.at(d.device).peak;
-        for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state,
-                              MemCategory::activations}) {
-            const double want = static_cast<double>(d.bytes[static_cast<size_t>(c)]);
-            const double got = static_cast<double>(peak[static_cast<size_t>(c)]);
-            if (want == 0 && got == 0) continue;
-            EXPECT_TRUE(got / want <= 1.10 && want / got <= 1.10)
-                << d.device << " " << mem_category_name(c) << ": predicted " << want << ", measured " << got
-                << " (" << (want / got - 1) * 100 << " %)";
-        }
-    }
+    expect_memory_as_predicted(j, r, run::model_input_shape(run::parse_experiment(j)), 1.10, 1.10);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -238,6 +238,16 @@ TEST(RunStore, ReadOnlyAccessCreatesNothing) {
     EXPECT_EQ(db.list_runs()[0].name, "kept");
 }
 
+// An empty file (a store another opener is creating this moment) read-only is refused as not
+// created yet, a StoreError of its own kind that a reader may take as no runs, and left empty.
+TEST(RunStore, AnEmptyFileReadOnlyIsAStoreNotCreatedYet) {
+    TempDir dir;
+    const std::string path = (dir.path / "runs.db").string();
+    { std::ofstream touch(path); }
+    EXPECT_THROW(store::RunStore(path, store::RunStore::Access::read_only), store::StoreNotCreated);
+    EXPECT_EQ(fs::file_size(path), 0u);
+}
+
 TEST(RunStore, ADamagedFileIsRefusedAndLeftAlone) {
     TempDir dir;
     const std::string path = (dir.path / "runs.db").string();

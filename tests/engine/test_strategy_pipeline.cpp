@@ -588,7 +588,8 @@ TEST(Stages, InterleavedActivationsStayBounded) {
 
 // The memory model (each chunk's parameters, and its activations times the micro-batches it
 // holds at most) against the measured peaks: parameters, gradients and optimizer state within
-// 10%, activations within the factor 2.5 the memory models allow.
+// 10%, activations within 25% (a small MLP, whose one backward's gradients, counted once, are
+// a large part of a device's activations).
 TEST(Stages, InterleavedMemoryAsPredicted) {
     json j = spirals_mlp();
     j["data"]["batch_size"] = 64;
@@ -599,20 +600,8 @@ TEST(Stages, InterleavedMemoryAsPredicted) {
     j = with_strategy(j, 2, interleaved(4, 2));
     const Result& r = run_it(j);
     ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
-    const config::Experiment e = run::parse_experiment(j);
-    const auto predicted = strategy::estimate_memory(e, strategy::model_cost(e, Shape{2}));
+    const auto predicted = expect_memory_as_predicted(j, r, Shape{2}, 1.10, 1.25);
     ASSERT_EQ(predicted.size(), 2u);
-    for (const auto& d : predicted) {
-        const auto& peak = r.artifacts.memory.at(d.device).peak;
-        for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state,
-                              MemCategory::activations}) {
-            const double want = static_cast<double>(d.bytes[static_cast<size_t>(c)]);
-            const double got = static_cast<double>(peak[static_cast<size_t>(c)]);
-            const double factor = c == MemCategory::activations ? 2.5 : 1.10;
-            EXPECT_TRUE(want > 0 && got / want <= factor && want / got <= factor)
-                << d.device << " " << mem_category_name(c) << ": predicted " << want << ", measured " << got;
-        }
-    }
     // Device 0 holds chunks 0 and 2 of the 6 layers.
     EXPECT_NE(predicted[0].role.find(", "), std::string::npos) << predicted[0].role;
 }

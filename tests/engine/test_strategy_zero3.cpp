@@ -234,21 +234,10 @@ TEST(ZeroStage3, UnevenUnitsMoveTheirChunks) {
 void expect_memory_as_predicted(const json& j, double activations_factor) {
     const Result r = run_it(j);
     ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
-    const config::Experiment e = run::parse_experiment(j);
-    const auto predicted = strategy::estimate_memory(e, strategy::model_cost(e, run::model_input_shape(e)));
-    ASSERT_EQ(predicted.size(), e.devices.size());
-    for (const auto& d : predicted) {
-        const auto& peak = r.artifacts.memory.at(d.device).peak;
-        for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state,
-                              MemCategory::activations}) {
-            const double want = static_cast<double>(d.bytes[static_cast<size_t>(c)]);
-            const double got = static_cast<double>(peak[static_cast<size_t>(c)]);
-            const double factor = c == MemCategory::activations ? activations_factor : 1.10;
-            EXPECT_TRUE(got / want <= factor && want / got <= factor)
-                << d.device << " " << mem_category_name(c) << ": predicted " << want << ", measured " << got;
-        }
-        EXPECT_EQ(peak[static_cast<size_t>(MemCategory::communication)], 0) << d.device;
-    }
+    const auto predicted = strategy_testing::expect_memory_as_predicted(
+        j, r, run::model_input_shape(run::parse_experiment(j)), 1.10, activations_factor);
+    for (const auto& d : predicted)
+        EXPECT_EQ(r.artifacts.memory.at(d.device).peak[static_cast<size_t>(MemCategory::communication)], 0) << d.device;
 }
 
 TEST(ZeroStage3, MlpMemoryAsPredicted) {

@@ -322,13 +322,18 @@ void LessonsPanel::check(int index) {
         std::map<std::string, double> values;
         QString error;
         try {
-            // No store yet: nothing has run on this machine, which is said as for any run missing.
+            // No store yet (or one another opener, the window's Runs tab, is creating this
+            // moment): nothing has run on this machine, which is said as for any run missing.
             std::optional<store::RunStore> db;
             std::vector<store::RunRow> rows;
             if (QFileInfo::exists(q(storePath))) {
-                db.emplace(storePath, store::RunStore::Access::read_only);
-                db->set_busy_timeout(5000);
-                rows = db->list_runs();
+                try {
+                    db.emplace(storePath, store::RunStore::Access::read_only);
+                    db->set_busy_timeout(5000);
+                    rows = db->list_runs();
+                } catch (const store::StoreNotCreated&) {
+                    db.reset();
+                }
             }
             for (const auto& x : experiments) {
                 const auto row = lesson::latest_run(rows, x);
