@@ -33,9 +33,12 @@ public:
         if (m_file == nullptr)
             throw Error(path +
                         ": cannot open: " + (errno != 0 ? std::strerror(errno) : "out of memory"));
-        gzbuffer(m_file, 1 << 20);
         struct stat st {};
         if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) m_file_bytes = st.st_size;
+        // 1 MiB reads for a data set (zlib's default is 8 KiB); a smaller file needs no more than
+        // its size (zlib allocates the buffer, and twice it for inflate's output, at the first read).
+        const int64_t buffer = m_file_bytes >= 0 ? std::clamp<int64_t>(m_file_bytes, 8 << 10, 1 << 20) : 1 << 20;
+        gzbuffer(m_file, static_cast<unsigned>(buffer));
     }
 
     // The most bytes the file can hold once decompressed: its size when plain; deflate expands
