@@ -30,8 +30,8 @@ std::string number_text(double v) {
     return out.str();
 }
 
-// Reads `file` in pieces of 1 MiB, handing each to `take(bytes, count)` until it returns
-// false; `stop` is asked before each piece (LoadStopped).
+// Reads `file` in pieces of 1 MiB (a smaller file in one piece of its size), handing each to
+// `take(bytes, count)` until it returns false; `stop` is asked before each piece (LoadStopped).
 template <class Take>
 void read_pieces(const std::string& file, const StopCheck& stop, Take&& take) {
     errno = 0;
@@ -39,7 +39,9 @@ void read_pieces(const std::string& file, const StopCheck& stop, Take&& take) {
     if (!in)
         path_error(file +
                    ": cannot open: " + (errno != 0 ? std::strerror(errno) : "unknown error"));
-    std::vector<char> piece(size_t{1} << 20);
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(file, ec);  // fails for a FIFO or a device: 1 MiB pieces
+    std::vector<char> piece(ec ? size_t{1} << 20 : static_cast<size_t>(std::clamp<uintmax_t>(size + 1, 4096, 1 << 20)));
     for (;;) {
         if (stop && stop()) throw LoadStopped();
         if (!in.read(piece.data(), static_cast<std::streamsize>(piece.size())) && in.gcount() == 0) break;
