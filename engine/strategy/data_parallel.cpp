@@ -29,7 +29,7 @@ public:
     void start_rank(Rank& rank) override { m_rank_slots[static_cast<size_t>(rank.index())] = &rank; }
 
     // Device 0 holds the model and the optimizer; the others receive its parameters.
-    const char* why_no_checkpoint() const override { return nullptr; }
+    const char* why_no_checkpoint_impl() const override { return nullptr; }
     TrainingState save_state() override { return replica_state(0, *m_optimizers[0], m_scaler.get()); }
     void load_state(const TrainingState& st) override {
         load_replicas(st);

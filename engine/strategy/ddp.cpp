@@ -60,9 +60,8 @@ public:
 
     // Every replica and optimizer holds the same values: rank 0's are the run's. Balanced by
     // speed, the split of the batch follows measured speeds, which a resumed run would measure anew.
-    const char* why_no_checkpoint() const override {
+    const char* why_no_checkpoint_impl() const override {
         if (m_balance) return "with balance_by_speed the split of each batch follows measured speeds, which a resume cannot repeat";
-        if (m_ctx && m_ctx->spans_processes()) return "its ranks run in several processes";
         return nullptr;
     }
     TrainingState save_state() override {

@@ -413,10 +413,7 @@ public:
     // zero 1 to 3 a device's state is its 1/dp of the flat state of its (stage, tensor rank): the
     // data-parallel group's shards are laid end to end first, as zero.cpp's. A resume cuts them
     // again (the shards in start_rank, where the shard parameters are made).
-    const char* why_no_checkpoint() const override {
-        if (m_ctx && m_ctx->spans_processes()) return "its ranks run in several processes";
-        return nullptr;
-    }
+    const char* why_no_checkpoint_impl() const override { return nullptr; }
 
     TrainingState save_state() override {
         TrainingState st;

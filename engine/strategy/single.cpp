@@ -10,7 +10,7 @@ class Single final : public ReplicaStrategy {
 public:
     Single() : ReplicaStrategy("single") {}
 
-    const char* why_no_checkpoint() const override { return nullptr; }
+    const char* why_no_checkpoint_impl() const override { return nullptr; }
     TrainingState save_state() override { return replica_state(0, *m_optimizers[0], m_scaler.get()); }
     void load_state(const TrainingState& st) override {
         load_replicas(st);

@@ -336,10 +336,7 @@ public:
 
     // A checkpoint holds the stages' parameters and optimizer states end to end: the single
     // device's lists.
-    const char* why_no_checkpoint() const override {
-        if (m_ctx && m_ctx->spans_processes()) return "its stages run in several processes";
-        return nullptr;
-    }
+    const char* why_no_checkpoint_impl() const override { return nullptr; }
     TrainingState save_state() override;
     void load_state(const TrainingState& state) override;
 

@@ -126,6 +126,11 @@ void Strategy::setup(RunContext& ctx, nn::Model& reference) {
     setup_impl(ctx, reference);
 }
 
+const char* Strategy::why_no_checkpoint() const {
+    if (m_ctx && m_ctx->spans_processes()) return "its ranks run in several processes";
+    return why_no_checkpoint_impl();
+}
+
 TrainingState Strategy::save_state() {
     throw ConfigError("strategy.type", m_name + " cannot write checkpoints: " + why_no_checkpoint());
 }

@@ -204,9 +204,10 @@ public:
     // communicator) so that every rank thread ends. Any thread; idempotent.
     virtual void abort(const std::string& reason) { (void)reason; }
 
-    // Checkpoints. Why this strategy cannot save and restore its state exactly (null when it
-    // can); save_state and load_state throw ConfigError with it otherwise.
-    virtual const char* why_no_checkpoint() const { return "this strategy does not support checkpoints"; }
+    // Checkpoints. Why this run cannot save and restore its state exactly (null when it can):
+    // a run across processes writes none (every strategy), else the strategy's own reason
+    // (why_no_checkpoint_impl); save_state and load_state throw ConfigError with it otherwise.
+    const char* why_no_checkpoint() const;
     // Any one thread, while no rank steps (every rank stopped at one step boundary): the full
     // state gathered from the ranks.
     virtual TrainingState save_state();
@@ -219,6 +220,8 @@ protected:
     virtual void setup_impl(RunContext& ctx, nn::Model& reference) = 0;
     // Why this strategy cannot have its ranks in several processes (null when it can).
     virtual const char* single_process_only() const { return nullptr; }
+    // Why this strategy cannot checkpoint in one process (null when it can).
+    virtual const char* why_no_checkpoint_impl() const { return "this strategy does not support checkpoints"; }
 
     int m_world = 1;
     const RunContext* m_ctx = nullptr;

@@ -191,10 +191,7 @@ public:
     // parameters are (element-wise optimizers: a slice's state is the whole state's slice); a
     // replicated parameter's state is device 0's, the same on every device. A resume cuts them
     // again.
-    const char* why_no_checkpoint() const override {
-        if (m_ctx && m_ctx->spans_processes()) return "its ranks run in several processes";
-        return nullptr;
-    }
+    const char* why_no_checkpoint_impl() const override { return nullptr; }
 
     TrainingState save_state() override {
         if (why_no_checkpoint()) return Strategy::save_state();

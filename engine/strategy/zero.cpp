@@ -69,10 +69,7 @@ public:
 
     // A checkpoint holds the optimizer state whole, per parameter: each rank's shard of the
     // flat state vectors put together, so that a resume may shard it again.
-    const char* why_no_checkpoint() const override {
-        if (m_ctx && m_ctx->spans_processes()) return "its ranks run in several processes";
-        return nullptr;
-    }
+    const char* why_no_checkpoint_impl() const override { return nullptr; }
     TrainingState save_state() override {
         if (why_no_checkpoint()) return Strategy::save_state();
         TrainingState st = replica_state(0, *m_optimizers[0], m_state[0].scaler.get());
@@ -251,7 +248,7 @@ public:
     void abort(const std::string& reason) override {
         if (m_impl) m_impl->abort(reason);
     }
-    const char* why_no_checkpoint() const override {
+    const char* why_no_checkpoint_impl() const override {
         return m_impl ? m_impl->why_no_checkpoint() : nullptr;
     }
     TrainingState save_state() override { return m_impl->save_state(); }

@@ -99,10 +99,7 @@ public:
 
     // A checkpoint holds the parameters and the optimizer state whole, per parameter: every
     // rank's chunks of each unit put together, so that a resume may shard them again.
-    const char* why_no_checkpoint() const override {
-        if (m_ctx && m_ctx->spans_processes()) return "its ranks run in several processes";
-        return nullptr;
-    }
+    const char* why_no_checkpoint_impl() const override { return nullptr; }
     TrainingState save_state() override {
         if (why_no_checkpoint()) return Strategy::save_state();
         TrainingState st;
