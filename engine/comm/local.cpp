@@ -87,27 +87,15 @@ struct LocalGroup::State {
 
 namespace {
 
-class LocalCommunicator final : public Communicator {
+class LocalCommunicator final : public detail::RingCommunicator {
 public:
     LocalCommunicator(LocalGroup::State& state, int rank)
-        : Communicator(rank, state.world), m_state(state), m_cursor(state.board, rank) {}
+        : RingCommunicator(rank, state.world), m_state(state), m_cursor(state.board, rank) {}
 
     std::string backend() const override { return "local"; }
     void abort(const std::string& reason) override { m_state.abort(reason); }
 
 protected:
-    void all_reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
-        ring(data, count, dtype, op, true, true);
-    }
-
-    void reduce_scatter_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
-        ring(data, count, dtype, op, true, false);
-    }
-
-    void all_gather_impl(void* data, int64_t count, DType dtype) override {
-        ring(data, count, dtype, ReduceOp::sum, false, true);
-    }
-
     // Non-roots copy from the root's buffer; the root returns once all have copied.
     void broadcast_impl(void* data, int64_t count, DType dtype, int root) override {
         m_state.check_aborted();
@@ -270,7 +258,7 @@ private:
     // the all-gather steps (`gather`). An all-reduce's reduce-scatter ends with chunk r+1, where
     // its all-gather starts (shift 0); reduce_scatter alone must end with chunk r, and
     // all_gather alone starts from it (shift 1).
-    void ring(void* data, int64_t count, DType dtype, ReduceOp op, bool reduce, bool gather) {
+    void ring(void* data, int64_t count, DType dtype, ReduceOp op, bool reduce, bool gather) override {
         m_state.check_aborted();
         const int n = world();
         if (n == 1 || count == 0) return;

@@ -82,6 +82,24 @@ inline int64_t offset_of(const std::vector<int64_t>& counts, int r) {
     return offset;
 }
 
+// A communicator whose all-reduce, reduce-scatter and all-gather are one ring (local.cpp,
+// "Ring"): reduce-scatter steps then all-gather steps, or either alone.
+class RingCommunicator : public Communicator {
+protected:
+    using Communicator::Communicator;
+    virtual void ring(void* data, int64_t count, DType dtype, ReduceOp op, bool reduce, bool gather) = 0;
+
+    void all_reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
+        ring(data, count, dtype, op, true, true);
+    }
+    void reduce_scatter_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
+        ring(data, count, dtype, op, true, false);
+    }
+    void all_gather_impl(void* data, int64_t count, DType dtype) override {
+        ring(data, count, dtype, ReduceOp::sum, false, true);
+    }
+};
+
 // A group's shared state: per rank a progress counter and the pointer it published for the
 // current call, each on its own cache line (the neighbours poll them), and the abort flag.
 class PeerBoard {

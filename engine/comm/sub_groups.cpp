@@ -31,26 +31,16 @@ std::unique_ptr<Group> group_of_members(const std::vector<Device*>& devices, con
 // Member `me` of a sub-group whose collectives are messages of the world's communicator of its
 // world rank (sub_groups.h). Every call of a member sends its messages in the order the others
 // receive them, on one tag: messages between one pair with one tag arrive in order.
-class MessageCommunicator final : public Communicator {
+class MessageCommunicator final : public detail::RingCommunicator {
 public:
     MessageCommunicator(Group& world, const std::vector<int>& members, int me, int tag)
-        : Communicator(me, static_cast<int>(members.size())), m_world(world), m_members(members), m_tag(tag) {}
+        : RingCommunicator(me, static_cast<int>(members.size())), m_world(world), m_members(members), m_tag(tag) {}
 
     std::string backend() const override { return "messages"; }
     // The sub-group's members wait in the world's calls: aborting the world wakes them.
     void abort(const std::string& reason) override { m_world.abort(reason); }
 
 protected:
-    void all_reduce_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
-        ring(data, count, dtype, op, true, true);
-    }
-    void reduce_scatter_impl(void* data, int64_t count, DType dtype, ReduceOp op) override {
-        ring(data, count, dtype, op, true, false);
-    }
-    void all_gather_impl(void* data, int64_t count, DType dtype) override {
-        ring(data, count, dtype, ReduceOp::sum, false, true);
-    }
-
     void broadcast_impl(void* data, int64_t count, DType dtype, int root) override {
         if (world() == 1 || count == 0) return;
         if (rank() != root) return take(root, data, count, dtype);
@@ -145,7 +135,7 @@ private:
     // k a member sends the chunk it finished in step k − 1 (at k = 0, its own) and adds the
     // previous member's into its chunk ring_reduced_chunk(k); in all-gather step k it sends the
     // chunk it has whole and takes ring_gathered_chunk(k) from the previous member.
-    void ring(void* data, int64_t count, DType dtype, ReduceOp op, bool reduce, bool gather) {
+    void ring(void* data, int64_t count, DType dtype, ReduceOp op, bool reduce, bool gather) override {
         const int n = world(), r = rank();
         if (n == 1 || count == 0) return;
         const int shift = reduce && gather ? 0 : 1;
