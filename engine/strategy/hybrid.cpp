@@ -416,17 +416,10 @@ public:
     const char* why_no_checkpoint_impl() const override { return nullptr; }
 
     TrainingState save_state() override {
-        TrainingState st;
-        st.parameters = parameters();
-        st.buffers = buffers();
+        if (why_no_checkpoint()) return Strategy::save_state();
         const optim::Optimizer& opt0 = *m_optimizers[0];
-        st.optimizer_state_names = opt0.state_names();
-        st.optimizer_steps = opt0.steps_taken();
-        st.optimizer_state.assign(m_shapes.size(), {});
-        if (m_state[0].scaler) {
-            st.has_scaler = true;
-            st.scaler = m_state[0].scaler->state();  // every device's is the same
-        }
+        // (Every device's scaler is the same.)
+        TrainingState st = whole_model_state(*this, opt0, m_state[0].scaler.get());
         // Before the first step there is no state. (Rank 0's optimizer may hold none after it
         // either: its stage may have no parameters; every rank steps at every step.)
         if (opt0.steps_taken() == 0) return st;

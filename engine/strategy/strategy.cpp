@@ -180,6 +180,20 @@ std::vector<Tensor> host_copies(const std::vector<nn::Param*>& params) {
     return host_copies(values);
 }
 
+TrainingState whole_model_state(Strategy& s, const optim::Optimizer& optimizer, const optim::LossScaler* scaler) {
+    TrainingState st;
+    st.parameters = s.parameters();
+    st.buffers = s.buffers();
+    st.optimizer_state_names = optimizer.state_names();
+    st.optimizer_steps = optimizer.steps_taken();
+    if (scaler) {
+        st.has_scaler = true;
+        st.scaler = scaler->state();
+    }
+    st.optimizer_state.assign(st.parameters.size(), {});
+    return st;
+}
+
 // Tags on the processes' communicator: apart from the job's gather (engine/run/process_run.cpp).
 constexpr int kListCountTag = 30041, kListHeaderTag = 30042, kListTensorTag = 30043;
 

@@ -252,6 +252,11 @@ void copy_parameters(const std::vector<nn::Param*>& from, const std::vector<nn::
 std::vector<Tensor> host_copies(const std::vector<nn::Param*>& params);
 std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors);
 
+// The start of a checkpoint of a strategy that puts the whole model together (tensor_parallel,
+// zero 3, hybrid): `s`'s parameters() and buffers(), `optimizer`'s state names and steps,
+// `scaler`'s state (fp16; none when null), and an empty optimizer-state list per parameter.
+TrainingState whole_model_state(Strategy& s, const optim::Optimizer& optimizer, const optim::LossScaler* scaler);
+
 // Each rank's host tensors put together on rank 0's process, for a strategy that assembles the
 // whole model from its ranks' parts: `mine[r]` lists local rank r's f32 host tensors (none for
 // a rank with nothing to give). In one process, `mine` itself. Across processes it is collective

@@ -195,17 +195,8 @@ public:
 
     TrainingState save_state() override {
         if (why_no_checkpoint()) return Strategy::save_state();
-        TrainingState st;
-        st.parameters = parameters();
-        st.buffers = buffers();
         const optim::Optimizer& opt0 = *m_optimizers[0];
-        st.optimizer_state_names = opt0.state_names();
-        st.optimizer_steps = opt0.steps_taken();
-        if (m_scalers[0]) {
-            st.has_scaler = true;
-            st.scaler = m_scalers[0]->state();
-        }
-        st.optimizer_state.assign(m_shapes.size(), {});
+        TrainingState st = whole_model_state(*this, opt0, m_scalers[0].get());
         if (opt0.state().empty()) return st;  // before the first step
         std::vector<std::vector<std::vector<Tensor>>> shards;  // [rank][parameter][state]
         for (const auto& opt : m_optimizers) {

@@ -102,17 +102,8 @@ public:
     const char* why_no_checkpoint_impl() const override { return nullptr; }
     TrainingState save_state() override {
         if (why_no_checkpoint()) return Strategy::save_state();
-        TrainingState st;
-        st.parameters = parameters();
-        st.buffers = buffers();
         const optim::Optimizer& opt0 = *m_optimizers[0];
-        st.optimizer_state_names = opt0.state_names();
-        st.optimizer_steps = opt0.steps_taken();
-        if (m_state[0]->scaler) {
-            st.has_scaler = true;
-            st.scaler = m_state[0]->scaler->state();
-        }
-        st.optimizer_state.assign(m_shapes.size(), {});
+        TrainingState st = whole_model_state(*this, opt0, m_state[0]->scaler.get());
         if (opt0.state().empty()) return st;
         for (size_t j = 0; j < st.optimizer_state_names.size(); ++j)
             for (size_t u = 0; u < m_units.size(); ++u) {

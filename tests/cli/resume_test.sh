@@ -39,25 +39,30 @@ cat >"$tmp/e.paralab.json" <<'EOF'
  "train": {"epochs": 100, "max_steps": 3000, "checkpoint_every": 20}}
 EOF
 
-# The run never killed.
-"$paralab" run "$tmp/e.paralab.json" --db "$db" --json >"$tmp/whole" 2>"$tmp/err" || fail "uninterrupted run"
-whole_id=$(json_field "$tmp/whole" run_id)
-whole_loss=$(json_field "$tmp/whole" final_loss)
+# whole_then_killed NAME FILE: FILE run whole (whole_id, whole_loss), then run again and killed
+# (SIGKILL) once its second checkpoint (step 40) exists (killed_id, its checkpoint folder;
+# bounded wait: 120 s).
+whole_then_killed() {
+    local name=$1 file=$2
+    "$paralab" run "$file" --db "$db" --json >"$tmp/whole" 2>"$tmp/err" || fail "$name: uninterrupted run"
+    whole_id=$(json_field "$tmp/whole" run_id)
+    whole_loss=$(json_field "$tmp/whole" final_loss)
+    "$paralab" run "$file" --db "$db" --json >"$tmp/out" 2>"$tmp/err" &
+    pid=$!
+    killed_id=$((whole_id + 1))
+    folder="$tmp/checkpoints/runs.db/run-$killed_id"
+    for _ in $(seq 12000); do
+        [ -e "$folder/step-40.safetensors" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.01
+    done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+    pid=
+    if [ -s "$tmp/out" ]; then fail "$name: the run ended before it could be killed"; fi
+}
 
-# The run killed once its second checkpoint exists (bounded wait: 120 s).
-"$paralab" run "$tmp/e.paralab.json" --db "$db" --json >"$tmp/out" 2>"$tmp/err" &
-pid=$!
-killed_id=$((whole_id + 1))
-folder="$tmp/checkpoints/runs.db/run-$killed_id"
-for _ in $(seq 12000); do
-    [ -e "$folder/step-40.safetensors" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.01
-done
-kill -KILL "$pid" 2>/dev/null
-wait "$pid" 2>/dev/null
-pid=
-if [ -s "$tmp/out" ]; then fail "the run ended before it could be killed"; fi
+whole_then_killed ddp "$tmp/e.paralab.json"
 "$paralab" runs show "$killed_id" --db "$db" --json >"$tmp/show" 2>&1
 grep -q '"status": "interrupted"' "$tmp/show" && ok "killed run is interrupted" || fail "killed run not interrupted"
 last_stored=$(python3 -c 'import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT MAX(step) FROM records WHERE run_id=?", (int(sys.argv[2]),)).fetchone()[0] or 0)' "$db" "$killed_id")
@@ -184,28 +189,13 @@ cat >"$tmp/tp.paralab.json" <<EOF
  "optimizer": {"type": "adamw", "lr": 0.003}, "schedule": {"type": "cosine", "warmup_steps": 20},
  "train": {"epochs": 100, "max_steps": 1000, "checkpoint_every": 20}}
 EOF
-# kill_and_resume NAME FILE STEPS: FILE run whole, then again and killed (SIGKILL) once its
-# second checkpoint (step 40) exists, and resumed: it must end as the whole run (finished, STEPS
-# steps, the same final loss, its final checkpoint's parameters and optimizer state bit for bit),
-# and its checkpoint hold the whole model (export, then --init on one device).
+# kill_and_resume NAME FILE STEPS: FILE run whole, then again and killed (whole_then_killed),
+# and resumed: it must end as the whole run (finished, STEPS steps, the same final loss, its
+# final checkpoint's parameters and optimizer state bit for bit), and its checkpoint hold the
+# whole model (export, then --init on one device).
 kill_and_resume() {
     local name=$1 file=$2 steps=$3 whole_id whole_loss killed_id folder rc from
-    "$paralab" run "$file" --db "$db" --json >"$tmp/whole" 2>"$tmp/err" || fail "$name: uninterrupted run"
-    whole_id=$(json_field "$tmp/whole" run_id)
-    whole_loss=$(json_field "$tmp/whole" final_loss)
-    "$paralab" run "$file" --db "$db" --json >"$tmp/out" 2>"$tmp/err" &
-    pid=$!
-    killed_id=$((whole_id + 1))
-    folder="$tmp/checkpoints/runs.db/run-$killed_id"
-    for _ in $(seq 12000); do
-        [ -e "$folder/step-40.safetensors" ] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.01
-    done
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
-    pid=
-    if [ -s "$tmp/out" ]; then fail "$name: the run ended before it could be killed"; fi
+    whole_then_killed "$name" "$file"
     "$paralab" run --resume "$killed_id" --db "$db" --json >"$tmp/out" 2>"$tmp/err"
     rc=$?
     from=$(sed -n 's/.*resumed run [0-9]* from step \([0-9]*\).*/\1/p' "$tmp/err")
@@ -237,17 +227,14 @@ kill_and_resume tensor_parallel "$tmp/tp.paralab.json" 1000
 # hybrid dp2·tp2 at zero 1 over four devices: each holds its slices of the blocks and 1/2 of their
 # optimizer state, a checkpoint the whole model and state. Killed once its second checkpoint
 # exists, resumed: the run never killed, bit for bit.
-cat >"$tmp/hy.paralab.json" <<EOF
-{"paralab": 1, "name": "resume-hybrid", "seed": 6,
- "data": {"dataset": "text", "path": "$tmp/tp.txt", "seq_len": 16, "batch_size": 8, "test_limit": 16},
- "model": {"input": [16], "layers": [{"type": "embedding", "vocab": 256, "dim": 16}, {"type": "position_embedding"},
-           {"type": "transformer_block", "heads": 4, "ffn": 32, "repeat": 2}, {"type": "layernorm"},
-           {"type": "linear", "out": 256}], "loss": "cross_entropy"},
- "devices": ["cpu:0", "cpu:1", "cpu:2", "cpu:3"],
- "strategy": {"type": "hybrid", "dp": 2, "tp": 2, "zero": 1, "straggler": {"device": "cpu:3", "delay_ms": 2}},
- "optimizer": {"type": "adamw", "lr": 0.003}, "schedule": {"type": "cosine", "warmup_steps": 20},
- "train": {"epochs": 100, "max_steps": 600, "checkpoint_every": 20}}
-EOF
+python3 - "$tmp/tp.paralab.json" "$tmp/hy.paralab.json" <<'PY'
+import json, sys
+e = json.load(open(sys.argv[1]))  # the tensor_parallel case's model, data and optimizer
+e.update(name="resume-hybrid", seed=6, devices=["cpu:0", "cpu:1", "cpu:2", "cpu:3"],
+         strategy={"type": "hybrid", "dp": 2, "tp": 2, "zero": 1, "straggler": {"device": "cpu:3", "delay_ms": 2}})
+e["train"]["max_steps"] = 600
+json.dump(e, open(sys.argv[2], "w"))
+PY
 kill_and_resume hybrid "$tmp/hy.paralab.json" 600
 
 echo "$passed passed, $failed failed"

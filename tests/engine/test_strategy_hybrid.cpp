@@ -251,25 +251,29 @@ TEST(Hybrid, ClippingAccumulationAndUnevenRowsMatchSingle) {
     expect_matches_single(j, 4, hybrid(2, 2, 1));
 }
 
-// zero 2: layer by layer (one micro-batch a step: dp · tp, dp · pp, the whole mesh on 8
-// devices, clipping over uneven rows) and through a flat buffer of the step (micro-batches,
-// grad_accum with clipping, interleaving, sequence parallelism).
-TEST(Hybrid, ZeroTwoMatchesSingle) {
-    expect_matches_single(tiny_gpt(), 4, hybrid(2, 2, 2));
-    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 2, 1));
-    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 2, 2));
-    expect_matches_single(tiny_gpt(), 8, staged(2, 2, 2, 2, 1));
-    expect_matches_single(tiny_gpt(), 8, staged(2, 2, 2, 2, 2, "gpipe"));
-    expect_matches_single(tiny_gpt(), 8, interleaved(2, 2, 2, 2, 2, 2));
-    json sp = hybrid(2, 2, 2);
-    sp["sequence_parallel"] = true;
-    expect_matches_single(tiny_gpt(), 4, sp);
+// The cases `zero` 2 and 3 share: layer by layer (one micro-batch a step: dp · tp, dp · pp, the
+// whole mesh on 8 devices, clipping over uneven rows) and through a flat buffer of the step
+// (micro-batches, grad_accum with clipping, interleaving, sequence parallelism). Returns the
+// experiment with clipping, accumulation and 5 rows (replicas of 3 and 2), for the stage's own.
+json expect_sharded_stage_matches_single(int zero) {
+    expect_matches_single(tiny_gpt(), 4, hybrid(2, 2, zero));
+    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, zero, 1));
+    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, zero, 2));
+    expect_matches_single(tiny_gpt(), 8, staged(2, 2, 2, zero, 1));
+    expect_matches_single(tiny_gpt(), 8, staged(2, 2, 2, zero, 2, "gpipe"));
+    expect_matches_single(tiny_gpt(), 8, interleaved(2, 2, 2, 2, 2, zero));
+    expect_matches_single(tiny_gpt(), 4, sequence(hybrid(2, 2, zero)));
     json j = tiny_gpt();
     j["train"]["clip_norm"] = 0.5;
     j["data"]["batch_size"] = 5;
-    expect_matches_single(j, 4, hybrid(2, 2, 2));
+    expect_matches_single(j, 4, hybrid(2, 2, zero));
     j["train"]["grad_accum"] = 2;
-    expect_matches_single(j, 4, hybrid(2, 2, 2));
+    expect_matches_single(j, 4, hybrid(2, 2, zero));
+    return j;
+}
+
+TEST(Hybrid, ZeroTwoMatchesSingle) {
+    json j = expect_sharded_stage_matches_single(2);
     j["data"]["batch_size"] = 6;
     expect_matches_single(j, 8, staged(2, 2, 2, 2, 2));
 }
@@ -278,21 +282,7 @@ TEST(Hybrid, ZeroTwoMatchesSingle) {
 // the gradients as zero 2's; uneven rows (5: replicas of 3 and 2, and 3: of 2 and 1, the smaller
 // one gathering without computing for the micro-batches it lacks), clipping and accumulation.
 TEST(Hybrid, ZeroThreeMatchesSingle) {
-    expect_matches_single(tiny_gpt(), 4, hybrid(2, 2, 3));
-    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 3, 1));
-    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 3, 2));
-    expect_matches_single(tiny_gpt(), 8, staged(2, 2, 2, 3, 1));
-    expect_matches_single(tiny_gpt(), 8, staged(2, 2, 2, 3, 2, "gpipe"));
-    expect_matches_single(tiny_gpt(), 8, interleaved(2, 2, 2, 2, 2, 3));
-    json sp = hybrid(2, 2, 3);
-    sp["sequence_parallel"] = true;
-    expect_matches_single(tiny_gpt(), 4, sp);
-    json j = tiny_gpt();
-    j["train"]["clip_norm"] = 0.5;
-    j["data"]["batch_size"] = 5;
-    expect_matches_single(j, 4, hybrid(2, 2, 3));
-    j["train"]["grad_accum"] = 2;
-    expect_matches_single(j, 4, hybrid(2, 2, 3));
+    json j = expect_sharded_stage_matches_single(3);
     expect_matches_single(j, 4, staged(2, 1, 2, 3, 2));
     j["data"]["batch_size"] = 3;
     expect_matches_single(j, 4, staged(2, 1, 2, 3, 2));
@@ -508,41 +498,35 @@ TEST(Hybrid, MemoryAsPredicted) {
     }
 }
 
-// zero 2 keeps each device's 1/dp of the gradients plus, layer by layer, the layer in its
-// backward (here the 4352-number output layer, whole on every tensor rank): less than zero 1's
-// whole local gradients, at least the shard; the optimizer state is zero 1's.
-TEST(Hybrid, ZeroTwoShardsTheGradients) {
-    const Result one = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, 1)));
-    const Result two = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, 2)));
-    ASSERT_EQ(one.summary.status, "finished") << one.summary.error;
-    ASSERT_EQ(two.summary.status, "finished") << two.summary.error;
+// dp2·tp2 at `zero` against `zero` − 1: each device's peak of `sharded` is its 1/dp of the local
+// numbers plus the largest layer in use (the 4352-number output layer, whole on every tensor
+// rank), less than the whole local numbers the stage below keeps; its peak of `kept` is the
+// stage below's.
+void expect_stage_shards(int zero, MemCategory sharded, MemCategory kept) {
+    const Result below = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, zero - 1)));
+    const Result at = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, zero)));
+    ASSERT_EQ(below.summary.status, "finished") << below.summary.error;
+    ASSERT_EQ(at.summary.status, "finished") << at.summary.error;
     const int64_t largest = kD * 256 + 256;
-    for (const auto& [device, stats] : one.artifacts.memory) {
-        const auto& z2 = two.artifacts.memory.at(device).peak;
-        const auto at = [](const auto& peak, MemCategory c) { return peak[static_cast<size_t>(c)]; };
-        EXPECT_EQ(at(stats.peak, MemCategory::gradients), kLocalTp2 * 4) << device;
-        EXPECT_EQ(at(z2, MemCategory::gradients), (kLocalTp2 / 2 + largest) * 4) << device;
-        EXPECT_LT(at(z2, MemCategory::gradients), at(stats.peak, MemCategory::gradients) * 95 / 100) << device;
-        EXPECT_EQ(at(z2, MemCategory::optimizer_state), at(stats.peak, MemCategory::optimizer_state)) << device;
+    const auto of = [](const auto& peak, MemCategory c) { return peak[static_cast<size_t>(c)]; };
+    for (const auto& [device, stats] : below.artifacts.memory) {
+        const auto& peak = at.artifacts.memory.at(device).peak;
+        EXPECT_EQ(of(stats.peak, sharded), kLocalTp2 * 4) << device;
+        EXPECT_EQ(of(peak, sharded), (kLocalTp2 / 2 + largest) * 4) << device;
+        EXPECT_LT(of(peak, sharded), of(stats.peak, sharded) * 95 / 100) << device;
+        EXPECT_EQ(of(peak, kept), of(stats.peak, kept)) << device;
     }
 }
 
-// zero 3 keeps each device's 1/dp of the parameters plus the layer in use (the output layer at
-// most): less than zero 2's whole local parameters; its gradients are zero 2's.
+// zero 2 shards the gradients (a layer's whole while its backward runs); the optimizer state
+// is zero 1's.
+TEST(Hybrid, ZeroTwoShardsTheGradients) {
+    expect_stage_shards(2, MemCategory::gradients, MemCategory::optimizer_state);
+}
+
+// zero 3 shards the parameters (the layer in use whole); its gradients are zero 2's.
 TEST(Hybrid, ZeroThreeShardsTheParameters) {
-    const Result two = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, 2)));
-    const Result three = run_it(with_strategy(tiny_gpt(), 4, hybrid(2, 2, 3)));
-    ASSERT_EQ(two.summary.status, "finished") << two.summary.error;
-    ASSERT_EQ(three.summary.status, "finished") << three.summary.error;
-    const int64_t largest = kD * 256 + 256;
-    for (const auto& [device, stats] : two.artifacts.memory) {
-        const auto& z3 = three.artifacts.memory.at(device).peak;
-        const auto at = [](const auto& peak, MemCategory c) { return peak[static_cast<size_t>(c)]; };
-        EXPECT_EQ(at(stats.peak, MemCategory::parameters), kLocalTp2 * 4) << device;
-        EXPECT_EQ(at(z3, MemCategory::parameters), (kLocalTp2 / 2 + largest) * 4) << device;
-        EXPECT_LT(at(z3, MemCategory::parameters), at(stats.peak, MemCategory::parameters) * 95 / 100) << device;
-        EXPECT_EQ(at(z3, MemCategory::gradients), at(stats.peak, MemCategory::gradients)) << device;
-    }
+    expect_stage_shards(3, MemCategory::parameters, MemCategory::gradients);
 }
 
 TEST(Hybrid, VariantNamesTheMesh) {

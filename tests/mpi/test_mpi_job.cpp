@@ -273,35 +273,9 @@ TEST_F(JobTest, AsyncParameterServerRunsWithItsWorkersInOtherProcesses) {
     EXPECT_FALSE(artifacts.parameters.empty());
 }
 
-TEST_F(JobTest, HogwildIsRefusedOnEveryRank) {
-    for (const char* strategy : {"hogwild"}) {
-        json j = experiment(strategy);
-        j["devices"] = json::array({"cpu:0"});
-        run::JobOptions job;
-        std::string message;
-        bool refused_quietly = false;
-        try {
-            run::run_experiment(run::parse_experiment(j), nullptr, nullptr, 1, nullptr, &job);
-        } catch (const run::JobRefused& e) {
-            refused_quietly = true;
-            message = e.what();
-        } catch (const ConfigError& e) {
-            message = e.what();
-        }
-        if (mpi_testing::comm().rank() == 0) {
-            EXPECT_FALSE(refused_quietly);
-            EXPECT_NE(message.find("runs in one process"), std::string::npos) << message;
-        } else {
-            EXPECT_TRUE(refused_quietly) << message;
-        }
-    }
-}
-
-// Each process lists one device, which one head divides; the job's world does not: every
-// process refuses, and rank 0 names the key.
-TEST_F(JobTest, TensorParallelChecksItsSplitAgainstTheWholeWorld) {
-    json j = gpt_experiment("tensor_parallel");
-    j["model"]["layers"][2] = {{"type", "transformer_block"}, {"heads", 1}, {"ffn", 24}};
+// Runs `j` (one device per process) as a job that every process must refuse before training:
+// rank 0 with a ConfigError whose text holds `want`, the others quietly (JobRefused).
+void expect_refused_on_every_rank(json j, const std::string& want) {
     j["devices"] = json::array({"cpu:0"});
     run::JobOptions job;
     std::string message;
@@ -317,12 +291,23 @@ TEST_F(JobTest, TensorParallelChecksItsSplitAgainstTheWholeWorld) {
     }
     if (mpi_testing::comm().rank() == 0) {
         EXPECT_FALSE(refused_quietly);
-        const std::string want = "model.layers[2].heads: 1 heads do not divide over " +
-                                 std::to_string(mpi_testing::comm().world()) + " devices";
         EXPECT_NE(message.find(want), std::string::npos) << message;
     } else {
         EXPECT_TRUE(refused_quietly) << message;
     }
+}
+
+TEST_F(JobTest, HogwildIsRefusedOnEveryRank) {
+    expect_refused_on_every_rank(experiment("hogwild"), "runs in one process");
+}
+
+// Each process lists one device, which one head divides; the job's world does not: every
+// process refuses, and rank 0 names the key.
+TEST_F(JobTest, TensorParallelChecksItsSplitAgainstTheWholeWorld) {
+    json j = gpt_experiment("tensor_parallel");
+    j["model"]["layers"][2] = {{"type", "transformer_block"}, {"heads", 1}, {"ffn", 24}};
+    expect_refused_on_every_rank(j, "model.layers[2].heads: 1 heads do not divide over " +
+                                        std::to_string(mpi_testing::comm().world()) + " devices");
 }
 
 TEST_F(JobTest, AProblemOfOneRankIsRefusedOnEveryRankBeforeTraining) {
