@@ -22,14 +22,22 @@ std::atomic<int>& graphs_setting() {
     return setting;
 }
 
-std::atomic<int64_t> g_captures{0}, g_launches{0};
+std::atomic<int64_t> g_captures{0}, g_launches{0}, g_step_recordings{0}, g_step_replays{0};
+thread_local int t_enclosed = 0;  // RecordingEnclosed objects alive on this thread
 
 }  // namespace
 
 bool graphs_enabled() { return graphs_setting().load() != 0; }
 void set_graphs_enabled(bool on) { graphs_setting().store(on ? 1 : 0); }
 
-GraphCounts graph_counts() { return {g_captures.load(), g_launches.load()}; }
+GraphCounts graph_counts() {
+    return {g_captures.load(), g_launches.load(), g_step_recordings.load(), g_step_replays.load()};
+}
+
+void count_step_graph(bool recorded) { ++(recorded ? g_step_recordings : g_step_replays); }
+
+RecordingEnclosed::RecordingEnclosed() { ++t_enclosed; }
+RecordingEnclosed::~RecordingEnclosed() { --t_enclosed; }
 
 GraphReplay::~GraphReplay() { release(); }
 
@@ -61,7 +69,7 @@ void GraphReplay::release() {
 }
 
 void GraphReplay::run(void* stream, const std::vector<uint64_t>& key, const std::function<void()>& record) {
-    if (m_eager || !graphs_enabled() || !stream) return record();
+    if (m_eager || !graphs_enabled() || !stream || t_enclosed > 0) return record();
     for (Graph& g : m_graphs)
         if (g.key == key) {
             g.last_used = ++m_clock;

@@ -14,11 +14,24 @@ namespace paralab::gpu {
 bool graphs_enabled();
 void set_graphs_enabled(bool on);
 
-// Every capture and graph launch of the process so far (for tests and reports).
+// Every capture and graph launch of the process so far (for tests and reports): GraphReplay's,
+// and the whole steps' (engine/strategy/step_graph.h).
 struct GraphCounts {
     int64_t captures = 0, launches = 0;
+    int64_t step_recordings = 0, step_replays = 0;
 };
 GraphCounts graph_counts();
+void count_step_graph(bool recorded);  // a step graph recorded (true) or replayed (false)
+
+// While one lives on a thread, GraphReplay::run on that thread queues its work as it is: a
+// recording that encloses it (a whole step's) takes that work in.
+class RecordingEnclosed {
+public:
+    RecordingEnclosed();
+    ~RecordingEnclosed();
+    RecordingEnclosed(const RecordingEnclosed&) = delete;
+    RecordingEnclosed& operator=(const RecordingEnclosed&) = delete;
+};
 
 // One sequence of work, recorded as a graph for each of the last few keys it ran with and
 // replayed while the key recurs. Used by one thread at a time (the layer's rank thread).

@@ -34,6 +34,7 @@ protected:
     Tensor backward_impl(const Tensor& dy) override;
     int64_t flops_impl() const override;
     void set_random_state_impl(uint64_t seed, uint64_t step, int64_t sample_offset) override;
+    bool draws_each_step_impl() const override { return m_p > 0; }
     void release_saved_impl() override { m_mask = Tensor(); }
     int64_t activations_impl() override { return output_shape().numel(); }  // the mask
 

@@ -109,6 +109,13 @@ void Layer::set_random_state(uint64_t seed, uint64_t step, int64_t sample_offset
     for (Layer* c : children()) c->set_random_state(seed, step, sample_offset);
 }
 
+bool Layer::draws_each_step() {
+    if (draws_each_step_impl()) return true;
+    for (Layer* c : children())
+        if (c->draws_each_step()) return true;
+    return false;
+}
+
 Param& Layer::add_param(std::string name, const Shape& shape) {
     // Thrown from build_impl: Layer::build names the layer.
     if (shape.numel() > kMaxTensorElements)

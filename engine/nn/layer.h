@@ -94,6 +94,9 @@ public:
     // Seeds per-step randomness (dropout masks): mask bits are a function of (seed, step, global
     // sample index), so a batch split across devices draws the same masks as on one device.
     void set_random_state(uint64_t seed, uint64_t step, int64_t sample_offset);
+    // True when this layer or one of its children draws new random numbers each training step
+    // (a dropout of p > 0): a recorded GPU graph would replay one step's draws.
+    bool draws_each_step();
 
     // Children of composite layers (residual, sequential); empty for plain layers.
     virtual std::vector<Layer*> children() { return {}; }
@@ -115,6 +118,7 @@ protected:
     virtual void set_random_state_impl(uint64_t seed, uint64_t step, int64_t sample_offset) {
         (void)seed, (void)step, (void)sample_offset;
     }
+    virtual bool draws_each_step_impl() const { return false; }
 
     // For build_impl: a parameter of `shape` (value and zeroed grad) in this layer's dtype.
     Param& add_param(std::string name, const Shape& shape);

@@ -3,6 +3,7 @@
 #include <kernels/cpu/elementwise.h>
 #include <kernels/cpu/softmax.h>
 #include <kernels/gpu/elementwise.h>
+#include <kernels/gpu/memory.h>
 #include <kernels/gpu/softmax.h>
 
 #include <algorithm>
@@ -18,22 +19,21 @@ namespace kg = kernels::gpu;
 
 namespace {
 
-[[noreturn]] void throw_mismatch(const std::string& who, const Tensor& pred, const Tensor& target,
+[[noreturn]] void throw_mismatch(const std::string& who, const Shape& pred, const Shape& target,
                                  const std::string& expected) {
-    throw ShapeError(who + ": prediction " + pred.shape().to_string() + " and target " +
-                     target.shape().to_string() + " do not fit: " + expected);
+    throw ShapeError(who + ": prediction " + pred.to_string() + " and target " + target.to_string() +
+                     " do not fit: " + expected);
 }
 
 // logits [B, C] with target [B], or per position logits [B, T, C] with target [B, T]; else
 // ShapeError naming both. Returns the rows of the softmax (B, or B * T).
-int64_t check_class_shapes(const std::string& who, const Tensor& logits, const Tensor& target) {
+int64_t check_class_shapes(const std::string& who, const Shape& logits, const Shape& target) {
     const std::string expected =
         "expected logits [B, C] and target [B] of class ids, or [B, T, C] and [B, T] (one per position)";
-    if ((logits.rank() != 2 && logits.rank() != 3) || logits.shape().back() < 1)
+    if ((logits.rank() != 2 && logits.rank() != 3) || logits.back() < 1)
         throw_mismatch(who, logits, target, expected);
-    Shape want = logits.shape();
-    want = logits.rank() == 2 ? Shape{want[0]} : Shape{want[0], want[1]};
-    if (target.shape() != want) throw_mismatch(who, logits, target, expected);
+    const Shape want = logits.rank() == 2 ? Shape{logits[0]} : Shape{logits[0], logits[1]};
+    if (target != want) throw_mismatch(who, logits, target, expected);
     return target.numel();
 }
 
@@ -71,7 +71,7 @@ Loss::~Loss() = default;
 double Loss::forward(const Tensor& pred, const Tensor& target, int64_t denominator) {
     if (!pred.defined() || !target.defined())
         throw Error(m_name + ": forward needs a defined prediction and target");
-    if (pred.rank() == 0) throw_mismatch(m_name, pred, target, "the prediction has no batch dim");
+    if (pred.rank() == 0) throw_mismatch(m_name, pred.shape(), target.shape(), "the prediction has no batch dim");
     if (denominator < 0)
         throw Error(m_name + ": negative denominator " + std::to_string(denominator));
     if (denominator == 0) denominator = pred.dim(0);
@@ -82,6 +82,28 @@ double Loss::forward(const Tensor& pred, const Tensor& target, int64_t denominat
     return loss;
 }
 
+void Loss::stage_target(const Tensor& target, const Shape& pred_shape, DType pred_dtype, Device& device,
+                        Tensor& staged) {
+    if (!target.defined()) throw Error(m_name + ": staging needs a defined target");
+    if (pred_shape.rank() == 0) throw_mismatch(m_name, pred_shape, target.shape(), "the prediction has no batch dim");
+    stage_impl(target, pred_shape, pred_dtype, device, staged);
+}
+
+void Loss::queue_forward(const Tensor& pred, const Tensor& staged, int64_t denominator) {
+    if (!pred.defined() || !staged.defined() || !pred.queue())
+        throw Error(m_name + ": a queued forward needs a prediction on a GPU and a staged target");
+    if (denominator <= 0) throw Error(m_name + ": a queued forward needs a positive denominator");
+    m_has_forward = false;
+    m_queued = queue_impl(pred, staged, denominator);
+    m_queued_queue = pred.queue();
+    m_has_forward = true;
+}
+
+double Loss::queued_loss() const {
+    if (!m_queued.sum) throw Error(m_name + ": no queued forward to read");
+    return gpu::read_double(m_queued.sum, m_queued_queue) / m_queued.divisor;
+}
+
 Tensor Loss::backward() {
     if (!m_has_forward) throw Error(m_name + ": backward before forward");
     return backward_impl();
@@ -89,7 +111,7 @@ Tensor Loss::backward() {
 
 void Loss::shape_mismatch(const Tensor& pred, const Tensor& target,
                           const std::string& expected) const {
-    throw_mismatch(m_name, pred, target, expected);
+    throw_mismatch(m_name, pred.shape(), target.shape(), expected);
 }
 
 // ---- CrossEntropyLoss -------------------------------------------------------------------
@@ -99,7 +121,7 @@ void Loss::shape_mismatch(const Tensor& pred, const Tensor& target,
 // over rows is divided by denominator * T.
 double CrossEntropyLoss::forward_impl(const Tensor& pred, const Tensor& target,
                                       int64_t denominator) {
-    const int64_t rows = check_class_shapes(name(), pred, target);
+    const int64_t rows = check_class_shapes(name(), pred.shape(), target.shape());
     const int64_t classes = pred.shape().back();
     read_class_ids(name(), target, classes, m_ids);
     m_probs = new_like(pred);
@@ -120,6 +142,34 @@ double CrossEntropyLoss::forward_impl(const Tensor& pred, const Tensor& target,
                                                     m_probs.data<T>());
     });
     return sum / static_cast<double>(denominator);
+}
+
+void CrossEntropyLoss::stage_impl(const Tensor& target, const Shape& pred_shape, DType, Device& device,
+                                  Tensor& staged) {
+    check_class_shapes(name(), pred_shape, target.shape());
+    std::vector<int64_t> ids;
+    read_class_ids(name(), target, pred_shape.back(), ids);
+    if (!staged.defined()) staged = Tensor::empty(target.shape(), DType::f64, device, MemCategory::activations);
+    if (staged.shape() != target.shape())
+        throw ShapeError(name() + ": staged target " + staged.shape().to_string() + " and target " +
+                         target.shape().to_string() + " differ");
+    kg::copy_host_to_device_async(staged.raw(), ids.data(), ids.size() * sizeof(int64_t), staged.queue());
+    m_ids = std::move(ids);  // backward's row count
+}
+
+Loss::QueuedSum CrossEntropyLoss::queue_impl(const Tensor& pred, const Tensor& staged, int64_t denominator) {
+    const int64_t rows = check_class_shapes(name(), pred.shape(), staged.shape());
+    m_probs = new_like(pred);
+    m_ids_on_gpu = staged;
+    m_denominator = denominator * (rows / std::max<int64_t>(1, pred.dim(0)));
+    gpu::DeviceDoubles sums = gpu::device_doubles(pred.device(), rows + 1);
+    dispatch_float(pred.dtype(), [&]<class T>() {
+        kg::softmax_cross_entropy_forward<T>(rows, pred.shape().back(), pred.data<T>(),
+                                             static_cast<const int64_t*>(staged.raw()), m_probs.data<T>(),
+                                             sums.result(1), sums.result(0), pred.queue());
+    });
+    m_queued_sums = sums.storage;
+    return {sums.result(0), static_cast<double>(m_denominator)};
 }
 
 // -> dlogits: [B, C] = (softmax - onehot) / denominator
@@ -167,6 +217,31 @@ double MseLoss::forward_impl(const Tensor& pred, const Tensor& target, int64_t d
     return sum / (static_cast<double>(per_sample) * static_cast<double>(denominator));
 }
 
+void MseLoss::stage_impl(const Tensor& target, const Shape& pred_shape, DType pred_dtype, Device& device,
+                         Tensor& staged) {
+    if (target.shape() != pred_shape)
+        throw_mismatch(name(), pred_shape, target.shape(), "expected a target shaped like the prediction");
+    const Tensor t = gpu::on_device(target, device, MemCategory::activations).to(pred_dtype);
+    if (!staged.defined()) staged = Tensor::empty(pred_shape, pred_dtype, device, MemCategory::activations);
+    staged.copy_from(t);
+}
+
+Loss::QueuedSum MseLoss::queue_impl(const Tensor& pred, const Tensor& staged, int64_t denominator) {
+    if (staged.shape() != pred.shape() || staged.dtype() != pred.dtype())
+        shape_mismatch(pred, staged, "expected a staged target shaped like the prediction");
+    m_pred = pred;
+    m_target = staged;
+    m_denominator = denominator;
+    gpu::DeviceDoubles sum = gpu::device_doubles(pred.device(), 1);
+    dispatch_float(pred.dtype(), [&]<class T>() {
+        kg::squared_error_sum<T>(pred.numel(), pred.data<T>(), staged.data<T>(), sum.result(), sum.scratch(),
+                                 pred.queue());
+    });
+    m_queued_sums = sum.storage;
+    const int64_t per_sample = pred.shape().drop_first().numel();
+    return {sum.result(), static_cast<double>(per_sample) * static_cast<double>(denominator)};
+}
+
 // -> dpred: [B, ...] = 2 (pred - target) / (per-sample elements * denominator)
 Tensor MseLoss::backward_impl() {
     Tensor d = new_like(m_pred);
@@ -198,7 +273,7 @@ std::unique_ptr<Loss> make_loss(const std::string& name) {
 // logits: [B, C], target: [B] (or [B, T, C] and [B, T]) -> count of rows with argmax == target
 int64_t count_correct(const Tensor& logits_anywhere, const Tensor& target) {
     const Tensor logits = gpu::on_host(logits_anywhere);
-    const int64_t rows = check_class_shapes("count_correct", logits, target);
+    const int64_t rows = check_class_shapes("count_correct", logits.shape(), target.shape());
     const int64_t classes = logits.shape().back();
     std::vector<int64_t> ids, best(static_cast<size_t>(rows));
     read_class_ids("count_correct", target, classes, ids);

@@ -31,12 +31,32 @@ public:
     // "cross_entropy", "mse": the experiment file's name.
     const std::string& name() const { return m_name; }
 
+    // A GPU step graph (engine/strategy/step_graph.h) splits forward in three. stage_target: the
+    // target, checked against a prediction shaped `pred_shape`, copied into `staged` on `device`
+    // in the form the loss reads (cross-entropy: the class ids as integers; MSE: the target in
+    // `pred_dtype`), made on the first call and written in place after (a graph reads it
+    // there). queue_forward: the loss of pred against a staged target, queued on pred's GPU with
+    // no wait (recordable); backward() follows it as it follows forward. queued_loss: that
+    // loss, once the queue has run it (waits).
+    void stage_target(const Tensor& target, const Shape& pred_shape, DType pred_dtype, Device& device,
+                      Tensor& staged);
+    void queue_forward(const Tensor& pred, const Tensor& staged, int64_t denominator);
+    double queued_loss() const;
+
 protected:
     explicit Loss(std::string name) : m_name(std::move(name)) {}
 
     // pred and target are defined f32/f64 tensors with a batch dim; denominator > 0.
     virtual double forward_impl(const Tensor& pred, const Tensor& target, int64_t denominator) = 0;
     virtual Tensor backward_impl() = 0;
+    virtual void stage_impl(const Tensor& target, const Shape& pred_shape, DType pred_dtype, Device& device,
+                            Tensor& staged) = 0;
+    // The sum the loss divides, at a device double, and what it divides it by.
+    struct QueuedSum {
+        const double* sum = nullptr;
+        double divisor = 1;
+    };
+    virtual QueuedSum queue_impl(const Tensor& pred, const Tensor& staged, int64_t denominator) = 0;
 
     // Throws ShapeError "<name>: prediction <shape> and target <shape> do not fit: <expected>".
     [[noreturn]] void shape_mismatch(const Tensor& pred, const Tensor& target,
@@ -45,6 +65,8 @@ protected:
 private:
     std::string m_name;
     bool m_has_forward = false;
+    QueuedSum m_queued;  // queue_forward's
+    void* m_queued_queue = nullptr;
 };
 
 // Softmax cross-entropy over logits: pred [B, C], target [B] of class ids (integral values in
@@ -58,8 +80,12 @@ public:
 protected:
     double forward_impl(const Tensor& pred, const Tensor& target, int64_t denominator) override;
     Tensor backward_impl() override;
+    void stage_impl(const Tensor& target, const Shape& pred_shape, DType pred_dtype, Device& device,
+                    Tensor& staged) override;
+    QueuedSum queue_impl(const Tensor& pred, const Tensor& staged, int64_t denominator) override;
 
 private:
+    Tensor m_queued_sums;        // queue_impl's device sums (a recorded graph writes them in place)
     Tensor m_probs;              // [B, C] softmax of the last forward
     std::vector<int64_t> m_ids;  // [B]
     Tensor m_ids_on_gpu;         // [B] int64 (in f64-sized storage), when the logits are on a GPU
@@ -75,8 +101,12 @@ public:
 protected:
     double forward_impl(const Tensor& pred, const Tensor& target, int64_t denominator) override;
     Tensor backward_impl() override;
+    void stage_impl(const Tensor& target, const Shape& pred_shape, DType pred_dtype, Device& device,
+                    Tensor& staged) override;
+    QueuedSum queue_impl(const Tensor& pred, const Tensor& staged, int64_t denominator) override;
 
 private:
+    Tensor m_queued_sums;
     Tensor m_pred, m_target;  // the last forward's operands (target in pred's dtype)
     int64_t m_denominator = 1;
 };

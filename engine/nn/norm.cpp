@@ -18,15 +18,25 @@ Tensor device_sums(Device& device, int64_t count) {
     return Tensor::empty(Shape{count}, DType::f64, device, MemCategory::workspace);
 }
 
-// stats[2C] = n, the elements per channel of this device's sums: a host store, or a copy
-// ordered on the GPU's queue (from pageable memory the runtime stages the value at once).
-void set_count(void* q, double* stats, int64_t C, int64_t n) {
-    const double v = static_cast<double>(n);
-    if (q) kg::copy_host_to_device_async(stats + 2 * C, &v, sizeof v, q);
-    else stats[2 * C] = v;
-}
-
 }  // namespace
+
+// stats[2C] = n, the elements per channel of this device's sums: a host store, or on a GPU a
+// copy ordered on its queue from a device double holding n, uploaded at the first use of n and
+// kept (a recorded GPU graph copies from it, and may copy no host memory).
+void BatchNorm::set_count(void* q, double* stats, int64_t n) {
+    const double v = static_cast<double>(n);
+    if (!q) {
+        stats[2 * m_channels] = v;
+        return;
+    }
+    auto it = m_counts_on_gpu.find(n);
+    if (it == m_counts_on_gpu.end()) {
+        Tensor t = device_sums(device(), 1);
+        kg::copy_host_to_device_async(t.raw(), &v, sizeof v, q);  // from pageable memory: staged at once
+        it = m_counts_on_gpu.emplace(n, std::move(t)).first;
+    }
+    kg::copy_device_to_device_async(stats + 2 * m_channels, it->second.raw(), sizeof v, q);
+}
 
 // ---- BatchNorm ---------------------------------------------------------------------------
 
@@ -94,7 +104,7 @@ Tensor BatchNorm::forward_impl(const Tensor& x, Mode mode) {
             double* d = stats.data<double>();
             if (q) kg::batchnorm_channel_sums<T>(N, C, S, x.data<T>(), d, d + C, q);
             else kc::batchnorm_channel_sums<T>(N, C, S, x.data<T>(), d, d + C);
-            set_count(q, d, C, N * S);
+            set_count(q, d, N * S);
             reduce_channel_stats(d, 2 * C + 1);
             if (!q) {
                 m_count = static_cast<int64_t>(d[2 * C]);
@@ -159,7 +169,7 @@ Tensor BatchNorm::backward_impl(const Tensor& dy) {
         }
         if (!dx.defined()) return;
         if (train) {
-            set_count(q, d, C, N * S);
+            set_count(q, d, N * S);
             reduce_channel_stats(d, 2 * C + 1);
             if (!q)
                 PARALAB_CHECK(static_cast<int64_t>(d[2 * C]) == m_count,

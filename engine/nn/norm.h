@@ -2,6 +2,8 @@
 // LayerNorm over the last dimension (torch.nn.LayerNorm(normalized_shape = last dim)).
 #pragma once
 
+#include <map>
+
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -62,6 +64,8 @@ protected:
     }
 
 private:
+    void set_count(void* q, double* stats, int64_t n);
+
     StatsReducer m_stats_reducer;
     double m_eps;
     double m_momentum;
@@ -78,6 +82,7 @@ private:
     int64_t m_count = 0;  // CPU: elements per channel of the train-mode statistics
     Tensor m_mean;        // [C], T
     Tensor m_invstd;      // [C], f64: 1 / sqrt(var + eps)
+    std::map<int64_t, Tensor> m_counts_on_gpu;  // set_count's device doubles, by count
 };
 
 // Per-sample input [..., D]; each vector along the last dimension is normalized to zero mean

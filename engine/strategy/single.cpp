@@ -1,6 +1,7 @@
 // single: one device, the baseline every other strategy is held to (docs/strategies.md).
 #include "engine/strategy/registry.h"
 #include "engine/strategy/replicas.h"
+#include "engine/strategy/step_graph.h"
 
 namespace paralab::strategy {
 
@@ -27,11 +28,12 @@ protected:
 
 private:
     std::unique_ptr<optim::LossScaler> m_scaler;  // fp16 mixed precision
+    StepGraph m_graph;  // on a GPU: forward and backward replayed as one CUDA graph
 
     StepResult step(Rank& rank, const data::Batch& batch, int64_t offset, double lr) override {
         const config::Experiment& e = rank.experiment();
         nn::Model& model = replica(0);
-        LocalPass pass = forward_backward(rank, model, batch, offset, {}, {}, m_scaler ? m_scaler->scale() : 1.0);
+        LocalPass pass = m_graph.run(rank, model, batch, offset, m_scaler ? m_scaler->scale() : 1.0);
         StepResult r{pass.loss_sum, pass.samples, pass.samples, 0};
         if (m_scaler && !unscale_gradients(rank, params(0), *m_scaler)) return r;  // overflow: no step
         if (e.train.clip_norm) r.grad_norm = clip_gradients(rank, params(0), *e.train.clip_norm, false);

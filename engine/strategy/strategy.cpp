@@ -274,9 +274,7 @@ DeviceBatch to_device(const data::Batch& b, int64_t offset, int64_t count, const
     return out;
 }
 
-// The Sequential's backward, a top-level layer at a time, so that DDP can start a bucket as
-// soon as the layers that fill it are done.
-static void backward_by_layer(nn::Model& model, const Tensor& dy,
+void backward_by_layer(nn::Model& model, const Tensor& dy,
                               const std::function<void(size_t)>& layer_done,
                               const std::function<void(size_t)>& layer_begin) {
     nn::Sequential& net = model.net();

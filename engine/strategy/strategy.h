@@ -290,6 +290,11 @@ LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batc
                            int64_t global_offset, const std::function<void(size_t)>& layer_done = {},
                            const std::function<void(size_t)>& layer_begin = {}, double loss_scale = 1.0);
 
+// The model's backward from dy, a top-level layer at a time, so that DDP can start a bucket as
+// soon as the layers that fill it are done (layer_begin(i) before layer i, layer_done(i) after).
+void backward_by_layer(nn::Model& model, const Tensor& dy, const std::function<void(size_t)>& layer_done,
+                       const std::function<void(size_t)>& layer_begin);
+
 // The dynamic loss scaler of fp16 mixed precision (train.precision), one per rank or stage
 // that steps; null for fp32 and bf16, which scale nothing.
 std::unique_ptr<optim::LossScaler> loss_scaler_for(const config::Experiment& e);

@@ -20,6 +20,25 @@ void* Allocator::allocate(size_t bytes, MemCategory category) {
     const auto c = static_cast<size_t>(category);
     std::lock_guard lock(m_mutex);
     void* ptr = nullptr;
+    const bool recording = m_pool && m_pool_thread == std::this_thread::get_id();
+    if (recording) {
+        if (auto it = m_pool_free.find(size); it != m_pool_free.end()) {
+            ptr = it->second;
+            m_pool_free.erase(it);
+            m_stats.cached_bytes -= static_cast<int64_t>(size);
+        } else if (auto hit = m_cache.find(size); hit != m_cache.end()) {
+            ptr = hit->second;
+            m_cache.erase(hit);
+            m_stats.cached_bytes -= static_cast<int64_t>(size);
+        } else {
+            throw PoolMissError(m_name + ": a graph being recorded needs a new block of " + std::to_string(size) +
+                                " bytes for " + std::string(mem_category_name(category)) +
+                                ", and the system allocator may not be called while recording");
+        }
+        m_pool_blocks.insert(ptr);
+        account_allocation(size, c);
+        return ptr;
+    }
     // The block of this size freed last (deallocate puts it first among its size): it is the
     // most likely still in cache, and a steady step gets the same addresses step after step,
     // which the GPU's recorded graphs (engine/device/gpu_graph.h) are keyed by.
@@ -54,6 +73,11 @@ void* Allocator::allocate(size_t bytes, MemCategory category) {
                                    " bytes for " + std::string(mem_category_name(category)));
         ++m_stats.system_allocs;
     }
+    account_allocation(size, c);
+    return ptr;
+}
+
+void Allocator::account_allocation(size_t size, size_t c) {
     m_stats.current[c] += static_cast<int64_t>(size);
     if (m_stats.current[c] > m_stats.peak[c]) m_stats.peak[c] = m_stats.current[c];
     m_stats.current_total += static_cast<int64_t>(size);
@@ -62,7 +86,6 @@ void* Allocator::allocate(size_t bytes, MemCategory category) {
         m_stats.step_peak_total = m_stats.current_total;
         m_stats.at_step_peak = m_stats.current;
     }
-    return ptr;
 }
 
 void Allocator::deallocate(void* ptr, size_t bytes, MemCategory category) {
@@ -72,8 +95,42 @@ void Allocator::deallocate(void* ptr, size_t bytes, MemCategory category) {
     std::lock_guard lock(m_mutex);
     m_stats.current[c] -= static_cast<int64_t>(size);
     m_stats.current_total -= static_cast<int64_t>(size);
-    m_cache.emplace_hint(m_cache.lower_bound(size), size, ptr);  // first of its size: reused first
     m_stats.cached_bytes += static_cast<int64_t>(size);
+    if (m_pool && m_pool_blocks.count(ptr)) {
+        m_pool_free.emplace_hint(m_pool_free.lower_bound(size), size, ptr);
+        return;
+    }
+    m_cache.emplace_hint(m_cache.lower_bound(size), size, ptr);  // first of its size: reused first
+}
+
+void Allocator::begin_pool() {
+    std::lock_guard lock(m_mutex);
+    if (m_pool) throw Error(m_name + ": a graph pool is already open");
+    m_pool = true;
+    m_pool_thread = std::this_thread::get_id();
+}
+
+void Allocator::end_pool() {
+    std::lock_guard lock(m_mutex);
+    m_pool_thread = std::thread::id();
+}
+
+void Allocator::release_pool() {
+    std::lock_guard lock(m_mutex);
+    for (auto& [size, p] : m_pool_free) m_cache.emplace_hint(m_cache.lower_bound(size), size, p);
+    m_pool_free.clear();
+    m_pool_blocks.clear();
+    m_pool = false;
+    m_pool_thread = std::thread::id();
+}
+
+void Allocator::add_replayed_step(int64_t step_peak_total, const std::array<int64_t, kMemCategoryCount>& at_step_peak) {
+    std::lock_guard lock(m_mutex);
+    if (step_peak_total > m_stats.step_peak_total) {
+        m_stats.step_peak_total = step_peak_total;
+        m_stats.at_step_peak = at_step_peak;
+    }
+    if (step_peak_total > m_stats.peak_total) m_stats.peak_total = step_peak_total;
 }
 
 MemoryStats Allocator::stats() const {
@@ -105,7 +162,10 @@ void Allocator::set_limit(int64_t bytes) {
     m_limit = bytes;
 }
 
-void Allocator::release_all() { release_cached(); }
+void Allocator::release_all() {
+    release_pool();
+    release_cached();
+}
 
 HostAllocator::~HostAllocator() { release_all(); }
 

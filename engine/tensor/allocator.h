@@ -10,6 +10,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <unordered_set>
 #include <vector>
 
 namespace paralab {
@@ -71,6 +73,21 @@ public:
     // 0 = unlimited. A virtual device may be given a budget so that out-of-memory can be taught.
     void set_limit(int64_t bytes);
 
+    // The memory of a recorded GPU graph (engine/strategy/step_graph.h): between begin_pool and
+    // end_pool, the calling thread's allocations are served from the pool's freed blocks, else
+    // from the cache, and every block so handed out joins the pool. A block of the pool that is
+    // freed, then or later, returns to the pool and never to the cache, so nothing else is ever
+    // given memory that a replay of the graph writes. While recording, memory the cache cannot
+    // give throws PoolMissError (the system allocator may not be called during a capture).
+    // release_pool ends the pool: its freed blocks go to the cache, and its live blocks return
+    // there when freed. One pool at a time.
+    void begin_pool();
+    void end_pool();
+    void release_pool();
+    // Raises the step's high-water mark to a replayed graph's: a replay allocates nothing, but
+    // its blocks hold what the recorded step held at its peak.
+    void add_replayed_step(int64_t step_peak_total, const std::array<int64_t, kMemCategoryCount>& at_step_peak);
+
 protected:
     explicit Allocator(std::string name) : m_name(std::move(name)) {}
     virtual void* raw_allocate(size_t bytes) = 0;  // nullptr when out of memory
@@ -80,11 +97,17 @@ protected:
 
 private:
     static size_t round_size(size_t bytes);
+    void account_allocation(size_t size, size_t category);  // with m_mutex held
 
     std::string m_name;
     mutable std::mutex m_mutex;
     MemoryStats m_stats;                                 // guarded by m_mutex
     std::multimap<size_t, void*> m_cache;                // guarded by m_mutex; same sizes last-freed first
+    // The graph pool (begin_pool), guarded by m_mutex.
+    bool m_pool = false;
+    std::thread::id m_pool_thread;  // the recording thread; default (no thread) after end_pool
+    std::unordered_set<void*> m_pool_blocks;
+    std::multimap<size_t, void*> m_pool_free;
     int64_t m_limit = 0;                                 // guarded by m_mutex
 };
 

@@ -48,6 +48,13 @@ public:
     using Error::Error;
 };
 
+// A GPU graph being recorded needed memory that only the system allocator could give
+// (Allocator::begin_pool): the recording is abandoned and the work runs eagerly.
+class PoolMissError : public Error {
+public:
+    using Error::Error;
+};
+
 namespace detail {
 [[noreturn]] void throw_check_failure(const char* expr, const char* file, int line,
                                       const std::string& message);

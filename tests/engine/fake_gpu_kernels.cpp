@@ -212,9 +212,9 @@ void gather_rows(int64_t n, int64_t cols, const T* table, const int64_t* index, 
     launch(stream, [=] { cpu::gather_rows<T>(n, cols, table, index, out); });
 }
 template <class T>
-void scatter_add_rows(int64_t n, int64_t cols, const T* src, const int64_t* index, T* table,
+void scatter_add_rows(int64_t n, int64_t rows, int64_t cols, const T* src, const int64_t* index, T* table,
                       void* stream) {
-    require(n >= 0 && cols >= 0, "scatter_add_rows", "negative size");
+    require(n >= 0 && rows >= 0 && cols >= 0, "scatter_add_rows", "negative size");
     launch(stream, [=] { cpu::scatter_add_rows<T>(n, cols, src, index, table); });
 }
 

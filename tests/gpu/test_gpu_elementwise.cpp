@@ -10,6 +10,7 @@
 #include <kernels/gpu/reduce.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "engine/util/rng.h"
@@ -171,9 +172,13 @@ TYPED_TEST(GpuElementwise, EmbeddingGatherAndScatterAddMatchCpu) {
     DeviceBuffer<int64_t> d_index(index);
     kg::gather_rows<T>(n, cols, d_table.get(), d_index.get(), d_out.get(), nullptr);
     EXPECT_TRUE(close_to(d_out.download(), gathered_ref, 0.0));  // copies: exact
-    kg::scatter_add_rows<T>(n, cols, d_src.get(), d_index.get(), d_table.get(), nullptr);
-    // ~80 additions per entry in an order atomics choose: rounding grows with the count.
-    EXPECT_TRUE(close_to(d_table.download(), table_ref, sizeof(T) == 4 ? 1e-5 : 1e-12));
+    kg::scatter_add_rows<T>(n, vocab, cols, d_src.get(), d_index.get(), d_table.get(), nullptr);
+    // ~80 additions per entry, in order of i as the CPU adds them: the CPU's bits in T.
+    const std::vector<T> got = d_table.download();
+    EXPECT_TRUE(close_to(got, table_ref, sizeof(T) == 4 ? 1e-5 : 1e-12));
+    std::vector<T> cpu = table;
+    kc::scatter_add_rows<T>(n, cols, src.data(), index.data(), cpu.data());
+    EXPECT_EQ(0, std::memcmp(got.data(), cpu.data(), cpu.size() * sizeof(T))) << "not the CPU's order";
 }
 
 // The GPU draws the engine's mask: for the same key and element index, the same keep/drop

@@ -508,10 +508,87 @@ TEST_F(GpuRuns, RecurrentTimeLoopsAsCudaGraphsChangeNoBit) {
     EXPECT_EQ(strategy_testing::max_rel_diff(eager.artifacts.parameters, graphed.artifacts.parameters), 0.0);
     EXPECT_EQ(eager.summary.final_loss, graphed.summary.final_loss);
     // 3 epochs of 7 steps (6 of 32 rows, 1 of 13), each 3 time loops forward and 3 backward,
-    // and the evaluations' forwards (51 rows): each loop is captured once per batch shape.
+    // and the evaluations' forwards (51 rows): each loop is captured once per batch shape. A
+    // step replayed as one graph (step_graph.h) runs its loops inside it.
     const int64_t launches = after.launches - before.launches, captures = after.captures - before.captures;
-    EXPECT_GE(launches, 21 * 6);
+    EXPECT_GE(launches + 6 * (after.step_replays - before.step_replays), 21 * 6);
     EXPECT_LE(captures, 6 * 2 + 3) << captures << " captures for " << launches << " launches";
+}
+
+// A single-device step's forward and backward are recorded once as a CUDA graph and replayed
+// (engine/strategy/step_graph.h): the same kernels with the same arguments, so every model ends
+// on the bits of the eager run. A convolutional net with batch norm (SGD with momentum), a
+// miniature GPT (AdamW; its token ids staged), an LSTM under MSE (its loop graphs enclosed in the step's) and an MLP
+// in fp16 (the loss scale recorded with the graph); short last batches run eagerly, the graph
+// is recorded once per shape and replayed for the rest. Dropout draws new masks each step: that
+// model is never recorded.
+TEST_F(GpuRuns, WholeStepsAsCudaGraphsChangeNoBit) {
+    using strategy_testing::run_it;
+    const char* fashion = "/usr/share/datasets/fashion-mnist";
+    struct Case {
+        const char* name;
+        json experiment;
+        int64_t min_replays;  // replayed steps at least
+    };
+    std::vector<Case> cases;
+    if (std::filesystem::exists(std::string(fashion) + "/train-images-idx3-ubyte.gz")) {
+        cases.push_back({"cnn", json::parse(R"({
+          "paralab": 1, "seed": 3,
+          "data": {"dataset": "fashion-mnist", "train_limit": 237, "test_limit": 40, "batch_size": 32},
+          "model": {"layers": [
+              {"type": "conv2d", "out_channels": 6, "kernel": 5, "padding": 2}, {"type": "relu"},
+              {"type": "maxpool2d", "kernel": 2}, {"type": "conv2d", "out_channels": 8, "kernel": 3},
+              {"type": "batchnorm"}, {"type": "relu"}, {"type": "maxpool2d", "kernel": 2},
+              {"type": "flatten"}, {"type": "linear", "out": 10}], "loss": "cross_entropy"},
+          "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9},
+          "train": {"epochs": 2}
+        })"), 2 * 7 - 2});  // 2 epochs of 7 steps of 32 and one of 13: all but the first two of 32 replayed
+    }
+    json gpt = strategy_testing::tiny_gpt("gpt", strategy_testing::text_corpus("step-graph", "the step as one graph", 60));
+    gpt["train"]["max_steps"] = 9;
+    cases.push_back({"gpt", gpt, 9 - 2});
+    cases.push_back({"lstm-mse", json::parse(R"({
+      "paralab": 1, "seed": 5,
+      "data": {"dataset": "sine", "samples": 300, "seq_len": 10, "batch_size": 32},
+      "model": {"layers": [{"type": "lstm", "hidden": 12, "return": "last"}, {"type": "linear", "out": 1}],
+                "loss": "mse"},
+      "optimizer": {"type": "adam", "lr": 0.01},
+      "train": {"epochs": 2}
+    })"), 2});
+    json fp16 = strategy_testing::spirals_mlp("fp16", {{"type", "sgd"}, {"lr", 0.05}}, 1);
+    fp16["train"]["precision"] = "fp16";
+    cases.push_back({"mlp-fp16", fp16, 1});
+    json dropout = strategy_testing::spirals_mlp("dropout", {{"type", "sgd"}, {"lr", 0.05}}, 1);
+    dropout["model"]["layers"].insert(dropout["model"]["layers"].begin() + 2, json{{"type", "dropout"}, {"p", 0.2}});
+    cases.push_back({"dropout", dropout, 0});
+
+    for (Case& c : cases) {
+        SCOPED_TRACE(c.name);
+        c.experiment["name"] = std::string("step-graph-") + c.name;
+        c.experiment["devices"] = {"cuda:0"};
+        gpu::set_graphs_enabled(false);
+        const auto eager = run_it(c.experiment);
+        gpu::set_graphs_enabled(true);
+        const gpu::GraphCounts before = gpu::graph_counts();
+        const auto graphed = run_it(c.experiment);
+        const gpu::GraphCounts after = gpu::graph_counts();
+        ASSERT_EQ(eager.summary.status, "finished") << eager.summary.error;
+        ASSERT_EQ(graphed.summary.status, "finished") << graphed.summary.error;
+        EXPECT_EQ(strategy_testing::max_rel_diff(eager.artifacts.parameters, graphed.artifacts.parameters), 0.0);
+        EXPECT_EQ(strategy_testing::max_rel_diff(eager.artifacts.buffers, graphed.artifacts.buffers), 0.0);
+        EXPECT_EQ(eager.summary.final_loss, graphed.summary.final_loss);
+        EXPECT_EQ(eager.summary.test_loss, graphed.summary.test_loss);
+        const int64_t recordings = after.step_recordings - before.step_recordings;
+        const int64_t replays = after.step_replays - before.step_replays;
+        if (c.min_replays == 0) {
+            EXPECT_EQ(recordings, 0);
+            EXPECT_EQ(replays, 0);
+        } else {
+            EXPECT_GE(recordings, 1);
+            EXPECT_LE(recordings, 2);  // fp16: once more if the loss scale moved
+            EXPECT_GE(replays, c.min_replays);
+        }
+    }
 }
 
 // A GraphReplay captures for a key it has not seen and launches the graph of a key it has; the

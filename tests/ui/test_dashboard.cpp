@@ -419,6 +419,7 @@ void TestDashboard::phaseFamilies_data() {
     row("backward", Family::backward);
     row("forward chunk 1", Family::forward);  // an interleaved pipeline's
     row("backward chunk 0", Family::backward);
+    row("forward+backward (CUDA graph)", Family::forward);  // single's replayed step on a GPU
     row("send_activation chunk 1", Family::communication, 1024);
     for (const char* p : {"optimizer", "clip", "loss", "server_update"}) row(p, Family::compute);
     for (const char* p : {"all_reduce_bucket", "all_reduce", "reduce_scatter_grads", "all_gather_params", "broadcast",

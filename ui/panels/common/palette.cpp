@@ -61,8 +61,10 @@ int insertDevice(QStringList& devices, const QString& device) {
 }
 
 PhaseFamily phaseFamilyOf(const QString& phase, qint64 bytes) {
-    // An interleaved pipeline names the chunk: "forward chunk 1".
-    if (phase == QLatin1String("forward") || phase.startsWith(QLatin1String("forward chunk ")))
+    // An interleaved pipeline names the chunk: "forward chunk 1"; single's step replayed as one
+    // CUDA graph is "forward+backward (CUDA graph)", drawn as forward.
+    if (phase == QLatin1String("forward") || phase.startsWith(QLatin1String("forward chunk ")) ||
+        phase.startsWith(QLatin1String("forward+backward")))
         return PhaseFamily::forward;
     if (phase == QLatin1String("backward") || phase.startsWith(QLatin1String("backward chunk ")))
         return PhaseFamily::backward;

@@ -12,11 +12,11 @@ template <class T>
 void gather_rows(int64_t n, int64_t cols, const T* table, const int64_t* index, T* out,
                  void* stream);
 
-// src: [n, cols], index: [n] -> table[index[i], :] += src[i, :] (atomicAdd). Repeated indices
-// add up, in an order that may differ from run to run: the sum is exact to rounding, not
-// bit-reproducible where an id repeats (the CPU adds in order of i).
+// src: [n, cols], index: [n] of values in [0, rows) -> table: [rows, cols], table[index[i], :] +=
+// src[i, :]. Repeated indices add up in order of i, onto the table's value, as the CPU's twin
+// does: the same float additions, so the result repeats from run to run (no atomics).
 template <class T>
-void scatter_add_rows(int64_t n, int64_t cols, const T* src, const int64_t* index, T* table,
+void scatter_add_rows(int64_t n, int64_t rows, int64_t cols, const T* src, const int64_t* index, T* table,
                       void* stream);
 
 }  // namespace paralab::kernels::gpu

@@ -31,7 +31,7 @@
 // kernels/gpu/embedding.h
 #define PARALAB_GPU_EMBEDDING_OPS(X, T)                                   \
     X(gather_rows, int64_t, int64_t, const T*, const int64_t*, T*, void*) \
-    X(scatter_add_rows, int64_t, int64_t, const T*, const int64_t*, T*, void*)
+    X(scatter_add_rows, int64_t, int64_t, int64_t, const T*, const int64_t*, T*, void*)
 
 // kernels/gpu/softmax.h
 #define PARALAB_GPU_SOFTMAX_OPS(X, T)                                                           \
