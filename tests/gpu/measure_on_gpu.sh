@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything a lent GPU machine is needed for, in one call (tests/gpu/README.md, "One call"):
 # the gpu suite, the planner's calibration sweep and the kernels' bandwidths, the models table on
-# cuda:0 with and without the recurrent CUDA graphs, ParaLab's char-GPT and GPT-2-small-like runs
+# cuda:0 with and without CUDA graphs, ParaLab's char-GPT and GPT-2-small-like runs
 # in fp32 and bf16, and PyTorch eager's side of each comparison. Each step has its own time limit
 # and writes its log as it goes, so a step that hangs or a call cut short keeps what came before.
 #
@@ -12,7 +12,8 @@
 #     --data DIR    Fashion-MNIST for the LeNet rows (default: /usr/share/datasets/fashion-mnist)
 #     --budget S    seconds for the whole script (default 540); the suite gets at most half
 #     --only LIST   run only these steps (comma list of: gemm_sweep, kernels, suite, gpt_runs,
-#                   torch_gpt, torch_small, models_graphs, models_no_graphs, comm, profile)
+#                   torch_gpt, torch_small, models_graphs, models_no_graphs, comm, profile,
+#                   profile_lenet)
 # Exit 3: `paralab` does not start (a library missing; summary.log names it).
 set -uo pipefail
 
@@ -63,7 +64,7 @@ torch_env=(env "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}")
 export torch_ld="${LD_LIBRARY_PATH:-}"
 export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 paralab="$bin/app/paralab"
-export bin out repo paralab
+export bin out repo paralab data
 if ! "$paralab" --help > /dev/null 2>&1; then  # a pack that does not start here: say why
     { echo "measure_on_gpu: $paralab does not start:"; ldd "$paralab" | grep "not found"; } | tee -a "$out/summary.log"
     exit 3
@@ -136,6 +137,7 @@ for run_id, name in db.execute("SELECT run_id, name FROM runs ORDER BY run_id"):
         print(f"run {run_id} {name}: {len(walls)} steps, median ms/step {1e3 * statistics.median(later):.3f} "
               f"(first step {1e3 * walls[0]:.1f} ms)")
 PY
+    rm -rf "$out/checkpoints"  # each run's last state, GPT-2-small's a gigabyte: not brought back
 }
 export -f gpt_runs
 step gpt_runs 120 bash -c gpt_runs
@@ -146,45 +148,63 @@ step torch_gpt 120 "${torch_env[@]}" python3 "$repo/bench/compare_torch_gpu.py" 
 step torch_small 90 "${torch_env[@]}" python3 "$repo/bench/compare_torch_gpu.py" --models mlp,lenet,lstm \
     --modes fp32,tf32,bf16,graph --json "$out/torch_small.json"
 
-# 5. The models table on cuda:0, recurrent time loops as CUDA graphs and without.
+# 5. The models table on cuda:0 with CUDA graphs (whole steps, recurrent loops) and without.
 step models_graphs 60 "$paralab" bench --models-only --device cuda:0 --data "$data"
 PARALAB_CUDA_GRAPHS=0 step models_no_graphs 60 "$paralab" bench --models-only --device cuda:0 --data "$data"
 
 step comm 40 "$bin/bench/bench_gpu_comm"
 
-# 6. Where a GPT-2-small fp32 step's time goes, kernel by kernel, in ParaLab and in PyTorch eager:
-# Nsight Compute times every kernel of a few steps (clocks and caches left as they run), and
+# 6. Where a step's time goes, kernel by kernel, in ParaLab and in PyTorch eager: Nsight Compute
+# times every kernel of a few steps (clocks and caches left as they run), and
 # tests/gpu/kernel_profile.py averages the steps after the first and compares the two by kind.
-# A profile-torch.csv already in --out (an earlier call's, on the same kind of GPU) is kept, and
-# only ParaLab is profiled.
-profile() {
-    local ncu
+# Step `profile` is a GPT-2-small fp32 step, `profile_lenet` the models table's LeNet (batch 64,
+# SGD with momentum). A profile-torch-MODEL.csv already in --out (an earlier call's, on the same
+# kind of GPU) is kept, and only ParaLab is profiled.
+profile_model() {
+    local model=$1 ncu steps=10
+    [ "$model" = gpt2-small ] && steps=2
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     [ -n "$ncu" ] || { echo "profile: no ncu (Nsight Compute) on this machine"; return 1; }
     local flags=(--target-processes all --clock-control none --cache-control none --csv --page raw
                  --print-units base --metrics gpu__time_duration.sum --launch-count 20000)
     local work
     work=$(mktemp -d)
-    python3 - "$repo/bench/gpu/gpt2-small.paralab.json" "$corpus" > "$work/gpt2-small.json" <<'PY'
+    python3 - "$model" "$repo/bench/gpu/gpt2-small.paralab.json" "$corpus" "$data" > "$work/run.json" <<'PY'
 import json, sys
-e = json.load(open(sys.argv[1]))
-e["data"]["path"] = sys.argv[2]
-e["train"].update({"max_steps": 4, "eval_every": 0})
+model, gpt2, corpus, data = sys.argv[1:]
+if model == "gpt2-small":
+    e = json.load(open(gpt2))
+    e["data"]["path"] = corpus
+    e["train"].update({"max_steps": 4, "eval_every": 0})
+else:  # bench/model_bench.cpp's LeNet
+    conv = lambda c: {"type": "conv2d", "out_channels": c, "kernel": 5, "padding": 2}
+    e = {"paralab": 1, "name": "profile-lenet", "seed": 7,
+         "data": {"dataset": "fashion-mnist", "path": data, "train_limit": 64 * 12, "test_limit": 64,
+                  "batch_size": 64, "workers": 0, "shuffle": False},
+         "model": {"layers": [conv(16), {"type": "relu"}, {"type": "maxpool2d", "kernel": 2},
+                              conv(32), {"type": "relu"}, {"type": "maxpool2d", "kernel": 2},
+                              {"type": "flatten"}, {"type": "linear", "out": 10}],
+                   "loss": "cross_entropy"},
+         "devices": ["cuda:0"], "strategy": {"type": "single"},
+         "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9},
+         "train": {"epochs": 1, "max_steps": 12, "eval_every": 0}}
 json.dump(e, sys.stdout)
 PY
-    "$ncu" "${flags[@]}" --log-file "$out/profile-paralab.csv" \
-        "$paralab" run "$work/gpt2-small.json" --db "$work/runs.db" > /dev/null || echo "(paralab under ncu: exit $?)"
-    [ -s "$out/profile-torch.csv" ] ||
-        env "LD_LIBRARY_PATH=$torch_ld" "$ncu" "${flags[@]}" --log-file "$out/profile-torch.csv" \
-            python3 "$repo/bench/compare_torch_gpu.py" --models gpt2-small --modes fp32 --steps 2 \
+    "$ncu" "${flags[@]}" --log-file "$out/profile-paralab-$model.csv" \
+        "$paralab" run "$work/run.json" --db "$work/runs.db" > /dev/null || echo "(paralab under ncu: exit $?)"
+    [ -s "$out/profile-torch-$model.csv" ] ||
+        env "LD_LIBRARY_PATH=$torch_ld" "$ncu" "${flags[@]}" --log-file "$out/profile-torch-$model.csv" \
+            python3 "$repo/bench/compare_torch_gpu.py" --models "$model" --modes fp32 --steps "$steps" \
             --rounds 1 --warmup 2 > /dev/null || echo "(torch under ncu: exit $?)"
     rm -rf "$work"
-    python3 "$repo/tests/gpu/kernel_profile.py" "$out/profile-paralab.csv" --against "$out/profile-torch.csv" \
-        --top 40 --sequence "$out/profile-paralab-step.txt"
+    python3 "$repo/tests/gpu/kernel_profile.py" "$out/profile-paralab-$model.csv" \
+        --against "$out/profile-torch-$model.csv" --top 40 --sequence "$out/profile-paralab-$model-step.txt"
     echo
-    python3 "$repo/tests/gpu/kernel_profile.py" "$out/profile-torch.csv" --top 30 --sequence "$out/profile-torch-step.txt"
+    python3 "$repo/tests/gpu/kernel_profile.py" "$out/profile-torch-$model.csv" --top 30 \
+        --sequence "$out/profile-torch-$model-step.txt"
 }
-export -f profile
-step profile 240 bash -c profile
+export -f profile_model
+step profile 240 bash -c "profile_model gpt2-small"
+step profile_lenet 120 bash -c "profile_model lenet"
 rm -f "$corpus"
 echo "== done in $(( $(date +%s) - start )) s" | tee -a "$out/summary.log"
