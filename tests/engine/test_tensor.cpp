@@ -1,10 +1,13 @@
 // Tensors, the accounting allocator, and devices.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <string>
 #include <vector>
 
 #include "engine/device/device.h"
 #include "engine/tensor/tensor.h"
+#include "engine/util/error.h"
 
 using namespace paralab;
 
@@ -83,6 +86,70 @@ TEST(Allocator, LimitGivesAClearOutOfMemoryError) {
     }
     // Nothing the device already had is lost.
     EXPECT_EQ(dev->allocator().stats().current_total, 4032);
+}
+
+// A recorded graph's pool (Allocator::begin_pool): while recording, the recording thread is
+// served from the cache and nothing new; every block it got joins the pool, and a block of the
+// pool freed, then or later, is kept for the pool: nothing else is given memory a replay writes.
+// release_pool gives the pool's freed blocks back to the cache.
+TEST(Allocator, AGraphsPoolKeepsItsBlocks) {
+    auto dev = make_cpu_device(0);
+    Allocator& a = dev->allocator();
+    const auto raw = [](const Tensor& t) { return t.raw(); };
+    void* warm = nullptr;
+    {  // an eager step leaves a block of 4032 bytes in the cache
+        Tensor t = Tensor::empty({1000}, DType::f32, *dev, MemCategory::activations);
+        warm = raw(t);
+    }
+    a.begin_pool();
+    void* recorded_block = nullptr;
+    try {
+        Tensor t = Tensor::empty({1000}, DType::f32, *dev, MemCategory::activations);
+        recorded_block = raw(t);
+        EXPECT_EQ(recorded_block, warm);  // from the cache
+        Tensor u = Tensor::empty({1000}, DType::f32, *dev, MemCategory::activations);  // none left
+        FAIL() << "expected PoolMissError";
+    } catch (const PoolMissError& e) {
+        EXPECT_NE(std::string(e.what()).find("4032 bytes for activations"), std::string::npos) << e.what();
+    }
+    {  // the block the recording freed is the pool's again while it records
+        Tensor t = Tensor::empty({1000}, DType::f32, *dev, MemCategory::activations);
+        EXPECT_EQ(raw(t), recorded_block);
+    }
+    a.end_pool();
+    {  // after the recording, a block of that size comes from the system, not from the pool
+        const int64_t before = a.stats().system_allocs;
+        Tensor t = Tensor::empty({1000}, DType::f32, *dev, MemCategory::activations);
+        EXPECT_NE(raw(t), recorded_block);
+        EXPECT_EQ(a.stats().system_allocs, before + 1);
+    }
+    EXPECT_THROW(a.begin_pool(), Error);  // one pool at a time
+    a.release_pool();
+    int found = 0;  // the pool's block is the cache's again (two of that size are cached now)
+    std::vector<Tensor> two;
+    for (int i = 0; i < 2; ++i) {
+        two.push_back(Tensor::empty({1000}, DType::f32, *dev, MemCategory::activations));
+        found += raw(two.back()) == recorded_block;
+    }
+    EXPECT_EQ(found, 1);
+    EXPECT_EQ(a.stats().current_total, 2 * 4032);
+}
+
+// A replayed step allocates nothing, yet its record carries the recorded step's peak.
+TEST(Allocator, AReplayedStepKeepsTheRecordedPeak) {
+    auto dev = make_cpu_device(0);
+    Allocator& a = dev->allocator();
+    Tensor params = Tensor::zeros({16}, DType::f32, *dev, MemCategory::parameters);
+    std::array<int64_t, kMemCategoryCount> at{};
+    at[size_t(MemCategory::parameters)] = 64;
+    at[size_t(MemCategory::activations)] = 4032;
+    a.begin_step();
+    a.add_replayed_step(64 + 4032, at);
+    EXPECT_EQ(a.stats().step_peak_total, 64 + 4032);
+    EXPECT_EQ(a.stats().at_step_peak[size_t(MemCategory::activations)], 4032);
+    EXPECT_EQ(a.stats().peak_total, 64 + 4032);
+    a.add_replayed_step(10, {});  // below what is live: no change
+    EXPECT_EQ(a.stats().step_peak_total, 64 + 4032);
 }
 
 TEST(Tensor, ReshapeSharesStorageAndChecksCount) {

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 #include <string>
 #include <vector>
@@ -23,6 +25,8 @@
 #include "engine/device/device.h"
 #include "engine/device/gpu_graph.h"
 #include "engine/device/gpu_values.h"
+#include "engine/nn/embedding.h"
+#include "engine/nn/loss.h"
 #include "engine/nn/model.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/run/experiment.h"
@@ -515,6 +519,19 @@ TEST_F(GpuRuns, RecurrentTimeLoopsAsCudaGraphsChangeNoBit) {
     EXPECT_LE(captures, 6 * 2 + 3) << captures << " captures for " << launches << " launches";
 }
 
+// The phases of a run's spans, counted, and each step's memory peak.
+struct StepPhases : run::RunObserver {
+    std::multiset<std::string> phases;
+    std::set<int64_t> replayed;  // the steps with a replayed graph
+    std::vector<int64_t> step_peaks;
+    void on_span(const config::Span& s) override {
+        phases.insert(s.phase);
+        if (s.phase == "forward+backward (CUDA graph)") replayed.insert(s.step);
+    }
+    void on_step(const config::StepRecord& r) override { step_peaks.push_back(r.memory.step_peak_total); }
+};
+constexpr const char* kGraphPhase = "forward+backward (CUDA graph)";
+
 // A single-device step's forward and backward are recorded once as a CUDA graph and replayed
 // (engine/strategy/step_graph.h): the same kernels with the same arguments, so every model ends
 // on the bits of the eager run. A convolutional net with batch norm (SGD with momentum), a
@@ -567,10 +584,11 @@ TEST_F(GpuRuns, WholeStepsAsCudaGraphsChangeNoBit) {
         c.experiment["name"] = std::string("step-graph-") + c.name;
         c.experiment["devices"] = {"cuda:0"};
         gpu::set_graphs_enabled(false);
-        const auto eager = run_it(c.experiment);
+        StepPhases eager_phases, graphed_phases;
+        const auto eager = run_it(c.experiment, &eager_phases);
         gpu::set_graphs_enabled(true);
         const gpu::GraphCounts before = gpu::graph_counts();
-        const auto graphed = run_it(c.experiment);
+        const auto graphed = run_it(c.experiment, &graphed_phases);
         const gpu::GraphCounts after = gpu::graph_counts();
         ASSERT_EQ(eager.summary.status, "finished") << eager.summary.error;
         ASSERT_EQ(graphed.summary.status, "finished") << graphed.summary.error;
@@ -588,6 +606,94 @@ TEST_F(GpuRuns, WholeStepsAsCudaGraphsChangeNoBit) {
             EXPECT_LE(recordings, 2);  // fp16: once more if the loss scale moved
             EXPECT_GE(replays, c.min_replays);
         }
+        // The timeline: a replayed step is one span. The memory picture: a replayed step's record
+        // carries the recorded step's peak (a replay allocates nothing), the eager step's within
+        // 30 % (the staged batch and the blocks the graph keeps on one side; on the other, what
+        // was live when it was recorded).
+        EXPECT_EQ(graphed_phases.phases.count(kGraphPhase), static_cast<size_t>(replays));
+        EXPECT_EQ(eager_phases.phases.count(kGraphPhase), 0u);
+        ASSERT_EQ(graphed_phases.step_peaks.size(), eager_phases.step_peaks.size());
+        for (const int64_t step : graphed_phases.replayed) {
+            const double graphed_peak = static_cast<double>(graphed_phases.step_peaks.at(static_cast<size_t>(step - 1)));
+            const double eager_peak = static_cast<double>(eager_phases.step_peaks.at(static_cast<size_t>(step - 1)));
+            EXPECT_NEAR(graphed_peak, eager_peak, 0.3 * eager_peak) << "step " << step;
+        }
+    }
+}
+
+// What a step graph stages before it records: a loss forward queued on a staged target reads
+// back the loss the plain forward returns and leaves the same gradient, for cross-entropy (per
+// sample and per position) and MSE; an embedding's staged ids gather what its plain forward
+// does. Bad targets and ids are refused at staging, naming them.
+TEST_F(GpuRuns, StagedTargetsAndIdsGiveThePlainForwards) {
+    auto gpu = make_cuda_device(0);
+    gpu->make_current();
+    std::mt19937 rng(77);
+    const auto host_of = [](const Shape& shape, std::vector<float> values) {
+        Tensor t = Tensor::empty(shape, DType::f32, detached_host_device(), MemCategory::activations);
+        std::copy(values.begin(), values.end(), t.data<float>());
+        return t;
+    };
+    struct Case {
+        const char* loss;
+        Shape pred;
+        Tensor target;  // on the host
+    };
+    const std::vector<Case> cases{
+        {"cross_entropy", Shape{4, 5}, host_of(Shape{4}, {0, 4, 2, 2})},
+        {"cross_entropy", Shape{2, 3, 5}, host_of(Shape{2, 3}, {1, 0, 4, 3, 3, 2})},
+        {"mse", Shape{3, 2}, host_of(Shape{3, 2}, {0.5f, -1, 2, 0, 0.25f, 3})},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(std::string(c.loss) + " " + c.pred.to_string());
+        const Tensor pred = gpu::on_device(random_host(c.pred, rng), *gpu, MemCategory::activations);
+        auto plain = nn::make_loss(c.loss), staged = nn::make_loss(c.loss);
+        const double want = plain->forward(pred, c.target, c.pred[0]);
+        const Tensor want_grad = gpu::on_host(plain->backward());
+        Tensor target;
+        staged->stage_target(c.target, c.pred, DType::f32, *gpu, target);
+        staged->queue_forward(pred, target, c.pred[0]);
+        EXPECT_EQ(staged->queued_loss(), want);
+        const Tensor grad = gpu::on_host(staged->backward());
+        EXPECT_EQ(0, std::memcmp(grad.raw(), want_grad.raw(), grad.nbytes()));
+        const void* kept = target.raw();  // staged again: written in place
+        staged->stage_target(c.target, c.pred, DType::f32, *gpu, target);
+        EXPECT_EQ(target.raw(), kept);
+    }
+    auto ce = nn::make_loss("cross_entropy");
+    Tensor target;
+    try {
+        ce->stage_target(host_of(Shape{2}, {1, 7}), Shape{2, 5}, DType::f32, *gpu, target);
+        FAIL() << "expected an error for class 7 of 5";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("target 7 at row 1 is not a class id in [0, 5)"), std::string::npos)
+            << e.what();
+    }
+    EXPECT_THROW(ce->stage_target(host_of(Shape{3}, {1, 2, 3}), Shape{2, 5}, DType::f32, *gpu, target), ShapeError);
+    const Tensor on_cpu = Tensor::zeros(Shape{2, 5}, DType::f32, detached_host_device(), MemCategory::activations);
+    EXPECT_THROW(ce->queue_forward(on_cpu, target, 2), Error);
+
+    // The embedding: staged ids against its plain forward.
+    const json layers = json::parse(R"([{"type": "embedding", "vocab": 9, "dim": 4}])");
+    const config::Experiment e = run::parse_experiment(
+        {{"paralab", 1}, {"name", "stage-ids"}, {"data", {{"dataset", "blobs"}, {"samples", 8}, {"features", 3}}},
+         {"model", {{"input", {3}}, {"layers", layers}, {"loss", "mse"}}}, {"devices", {"cpu:0"}}});
+    nn::Model model(e.layers, Shape{3}, "mse", DType::f32, *gpu);
+    Rng init(5);
+    model.reset_parameters(init);
+    auto& embedding = dynamic_cast<nn::Embedding&>(model.net().at(0));
+    const Tensor ids = host_of(Shape{2, 3}, {8, 0, 3, 3, 1, 8});
+    const Tensor x = gpu::on_device(ids, *gpu, MemCategory::activations);
+    const Tensor want = gpu::on_host(model.forward(x, nn::Mode::train));
+    Tensor staged_ids;
+    embedding.stage_ids(ids, x, staged_ids);
+    const Tensor got = gpu::on_host(model.forward(x, nn::Mode::train));
+    EXPECT_EQ(0, std::memcmp(got.raw(), want.raw(), got.nbytes()));
+    try {
+        embedding.stage_ids(host_of(Shape{2, 3}, {8, 0, 3, 3, 9, 8}), x, staged_ids);
+        FAIL() << "expected an error for token 9 of 9";
+    } catch (const Error& err) {
+        EXPECT_NE(std::string(err.what()).find("token id 9 (sample 1, position 1)"), std::string::npos) << err.what();
     }
 }
 
