@@ -535,7 +535,7 @@ constexpr const char* kGraphPhase = "forward+backward (CUDA graph)";
 // A single-device step's forward and backward are recorded once as a CUDA graph and replayed
 // (engine/strategy/step_graph.h): the same kernels with the same arguments, so every model ends
 // on the bits of the eager run. A convolutional net with batch norm (SGD with momentum), a
-// miniature GPT (AdamW; its token ids staged), an LSTM under MSE (its loop graphs enclosed in the step's) and an MLP
+// miniature GPT (AdamW; its token ids staged; with full recomputation too), an LSTM under MSE (its loop graphs enclosed in the step's) and an MLP
 // in fp16 (the loss scale recorded with the graph); short last batches run eagerly, the graph
 // is recorded once per shape and replayed for the rest. Dropout draws new masks each step: that
 // model is never recorded.
@@ -564,6 +564,8 @@ TEST_F(GpuRuns, WholeStepsAsCudaGraphsChangeNoBit) {
     json gpt = strategy_testing::tiny_gpt("gpt", strategy_testing::text_corpus("step-graph", "the step as one graph", 60));
     gpt["train"]["max_steps"] = 9;
     cases.push_back({"gpt", gpt, 9 - 2});
+    gpt["train"]["recompute"] = "full";
+    cases.push_back({"gpt-recompute", gpt, 9 - 2});
     cases.push_back({"lstm-mse", json::parse(R"({
       "paralab": 1, "seed": 5,
       "data": {"dataset": "sine", "samples": 300, "seq_len": 10, "batch_size": 32},
