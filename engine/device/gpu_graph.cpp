@@ -39,6 +39,20 @@ void count_step_graph(bool recorded) { ++(recorded ? g_step_recordings : g_step_
 RecordingEnclosed::RecordingEnclosed() { ++t_enclosed; }
 RecordingEnclosed::~RecordingEnclosed() { --t_enclosed; }
 
+void* capture_graph(void* stream, const std::function<void()>& record) {
+    kg::stream_begin_capture(stream);
+    try {
+        record();
+    } catch (...) {
+        try {
+            kg::graph_destroy(kg::stream_end_capture(stream));  // leave capture mode
+        } catch (...) {
+        }
+        throw;
+    }
+    return kg::stream_end_capture(stream);
+}
+
 GraphReplay::~GraphReplay() { release(); }
 
 GraphReplay::GraphReplay(GraphReplay&& other) noexcept
@@ -81,17 +95,7 @@ void GraphReplay::run(void* stream, const std::vector<uint64_t>& key, const std:
     void* graph = nullptr;
     Graph* made = nullptr;
     try {
-        kg::stream_begin_capture(stream);
-        try {
-            record();
-        } catch (...) {
-            try {
-                kg::graph_destroy(kg::stream_end_capture(stream));  // leave capture mode
-            } catch (...) {
-            }
-            throw;
-        }
-        graph = kg::stream_end_capture(stream);
+        graph = capture_graph(stream, record);
         ++m_captures;
         ++g_captures;
         if (m_graphs.size() < kMaxGraphs) {

@@ -74,6 +74,11 @@ private:
     int m_captures = 0;
 };
 
+// The work `record` queues on `stream`, captured as a graph (a cudaGraph_t, for the caller to
+// instantiate and destroy). When `record` throws, the stream leaves capture mode and the
+// exception goes on; a capture the runtime invalidated throws GpuError.
+void* capture_graph(void* stream, const std::function<void()>& record);
+
 // A key word for a pointer.
 inline uint64_t key_of(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
 

@@ -116,8 +116,7 @@ bool StepGraph::record(Rank& rank, nn::Model& model, int64_t denominator, double
     m_device = &device;
     void* graph = nullptr;
     try {
-        kg::stream_begin_capture(queue);
-        try {
+        graph = gpu::capture_graph(queue, [&] {
             const gpu::RecordingEnclosed enclosed;  // the recurrent layers' loop graphs: part of this one
             model.zero_grad();
             const Tensor out = model.forward(m_x, nn::Mode::train);
@@ -125,14 +124,7 @@ bool StepGraph::record(Rank& rank, nn::Model& model, int64_t denominator, double
             const Tensor dy = model.loss().backward();
             if (loss_scale != 1.0) optim::scale_in_place(dy, loss_scale);
             backward_by_layer(model, dy, {}, {});
-        } catch (...) {
-            try {
-                kg::graph_destroy(kg::stream_end_capture(queue));  // leave capture mode
-            } catch (...) {
-            }
-            throw;
-        }
-        graph = kg::stream_end_capture(queue);
+        });
         m_exec = kg::graph_instantiate(graph);
         kg::graph_destroy(std::exchange(graph, nullptr));
     } catch (const std::exception& ex) {
