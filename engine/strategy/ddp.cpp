@@ -22,6 +22,7 @@
 
 #include "engine/strategy/replicas.h"
 #include "engine/strategy/registry.h"
+#include "engine/strategy/step_graph.h"
 
 namespace paralab::strategy {
 
@@ -142,8 +143,10 @@ public:
                 }
             }
         };
-        LocalPass pass = forward_backward(rank, replica(r), batch, offset, layer_done, {},
-                                          s.scaler ? s.scaler->scale() : 1.0);
+        // On a GPU without overlap: forward and backward replayed as one graph (step_graph.h).
+        LocalPass pass = m_overlap ? forward_backward(rank, replica(r), batch, offset, layer_done, {},
+                                                      s.scaler ? s.scaler->scale() : 1.0)
+                                   : s.graph.run(rank, replica(r), batch, offset, s.scaler ? s.scaler->scale() : 1.0);
         const double pass_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_pass).count();
 
         if (m_overlap) {
@@ -179,8 +182,12 @@ protected:
             m_optimizers.push_back(optim::make_optimizer(e.optimizer));
             m_state.push_back(std::make_unique<RankState>());
             m_state.back()->scaler = loss_scaler_for(e);
-            if (o.sync_batchnorm && m_world > 1 && ctx.is_local(r))
+            if (o.sync_batchnorm && m_world > 1 && ctx.is_local(r)) {
                 install_sync_batchnorm(m_state.back()->rank, replica(r));
+                if (has_batchnorm(replica(r).net()))
+                    m_state.back()->graph.refuse("SyncBatchNorm all-reduces its statistics in forward");
+            }
+            if (m_balance) m_state.back()->graph.refuse("balance_by_speed moves rows between the ranks each step");
         }
         m_bucket_group = ctx.group->split();
 
@@ -280,6 +287,7 @@ private:
         std::exception_ptr error;     // guarded by mutex
         bool stop = false;            // guarded by mutex
         std::unique_ptr<optim::LossScaler> scaler;  // fp16 mixed precision
+        StepGraph graph;  // overlap off, on a GPU: forward and backward replayed as one graph
     };
 
     RankState& state(const Rank& rank) { return *m_state[static_cast<size_t>(rank.index())]; }

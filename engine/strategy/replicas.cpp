@@ -19,6 +19,12 @@ void for_each_layer(nn::Layer& layer, const std::function<void(nn::Layer&)>& fn)
 
 }  // namespace
 
+bool has_batchnorm(nn::Layer& net) {
+    bool found = false;
+    for_each_layer(net, [&](nn::Layer& l) { found |= dynamic_cast<nn::BatchNorm*>(&l) != nullptr; });
+    return found;
+}
+
 void ReplicaStrategy::build_replicas(RunContext& ctx, nn::Model& reference, bool broadcast_at_start) {
     const config::Experiment& e = *ctx.experiment;
     m_replicas.resize(static_cast<size_t>(m_world));
@@ -47,11 +53,10 @@ void ReplicaStrategy::build_replicas(RunContext& ctx, nn::Model& reference, bool
 
     // SyncBatchNorm is a collective in forward and backward: a device with no rows of some
     // batch would skip it and leave the others waiting. Refuse such runs up front.
-    bool has_batchnorm = false;
-    for_each_layer(net, [&](nn::Layer& l) { has_batchnorm |= dynamic_cast<nn::BatchNorm*>(&l) != nullptr; });
+    const bool batchnorm = has_batchnorm(net);
     const StrategyDescriptor* d = find_strategy(e.strategy.type);
     const bool sync = d && d->option("sync_batchnorm") && option<bool>(e.strategy, "sync_batchnorm");
-    if (has_batchnorm && sync && m_world > 1) {
+    if (batchnorm && sync && m_world > 1) {
         const int64_t B = e.data.batch_size;
         const int64_t last = ctx.train_size % B == 0 ? B : ctx.train_size % B;
         const int64_t smallest = std::min(B, last) / std::min<int64_t>(e.train.grad_accum, std::min(B, last));

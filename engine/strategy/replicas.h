@@ -55,6 +55,8 @@ private:
 // SyncBatchNorm: every batchnorm of `model` sums its statistics over the ranks of `rank`'s
 // communicator (recorded as communication).
 void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model);
+// Whether `net` or a layer inside it is a batch norm.
+bool has_batchnorm(nn::Layer& net);
 
 // n floats from src to dst in one device's memory: a memcpy on the CPU (queue nullptr), a copy
 // ordered on the GPU's queue otherwise (the queue of the tensors the pointers are into).

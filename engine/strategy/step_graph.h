@@ -1,17 +1,17 @@
-// The forward and backward of a single-device GPU step, recorded once as a CUDA graph and
-// replayed (docs/gpu.md, "The step as one CUDA graph"). A small model's eager step is a
-// hundred launches of microseconds each with the host waiting between phases; replayed, it is
-// one launch, and the GPU runs while the host prepares the next batch. The optimizer, fp16
-// unscaling and clipping stay eager after it (a multi-tensor launch or two): their scalars (the
-// learning rate, Adam's step) change every step.
+// The forward and backward of a GPU step (single's, and each rank's of ddp without overlap),
+// recorded once as a CUDA graph and replayed (docs/gpu.md, "The step as one CUDA graph"). A
+// small model's eager step is a hundred launches of microseconds each with the host waiting
+// between phases; replayed, it is one launch, and the GPU runs while the host prepares the next
+// batch. The optimizer, fp16 unscaling and clipping stay eager after it (a multi-tensor launch
+// or two): their scalars (the learning rate, Adam's step) change every step.
 //
 // What the graph reads is staged in place before each replay: the batch's inputs into one
 // device tensor, the targets in the loss's form into another (nn::Loss::stage_target), token ids
-// checked and as integers into a third (nn::Embedding::stage_ids). What it
-// allocates comes from a pool of the device's allocator kept for it (Allocator::begin_pool), so
-// that nothing written between replays shares its memory. A step is recorded after two eager
-// steps of the same shape (the allocator's cache and the cuDNN plans filled); a new batch size
-// or loss scale is recorded anew, a short last batch runs eagerly.
+// checked and as integers into a third (nn::Embedding::stage_ids). What it allocates comes from
+// a pool of the device's allocator kept for it (Allocator::begin_pool), so that nothing written
+// between replays shares its memory. A step is recorded after two eager steps of the same shape
+// (the allocator's cache and the cuDNN plans filled); a new batch size or loss scale is recorded
+// anew, a short last batch runs eagerly.
 #pragma once
 
 #include <array>
@@ -36,8 +36,15 @@ public:
     LocalPass run(Rank& rank, nn::Model& model, const data::Batch& batch, int64_t offset, double loss_scale);
 
     // Why the steps run eagerly ("" while they may replay): the device, the experiment or the
-    // model rule it out (why_no_step_graph), or a recording failed and the run stays eager.
+    // model rule it out (why_no_step_graph), the strategy did (refuse), or a recording failed
+    // and the run stays eager.
     const std::string& why_not() const { return m_why_not; }
+    // A strategy's reason to keep every step eager (ddp's overlapped buckets, SyncBatchNorm's
+    // all-reduce in forward: work a replay would not do), given before the first step.
+    void refuse(std::string why) {
+        m_why_not = std::move(why);
+        m_checked = true;
+    }
     int recordings() const { return m_recordings; }
     int64_t replays() const { return m_replays; }
 

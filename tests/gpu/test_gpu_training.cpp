@@ -623,6 +623,42 @@ TEST_F(GpuRuns, WholeStepsAsCudaGraphsChangeNoBit) {
     }
 }
 
+// ddp on two virtual GPUs without overlap: each rank replays its forward and backward as a graph
+// of its own, then all-reduces its buckets; it ends on the eager run's bits. With overlap (the
+// buckets start during backward) and under SyncBatchNorm (an all-reduce in forward) it records
+// nothing.
+TEST_F(GpuRuns, DdpWithoutOverlapReplaysEachRanksStep) {
+    using strategy_testing::run_it;
+    struct Case {
+        const char* name;
+        json strategy;
+        bool batchnorm;
+        bool records;
+    };
+    const std::vector<Case> cases{{"no-overlap", {{"type", "ddp"}, {"overlap", false}}, false, true},
+                                  {"overlap", {{"type", "ddp"}}, false, false},
+                                  {"sync-batchnorm", {{"type", "ddp"}, {"overlap", false}}, true, false}};
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.name);
+        json j = spirals({"cuda:0", "cuda:0"}, "ddp");
+        j["strategy"] = c.strategy;
+        j["train"]["max_steps"] = 12;
+        if (c.batchnorm) j["model"]["layers"].insert(j["model"]["layers"].begin() + 1, json{{"type", "batchnorm"}});
+        gpu::set_graphs_enabled(false);
+        const auto eager = run_it(j);
+        gpu::set_graphs_enabled(true);
+        const gpu::GraphCounts before = gpu::graph_counts();
+        const auto graphed = run_it(j);
+        const gpu::GraphCounts after = gpu::graph_counts();
+        ASSERT_EQ(eager.summary.status, "finished") << eager.summary.error;
+        ASSERT_EQ(graphed.summary.status, "finished") << graphed.summary.error;
+        EXPECT_EQ(strategy_testing::max_rel_diff(eager.artifacts.parameters, graphed.artifacts.parameters), 0.0);
+        EXPECT_EQ(eager.summary.final_loss, graphed.summary.final_loss);
+        EXPECT_EQ(after.step_recordings - before.step_recordings, c.records ? 2 : 0);
+        EXPECT_EQ(after.step_replays - before.step_replays, c.records ? 2 * (12 - 2) : 0);
+    }
+}
+
 // What a step graph stages before it records: a loss forward queued on a staged target reads
 // back the loss the plain forward returns and leaves the same gradient, for cross-entropy (per
 // sample and per position) and MSE; an embedding's staged ids gather what its plain forward
