@@ -5,6 +5,7 @@
 #include <kernels/gpu/stream.h>
 
 #include "engine/device/device.h"
+#include "engine/util/error.h"
 
 namespace paralab::gpu {
 
@@ -50,6 +51,15 @@ Tensor upload(const void* host, int64_t count, DType dtype, Device& device) {
 Tensor upload_ids(const std::vector<int64_t>& ids, Device& device) {
     static_assert(sizeof(int64_t) == sizeof(double));
     return upload(ids.data(), static_cast<int64_t>(ids.size()), DType::f64, device);
+}
+
+void upload_ids_into(const std::vector<int64_t>& ids, const Shape& shape, Device& device, Tensor& staged,
+                     const std::string& who) {
+    static_assert(sizeof(int64_t) == sizeof(double));
+    if (!staged.defined()) staged = Tensor::empty(shape, DType::f64, device, MemCategory::activations);
+    if (staged.shape() != shape)
+        throw ShapeError(who + ": staged ids " + staged.shape().to_string() + " for " + shape.to_string());
+    kg::copy_host_to_device_async(staged.raw(), ids.data(), ids.size() * sizeof(int64_t), staged.queue());
 }
 
 }  // namespace paralab::gpu

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/tensor/tensor.h"
@@ -39,5 +40,10 @@ Tensor upload(const std::vector<T>& values, Device& device) {
 }
 // Int64 values uploaded to `device` (a workspace tensor of f64 extent holding them).
 Tensor upload_ids(const std::vector<int64_t>& ids, Device& device);
+// The same written in place into `staged` (made `shape`d on `device` when undefined, an
+// activation; ShapeError naming `who` when it holds another shape): a buffer a recorded GPU
+// graph reads, refilled before each replay. `ids` holds shape.numel() values.
+void upload_ids_into(const std::vector<int64_t>& ids, const Shape& shape, Device& device, Tensor& staged,
+                     const std::string& who);
 
 }  // namespace paralab::gpu

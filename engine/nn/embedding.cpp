@@ -2,7 +2,6 @@
 
 #include <kernels/cpu/elementwise.h>
 #include <kernels/gpu/embedding.h>
-#include <kernels/gpu/memory.h>
 
 #include <cmath>
 #include <sstream>
@@ -59,12 +58,7 @@ void Embedding::stage_ids(const Tensor& host_x, const Tensor& input, Tensor& sta
         throw ShapeError(label() + ": staged ids " + host_x.shape().to_string() + " for an input " +
                          input.shape().to_string() + " on " + input.device().name());
     check_ids(host_x);
-    if (!staged.defined()) staged = Tensor::empty(input.shape(), DType::f64, device(), MemCategory::activations);
-    if (staged.shape() != input.shape())
-        throw ShapeError(label() + ": staged ids " + staged.shape().to_string() + " for an input " +
-                         input.shape().to_string());
-    kernels::gpu::copy_host_to_device_async(staged.raw(), m_ids.data(), m_ids.size() * sizeof(int64_t),
-                                            input.queue());
+    gpu::upload_ids_into(m_ids, input.shape(), device(), staged, label());
     m_staged_input = input;
     m_staged_ids = staged;
 }

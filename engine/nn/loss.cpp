@@ -3,7 +3,6 @@
 #include <kernels/cpu/elementwise.h>
 #include <kernels/cpu/softmax.h>
 #include <kernels/gpu/elementwise.h>
-#include <kernels/gpu/memory.h>
 #include <kernels/gpu/softmax.h>
 
 #include <algorithm>
@@ -147,14 +146,8 @@ double CrossEntropyLoss::forward_impl(const Tensor& pred, const Tensor& target,
 void CrossEntropyLoss::stage_impl(const Tensor& target, const Shape& pred_shape, DType, Device& device,
                                   Tensor& staged) {
     check_class_shapes(name(), pred_shape, target.shape());
-    std::vector<int64_t> ids;
-    read_class_ids(name(), target, pred_shape.back(), ids);
-    if (!staged.defined()) staged = Tensor::empty(target.shape(), DType::f64, device, MemCategory::activations);
-    if (staged.shape() != target.shape())
-        throw ShapeError(name() + ": staged target " + staged.shape().to_string() + " and target " +
-                         target.shape().to_string() + " differ");
-    kg::copy_host_to_device_async(staged.raw(), ids.data(), ids.size() * sizeof(int64_t), staged.queue());
-    m_ids = std::move(ids);  // backward's row count
+    read_class_ids(name(), target, pred_shape.back(), m_ids);  // backward's row count
+    gpu::upload_ids_into(m_ids, target.shape(), device, staged, name());
 }
 
 Loss::QueuedSum CrossEntropyLoss::queue_impl(const Tensor& pred, const Tensor& staged, int64_t denominator) {

@@ -144,9 +144,9 @@ public:
             }
         };
         // On a GPU without overlap: forward and backward replayed as one graph (step_graph.h).
-        LocalPass pass = m_overlap ? forward_backward(rank, replica(r), batch, offset, layer_done, {},
-                                                      s.scaler ? s.scaler->scale() : 1.0)
-                                   : s.graph.run(rank, replica(r), batch, offset, s.scaler ? s.scaler->scale() : 1.0);
+        const double scale = s.scaler ? s.scaler->scale() : 1.0;
+        LocalPass pass = m_overlap ? forward_backward(rank, replica(r), batch, offset, layer_done, {}, scale)
+                                   : s.graph.run(rank, replica(r), batch, offset, scale);
         const double pass_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_pass).count();
 
         if (m_overlap) {

@@ -101,7 +101,6 @@ LocalPass StepGraph::run(Rank& rank, nn::Model& model, const data::Batch& batch,
         rank.straggle();
         kg::graph_launch(m_exec, queue);
     });
-    ++m_replays;
     gpu::count_step_graph(false);
     device.allocator().add_replayed_step(m_peak, m_at_peak);
     pass.loss_sum = model.loss().queued_loss() * static_cast<double>(batch.global_size);
@@ -146,7 +145,6 @@ bool StepGraph::record(Rank& rank, nn::Model& model, int64_t denominator, double
     const MemoryStats stats = allocator.stats();
     m_peak = stats.step_peak_total;
     m_at_peak = stats.at_step_peak;
-    ++m_recordings;
     gpu::count_step_graph(true);
     return true;
 }

@@ -31,22 +31,16 @@ public:
     StepGraph& operator=(const StepGraph&) = delete;
 
     // forward_backward(rank, model, batch, offset, {}, {}, loss_scale), replayed from a graph
-    // where it can be (why_not() empty), else eager. Records the phases "forward" and
-    // "backward" when eager, one "forward+backward (CUDA graph)" when replayed.
+    // where nothing rules it out, else eager. Records the phases "forward" and "backward" when
+    // eager, one "forward+backward (CUDA graph)" when replayed.
     LocalPass run(Rank& rank, nn::Model& model, const data::Batch& batch, int64_t offset, double loss_scale);
 
-    // Why the steps run eagerly ("" while they may replay): the device, the experiment or the
-    // model rule it out (why_no_step_graph), the strategy did (refuse), or a recording failed
-    // and the run stays eager.
-    const std::string& why_not() const { return m_why_not; }
     // A strategy's reason to keep every step eager (ddp's overlapped buckets, SyncBatchNorm's
     // all-reduce in forward: work a replay would not do), given before the first step.
     void refuse(std::string why) {
         m_why_not = std::move(why);
         m_checked = true;
     }
-    int recordings() const { return m_recordings; }
-    int64_t replays() const { return m_replays; }
 
 private:
     void release();
@@ -54,6 +48,8 @@ private:
     bool record(Rank& rank, nn::Model& model, int64_t denominator, double loss_scale);
 
     bool m_checked = false;
+    // Why the steps run eagerly ("" while they may replay): the device, the experiment or the
+    // model rule it out (why_no_step_graph), the strategy did (refuse), or a recording failed.
     std::string m_why_not;
     std::vector<uint64_t> m_key;  // rows, the loss denominator, the loss scale's bits
     int m_eager_steps = 0;        // eager steps with m_key
@@ -64,8 +60,6 @@ private:
     Tensor m_ids;                 // its token ids, when the model starts with an embedding
     int64_t m_peak = 0;           // the recorded step's memory high-water mark
     std::array<int64_t, kMemCategoryCount> m_at_peak{};
-    int m_recordings = 0;
-    int64_t m_replays = 0;
 };
 
 // Why a step of `e` on `device` cannot be a graph, or "" if it can: the device is no GPU,

@@ -22,32 +22,18 @@ void* Allocator::allocate(size_t bytes, MemCategory category) {
     void* ptr = nullptr;
     const bool recording = m_pool && m_pool_thread == std::this_thread::get_id();
     if (recording) {
-        if (auto it = m_pool_free.find(size); it != m_pool_free.end()) {
-            ptr = it->second;
-            m_pool_free.erase(it);
-            m_stats.cached_bytes -= static_cast<int64_t>(size);
-        } else if (auto hit = m_cache.find(size); hit != m_cache.end()) {
-            ptr = hit->second;
-            m_cache.erase(hit);
-            m_stats.cached_bytes -= static_cast<int64_t>(size);
-        } else {
+        ptr = take_cached(m_pool_free, size);
+        if (!ptr) ptr = take_cached(m_cache, size);
+        if (!ptr)
             throw PoolMissError(m_name + ": a graph being recorded needs a new block of " + std::to_string(size) +
                                 " bytes for " + std::string(mem_category_name(category)) +
                                 ", and the system allocator may not be called while recording");
-        }
         m_pool_blocks.insert(ptr);
         account_allocation(size, c);
         return ptr;
     }
-    // The block of this size freed last (deallocate puts it first among its size): it is the
-    // most likely still in cache, and a steady step gets the same addresses step after step,
-    // which the GPU's recorded graphs (engine/device/gpu_graph.h) are keyed by.
-    auto it = m_cache.lower_bound(size);
-    if (it != m_cache.end() && it->first == size) {
-        ptr = it->second;
-        m_cache.erase(it);
-        m_stats.cached_bytes -= static_cast<int64_t>(size);
-    } else {
+    ptr = take_cached(m_cache, size);
+    if (!ptr) {
         if (m_limit > 0 &&
             m_stats.current_total + m_stats.cached_bytes + static_cast<int64_t>(size) > m_limit) {
             // Give the cache back before declaring the device full.
@@ -74,6 +60,18 @@ void* Allocator::allocate(size_t bytes, MemCategory category) {
         ++m_stats.system_allocs;
     }
     account_allocation(size, c);
+    return ptr;
+}
+
+void* Allocator::take_cached(std::multimap<size_t, void*>& blocks, size_t size) {
+    // The block of this size freed last (deallocate puts it first among its size): it is the
+    // most likely still in cache, and a steady step gets the same addresses step after step,
+    // which the GPU's recorded graphs (engine/device/gpu_graph.h) are keyed by.
+    const auto it = blocks.lower_bound(size);
+    if (it == blocks.end() || it->first != size) return nullptr;
+    void* ptr = it->second;
+    blocks.erase(it);
+    m_stats.cached_bytes -= static_cast<int64_t>(size);
     return ptr;
 }
 

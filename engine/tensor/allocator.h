@@ -97,7 +97,10 @@ protected:
 
 private:
     static size_t round_size(size_t bytes);
-    void account_allocation(size_t size, size_t category);  // with m_mutex held
+    // With m_mutex held: the last-freed block of `size` out of `blocks` (nullptr: none), and the
+    // accounting of a block handed out.
+    void* take_cached(std::multimap<size_t, void*>& blocks, size_t size);
+    void account_allocation(size_t size, size_t category);
 
     std::string m_name;
     mutable std::mutex m_mutex;

@@ -96,8 +96,7 @@ template <class T>
 __global__ void im2col_batch_kernel(int64_t total, int64_t N, int64_t C, int64_t H, int64_t W, int64_t R,
                                     int64_t stride, int64_t pad, int64_t OH, int64_t OW, const T* x, T* col) {
     const int64_t P = OH * OW, NP = N * P;
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    PARALAB_GRID_STRIDE_LOOP(i, total) {
         const int64_t row = i / NP, j = i - row * NP;
         const int64_t n = j / P, pos = j - n * P;
         const int64_t oh = pos / OW, ow = pos - oh * OW;
@@ -111,8 +110,7 @@ __global__ void im2col_batch_kernel(int64_t total, int64_t N, int64_t C, int64_t
 template <class T>
 __global__ void batch_major_to_channel_major_kernel(int64_t total, int64_t N, int64_t K, int64_t P, const T* dy,
                                                     T* dyt) {
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    PARALAB_GRID_STRIDE_LOOP(i, total) {
         const int64_t k = i / (N * P), j = i - k * (N * P);
         const int64_t n = j / P, p = j - n * P;
         dyt[i] = dy[(n * K + k) * P + p];
@@ -386,18 +384,16 @@ struct CudnnConv2dPlan::Impl {
     template <class T>
     void gemm_weight_grad(const void* x, const void* dy, void* dw_acc, void* workspace, cudaStream_t s) const {
         const int64_t K = out_channels, P = g.out_height() * g.out_width(), NP = batch * P, rows = g.col_rows();
-        {
-            T* col = static_cast<T*>(workspace);
-            T* dyt = col + rows * NP;
-            im2col_batch_kernel<T><<<detail::grid_for(rows * NP), detail::kBlock, 0, s>>>(
-                rows * NP, batch, g.channels, g.height, g.width, g.kernel, g.stride, g.padding, g.out_height(),
-                g.out_width(), static_cast<const T*>(x), col);
-            PARALAB_GPU_CHECK_LAUNCH("im2col_batch_kernel");
-            batch_major_to_channel_major_kernel<T><<<detail::grid_for(K * NP), detail::kBlock, 0, s>>>(
-                K * NP, batch, K, P, static_cast<const T*>(dy), dyt);
-            PARALAB_GPU_CHECK_LAUNCH("batch_major_to_channel_major_kernel");
-            gemm<T>(false, true, K, rows, NP, T(1), dyt, col, T(1), static_cast<T*>(dw_acc), s, GemmMath::fp32);
-        }
+        T* col = static_cast<T*>(workspace);
+        T* dyt = col + rows * NP;
+        im2col_batch_kernel<T><<<detail::grid_for(rows * NP), detail::kBlock, 0, s>>>(
+            rows * NP, batch, g.channels, g.height, g.width, g.kernel, g.stride, g.padding, g.out_height(),
+            g.out_width(), static_cast<const T*>(x), col);
+        PARALAB_GPU_CHECK_LAUNCH("im2col_batch_kernel");
+        batch_major_to_channel_major_kernel<T><<<detail::grid_for(K * NP), detail::kBlock, 0, s>>>(
+            K * NP, batch, K, P, static_cast<const T*>(dy), dyt);
+        PARALAB_GPU_CHECK_LAUNCH("batch_major_to_channel_major_kernel");
+        gemm<T>(false, true, K, rows, NP, T(1), dyt, col, T(1), static_cast<T*>(dw_acc), s, GemmMath::fp32);
     }
 };
 

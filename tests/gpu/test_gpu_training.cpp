@@ -485,11 +485,33 @@ TEST_F(GpuRuns, LossScalerSkipsAnOverflowAndBacksOff) {
     EXPECT_EQ(scaler.scale(), 512.0);
 }
 
+// `j` run with CUDA graphs off, then on (observed by the observers given): both finish and end
+// on the same parameters and final loss, bit for bit. `counts` holds the graphs of the second
+// run. Call through ASSERT_NO_FATAL_FAILURE.
+struct EagerAndGraphed {
+    strategy_testing::Result eager, graphed;
+    gpu::GraphCounts counts;
+};
+void run_eager_and_graphed(const json& j, EagerAndGraphed& out, run::RunObserver* eager_observer = nullptr,
+                           run::RunObserver* graphed_observer = nullptr) {
+    gpu::set_graphs_enabled(false);
+    out.eager = strategy_testing::run_it(j, eager_observer);
+    gpu::set_graphs_enabled(true);
+    const gpu::GraphCounts before = gpu::graph_counts();
+    out.graphed = strategy_testing::run_it(j, graphed_observer);
+    const gpu::GraphCounts after = gpu::graph_counts();
+    out.counts = {after.captures - before.captures, after.launches - before.launches,
+                  after.step_recordings - before.step_recordings, after.step_replays - before.step_replays};
+    ASSERT_EQ(out.eager.summary.status, "finished") << out.eager.summary.error;
+    ASSERT_EQ(out.graphed.summary.status, "finished") << out.graphed.summary.error;
+    EXPECT_EQ(strategy_testing::max_rel_diff(out.eager.artifacts.parameters, out.graphed.artifacts.parameters), 0.0);
+    EXPECT_EQ(out.eager.summary.final_loss, out.graphed.summary.final_loss);
+}
+
 // The recurrent layers' time loops replay as CUDA graphs: the same kernels with the same
 // arguments, so a run ends on the same bits as with every kernel launched on its own; and the
 // loops are captured a few times, not every step (the activations' addresses recur).
 TEST_F(GpuRuns, RecurrentTimeLoopsAsCudaGraphsChangeNoBit) {
-    using strategy_testing::run_it;
     json j = json::parse(R"({
       "paralab": 1, "name": "gpu-graphs", "seed": 5,
       "data": {"dataset": "seqclass", "samples": 256, "seq_len": 12, "features": 6, "classes": 3,
@@ -501,21 +523,13 @@ TEST_F(GpuRuns, RecurrentTimeLoopsAsCudaGraphsChangeNoBit) {
       "devices": ["cuda:0"], "strategy": {"type": "single"},
       "train": {"epochs": 3}
     })");
-    gpu::set_graphs_enabled(false);
-    const auto eager = run_it(j);
-    gpu::set_graphs_enabled(true);
-    const gpu::GraphCounts before = gpu::graph_counts();
-    const auto graphed = run_it(j);
-    const gpu::GraphCounts after = gpu::graph_counts();
-    ASSERT_EQ(eager.summary.status, "finished") << eager.summary.error;
-    ASSERT_EQ(graphed.summary.status, "finished") << graphed.summary.error;
-    EXPECT_EQ(strategy_testing::max_rel_diff(eager.artifacts.parameters, graphed.artifacts.parameters), 0.0);
-    EXPECT_EQ(eager.summary.final_loss, graphed.summary.final_loss);
+    EagerAndGraphed r;
+    ASSERT_NO_FATAL_FAILURE(run_eager_and_graphed(j, r));
     // 3 epochs of 7 steps (6 of 32 rows, 1 of 13), each 3 time loops forward and 3 backward,
     // and the evaluations' forwards (51 rows): each loop is captured once per batch shape. A
     // step replayed as one graph (step_graph.h) runs its loops inside it.
-    const int64_t launches = after.launches - before.launches, captures = after.captures - before.captures;
-    EXPECT_GE(launches + 6 * (after.step_replays - before.step_replays), 21 * 6);
+    const int64_t launches = r.counts.launches, captures = r.counts.captures;
+    EXPECT_GE(launches + 6 * r.counts.step_replays, 21 * 6);
     EXPECT_LE(captures, 6 * 2 + 3) << captures << " captures for " << launches << " launches";
 }
 
@@ -540,7 +554,6 @@ constexpr const char* kGraphPhase = "forward+backward (CUDA graph)";
 // is recorded once per shape and replayed for the rest. Dropout draws new masks each step: that
 // model is never recorded.
 TEST_F(GpuRuns, WholeStepsAsCudaGraphsChangeNoBit) {
-    using strategy_testing::run_it;
     const char* fashion = "/usr/share/datasets/fashion-mnist";
     struct Case {
         const char* name;
@@ -585,21 +598,13 @@ TEST_F(GpuRuns, WholeStepsAsCudaGraphsChangeNoBit) {
         SCOPED_TRACE(c.name);
         c.experiment["name"] = std::string("step-graph-") + c.name;
         c.experiment["devices"] = {"cuda:0"};
-        gpu::set_graphs_enabled(false);
         StepPhases eager_phases, graphed_phases;
-        const auto eager = run_it(c.experiment, &eager_phases);
-        gpu::set_graphs_enabled(true);
-        const gpu::GraphCounts before = gpu::graph_counts();
-        const auto graphed = run_it(c.experiment, &graphed_phases);
-        const gpu::GraphCounts after = gpu::graph_counts();
-        ASSERT_EQ(eager.summary.status, "finished") << eager.summary.error;
-        ASSERT_EQ(graphed.summary.status, "finished") << graphed.summary.error;
-        EXPECT_EQ(strategy_testing::max_rel_diff(eager.artifacts.parameters, graphed.artifacts.parameters), 0.0);
-        EXPECT_EQ(strategy_testing::max_rel_diff(eager.artifacts.buffers, graphed.artifacts.buffers), 0.0);
-        EXPECT_EQ(eager.summary.final_loss, graphed.summary.final_loss);
-        EXPECT_EQ(eager.summary.test_loss, graphed.summary.test_loss);
-        const int64_t recordings = after.step_recordings - before.step_recordings;
-        const int64_t replays = after.step_replays - before.step_replays;
+        EagerAndGraphed r;
+        ASSERT_NO_FATAL_FAILURE(run_eager_and_graphed(c.experiment, r, &eager_phases, &graphed_phases));
+        EXPECT_EQ(strategy_testing::max_rel_diff(r.eager.artifacts.buffers, r.graphed.artifacts.buffers), 0.0);
+        EXPECT_EQ(r.eager.summary.test_loss, r.graphed.summary.test_loss);
+        const int64_t recordings = r.counts.step_recordings;
+        const int64_t replays = r.counts.step_replays;
         if (c.min_replays == 0) {
             EXPECT_EQ(recordings, 0);
             EXPECT_EQ(replays, 0);
@@ -628,7 +633,6 @@ TEST_F(GpuRuns, WholeStepsAsCudaGraphsChangeNoBit) {
 // buckets start during backward) and under SyncBatchNorm (an all-reduce in forward) it records
 // nothing.
 TEST_F(GpuRuns, DdpWithoutOverlapReplaysEachRanksStep) {
-    using strategy_testing::run_it;
     struct Case {
         const char* name;
         json strategy;
@@ -644,18 +648,10 @@ TEST_F(GpuRuns, DdpWithoutOverlapReplaysEachRanksStep) {
         j["strategy"] = c.strategy;
         j["train"]["max_steps"] = 12;
         if (c.batchnorm) j["model"]["layers"].insert(j["model"]["layers"].begin() + 1, json{{"type", "batchnorm"}});
-        gpu::set_graphs_enabled(false);
-        const auto eager = run_it(j);
-        gpu::set_graphs_enabled(true);
-        const gpu::GraphCounts before = gpu::graph_counts();
-        const auto graphed = run_it(j);
-        const gpu::GraphCounts after = gpu::graph_counts();
-        ASSERT_EQ(eager.summary.status, "finished") << eager.summary.error;
-        ASSERT_EQ(graphed.summary.status, "finished") << graphed.summary.error;
-        EXPECT_EQ(strategy_testing::max_rel_diff(eager.artifacts.parameters, graphed.artifacts.parameters), 0.0);
-        EXPECT_EQ(eager.summary.final_loss, graphed.summary.final_loss);
-        EXPECT_EQ(after.step_recordings - before.step_recordings, c.records ? 2 : 0);
-        EXPECT_EQ(after.step_replays - before.step_replays, c.records ? 2 * (12 - 2) : 0);
+        EagerAndGraphed r;
+        ASSERT_NO_FATAL_FAILURE(run_eager_and_graphed(j, r));
+        EXPECT_EQ(r.counts.step_recordings, c.records ? 2 : 0);
+        EXPECT_EQ(r.counts.step_replays, c.records ? 2 * (12 - 2) : 0);
     }
 }
 
