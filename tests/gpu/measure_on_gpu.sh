@@ -137,6 +137,10 @@ for run_id, name in db.execute("SELECT run_id, name FROM runs ORDER BY run_id"):
         print(f"run {run_id} {name}: {len(walls)} steps, median ms/step {1e3 * statistics.median(later):.3f} "
               f"(first step {1e3 * walls[0]:.1f} ms)")
 PY
+    # The planner's h100-80g preset beside each run (docs/planner.md, the H100 rows).
+    for id in $(python3 -c 'import sqlite3, sys; print(*[r for (r,) in sqlite3.connect(sys.argv[1]).execute("SELECT run_id FROM runs ORDER BY run_id")])' "$out/runs.db"); do
+        "$paralab" plan --compare "$id" --db "$out/runs.db" --cluster h100-80g || echo "(plan --compare $id: exit $?)"
+    done
     rm -rf "$out/checkpoints"  # each run's last state, GPT-2-small's a gigabyte: not brought back
 }
 export -f gpt_runs
