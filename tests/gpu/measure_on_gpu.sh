@@ -2,7 +2,7 @@
 # Everything a lent GPU machine is needed for, in one call (tests/gpu/README.md, "One call"):
 # the gpu suite, the planner's calibration sweep and the kernels' bandwidths, the models table on
 # cuda:0 with and without CUDA graphs, ParaLab's char-GPT and GPT-2-small-like runs
-# in fp32 and bf16, and PyTorch eager's side of each comparison. Each step has its own time limit
+# in fp32 and bf16 (each beside its plan on h100-80g), and PyTorch eager's side of each comparison. Each step has its own time limit
 # and writes its log as it goes, so a step that hangs or a call cut short keeps what came before.
 #
 #   tests/gpu/measure_on_gpu.sh --bin DIR --out DIR [--data DIR] [--budget SECONDS]
