@@ -4,6 +4,8 @@
 # `paralab`, stripped, with the shared libraries a bare machine lacks (OpenBLAS with its Fortran
 # runtime, SQLite). CUDA's own libraries (cudart, cuBLAS, cuDNN, NCCL) are the GPU machine's:
 # tests/gpu/measure_on_gpu.sh finds them. Unpack with `tar -xJf` and pass the folder as --bin.
+# Fashion-MNIST (Debian's dataset-fashion-mnist, 30 MB, already gzipped) is copied beside the
+# archive, as fashion-mnist/: carry the archive's folder and pass that as --data.
 #
 #   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DPARALAB_GUI=OFF -DPARALAB_MPI=OFF \
 #         -DPARALAB_DNNL=OFF -DCMAKE_CUDA_ARCHITECTURES=90
@@ -30,3 +32,11 @@ cp -L "$arch_lib/openblas-pthread/libopenblas.so.0" "$arch_lib/libgfortran.so.5"
 mkdir -p "$(dirname "$archive")"
 tar -C "$stage" -cJf "$archive" .
 echo "pack_build: $(du -h "$archive" | cut -f1) in $archive ($(ls "$stage"/tests | wc -l) test programs)"
+data=/usr/share/datasets/fashion-mnist
+if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
+    mkdir -p "$(dirname "$archive")/fashion-mnist"
+    cp "$data"/*-ubyte.gz "$(dirname "$archive")/fashion-mnist/"
+    echo "pack_build: Fashion-MNIST in $(dirname "$archive")/fashion-mnist (the --data of measure_on_gpu.sh)"
+else
+    echo "pack_build: no Fashion-MNIST in $data (make deps installs it); the LeNet rows will need --data" >&2
+fi
