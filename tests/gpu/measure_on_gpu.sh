@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Everything a lent GPU machine is needed for, in one call (tests/gpu/README.md, "One call"):
 # the gpu suite, the planner's calibration sweep and the kernels' bandwidths, the models table on
-# cuda:0 with and without CUDA graphs, ParaLab's char-GPT and GPT-2-small-like runs
-# in fp32 and bf16 (each beside its plan on h100-80g), and PyTorch eager's side of each comparison. Each step has its own time limit
-# and writes its log as it goes, so a step that hangs or a call cut short keeps what came before.
+# cuda:0 with and without CUDA graphs, ParaLab's char-GPT and GPT-2-small-like runs in fp32 and
+# bf16 (each beside its plan on h100-80g), and PyTorch eager's side of each comparison. Each step
+# has its own time limit and writes its log as it goes, so a step that hangs or a call cut short
+# keeps what came before.
 #
 #   tests/gpu/measure_on_gpu.sh --bin DIR --out DIR [--data DIR] [--budget SECONDS]
 #     --bin DIR     a build folder of the Qt-free CUDA build (app/paralab, bench/, tests/), or the
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --bin) bin=$(cd "$2" && pwd); shift 2 ;;
         --out) mkdir -p "$2"; out=$(cd "$2" && pwd); shift 2 ;;
-        --data) data=$2; shift 2 ;;
+        --data) data=$(cd "$2" && pwd) || exit 2; shift 2 ;;
         --budget) budget=$2; shift 2 ;;
         --only) only=",$2,"; shift 2 ;;
         *) echo "measure_on_gpu: unknown argument '$1' (see the comment at the top)" >&2; exit 2 ;;

@@ -16,6 +16,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$repo/build-gpu}
 archive=${2:-$repo/build-gpu-pack/paralab-gpu.tar.xz}
+pack_dir=$(dirname "$archive")
 arch_lib=/usr/lib/x86_64-linux-gnu
 
 grep -q '^PARALAB_GUI:BOOL=OFF' "$build/CMakeCache.txt" ||
@@ -29,14 +30,14 @@ cp "$build"/tests/gpu_*_test "$stage/tests/"
 strip "$stage"/app/* "$stage"/bench/* "$stage"/tests/*
 cp -L "$arch_lib/openblas-pthread/libopenblas.so.0" "$arch_lib/libgfortran.so.5" \
       "$arch_lib/libquadmath.so.0" "$arch_lib/libsqlite3.so.0" "$stage/lib/"
-mkdir -p "$(dirname "$archive")"
+mkdir -p "$pack_dir"
 tar -C "$stage" -cJf "$archive" .
 echo "pack_build: $(du -h "$archive" | cut -f1) in $archive ($(ls "$stage"/tests | wc -l) test programs)"
 data=/usr/share/datasets/fashion-mnist
 if [ -f "$data/train-images-idx3-ubyte.gz" ]; then
-    mkdir -p "$(dirname "$archive")/fashion-mnist"
-    cp "$data"/*-ubyte.gz "$(dirname "$archive")/fashion-mnist/"
-    echo "pack_build: Fashion-MNIST in $(dirname "$archive")/fashion-mnist (the --data of measure_on_gpu.sh)"
+    mkdir -p "$pack_dir/fashion-mnist"
+    cp "$data"/*-ubyte.gz "$pack_dir/fashion-mnist/"
+    echo "pack_build: Fashion-MNIST in $pack_dir/fashion-mnist (the --data of measure_on_gpu.sh)"
 else
     echo "pack_build: no Fashion-MNIST in $data (make deps installs it); the LeNet rows will need --data" >&2
 fi
