@@ -1,4 +1,4 @@
-// Napkin math for the CUDA kernels (STYLE.md §Numerics 1): each kernel's time, from CUDA events
+// Napkin math for the CUDA kernels: each kernel's time, from CUDA events
 // around many launches on one stream, next to the bandwidth it reached (bytes it must move /
 // time) or, for GEMMs, its GFLOP/s. Compare the GB/s with the device's memory bandwidth
 // (H100 SXM: ~3.35 TB/s HBM3) to see how far each kernel is from its bound. Not a test: run

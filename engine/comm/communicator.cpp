@@ -1,5 +1,5 @@
 // The backend-independent half of every Communicator: argument checks, byte accounting and
-// timing, then the backend's *_impl (STYLE.md 6).
+// timing, then the backend's *_impl.
 //
 // Bytes are counted once per byte that crosses between ranks, on the rank that moves it: the
 // reader for collectives (the local backend's ranks read each other's memory; a ring backend's

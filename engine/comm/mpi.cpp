@@ -1,6 +1,6 @@
 // The MPI backend (mpi.h): each Communicator call is one MPI call (or a few, for counts beyond
 // an int) on a private duplicate of MPI_COMM_WORLD whose error handler returns codes, and every
-// code is checked (PARALAB_MPI_CHECK: the call, file and line; STYLE.md 5).
+// code is checked (PARALAB_MPI_CHECK: the call, file and line).
 //
 // In-place mappings (communicator.h's layout: chunk r = rows shard_of_dataset(count, r, N)):
 //   all_reduce      MPI_Allreduce(MPI_IN_PLACE); average = sum, then every rank divides alike

@@ -1,6 +1,6 @@
 // The layer interface. Layers have an explicit forward and backward; a layer keeps what its
 // backward needs from the last forward. Public non-virtual entry points check their
-// arguments, then call the virtual *_impl (STYLE.md 6), so every layer gets the same checks.
+// arguments, then call the virtual *_impl, so every layer gets the same checks.
 //
 // Shapes: a layer is built for a per-sample input shape (no batch extent, e.g. [C, H, W]);
 // forward takes [B, ...input] and returns [B, ...output]. The same code runs in f32 (training)

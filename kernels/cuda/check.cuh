@@ -1,4 +1,4 @@
-// One check for every GPU library status (STYLE.md §Numerics 5): PARALAB_GPU_CHECK(statement)
+// One check for every GPU library status: PARALAB_GPU_CHECK(statement)
 // runs the statement and, unless it returned success, throws kernels::gpu::GpuError carrying
 // the statement text, file, line and the library's error string. Overloads of check() pick the
 // library by the status type: cudaError_t and cublasStatus_t here; cudnnStatus_t and

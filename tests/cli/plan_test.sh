@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `paralab plan` as a user meets it (docs/planner.md): the --json object with every key of
-# EXPERIMENT.md's "Planning", a sweep's array, --compare against a recorded run, and exit 2 with
+# docs/planner.md's JSON output, a sweep's array, --compare against a recorded run, and exit 2 with
 # one clear line on bad input.
 # Usage: plan_test.sh PARALAB EXAMPLES_DIR
 set -u

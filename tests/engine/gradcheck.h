@@ -1,4 +1,4 @@
-// One helper proves every layer's backward (STYLE.md 4): the layer is built in f64, its
+// One helper proves every layer's backward: the layer is built in f64, its
 // analytical gradients (input and every parameter) are compared with central finite
 // differences of L = sum(w * forward(x)) for a random w; then the f32 build of the same layer,
 // given the same parameters, must agree with the f64 reference in forward and backward.

@@ -1,4 +1,4 @@
-// The ParaLab window: wiring only (STYLE.md 11). The experiment panel on the left, the views in
+// The ParaLab window: wiring only. The experiment panel on the left, the views in
 // tabs in the centre (training loss, every device, the timeline, the stored runs), Start/Stop,
 // and progress in the status bar.
 #pragma once

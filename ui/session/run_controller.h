@@ -1,4 +1,4 @@
-// The engine on a QThread, for the window (STYLE.md 9). The experiment is handed over by
+// The engine on a QThread, for the window. The experiment is handed over by
 // value; the run's observer fills the engine's LiveMetrics buffer; a 30 Hz timer on the GUI
 // thread drains it and emits batched signals, never one signal per step.
 #pragma once
