@@ -25,11 +25,6 @@ struct Mesh {
     double bucket_mb = 25;           // the gradient all-reduce's bucket
 
     int devices() const { return dp * tp * pp; }
-    // Device k's ranks (EXPERIMENT.md, hybrid): tensor k mod tp, data (k div tp) mod dp,
-    // stage k div (tp·dp).
-    int tensor_rank(int k) const { return k % tp; }
-    int data_rank(int k) const { return (k / tp) % dp; }
-    int stage(int k) const { return k / (tp * dp); }
 };
 
 // An experiment file read for planning: everything but the strategy through the experiment

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/comm/device_mesh.h"
 #include "engine/config/experiment.h"
 #include "engine/nn/recompute.h"
 #include "engine/tensor/allocator.h"
@@ -121,8 +122,7 @@ struct StepPicture {
     std::string top{};         // chain: the line above the devices
     std::string caption{};     // the sentence under the picture
     std::string note{};        // a muted remark (one: above; shards: last line)
-    int mesh_dp = 1, mesh_tp = 1, mesh_pp = 1;  // mesh: the grid (device k: tensor rank k mod tp,
-                                                // data rank (k div tp) mod dp, stage k div (tp·dp))
+    comm::MeshShape mesh{};  // mesh: the grid (each device's place: comm::DeviceMesh)
 };
 
 // ---- the descriptor -------------------------------------------------------------------------
@@ -136,13 +136,15 @@ struct VariantPart {
 };
 
 // A strategy that runs its devices as consecutive stages: how many, how many micro-batches each
-// step, in which schedule, and how many model chunks each device holds (interleaved_1f1b; the
-// Timeline measures the bubble against (p − 1) / (v·m + p − 1), v = chunks).
+// step, in which schedule, how many model chunks each device holds (interleaved_1f1b; the
+// Timeline measures the bubble against (p − 1) / (v·m + p − 1), v = chunks), and how many devices
+// run the stages (a mesh's: each stage dp · tp devices that run the same schedule).
 struct PipelineShape {
     int stages = 0;
     int micro_batches = 1;
     std::string schedule{};  // "gpipe", "1f1b", ...; "one at a time" for model_parallel
     int chunks = 1;
+    int devices = 0;  // 0: one per stage
 };
 
 struct StrategyDescriptor {

@@ -1,15 +1,13 @@
 #include "engine/strategy/stages.h"
 
-#include <kernels/gpu/memory.h>
-
 #include "engine/device/gpu_values.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 #include "engine/device/device.h"
 #include "engine/optim/clip.h"
+#include "engine/strategy/pipeline_executor.h"
 #include "engine/strategy/registry.h"
 
 namespace paralab::strategy::stages {
@@ -275,47 +273,13 @@ std::vector<size_t> stage_bounds(const config::Experiment& e, nn::Model& referen
 
 namespace {
 
-constexpr int kForwardTag = 0, kBackwardTag = 1;
-
-// Rows [first, first + count) of a host array of rows shaped `row` as a device tensor.
-Tensor rows_to_device(const std::vector<float>& data, int64_t first, int64_t count,
-                      const Shape& row, Device& device) {
-    const Shape shape = row.rank() == 0 ? Shape{count} : row.with_batch(count);
-    Tensor t = Tensor::empty(shape, DType::f32, device, MemCategory::activations);
-    const int64_t per_row = row.rank() == 0 ? 1 : row.numel();
-    PARALAB_CHECK(static_cast<int64_t>(data.size()) >= (first + count) * per_row,
-                  "stage: the batch holds fewer rows than the schedule reads");
-    if (void* q = t.queue()) kernels::gpu::copy_host_to_device_async(t.raw(), data.data() + first * per_row, t.nbytes(), q);
-    else std::memcpy(t.raw(), data.data() + first * per_row, t.nbytes());
-    return t;
-}
-
-// One model chunk of a stage on its device (the stage itself without interleaving): the master
-// model (context 0) and the contexts that share its parameters and gradients.
-struct Chunk {
-    size_t first = 0, last = 0;  // top-level layers [first, last)
-    Shape input, output;         // per example
-    std::vector<std::unique_ptr<nn::Model>> contexts;
-    std::vector<nn::Param*> params;  // context 0's (every context's values and grads)
-    std::vector<Tensor> buffers;     // context 0's
-    size_t param_offset = 0;         // its first parameter in the stage's list
-    size_t remote_params = 0, remote_buffers = 0;  // a chunk of another process: list lengths
-
-    nn::Model& master() { return *contexts.front(); }
-};
-
 // A stage on its device: its chunks (local chunk c is global chunk c·p + s), and one optimizer
 // over all their parameters.
 struct Stage {
-    std::vector<Chunk> chunks;
+    std::vector<ModelChunk> chunks;
     std::vector<nn::Param*> params;  // every chunk's, chunk after chunk
     std::unique_ptr<optim::Optimizer> optimizer;
     std::unique_ptr<optim::LossScaler> scaler;  // fp16: every stage's, kept equal (see step)
-};
-
-// Rows of one micro-batch in the global batch.
-struct Micro {
-    int64_t offset = 0, count = 0;
 };
 
 class StagedStrategy final : public Strategy {
@@ -345,22 +309,14 @@ protected:
 
 private:
     // Global chunk g: its stage and local chunk, in the model's order.
-    Chunk& chunk_of(int g) { return m_stages[size_t(g % m_world)].chunks[size_t(g / m_world)]; }
+    ModelChunk& chunk_of(int g) { return m_stages[size_t(g % m_world)].chunks[size_t(g / m_world)]; }
     int global_chunks() const { return m_world * m_chunks; }
-
-    // One flush of the schedule over `micro` (rows of the global batch).
-    void run_flush(Rank& rank, Stage& st, const data::Batch& batch, int64_t offset,
-                   const std::vector<Micro>& micro, StepResult& result);
-    void forward(Rank& rank, Stage& st, int chunk, nn::Model& c, const data::Batch& batch, int64_t offset,
-                 int index, const Micro& mb, StepResult& result);
-    void backward(Rank& rank, Stage& st, int chunk, nn::Model& c, int index, const Micro& mb);
-    // The tag of micro-batch `index`'s message sent by local chunk `chunk`.
-    int message_tag(int index, int chunk, int direction) const { return 2 * (index * m_chunks + chunk) + direction; }
 
     bool m_pipelined;
     int64_t m_micro_batches = 1;
     Schedule m_schedule = Schedule::gpipe;
     int m_chunks = 1;             // model chunks per device (interleaved_1f1b)
+    PipelineExecutor m_executor;  // over the mesh of pp = the devices
     std::vector<Stage> m_stages;  // by rank; rank r's thread touches only m_stages[r]
 };
 
@@ -375,61 +331,24 @@ void StagedStrategy::setup_impl(RunContext& ctx, nn::Model& reference) {
     if (m_micro_batches < 1)
         throw ConfigError("strategy.micro_batches", "expected a positive integer, got " +
                           std::to_string(m_micro_batches));
-    const std::vector<size_t> bounds = stage_bounds(e, reference, m_world, name(), m_chunks);
+    m_executor = PipelineExecutor(comm::DeviceMesh({.pp = m_world}, m_world), m_schedule, m_chunks);
+    const std::vector<ChunkPlace> layout = lay_out_chunks(reference, stage_bounds(e, reference, m_world, name(), m_chunks));
     const std::vector<nn::LayerSpec> layers = nn::expand_repeats(e.layers);  // as reference.net()
-
-    auto ref_params = reference.parameters();
-    auto ref_buffers = reference.buffers();
-    std::vector<size_t> param_start{0}, buffer_start{0};  // per top-level layer
-    for (size_t i = 0; i < reference.net().size(); ++i) {
-        param_start.push_back(param_start.back() + reference.net().at(i).parameters().size());
-        buffer_start.push_back(buffer_start.back() + reference.net().at(i).buffers().size());
-    }
+    const auto ref_params = reference.parameters();
+    const auto ref_buffers = reference.buffers();
     m_stages.resize(static_cast<size_t>(m_world));
     for (int s = 0; s < m_world; ++s) {
         Stage& st = m_stages[size_t(s)];
-        st.chunks.resize(static_cast<size_t>(m_chunks));
         const std::vector<int> contexts =
             chunk_contexts(m_schedule, s, m_world, static_cast<int>(m_micro_batches), m_chunks);
         for (int c = 0; c < m_chunks; ++c) {
-            Chunk& ch = st.chunks[size_t(c)];
-            const size_t g = size_t(c) * size_t(m_world) + size_t(s);
-            ch.first = bounds[g];
-            ch.last = bounds[g + 1];
-            ch.input = reference.net().at(ch.first).input_shape();
-            ch.output = reference.net().at(ch.last - 1).output_shape();
-            if (!ctx.is_local(s)) {
-                // Another process holds this stage: only its share of the model's lists is counted.
-                ch.remote_params = param_start[ch.last] - param_start[ch.first];
-                ch.remote_buffers = buffer_start[ch.last] - buffer_start[ch.first];
-                continue;
-            }
-            Device& device = *ctx.devices[size_t(s)];
-            for (int k = 0; k < contexts[size_t(c)]; ++k) {
-                auto model = nn::Model::stage(layers, ch.first, ch.last, ch.input, e.loss, DType::f32, device);
-                model->set_recompute(nn::recompute_from_name(e.train.recompute));
-                if (k == 0) {
-                    ch.params = model->parameters();
-                    ch.buffers = model->buffers();
-                    PARALAB_CHECK(ch.params.size() == param_start[ch.last] - param_start[ch.first] &&
-                                      ch.buffers.size() == buffer_start[ch.last] - buffer_start[ch.first],
-                                  "stage: parameter lists differ");
-                    for (size_t i = 0; i < ch.params.size(); ++i)
-                        ch.params[i]->value.copy_from(ref_params[param_start[ch.first] + i]->value);
-                    for (size_t i = 0; i < ch.buffers.size(); ++i)
-                        ch.buffers[i].copy_from(ref_buffers[buffer_start[ch.first] + i]);
-                } else {
-                    // Drop this build's own parameters and gradients for the master's.
-                    auto own = model->parameters();
-                    PARALAB_CHECK(own.size() == ch.params.size(), "stage: contexts differ");
-                    for (size_t i = 0; i < own.size(); ++i) {
-                        own[i]->value = ch.params[i]->value;
-                        own[i]->grad = ch.params[i]->grad;
-                    }
-                }
-                ch.contexts.push_back(std::move(model));
-            }
-            ch.param_offset = st.params.size();
+            st.chunks.emplace_back(layout[size_t(c) * size_t(m_world) + size_t(s)]);
+            ModelChunk& ch = st.chunks.back();
+            if (!ctx.is_local(s)) continue;  // another process holds this stage
+            build_chunk(ch, e, layers, *ctx.devices[size_t(s)], contexts[size_t(c)]);
+            for (size_t i = 0; i < ch.params.size(); ++i)
+                ch.params[i]->value.copy_from(ref_params[ch.first_param + i]->value);
+            for (size_t i = 0; i < ch.buffers.size(); ++i) ch.buffers[i].copy_from(ref_buffers[ch.first_buffer + i]);
             st.params.insert(st.params.end(), ch.params.begin(), ch.params.end());
         }
         if (!ctx.is_local(s)) continue;
@@ -452,13 +371,16 @@ TrainingState StagedStrategy::save_state() {
             out.scaler = st.scaler->state();  // every stage's is the same
         }
     }
+    std::vector<size_t> at(m_stages.size(), 0);  // per stage: its next parameter in its list
     for (int g = 0; g < global_chunks(); ++g) {
-        Chunk& ch = chunk_of(g);
-        const auto& state = m_stages[size_t(g % m_world)].optimizer->state();
+        ModelChunk& ch = chunk_of(g);
+        const size_t s = size_t(g % m_world);
+        const auto& state = m_stages[s].optimizer->state();
         for (Tensor& t : host_copies(ch.params)) out.parameters.push_back(std::move(t));
         for (Tensor& t : host_copies(ch.buffers)) out.buffers.push_back(std::move(t));
-        for (size_t i = ch.param_offset; i < ch.param_offset + ch.params.size(); ++i)
+        for (size_t i = at[s]; i < at[s] + ch.params.size(); ++i)
             out.optimizer_state.push_back(i < state.size() ? host_copies(state[i]) : std::vector<Tensor>{});
+        at[s] += ch.params.size();
     }
     return out;
 }
@@ -467,15 +389,14 @@ void StagedStrategy::load_state(const TrainingState& state) {
     if (why_no_checkpoint()) return Strategy::load_state(state);
     size_t p_at = 0, b_at = 0;
     std::vector<std::vector<std::vector<Tensor>>> mine(m_stages.size());  // per stage, per parameter
-    for (size_t s = 0; s < m_stages.size(); ++s) mine[s].resize(m_stages[s].params.size());
     for (int g = 0; g < global_chunks(); ++g) {
-        Chunk& ch = chunk_of(g);
+        ModelChunk& ch = chunk_of(g);
         PARALAB_CHECK(p_at + ch.params.size() <= state.parameters.size() &&
                           b_at + ch.buffers.size() <= state.buffers.size(),
                       "the checkpoint holds fewer parameters than the stages");
         for (size_t i = 0; i < ch.params.size(); ++i, ++p_at) {
             ch.params[i]->value.copy_from(state.parameters[p_at]);
-            mine[size_t(g % m_world)][ch.param_offset + i] = state.optimizer_state[p_at];
+            mine[size_t(g % m_world)].push_back(state.optimizer_state[p_at]);
         }
         for (Tensor& b : ch.buffers) b.copy_from(state.buffers[b_at++]);
     }
@@ -492,19 +413,21 @@ StepResult StagedStrategy::step(Rank& rank, const data::Batch& batch, int64_t of
     const config::Experiment& e = rank.experiment();
     Stage& st = m_stages[size_t(rank.index())];
     StepResult result;
-    for (Chunk& ch : st.chunks) ch.master().zero_grad();
+    for (ModelChunk& ch : st.chunks) ch.master().zero_grad();
     const int64_t total = batch.global_size;
     if (total > 0) {
         const int parts = static_cast<int>(std::min<int64_t>(e.train.grad_accum, total));
+        PipelineExecutor::Hooks hooks;
+        hooks.scaler = st.scaler.get();
         for (int k = 0; k < parts; ++k) {
             const auto part = data::shard_of_batch(total, k, parts);
             const int m = static_cast<int>(std::min<int64_t>(m_micro_batches, part.count));
-            std::vector<Micro> micro;
+            std::vector<data::ShardRange> micro;
             for (int i = 0; i < m; ++i) {
                 const auto r = data::shard_of_batch(part.count, i, m);
                 micro.push_back({part.offset + r.offset, r.count});
             }
-            run_flush(rank, st, batch, offset, micro, result);
+            m_executor.run_flush(rank, st.chunks, batch, offset, micro, m, result, hooks);
         }
         result.samples = total;
     }
@@ -517,124 +440,13 @@ StepResult StagedStrategy::step(Rank& rank, const data::Batch& batch, int64_t of
     return result;
 }
 
-void StagedStrategy::run_flush(Rank& rank, Stage& st, const data::Batch& batch, int64_t offset,
-                               const std::vector<Micro>& micro, StepResult& result) {
-    int first = 0;  // the part's first micro-batch
-    for (const int m : flush_parts(m_schedule, m_world, static_cast<int>(micro.size()))) {
-        const std::vector<Op> ops = stage_schedule(m_schedule, rank.index(), m_world, m, m_chunks);
-        const std::vector<int> contexts = chunk_in_flight(ops, m_chunks);
-        for (int c = 0; c < m_chunks; ++c)
-            PARALAB_CHECK(contexts[size_t(c)] <= static_cast<int>(st.chunks[size_t(c)].contexts.size()),
-                          "stage: too few contexts");
-        for (const Op& op : ops) {
-            Chunk& ch = st.chunks[size_t(op.chunk)];
-            nn::Model& c = *ch.contexts[size_t(op.micro % std::max(1, contexts[size_t(op.chunk)]))];
-            const int index = first + op.micro;
-            const Micro& mb = micro[size_t(index)];
-            if (op.forward)
-                forward(rank, st, op.chunk, c, batch, offset, index, mb, result);
-            else
-                backward(rank, st, op.chunk, c, index, mb);
-        }
-        first += m;
-    }
-}
-
-void StagedStrategy::forward(Rank& rank, Stage& st, int chunk, nn::Model& c, const data::Batch& batch,
-                             int64_t offset, int index, const Micro& mb, StepResult& result) {
-    const config::Experiment& e = rank.experiment();
-    const RunContext& ctx = rank.context();
-    Device& device = rank.device();
-    const int s = rank.index();
-    Chunk& ch = st.chunks[size_t(chunk)];
-    const int g = chunk * m_world + s;  // the global chunk
-    const bool first = g == 0, last = g == global_chunks() - 1;
-    const int64_t local = mb.offset - offset;  // the micro-batch's first row in `batch`
-
-    Tensor x;
-    if (first) {
-        x = rows_to_device(batch.inputs, local, mb.count, ctx.input, device);
-    } else {
-        x = Tensor::empty(ch.input.with_batch(mb.count), DType::f32, device, MemCategory::activations);
-        const std::string phase = chunk_phase("recv_activation", chunk, m_chunks);
-        comm::CommRecord rec = rank.comm().recv(x.raw(), x.numel(), DType::f32, (g - 1) % m_world,
-                                                message_tag(index, (g - 1) / m_world, kForwardTag));
-        rec.op = phase.c_str();
-        rank.record_comm(rec, /*waiting=*/true);
-    }
-    Tensor y;
-    if (last) y = rows_to_device(batch.targets, local, mb.count, ctx.target, device);
-
-    // A context other than the master runs on the master's running statistics.
-    const bool own_buffers = &c != &ch.master() && !ch.buffers.empty();
-    std::vector<Tensor> buffers = own_buffers ? c.buffers() : std::vector<Tensor>{};
-    for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_from(ch.buffers[i]);
-
-    c.set_random_state(e.seed, static_cast<uint64_t>(rank.step() - 1), mb.offset);
-    const int64_t total = batch.global_size;
-    const std::string phase = chunk_phase("forward", chunk, m_chunks);
-    Tensor out = rank.compute(phase.c_str(), [&] {
-        rank.straggle();
-        Tensor o = c.forward(x, nn::Mode::train);
-        if (last) {
-            result.loss_sum += c.loss().forward(o, y, total) * static_cast<double>(total);
-            result.loss_samples += mb.count;
-        }
-        return o;
-    });
-    for (size_t i = 0; i < buffers.size(); ++i) ch.buffers[i].copy_from(buffers[i]);
-
-    if (!last) {
-        const std::string send = chunk_phase("send_activation", chunk, m_chunks);
-        comm::CommRecord rec = rank.comm().send(out.raw(), out.numel(), DType::f32, (g + 1) % m_world,
-                                                message_tag(index, chunk, kForwardTag));
-        rec.op = send.c_str();
-        rank.record_comm(rec);
-    }
-}
-
-void StagedStrategy::backward(Rank& rank, Stage& st, int chunk, nn::Model& c, int index, const Micro& mb) {
-    Device& device = rank.device();
-    const int s = rank.index();
-    Chunk& ch = st.chunks[size_t(chunk)];
-    const int g = chunk * m_world + s;
-    const bool last = g == global_chunks() - 1;
-    Tensor dy;
-    if (!last) {
-        dy = Tensor::empty(ch.output.with_batch(mb.count), DType::f32, device, MemCategory::activations);
-        const std::string phase = chunk_phase("recv_grad", chunk, m_chunks);
-        comm::CommRecord rec = rank.comm().recv(dy.raw(), dy.numel(), DType::f32, (g + 1) % m_world,
-                                                message_tag(index, (g + 1) / m_world, kBackwardTag));
-        rec.op = phase.c_str();
-        rank.record_comm(rec, /*waiting=*/true);
-    }
-    const std::string phase = chunk_phase("backward", chunk, m_chunks);
-    Tensor dx = rank.compute(phase.c_str(), [&] {
-        if (last) {
-            dy = c.loss().backward();
-            if (st.scaler) optim::scale_in_place(dy, st.scaler->scale());
-        }
-        Tensor grad = c.net().backward(dy);
-        dy = Tensor();  // the output gradient is not needed any more
-        return grad;
-    });
-    if (g > 0) {
-        PARALAB_CHECK(dx.defined(), "stage " + std::to_string(s) + ": no input gradient");
-        const std::string send = chunk_phase("send_grad", chunk, m_chunks);
-        comm::CommRecord rec = rank.comm().send(dx.raw(), dx.numel(), DType::f32, (g - 1) % m_world,
-                                                message_tag(index, chunk, kBackwardTag));
-        rec.op = send.c_str();
-        rank.record_comm(rec);
-    }
-}
-
 // The chunks chain in the model's order on the calling thread (each chunk's input copied onto
 // its device when it is another: GPUs); every rank is between steps when predict runs, so the
 // masters' last-forward state is free to overwrite.
 Tensor StagedStrategy::predict(const Tensor& x) {
     Tensor h = x;
     for (int g = 0; g < global_chunks(); ++g) {
-        Chunk& ch = chunk_of(g);
+        ModelChunk& ch = chunk_of(g);
         Device& device = ch.master().device();
         h = ch.master().forward(gpu::on_device(h, device, MemCategory::activations), nn::Mode::eval);
     }
@@ -645,9 +457,9 @@ Tensor StagedStrategy::predict(const Tensor& x) {
 std::vector<Tensor> StagedStrategy::parameters() {
     std::vector<Tensor> out;
     for (int g = 0; g < global_chunks(); ++g) {
-        Chunk& ch = chunk_of(g);
+        ModelChunk& ch = chunk_of(g);
+        if (ch.contexts.empty()) out.resize(out.size() + ch.param_count);
         for (Tensor& t : host_copies(ch.params)) out.push_back(std::move(t));
-        out.resize(out.size() + ch.remote_params);
     }
     return out;
 }
@@ -655,9 +467,9 @@ std::vector<Tensor> StagedStrategy::parameters() {
 std::vector<Tensor> StagedStrategy::buffers() {
     std::vector<Tensor> out;
     for (int g = 0; g < global_chunks(); ++g) {
-        Chunk& ch = chunk_of(g);
+        ModelChunk& ch = chunk_of(g);
+        if (ch.contexts.empty()) out.resize(out.size() + ch.buffer_count);
         for (Tensor& t : host_copies(ch.buffers)) out.push_back(std::move(t));
-        out.resize(out.size() + ch.remote_buffers);
     }
     return out;
 }

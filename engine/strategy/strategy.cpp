@@ -258,6 +258,23 @@ static void copy_in(const Tensor& dst, const float* src) {
     else std::memcpy(dst.raw(), src, dst.nbytes());
 }
 
+Tensor WholeOnHost::predict(Strategy& s, const RunContext& ctx, int64_t steps, const Tensor& x) {
+    const config::Experiment& e = *ctx.experiment;
+    Device& host = detached_host_device();
+    if (!m_model) m_model = std::make_unique<nn::Model>(e.layers, ctx.input, e.loss, DType::f32, host);
+    if (m_at != steps) {
+        const std::vector<Tensor> values = s.parameters();
+        const auto to = m_model->parameters();
+        for (size_t i = 0; i < to.size(); ++i) to[i]->value.copy_from(values[i]);
+        const std::vector<Tensor> from = s.buffers();
+        const auto bufs = m_model->buffers();
+        for (size_t i = 0; i < bufs.size(); ++i) bufs[i].copy_from(from[i]);
+        m_at = steps;
+    }
+    const Tensor out = m_model->forward(gpu::on_device(x, host, MemCategory::activations), nn::Mode::eval);
+    return gpu::on_device(out, *ctx.devices[0], MemCategory::activations);
+}
+
 DeviceBatch to_device(const data::Batch& b, int64_t offset, int64_t count, const Shape& input,
                       const Shape& target, Device& device) {
     DeviceBatch out;

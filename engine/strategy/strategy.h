@@ -257,6 +257,20 @@ std::vector<Tensor> host_copies(const std::vector<Tensor>& tensors);
 // `scaler`'s state (fp16; none when null), and an empty optimizer-state list per parameter.
 TrainingState whole_model_state(Strategy& s, const optim::Optimizer& optimizer, const optim::LossScaler* scaler);
 
+// predict for a strategy whose devices hold slices of the model (tensor_parallel, hybrid): the
+// whole model built on the host, its parameters and buffers put together from the strategy's
+// parameters() and buffers() whenever `steps` has moved since the last time (or after
+// invalidate()), and the output returned on device 0.
+class WholeOnHost {
+public:
+    Tensor predict(Strategy& s, const RunContext& ctx, int64_t steps, const Tensor& x);
+    void invalidate() { m_at = -1; }
+
+private:
+    std::unique_ptr<nn::Model> m_model;
+    int64_t m_at = -1;  // `steps` when m_model was last put together
+};
+
 // Each rank's host tensors put together on rank 0's process, for a strategy that assembles the
 // whole model from its ranks' parts: `mine[r]` lists local rank r's f32 host tensors (none for
 // a rank with nothing to give). In one process, `mine` itself. Across processes it is collective

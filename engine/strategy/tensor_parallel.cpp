@@ -146,24 +146,7 @@ public:
     }
 
     // The whole model on the host, put together from the shards when they have changed.
-    Tensor predict(const Tensor& x) override {
-        const config::Experiment& e = *m_ctx->experiment;
-        Device& host = detached_host_device();
-        if (!m_whole)
-            m_whole = std::make_unique<nn::Model>(e.layers, m_ctx->input, e.loss, DType::f32, host);
-        if (m_whole_at != m_steps.load()) {
-            const std::vector<Tensor> values = parameters();
-            const auto to = m_whole->parameters();
-            for (size_t i = 0; i < to.size(); ++i) to[i]->value.copy_from(values[i]);
-            const std::vector<Tensor> from = buffers();
-            const auto bufs = m_whole->buffers();
-            for (size_t i = 0; i < bufs.size(); ++i) bufs[i].copy_from(from[i]);
-            m_whole_at = m_steps.load();
-        }
-        const Tensor out =
-            m_whole->forward(gpu::on_device(x, host, MemCategory::activations), nn::Mode::eval);
-        return gpu::on_device(out, *m_ctx->devices[0], MemCategory::activations);
-    }
+    Tensor predict(const Tensor& x) override { return m_whole.predict(*this, *m_ctx, m_steps.load(), x); }
 
     // The whole model's parameters in the single device's order: each put together from the
     // devices' slices (a replicated one from device 0). Across processes, on rank 0's process
@@ -358,39 +341,14 @@ private:
     std::vector<Cut> m_cuts;             // by parameter of the whole model
     std::vector<Shape> m_shapes;         // the whole model's parameter shapes
     std::atomic<int64_t> m_steps{0};     // steps device 0 has taken
-    std::unique_ptr<nn::Model> m_whole;  // predict's model on the host
-    int64_t m_whole_at = -1;             // m_steps when m_whole was last put together
+    WholeOnHost m_whole;                 // predict's model on the host
 };
 
 // ---- the registry's memory model and picture --------------------------------------------------
 
-// The width D of a layer from its parameters (the file does not give it): attention has
-// 4D² + 4D, a transformer_block 4D² + (2 ffn + 9) D + ffn. Also the parameters that stay whole
-// on every device: attention's proj bias (D); a block's two layernorms (4D) and its two
-// row-parallel biases (2D).
-struct BlockParams {
-    int64_t sliced = 0, whole = 0;
-};
-
-BlockParams split_params(const nn::LayerSpec& s, int64_t params) {
-    const double f = static_cast<double>(s.ffn);
-    const double p = static_cast<double>(params);
-    BlockParams out;
-    if (s.type == "attention") {
-        const auto d = std::llround((-1.0 + std::sqrt(1.0 + p)) / 2.0);
-        out.whole = d;
-    } else {
-        const double b = 2 * f + 9;
-        const auto d = std::llround((-b + std::sqrt(b * b - 16.0 * (f - p))) / 8.0);
-        out.whole = 6 * d;
-    }
-    out.sliced = params - out.whole;
-    return out;
-}
-
 // Each device: the replicated layers whole, 1/N of every attention's and block's sliced
 // parameters (their gradients and optimizer state alike), and the whole batch's activations as
-// its shard of each layer holds them (tensor_shards::shard_activations: 1/N of the heads' q, k,
+// its shard of each layer holds them (tensor_shards::shard_cost: 1/N of the heads' q, k,
 // v, probabilities and outputs and of the MLP's hidden units; with sequence_parallel, also 1/N
 // of the positions of what a split layer keeps outside its split linears).
 std::vector<DeviceMemoryEstimate> tensor_parallel_memory(const config::Experiment& e,
@@ -399,21 +357,8 @@ std::vector<DeviceMemoryEstimate> tensor_parallel_memory(const config::Experimen
     const int64_t n = static_cast<int64_t>(out.size());
     const bool sequence = n > 1 && option<bool>(e.strategy, "sequence_parallel");
     ModelCost shard = m;
-    int64_t params = 0;
-    // ModelCost lists a repeated layer's copies one by one, as nn::expand_repeats does.
-    const std::vector<nn::LayerSpec> layers = nn::expand_repeats(e.layers);
-    for (size_t l = 0; l < m.layer_parameters.size(); ++l) {
-        const nn::LayerSpec* s = l < layers.size() ? &layers[l] : nullptr;
-        const bool split = s && (s->type == "attention" || s->type == "transformer_block") &&
-                           s->heads % n == 0 && (s->type == "attention" || s->ffn % n == 0);
-        if (!split) {
-            params += m.layer_parameters[l];
-            continue;
-        }
-        const BlockParams b = split_params(*s, m.layer_parameters[l]);
-        params += b.whole + b.sliced / n;
-    }
-    shard_the_activations(e, n, sequence, shard);
+    shard_the_cost(e, static_cast<int>(n), sequence, shard);
+    const int64_t params = shard.parameters();
     const int64_t k = optimizer_state_per_parameter(e.optimizer);
     for (int64_t r = 0; r < n; ++r) {
         auto& d = out[static_cast<size_t>(r)];

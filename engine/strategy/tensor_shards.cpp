@@ -133,7 +133,7 @@ Tensor host_tensor(const Shape& shape) {
 
 }  // namespace
 
-ShardActivations shard_activations(const config::Experiment& e, const Shape& input, int n, bool sequence) {
+ShardCost shard_cost(const config::Experiment& e, const Shape& input, int n, bool sequence) {
     const std::vector<nn::LayerSpec> layers = nn::expand_repeats(e.layers);
     nn::TensorShard shard{0, n, {}};
     const auto never = [](const Tensor&) { throw Error("tensor_shards: a shard built for its memory computed"); };
@@ -141,8 +141,9 @@ ShardActivations shard_activations(const config::Experiment& e, const Shape& inp
     if (sequence) shard.all_gather = shard.reduce_scatter = never;
     const auto model = nn::Model::stage(layers, 0, layers.size(), input, e.loss, DType::f32, meta_device(),
                                         shard_preparer(layers, 0, layers.size(), shard));
-    ShardActivations out;
+    ShardCost out;
     for (size_t i = 0; i < model->net().size(); ++i) {
+        out.parameters.push_back(model->net().at(i).parameter_count());
         out.activations.push_back(model->net().at(i).activations_per_sample());
         out.scores.push_back(nn::attention_scores_of(model->net().at(i)));
         out.backward.push_back(nn::backward_extra_of(model->net().at(i)));
@@ -150,15 +151,18 @@ ShardActivations shard_activations(const config::Experiment& e, const Shape& inp
     return out;
 }
 
-void shard_the_activations(const config::Experiment& e, int n, bool sequence, strategy::ModelCost& cost) {
+void shard_the_cost(const config::Experiment& e, int n, bool sequence, strategy::ModelCost& cost) {
     if (n <= 1 || cost.input.rank() == 0) return;
-    ShardActivations shard;
+    ShardCost shard;
     try {
-        shard = shard_activations(e, cost.input, n, sequence);
+        shard = shard_cost(e, cost.input, n, sequence);
     } catch (const std::exception&) {
         return;
     }
-    if (shard.activations.size() != cost.layer_activations.size()) return;
+    if (shard.activations.size() != cost.layer_activations.size() ||
+        shard.parameters.size() != cost.layer_parameters.size())
+        return;
+    cost.layer_parameters = std::move(shard.parameters);
     cost.layer_activations = std::move(shard.activations);
     cost.layer_scores = std::move(shard.scores);
     cost.layer_backward = std::move(shard.backward);

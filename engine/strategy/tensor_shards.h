@@ -59,19 +59,22 @@ struct WholeCheckpoint {
 WholeCheckpoint read_whole_checkpoint(const TrainingState& st, const std::vector<Shape>& shapes,
                                       const std::vector<Tensor>& buffers, size_t per_param);
 
-// What tensor rank 0 of `n` holds for backward per example in each top-level layer of `e`'s
-// model (nn::expand_repeats' order), and of that its attention probabilities: read from the
-// model built with its shards (give_shard; `sequence`: with sequence parallelism) on the meta
-// device, nothing allocated. `input`: the model's per-example input.
-struct ShardActivations {
-    std::vector<int64_t> activations, scores, backward;  // backward: nn::backward_extra_of
+// What tensor rank 0 of `n` holds in each top-level layer of `e`'s model (nn::expand_repeats'
+// order): its parameters (the split layers' slices and the replicated ones whole), what it keeps
+// for backward per example and of that its attention probabilities: read from the model built
+// with its shards (give_shard; `sequence`: with sequence parallelism) on the meta device, nothing
+// allocated. `input`: the model's per-example input.
+struct ShardCost {
+    std::vector<int64_t> parameters, activations, scores, backward;  // backward: nn::backward_extra_of
 };
-ShardActivations shard_activations(const config::Experiment& e, const Shape& input, int n, bool sequence);
+ShardCost shard_cost(const config::Experiment& e, const Shape& input, int n, bool sequence);
 
-// `cost`'s activations, attention probabilities and backward extras replaced, layer by layer, by those of tensor
-// rank 0 of `n` (shard_activations of cost.input). A model whose layers do not divide over `n`
-// (refused at setup, but estimated in the window as it is edited) keeps its whole numbers.
-void shard_the_activations(const config::Experiment& e, int n, bool sequence, strategy::ModelCost& cost);
+// `cost`'s parameters, activations, attention probabilities and backward extras replaced, layer
+// by layer, by those of tensor rank 0 of `n` (shard_cost of cost.input): the memory model of
+// every strategy that splits layers over a tensor-parallel group. A model whose layers do not
+// divide over `n` (refused at setup, but estimated in the window as it is edited) keeps its
+// whole numbers.
+void shard_the_cost(const config::Experiment& e, int n, bool sequence, strategy::ModelCost& cost);
 
 // How one parameter of the whole model is cut: whole (replicated), by rows of its first
 // dimension in `blocks` equal parts (a column-parallel weight or bias), or by columns of its

@@ -15,6 +15,7 @@
 // Each rank's parameters are views of one flat buffer [T] (and, at stage 1, its gradients of
 // another), as torch's ZeRO keeps flat parameter groups: the reduce-scatter and the all-gather
 // run in place, with nothing packed or unpacked; only the updated shard is copied in.
+#include "engine/strategy/flat_shard.h"
 #include "engine/strategy/replicas.h"
 #include "engine/strategy/registry.h"
 #include "engine/strategy/zero3.h"
@@ -31,39 +32,23 @@ public:
         const size_t r = static_cast<size_t>(rank.index());
         m_rank_slots[r] = &rank;
         RankState& s = m_state[r];
-        s.shard = data::shard_of_dataset(m_total, rank.index(), rank.world());
         auto& ps = params(rank.index());
+        // Stage 1: the gradients are views of one flat buffer too, reduce-scattered in place;
+        // stage 2: between steps a rank holds only its shard of the gradients.
+        if (m_stage == 1) s.grads = grads_as_views(ps, 0, ps.size(), rank.device());
+        else
+            for (nn::Param* p : ps) p->grad = Tensor();
         // The parameters become views of one flat buffer. Their old tensors go once copied; the
         // copy's moment of twice the parameters is setup, not training: the peaks are reset
-        // below, before the broadcast (whose flat buffer is counted as communication).
-        s.values = Tensor::empty(Shape{m_total}, DType::f32, rank.device(), MemCategory::parameters);
-        int64_t at = 0;
-        for (nn::Param* p : ps) {
-            Tensor view = s.values.view(at, p->value.shape());
-            view.copy_from(p->value);
-            p->value = view;
-            at += view.numel();
-        }
-        // The shard the optimizer sees: a parameter of its own (so that its state is 1/N). Its
-        // gradient views this rank's part of the flat gradients at stage 1; its value is a
-        // private master copy, copied into the flat parameters after each update. Updating the
-        // flat parameters in place instead writes cache lines the other ranks read in the last
-        // all-gather, which makes the step slower where those lines must move between cores
-        // (docs/benchmarks.md, "Strategies on virtual CPU devices").
-        s.shard_param.name = "zero_shard";
-        s.shard_param.value = Tensor::empty(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::workspace);
-        if (m_stage == 1) {
-            // The gradients are views of one flat buffer too, reduce-scattered in place.
-            s.grads = grads_as_views(ps, 0, ps.size(), rank.device());
-            s.shard_param.grad = s.grads.view(s.shard.offset, Shape{s.shard.count});
-        } else {
-            // Between steps a rank holds only its shard of the gradients.
-            for (nn::Param* p : ps) p->grad = Tensor();
-            s.shard_param.grad = Tensor::zeros(Shape{s.shard.count}, DType::f32, rank.device(), MemCategory::gradients);
-        }
+        // below, before the broadcast (whose flat buffer is counted as communication). The
+        // shard the optimizer sees is a private master copy, copied into the flat parameters
+        // after each update. Updating the flat parameters in place instead writes cache lines
+        // the other ranks read in the last all-gather, which makes the step slower where those
+        // lines must move between cores (docs/benchmarks.md, "Strategies on virtual CPU devices").
+        s.shard.make(ps, rank.index(), rank.world(), rank.device(), MemCategory::workspace, s.grads);
         rank.device().allocator().reset_peak();
         broadcast_parameters(rank);
-        s.shard_param.value.copy_from(s.values.view(s.shard.offset, Shape{s.shard.count}));
+        s.shard.refresh_param();
         if (m_loaded) load_shard_state(rank.index(), *m_loaded);
     }
 
@@ -77,19 +62,17 @@ public:
         const size_t k = st.optimizer_state_names.size();
         st.optimizer_state.assign(ps.size(), {});
         if (k == 0 || m_optimizers[0]->state().empty()) return st;
+        std::vector<Shape> shapes;
+        for (const nn::Param* p : ps) shapes.push_back(p->value.shape());
+        const Tensor none;
         for (size_t j = 0; j < k; ++j) {
-            Tensor flat = Tensor::empty(Shape{m_total}, DType::f32, detached_host_device(), MemCategory::workspace);
+            std::vector<const Tensor*> ranges;
             for (int r = 0; r < m_world; ++r) {
-                const RankState& s = m_state[static_cast<size_t>(r)];
-                if (s.shard.count == 0) continue;
-                flat.view(s.shard.offset, Shape{s.shard.count})
-                    .copy_from(m_optimizers[static_cast<size_t>(r)]->state()[0][j]);
+                const auto& state = m_optimizers[static_cast<size_t>(r)]->state();
+                ranges.push_back(state.empty() ? &none : &state[0][j]);
             }
-            for (size_t i = 0; i < ps.size(); ++i) {
-                Tensor t = Tensor::empty(ps[i]->value.shape(), DType::f32, detached_host_device(), MemCategory::workspace);
-                t.copy_from(flat.view(m_offset[i], ps[i]->value.shape()));
-                st.optimizer_state[i].push_back(std::move(t));
-            }
+            std::vector<Tensor> whole = join_flat(ranges, shapes);
+            for (size_t i = 0; i < ps.size(); ++i) st.optimizer_state[i].push_back(std::move(whole[i]));
         }
         return st;
     }
@@ -111,7 +94,7 @@ public:
         if (m_stage == 1) {
             pass = forward_backward(rank, replica(r), batch, offset, {}, {}, loss_scale);
             // Leaves the sum of this rank's shard in its part of the flat gradients.
-            rank.record_comm(named(comm.reduce_scatter(s.grads.raw(), m_total, DType::f32, comm::ReduceOp::sum),
+            rank.record_comm(named(comm.reduce_scatter(s.grads.raw(), s.grads.numel(), DType::f32, comm::ReduceOp::sum),
                                    "reduce_scatter_grads"));
         } else {
             // A layer's gradients exist only from just before its backward until they are
@@ -130,7 +113,7 @@ public:
         }
 
         StepResult res{pass.loss_sum, pass.samples, pass.samples, 0};
-        std::vector<nn::Param*> shard{&s.shard_param};
+        std::vector<nn::Param*> shard{&s.shard.param()};
         // fp16: each rank checks its shard and all agree; an overflow skips the update and the
         // all-gather alike (no rank's parameters change).
         if (s.scaler && !unscale_gradients(rank, shard, *s.scaler, true)) return res;
@@ -139,9 +122,9 @@ public:
         // Update the own shard, then gather everyone's into the flat parameters.
         rank.compute("optimizer", [&] {
             m_optimizers[static_cast<size_t>(r)]->step(shard, lr);
-            s.values.view(s.shard.offset, Shape{s.shard.count}).copy_from(s.shard_param.value);
+            s.shard.store_param();
         });
-        rank.record_comm(named(comm.all_gather(s.values.raw(), m_total, DType::f32), "all_gather_params"));
+        rank.record_comm(named(s.shard.all_gather(comm), "all_gather_params"));
         return res;
     }
 
@@ -150,7 +133,6 @@ protected:
         const config::Experiment& e = *ctx.experiment;
         m_stage = static_cast<int>(option<int64_t>(e.strategy, "stage"));
         build_replicas(ctx, reference, true);
-        m_total = total_numel(layout());
         m_rank_slots.assign(static_cast<size_t>(m_world), nullptr);
         if (option<bool>(e.strategy, "sync_batchnorm")) install_sync_batchnorm_on_local(m_rank_slots);
         m_state.resize(static_cast<size_t>(m_world));
@@ -168,10 +150,8 @@ protected:
 
 private:
     struct RankState {
-        data::ShardRange shard;  // this rank's rows of the flat parameter vector
-        Tensor values;           // [T]: the parameters are views of it
-        Tensor grads;            // stage 1, [T]: the gradients are views of it
-        nn::Param shard_param;   // the shard's value (a private copy) and gradient (a view at stage 1)
+        FlatShard shard;  // the flat parameters and this rank's range of them
+        Tensor grads;     // stage 1, [T]: the gradients are views of it
         std::unique_ptr<optim::LossScaler> scaler;  // fp16 mixed precision
     };
 
@@ -184,21 +164,9 @@ private:
         auto& ps = params(rank.index());
         std::vector<nn::Param*> part;
         for (size_t i : own) part.push_back(ps[i]);
-        const int64_t a = m_offset[own.front()];
-        const int64_t n = total_numel(part);
-        Tensor buf = Tensor::empty(Shape{n}, DType::f32, rank.device(), MemCategory::communication);
-        float* f = buf.data<float>();
-        pack_grads(part, f);
-        for (int q = 0; q < rank.world(); ++q) {
-            const auto sq = data::shard_of_dataset(m_total, q, rank.world());
-            const int64_t lo = std::max(a, sq.offset), hi = std::min(a + n, sq.offset + sq.count);
-            if (lo >= hi) continue;
-            rank.record_comm(named(rank.comm().reduce(f + (lo - a), hi - lo, DType::f32, comm::ReduceOp::sum, q),
-                                   "reduce_grads_to_owner"));
-            if (q == rank.index())
-                copy_floats(s.shard_param.grad.data<float>() + (lo - s.shard.offset), f + (lo - a), hi - lo,
-                            buf.queue());
-        }
+        Tensor buf = Tensor::empty(Shape{total_numel(part)}, DType::f32, rank.device(), MemCategory::communication);
+        pack_grads(part, buf.data<float>());
+        s.shard.reduce_to_owners(rank, rank.comm(), buf, m_offset[own.front()], "reduce_grads_to_owner");
         for (nn::Param* p : part) p->grad = Tensor();
     }
 
@@ -206,23 +174,18 @@ private:
     void load_shard_state(int r, const TrainingState& st) {
         RankState& s = m_state[static_cast<size_t>(r)];
         std::vector<std::vector<Tensor>> shard_state(1);
-        for (size_t j = 0; j < st.optimizer_state_names.size() && !st.optimizer_state.empty() &&
-                           !st.optimizer_state[0].empty();
-             ++j) {
-            Tensor flat = Tensor::empty(Shape{m_total}, DType::f32, detached_host_device(), MemCategory::workspace);
-            for (size_t i = 0; i < st.optimizer_state.size(); ++i)
-                flat.view(m_offset[i], st.optimizer_state[i][j].shape()).copy_from(st.optimizer_state[i][j]);
-            Tensor mine = Tensor::empty(Shape{s.shard.count}, DType::f32, detached_host_device(), MemCategory::workspace);
-            mine.copy_from(flat.view(s.shard.offset, Shape{s.shard.count}));
-            shard_state[0].push_back(std::move(mine));
+        const bool stepped = !st.optimizer_state.empty() && !st.optimizer_state[0].empty();
+        for (size_t j = 0; stepped && j < st.optimizer_state_names.size(); ++j) {
+            std::vector<Tensor> of_j;
+            for (const auto& state : st.optimizer_state) of_j.push_back(state[j]);
+            shard_state[0].push_back(range_of_flat(of_j, r, m_world));
         }
-        m_optimizers[static_cast<size_t>(r)]->load_state({&s.shard_param}, shard_state, st.optimizer_steps);
+        m_optimizers[static_cast<size_t>(r)]->load_state({&s.shard.param()}, shard_state, st.optimizer_steps);
         if (s.scaler && st.has_scaler) s.scaler->load_state(st.scaler);
     }
 
     std::unique_ptr<TrainingState> m_loaded;  // a checkpoint to resume from, until every rank started
     int m_stage = 1;
-    int64_t m_total = 0;
     std::vector<int64_t> m_offset;      // flat offset of each parameter
     std::vector<RankState> m_state;     // per rank; each touched by its own thread only
     std::vector<Rank*> m_rank_slots;

@@ -203,9 +203,9 @@ TEST(Registry, HybridIsPicturedAsItsMesh) {
     e.strategy.options["pp"] = int64_t{2};
     const strategy::StepPicture p = strategy::step_picture(e);
     EXPECT_EQ(p.layout, strategy::StepPicture::Layout::mesh);
-    EXPECT_EQ(p.mesh_dp, 2);
-    EXPECT_EQ(p.mesh_tp, 2);
-    EXPECT_EQ(p.mesh_pp, 2);
+    EXPECT_EQ(p.mesh.dp, 2);
+    EXPECT_EQ(p.mesh.tp, 2);
+    EXPECT_EQ(p.mesh.pp, 2);
     e.strategy.options["pp"] = int64_t{1};  // 4 of the 8 devices: not a mesh yet, and said so
     const strategy::StepPicture q = strategy::step_picture(e);
     EXPECT_NE(q.layout, strategy::StepPicture::Layout::mesh);

@@ -1,9 +1,9 @@
 // hybrid (docs/strategies.md): a dp × tp × pp mesh ends with the single device's parameters on
 // the same global batch (zero 0 to 3, the three schedules, clipping and accumulation too); a
 // dp × tp mesh moves per device and step 4 tensor-parallel all-reduces of b·s·h numbers per block
-// (b: its replica's rows) and one data-parallel collective of its 1/tp gradients (zero 2 and 3:
-// the same bytes in a reduce per layer and owner; zero 3 gathers each layer's parameters for its
-// forward and its backward), with stages the same all-reduces per micro-batch and one activation
+// (b: its replica's rows) and one data-parallel collective of its 1/tp gradients (zero 2: the
+// same bytes in a reduce per layer and owner; zero 3: a reduce-scatter per layer, each layer's
+// parameters all-gathered for its forward and its backward), with stages the same all-reduces per micro-batch and one activation
 // per micro-batch; every mesh holds the memory its model predicts, zero 2 less gradient memory
 // than zero 1 and zero 3 less parameter memory than zero 2; what it cannot run is refused at
 // the option.
@@ -19,6 +19,7 @@
 
 #include <unistd.h>
 
+#include "engine/comm/device_mesh.h"
 #include "engine/comm/sub_groups.h"
 #include "comm_reference.h"
 #include "engine/device/device.h"
@@ -87,6 +88,82 @@ void expect_matches_single(const json& j, int devices, const json& strategy) {
     EXPECT_NEAR(want.summary.final_loss, got.summary.final_loss, 1e-5 * (1 + want.summary.final_loss));
     ASSERT_TRUE(want.summary.test_loss && got.summary.test_loss);
     EXPECT_NEAR(*want.summary.test_loss, *got.summary.test_loss, 1e-5 * (1 + *want.summary.test_loss));
+}
+
+// The mesh's one rank order: tp fastest, then cp, dp, and pp slowest; ep folded into cp · dp.
+TEST(DeviceMesh, RanksLieTpFirstThenCpDpAndPp) {
+    const comm::DeviceMesh mesh({.dp = 2, .cp = 2, .tp = 2, .pp = 2}, 16);
+    // Rank 13 = 1 + 2·(0 + 2·(1 + 2·1)): tp 1, cp 0, dp 1, stage 1.
+    EXPECT_EQ(mesh.coords(13), (comm::MeshCoords{.dp = 1, .cp = 0, .ep = 0, .tp = 1, .pp = 1}));
+    EXPECT_EQ(mesh.coords(6), (comm::MeshCoords{.dp = 1, .cp = 1, .ep = 0, .tp = 0, .pp = 0}));
+    for (int k = 0; k < mesh.size(); ++k) EXPECT_EQ(mesh.rank_of(mesh.coords(k)), k);
+    EXPECT_EQ(mesh.with(13, comm::Axis::pp, 0), 5);
+    EXPECT_EQ(mesh.with(13, comm::Axis::dp, 0), 9);
+    EXPECT_EQ(mesh.label(13), "tp 1 · cp 0 · dp 1 · stage 2");
+
+    const comm::DeviceMesh cube({.dp = 2, .tp = 2, .pp = 2}, 8);
+    using G = std::vector<std::vector<int>>;
+    EXPECT_EQ(cube.groups({comm::Axis::tp}), (G{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+    EXPECT_EQ(cube.groups({comm::Axis::dp}), (G{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+    EXPECT_EQ(cube.groups({comm::Axis::pp}), (G{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+    EXPECT_EQ(cube.groups({comm::Axis::tp, comm::Axis::dp}), (G{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+    EXPECT_EQ(cube.members(6, {comm::Axis::dp}), (std::vector<int>{4, 6}));
+    EXPECT_EQ(cube.label(6), "tp 0 · dp 1 · stage 2");
+}
+
+// An expert group is ep consecutive devices of the cp · dp grid of one (tp, pp).
+TEST(DeviceMesh, ExpertGroupsFoldIntoCpAndDp) {
+    using G = std::vector<std::vector<int>>;
+    const comm::DeviceMesh a({.dp = 2, .cp = 2, .ep = 2}, 4);
+    EXPECT_EQ(a.groups({comm::Axis::ep}), (G{{0, 1}, {2, 3}}));
+    EXPECT_EQ(a.coords(3).ep, 1);
+    const comm::DeviceMesh b({.dp = 4, .ep = 2, .tp = 2}, 8);
+    EXPECT_EQ(b.groups({comm::Axis::ep}), (G{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+    EXPECT_EQ(b.with(5, comm::Axis::ep, 1), 7);
+    const comm::DeviceMesh c({.dp = 2, .cp = 2, .ep = 4}, 4);
+    EXPECT_EQ(c.groups({comm::Axis::ep}), (G{{0, 1, 2, 3}}));
+    EXPECT_THROW(c.members(0, {comm::Axis::ep, comm::Axis::dp}), Error);
+}
+
+// A shape that does not fit is refused once, naming the key.
+TEST(DeviceMesh, ShapesThatDoNotFitAreRefusedAtTheirKey) {
+    const auto refusal = [](comm::MeshShape shape, int64_t world) -> std::pair<std::string, std::string> {
+        try {
+            comm::DeviceMesh::check(shape, world);
+        } catch (const ConfigError& e) {
+            return {e.path(), e.what()};
+        }
+        return {"", "accepted"};
+    };
+    auto [path, what] = refusal({.dp = 2, .tp = 2}, 3);
+    EXPECT_EQ(path, "strategy");
+    EXPECT_NE(what.find("the mesh dp · tp · pp = 2 · 2 · 1 = 4 devices, but the run has 3"), std::string::npos) << what;
+    std::tie(path, what) = refusal({.dp = 2, .cp = 2}, 3);
+    EXPECT_NE(what.find("dp · cp · tp · pp = 2 · 2 · 1 · 1 = 4"), std::string::npos) << what;
+    EXPECT_EQ(refusal({.dp = 3, .ep = 2}, 3).first, "strategy.ep");
+    EXPECT_EQ(refusal({.tp = 0}, 0).first, "strategy.tp");
+    EXPECT_EQ(refusal({.dp = 4, .ep = 2, .tp = 2}, 8).second, "accepted");
+    EXPECT_THROW(comm::DeviceMesh({.dp = 2}, 3), ConfigError);
+}
+
+// A mesh's communicators: each tp group sums among its own devices.
+TEST(DeviceMesh, CommunicatorsReduceOverTheirAxis) {
+    const comm::DeviceMesh mesh({.dp = 2, .tp = 2}, 4);
+    const std::vector<Device*> hosts(4, &detached_host_device());
+    const auto tp = mesh.communicators({comm::Axis::tp}, hosts, nullptr, 0);
+    const auto dp = mesh.communicators({comm::Axis::dp}, hosts, nullptr, 0);
+    std::vector<float> a{1, 2, 3, 4}, b{1, 2, 3, 4};
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 4; ++r)
+        threads.emplace_back([&, r] {
+            tp->of(r).all_reduce(&a[static_cast<size_t>(r)], 1, DType::f32, comm::ReduceOp::sum);
+            dp->of(r).all_reduce(&b[static_cast<size_t>(r)], 1, DType::f32, comm::ReduceOp::sum);
+        });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(a, (std::vector<float>{3, 3, 7, 7}));  // ranks {0, 1} and {2, 3}
+    EXPECT_EQ(b, (std::vector<float>{4, 6, 4, 6}));  // ranks {0, 2} and {1, 3}
+    EXPECT_EQ(tp->of(3).rank(), mesh.coord(3, comm::Axis::tp));
+    EXPECT_EQ(dp->of(3).rank(), mesh.coord(3, comm::Axis::dp));
 }
 
 // The sub-groups a mesh is made of: collectives among their members only, ranks in the order
@@ -251,9 +328,10 @@ TEST(Hybrid, ClippingAccumulationAndUnevenRowsMatchSingle) {
     expect_matches_single(j, 4, hybrid(2, 2, 1));
 }
 
-// The cases `zero` 2 and 3 share: layer by layer (one micro-batch a step: dp · tp, dp · pp, the
-// whole mesh on 8 devices, clipping over uneven rows) and through a flat buffer of the step
-// (micro-batches, grad_accum with clipping, interleaving, sequence parallelism). Returns the
+// The cases `zero` 2 and 3 share: one micro-batch a step (dp · tp, dp · pp, the whole mesh on 8
+// devices, clipping over uneven rows: zero 2 layer by layer) and several (micro-batches,
+// grad_accum with clipping, interleaving, sequence parallelism: zero 2 through a flat buffer of
+// the step); zero 3 runs layer by layer in every case. Returns the
 // experiment with clipping, accumulation and 5 rows (replicas of 3 and 2), for the stage's own.
 json expect_sharded_stage_matches_single(int zero) {
     expect_matches_single(tiny_gpt(), 4, hybrid(2, 2, zero));
@@ -278,8 +356,8 @@ TEST(Hybrid, ZeroTwoMatchesSingle) {
     expect_matches_single(j, 8, staged(2, 2, 2, 2, 2));
 }
 
-// zero 3: a chunk's values gathered over the dp group for each of its forwards and backwards,
-// the gradients as zero 2's; uneven rows (5: replicas of 3 and 2, and 3: of 2 and 1, the smaller
+// zero 3: each top-level layer's values all-gathered over the dp group for each of its forwards
+// and backwards and its gradients reduce-scattered after each backward; uneven rows (5: replicas of 3 and 2, and 3: of 2 and 1, the smaller
 // one gathering without computing for the micro-batches it lacks), clipping and accumulation.
 TEST(Hybrid, ZeroThreeMatchesSingle) {
     json j = expect_sharded_stage_matches_single(3);
@@ -370,7 +448,7 @@ TEST(Hybrid, BytesPerCollectiveFollowTheFormulas) {
             zero == 0   ? std::vector<std::string>{"dp_all_reduce_grads"}
             : zero == 1 ? std::vector<std::string>{"dp_reduce_scatter_grads", "dp_all_gather_params"}
             : zero == 2 ? std::vector<std::string>{"dp_reduce_grads_to_owner", "dp_all_gather_params"}
-                        : std::vector<std::string>{"dp_reduce_grads_to_owner", "dp_gather_params"};
+                        : std::vector<std::string>{"dp_reduce_scatter_grads", "dp_all_gather_params"};
         int64_t dp_bytes = 0;
         for (const std::string& phase : dp_phases) {
             const auto& spans = counter.counts[phase];
@@ -382,12 +460,16 @@ TEST(Hybrid, BytesPerCollectiveFollowTheFormulas) {
                     EXPECT_EQ(c.first, 7) << phase << " " << key.first;
                     // the owner receives (dp − 1) · its part: each device its half of the gradients
                     EXPECT_EQ(c.second, (dp - 1) * kLocalTp2 / dp * 4) << phase << " " << key.first;
-                } else if (phase == "dp_gather_params") {
-                    // zero 3: each layer's values gathered for its forward and its backward, a
-                    // broadcast per owner of part of its range; each device receives the other's
-                    // half of the local parameters twice (an all-gather's bytes, twice)
-                    EXPECT_EQ(c.first, 2 * 7) << phase << " " << key.first;
+                } else if (zero == 3 && phase == "dp_all_gather_params") {
+                    // zero 3: each of the 6 top-level layers with parameters (every one of them
+                    // even) all-gathered for its forward and its backward: each device receives
+                    // the other's half of the local parameters twice
+                    EXPECT_EQ(c.first, 2 * 6) << phase << " " << key.first;
                     EXPECT_EQ(c.second, 2 * (dp - 1) * kLocalTp2 / dp * 4) << phase << " " << key.first;
+                } else if (zero == 3) {
+                    // ...and each one's gradients reduce-scattered after its backward
+                    EXPECT_EQ(c.first, 6) << phase << " " << key.first;
+                    EXPECT_EQ(c.second, (dp - 1) * kLocalTp2 / dp * 4) << phase << " " << key.first;
                 } else {
                     EXPECT_EQ(c.first, 1) << phase << " " << key.first;
                 }
@@ -397,11 +479,11 @@ TEST(Hybrid, BytesPerCollectiveFollowTheFormulas) {
         // The local gradients are kLocalTp2 numbers (even): the halves are exact. (zero 3: one
         // more gather of the parameters, before the backward.)
         EXPECT_EQ(dp_bytes, zero == 3 ? dp_all_reduce + (dp - 1) * kLocalTp2 / dp * 4 : dp_all_reduce);
-        if (zero >= 2) {
+        if (zero == 2) {
             EXPECT_TRUE(counter.counts["dp_reduce_scatter_grads"].empty());
         }
         if (zero == 3) {
-            EXPECT_TRUE(counter.counts["dp_all_gather_params"].empty());
+            EXPECT_TRUE(counter.counts["dp_reduce_grads_to_owner"].empty());
         }
     }
 }

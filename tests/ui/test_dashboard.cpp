@@ -484,6 +484,21 @@ void TestDashboard::timelineMeasuresThePipelineBubble() {
     QVERIFY2(t.bubbleText().contains("measured 33 %"), qPrintable(t.bubbleText()));
     t.setPipeline(0, 0, {});
     QVERIFY(t.bubbleText().isEmpty());
+    // A mesh's stages are several devices each (dp2 · pp2: cpu:0 and cpu:1 run stage 0, cpu:2 and
+    // cpu:3 stage 1): every device counts, and a step is whole once all four have run it.
+    t.clear();
+    t.setPipeline(2, 2, "gpipe", 1, 4);
+    QVector<Span> mesh;
+    for (const Span& s : step) {
+        Span a = s, b = s;
+        a.device = s.device == "cpu:0" ? "cpu:0" : "cpu:2";
+        b.device = s.device == "cpu:0" ? "cpu:1" : "cpu:3";
+        mesh << a << b;
+    }
+    t.addSpans(mesh.mid(0, 9));
+    QVERIFY(std::isnan(t.measuredBubble()));
+    t.addSpans(mesh.mid(9));
+    QCOMPARE(t.measuredBubble(), 1.0 / 3.0);
 }
 
 // interleaved_1f1b on 2 stages, 2 micro-batches, 2 chunks a device, every operation 1 s and named

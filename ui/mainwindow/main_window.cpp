@@ -362,7 +362,7 @@ void MainWindow::startRun() {
     m_timeline->clear();
     if (const auto* d = strategy::find_strategy(m_experiment->strategy.type); d && d->pipeline) {
         const strategy::PipelineShape p = d->pipeline(*m_experiment);
-        m_timeline->setPipeline(p.stages, p.micro_batches, QString::fromStdString(p.schedule), p.chunks);
+        m_timeline->setPipeline(p.stages, p.micro_batches, QString::fromStdString(p.schedule), p.chunks, p.devices);
     } else {
         m_timeline->setPipeline(0, 0, {});
     }

@@ -222,7 +222,8 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
     case Layout::mesh: {
         // One column per pipeline stage (its colour), in it dp rows (data replicas) of tp devices
         // (tensor shards); activations go right from stage to stage, gradients come back.
-        const int dp = std::max(1, pic.mesh_dp), tp = std::max(1, pic.mesh_tp), pp = std::max(1, pic.mesh_pp);
+        const comm::DeviceMesh grid(pic.mesh);
+        const int dp = grid.size(comm::Axis::dp), tp = grid.size(comm::Axis::tp), pp = grid.size(comm::Axis::pp);
         const double captionH = 64, labelH = 18, stageGap = pp > 1 ? 34 : 0;
         const double gridTop = area.top() + labelH + 4;
         const double gridH = std::max(60.0, area.height() - captionH - labelH - 8);
@@ -249,7 +250,7 @@ void StrategyDiagram::paintEvent(QPaintEvent*) {
                         stageColor.darker(130));
             for (int d = 0; d < dp; ++d)
                 for (int t = 0; t < tp; ++t) {
-                    const int k = s * dp * tp + d * tp + t;
+                    const int k = grid.rank_of({.dp = d, .tp = t, .pp = s});
                     const QRectF cell(box.left() + 6 + t * (cellW + cellGap), box.top() + 6 + d * (cellH + cellGap),
                                       cellW, cellH);
                     drawBox(p, cell, name(k), QStringLiteral("tp %1 · dp %2").arg(t).arg(d), stageColor);

@@ -198,8 +198,9 @@ void TimelinePanel::addSpans(const QVector<config::Span>& spans) {
     refresh();
 }
 
-void TimelinePanel::setPipeline(int stages, int microBatches, const QString& schedule, int chunks) {
+void TimelinePanel::setPipeline(int stages, int microBatches, const QString& schedule, int chunks, int devices) {
     m_pipelineStages = stages > 1 ? stages : 0;
+    m_pipelineDevices = m_pipelineStages > 0 ? std::max(devices, m_pipelineStages) : 0;
     m_microBatches = microBatches;
     m_schedule = schedule;
     m_chunks = std::max(chunks, 1);
@@ -223,14 +224,14 @@ void TimelinePanel::setStepsControlVisible(bool visible) {
 
 double TimelinePanel::measuredBubble() const {
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    if (m_pipelineStages < 2 || static_cast<int>(m_kept.size()) != m_pipelineStages) return nan;
+    if (m_pipelineStages < 2 || static_cast<int>(m_kept.size()) != m_pipelineDevices) return nan;
     // The steps every stage keeps.
     std::map<qint64, int> stagesWith;
     for (const auto& [device, steps] : m_kept)
         for (const auto& [step, spans] : steps) ++stagesWith[step];
     double idle = 0, window = 0;
     for (const auto& [step, count] : stagesWith) {
-        if (count != m_pipelineStages) continue;
+        if (count != m_pipelineDevices) continue;
         double first = std::numeric_limits<double>::infinity(), last = -first, busy = 0;
         bool complete = true;
         for (const auto& [device, steps] : m_kept) {
@@ -250,7 +251,7 @@ double TimelinePanel::measuredBubble() const {
             complete = complete && forwards == expected && backwards == expected;
         }
         if (!complete || last <= first) continue;
-        const double span = m_pipelineStages * (last - first);
+        const double span = m_pipelineDevices * (last - first);
         window += span;
         idle += span - busy;
     }

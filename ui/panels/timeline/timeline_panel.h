@@ -64,14 +64,15 @@ public:
     // Connected to RunController::spansArrived (a plain member: see DeviceDashboard).
     void addSpans(const QVector<config::Span>& spans);
 
-    // The run is a pipeline of `stages` devices running `microBatches` micro-batches per step,
-    // each device `chunks` model chunks (interleaved_1f1b; 0 stages: it is not a pipeline): the
-    // panel then measures the bubble of the steps it keeps and shows it beside the ideal
+    // The run is a pipeline of `stages` stages running `microBatches` micro-batches per step,
+    // each device `chunks` model chunks (interleaved_1f1b; 0 stages: it is not a pipeline), on
+    // `devices` devices (a mesh's stages are several devices each; 0: one per stage): the panel
+    // then measures the bubble of the steps it keeps and shows it beside the ideal
     // (p − 1) / (v·m + p − 1) (v = chunks; (p − 1) / (m + p − 1) for one chunk).
-    void setPipeline(int stages, int microBatches, const QString& schedule, int chunks = 1);
-    // The measured bubble: over the kept steps that every stage completed (v·m forwards and
-    // v·m backwards each), the share of stages × (first forward → last backward) in which the
-    // stages did no forward or backward work. NaN when there is no such step.
+    void setPipeline(int stages, int microBatches, const QString& schedule, int chunks = 1, int devices = 0);
+    // The measured bubble: over the kept steps that every device completed (v·m forwards and
+    // v·m backwards each), the share of devices × (first forward → last backward) in which the
+    // devices did no forward or backward work. NaN when there is no such step.
     double measuredBubble() const;
     static double idealBubble(int stages, int microBatches, int chunks = 1);
     QString bubbleText() const;  // the line under the plot ("" when not a pipeline)
@@ -111,6 +112,7 @@ private:
     QLabel* m_hover;
     QLabel* m_bubble;
     int m_pipelineStages = 0, m_microBatches = 0, m_chunks = 1;
+    int m_pipelineDevices = 0;  // the devices that run the stages (a mesh: dp · tp per stage)
     QCPTextElement* m_title = nullptr;
     QWidget* m_stepsControl = nullptr;  // the "Steps shown" label and box
     QString m_schedule;
