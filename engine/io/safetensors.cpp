@@ -137,6 +137,40 @@ std::optional<uint32_t> parse_crc(const std::string& text) {
     return v;
 }
 
+// The file write_safetensors replaces: `path`, or the file its chain of symbolic links ends at
+// (relative targets taken from the link's folder, as the kernel does). A path that does not
+// exist (nor the folder it would be in) is written as it is named.
+struct WriteTarget {
+    std::string path;
+    bool exists = false;
+    struct stat st {};
+};
+
+WriteTarget write_target(const std::string& path) {
+    namespace fs = std::filesystem;
+    fs::path p = path;
+    for (int links = 0;; ++links) {
+        WriteTarget t;
+        t.path = p.string();
+        if (::lstat(t.path.c_str(), &t.st) != 0) {
+            if (errno == ENOENT || errno == ENOTDIR) return t;
+            throw Error(named(path, t.path) + ": cannot look at it: " + errno_text(errno));
+        }
+        if (!S_ISLNK(t.st.st_mode)) {
+            if (!S_ISREG(t.st.st_mode))
+                throw Error(named(path, t.path) + " is " + kind_of(t.st.st_mode) +
+                            ", not a regular file: not replaced");
+            t.exists = true;
+            return t;
+        }
+        if (links == 40) throw Error(path + ": too many levels of symbolic links");
+        std::error_code ec;
+        const fs::path to = fs::read_symlink(p, ec);
+        if (ec) throw Error(path + ": cannot read the symbolic link " + t.path + ": " + ec.message());
+        p = to.is_absolute() ? to : p.parent_path() / to;
+    }
+}
+
 // Opens `path` for reading when it (or the file its symbolic links lead to) is a regular file:
 // a FIFO blocks open() and read() forever, a device or a directory holds no tensors. The type
 // is checked before opening, and again on the descriptor, opened with O_NONBLOCK so that a FIFO
@@ -365,15 +399,30 @@ void write_safetensors(const std::string& path, const std::vector<StTensor>& ten
     unsigned char length[8];
     for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
 
+    // The file replaced is the one `path` names or leads to: a link stays a link, and what is not
+    // a regular file (a device, a FIFO) is never replaced. An existing file's other hard links
+    // keep its previous contents: writing in place would keep them together, but a failure part
+    // way (a full disk, a kill) would then leave a torn file under every name, and the atomic
+    // replace is what keeps the old file whole until the new one is complete.
+    const WriteTarget target = write_target(path);
     TempFile tmp;
-    tmp.path = path + ".tmp-XXXXXX";
+    tmp.path = target.path + ".tmp-XXXXXX";
     tmp.fd = ::mkstemp(tmp.path.data());
     if (tmp.fd < 0) {
         const int err = errno;
         tmp.path.clear();
         throw Error(path + ": cannot create a temporary file beside it: " + errno_text(err));
     }
-    ::fchmod(tmp.fd, 0644);  // mkstemp's 0600 would hide the weights from other users' tools
+    if (target.exists) {
+        // The owner first: a change of owner clears the set-user-ID bits fchmod then restores.
+        // Only a privileged writer may give a file away; anyone else's new file is their own.
+        if (target.st.st_uid != ::geteuid() || target.st.st_gid != ::getegid())
+            (void)::fchown(tmp.fd, target.st.st_uid, target.st.st_gid);
+        if (::fchmod(tmp.fd, target.st.st_mode & 07777) != 0)
+            throw Error(path + ": cannot give the new file the mode of the old: " + errno_text(errno));
+    } else {
+        ::fchmod(tmp.fd, 0644);  // mkstemp's 0600 would hide the weights from other users' tools
+    }
     write_all(tmp.fd, length, sizeof length, path);
     write_all(tmp.fd, text.data(), text.size(), path);
     for (const auto& [name, t] : by_name) write_all(tmp.fd, t->data, t->bytes, path);
@@ -381,12 +430,12 @@ void write_safetensors(const std::string& path, const std::vector<StTensor>& ten
     const int fd = tmp.fd;
     tmp.fd = -1;
     if (::close(fd) != 0) throw Error(path + ": cannot write (close): " + errno_text(errno));
-    if (::rename(tmp.path.c_str(), path.c_str()) != 0)
+    if (::rename(tmp.path.c_str(), target.path.c_str()) != 0)
         throw Error(path + ": cannot replace it: " + errno_text(errno));
     tmp.keep = true;
     // The rename is durable once the folder is synced; a file system that cannot sync a folder
     // (EINVAL) has nothing to flush.
-    const std::string folder = parent_folder(path);
+    const std::string folder = parent_folder(target.path);
     const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir < 0) throw Error(path + ": cannot open its folder to sync it: " + errno_text(errno));
     const int rc = ::fsync(dir);

@@ -42,8 +42,13 @@ inline constexpr const char* st_data_crc32_key = "paralab_data_crc32";
 inline constexpr const char* st_header_crc32_key = "paralab_header_crc32";
 
 // Writes `tensors` (data in name order) and `metadata` with the two checksums as
-// "__metadata__" atomically: a temporary file beside `path` ("PATH.tmp-XXXXXX"), fsync, rename
-// over `path`, fsync of the folder.
+// "__metadata__" atomically: a temporary file in the folder of the file it replaces
+// ("FILE.tmp-XXXXXX"), fsync, rename over that file, fsync of the folder.
+// The file replaced: `path`; when `path` is a symbolic link, the file it leads to (the link
+// stays, and leads to the new file). An existing file keeps its permission bits (and its owner
+// and group where the writer may set them); a new one is 0644. A file with other hard links is
+// replaced under this name alone: its other names keep the previous contents. `path` (or the link's target)
+// that exists and is not a regular file (a FIFO, a device, a directory) is refused untouched.
 // Throws Error "PATH: cause" (the errno text for a failed system call, a full disk included)
 // and leaves neither a partial file nor the temporary one; an existing `path` is kept then.
 // Refuses duplicate or empty names, "__metadata__" as a name, a negative dimension, `bytes`

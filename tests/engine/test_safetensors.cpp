@@ -4,7 +4,7 @@
 // with Python's numpy and zlib reading what the writer wrote (skipped without python3 and
 // numpy). And against an attacker's files: headers of 300,000 tensors read in linear time, a
 // FIFO or a device refused without blocking, a sparse file's size checked before anything is
-// allocated, and a flipped bit caught by the checksums.
+// allocated, a flipped bit caught by the checksums, and the writer replacing only regular files.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -621,4 +621,72 @@ TEST(Safetensors, AFlippedBitIsCaughtByTheChecksums) {
             EXPECT_CONTAINS(e.what(), "is the writer's own checksum");
         }
     }
+}
+
+// The file written over is `path` or the file its symbolic link leads to; what is not a regular
+// file is refused untouched; an existing file keeps its mode; a hard link's other names keep the
+// old contents (the atomic replace: see write_safetensors).
+TEST(Safetensors, WriteReplacesOnlyRegularFilesAndKeepsTheirMode) {
+    TempDir dir;
+    const float one = 1.0f, two = 2.0f;
+    auto value_in = [&](const std::string& path) {
+        const SafetensorsFile f = SafetensorsFile::read(path);
+        return values_of<float>(f, *f.find("x")).at(0);
+    };
+    auto write_error = [&](const std::string& path) -> std::string {
+        try {
+            write_safetensors(path, {{"x", StDType::F32, {1}, &two, 4}});
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "written";
+    };
+
+    // Through a symbolic link (relative, as `ln -s` makes them): the target replaced, the link kept.
+    const std::string real = dir.file("real.safetensors"), link = dir.file("link.safetensors");
+    write_safetensors(real, {{"x", StDType::F32, {1}, &one, 4}});
+    fs::create_symlink("real.safetensors", link);
+    EXPECT_EQ(write_error(link), "written");
+    EXPECT_TRUE(fs::is_symlink(link));
+    EXPECT_EQ(value_in(real), 2.0f);
+    // A dangling link: its target is created.
+    fs::create_symlink("later.safetensors", dir.file("dangling.safetensors"));
+    EXPECT_EQ(write_error(dir.file("dangling.safetensors")), "written");
+    EXPECT_TRUE(fs::is_symlink(dir.file("dangling.safetensors")));
+    EXPECT_EQ(value_in(dir.file("later.safetensors")), 2.0f);
+
+    // A private file stays private.
+    const std::string secret = dir.file("secret.safetensors");
+    write_safetensors(secret, {{"x", StDType::F32, {1}, &one, 4}});
+    fs::permissions(secret, fs::perms::owner_read | fs::perms::owner_write);
+    EXPECT_EQ(write_error(secret), "written");
+    EXPECT_EQ(fs::status(secret).permissions() & fs::perms::mask, fs::perms::owner_read | fs::perms::owner_write);
+    EXPECT_EQ(value_in(secret), 2.0f);
+
+    // Not a regular file (directly or through a link): refused, left as it was.
+    const std::string fifo = dir.file("fifo.safetensors");
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+    EXPECT_CONTAINS(write_error(fifo), fifo + " is a FIFO, not a regular file: not replaced");
+    EXPECT_TRUE(fs::is_fifo(fifo));
+    fs::create_symlink(fifo, dir.file("to-fifo.safetensors"));
+    EXPECT_CONTAINS(write_error(dir.file("to-fifo.safetensors")),
+                    "to-fifo.safetensors (a link to " + fifo + ") is a FIFO, not a regular file: not replaced");
+    EXPECT_TRUE(fs::is_fifo(fifo));
+    fs::create_directories(dir.file("folder"));
+    EXPECT_CONTAINS(write_error(dir.file("folder")), "is a directory, not a regular file: not replaced");
+    EXPECT_TRUE(fs::is_directory(dir.file("folder")));
+    fs::create_symlink("/dev/null", dir.file("to-null.safetensors"));
+    EXPECT_CONTAINS(write_error(dir.file("to-null.safetensors")),
+                    "(a link to /dev/null) is a character device, not a regular file: not replaced");
+    EXPECT_TRUE(fs::is_character_file("/dev/null"));
+
+    // A hard link: the name written holds the new file, the other name the old one.
+    const std::string a = dir.file("a.safetensors"), b = dir.file("b.safetensors");
+    write_safetensors(a, {{"x", StDType::F32, {1}, &one, 4}});
+    fs::create_hard_link(a, b);
+    EXPECT_EQ(write_error(a), "written");
+    EXPECT_EQ(value_in(a), 2.0f);
+    EXPECT_EQ(value_in(b), 1.0f);
+    // No temporary file is left anywhere.
+    for (const std::string& name : dir.names()) EXPECT_EQ(name.find(".tmp-"), std::string::npos) << name;
 }
