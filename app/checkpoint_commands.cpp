@@ -42,7 +42,10 @@ LoadedRun load_latest(const std::string& store, int64_t run_id) {
     for (const nn::Param* p : r.model->parameters()) shapes.push_back(p->value.shape());
     for (const Tensor& b : r.model->buffers()) buffer_shapes.push_back(b.shape());
     const std::string folder = run::checkpoint_folder(store, run_id);
-    const auto c = run::newest_checkpoint(folder, r.e, names, shapes, buffer_shapes,
+    // The run's planned steps need its data set's size, which is not loaded here: max_steps,
+    // when the experiment sets one, bounds them (the metadata's other checks hold regardless).
+    const int64_t planned_steps = r.e.train.max_steps.value_or(INT64_MAX);
+    const auto c = run::newest_checkpoint(folder, r.e, names, shapes, buffer_shapes, planned_steps,
                                           [](const std::string& path, const std::string& reason) {
                                               std::cerr << "paralab: checkpoint " << path
                                                         << " refused: " << reason << "\n";

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "engine/device/device.h"
@@ -173,46 +174,96 @@ void write_weights(const std::string& path, nn::Model& model, const std::map<std
     write_safetensors(path, out, metadata);
 }
 
-void load_weights(nn::Model& model, const std::string& path) {
-    SafetensorsFile file;
-    try {
-        file = SafetensorsFile::read(path);
-    } catch (const Error& err) {
-        throw ConfigError("--init", err.what());
+namespace {
+
+// The position of the first NaN or infinity of entry `e` (a floating-point dtype), if any.
+std::optional<size_t> first_non_finite(const SafetensorsFile& file, const StEntry& e, double& value) {
+    const std::byte* src = file.data(e);
+    const size_t n = e.bytes / st_dtype_size(e.dtype);
+    for (size_t i = 0; i < n; ++i) {
+        double v;
+        switch (e.dtype) {
+            case StDType::F64: std::memcpy(&v, src + 8 * i, 8); break;
+            case StDType::F32: {
+                float f;
+                std::memcpy(&f, src + 4 * i, 4);
+                v = f;
+                break;
+            }
+            case StDType::BF16:
+            case StDType::F16: {
+                uint16_t bits;
+                std::memcpy(&bits, src + 2 * i, 2);
+                v = e.dtype == StDType::BF16 ? bfloat16_to_float(bits) : half_to_float(bits);
+                break;
+            }
+            default: return std::nullopt;
+        }
+        if (!std::isfinite(v)) {
+            value = v;
+            return i;
+        }
     }
+    return std::nullopt;
+}
+
+}  // namespace
+
+void load_weights(nn::Model& model, const std::string& path) {
     const Names names = model_names(model);
     std::vector<Tensor> tensors;
     for (nn::Param* p : model.parameters()) tensors.push_back(p->value);
     for (const Tensor& b : model.buffers()) tensors.push_back(b);
     auto fail = [&](const std::string& cause) { return ConfigError("--init", path + ": " + cause); };
+    auto name_of = [&](size_t i) -> const std::string& {
+        return i < names.parameters.size() ? names.parameters[i] : names.buffers[i - names.parameters.size()];
+    };
 
-    // Everything checked first: a refused file changes no parameter.
-    std::set<std::string> known;
+    // Everything checked first: a refused file changes no parameter. The names, shapes and
+    // dtypes are checked on the header, before the file's data is read.
+    auto check_header = [&](const SafetensorsFile& file) {
+        std::set<std::string> known;
+        for (size_t i = 0; i < tensors.size(); ++i) {
+            const bool is_param = i < names.parameters.size();
+            const std::string& name = name_of(i);
+            known.insert(name);
+            const std::vector<int64_t> want = tensors[i].shape().dims();
+            const StEntry* e = file.find(name);
+            if (!e) {
+                if (!is_param) continue;  // buffers are optional: a model starts with fresh statistics
+                throw fail("no tensor \"" + name + "\" (the model's parameter of shape " + shape_text(want) + ")");
+            }
+            if (e->shape != want)
+                throw fail("tensor \"" + name + "\" has shape " + shape_text(e->shape) +
+                           " in the file, the model's is " + shape_text(want));
+            if (e->dtype != StDType::F32 && e->dtype != StDType::F64 && e->dtype != StDType::BF16 &&
+                e->dtype != StDType::F16)
+                throw fail("tensor \"" + name + "\" holds " + std::string(st_dtype_name(e->dtype)) +
+                           ", not floating-point numbers (F32, F64, BF16 or F16)");
+        }
+        for (const StEntry& e : file.entries())
+            if (!known.count(e.name))
+                throw fail("tensor \"" + e.name + "\" " + shape_text(e.shape) +
+                           " is not a parameter of this model (its first is \"" +
+                           (names.parameters.empty() ? std::string() : names.parameters.front()) + "\")");
+    };
+    SafetensorsFile file;
+    try {
+        file = SafetensorsFile::read(path, check_header);
+    } catch (const ConfigError&) {
+        throw;
+    } catch (const Error& err) {
+        throw ConfigError("--init", err.what());
+    }
     std::vector<const StEntry*> entries(tensors.size(), nullptr);
     for (size_t i = 0; i < tensors.size(); ++i) {
-        const bool is_param = i < names.parameters.size();
-        const std::string& name = is_param ? names.parameters[i] : names.buffers[i - names.parameters.size()];
-        known.insert(name);
-        const std::vector<int64_t> want = tensors[i].shape().dims();
-        const StEntry* e = file.find(name);
-        if (!e) {
-            if (!is_param) continue;  // buffers are optional: a model starts with fresh statistics
-            throw fail("no tensor \"" + name + "\" (the model's parameter of shape " + shape_text(want) + ")");
-        }
-        if (e->shape != want)
-            throw fail("tensor \"" + name + "\" has shape " + shape_text(e->shape) + " in the file, the model's is " +
-                       shape_text(want));
-        if (e->dtype != StDType::F32 && e->dtype != StDType::F64 && e->dtype != StDType::BF16 &&
-            e->dtype != StDType::F16)
-            throw fail("tensor \"" + name + "\" holds " + std::string(st_dtype_name(e->dtype)) +
-                       ", not floating-point numbers (F32, F64, BF16 or F16)");
-        entries[i] = e;
+        entries[i] = file.find(name_of(i));
+        if (!entries[i]) continue;
+        double value = 0;
+        if (const auto at = first_non_finite(file, *entries[i], value))
+            throw fail("tensor \"" + name_of(i) + "\" holds " + (std::isnan(value) ? "NaN" : value > 0 ? "+inf" : "-inf") +
+                       " at element " + std::to_string(*at) + "; weights to start from must be finite");
     }
-    for (const StEntry& e : file.entries())
-        if (!known.count(e.name))
-            throw fail("tensor \"" + e.name + "\" " + shape_text(e.shape) +
-                       " is not a parameter of this model (its first is \"" +
-                       (names.parameters.empty() ? std::string() : names.parameters.front()) + "\")");
     for (size_t i = 0; i < tensors.size(); ++i)
         if (entries[i]) copy_entry(file, *entries[i], tensors[i]);
 }

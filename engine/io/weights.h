@@ -41,10 +41,12 @@ void write_weights(const std::string& path, nn::Model& model,
                    const std::map<std::string, std::string>& metadata = {});
 
 // Sets every parameter of `model` from the tensors of the same name in `path` (the model's
-// buffers too, those the file holds). The file must hold every parameter, with its shape, and
-// nothing that is not one of the model's parameters or buffers; values are converted (see
-// copy_entry). Throws ConfigError at "--init" naming the file, the tensor and both shapes,
-// before any parameter changes.
+// buffers too, those the file holds). The file must be a regular file (SafetensorsFile::read:
+// its checksums verified when it has them) holding every parameter, with its shape, and nothing
+// that is not one of the model's parameters or buffers; names and shapes are checked before the
+// data is read. Every value must be finite (a NaN or an infinity is refused, naming the tensor
+// and the element); values are converted (see copy_entry). Throws ConfigError at "--init"
+// naming the file, the tensor and both shapes, before any parameter changes.
 void load_weights(nn::Model& model, const std::string& path);
 
 }  // namespace paralab::io

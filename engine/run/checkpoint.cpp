@@ -1,10 +1,12 @@
 #include "engine/run/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "engine/io/safetensors.h"
 #include "engine/io/weights.h"
@@ -174,89 +176,158 @@ std::string write_checkpoint(const std::string& folder, const config::Experiment
     return path;
 }
 
-Checkpoint read_checkpoint(const std::string& path, const config::Experiment& e,
-                           const TensorNames& names, const std::vector<Shape>& shapes,
-                           const std::vector<Shape>& buffer_shapes) {
-    const io::SafetensorsFile file = io::SafetensorsFile::read(path);
-    auto fail = [&](const std::string& cause) -> Error { return Error(path + ": " + cause); };
-    const auto it = file.metadata().find(kMetadataKey);
-    if (it == file.metadata().end())
-        throw fail("not a ParaLab checkpoint (no \"paralab\" metadata)");
-    Checkpoint c;
-    c.path = path;
+namespace {
+
+// Field `key` of `j` ("loader"."epoch" is named "loader.epoch" in `where`) as an int64: an
+// integer in range, not a float, a string or a number beyond int64 that get<int64_t>() would wrap.
+int64_t integer_at(const json& j, const char* key, const std::string& where) {
+    const json& v = j.at(key);
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)))
+        throw Error("\"" + where + "\" is " + v.dump() + ", not an integer in range");
+    return v.get<int64_t>();
+}
+
+// The "paralab" metadata of a checkpoint of `e` into `c`: its format and identity, then every
+// counter in its range and consistent with the others (a flipped digit in one of them refuses
+// the file). Throws Error with the cause alone.
+void read_metadata(const std::string& text, const config::Experiment& e, int64_t planned_steps, Checkpoint& c) {
     try {
-        c.metadata = json::parse(it->second);
+        c.metadata = json::parse(text);
     } catch (const json::exception& err) {
-        throw fail(std::string("the checkpoint's metadata is not JSON: ") + err.what());
+        throw Error(std::string("the checkpoint's metadata is not JSON: ") + err.what());
     }
+    const json& m = c.metadata;
     try {
-        if (c.metadata.at("format").get<int>() != kCheckpointFormat)
-            throw fail("checkpoint format " + c.metadata.at("format").dump() +
-                       ", this build reads " + std::to_string(kCheckpointFormat));
-        const std::string identity = c.metadata.at("identity").get<std::string>();
+        if (m.at("format") != json(kCheckpointFormat))
+            throw Error("checkpoint format " + m.at("format").dump() + ", this build reads " +
+                        std::to_string(kCheckpointFormat));
+        const std::string identity = m.at("identity").get<std::string>();
         if (identity != experiment_identity(e))
-            throw fail("the checkpoint belongs to another experiment (identity " + identity +
-                       ", this run's " + experiment_identity(e) + ")");
-        c.position.step = c.metadata.at("step").get<int64_t>();
-        c.position.epoch = c.metadata.at("loader").at("epoch").get<int64_t>();
-        c.position.batch_index = c.metadata.at("loader").at("batch_index").get<int64_t>();
-        c.state.optimizer_steps = c.metadata.at("optimizer").at("steps_taken").get<int64_t>();
-        c.state.optimizer_state_names =
-            c.metadata.at("optimizer").at("state_names").get<std::vector<std::string>>();
-        if (c.metadata.contains("loss_scaler")) {
-            const json& s = c.metadata["loss_scaler"];
+            throw Error("the checkpoint belongs to another experiment (identity " + identity + ", this run's " +
+                        experiment_identity(e) + ")");
+        const int64_t step = integer_at(m, "step", "step");
+        c.position.step = step;
+        c.position.epoch = integer_at(m.at("loader"), "epoch", "loader.epoch");
+        c.position.batch_index = integer_at(m.at("loader"), "batch_index", "loader.batch_index");
+        c.state.optimizer_steps = integer_at(m.at("optimizer"), "steps_taken", "optimizer.steps_taken");
+        c.state.optimizer_state_names = m.at("optimizer").at("state_names").get<std::vector<std::string>>();
+        auto range = [](const char* what, int64_t v, int64_t lo, int64_t hi) {
+            if (v < lo || v > hi)
+                throw Error("the checkpoint's " + std::string(what) + " " + std::to_string(v) + " is outside [" +
+                            std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        };
+        if (step < 1 || step > planned_steps)
+            throw Error("the checkpoint's step " + std::to_string(step) + " is outside the run's steps 1 to " +
+                        std::to_string(planned_steps));
+        // The step is written four times: each copy must agree.
+        for (const auto& [object, key, where] :
+             {std::tuple{"schedule", "step", "schedule.step"}, std::tuple{"rng", "dropout_step", "rng.dropout_step"}})
+            if (const int64_t v = integer_at(m.at(object), key, where); v != step)
+                throw Error("the checkpoint's step " + std::to_string(step) + " and its " + where + " " +
+                            std::to_string(v) + " differ");
+        if (const int64_t v = integer_at(m, "epoch", "epoch"); v != c.position.epoch)
+            throw Error("the checkpoint's epoch " + std::to_string(v) + " and its loader.epoch " +
+                        std::to_string(c.position.epoch) + " differ");
+        range("loader.epoch", c.position.epoch, 0, std::min(step, e.train.epochs));
+        range("loader.batch_index", c.position.batch_index, 0, step);
+        range("optimizer.steps_taken", c.state.optimizer_steps, 0, step);
+        if (m.contains("loss_scaler")) {
+            const json& s = m.at("loss_scaler");
             c.state.has_scaler = true;
-            c.state.scaler = {s.at("scale").get<double>(), s.at("clean").get<int64_t>(),
-                              s.at("skipped").get<int64_t>()};
+            c.state.scaler = {s.at("scale").get<double>(), integer_at(s, "clean", "loss_scaler.clean"),
+                              integer_at(s, "skipped", "loss_scaler.skipped")};
+            if (!std::isfinite(c.state.scaler.scale) || c.state.scaler.scale <= 0)
+                throw Error("the checkpoint's loss_scaler.scale " + s.at("scale").dump() +
+                            " is not a positive finite number");
+            range("loss_scaler.clean", c.state.scaler.clean, 0, step);
+            range("loss_scaler.skipped", c.state.scaler.skipped, 0, step);
         }
     } catch (const json::exception& err) {
-        throw fail(std::string("the checkpoint's metadata is incomplete: ") + err.what());
+        throw Error(std::string("the checkpoint's metadata is incomplete: ") + err.what());
     }
-    if (c.position.step < 1 || c.position.epoch < 0 || c.position.batch_index < 0)
-        throw fail("the checkpoint's position is out of range");
+}
 
+}  // namespace
+
+Checkpoint read_checkpoint(const std::string& path, const config::Experiment& e,
+                           const TensorNames& names, const std::vector<Shape>& shapes,
+                           const std::vector<Shape>& buffer_shapes, int64_t planned_steps) {
+    PARALAB_CHECK(shapes.size() == names.parameters.size(), "checkpoint: shapes do not fit the names");
+    PARALAB_CHECK(buffer_shapes.size() <= names.buffers.size(), "checkpoint: buffer shapes do not fit the names");
+    auto fail = [&](const std::string& cause) -> Error { return Error(path + ": " + cause); };
+    Checkpoint c;
+    c.path = path;
+    // Every tensor the run needs, by name and shape: the parameters, the buffers, the optimizer state.
+    std::vector<std::pair<std::string, const Shape*>> wanted;
+    auto want_all = [&] {
+        wanted.clear();
+        for (size_t i = 0; i < shapes.size(); ++i) wanted.emplace_back(names.parameters[i], &shapes[i]);
+        for (size_t i = 0; i < buffer_shapes.size(); ++i) wanted.emplace_back(names.buffers[i], &buffer_shapes[i]);
+        for (const std::string& s : c.state.optimizer_state_names)
+            for (size_t i = 0; i < shapes.size(); ++i) {
+                std::string name = "optim.";
+                name += names.parameters[i];
+                name += '.';
+                name += s;
+                wanted.emplace_back(std::move(name), &shapes[i]);
+            }
+    };
+    // The metadata and the tensors' names, types and shapes are checked on the header, before
+    // the data is read: a file that does not fit is refused without reading (or allocating) its data.
+    const io::SafetensorsFile file = io::SafetensorsFile::read(path, [&](const io::SafetensorsFile& f) {
+        const auto it = f.metadata().find(kMetadataKey);
+        if (it == f.metadata().end()) throw fail("not a ParaLab checkpoint (no \"paralab\" metadata)");
+        try {
+            read_metadata(it->second, e, planned_steps, c);
+        } catch (const Error& err) {
+            throw fail(err.what());
+        }
+        // Each state name stands for one tensor per parameter: a list longer than the file's
+        // tensors could hold is refused before the names are made.
+        const size_t per_state = std::max<size_t>(shapes.size(), 1);
+        if (c.state.optimizer_state_names.size() > f.entries().size() / per_state)
+            throw fail("the checkpoint's optimizer.state_names lists " +
+                       std::to_string(c.state.optimizer_state_names.size()) + " states, more than its " +
+                       std::to_string(f.entries().size()) + " tensors can hold");
+        want_all();
+        for (const auto& [name, shape] : wanted) {
+            const io::StEntry* entry = f.find(name);
+            if (!entry) throw fail("the tensor " + name + " is missing");
+            if (!dtype_of(entry->dtype))
+                throw fail("the tensor " + name + " has type " + std::string(io::st_dtype_name(entry->dtype)));
+            const Shape got(entry->shape);
+            if (got != *shape)
+                throw fail("the tensor " + name + " is " + got.to_string() + ", the model's " + shape->to_string());
+        }
+    });
     auto tensor = [&](const std::string& name, const Shape& shape) {
         const io::StEntry* entry = file.find(name);
-        if (!entry) throw fail("the tensor " + name + " is missing");
-        const auto dtype = dtype_of(entry->dtype);
-        if (!dtype)
-            throw fail("the tensor " + name + " has type " +
-                       std::string(io::st_dtype_name(entry->dtype)));
-        Shape got(entry->shape);
-        if (got != shape)
-            throw fail("the tensor " + name + " is " + got.to_string() + ", the model's " +
-                       shape.to_string());
-        Tensor t = Tensor::empty(shape, *dtype, detached_host_device(), MemCategory::workspace);
+        Tensor t = Tensor::empty(shape, *dtype_of(entry->dtype), detached_host_device(), MemCategory::workspace);
         std::memcpy(t.raw(), file.data(*entry), t.nbytes());
         return t;
     };
-    PARALAB_CHECK(shapes.size() == names.parameters.size(),
-                  "checkpoint: shapes do not fit the names");
-    for (size_t i = 0; i < shapes.size(); ++i)
-        c.state.parameters.push_back(tensor(names.parameters[i], shapes[i]));
-    for (size_t i = 0; i < buffer_shapes.size(); ++i)
-        c.state.buffers.push_back(tensor(names.buffers[i], buffer_shapes[i]));
+    size_t k = 0;
+    for (size_t i = 0; i < shapes.size(); ++i, ++k) c.state.parameters.push_back(tensor(wanted[k].first, shapes[i]));
+    for (size_t i = 0; i < buffer_shapes.size(); ++i, ++k)
+        c.state.buffers.push_back(tensor(wanted[k].first, buffer_shapes[i]));
     c.state.optimizer_state.resize(shapes.size());
-    for (size_t i = 0; i < shapes.size(); ++i)
-        for (const std::string& s : c.state.optimizer_state_names) {
-            std::string name = "optim.";
-            name += names.parameters[i];
-            name += '.';
-            name += s;
-            c.state.optimizer_state[i].push_back(tensor(name, shapes[i]));
-        }
+    for (size_t j = 0; j < c.state.optimizer_state_names.size(); ++j)
+        for (size_t i = 0; i < shapes.size(); ++i, ++k)
+            c.state.optimizer_state[i].push_back(tensor(wanted[k].first, shapes[i]));
     return c;
 }
 
 std::optional<Checkpoint> newest_checkpoint(
     const std::string& folder, const config::Experiment& e, const TensorNames& names,
-    const std::vector<Shape>& shapes, const std::vector<Shape>& buffer_shapes,
+    const std::vector<Shape>& shapes, const std::vector<Shape>& buffer_shapes, int64_t planned_steps,
     const std::function<void(const std::string&, const std::string&)>& refused) {
     for (const std::string& path : checkpoint_files(folder)) {
         try {
-            return read_checkpoint(path, e, names, shapes, buffer_shapes);
+            return read_checkpoint(path, e, names, shapes, buffer_shapes, planned_steps);
         } catch (const Error& err) {
             if (refused) refused(path, err.what());
+        } catch (const std::bad_alloc&) {
+            if (refused) refused(path, path + ": not enough memory to read it");
         }
     }
     return std::nullopt;

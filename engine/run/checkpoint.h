@@ -71,21 +71,24 @@ std::string write_checkpoint(const std::string& folder, const config::Experiment
                              const strategy::TrainingState& state);
 
 // Reads a checkpoint of `e` whose tensors must fit `names` and `shapes` (the model's parameter
-// shapes, in order). Throws Error "PATH: cause" for a file that does not read, another format,
-// another experiment (identity), or tensors that do not fit.
+// shapes, in order), taken at a step of a run of `planned_steps` steps. Throws Error "PATH:
+// cause" for a file that does not read (or fails its checksums), another format, another
+// experiment (identity), counters out of range or inconsistent (the step beyond planned_steps,
+// the step's copies in the metadata differing, more optimizer steps than steps), or tensors that
+// do not fit; everything but the checksum of the data is checked before the data is read.
 Checkpoint read_checkpoint(const std::string& path, const config::Experiment& e,
                            const TensorNames& names, const std::vector<Shape>& shapes,
-                           const std::vector<Shape>& buffer_shapes);
+                           const std::vector<Shape>& buffer_shapes, int64_t planned_steps);
 
 // The checkpoint files in `folder`, newest (highest step) first.
 std::vector<std::string> checkpoint_files(const std::string& folder);
 
 // The newest checkpoint of `folder` that reads and fits (read_checkpoint); each one refused is
-// reported through `refused` (path, reason) and the one before it tried. nullopt when none is
-// left.
+// reported through `refused` (path, reason: "PATH: cause") and the one before it tried. nullopt
+// when none is left.
 std::optional<Checkpoint> newest_checkpoint(
     const std::string& folder, const config::Experiment& e, const TensorNames& names,
-    const std::vector<Shape>& shapes, const std::vector<Shape>& buffer_shapes,
+    const std::vector<Shape>& shapes, const std::vector<Shape>& buffer_shapes, int64_t planned_steps,
     const std::function<void(const std::string&, const std::string&)>& refused);
 
 // What a run does with checkpoints (RunControl::checkpoints).

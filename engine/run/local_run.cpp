@@ -14,12 +14,12 @@ namespace {
 // Throws ConfigError when the strategy cannot resume or no checkpoint can be used.
 int64_t resume_from_checkpoint(const config::Experiment& e, strategy::Strategy& strat, Checkpointing& cp,
                                const TensorNames& names, const std::vector<Shape>& shapes,
-                               const std::vector<Shape>& buffer_shapes) {
+                               const std::vector<Shape>& buffer_shapes, int64_t planned_steps) {
     if (const char* why = strat.why_no_checkpoint())
         throw ConfigError("--resume", "a " + e.strategy.type + " run cannot resume: " + why);
     if (checkpoint_files(cp.folder).empty())
         throw ConfigError("--resume", "the run has no checkpoint (none in " + cp.folder + ")");
-    const std::optional<Checkpoint> c = newest_checkpoint(cp.folder, e, names, shapes, buffer_shapes, cp.refused);
+    const std::optional<Checkpoint> c = newest_checkpoint(cp.folder, e, names, shapes, buffer_shapes, planned_steps, cp.refused);
     if (!c) throw ConfigError("--resume", "none of the run's checkpoints in " + cp.folder + " could be used");
     strat.load_state(c->state);
     cp.resumed_from_step = c->position.step;
@@ -67,7 +67,7 @@ config::RunSummary run_local(const config::Experiment& e, RunObserver* observer,
     p.reference.reset();  // the strategy holds the model from here
     int64_t first_step = 0;
     if (checkpoints && checkpoints->resume)
-        first_step = resume_from_checkpoint(e, *strat, *checkpoints, names, shapes, buffer_shapes);
+        first_step = resume_from_checkpoint(e, *strat, *checkpoints, names, shapes, buffer_shapes, ctx.total_steps);
     p.scratch.reset();
 
     auto schedule = optim::make_schedule(e.schedule, e.optimizer.lr, ctx.total_steps);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `paralab run FILE --init WEIGHTS.safetensors` (docs/experiment-format.md): the run starts from
 # the file's parameters, and a file that does not fit the model is refused before any step,
-# naming the tensor and both shapes. The weights are written here from the safetensors
+# naming the tensor and both shapes; so are a NaN in a weight (naming the tensor) and a FIFO
+# given as the file (at once: a run that blocks is stopped by a generous ceiling and fails). The weights are written here from the safetensors
 # specification with Python's standard library: all zero, so that the first step's loss of the
 # three-class spirals MLP is exactly ln 3 = 1.0986.
 # Usage: init_test.sh PARALAB EXAMPLES_DIR
@@ -58,6 +59,25 @@ rc=$?
 if [ $rc = 0 ]; then fail "absent: exit 0"
 elif ! grep -q 'absent.safetensors: cannot open: No such file or directory' "$tmp/err"; then
     fail "absent: the message does not name the file and the cause"
+fi
+
+# A NaN in the last weight (layers.4.bias[2]).
+cp "$tmp/zeros.safetensors" "$tmp/nan.safetensors"
+python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(-4, 2); f.write(b"\x00\x00\xc0\x7f")' "$tmp/nan.safetensors"
+"$paralab" run "$good" --init "$tmp/nan.safetensors" --steps 1 --db "$tmp/runs.db" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc = 0 ]; then fail "NaN: exit 0"
+elif ! grep -q 'nan.safetensors: tensor "layers.4.bias" holds NaN at element 2' "$tmp/err"; then
+    fail "NaN: the message does not name the tensor"
+fi
+
+mkfifo "$tmp/fifo.safetensors"
+timeout 120 "$paralab" run "$good" --init "$tmp/fifo.safetensors" --steps 1 --db "$tmp/runs.db" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc = 124 ]; then fail "FIFO: --init blocked"
+elif [ $rc = 0 ]; then fail "FIFO: exit 0"
+elif ! grep -q 'fifo.safetensors is a FIFO, not a regular file' "$tmp/err"; then
+    fail "FIFO: the message does not say what the file is"
 fi
 
 [ $failed = 0 ] && echo "init_test: all passed"

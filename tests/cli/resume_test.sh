@@ -2,7 +2,9 @@
 # `paralab run --resume RUN_ID` (docs/experiment-format.md): a run killed (SIGKILL) once it has
 # stored a checkpoint, then resumed, ends as the run that was never killed: the same final loss
 # in --json, the same stored final parameters, each step once in its records. A run without
-# checkpoints, a finished run and a corrupt checkpoint are refused with their reason. A
+# checkpoints, a finished run and a corrupt checkpoint are refused with their reason (a FIFO
+# named as a newer checkpoint too, at once). `export --weights` writes through a symbolic link,
+# keeps a file's mode and refuses a FIFO. A
 # tensor_parallel run and a hybrid run (dp2·tp2 at zero 1) killed and resumed end as their runs
 # never killed too.
 # Waits are conditions polled with a bound, never fixed sleeps.
@@ -80,10 +82,14 @@ newest=$(ls "$folder" | grep -E '^step-[0-9]+\.safetensors$' | sort -t- -k2 -n |
 count=$(ls "$folder" | grep -cE '^step-[0-9]+\.safetensors$')
 [ "$count" -ge 2 ] || fail "the killed run left $count checkpoints; expected 2 or more"
 printf 'not a checkpoint' >"$folder/$newest"
-"$paralab" run --resume "$killed_id" --db "$db" --json >"$tmp/out" 2>"$tmp/err"
+mkfifo "$folder/step-99999.safetensors"
+timeout 600 "$paralab" run --resume "$killed_id" --db "$db" --json >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ "$rc" = 0 ] || fail "resume: exit $rc"
 grep -q "checkpoint .*$newest refused" "$tmp/err" && ok "corrupt checkpoint refused" || fail "corrupt checkpoint not reported"
+grep -q "checkpoint .*step-99999.safetensors refused: .* is a FIFO, not a regular file" "$tmp/err" \
+    && ok "a FIFO as the newest checkpoint refused" || fail "FIFO checkpoint not reported"
+rm -f "$folder/step-99999.safetensors"
 [ "$(json_field "$tmp/out" run_id)" = "$killed_id" ] && ok "same run id" || fail "run id changed"
 [ "$(json_field "$tmp/out" status)" = finished ] && ok "resumed run finished" || fail "resumed run not finished"
 [ "$(json_field "$tmp/out" final_loss)" = "$whole_loss" ] && ok "final loss equal ($whole_loss)" || fail "final loss $(json_field "$tmp/out" final_loss) != $whole_loss"
@@ -153,6 +159,19 @@ w, c = tensors(sys.argv[1]), tensors(sys.argv[2])
 assert set(w) == {k for k in c if not k.startswith("optim.")}, (sorted(w), sorted(c))
 assert all(w[k] == c[k] for k in w)
 EOF
+
+# export --weights through a symbolic link: its target written, the link kept, a private file
+# still private; a FIFO refused and left as it was.
+ln -s w.safetensors "$tmp/link.safetensors"
+chmod 600 "$tmp/w.safetensors"
+"$paralab" export "$killed_id" --weights "$tmp/link.safetensors" --db "$db" 2>"$tmp/err" \
+    && [ -L "$tmp/link.safetensors" ] && [ "$(stat -c %a "$tmp/w.safetensors")" = 600 ] \
+    && ok "export through a link keeps the link and the file's mode" || fail "export through a link"
+mkfifo "$tmp/fifo.safetensors"
+timeout 120 "$paralab" export "$killed_id" --weights "$tmp/fifo.safetensors" --db "$db" 2>"$tmp/err"
+rc=$?
+[ "$rc" != 0 ] && [ "$rc" != 124 ] && [ -p "$tmp/fifo.safetensors" ] && grep -q "fifo.safetensors is a FIFO, not a regular file: not replaced" "$tmp/err" \
+    && ok "export refuses a FIFO" || fail "export over a FIFO: exit $rc"
 
 # generate: a text model's latest parameters; a model of another data set is refused.
 "$paralab" generate "$killed_id" --prompt hi --tokens 5 --db "$db" >"$tmp/out" 2>"$tmp/err"

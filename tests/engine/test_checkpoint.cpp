@@ -2,16 +2,24 @@
 // from its checkpoint ends with the parameters of the run that was never stopped, bit for bit,
 // for every strategy that checkpoints (tensor_parallel's and hybrid's on the miniature char-GPT,
 // whose checkpoints hold the single device's layout); a corrupt or foreign checkpoint is refused with
-// its reason and the previous one used; a strategy that cannot checkpoint is refused.
+// its reason and the previous one used (a FIFO, a sparse file of 100 GB and a flipped bit among
+// them); a counter out of range or inconsistent is refused; a strategy that cannot checkpoint is
+// refused; 100,000 tensors read back in linear time.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 
 #include "engine/device/device.h"
+#include "engine/io/safetensors.h"
 #include "engine/run/checkpoint.h"
 #include "strategy_testing.h"
 
@@ -161,7 +169,7 @@ run::Checkpoint read_gpt_checkpoint(const json& j, const std::string& path) {
     std::vector<Shape> shapes, buffer_shapes;
     for (const nn::Param* p : model.parameters()) shapes.push_back(p->value.shape());
     for (const Tensor& b : model.buffers()) buffer_shapes.push_back(b.shape());
-    return run::read_checkpoint(path, e, run::checkpoint_names(model), shapes, buffer_shapes);
+    return run::read_checkpoint(path, e, run::checkpoint_names(model), shapes, buffer_shapes, 12);
 }
 
 // Largest |a - b| of each tensor pair relative to the largest |a| of that tensor (optimizer
@@ -439,7 +447,7 @@ TEST(Checkpoint, StateRoundTripsThroughTheFile) {
     st.has_scaler = true;
     st.scaler = {1024.0, 7, 3};
     const std::string path = run::write_checkpoint(dir.path.string(), e, names, {31, 1, 6}, st);
-    const run::Checkpoint c = run::read_checkpoint(path, e, names, shapes, {});
+    const run::Checkpoint c = run::read_checkpoint(path, e, names, shapes, {}, 50);
     EXPECT_EQ(c.position.step, 31);
     EXPECT_EQ(c.position.epoch, 1);
     EXPECT_EQ(c.position.batch_index, 6);
@@ -455,7 +463,7 @@ TEST(Checkpoint, StateRoundTripsThroughTheFile) {
     // A shape that is not the model's is refused, naming the tensor.
     shapes[0] = Shape{3, 3};
     try {
-        run::read_checkpoint(path, e, names, shapes, {});
+        run::read_checkpoint(path, e, names, shapes, {}, 50);
         FAIL() << "a checkpoint of other shapes was read";
     } catch (const Error& err) {
         EXPECT_NE(std::string(err.what()).find(names.parameters[0]), std::string::npos)
@@ -463,4 +471,216 @@ TEST(Checkpoint, StateRoundTripsThroughTheFile) {
     }
 }
 
+// ---- an attacker's checkpoints -------------------------------------------------------------
+
+// A newer FIFO (its open would block forever), a newer sparse file of 100 GB (a checkpoint with a
+// hole after it: allocating for it failed with std::bad_alloc) and the newest real checkpoint
+// with a bit flipped in its data: each refused with its reason, naming the file; the resume goes
+// on from the checkpoint before them and ends as the run never stopped.
+TEST(Checkpoint, UnusableNewerFilesAreRefusedAndTheResumeFallsBack) {
+    const json j = experiment({{"type", "single"}}, 1);
+    const Result whole = run_it(j);
+    TempDir dir("attacked");
+    const std::string folder = dir.path.string();
+    {
+        run::RunControl control;
+        run::Checkpointing cp;
+        cp.folder = folder;
+        control.checkpoints = &cp;
+        StopAt stop(control, 31);
+        ASSERT_EQ(run_it(j, &stop, &control).summary.status, "stopped");
+    }
+    const fs::path at31 = dir.path / "step-31.safetensors", at25 = dir.path / "step-25.safetensors";
+    ASSERT_TRUE(fs::exists(at31) && fs::exists(at25));
+    {
+        std::fstream f(at31, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(-1, std::ios::end);
+        char byte = 0;
+        f.read(&byte, 1);
+        f.seekp(-1, std::ios::end);
+        byte ^= 0x10;
+        f.write(&byte, 1);
+    }
+    const fs::path sparse = dir.path / "step-998.safetensors", fifo = dir.path / "step-999.safetensors";
+    fs::copy_file(at25, sparse);
+    fs::resize_file(sparse, fs::file_size(sparse) + (uint64_t(100) << 30));
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+
+    run::RunControl control;
+    run::Checkpointing cp;
+    cp.folder = folder;
+    cp.resume = true;
+    std::vector<std::pair<std::string, std::string>> refused;
+    cp.refused = [&](const std::string& path, const std::string& reason) { refused.emplace_back(path, reason); };
+    control.checkpoints = &cp;
+    auto resumed = std::async(std::launch::async, [&] { return run_it(j, nullptr, &control); });
+    if (resumed.wait_for(std::chrono::seconds(300)) != std::future_status::ready) {
+        // Opening the FIFO's write end and closing it lets a blocked reader see the end of the file.
+        const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+        if (fd >= 0) ::close(fd);
+        ADD_FAILURE() << "the resume blocked";
+    }
+    const Result r = resumed.get();
+    ASSERT_EQ(refused.size(), 3u);
+    EXPECT_EQ(refused[0].first, fifo.string());
+    EXPECT_NE(refused[0].second.find(fifo.string() + " is a FIFO, not a regular file"), std::string::npos)
+        << refused[0].second;
+    EXPECT_EQ(refused[1].first, sparse.string());
+    EXPECT_NE(refused[1].second.find(sparse.string() + ": the data area has 107374182400 bytes after the last tensor"),
+              std::string::npos)
+        << refused[1].second;
+    EXPECT_EQ(refused[2].first, at31.string());
+    EXPECT_NE(refused[2].second.find(at31.string() + ": the checksum of the data does not match"), std::string::npos)
+        << refused[2].second;
+    EXPECT_EQ(cp.resumed_from_step, 25);
+    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+    expect_bitwise_equal(r.artifacts.parameters, whole.artifacts.parameters);
+}
+
+namespace {
+
+// A checkpoint of the spirals experiment at `position`, its optimizer state included, from a
+// model of its own.
+struct WrittenCheckpoint {
+    config::Experiment e;
+    std::unique_ptr<Device> device;
+    std::unique_ptr<nn::Model> model;
+    run::TensorNames names;
+    std::vector<Shape> shapes;
+    std::string path;
+};
+
+WrittenCheckpoint write_spirals_checkpoint(const std::string& folder, const run::CheckpointPosition& position) {
+    WrittenCheckpoint w;
+    w.e = run::parse_experiment(experiment({{"type", "single"}}, 1));
+    w.device = make_cpu_device(0);
+    w.model = std::make_unique<nn::Model>(w.e.layers, run::model_input_shape(w.e), w.e.loss, DType::f32, *w.device);
+    Rng rng(5);
+    w.model->reset_parameters(rng);
+    w.names = run::checkpoint_names(*w.model);
+    strategy::TrainingState st;
+    st.optimizer_state_names = {"exp_avg", "exp_avg_sq"};
+    for (const nn::Param* p : w.model->parameters()) {
+        w.shapes.push_back(p->value.shape());
+        st.parameters.push_back(p->value.clone(MemCategory::workspace));
+        st.optimizer_state.push_back({p->value.clone(MemCategory::workspace), p->value.clone(MemCategory::workspace)});
+    }
+    st.optimizer_steps = position.step;
+    w.path = run::write_checkpoint(folder, w.e, w.names, position, st);
+    return w;
+}
+
+// The checkpoint at `path` written again with its "paralab" metadata changed by `change`, and
+// fresh checksums: what a flipped digit that the checksums missed would leave.
+void rewrite_metadata(const std::string& path, const std::function<void(json&)>& change) {
+    const io::SafetensorsFile f = io::SafetensorsFile::read(path);
+    std::vector<io::StTensor> tensors;
+    for (const io::StEntry& e : f.entries()) tensors.push_back({e.name, e.dtype, e.shape, f.data(e), e.bytes});
+    std::map<std::string, std::string> meta = f.metadata();
+    json m = json::parse(meta.at("paralab"));
+    change(m);
+    meta["paralab"] = m.dump();
+    io::write_safetensors(path, tensors, meta);
+}
+
 }  // namespace
+
+// A flipped digit in the stored step (156 -> 556 in a run of 380 steps) is refused: by the
+// header's checksum, and, where the checksums are rewritten, by the step's range and by the
+// step's other copies; every counter of the metadata is checked so.
+TEST(Checkpoint, CountersOutOfRangeOrInconsistentAreRefused) {
+    TempDir dir("counters");
+    const WrittenCheckpoint w = write_spirals_checkpoint(dir.path.string(), {156, 1, 6});
+    const std::string& path = w.path;
+    auto read_error = [&](int64_t planned_steps) -> std::string {
+        try {
+            run::read_checkpoint(path, w.e, w.names, w.shapes, {}, planned_steps);
+        } catch (const Error& err) {
+            return err.what();
+        }
+        return "read";
+    };
+    ASSERT_EQ(read_error(380), "read");
+    const std::string good = [&] {
+        std::ifstream in(path, std::ios::binary);
+        return std::string((std::istreambuf_iterator<char>(in)), {});
+    }();
+
+    // The digit flipped in place ('1' -> '5', one bit): the header's checksum no longer matches.
+    {
+        std::string bytes = good;
+        const size_t at = bytes.rfind("\\\"step\\\":156");  // the top-level step, after schedule.step
+        ASSERT_NE(at, std::string::npos);
+        bytes[at + 9] = '5';
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+        EXPECT_NE(read_error(380).find(path + ": the checksum of the header does not match"), std::string::npos)
+            << read_error(380);
+    }
+
+    struct Case {
+        const char* what;
+        std::function<void(json&)> change;
+        const char* message;
+    };
+    const std::vector<Case> cases = {
+        {"step beyond the plan", [](json& m) { m["step"] = 556; }, "the checkpoint's step 556 is outside the run's steps 1 to 380"},
+        {"step copies differ", [](json& m) { m["step"] = 150; }, "the checkpoint's step 150 and its schedule.step 156 differ"},
+        {"dropout step differs", [](json& m) { m["rng"]["dropout_step"] = 155; }, "its rng.dropout_step 155 differ"},
+        {"step past int64", [](json& m) { m["step"] = uint64_t(INT64_MAX) + 1; }, "\"step\" is 9223372036854775808, not an integer in range"},
+        {"step as a float", [](json& m) { m["step"] = 1e300; }, "not an integer in range"},
+        {"step zero", [](json& m) { m["step"] = 0; m["schedule"]["step"] = 0; m["rng"]["dropout_step"] = 0; },
+         "the checkpoint's step 0 is outside the run's steps 1 to 380"},
+        {"more optimizer steps", [](json& m) { m["optimizer"]["steps_taken"] = 556; }, "optimizer.steps_taken 556 is outside [0, 156]"},
+        {"epochs differ", [](json& m) { m["epoch"] = 5; }, "the checkpoint's epoch 5 and its loader.epoch 1 differ"},
+        {"epoch beyond the plan", [](json& m) { m["epoch"] = 7; m["loader"]["epoch"] = 7; }, "loader.epoch 7 is outside [0, 2]"},
+        {"negative batch", [](json& m) { m["loader"]["batch_index"] = -6; }, "loader.batch_index -6 is outside [0, 156]"},
+        {"scaler", [](json& m) { m["loss_scaler"] = {{"scale", -1.0}, {"clean", 0}, {"skipped", 0}}; },
+         "loss_scaler.scale -1.0 is not a positive finite number"},
+        {"state names beyond the file", [](json& m) { m["optimizer"]["state_names"] = std::vector<std::string>(100, "exp_avg"); },
+         "optimizer.state_names lists 100 states, more than its 18 tensors can hold"},
+        {"scaler skips", [](json& m) { m["loss_scaler"] = {{"scale", 1024.0}, {"clean", 0}, {"skipped", 557}}; },
+         "loss_scaler.skipped 557 is outside [0, 156]"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << good;
+        rewrite_metadata(path, c.change);
+        const std::string error = read_error(380);
+        EXPECT_NE(error.find(path + ": "), std::string::npos) << error;
+        EXPECT_NE(error.find(c.message), std::string::npos) << error;
+    }
+}
+
+// A checkpoint of 100,000 tensors (a model of 100,000 layers) reads back in time linear in its
+// size: its header took minutes to parse.
+TEST(Checkpoint, AHundredThousandTensorsReadBack) {
+    TempDir dir("many");
+    const config::Experiment e = run::parse_experiment(experiment({{"type", "single"}}, 1));
+    constexpr int n = 100'000;
+    run::TensorNames names;
+    std::vector<Shape> shapes(n, Shape{1});
+    strategy::TrainingState st;
+    for (int i = 0; i < n; ++i) {
+        names.parameters.push_back("layers." + std::to_string(i) + ".weight");
+        Tensor t = Tensor::empty(Shape{1}, DType::f32, detached_host_device(), MemCategory::workspace);
+        t.data<float>()[0] = float(i);
+        st.parameters.push_back(t);
+    }
+    st.optimizer_steps = 31;
+    const std::string path = run::write_checkpoint(dir.path.string(), e, names, {31, 1, 6}, st);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto read = std::async(std::launch::async, [&] { return run::read_checkpoint(path, e, names, shapes, {}, 50); });
+    if (read.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+        ADD_FAILURE() << "still reading after 120 s";
+        std::fflush(stdout);
+        std::_Exit(1);  // the reading thread cannot be stopped
+    }
+    const run::Checkpoint c = read.get();
+    std::printf("read a checkpoint of %d tensors in %.3f s\n", n,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ASSERT_EQ(c.state.parameters.size(), size_t(n));
+    for (int i : {0, 77'777, n - 1}) EXPECT_EQ(c.state.parameters[size_t(i)].data<float>()[0], float(i)) << i;
+}
+
+}  // namespace
+

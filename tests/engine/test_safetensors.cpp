@@ -1,20 +1,29 @@
 // The safetensors reader and writer against the format's rules: a round trip, files written by
 // hand byte for byte from the specification, every malformed header refused with its cause, a
 // write that fails (a full disk, a file-size limit) leaving no partial file, and a cross-check
-// with Python's numpy reading what the writer wrote (skipped without python3 and numpy).
+// with Python's numpy and zlib reading what the writer wrote (skipped without python3 and
+// numpy). And against an attacker's files: headers of 300,000 tensors read in linear time, a
+// FIFO or a device refused without blocking, a sparse file's size checked before anything is
+// allocated, a flipped bit caught by the checksums, and the writer replacing only regular files.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/io/safetensors.h"
@@ -85,6 +94,30 @@ std::vector<T> values_of(const SafetensorsFile& f, const StEntry& e) {
     std::vector<T> v(e.bytes / sizeof(T));
     std::memcpy(v.data(), f.data(e), e.bytes);
     return v;
+}
+
+// `fn()` run on a thread of its own, waited for up to `ceiling`: a reader that hangs fails the
+// test instead of hanging it (the process ends there, the thread still blocked).
+template <class F>
+auto within(std::chrono::seconds ceiling, F fn) {
+    auto task = std::make_shared<std::packaged_task<decltype(fn())()>>(std::move(fn));
+    auto result = task->get_future();
+    std::thread([task] { (*task)(); }).detach();
+    if (result.wait_for(ceiling) != std::future_status::ready) {
+        ADD_FAILURE() << "still running after " << ceiling.count() << " s";
+        std::fflush(stdout);
+        std::_Exit(1);
+    }
+    return result.get();
+}
+
+std::string read_error(const std::string& path) {
+    try {
+        SafetensorsFile::read(path);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "accepted";
 }
 
 std::string bytes_of_floats(std::initializer_list<float> v) {
@@ -422,7 +455,17 @@ raw = open(ours, "rb").read()
 (n,) = struct.unpack("<Q", raw[:8])
 header = json.loads(raw[8:8 + n])
 data = raw[8 + n:]
-assert header["__metadata__"] == {"format": "pt"}, header
+meta = header["__metadata__"]
+assert meta["format"] == "pt", header
+# The checksums, as zlib computes them: the data area, and the header as stored with the
+# header checksum's own digits read as zeros.
+import zlib
+assert meta["paralab_data_crc32"] == "%08x" % zlib.crc32(raw[8 + n:]), meta
+stored = meta["paralab_header_crc32"]
+field = b'"paralab_header_crc32":"'
+zeroed = raw[8:8 + n].replace(field + stored.encode() + b'"', field + b'00000000"')
+assert zeroed.count(field + b'00000000"') == 1 and stored == "%08x" % zlib.crc32(zeroed), (stored, zeroed)
+assert set(meta) == {"format", "paralab_data_crc32", "paralab_header_crc32"}, meta
 w = header["w"]
 assert w["dtype"] == "F32" and w["shape"] == [2, 3], w
 b, e = w["data_offsets"]
@@ -449,4 +492,201 @@ print("ok")
     EXPECT_EQ(values_of<double>(f, *f.find("x")), (std::vector<double>{0, 1, 2, 3, 4, 5}));
     EXPECT_EQ(f.find("x")->shape, (std::vector<int64_t>{3, 2}));
     EXPECT_EQ(values_of<int32_t>(f, *f.find("y")), std::vector<int32_t>{7});
+}
+
+// Headers of 100,000 and 300,000 tensors (8 and 25 MB of JSON) are read in time linear in their
+// size: nlohmann's parser callbacks made it quadratic (100,000 tensors took a minute or more,
+// 300,000 would take ten), which the ceiling catches; the linear reader needs seconds for both.
+TEST(Safetensors, HundredsOfThousandsOfTensorsReadInLinearTime) {
+    TempDir dir;
+    for (const int n : {100'000, 300'000}) {
+        const std::string path = dir.file("many.safetensors");
+        std::vector<float> values(static_cast<size_t>(n));
+        std::vector<StTensor> tensors;
+        for (int i = 0; i < n; ++i) {
+            values[size_t(i)] = float(i);
+            tensors.push_back({"layers." + std::to_string(i) + ".weight", StDType::F32, {1}, &values[size_t(i)], 4});
+        }
+        write_safetensors(path, tensors);
+        const auto t0 = std::chrono::steady_clock::now();
+        const SafetensorsFile f = within(std::chrono::seconds(60), [&] { return SafetensorsFile::read(path); });
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("read %d tensors (a header of %llu bytes) in %.3f s\n", n,
+                    static_cast<unsigned long long>(fs::file_size(path) - 8 - uint64_t(n) * 4), seconds);
+        ASSERT_EQ(f.entries().size(), size_t(n));
+        EXPECT_TRUE(f.checksummed());
+        for (int i : {0, 1, 4'242, n - 1}) {
+            const StEntry* e = f.find("layers." + std::to_string(i) + ".weight");
+            ASSERT_NE(e, nullptr) << i;
+            EXPECT_EQ(values_of<float>(f, *e), std::vector<float>{float(i)});
+        }
+    }
+}
+
+// Only a regular file is read: a FIFO (whose open blocks until a writer comes), a device, a
+// directory, and a symbolic link to any of them are refused at once, naming what they are.
+TEST(Safetensors, ReadRefusesWhatIsNotARegularFileWithoutBlocking) {
+    TempDir dir;
+    const std::string fifo = dir.file("step-999.safetensors");
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+    const std::string link = dir.file("link.safetensors");
+    fs::create_symlink(fifo, link);
+    fs::create_directories(dir.file("folder.safetensors"));
+    const auto seconds = std::chrono::seconds(60);
+    EXPECT_CONTAINS(within(seconds, [&] { return read_error(fifo); }), fifo + " is a FIFO, not a regular file");
+    EXPECT_CONTAINS(within(seconds, [&] { return read_error(link); }),
+                    link + " (a link to " + fifo + ") is a FIFO, not a regular file");
+    EXPECT_CONTAINS(within(seconds, [&] { return read_error("/dev/null"); }),
+                    "/dev/null is a character device, not a regular file");
+    EXPECT_CONTAINS(within(seconds, [&] { return read_error(dir.file("folder.safetensors")); }),
+                    "folder.safetensors is a directory, not a regular file");
+    // A link to a regular file is read through.
+    const float x = 2.5f;
+    write_safetensors(dir.file("real.safetensors"), {{"x", StDType::F32, {1}, &x, 4}});
+    fs::create_symlink(dir.file("real.safetensors"), dir.file("to-real.safetensors"));
+    const SafetensorsFile f = SafetensorsFile::read(dir.file("to-real.safetensors"));
+    EXPECT_EQ(values_of<float>(f, *f.find("x")), std::vector<float>{2.5f});
+}
+
+// A sparse file of 100 GB: its header is checked against the file's size, and the reader's
+// check of the header runs, before anything is allocated for its data.
+TEST(Safetensors, TheHeaderIsCheckedBeforeTheDataIsAllocated) {
+    TempDir dir;
+    const uint64_t huge = uint64_t(100) << 30;
+    // A valid file of one small tensor, then a hole of 100 GB after it.
+    const std::string padded = dir.file("padded.safetensors");
+    const float x = 1.0f;
+    write_safetensors(padded, {{"x", StDType::F32, {1}, &x, 4}});
+    fs::resize_file(padded, fs::file_size(padded) + huge);
+    EXPECT_CONTAINS(read_error(padded), padded + ": the data area has " + std::to_string(huge) +
+                                            " bytes after the last tensor that no tensor covers");
+    // A header that claims one tensor of 100 GB, the file as large: the caller's check refuses it
+    // before the 100 GB are allocated or read.
+    const std::string header = R"({"w":{"dtype":"F32","shape":[)" + std::to_string(huge / 4) +
+                               R"(],"data_offsets":[0,)" + std::to_string(huge) + "]}}";
+    const std::string claims = dir.file("claims.safetensors");
+    std::ofstream(claims, std::ios::binary) << le64(header.size()) << header;
+    fs::resize_file(claims, 8 + header.size() + huge);
+    try {
+        SafetensorsFile::read(claims, [&](const SafetensorsFile& f) {
+            ASSERT_EQ(f.entries().size(), 1u);
+            EXPECT_EQ(f.entries()[0].bytes, huge);
+            throw Error(claims + ": tensor \"w\" is not the model's");
+        });
+        FAIL() << "read";
+    } catch (const Error& e) {
+        EXPECT_CONTAINS(e.what(), "tensor \"w\" is not the model's");
+    }
+    // One byte short of what the header claims: refused on the header alone.
+    fs::resize_file(claims, 8 + header.size() + huge - 1);
+    EXPECT_CONTAINS(read_error(claims), "lie outside the data area of " + std::to_string(huge - 1) + " bytes");
+}
+
+// Each file written holds a CRC-32 of its data and of its header; a flipped bit in either is
+// refused naming the file and the checksum. Files without checksums (other writers') still read.
+TEST(Safetensors, AFlippedBitIsCaughtByTheChecksums) {
+    TempDir dir;
+    const std::string path = dir.file("w.safetensors");
+    const std::vector<float> w = {1.0f, 2.0f, 3.0f, 4.0f};
+    write_safetensors(path, {{"w", StDType::F32, {4}, w.data(), 16}}, {{"note", "kept"}});
+    const std::string good = slurp(path);
+    const SafetensorsFile f = SafetensorsFile::read(path);
+    EXPECT_TRUE(f.checksummed());
+    EXPECT_EQ(f.metadata(), (std::map<std::string, std::string>{{"note", "kept"}}));
+
+    auto flipped = [&](size_t at, int bit) {
+        std::string bytes = good;
+        bytes[at] = char(bytes[at] ^ (1 << bit));
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+        return read_error(path);
+    };
+    const size_t data_start = good.size() - 16;
+    for (size_t at : {data_start, data_start + 9, good.size() - 1}) {
+        const std::string error = flipped(at, 3);
+        EXPECT_CONTAINS(error, path + ": the checksum of the data does not match");
+    }
+    // In the header, each leaving a valid header: a metadata value ("kept" -> "jept"), a tensor's
+    // name ("w" -> "v").
+    EXPECT_CONTAINS(flipped(good.find("kept"), 0), path + ": the checksum of the header does not match");
+    EXPECT_CONTAINS(flipped(good.find("\"w\"") + 1, 0), path + ": the checksum of the header does not match");
+    EXPECT_CONTAINS(parse_error(file_bytes(R"({"__metadata__":{"paralab_data_crc32":"12345"}})", "")),
+                    "\"paralab_data_crc32\" is not 8 hexadecimal digits");
+
+    // A writer's metadata cannot take the checksums' keys.
+    for (const char* key : {st_data_crc32_key, st_header_crc32_key}) {
+        try {
+            write_safetensors(dir.file("k.safetensors"), {}, {{key, "00000000"}});
+            ADD_FAILURE() << key << " accepted";
+        } catch (const Error& e) {
+            EXPECT_CONTAINS(e.what(), "is the writer's own checksum");
+        }
+    }
+}
+
+// The file written over is `path` or the file its symbolic link leads to; what is not a regular
+// file is refused untouched; an existing file keeps its mode; a hard link's other names keep the
+// old contents (the atomic replace: see write_safetensors).
+TEST(Safetensors, WriteReplacesOnlyRegularFilesAndKeepsTheirMode) {
+    TempDir dir;
+    const float one = 1.0f, two = 2.0f;
+    auto value_in = [&](const std::string& path) {
+        const SafetensorsFile f = SafetensorsFile::read(path);
+        return values_of<float>(f, *f.find("x")).at(0);
+    };
+    auto write_error = [&](const std::string& path) -> std::string {
+        try {
+            write_safetensors(path, {{"x", StDType::F32, {1}, &two, 4}});
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "written";
+    };
+
+    // Through a symbolic link (relative, as `ln -s` makes them): the target replaced, the link kept.
+    const std::string real = dir.file("real.safetensors"), link = dir.file("link.safetensors");
+    write_safetensors(real, {{"x", StDType::F32, {1}, &one, 4}});
+    fs::create_symlink("real.safetensors", link);
+    EXPECT_EQ(write_error(link), "written");
+    EXPECT_TRUE(fs::is_symlink(link));
+    EXPECT_EQ(value_in(real), 2.0f);
+    // A dangling link: its target is created.
+    fs::create_symlink("later.safetensors", dir.file("dangling.safetensors"));
+    EXPECT_EQ(write_error(dir.file("dangling.safetensors")), "written");
+    EXPECT_TRUE(fs::is_symlink(dir.file("dangling.safetensors")));
+    EXPECT_EQ(value_in(dir.file("later.safetensors")), 2.0f);
+
+    // A private file stays private.
+    const std::string secret = dir.file("secret.safetensors");
+    write_safetensors(secret, {{"x", StDType::F32, {1}, &one, 4}});
+    fs::permissions(secret, fs::perms::owner_read | fs::perms::owner_write);
+    EXPECT_EQ(write_error(secret), "written");
+    EXPECT_EQ(fs::status(secret).permissions() & fs::perms::mask, fs::perms::owner_read | fs::perms::owner_write);
+    EXPECT_EQ(value_in(secret), 2.0f);
+
+    // Not a regular file (directly or through a link): refused, left as it was.
+    const std::string fifo = dir.file("fifo.safetensors");
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+    EXPECT_CONTAINS(write_error(fifo), fifo + " is a FIFO, not a regular file: not replaced");
+    EXPECT_TRUE(fs::is_fifo(fifo));
+    fs::create_symlink(fifo, dir.file("to-fifo.safetensors"));
+    EXPECT_CONTAINS(write_error(dir.file("to-fifo.safetensors")),
+                    "to-fifo.safetensors (a link to " + fifo + ") is a FIFO, not a regular file: not replaced");
+    EXPECT_TRUE(fs::is_fifo(fifo));
+    fs::create_directories(dir.file("folder"));
+    EXPECT_CONTAINS(write_error(dir.file("folder")), "is a directory, not a regular file: not replaced");
+    EXPECT_TRUE(fs::is_directory(dir.file("folder")));
+    fs::create_symlink("/dev/null", dir.file("to-null.safetensors"));
+    EXPECT_CONTAINS(write_error(dir.file("to-null.safetensors")),
+                    "(a link to /dev/null) is a character device, not a regular file: not replaced");
+    EXPECT_TRUE(fs::is_character_file("/dev/null"));
+
+    // A hard link: the name written holds the new file, the other name the old one.
+    const std::string a = dir.file("a.safetensors"), b = dir.file("b.safetensors");
+    write_safetensors(a, {{"x", StDType::F32, {1}, &one, 4}});
+    fs::create_hard_link(a, b);
+    EXPECT_EQ(write_error(a), "written");
+    EXPECT_EQ(value_in(a), 2.0f);
+    EXPECT_EQ(value_in(b), 1.0f);
+    // No temporary file is left anywhere.
+    for (const std::string& name : dir.names()) EXPECT_EQ(name.find(".tmp-"), std::string::npos) << name;
 }

@@ -3,11 +3,17 @@
 // ended, under every strategy, and a file that does not fit is refused before any step.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <future>
 
 #include "engine/device/device.h"
 #include "engine/io/safetensors.h"
@@ -221,6 +227,90 @@ TEST(Weights, RefusesAFileThatDoesNotFitTheModelAndChangesNothing) {
         EXPECT_EQ(e.path(), "--init");
         EXPECT_CONTAINS(e.what(), "absent.safetensors: cannot open: No such file or directory");
     }
+}
+
+// Weights to start from must be numbers: a NaN or an infinity in any tensor is refused, naming
+// the tensor and the element; so is a file whose checksum does not match (a flipped bit), and a
+// FIFO given as the file (refused at once: its open would block until a writer came). No
+// parameter changes.
+TEST(Weights, RefusesNonFiniteCorruptAndIrregularFilesAndChangesNothing) {
+    TempDir dir;
+    auto dev = make_cpu_device(0);
+    nn::Model m({linear(2), spec("relu"), linear(3)}, Shape{4}, "cross_entropy", DType::f32, *dev);
+    Rng rng(3);
+    m.reset_parameters(rng);
+    const auto before = all_values(m);
+    const std::vector<float> w0(8, 1.0f), w2(6, 1.0f), b2(3, 1.0f);
+    std::vector<float> nan_b0 = {1.0f, NAN};
+    const std::vector<double> inf_b0 = {0.0, -INFINITY};
+    const uint16_t inf16_b0[] = {0x3c00, 0x7c00}, nan_bf16_b0[] = {0x7fc0, 0x3f80};
+    using T = io::StTensor;
+    const T good_w0{"layers.0.weight", io::StDType::F32, {2, 4}, w0.data(), 32};
+    const T good_w2{"layers.2.weight", io::StDType::F32, {3, 2}, w2.data(), 24};
+    const T good_b2{"layers.2.bias", io::StDType::F32, {3}, b2.data(), 12};
+    struct Case {
+        const char* what;
+        T b0;
+        const char* message;
+    };
+    const std::vector<Case> cases = {
+        {"F32 NaN", {"layers.0.bias", io::StDType::F32, {2}, nan_b0.data(), 8}, "tensor \"layers.0.bias\" holds NaN at element 1"},
+        {"F64 -inf", {"layers.0.bias", io::StDType::F64, {2}, inf_b0.data(), 16}, "tensor \"layers.0.bias\" holds -inf at element 1"},
+        {"F16 +inf", {"layers.0.bias", io::StDType::F16, {2}, inf16_b0, 4}, "tensor \"layers.0.bias\" holds +inf at element 1"},
+        {"BF16 NaN", {"layers.0.bias", io::StDType::BF16, {2}, nan_bf16_b0, 4}, "tensor \"layers.0.bias\" holds NaN at element 0"},
+    };
+    const std::string path = dir.file("w.safetensors");
+    auto init_error = [&] {
+        try {
+            io::load_weights(m, path);
+        } catch (const ConfigError& e) {
+            EXPECT_EQ(e.path(), "--init");
+            return std::string(e.what());
+        }
+        return std::string("loaded");
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        io::write_safetensors(path, {good_w0, c.b0, good_w2, good_b2});
+        const std::string error = init_error();
+        EXPECT_CONTAINS(error, path + ": " + c.message);
+        EXPECT_EQ(all_values(m), before);
+    }
+
+    // A bit flipped in the last weight (1.0f -> 1.0000001f: a finite number, a plausible weight).
+    nan_b0[1] = 2.0f;
+    io::write_safetensors(path, {good_w0, {"layers.0.bias", io::StDType::F32, {2}, nan_b0.data(), 8}, good_w2, good_b2});
+    {
+        std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(-4, std::ios::end);
+        char byte = 0;
+        f.read(&byte, 1);
+        f.seekp(-4, std::ios::end);
+        byte ^= 1;
+        f.write(&byte, 1);
+    }
+    EXPECT_CONTAINS(init_error(), path + ": the checksum of the data does not match");
+    EXPECT_EQ(all_values(m), before);
+
+    // A FIFO: refused without waiting for a writer (a hang fails the test at the ceiling).
+    const std::string fifo = dir.file("fifo.safetensors");
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+    auto done = std::async(std::launch::async, [&] {
+        try {
+            io::load_weights(m, fifo);
+        } catch (const ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string("loaded");
+    });
+    if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+        // Opening the write end and closing it lets the blocked reader see the end of the file.
+        const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+        if (fd >= 0) ::close(fd);
+        ADD_FAILURE() << "load_weights blocked on a FIFO";
+    }
+    EXPECT_CONTAINS(done.get(), fifo + " is a FIFO, not a regular file");
+    EXPECT_EQ(all_values(m), before);
 }
 
 namespace {

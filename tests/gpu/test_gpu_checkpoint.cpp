@@ -140,7 +140,7 @@ TEST_P(GpuShardedCheckpoints, Fp16StoppedAndResumedEndsAsTheUninterruptedRun) {
     std::vector<Shape> shapes;
     for (const nn::Param* p : model.parameters()) shapes.push_back(p->value.shape());
     const auto last = [&](const fs::path& f) {
-        return run::read_checkpoint((f / "step-12.safetensors").string(), e, run::checkpoint_names(model), shapes, {});
+        return run::read_checkpoint((f / "step-12.safetensors").string(), e, run::checkpoint_names(model), shapes, {}, 12);
     };
     const run::Checkpoint want = last(whole_folder), got = last(folder);
     fs::remove_all(folder);
