@@ -664,14 +664,26 @@ std::vector<Tensor> StagedStrategy::buffers() {
 
 }  // namespace
 
-Schedule schedule_named(const std::string& name) {
-    if (name == "1f1b") return Schedule::one_f_one_b;
-    if (name == "interleaved_1f1b") return Schedule::interleaved_1f1b;
-    return Schedule::gpipe;
+const char* schedule_name(Schedule s) {
+    switch (s) {
+        case Schedule::gpipe:
+            return "gpipe";
+        case Schedule::one_f_one_b:
+            return "1f1b";
+        case Schedule::interleaved_1f1b:
+            return "interleaved_1f1b";
+    }
+    return "?";
+}
+
+Schedule schedule_from_name(const std::string& name, const std::string& key) {
+    for (const auto s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b})
+        if (name == schedule_name(s)) return s;
+    throw ConfigError(key, "expected one of gpipe, 1f1b, interleaved_1f1b, got \"" + name + "\"");
 }
 
 Schedule schedule_of(const config::Experiment& e) {
-    return schedule_named(option<std::string>(e.strategy, "schedule"));
+    return schedule_from_name(option<std::string>(e.strategy, "schedule"));
 }
 
 int chunks_of(const config::Experiment& e) {
