@@ -171,9 +171,10 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
     }
     still = times;
     std::fill(still.transfer.begin(), still.transfer.end(), 0.0);
-    PipeResult run = simulate_pipeline(mesh.schedule, P, v, m, times, timeline != nullptr);
+    const auto schedule = strategy::stages::schedule_from_name(mesh.schedule);
+    PipeResult run = simulate_pipeline(schedule, P, v, m, times, timeline != nullptr);
     if (timeline) *timeline = std::move(run.spans);
-    const PipeResult bubble_only = simulate_pipeline(mesh.schedule, P, v, m, still);
+    const PipeResult bubble_only = simulate_pipeline(schedule, P, v, m, still);
 
     // Per stage device: its chunks' sums; the critical device is the busiest.
     const auto device_chunks = [&](int d) {
@@ -205,7 +206,8 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
         // Activations in flight: the schedule's order, each chunk's bytes while its micro-batch
         // waits for its backward.
         double live = 0, peak_live = 0;
-        for (const PipeOp& op : device_schedule(mesh.schedule, d, P, v, m)) {
+        for (const strategy::stages::Op& op :
+             strategy::stages::stage_schedule(schedule, d, P, m, v)) {
             live +=
                 (op.forward ? 1 : -1) * chunks[static_cast<size_t>(op.chunk * P + d)].stored_bytes;
             peak_live = std::max(peak_live, live);

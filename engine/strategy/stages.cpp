@@ -82,9 +82,9 @@ std::vector<int> chunk_contexts(Schedule schedule, int stage, int stages, int mi
 std::vector<Op> stage_schedule(Schedule schedule, int stage, int stages, int micro_batches, int chunks) {
     std::vector<Op> ops;
     if (schedule == Schedule::interleaved_1f1b) {
-        // Megatron-LM's forward_backward_pipelining_with_interleaving (the order of
-        // plan::device_schedule): 2·(p − d − 1) + (v − 1)·p warm-up forwards, then one forward
-        // and one backward in turn, then the remaining backwards.
+        // Megatron-LM's forward_backward_pipelining_with_interleaving (the order the planner
+        // simulates too): 2·(p − d − 1) + (v − 1)·p warm-up forwards, then one forward and one
+        // backward in turn, then the remaining backwards.
         const int p = stages, v = chunks, m = micro_batches;
         const std::vector<Op> forwards = interleaved_order(p, v, m, true);
         const std::vector<Op> backwards = interleaved_order(p, v, m, false);

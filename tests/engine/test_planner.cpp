@@ -163,7 +163,8 @@ TEST_P(PipelineBubble, MatchesTheClosedForm) {
         t.backward.push_back(tb / v);
     }
     t.transfer.assign(static_cast<size_t>(p * v - 1), 0.0);
-    const plan::PipeResult r = plan::simulate_pipeline(schedule, p, v, m, t);
+    const plan::PipeResult r =
+        plan::simulate_pipeline(strategy::stages::schedule_from_name(schedule), p, v, m, t);
     const double busy = m * (tf + tb);
     for (double b : r.busy) EXPECT_DOUBLE_EQ(b, busy);
     const double bubble = (r.makespan - busy) / r.makespan;
@@ -190,7 +191,7 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineBubble,
 TEST(Planner, TransfersBetweenStagesDelayThePipeline) {
     plan::PipeTimes t{{1, 1}, {2, 2}, {0.5}};
     // One micro-batch: forward, transfer, forward, backward, transfer, backward.
-    EXPECT_DOUBLE_EQ(plan::simulate_pipeline("1f1b", 2, 1, 1, t).makespan,
+    EXPECT_DOUBLE_EQ(plan::simulate_pipeline(strategy::stages::Schedule::one_f_one_b, 2, 1, 1, t).makespan,
                      1 + 0.5 + 1 + 2 + 0.5 + 2);
 }
 
