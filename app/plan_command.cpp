@@ -32,8 +32,9 @@ void print_report(const plan::Prediction& p, const std::string& name, const plan
                 p.tokens_per_s, p.samples_per_s, 100 * p.mfu,
                 p.fits ? "fits" : "DOES NOT FIT (out of memory)");
     std::printf("memory of the most loaded device (stage %d)\n", p.memory_stage);
-    for (size_t i = 0; i < plan::kMemoryKinds; ++i)
-        std::printf("  %-16s %12s\n", plan::memory_name(static_cast<plan::Memory>(i)),
+    for (size_t i = 0; i < kMemCategoryCount; ++i)
+        std::printf("  %-16s %12s\n",
+                    std::string(mem_category_name(static_cast<MemCategory>(i))).c_str(),
                     human_bytes(p.memory[i]).c_str());
     std::printf("  %-16s %12s of %s\n\n", "total", human_bytes(p.memory_total).c_str(),
                 human_bytes(p.memory_capacity).c_str());

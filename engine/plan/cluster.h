@@ -9,6 +9,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engine/device/device.h"
+
 namespace paralab::plan {
 
 struct Cluster {
@@ -35,13 +37,14 @@ struct Cluster {
     double inter_latency = 0;
 
     int devices() const { return nodes * gpus_per_node; }
-    double peak_flops(const std::string& precision) const {
-        return precision == "fp32" ? peak_flops_fp32 : peak_flops_16bit;
+    double peak_flops(MatmulPrecision precision) const {
+        return precision == MatmulPrecision::fp32 ? peak_flops_fp32 : peak_flops_16bit;
     }
     // The fraction of peak_flops(precision) a GEMM whose smallest dimension is w reaches.
-    double gemm_fraction(const std::string& precision, double w) const {
-        return precision == "fp32" ? gemm_efficiency_fp32 * w / (w + gemm_half_width_fp32)
-                                   : gemm_efficiency * w / (w + gemm_half_width);
+    double gemm_fraction(MatmulPrecision precision, double w) const {
+        return precision == MatmulPrecision::fp32
+                   ? gemm_efficiency_fp32 * w / (w + gemm_half_width_fp32)
+                   : gemm_efficiency * w / (w + gemm_half_width);
     }
 };
 

@@ -88,7 +88,7 @@ plan::Cluster test_cluster(int devices) {
     return c;
 }
 
-double mem(const plan::Prediction& p, plan::Memory m) {
+double mem(const plan::Prediction& p, MemCategory m) {
     return p.memory[static_cast<size_t>(m)];
 }
 
@@ -120,15 +120,15 @@ TEST(Planner, MemoryOfAKnownModelByHand) {
             plan::predict(f.experiment, model, test_cluster(1), plan::mesh_of(f, 1));
         ASSERT_TRUE(p.skipped.empty()) << p.skipped;
         const double bytes = precision == "fp32" ? 4 : 2;
-        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::parameters), P * bytes);
-        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::gradients), P * bytes);
+        EXPECT_DOUBLE_EQ(mem(p, MemCategory::parameters), P * bytes);
+        EXPECT_DOUBLE_EQ(mem(p, MemCategory::gradients), P * bytes);
         // AdamW: m and v in fp32, plus the fp32 master copy in mixed precision.
-        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::optimizer_state),
+        EXPECT_DOUBLE_EQ(mem(p, MemCategory::optimizer_state),
                          P * (precision == "fp32" ? 8.0 : 12.0));
         // Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per block in 16-bit (twice in fp32),
         // and the loss's fp32 copy of the output.
         const double per_block = double(s * b * h) * (34 + 5.0 * a * s / h) * bytes / 2;
-        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::activations), 2 * per_block + double(s * h * b) * 4);
+        EXPECT_DOUBLE_EQ(mem(p, MemCategory::activations), 2 * per_block + double(s * h * b) * 4);
         EXPECT_TRUE(p.fits);
     }
 }
@@ -148,6 +148,35 @@ TEST(Planner, AlphaBetaCollectives) {
     EXPECT_EQ(plan::link_of(a100, 16, 1).bandwidth, a100.inter_bandwidth);
     EXPECT_DOUBLE_EQ(a100.intra_bandwidth, 300e9);  // 600 GB/s both directions
     EXPECT_DOUBLE_EQ(a100.inter_bandwidth, 25e9);   // HDR 200 Gb/s
+}
+
+// The mesh's schedule, recompute and precision are the engine's enums; their names read back, and
+// another name is refused naming the key.
+TEST(Planner, MeshEnumsHaveOneNameEach) {
+    namespace st = strategy::stages;
+    for (auto s : {st::Schedule::gpipe, st::Schedule::one_f_one_b, st::Schedule::interleaved_1f1b})
+        EXPECT_EQ(st::schedule_from_name(st::schedule_name(s)), s);
+    for (auto r : {nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full})
+        EXPECT_EQ(nn::recompute_from_name(nn::recompute_name(r)), r);
+    for (auto p : {MatmulPrecision::fp32, MatmulPrecision::bf16, MatmulPrecision::fp16})
+        EXPECT_EQ(precision_from_name(precision_name(p)), p);
+    const auto path_of = [](const std::function<void()>& f) {
+        try {
+            f();
+        } catch (const ConfigError& e) {
+            return e.path();
+        }
+        return std::string("no error");
+    };
+    EXPECT_EQ(path_of([] { st::schedule_from_name("zb"); }), "strategy.schedule");
+    EXPECT_EQ(path_of([] { nn::recompute_from_name("half"); }), "train.recompute");
+    EXPECT_EQ(path_of([] { precision_from_name("fp8"); }), "train.precision");
+    plan::Mesh m;
+    EXPECT_EQ(path_of([&] { plan::set_mesh_key(m, "schedule", "zb"); }), "--sweep");
+    plan::set_mesh_key(m, "schedule", "gpipe");
+    plan::set_mesh_key(m, "recompute", "selective");
+    EXPECT_EQ(m.schedule, st::Schedule::gpipe);
+    EXPECT_EQ(m.recompute, nn::Recompute::selective);
 }
 
 // The bubble of the simulated schedules against the closed forms: (p − 1)/(m + p − 1) for GPipe
@@ -191,8 +220,9 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineBubble,
 TEST(Planner, TransfersBetweenStagesDelayThePipeline) {
     plan::PipeTimes t{{1, 1}, {2, 2}, {0.5}};
     // One micro-batch: forward, transfer, forward, backward, transfer, backward.
-    EXPECT_DOUBLE_EQ(plan::simulate_pipeline(strategy::stages::Schedule::one_f_one_b, 2, 1, 1, t).makespan,
-                     1 + 0.5 + 1 + 2 + 0.5 + 2);
+    EXPECT_DOUBLE_EQ(
+        plan::simulate_pipeline(strategy::stages::Schedule::one_f_one_b, 2, 1, 1, t).makespan,
+        1 + 0.5 + 1 + 2 + 0.5 + 2);
 }
 
 TEST(Planner, ZeroThreeShardsEverythingOverDp) {
@@ -204,15 +234,14 @@ TEST(Planner, ZeroThreeShardsEverythingOverDp) {
     mesh.zero = 3;
     const plan::Prediction z3 = plan::predict(f.experiment, model, test_cluster(4), mesh);
     ASSERT_TRUE(z0.skipped.empty() && z3.skipped.empty());
-    for (auto m :
-         {plan::Memory::parameters, plan::Memory::gradients, plan::Memory::optimizer_state})
+    for (auto m : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state})
         EXPECT_DOUBLE_EQ(mem(z3, m), mem(z0, m) / 4);
-    EXPECT_DOUBLE_EQ(mem(z3, plan::Memory::activations), mem(z0, plan::Memory::activations));
+    EXPECT_DOUBLE_EQ(mem(z3, MemCategory::activations), mem(z0, MemCategory::activations));
     mesh.zero = 1;
     const plan::Prediction z1 = plan::predict(f.experiment, model, test_cluster(4), mesh);
-    EXPECT_DOUBLE_EQ(mem(z1, plan::Memory::parameters), mem(z0, plan::Memory::parameters));
-    EXPECT_DOUBLE_EQ(mem(z1, plan::Memory::optimizer_state),
-                     mem(z0, plan::Memory::optimizer_state) / 4);
+    EXPECT_DOUBLE_EQ(mem(z1, MemCategory::parameters), mem(z0, MemCategory::parameters));
+    EXPECT_DOUBLE_EQ(mem(z1, MemCategory::optimizer_state),
+                     mem(z0, MemCategory::optimizer_state) / 4);
 }
 
 TEST(Planner, SingleAxisStrategiesMapOntoTheMesh) {
@@ -222,7 +251,7 @@ TEST(Planner, SingleAxisStrategiesMapOntoTheMesh) {
         plan_file(gpt_json({{"type", "pipeline"}, {"micro_batches", 4}, {"schedule", "1f1b"}})), 2);
     EXPECT_EQ(pipe.pp, 2);
     EXPECT_EQ(pipe.micro_batches, 4);
-    EXPECT_EQ(pipe.schedule, "1f1b");
+    EXPECT_EQ(pipe.schedule, strategy::stages::Schedule::one_f_one_b);
     const plan::Mesh zero = plan::mesh_of(plan_file(gpt_json({{"type", "zero"}, {"stage", 2}})), 4);
     EXPECT_EQ(zero.dp, 4);
     EXPECT_EQ(zero.zero, 2);
@@ -287,6 +316,10 @@ TEST(Planner, BadInputSaysWhy) {
         message([&] { plan::set_mesh_key(m, "tensor", "2"); }).find("unknown sweep key \"tensor\""),
         std::string::npos);
     EXPECT_NE(message([&] { plan::set_mesh_key(m, "tp", "two"); }).find("tp=two"),
+              std::string::npos);
+    EXPECT_NE(message([&] {
+                  plan::set_mesh_key(m, "recompute", "half");
+              }).find("recompute=half: expected one of none, selective, full"),
               std::string::npos);
     EXPECT_NE(message([] { plan::parse_sweep("tp"); }).find("KEY=V1,V2"), std::string::npos);
     EXPECT_NE(message([] {
@@ -378,6 +411,11 @@ TEST(Planner, BreakdownAddsUpToTheStep) {
     EXPECT_GT(b.pp_comm, 0);
     EXPECT_GT(b.dp_comm, 0);
     EXPECT_NEAR(p.tokens_per_s, p.samples_per_s * 32, 1e-9 * p.tokens_per_s);
+    // The JSON names the mesh's enums as the experiment file does.
+    const json mesh = plan::to_json(p)["mesh"];
+    EXPECT_EQ(mesh["schedule"], "1f1b");
+    EXPECT_EQ(mesh["recompute"], "full");
+    EXPECT_EQ(mesh["precision"], "bf16");
     EXPECT_GT(p.mfu, 0);
     EXPECT_LT(p.mfu, 1);
 }
