@@ -221,10 +221,13 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
     auto* plan =
         app.add_subcommand("plan", "predict a configuration at cluster scale without running it");
     plan->add_option("file", args.file, "experiment file (*.paralab.json)");
+    std::string presets;
+    for (const auto& name : plan::preset_names()) presets += (presets.empty() ? "" : ", ") + name;
     plan->add_option(
         "--cluster", args.cluster,
-        "a preset (a100-80g, h100-80g, h200, local) or a cluster file (*.json); default a100-80g "
-        "(with --compare: local, which a run on GPUs must replace by its GPU's cluster)");
+        "a preset (" + presets +
+            ") or a cluster file (*.json); default a100-80g "
+            "(with --compare: local, which a run on GPUs must replace by its GPU's cluster)");
     plan->add_option("--nodes", args.nodes, "nodes (a preset: as many as the mesh needs)")
         ->check(CLI::Range(1, 1000000));
     plan->add_option("--gpus-per-node", args.gpus_per_node, "devices per node")

@@ -150,6 +150,25 @@ TEST(Planner, AlphaBetaCollectives) {
     EXPECT_DOUBLE_EQ(a100.inter_bandwidth, 25e9);   // HDR 200 Gb/s
 }
 
+// Every GPU preset is its file of resources/clusters/: named as the file, every key of a cluster
+// file given, each with its source.
+TEST(Planner, PresetsAreCompleteFilesWithSources) {
+    ASSERT_FALSE(plan::preset_files().empty());
+    for (const plan::PresetFile& f : plan::preset_files()) {
+        SCOPED_TRACE(f.name);
+        const json j = json::parse(f.text);
+        EXPECT_EQ(plan::preset(f.name).name, f.name);
+        for (const auto& key : plan::cluster_keys()) {
+            EXPECT_TRUE(j.contains(key)) << key;
+            if (key != "name") {
+                EXPECT_TRUE(j["sources"].contains(key)) << "no source for " << key;
+            }
+        }
+    }
+    EXPECT_EQ(plan::preset_names().back(), "local");
+    EXPECT_EQ(plan::preset_names().size(), plan::preset_files().size() + 1);
+}
+
 // The mesh's schedule, recompute and precision are the engine's enums; their names read back, and
 // another name is refused naming the key.
 TEST(Planner, MeshEnumsHaveOneNameEach) {
@@ -310,6 +329,20 @@ TEST(Planner, BadInputSaysWhy) {
                                                {"intra_node_bandwidth_gbps", 300},
                                                {"gpu_per_node", 8}});
               }).find("gpu_per_node"),
+              std::string::npos);
+    json with_sources = {{"peak_tflops_16bit", 100},
+                         {"memory_gb", 80},
+                         {"memory_bandwidth_gbps", 2000},
+                         {"intra_node_bandwidth_gbps", 300}};
+    with_sources["sources"] = {{"memory_gb", "a datasheet"}};
+    EXPECT_EQ(plan::cluster_from_json(with_sources).memory_bytes, 80e9);
+    with_sources["sources"]["memory_gbs"] = "a typo";
+    EXPECT_NE(message([&] { plan::cluster_from_json(with_sources); }).find("sources.memory_gbs"),
+              std::string::npos);
+    with_sources["sources"] = {{"memory_gb", 80}};
+    EXPECT_NE(message([&] {
+                  plan::cluster_from_json(with_sources);
+              }).find("sources.memory_gb: expected a string"),
               std::string::npos);
     plan::Mesh m;
     EXPECT_NE(
