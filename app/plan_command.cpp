@@ -32,8 +32,9 @@ void print_report(const plan::Prediction& p, const std::string& name, const plan
                 p.tokens_per_s, p.samples_per_s, 100 * p.mfu,
                 p.fits ? "fits" : "DOES NOT FIT (out of memory)");
     std::printf("memory of the most loaded device (stage %d)\n", p.memory_stage);
-    for (size_t i = 0; i < plan::kMemoryKinds; ++i)
-        std::printf("  %-16s %12s\n", plan::memory_name(static_cast<plan::Memory>(i)),
+    for (size_t i = 0; i < kMemCategoryCount; ++i)
+        std::printf("  %-16s %12s\n",
+                    std::string(mem_category_name(static_cast<MemCategory>(i))).c_str(),
                     human_bytes(p.memory[i]).c_str());
     std::printf("  %-16s %12s of %s\n\n", "total", human_bytes(p.memory_total).c_str(),
                 human_bytes(p.memory_capacity).c_str());
@@ -220,10 +221,13 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
     auto* plan =
         app.add_subcommand("plan", "predict a configuration at cluster scale without running it");
     plan->add_option("file", args.file, "experiment file (*.paralab.json)");
+    std::string presets;
+    for (const auto& name : plan::preset_names()) presets += (presets.empty() ? "" : ", ") + name;
     plan->add_option(
         "--cluster", args.cluster,
-        "a preset (a100-80g, h100-80g, h200, local) or a cluster file (*.json); default a100-80g "
-        "(with --compare: local, which a run on GPUs must replace by its GPU's cluster)");
+        "a preset (" + presets +
+            ") or a cluster file (*.json); default a100-80g "
+            "(with --compare: local, which a run on GPUs must replace by its GPU's cluster)");
     plan->add_option("--nodes", args.nodes, "nodes (a preset: as many as the mesh needs)")
         ->check(CLI::Range(1, 1000000));
     plan->add_option("--gpus-per-node", args.gpus_per_node, "devices per node")

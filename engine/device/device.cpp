@@ -14,6 +14,24 @@ std::string DeviceId::to_string() const {
     return (kind == DeviceKind::cpu ? "cpu:" : "cuda:") + std::to_string(index);
 }
 
+const char* precision_name(MatmulPrecision p) {
+    switch (p) {
+        case MatmulPrecision::fp32:
+            return "fp32";
+        case MatmulPrecision::bf16:
+            return "bf16";
+        case MatmulPrecision::fp16:
+            return "fp16";
+    }
+    return "?";
+}
+
+MatmulPrecision precision_from_name(const std::string& name, const std::string& key) {
+    for (const auto p : {MatmulPrecision::fp32, MatmulPrecision::bf16, MatmulPrecision::fp16})
+        if (name == precision_name(p)) return p;
+    throw ConfigError(key, "expected one of fp32, bf16, fp16, got \"" + name + "\"");
+}
+
 DeviceId parse_device_id(const std::string& text) {
     DeviceId id;
     std::string rest;

@@ -18,6 +18,12 @@ enum class DeviceKind { cpu, cuda };
 // weights). Only GPUs take bf16/fp16.
 enum class MatmulPrecision : uint8_t { fp32, bf16, fp16 };
 
+// "fp32", "bf16", "fp16" (the experiment file's train.precision) and back; another name throws
+// ConfigError naming `key`.
+const char* precision_name(MatmulPrecision p);
+MatmulPrecision precision_from_name(const std::string& name,
+                                    const std::string& key = "train.precision");
+
 // A parsed device name: "cpu:3" -> {cpu, 3}.
 struct DeviceId {
     DeviceKind kind = DeviceKind::cpu;

@@ -9,11 +9,22 @@ thread_local RecomputeListener t_listener;
 thread_local bool t_recomputing = false;
 }  // namespace
 
-Recompute recompute_from_name(const std::string& name) {
-    if (name == "none") return Recompute::none;
-    if (name == "selective") return Recompute::selective;
-    if (name == "full") return Recompute::full;
-    throw ConfigError("train.recompute", "expected one of none, selective, full, got \"" + name + "\"");
+const char* recompute_name(Recompute r) {
+    switch (r) {
+        case Recompute::none:
+            return "none";
+        case Recompute::selective:
+            return "selective";
+        case Recompute::full:
+            return "full";
+    }
+    return "?";
+}
+
+Recompute recompute_from_name(const std::string& name, const std::string& key) {
+    for (const auto r : {Recompute::none, Recompute::selective, Recompute::full})
+        if (name == recompute_name(r)) return r;
+    throw ConfigError(key, "expected one of none, selective, full, got \"" + name + "\"");
 }
 
 void set_recompute_listener(RecomputeListener listener) { t_listener = std::move(listener); }

@@ -18,8 +18,10 @@ namespace paralab::nn {
 
 enum class Recompute { none, selective, full };
 
-// "none", "selective", "full" (the experiment file's train.recompute); ConfigError otherwise.
-Recompute recompute_from_name(const std::string& name);
+// "none", "selective", "full" (the experiment file's train.recompute) and back; another name
+// throws ConfigError naming `key`.
+const char* recompute_name(Recompute r);
+Recompute recompute_from_name(const std::string& name, const std::string& key = "train.recompute");
 
 // The calling thread hears of each recomputation's interval (the timeline's "recompute"
 // phase, inside backward): a rank thread sets its listener; empty: nobody listens.

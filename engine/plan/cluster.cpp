@@ -19,48 +19,13 @@ namespace {
 
 constexpr double kTera = 1e12, kGiga = 1e9, kMicro = 1e-6;
 
-// The DGX node every GPU preset describes: 8 GPUs on an NVSwitch, one InfiniBand adapter per
-// GPU. Link rates are per GPU and direction: NVLink's published figure is the sum of both
-// directions (A100 600 GB/s, H100 900 GB/s); an HDR adapter carries 200 Gb/s = 25 GB/s, NDR
-// 400 Gb/s = 50 GB/s. Latencies are the order of NCCL's small-message latency (docs/planner.md).
-// The GEMM curve is one (e_max, w½) for both precisions unless calibrated() sets fp32's.
-Cluster dgx(std::string name, double tflops16, double tflops32, double memory_gb, double tb_per_s,
-            double nvlink_bidirectional_gb, double ib_gbit, double gemm_efficiency) {
-    Cluster c;
-    c.name = std::move(name);
-    c.nodes = 1;
-    c.gpus_per_node = 8;
-    c.peak_flops_16bit = tflops16 * kTera;
-    c.peak_flops_fp32 = tflops32 * kTera;
-    c.memory_bytes = memory_gb * kGiga;
-    c.reserved_bytes = 1.0 * kGiga;
-    c.memory_bandwidth = tb_per_s * kTera;
-    c.gemm_efficiency = c.gemm_efficiency_fp32 = gemm_efficiency;
-    c.gemm_half_width = c.gemm_half_width_fp32 = 64;
-    c.intra_bandwidth = nvlink_bidirectional_gb / 2 * kGiga;
-    c.intra_latency = 5 * kMicro;
-    c.inter_bandwidth = ib_gbit / 8 * kGiga;
-    c.inter_latency = 10 * kMicro;
-    return c;
-}
-
-// The GH100 presets as measured (docs/planner.md, "Calibration on a GPU"): cuBLAS GEMM curves
-// fitted to `bench_gpu_kernels --gemm-sweep` on an H200 (bf16: e_max 0.938, w½ 596; fp32:
-// 0.794, 160; the H100 ran the same 4096³ GEMMs within 0.6 %), and the memory bandwidth a
-// 256 MiB device-to-device copy reached, bytes read plus written.
-Cluster calibrated(Cluster c, double measured_tb_per_s) {
-    c.gemm_efficiency = 0.938;
-    c.gemm_half_width = 596;
-    c.gemm_efficiency_fp32 = 0.794;
-    c.gemm_half_width_fp32 = 160;
-    c.memory_bandwidth = measured_tb_per_s * kTera;
-    return c;
-}
-
 }  // namespace
 
 std::vector<std::string> preset_names() {
-    return {"a100-80g", "h100-80g", "h200", "local"};
+    std::vector<std::string> out;
+    for (const PresetFile& f : preset_files()) out.emplace_back(f.name);
+    out.emplace_back("local");
+    return out;
 }
 
 Cluster local_cluster() {
@@ -103,15 +68,41 @@ Cluster local_cluster() {
 }
 
 Cluster preset(const std::string& name) {
-    // Sources of every figure: docs/planner.md, "Clusters".
-    if (name == "a100-80g") return dgx("a100-80g", 312, 19.5, 80, 2.039, 600, 200, 0.80);
-    if (name == "h100-80g") return calibrated(dgx("h100-80g", 989, 67, 80, 3.35, 900, 400, 0.75), 2.92);
-    if (name == "h200") return calibrated(dgx("h200", 989, 67, 141, 4.8, 900, 400, 0.75), 4.19);
     if (name == "local") return local_cluster();
+    for (const PresetFile& f : preset_files()) {
+        if (name != f.name) continue;
+        const std::string where = "resources/clusters/" + name + ".json";
+        try {
+            return cluster_from_json(nlohmann::json::parse(f.text));
+        } catch (const nlohmann::json::exception& e) {
+            throw ConfigError(where + ": not valid JSON (" + e.what() + ")");
+        } catch (const ConfigError& e) {
+            throw ConfigError(where + ": " + e.what());
+        }
+    }
     std::string known;
     for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
     throw ConfigError("--cluster", "unknown cluster preset \"" + name + "\"; the presets are " +
                                        known + ", or give a cluster file (*.json)");
+}
+
+std::vector<std::string> cluster_keys() {
+    return {"name",
+            "nodes",
+            "gpus_per_node",
+            "peak_tflops_16bit",
+            "peak_tflops_fp32",
+            "memory_gb",
+            "reserved_gb",
+            "memory_bandwidth_gbps",
+            "gemm_efficiency",
+            "gemm_half_width",
+            "gemm_efficiency_fp32",
+            "gemm_half_width_fp32",
+            "intra_node_bandwidth_gbps",
+            "intra_node_latency_us",
+            "inter_node_bandwidth_gbps",
+            "inter_node_latency_us"};
 }
 
 Cluster cluster_from_json(const nlohmann::json& j) {
@@ -143,6 +134,14 @@ Cluster cluster_from_json(const nlohmann::json& j) {
     c.inter_bandwidth =
         r.number("inter_node_bandwidth_gbps", c.intra_bandwidth / kGiga, 0, 1e30, false) * kGiga;
     c.inter_latency = r.number("inter_node_latency_us", 10.0, 0, 1e9) * kMicro;
+    if (r.has("sources")) {
+        // Where each figure comes from: text for people, one string per key of the file.
+        run::JsonObjectReader sources(r.raw("sources"), "sources");
+        for (const auto& key : cluster_keys())
+            if (sources.has(key) && sources.string(key, "").empty())
+                sources.fail(key, "expected the source of " + key + ", got an empty string");
+        sources.finish();
+    }
     r.finish();
     return c;
 }

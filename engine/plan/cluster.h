@@ -1,13 +1,16 @@
 // The machines a plan is made for (docs/planner.md, "Clusters"): nodes of identical devices, a
-// fast link inside a node (NVLink) and a slower one across nodes (InfiniBand). Presets come from
-// the vendors' published specifications; a user describes another cluster in a JSON file with
-// the same fields.
+// fast link inside a node (NVLink) and a slower one across nodes (InfiniBand). The GPU presets
+// are cluster files, resources/clusters/NAME.json, each figure with its source, compiled into
+// the program; a user describes another cluster in a file of the same keys.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "engine/device/device.h"
 
 namespace paralab::plan {
 
@@ -35,17 +38,26 @@ struct Cluster {
     double inter_latency = 0;
 
     int devices() const { return nodes * gpus_per_node; }
-    double peak_flops(const std::string& precision) const {
-        return precision == "fp32" ? peak_flops_fp32 : peak_flops_16bit;
+    double peak_flops(MatmulPrecision precision) const {
+        return precision == MatmulPrecision::fp32 ? peak_flops_fp32 : peak_flops_16bit;
     }
     // The fraction of peak_flops(precision) a GEMM whose smallest dimension is w reaches.
-    double gemm_fraction(const std::string& precision, double w) const {
-        return precision == "fp32" ? gemm_efficiency_fp32 * w / (w + gemm_half_width_fp32)
-                                   : gemm_efficiency * w / (w + gemm_half_width);
+    double gemm_fraction(MatmulPrecision precision, double w) const {
+        return precision == MatmulPrecision::fp32
+                   ? gemm_efficiency_fp32 * w / (w + gemm_half_width_fp32)
+                   : gemm_efficiency * w / (w + gemm_half_width);
     }
 };
 
-// The preset names: a100-80g, h100-80g, h200, local.
+// A GPU preset's file: its name (the file's, without .json) and its text.
+struct PresetFile {
+    const char* name;
+    const char* text;
+};
+// Every resources/clusters/*.json, by name (a source generated at build time).
+std::span<const PresetFile> preset_files();
+
+// The preset names: the files' (a100-80g, h100-80g, h200), then local.
 std::vector<std::string> preset_names();
 // A preset by name (one node); throws ConfigError naming the known presets for another name.
 Cluster preset(const std::string& name);
@@ -53,8 +65,11 @@ Cluster preset(const std::string& name);
 // rates `paralab bench --calibrate` measured (calibrate.h), else the documented defaults
 // (docs/planner.md, "local"). Throws ConfigError naming a malformed calibration file.
 Cluster local_cluster();
-// A cluster from a JSON object (the fields of docs/planner.md); throws ConfigError naming the
-// JSON path of the first bad value.
+// The keys of a cluster file (docs/planner.md), besides "sources".
+std::vector<std::string> cluster_keys();
+// A cluster from a JSON object (the keys above, and "sources": for any of them, where its figure
+// comes from); throws ConfigError naming the JSON path of the first bad value, of a missing
+// required key, or of a key that is not one of these.
 Cluster cluster_from_json(const nlohmann::json& j);
 // A preset name, or a path to a JSON file (ends in .json, or names an existing file); errors
 // name the file.

@@ -94,7 +94,7 @@ RunComparison compare_run(const nlohmann::json& config, const nlohmann::json& su
     c.samples_per_s = summary.value("samples_per_s", 0.0);
     c.time_error = relative_error(c.predicted.step_time_s, c.step_s);
     c.predicted_peak_bytes =
-        c.predicted.memory_total - c.predicted.memory[static_cast<size_t>(Memory::workspace)];
+        c.predicted.memory_total - c.predicted.memory[static_cast<size_t>(MemCategory::workspace)];
     c.memory_error = relative_error(c.predicted_peak_bytes, c.peak_bytes);
     c.rate_error = relative_error(c.predicted.samples_per_s, c.samples_per_s);
     return c;

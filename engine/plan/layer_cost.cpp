@@ -31,9 +31,9 @@ LayerCost transformer_cost(const PlanLayer& l, int64_t input_numel, const LayerC
     out.forward_s = linear_s + products_s + elementwise_s;
     out.selective_s =
         x.gemm_s(b * products / 2 / t, std::min(T, D / H)) + x.memory_s(2 * scores / t * scale);
-    if (x.mesh.recompute == "none")
+    if (x.mesh.recompute == nn::Recompute::none)
         out.stored_bytes = out.full_bytes;
-    else if (x.mesh.recompute == "selective")
+    else if (x.mesh.recompute == nn::Recompute::selective)
         out.stored_bytes = body * scale;
     else
         out.stored_bytes =
@@ -45,7 +45,7 @@ LayerCost transformer_cost(const PlanLayer& l, int64_t input_numel, const LayerC
     const double ar = all_reduce_s(sbh * x.act_bytes, x.mesh.tp, link_of(x.c, x.mesh.tp, 1));
     out.tp_forward_s = per_pass * ar;
     out.tp_backward_s = per_pass * ar;
-    out.tp_recompute_s = x.mesh.recompute == "full" ? per_pass * ar : 0;
+    out.tp_recompute_s = x.mesh.recompute == nn::Recompute::full ? per_pass * ar : 0;
     out.gather_parameters = static_cast<double>(l.parameters);
     out.parameters = static_cast<double>(l.parameters) / t;
     return out;
@@ -67,7 +67,7 @@ LayerCost other_cost(const PlanLayer& l, int64_t input_numel, const LayerContext
         b * (static_cast<double>(input_numel) + static_cast<double>(l.output) / t) * x.act_bytes;
     out.forward_s = std::max(compute_s, x.memory_s(bytes));
     out.full_bytes = static_cast<double>(l.activations) * b * x.act_bytes;
-    out.stored_bytes = x.mesh.recompute == "full"
+    out.stored_bytes = x.mesh.recompute == nn::Recompute::full
                            ? static_cast<double>(input_numel) * b * x.act_bytes
                            : out.full_bytes;
     out.gather_parameters = static_cast<double>(l.parameters);

@@ -12,10 +12,14 @@
 namespace paralab::plan {
 
 using nlohmann::json;
+namespace stages = strategy::stages;
 
 namespace {
 
-const std::vector<std::string> kSchedules{"gpipe", "1f1b", "interleaved_1f1b"};
+const std::vector<std::string> kSchedules{
+    stages::schedule_name(stages::Schedule::gpipe),
+    stages::schedule_name(stages::Schedule::one_f_one_b),
+    stages::schedule_name(stages::Schedule::interleaved_1f1b)};
 
 int positive(const std::string& key, const std::string& value, int min, int max) {
     try {
@@ -73,8 +77,8 @@ PlanFile plan_file_from_json(json j, const std::string& path) {
 Mesh mesh_of(const PlanFile& file, int devices) {
     const config::Experiment& e = file.experiment;
     Mesh m;
-    m.recompute = e.train.recompute;
-    m.precision = e.train.precision;
+    m.recompute = nn::recompute_from_name(e.train.recompute);
+    m.precision = precision_from_name(e.train.precision);
     const std::string& type = file.strategy_type;
     if (type == "hybrid") {
         const json s = json::parse(file.strategy_json);
@@ -85,7 +89,7 @@ Mesh mesh_of(const PlanFile& file, int devices) {
         m.pp = static_cast<int>(r.integer("pp", 1, 1, 1 << 20));
         m.zero = static_cast<int>(r.integer("zero", 0, 0, 3));
         m.micro_batches = static_cast<int>(r.integer("micro_batches", 1, 1, 1 << 20));
-        m.schedule = r.choice("schedule", "1f1b", kSchedules);
+        m.schedule = stages::schedule_from_name(r.choice("schedule", "1f1b", kSchedules));
         m.interleave = static_cast<int>(r.integer("interleave", 1, 1, 1024));
         m.sequence_parallel = r.boolean("sequence_parallel", false);
         r.finish();
@@ -105,10 +109,10 @@ Mesh mesh_of(const PlanFile& file, int devices) {
     } else if (type == "pipeline") {
         m.pp = devices;
         m.micro_batches = static_cast<int>(strategy::option<int64_t>(s, "micro_batches"));
-        m.schedule = strategy::option<std::string>(s, "schedule");
+        m.schedule = stages::schedule_of(e);
     } else if (type == "model_parallel") {
         m.pp = devices;
-        m.schedule = "gpipe";
+        m.schedule = stages::Schedule::gpipe;
     } else {
         throw ConfigError("strategy.type",
                           "a plan models hybrid, single, data_parallel, ddp, zero, "
@@ -143,22 +147,19 @@ void set_mesh_key(Mesh& m, const std::string& key, const std::string& value) {
         m.micro_batches = positive(key, value, 1, 1 << 20);
     else if (key == "interleave")
         m.interleave = positive(key, value, 1, 1024);
-    else if (key == "schedule" || key == "recompute" || key == "sequence_parallel") {
-        const std::vector<std::string> allowed =
-            key == "schedule"    ? kSchedules
-            : key == "recompute" ? std::vector<std::string>{"none", "selective", "full"}
-                                 : std::vector<std::string>{"true", "false"};
-        if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
-            std::string list;
-            for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-            throw ConfigError("--sweep", key + "=" + value + ": expected one of " + list);
+    else if (key == "schedule" || key == "recompute") {
+        try {
+            if (key == "schedule")
+                m.schedule = stages::schedule_from_name(value, key);
+            else
+                m.recompute = nn::recompute_from_name(value, key);
+        } catch (const ConfigError& e) {
+            throw ConfigError("--sweep", key + "=" + value + ": " + e.reason());
         }
-        if (key == "schedule")
-            m.schedule = value;
-        else if (key == "recompute")
-            m.recompute = value;
-        else
-            m.sequence_parallel = value == "true";
+    } else if (key == "sequence_parallel") {
+        if (value != "true" && value != "false")
+            throw ConfigError("--sweep", key + "=" + value + ": expected one of true, false");
+        m.sequence_parallel = value == "true";
     } else {
         std::string list;
         for (const auto& k : sweep_keys()) list += (list.empty() ? "" : ", ") + k;
@@ -191,13 +192,14 @@ std::pair<std::string, std::vector<std::string>> parse_sweep(const std::string& 
 std::string mesh_line(const Mesh& m, int64_t micro_batch) {
     std::string s = "dp " + std::to_string(m.dp) + " · tp " + std::to_string(m.tp) + " · pp " +
                     std::to_string(m.pp);
-    s += ", " + m.schedule;
-    if (m.schedule == "interleaved_1f1b") s += " ×" + std::to_string(m.interleave);
+    s += ", " + std::string(stages::schedule_name(m.schedule));
+    if (m.schedule == stages::Schedule::interleaved_1f1b) s += " ×" + std::to_string(m.interleave);
     s += ", " + std::to_string(m.micro_batches) + (m.micro_batches == 1 ? " micro-batch" : " micro-batches");
     if (micro_batch > 0) s += " of " + std::to_string(micro_batch);
     s += ", zero " + std::to_string(m.zero);
     if (m.sequence_parallel) s += ", sequence parallel";
-    s += ", recompute " + m.recompute + ", " + m.precision;
+    s += ", recompute " + std::string(nn::recompute_name(m.recompute)) + ", " +
+         precision_name(m.precision);
     return s;
 }
 

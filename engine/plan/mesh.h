@@ -10,6 +10,9 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "engine/config/experiment.h"
+#include "engine/device/device.h"
+#include "engine/nn/recompute.h"
+#include "engine/strategy/stages.h"
 
 namespace paralab::plan {
 
@@ -17,14 +20,18 @@ struct Mesh {
     int dp = 1, tp = 1, pp = 1;
     int zero = 0;                   // 0–3, over the data-parallel group
     int micro_batches = 1;          // per optimizer step per data-parallel replica
-    std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved_1f1b
-    int interleave = 1;             // chunks per device (interleaved_1f1b)
+    strategy::stages::Schedule schedule = strategy::stages::Schedule::one_f_one_b;
+    int interleave = 1;  // chunks per device (interleaved_1f1b)
     bool sequence_parallel = false;
-    std::string recompute = "none";  // none | selective | full (train.recompute)
-    std::string precision = "fp32";  // fp32 | bf16 | fp16 (train.precision)
-    double bucket_mb = 25;           // the gradient all-reduce's bucket
+    nn::Recompute recompute = nn::Recompute::none;      // train.recompute
+    MatmulPrecision precision = MatmulPrecision::fp32;  // train.precision
+    double bucket_mb = 25;                              // the gradient all-reduce's bucket
 
     int devices() const { return dp * tp * pp; }
+    // Model chunks per pipeline device: `interleave` under interleaved_1f1b, else 1.
+    int chunks() const {
+        return schedule == strategy::stages::Schedule::interleaved_1f1b ? interleave : 1;
+    }
 };
 
 // An experiment file read for planning: everything but the strategy through the experiment

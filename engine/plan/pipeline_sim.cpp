@@ -7,49 +7,16 @@
 
 namespace paralab::plan {
 
-std::vector<PipeOp> device_schedule(const std::string& schedule, int device, int stages, int chunks,
-                                    int micro_batches) {
-    std::vector<PipeOp> ops;
-    if (schedule != "interleaved_1f1b") {
-        const auto kind = schedule == "gpipe" ? strategy::stages::Schedule::gpipe
-                                              : strategy::stages::Schedule::one_f_one_b;
-        for (const auto& op : strategy::stages::stage_schedule(kind, device, stages, micro_batches))
-            ops.push_back({op.forward, 0, op.micro});
-        return ops;
-    }
-    // Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th forward of a device
-    // runs chunk (k / p) mod v on micro-batch (k / (p·v))·p + k mod p; backwards walk the chunks
-    // in reverse. Device d starts with 2·(p − d − 1) + (v − 1)·p forwards (all of them when
-    // m = p), then alternates, then drains its backwards.
-    const int p = stages, v = chunks, m = micro_batches;
-    PARALAB_CHECK(m % p == 0,
-                  "interleaved schedule: micro-batches must be a multiple of the stages");
-    const int total = m * v;
-    const auto op_of = [&](int k, bool forward) {
-        int chunk = (k / p) % v;
-        if (!forward) chunk = v - 1 - chunk;
-        return PipeOp{forward, chunk, (k / (p * v)) * p + k % p};
-    };
-    const int warmup = m == p ? total : std::min(total, 2 * (p - device - 1) + (v - 1) * p);
-    for (int k = 0; k < warmup; ++k) ops.push_back(op_of(k, true));
-    for (int k = 0; k + warmup < total; ++k) {
-        ops.push_back(op_of(k + warmup, true));
-        ops.push_back(op_of(k, false));
-    }
-    for (int k = total - warmup; k < total; ++k) ops.push_back(op_of(k, false));
-    return ops;
-}
-
-PipeResult simulate_pipeline(const std::string& schedule, int stages, int chunks, int micro_batches,
-                             const PipeTimes& times, bool record_spans) {
+PipeResult simulate_pipeline(strategy::stages::Schedule schedule, int stages, int chunks,
+                             int micro_batches, const PipeTimes& times, bool record_spans) {
     const int p = stages, v = chunks, m = micro_batches, g_count = p * v;
     PARALAB_CHECK(static_cast<int>(times.forward.size()) == g_count &&
                       static_cast<int>(times.backward.size()) == g_count &&
                       static_cast<int>(times.transfer.size()) == g_count - 1,
                   "simulate_pipeline: one time per chunk and per boundary");
-    std::vector<std::vector<PipeOp>> order(static_cast<size_t>(p));
+    std::vector<std::vector<strategy::stages::Op>> order(static_cast<size_t>(p));
     for (int d = 0; d < p; ++d)
-        order[static_cast<size_t>(d)] = device_schedule(schedule, d, p, v, m);
+        order[static_cast<size_t>(d)] = strategy::stages::stage_schedule(schedule, d, p, m, v);
 
     // End time of each (global chunk, micro-batch) forward and backward; < 0: not yet run.
     const auto at = [&](int g, int micro) {
@@ -76,7 +43,7 @@ PipeResult simulate_pipeline(const std::string& schedule, int stages, int chunks
         ready.pop_back();
         auto& pos = next[static_cast<size_t>(d)];
         while (pos < order[static_cast<size_t>(d)].size()) {
-            const PipeOp& op = order[static_cast<size_t>(d)][pos];
+            const strategy::stages::Op& op = order[static_cast<size_t>(d)][pos];
             const int g = op.chunk * p + d;
             double arrive = 0;
             if (op.forward) {
@@ -115,7 +82,8 @@ PipeResult simulate_pipeline(const std::string& schedule, int stages, int chunks
             if (waiting >= 0 && waiting != d) ready.push_back(waiting);
         }
     }
-    PARALAB_CHECK(remaining == 0, "simulate_pipeline: the schedule " + schedule + " deadlocked");
+    PARALAB_CHECK(remaining == 0, std::string("simulate_pipeline: the schedule ") +
+                                      strategy::stages::schedule_name(schedule) + " deadlocked");
     return result;
 }
 

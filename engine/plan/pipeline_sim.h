@@ -1,27 +1,15 @@
 // The pipeline schedule simulated event by event (docs/planner.md, "Pipeline"): every device
-// runs its forwards and backwards in its schedule's order; an operation starts when its device
-// is free and its input has arrived (the previous stage's forward, the next stage's backward,
-// plus the transfer between them).
+// runs its forwards and backwards in the order the engine's pipeline runs them
+// (strategy::stages::stage_schedule); an operation starts when its device is free and its input
+// has arrived (the previous stage's forward, the next stage's backward, plus the transfer
+// between them).
 #pragma once
 
-#include <string>
 #include <vector>
 
+#include "engine/strategy/stages.h"
+
 namespace paralab::plan {
-
-// One operation of a device's schedule: forward or backward of micro-batch `micro` through
-// model chunk `chunk` (0 unless interleaved).
-struct PipeOp {
-    bool forward = true;
-    int chunk = 0;
-    int micro = 0;
-};
-
-// The order device `device` of `stages` runs its operations in. gpipe and 1f1b are the
-// engine's own (strategy/stages.h); interleaved_1f1b is Megatron-LM's interleaved schedule with
-// `chunks` chunks per device (needs micro_batches a multiple of stages).
-std::vector<PipeOp> device_schedule(const std::string& schedule, int device, int stages, int chunks,
-                                    int micro_batches);
 
 struct PipeTimes {
     // Per global chunk g = chunk · stages + device: one micro-batch's forward and backward (s).
@@ -33,7 +21,7 @@ struct PipeTimes {
 // One operation as simulated: when device `device` ran it (s from the step's start).
 struct PipeSpan {
     int device = 0;
-    PipeOp op;
+    strategy::stages::Op op;
     double start = 0, end = 0;
 };
 
@@ -48,7 +36,7 @@ struct PipeResult {
 // micro-batches. times.forward/backward have stages · chunks entries, transfer one fewer.
 // With `record_spans`, the result lists every operation's start and end (the Plan tab's
 // predicted timeline).
-PipeResult simulate_pipeline(const std::string& schedule, int stages, int chunks, int micro_batches,
-                             const PipeTimes& times, bool record_spans = false);
+PipeResult simulate_pipeline(strategy::stages::Schedule schedule, int stages, int chunks,
+                             int micro_batches, const PipeTimes& times, bool record_spans = false);
 
 }  // namespace paralab::plan

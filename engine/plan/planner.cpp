@@ -15,24 +15,7 @@
 namespace paralab::plan {
 
 using nlohmann::json;
-
-const char* memory_name(Memory m) {
-    switch (m) {
-        case Memory::parameters:
-            return "parameters";
-        case Memory::gradients:
-            return "gradients";
-        case Memory::optimizer_state:
-            return "optimizer_state";
-        case Memory::activations:
-            return "activations";
-        case Memory::communication:
-            return "communication";
-        case Memory::workspace:
-            return "workspace";
-    }
-    return "?";
-}
+namespace stages = strategy::stages;
 
 // ---- checks ---------------------------------------------------------------------------------
 
@@ -54,7 +37,7 @@ std::string check_mesh(const Mesh& mesh, const PlanModel& model, int64_t batch, 
                 return "ffn (" + s(l.ffn) + ") not divisible by tp (" + s(mesh.tp) + ")";
         }
     }
-    const bool interleaved = mesh.schedule == "interleaved_1f1b";
+    const bool interleaved = mesh.schedule == stages::Schedule::interleaved_1f1b;
     if (mesh.interleave > 1 && !interleaved)
         return "interleave = " + s(mesh.interleave) + " needs schedule interleaved_1f1b";
     if (interleaved) {
@@ -64,7 +47,7 @@ std::string check_mesh(const Mesh& mesh, const PlanModel& model, int64_t batch, 
             return "interleaved_1f1b needs micro_batches (" + s(mesh.micro_batches) +
                    ") a multiple of pp (" + s(mesh.pp) + ")";
     }
-    const int64_t chunks = static_cast<int64_t>(mesh.pp) * (interleaved ? mesh.interleave : 1);
+    const int64_t chunks = static_cast<int64_t>(mesh.pp) * mesh.chunks();
     if (model.blocks > 0 && chunks > model.blocks)
         return "more pipeline stages (" + s(chunks) + ") than transformer blocks (" +
                s(model.blocks) + ")";
@@ -102,12 +85,11 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
 
     LayerContext x{cluster, mesh};
     x.peak = cluster.peak_flops(mesh.precision);
-    x.act_bytes = mesh.precision == "fp32" ? 4 : 2;
+    x.act_bytes = mesh.precision == MatmulPrecision::fp32 ? 4 : 2;
     const int64_t replicas_rows = static_cast<int64_t>(mesh.dp) * mesh.micro_batches;
     x.b = (batch + replicas_rows - 1) / replicas_rows;
     p.micro_batch = x.b;
-    const bool interleaved = mesh.schedule == "interleaved_1f1b";
-    const int v = interleaved ? mesh.interleave : 1, P = mesh.pp, m = mesh.micro_batches, G = P * v;
+    const int v = mesh.chunks(), P = mesh.pp, m = mesh.micro_batches, G = P * v;
 
     // Chunks: the engine's balanced split of the top-level layers by forward FLOPs.
     std::vector<int64_t> layer_params, layer_flops;
@@ -117,7 +99,7 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
     }
     std::vector<int64_t> bounds{0};
     if (G > 1)
-        for (int64_t s : strategy::stages::balanced_split(layer_flops, G, layer_params)) bounds.push_back(s);
+        for (int64_t s : stages::balanced_split(layer_flops, G, layer_params)) bounds.push_back(s);
     bounds.push_back(static_cast<int64_t>(model.layers.size()));
 
     std::vector<ChunkCost> chunks(static_cast<size_t>(G));
@@ -132,9 +114,10 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
                 l.transformer() ? transformer_cost(l, prev_out, x) : other_cost(l, prev_out, x);
             c.compute_f += lc.forward_s;
             c.compute_b += 2 * lc.forward_s;
-            c.recompute += mesh.recompute == "full"        ? lc.forward_s + lc.tp_recompute_s
-                           : mesh.recompute == "selective" ? lc.selective_s
-                                                           : 0;
+            if (mesh.recompute == nn::Recompute::full)
+                c.recompute += lc.forward_s + lc.tp_recompute_s;
+            else if (mesh.recompute == nn::Recompute::selective)
+                c.recompute += lc.selective_s;
             c.tp_f += lc.tp_forward_s;
             c.tp_b += lc.tp_backward_s;
             c.stored_bytes += lc.stored_bytes;
@@ -187,7 +170,7 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
             critical = d;
 
     const int k = strategy::optimizer_state_per_parameter(e.optimizer);
-    const bool mixed = mesh.precision != "fp32";
+    const bool mixed = mesh.precision != MatmulPrecision::fp32;
     const double dp = mesh.dp;
     const Link dp_link = link_of(cluster, mesh.dp, mesh.tp);
 
@@ -205,12 +188,13 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
         // Activations in flight: the schedule's order, each chunk's bytes while its micro-batch
         // waits for its backward.
         double live = 0, peak_live = 0;
-        for (const PipeOp& op : device_schedule(mesh.schedule, d, P, v, m)) {
+        for (const stages::Op& op : stages::stage_schedule(mesh.schedule, d, P, m, v)) {
             live +=
                 (op.forward ? 1 : -1) * chunks[static_cast<size_t>(op.chunk * P + d)].stored_bytes;
             peak_live = std::max(peak_live, live);
         }
-        if (mesh.recompute == "full") peak_live += largest_full;  // one layer recomputed at a time
+        if (mesh.recompute == nn::Recompute::full)
+            peak_live += largest_full;  // one layer recomputed at a time
 
         // Data parallelism (the gradient all-reduce, ZeRO's collectives).
         const double grad_bytes = params * x.act_bytes;
@@ -246,18 +230,20 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
         const double update_bytes = (k == 2 ? 28.0 : k == 1 ? 20.0 : 12.0) + (mixed ? 4.0 : 0.0);
         const double optimizer_s = x.memory_s(shard * update_bytes);
 
-        std::array<double, kMemoryKinds> mem{};
-        mem[0] = params * x.act_bytes / (mesh.zero >= 3 ? dp : 1);
-        mem[1] = params * x.act_bytes / (mesh.zero >= 2 ? dp : 1);
-        mem[2] = params * (4.0 * k + (mixed ? 4.0 : 0.0)) / (mesh.zero >= 1 ? dp : 1);
-        mem[3] = peak_live;
+        std::array<double, kMemCategoryCount> mem{};
+        const auto at = [&mem](MemCategory c) -> double& { return mem[static_cast<size_t>(c)]; };
+        at(MemCategory::parameters) = params * x.act_bytes / (mesh.zero >= 3 ? dp : 1);
+        at(MemCategory::gradients) = params * x.act_bytes / (mesh.zero >= 2 ? dp : 1);
+        at(MemCategory::optimizer_state) =
+            params * (4.0 * k + (mixed ? 4.0 : 0.0)) / (mesh.zero >= 1 ? dp : 1);
+        at(MemCategory::activations) = peak_live;
         double pp_buffers = 0;
         if (P > 1)
             for (int g : device_chunks(d))
                 pp_buffers += 2 * static_cast<double>(chunks[static_cast<size_t>(g)].boundary) *
                               static_cast<double>(x.b) * x.act_bytes;
-        mem[4] = dp_buffers + pp_buffers;
-        mem[5] = cluster.reserved_bytes;
+        at(MemCategory::communication) = dp_buffers + pp_buffers;
+        at(MemCategory::workspace) = cluster.reserved_bytes;
         double total = 0;
         for (double v_ : mem) total += v_;
         if (total > worst_total) {
@@ -329,9 +315,9 @@ json mesh_value(const Mesh& m, const std::string& key) {
     if (key == "zero") return m.zero;
     if (key == "micro_batches") return m.micro_batches;
     if (key == "interleave") return m.interleave;
-    if (key == "schedule") return m.schedule;
+    if (key == "schedule") return stages::schedule_name(m.schedule);
     if (key == "sequence_parallel") return m.sequence_parallel;
-    if (key == "recompute") return m.recompute;
+    if (key == "recompute") return nn::recompute_name(m.recompute);
     return nullptr;
 }
 }  // namespace
@@ -345,7 +331,7 @@ json to_json(const Prediction& p, const std::vector<std::string>& swept_keys) {
     }
     json mesh = json::object();
     for (const auto& k : sweep_keys()) mesh[k] = mesh_value(p.mesh, k);
-    mesh["precision"] = p.mesh.precision;
+    mesh["precision"] = precision_name(p.mesh.precision);
     out["mesh"] = mesh;
     out["devices"] = p.devices;
     if (!p.skipped.empty()) {
@@ -359,8 +345,8 @@ json to_json(const Prediction& p, const std::vector<std::string>& swept_keys) {
     out["mfu"] = p.mfu;
     out["fits"] = p.fits;
     json memory = json::object();
-    for (size_t i = 0; i < kMemoryKinds; ++i)
-        memory[memory_name(static_cast<Memory>(i))] =
+    for (size_t i = 0; i < kMemCategoryCount; ++i)
+        memory[std::string(mem_category_name(static_cast<MemCategory>(i)))] =
             static_cast<int64_t>(std::llround(p.memory[i]));
     memory["total"] = static_cast<int64_t>(std::llround(p.memory_total));
     out["memory_bytes"] = memory;

@@ -19,14 +19,11 @@
 #include "engine/plan/mesh.h"
 #include "engine/plan/pipeline_sim.h"
 #include "engine/plan/plan_model.h"
+#include "engine/tensor/allocator.h"
 
 namespace paralab::plan {
 
 // ---- one prediction ------------------------------------------------------------------------
-enum class Memory { parameters, gradients, optimizer_state, activations, communication, workspace };
-constexpr size_t kMemoryKinds = 6;
-const char* memory_name(Memory m);
-
 struct Breakdown {
     double compute = 0, recompute = 0, tp_comm = 0, pp_bubble = 0, pp_comm = 0, dp_comm = 0,
            optimizer = 0;
@@ -39,7 +36,8 @@ struct Prediction {
     int64_t micro_batch = 0;  // rows per micro-batch
     double step_time_s = 0, tokens_per_s = 0, samples_per_s = 0, mfu = 0;
     bool fits = false;
-    std::array<double, kMemoryKinds> memory{};  // the most loaded device's bytes
+    // The most loaded device's bytes by MemCategory (workspace: the cluster's reserved bytes).
+    std::array<double, kMemCategoryCount> memory{};
     double memory_total = 0, memory_capacity = 0;
     int memory_stage = 0;  // the pipeline stage of that device
     Breakdown breakdown;

@@ -96,8 +96,8 @@ std::vector<std::unique_ptr<Device>> make_devices(const config::Experiment& e, i
 // train.precision: bf16/fp16 mixed precision on GPUs (their float GEMMs take half-precision
 // inputs; fp16 also scales the loss, which every strategy does).
 void set_precision(const config::Experiment& e, const std::vector<std::unique_ptr<Device>>& devices) {
-    if (e.train.precision == "fp32") return;  // check_device_list refused half precision on CPUs
-    const MatmulPrecision p = e.train.precision == "bf16" ? MatmulPrecision::bf16 : MatmulPrecision::fp16;
+    const MatmulPrecision p = precision_from_name(e.train.precision);
+    if (p == MatmulPrecision::fp32) return;  // check_device_list refused half precision on CPUs
     for (const auto& d : devices) d->set_matmul_precision(p);
 }
 

@@ -80,9 +80,9 @@ std::vector<int> chunk_contexts(Schedule schedule, int stage, int stages, int mi
 std::vector<Op> stage_schedule(Schedule schedule, int stage, int stages, int micro_batches, int chunks) {
     std::vector<Op> ops;
     if (schedule == Schedule::interleaved_1f1b) {
-        // Megatron-LM's forward_backward_pipelining_with_interleaving (the order of
-        // plan::device_schedule): 2·(p − d − 1) + (v − 1)·p warm-up forwards, then one forward
-        // and one backward in turn, then the remaining backwards.
+        // Megatron-LM's forward_backward_pipelining_with_interleaving (the order the planner
+        // simulates too): 2·(p − d − 1) + (v − 1)·p warm-up forwards, then one forward and one
+        // backward in turn, then the remaining backwards.
         const int p = stages, v = chunks, m = micro_batches;
         const std::vector<Op> forwards = interleaved_order(p, v, m, true);
         const std::vector<Op> backwards = interleaved_order(p, v, m, false);
@@ -476,14 +476,26 @@ std::vector<Tensor> StagedStrategy::buffers() {
 
 }  // namespace
 
-Schedule schedule_named(const std::string& name) {
-    if (name == "1f1b") return Schedule::one_f_one_b;
-    if (name == "interleaved_1f1b") return Schedule::interleaved_1f1b;
-    return Schedule::gpipe;
+const char* schedule_name(Schedule s) {
+    switch (s) {
+        case Schedule::gpipe:
+            return "gpipe";
+        case Schedule::one_f_one_b:
+            return "1f1b";
+        case Schedule::interleaved_1f1b:
+            return "interleaved_1f1b";
+    }
+    return "?";
+}
+
+Schedule schedule_from_name(const std::string& name, const std::string& key) {
+    for (const auto s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b})
+        if (name == schedule_name(s)) return s;
+    throw ConfigError(key, "expected one of gpipe, 1f1b, interleaved_1f1b, got \"" + name + "\"");
 }
 
 Schedule schedule_of(const config::Experiment& e) {
-    return schedule_named(option<std::string>(e.strategy, "schedule"));
+    return schedule_from_name(option<std::string>(e.strategy, "schedule"));
 }
 
 int chunks_of(const config::Experiment& e) {

@@ -124,7 +124,9 @@ void check_stages(const config::Experiment& e);
 
 // pipeline's (or hybrid's) strategy.schedule.
 Schedule schedule_of(const config::Experiment& e);
-Schedule schedule_named(const std::string& name);
+// "gpipe", "1f1b", "interleaved_1f1b" and back; another name throws ConfigError naming `key`.
+const char* schedule_name(Schedule s);
+Schedule schedule_from_name(const std::string& name, const std::string& key = "strategy.schedule");
 // pipeline's (or hybrid's) strategy.interleave: model chunks per device (1 unless interleaved).
 int chunks_of(const config::Experiment& e);
 // The label of a span of model chunk `chunk` under an interleaved schedule ("forward chunk 1"),

@@ -88,7 +88,7 @@ plan::Cluster test_cluster(int devices) {
     return c;
 }
 
-double mem(const plan::Prediction& p, plan::Memory m) {
+double mem(const plan::Prediction& p, MemCategory m) {
     return p.memory[static_cast<size_t>(m)];
 }
 
@@ -120,15 +120,15 @@ TEST(Planner, MemoryOfAKnownModelByHand) {
             plan::predict(f.experiment, model, test_cluster(1), plan::mesh_of(f, 1));
         ASSERT_TRUE(p.skipped.empty()) << p.skipped;
         const double bytes = precision == "fp32" ? 4 : 2;
-        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::parameters), P * bytes);
-        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::gradients), P * bytes);
+        EXPECT_DOUBLE_EQ(mem(p, MemCategory::parameters), P * bytes);
+        EXPECT_DOUBLE_EQ(mem(p, MemCategory::gradients), P * bytes);
         // AdamW: m and v in fp32, plus the fp32 master copy in mixed precision.
-        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::optimizer_state),
+        EXPECT_DOUBLE_EQ(mem(p, MemCategory::optimizer_state),
                          P * (precision == "fp32" ? 8.0 : 12.0));
         // Korthikanti et al.: s·b·h·(34 + 5·a·s/h) bytes per block in 16-bit (twice in fp32),
         // and the loss's fp32 copy of the output.
         const double per_block = double(s * b * h) * (34 + 5.0 * a * s / h) * bytes / 2;
-        EXPECT_DOUBLE_EQ(mem(p, plan::Memory::activations), 2 * per_block + double(s * h * b) * 4);
+        EXPECT_DOUBLE_EQ(mem(p, MemCategory::activations), 2 * per_block + double(s * h * b) * 4);
         EXPECT_TRUE(p.fits);
     }
 }
@@ -150,6 +150,54 @@ TEST(Planner, AlphaBetaCollectives) {
     EXPECT_DOUBLE_EQ(a100.inter_bandwidth, 25e9);   // HDR 200 Gb/s
 }
 
+// Every GPU preset is its file of resources/clusters/: named as the file, every key of a cluster
+// file given, each with its source.
+TEST(Planner, PresetsAreCompleteFilesWithSources) {
+    ASSERT_FALSE(plan::preset_files().empty());
+    for (const plan::PresetFile& f : plan::preset_files()) {
+        SCOPED_TRACE(f.name);
+        const json j = json::parse(f.text);
+        EXPECT_EQ(plan::preset(f.name).name, f.name);
+        for (const auto& key : plan::cluster_keys()) {
+            EXPECT_TRUE(j.contains(key)) << key;
+            if (key != "name") {
+                EXPECT_TRUE(j["sources"].contains(key)) << "no source for " << key;
+            }
+        }
+    }
+    EXPECT_EQ(plan::preset_names().back(), "local");
+    EXPECT_EQ(plan::preset_names().size(), plan::preset_files().size() + 1);
+}
+
+// The mesh's schedule, recompute and precision are the engine's enums; their names read back, and
+// another name is refused naming the key.
+TEST(Planner, MeshEnumsHaveOneNameEach) {
+    namespace st = strategy::stages;
+    for (auto s : {st::Schedule::gpipe, st::Schedule::one_f_one_b, st::Schedule::interleaved_1f1b})
+        EXPECT_EQ(st::schedule_from_name(st::schedule_name(s)), s);
+    for (auto r : {nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full})
+        EXPECT_EQ(nn::recompute_from_name(nn::recompute_name(r)), r);
+    for (auto p : {MatmulPrecision::fp32, MatmulPrecision::bf16, MatmulPrecision::fp16})
+        EXPECT_EQ(precision_from_name(precision_name(p)), p);
+    const auto path_of = [](const std::function<void()>& f) {
+        try {
+            f();
+        } catch (const ConfigError& e) {
+            return e.path();
+        }
+        return std::string("no error");
+    };
+    EXPECT_EQ(path_of([] { st::schedule_from_name("zb"); }), "strategy.schedule");
+    EXPECT_EQ(path_of([] { nn::recompute_from_name("half"); }), "train.recompute");
+    EXPECT_EQ(path_of([] { precision_from_name("fp8"); }), "train.precision");
+    plan::Mesh m;
+    EXPECT_EQ(path_of([&] { plan::set_mesh_key(m, "schedule", "zb"); }), "--sweep");
+    plan::set_mesh_key(m, "schedule", "gpipe");
+    plan::set_mesh_key(m, "recompute", "selective");
+    EXPECT_EQ(m.schedule, st::Schedule::gpipe);
+    EXPECT_EQ(m.recompute, nn::Recompute::selective);
+}
+
 // The bubble of the simulated schedules against the closed forms: (p − 1)/(m + p − 1) for GPipe
 // and 1F1B, ((p − 1)/v)/(m + (p − 1)/v) for the interleaved schedule.
 class PipelineBubble : public testing::TestWithParam<std::tuple<std::string, int, int, int>> {};
@@ -163,7 +211,8 @@ TEST_P(PipelineBubble, MatchesTheClosedForm) {
         t.backward.push_back(tb / v);
     }
     t.transfer.assign(static_cast<size_t>(p * v - 1), 0.0);
-    const plan::PipeResult r = plan::simulate_pipeline(schedule, p, v, m, t);
+    const plan::PipeResult r =
+        plan::simulate_pipeline(strategy::stages::schedule_from_name(schedule), p, v, m, t);
     const double busy = m * (tf + tb);
     for (double b : r.busy) EXPECT_DOUBLE_EQ(b, busy);
     const double bubble = (r.makespan - busy) / r.makespan;
@@ -190,8 +239,9 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineBubble,
 TEST(Planner, TransfersBetweenStagesDelayThePipeline) {
     plan::PipeTimes t{{1, 1}, {2, 2}, {0.5}};
     // One micro-batch: forward, transfer, forward, backward, transfer, backward.
-    EXPECT_DOUBLE_EQ(plan::simulate_pipeline("1f1b", 2, 1, 1, t).makespan,
-                     1 + 0.5 + 1 + 2 + 0.5 + 2);
+    EXPECT_DOUBLE_EQ(
+        plan::simulate_pipeline(strategy::stages::Schedule::one_f_one_b, 2, 1, 1, t).makespan,
+        1 + 0.5 + 1 + 2 + 0.5 + 2);
 }
 
 TEST(Planner, ZeroThreeShardsEverythingOverDp) {
@@ -203,15 +253,14 @@ TEST(Planner, ZeroThreeShardsEverythingOverDp) {
     mesh.zero = 3;
     const plan::Prediction z3 = plan::predict(f.experiment, model, test_cluster(4), mesh);
     ASSERT_TRUE(z0.skipped.empty() && z3.skipped.empty());
-    for (auto m :
-         {plan::Memory::parameters, plan::Memory::gradients, plan::Memory::optimizer_state})
+    for (auto m : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state})
         EXPECT_DOUBLE_EQ(mem(z3, m), mem(z0, m) / 4);
-    EXPECT_DOUBLE_EQ(mem(z3, plan::Memory::activations), mem(z0, plan::Memory::activations));
+    EXPECT_DOUBLE_EQ(mem(z3, MemCategory::activations), mem(z0, MemCategory::activations));
     mesh.zero = 1;
     const plan::Prediction z1 = plan::predict(f.experiment, model, test_cluster(4), mesh);
-    EXPECT_DOUBLE_EQ(mem(z1, plan::Memory::parameters), mem(z0, plan::Memory::parameters));
-    EXPECT_DOUBLE_EQ(mem(z1, plan::Memory::optimizer_state),
-                     mem(z0, plan::Memory::optimizer_state) / 4);
+    EXPECT_DOUBLE_EQ(mem(z1, MemCategory::parameters), mem(z0, MemCategory::parameters));
+    EXPECT_DOUBLE_EQ(mem(z1, MemCategory::optimizer_state),
+                     mem(z0, MemCategory::optimizer_state) / 4);
 }
 
 TEST(Planner, SingleAxisStrategiesMapOntoTheMesh) {
@@ -221,7 +270,7 @@ TEST(Planner, SingleAxisStrategiesMapOntoTheMesh) {
         plan_file(gpt_json({{"type", "pipeline"}, {"micro_batches", 4}, {"schedule", "1f1b"}})), 2);
     EXPECT_EQ(pipe.pp, 2);
     EXPECT_EQ(pipe.micro_batches, 4);
-    EXPECT_EQ(pipe.schedule, "1f1b");
+    EXPECT_EQ(pipe.schedule, strategy::stages::Schedule::one_f_one_b);
     const plan::Mesh zero = plan::mesh_of(plan_file(gpt_json({{"type", "zero"}, {"stage", 2}})), 4);
     EXPECT_EQ(zero.dp, 4);
     EXPECT_EQ(zero.zero, 2);
@@ -281,11 +330,29 @@ TEST(Planner, BadInputSaysWhy) {
                                                {"gpu_per_node", 8}});
               }).find("gpu_per_node"),
               std::string::npos);
+    json with_sources = {{"peak_tflops_16bit", 100},
+                         {"memory_gb", 80},
+                         {"memory_bandwidth_gbps", 2000},
+                         {"intra_node_bandwidth_gbps", 300}};
+    with_sources["sources"] = {{"memory_gb", "a datasheet"}};
+    EXPECT_EQ(plan::cluster_from_json(with_sources).memory_bytes, 80e9);
+    with_sources["sources"]["memory_gbs"] = "a typo";
+    EXPECT_NE(message([&] { plan::cluster_from_json(with_sources); }).find("sources.memory_gbs"),
+              std::string::npos);
+    with_sources["sources"] = {{"memory_gb", 80}};
+    EXPECT_NE(message([&] {
+                  plan::cluster_from_json(with_sources);
+              }).find("sources.memory_gb: expected a string"),
+              std::string::npos);
     plan::Mesh m;
     EXPECT_NE(
         message([&] { plan::set_mesh_key(m, "tensor", "2"); }).find("unknown sweep key \"tensor\""),
         std::string::npos);
     EXPECT_NE(message([&] { plan::set_mesh_key(m, "tp", "two"); }).find("tp=two"),
+              std::string::npos);
+    EXPECT_NE(message([&] {
+                  plan::set_mesh_key(m, "recompute", "half");
+              }).find("recompute=half: expected one of none, selective, full"),
               std::string::npos);
     EXPECT_NE(message([] { plan::parse_sweep("tp"); }).find("KEY=V1,V2"), std::string::npos);
     EXPECT_NE(message([] {
@@ -377,6 +444,11 @@ TEST(Planner, BreakdownAddsUpToTheStep) {
     EXPECT_GT(b.pp_comm, 0);
     EXPECT_GT(b.dp_comm, 0);
     EXPECT_NEAR(p.tokens_per_s, p.samples_per_s * 32, 1e-9 * p.tokens_per_s);
+    // The JSON names the mesh's enums as the experiment file does.
+    const json mesh = plan::to_json(p)["mesh"];
+    EXPECT_EQ(mesh["schedule"], "1f1b");
+    EXPECT_EQ(mesh["recompute"], "full");
+    EXPECT_EQ(mesh["precision"], "bf16");
     EXPECT_GT(p.mfu, 0);
     EXPECT_LT(p.mfu, 1);
 }

@@ -175,7 +175,7 @@ private slots:
             for (double s : b) sum += s;
             QVERIFY(std::abs(sum - p.step_time_s) < 1e-6 * p.step_time_s);
             const auto mem = panel.shownMemory();
-            QCOMPARE(mem.size(), paralab::plan::kMemoryKinds);
+            QCOMPARE(mem.size(), paralab::kMemCategoryCount);
             for (size_t c = 0; c < mem.size(); ++c) QCOMPARE(mem[c], p.memory[c]);
             QCOMPARE(panel.shownCapacity(), p.memory_capacity);
             QCOMPARE(panel.memoryPlot()->plottableCount(), 6);
@@ -184,7 +184,7 @@ private slots:
             // every stage, one row per stage, the pipeline part of the step, then the exposed
             // gradient sync and the optimizer, so that the whole step is the predicted one.
             TimelinePanel* timeline = panel.timeline();
-            const int chunks = p.mesh.schedule == "interleaved_1f1b" ? p.mesh.interleave : 1;
+            const int chunks = p.mesh.chunks();
             QCOMPARE(timeline->devices().size(), p.mesh.pp);
             QCOMPARE(timeline->devices().front(), QStringLiteral("stage 0"));
             QCOMPARE(pipelineSpans(timeline), 2 * p.mesh.pp * chunks * p.mesh.micro_batches);
@@ -242,9 +242,9 @@ private slots:
         mesh.pp = 2;
         mesh.zero = 1;
         mesh.micro_batches = 4;
-        mesh.schedule = "gpipe";
-        mesh.recompute = "selective";
-        mesh.precision = "bf16";
+        mesh.schedule = paralab::strategy::stages::Schedule::gpipe;
+        mesh.recompute = paralab::nn::Recompute::selective;
+        mesh.precision = paralab::MatmulPrecision::bf16;
         const auto r = PlanPanel::runHereExperiment(base, mesh);
         QVERIFY2(r.experiment.has_value(), qPrintable(r.why));
         const Experiment& e = *r.experiment;

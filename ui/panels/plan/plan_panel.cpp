@@ -702,11 +702,11 @@ void PlanPanel::showCell(int index) {
     // The pipeline as simulated (a moment's work for one configuration), drawn by the Timeline
     // tab's widget as a run's step is: one row per stage, its forwards and backwards, then the
     // step's tail (the exposed gradient synchronisation and the optimizer, the busiest device's).
-    const int chunks = p.mesh.schedule == "interleaved_1f1b" ? p.mesh.interleave : 1;
+    const int chunks = p.mesh.chunks();
     const int64_t operations = int64_t{2} * p.mesh.pp * chunks * p.mesh.micro_batches;
     // Short: a plot's title does not wrap, and the page is half the window.
     QString title = tr("Predicted step · %1, %2 micro-batches")
-                        .arg(QString::fromStdString(p.mesh.schedule))
+                        .arg(QString::fromLatin1(strategy::stages::schedule_name(p.mesh.schedule)))
                         .arg(p.mesh.micro_batches);
     if (p.mesh.tp * p.mesh.dp > 1) title += tr(" · a stage = %1 devices").arg(p.mesh.tp * p.mesh.dp);
     if (operations > kMostDrawnOperations) {
@@ -721,8 +721,9 @@ void PlanPanel::showCell(int index) {
         } catch (const std::exception&) {
             simulated.clear();
         }
-        m_timeline->setPipeline(p.mesh.pp, p.mesh.micro_batches,
-                                QString::fromStdString(p.mesh.schedule), chunks);
+        m_timeline->setPipeline(
+            p.mesh.pp, p.mesh.micro_batches,
+            QString::fromLatin1(strategy::stages::schedule_name(p.mesh.schedule)), chunks);
         m_timeline->setTitle(title);
         m_timeline->addSpans(
             predictedSpans(simulated, p.mesh.pp, chunks, p.breakdown.dp_comm, p.breakdown.optimizer));
@@ -749,11 +750,14 @@ void PlanPanel::plotMemory(const plan::Prediction& p) {
     plot->yAxis->setTicker(ticker);
     plot->yAxis->setRange(-0.6, 0.6);
     QCPBars* below = nullptr;
-    for (size_t c = 0; c < plan::kMemoryKinds; ++c) {
+    for (size_t c = 0; c < kMemCategoryCount; ++c) {
         auto* bars = new QCPBars(plot->yAxis, plot->xAxis);
-        QString name = QString::fromLatin1(plan::memory_name(static_cast<plan::Memory>(c)))
-                           .replace(QLatin1Char('_'), QLatin1Char(' '));
-        if (static_cast<plan::Memory>(c) == plan::Memory::workspace) name = tr("reserved");
+        const auto category = static_cast<MemCategory>(c);
+        const std::string_view categoryName = mem_category_name(category);
+        QString name =
+            QString::fromLatin1(categoryName.data(), static_cast<qsizetype>(categoryName.size()))
+                .replace(QLatin1Char('_'), QLatin1Char(' '));
+        if (category == MemCategory::workspace) name = tr("reserved");
         bars->setName(name);
         const QColor color = palette::memoryCategoryColor(static_cast<int>(c));
         bars->setBrush(color);
@@ -846,7 +850,7 @@ PlanPanel::RunHere PlanPanel::runHereExperiment(const config::Experiment& base,
                           {"pp", int64_t{mesh.pp}},
                           {"zero", int64_t{mesh.zero}},
                           {"micro_batches", int64_t{mesh.micro_batches}},
-                          {"schedule", mesh.schedule},
+                          {"schedule", std::string(strategy::stages::schedule_name(mesh.schedule))},
                           {"interleave", int64_t{mesh.interleave}},
                           {"sequence_parallel", mesh.sequence_parallel}};
     e.strategy.straggler_device.clear();
@@ -854,7 +858,7 @@ PlanPanel::RunHere PlanPanel::runHereExperiment(const config::Experiment& base,
     e.devices.clear();
     for (int i = 0; i < n; ++i) e.devices.push_back("cpu:" + std::to_string(i));
     e.train.precision = "fp32";  // CPU devices train in fp32
-    e.train.recompute = mesh.recompute;
+    e.train.recompute = nn::recompute_name(mesh.recompute);
     e.train.max_steps = std::min<int64_t>(base.train.max_steps.value_or(steps), steps);
     std::string name = base.name;
     name += "-dp" + std::to_string(mesh.dp) + "-tp" + std::to_string(mesh.tp) + "-pp" +
