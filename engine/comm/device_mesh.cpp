@@ -18,27 +18,26 @@ const char* axis_name(Axis a) {
     return "?";
 }
 
-int MeshShape::size(Axis a) const {
-    switch (a) {
-    case Axis::tp: return tp;
-    case Axis::cp: return cp;
-    case Axis::ep: return ep;
-    case Axis::dp: return dp;
-    case Axis::pp: return pp;
-    }
-    return 1;
-}
+namespace {
 
-int MeshCoords::at(Axis a) const {
+// The field of `axis` in a MeshShape or a MeshCoords (the same names in both).
+template <class T>
+int field(const T& t, Axis a) {
     switch (a) {
-    case Axis::tp: return tp;
-    case Axis::cp: return cp;
-    case Axis::ep: return ep;
-    case Axis::dp: return dp;
-    case Axis::pp: return pp;
+    case Axis::tp: return t.tp;
+    case Axis::cp: return t.cp;
+    case Axis::ep: return t.ep;
+    case Axis::dp: return t.dp;
+    case Axis::pp: return t.pp;
     }
     return 0;
 }
+
+}  // namespace
+
+int MeshShape::size(Axis a) const { return field(*this, a); }
+
+int MeshCoords::at(Axis a) const { return field(*this, a); }
 
 void DeviceMesh::check(const MeshShape& s, int64_t world) {
     for (Axis a : {Axis::dp, Axis::cp, Axis::ep, Axis::tp, Axis::pp})
