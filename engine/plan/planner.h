@@ -1,4 +1,4 @@
-// The planner (docs/planner.md, DESIGN.md section 8): predicts one training step of an
+// The planner (docs/planner.md): predicts one training step of an
 // experiment on a cluster without running it — step time and where it goes, tokens/s, MFU,
 // and each device's memory by category — from the engine's own per-layer counts
 // (nn::summarize), a roofline per device, α–β collectives per link level and the pipeline
@@ -58,7 +58,8 @@ std::vector<Prediction> sweep(
     const config::Experiment& e, const PlanModel& model, const Cluster& cluster, const Mesh& base,
     const std::vector<std::pair<std::string, std::vector<std::string>>>& sweeps);
 
-// The JSON object of EXPERIMENT.md, "Planning" (with "config" when `swept_keys` is not empty).
+// The JSON object of `paralab plan --json` (docs/planner.md; with "config" when `swept_keys` is
+// not empty).
 nlohmann::json to_json(const Prediction& p, const std::vector<std::string>& swept_keys = {});
 
 }  // namespace paralab::plan
