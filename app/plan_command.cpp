@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -106,11 +107,11 @@ int plan(const PlanArgs& a) {
     // A preset is one node; without --nodes, the mesh says how many it uses (a part of one node
     // when it needs fewer devices than a node has).
     if (preset && a.nodes == 0) {
-        const int wanted = mesh_of(cluster.devices()).devices();
+        const int64_t wanted = mesh_of(cluster.devices()).devices();
         if (wanted % cluster.gpus_per_node == 0)
-            cluster.nodes = wanted / cluster.gpus_per_node;
+            cluster.nodes = static_cast<int>(std::min<int64_t>(wanted / cluster.gpus_per_node, std::numeric_limits<int>::max()));
         else if (wanted < cluster.gpus_per_node && a.gpus_per_node == 0)
-            cluster.gpus_per_node = wanted;
+            cluster.gpus_per_node = static_cast<int>(wanted);
     }
     const plan::Mesh mesh = mesh_of(cluster.devices());
     const plan::PlanModel model = plan::plan_model(file.experiment);

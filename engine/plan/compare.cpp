@@ -61,13 +61,13 @@ RunComparison compare_run(const nlohmann::json& config, const nlohmann::json& su
     }
     Cluster cluster = on ? *on : local_cluster();
     cluster.nodes = 1;
-    cluster.gpus_per_node = mesh.devices();
+    cluster.gpus_per_node = static_cast<int>(mesh.devices());  // a run here: a few devices
     const PlanModel model = plan_model(file.experiment);
     c.predicted = predict(file.experiment, model, cluster, mesh);
     if (!c.predicted.skipped.empty())
         throw ConfigError(where + ": strategy " + file.strategy_type + ": " + c.predicted.skipped);
     c.strategy = file.strategy_type;
-    c.devices = mesh.devices();
+    c.devices = static_cast<int>(mesh.devices());
     c.cluster = cluster.name;
 
     // Measured step time: the median of the recorded steps' durations (the slowest device's end

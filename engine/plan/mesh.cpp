@@ -16,10 +16,6 @@ namespace stages = strategy::stages;
 
 namespace {
 
-const std::vector<std::string> kSchedules{
-    stages::schedule_name(stages::Schedule::gpipe),
-    stages::schedule_name(stages::Schedule::one_f_one_b),
-    stages::schedule_name(stages::Schedule::interleaved_1f1b)};
 
 int positive(const std::string& key, const std::string& value, int min, int max) {
     try {
@@ -55,21 +51,18 @@ PlanFile plan_file_from_json(json j, const std::string& path) {
         throw ConfigError(path + ": strategy: expected an object, got " +
                           run::describe_json(strategy));
     f.strategy_type = strategy.value("type", std::string("single"));
-    f.strategy_json = strategy.dump();
-    if (f.strategy_type != "hybrid" && strategy::find_strategy(f.strategy_type)) {
-        // A registered strategy: its options parsed by the registry's rules.
-        json whole = j;
-        whole["strategy"] = strategy;
-        try {
-            f.experiment.strategy = run::parse_experiment(whole).strategy;
-        } catch (const ConfigError& e) {
-            throw ConfigError(path + ": " + e.what());
-        }
-    } else if (f.strategy_type != "hybrid") {
+    if (!strategy::find_strategy(f.strategy_type))
         throw ConfigError(
             path + ": strategy.type: unknown strategy \"" + f.strategy_type +
             "\"; a plan reads hybrid, single, data_parallel, ddp, zero, tensor_parallel, "
             "pipeline or model_parallel");
+    // Its options parsed by the registry's rules.
+    json whole = j;
+    whole["strategy"] = strategy;
+    try {
+        f.experiment.strategy = run::parse_experiment(whole).strategy;
+    } catch (const ConfigError& e) {
+        throw ConfigError(path + ": " + e.what());
     }
     return f;
 }
@@ -80,22 +73,18 @@ Mesh mesh_of(const PlanFile& file, int devices) {
     m.recompute = nn::recompute_from_name(e.train.recompute);
     m.precision = precision_from_name(e.train.precision);
     const std::string& type = file.strategy_type;
+    const config::StrategyConfig& s = e.strategy;
     if (type == "hybrid") {
-        const json s = json::parse(file.strategy_json);
-        run::JsonObjectReader r(s, "strategy");
-        r.string("type", "hybrid");
-        m.dp = static_cast<int>(r.integer("dp", 1, 1, 1 << 20));
-        m.tp = static_cast<int>(r.integer("tp", 1, 1, 1 << 20));
-        m.pp = static_cast<int>(r.integer("pp", 1, 1, 1 << 20));
-        m.zero = static_cast<int>(r.integer("zero", 0, 0, 3));
-        m.micro_batches = static_cast<int>(r.integer("micro_batches", 1, 1, 1 << 20));
-        m.schedule = stages::schedule_from_name(r.choice("schedule", "1f1b", kSchedules));
-        m.interleave = static_cast<int>(r.integer("interleave", 1, 1, 1024));
-        m.sequence_parallel = r.boolean("sequence_parallel", false);
-        r.finish();
+        m.dp = static_cast<int>(strategy::option<int64_t>(s, "dp"));
+        m.tp = static_cast<int>(strategy::option<int64_t>(s, "tp"));
+        m.pp = static_cast<int>(strategy::option<int64_t>(s, "pp"));
+        m.zero = static_cast<int>(strategy::option<int64_t>(s, "zero"));
+        m.micro_batches = static_cast<int>(strategy::option<int64_t>(s, "micro_batches"));
+        m.schedule = stages::schedule_from_name(strategy::option<std::string>(s, "schedule"));
+        m.interleave = static_cast<int>(strategy::option<int64_t>(s, "interleave"));
+        m.sequence_parallel = strategy::option<bool>(s, "sequence_parallel");
         return m;
     }
-    const config::StrategyConfig& s = e.strategy;
     if (type == "single") return m;
     if (type == "data_parallel" || type == "ddp") {
         m.dp = devices;
@@ -187,6 +176,19 @@ std::pair<std::string, std::vector<std::string>> parse_sweep(const std::string& 
     for (const auto& v : out.second)
         set_mesh_key(probe, out.first, v);  // refuses bad keys and values now
     return out;
+}
+
+config::StrategyConfig hybrid_options(const Mesh& m) {
+    config::StrategyConfig s = strategy::default_config("hybrid");
+    s.options["dp"] = int64_t{m.dp};
+    s.options["tp"] = int64_t{m.tp};
+    s.options["pp"] = int64_t{m.pp};
+    s.options["zero"] = int64_t{m.zero};
+    s.options["micro_batches"] = int64_t{m.micro_batches};
+    s.options["schedule"] = std::string(stages::schedule_name(m.schedule));
+    s.options["interleave"] = int64_t{m.interleave};
+    s.options["sequence_parallel"] = m.sequence_parallel;
+    return s;
 }
 
 std::string mesh_line(const Mesh& m, int64_t micro_batch) {

@@ -27,7 +27,7 @@ struct Mesh {
     MatmulPrecision precision = MatmulPrecision::fp32;  // train.precision
     double bucket_mb = 25;                              // the gradient all-reduce's bucket
 
-    int devices() const { return dp * tp * pp; }
+    int64_t devices() const { return int64_t{dp} * tp * pp; }
     // Model chunks per pipeline device: `interleave` under interleaved_1f1b, else 1.
     int chunks() const {
         return schedule == strategy::stages::Schedule::interleaved_1f1b ? interleave : 1;
@@ -39,7 +39,6 @@ struct Mesh {
 struct PlanFile {
     config::Experiment experiment;  // its strategy is `single`
     std::string strategy_type;
-    std::string strategy_json;  // the section as written ("{}" when absent)
 };
 
 // Reads FILE; throws ConfigError naming the file and the JSON path.
@@ -50,6 +49,9 @@ PlanFile plan_file_from_json(nlohmann::json j, const std::string& where);
 // zero{stage} → dp = N with zero, tensor_parallel → tp = N, pipeline/model_parallel → pp = N,
 // single → 1. Throws ConfigError naming the JSON path ("strategy.tp").
 Mesh mesh_of(const PlanFile& file, int devices);
+// The other way: the mesh as hybrid's strategy options (every one of them), for a run of the
+// planned configuration (the Plan tab's "Run here").
+config::StrategyConfig hybrid_options(const Mesh& m);
 // One line for people: "dp 2 · tp 4 · pp 1, 1f1b, 4 micro-batches of 8, zero 1, recompute
 // none, bf16" (`micro_batch` 0: its size left out).
 std::string mesh_line(const Mesh& m, int64_t micro_batch);

@@ -1074,13 +1074,13 @@ StrategyDescriptor hybrid_descriptor() {
     return {
         .name = "hybrid",
         .options =
-            {{.key = "dp", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1, .label = "Data parallel",
+            {{.key = "dp", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1, .max = 1 << 20, .label = "Data parallel",
               .help = "Replicas: groups of tp devices, each training its 1/dp of the global batch; "
                       "dp · tp · pp is the device count."},
-             {.key = "tp", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1, .label = "Tensor parallel",
+             {.key = "tp", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1, .max = 1 << 20, .label = "Tensor parallel",
               .help = "Consecutive devices that split every attention and transformer_block (heads and "
                       "ffn must divide by it)."},
-             {.key = "pp", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1, .label = "Pipeline stages",
+             {.key = "pp", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1, .max = 1 << 20, .label = "Pipeline stages",
               .help = "Pipeline stages of dp · tp devices each, the top-level layers balanced by forward "
                       "FLOPs."},
              {.key = "zero", .kind = OptionKind::integer, .fallback = int64_t{0}, .min = 0, .max = 3,
@@ -1089,7 +1089,7 @@ StrategyDescriptor hybrid_descriptor() {
                       "state; 2 the gradients too; 3 the parameters too, each layer gathered for its "
                       "forward and backward."},
              {.key = "micro_batches", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1,
-              .label = "Micro-batches",
+              .max = 1 << 20, .label = "Micro-batches",
               .help = "Micro-batches per optimizer step per replica, flowing through the pipeline stages."},
              {.key = "schedule", .kind = OptionKind::choice, .fallback = std::string("1f1b"),
               .choices = {"gpipe", "1f1b", "interleaved_1f1b"}, .label = "Schedule",

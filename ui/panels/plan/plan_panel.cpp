@@ -23,6 +23,7 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <map>
 
@@ -427,12 +428,12 @@ void PlanPanel::fitNodesToMesh() {
     // one when it needs fewer devices than a node has).
     if (m_experiment && m_clusterFile.isEmpty()) {
         try {
-            const int wanted =
+            const int64_t wanted =
                 plan::mesh_of(planFileOf(*m_experiment), cluster->devices()).devices();
             if (wanted % gpus == 0)
-                nodes = wanted / gpus;
+                nodes = static_cast<int>(std::min<int64_t>(wanted / gpus, std::numeric_limits<int>::max()));
             else if (wanted < gpus)
-                gpus = wanted, nodes = 1;
+                gpus = static_cast<int>(wanted), nodes = 1;
         } catch (const std::exception&) {
             // The plan says why (replan shows the error).
         }
@@ -836,7 +837,7 @@ void PlanPanel::plotBreakdown(const plan::Prediction& p) {
 PlanPanel::RunHere PlanPanel::runHereExperiment(const config::Experiment& base,
                                                 const plan::Mesh& mesh, int maxDevices, int steps) {
     RunHere out;
-    const int n = mesh.devices();
+    const int64_t n = mesh.devices();
     if (n > maxDevices) {
         out.why = tr("dp·tp·pp = %1 devices; this machine runs at most %2 virtual CPU devices")
                       .arg(QLocale().toString(n))
@@ -844,17 +845,7 @@ PlanPanel::RunHere PlanPanel::runHereExperiment(const config::Experiment& base,
         return out;
     }
     config::Experiment e = base;
-    e.strategy.type = "hybrid";
-    e.strategy.options = {{"dp", int64_t{mesh.dp}},
-                          {"tp", int64_t{mesh.tp}},
-                          {"pp", int64_t{mesh.pp}},
-                          {"zero", int64_t{mesh.zero}},
-                          {"micro_batches", int64_t{mesh.micro_batches}},
-                          {"schedule", std::string(strategy::stages::schedule_name(mesh.schedule))},
-                          {"interleave", int64_t{mesh.interleave}},
-                          {"sequence_parallel", mesh.sequence_parallel}};
-    e.strategy.straggler_device.clear();
-    e.strategy.straggler_delay_ms = 0;
+    e.strategy = plan::hybrid_options(mesh);
     e.devices.clear();
     for (int i = 0; i < n; ++i) e.devices.push_back("cpu:" + std::to_string(i));
     e.train.precision = "fp32";  // CPU devices train in fp32
