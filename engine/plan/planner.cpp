@@ -37,15 +37,12 @@ std::string check_mesh(const Mesh& mesh, const PlanModel& model, int64_t batch, 
                 return "ffn (" + s(l.ffn) + ") not divisible by tp (" + s(mesh.tp) + ")";
         }
     }
-    const bool interleaved = mesh.schedule == stages::Schedule::interleaved_1f1b;
-    if (mesh.interleave > 1 && !interleaved)
-        return "interleave = " + s(mesh.interleave) + " needs schedule interleaved_1f1b";
-    if (interleaved) {
-        if (mesh.interleave < 2) return "interleaved_1f1b needs interleave ≥ 2";
-        if (mesh.pp < 2) return "interleaved_1f1b needs pp ≥ 2";
-        if (mesh.micro_batches % mesh.pp != 0)
-            return "interleaved_1f1b needs micro_batches (" + s(mesh.micro_batches) +
-                   ") a multiple of pp (" + s(mesh.pp) + ")";
+    // The schedule's rules are the engine's (pipeline's and hybrid's check).
+    try {
+        stages::check_schedule(stages::schedule_name(mesh.schedule), mesh.interleave, mesh.micro_batches, mesh.pp,
+                               "strategy.pp");
+    } catch (const ConfigError& e) {
+        return e.reason();
     }
     const int64_t chunks = static_cast<int64_t>(mesh.pp) * mesh.chunks();
     if (model.blocks > 0 && chunks > model.blocks)

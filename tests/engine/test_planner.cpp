@@ -390,6 +390,16 @@ TEST(Planner, BadInputSaysWhy) {
     mesh.micro_batches = 4;
     EXPECT_NE(plan::check_mesh(mesh, model, 8, 4).find("smaller than dp × micro_batches (16)"),
               std::string::npos);
+    // The schedule's rules are the engine's (stages::check_schedule), said in its words.
+    mesh = {};
+    mesh.pp = 2;
+    mesh.schedule = strategy::stages::Schedule::interleaved_1f1b;
+    mesh.interleave = 2;
+    mesh.micro_batches = 3;
+    EXPECT_NE(plan::check_mesh(mesh, model, 8, 2).find("3 micro-batches is not a multiple of 2"), std::string::npos);
+    mesh.micro_batches = 2;
+    mesh.schedule = strategy::stages::Schedule::one_f_one_b;
+    EXPECT_NE(plan::check_mesh(mesh, model, 8, 2).find("needs schedule interleaved_1f1b"), std::string::npos);
 }
 
 TEST(Planner, SweepSizeAndOrder) {
