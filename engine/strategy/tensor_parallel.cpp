@@ -78,11 +78,6 @@ int world_of(const config::Experiment& e) {
 // The checks of the registry for `n` devices (a job's world, whose processes each list only
 // their own devices in e.devices).
 void check_split(const config::Experiment& e, int n) {
-    if (option<bool>(e.strategy, "vocab_parallel"))
-        throw ConfigError(
-            "strategy.vocab_parallel",
-            "not supported yet: tensor_parallel splits attention and transformer_block "
-            "layers only; set it to false");
     // Sequence parallelism gives every device T/N positions of each sample.
     if (option<bool>(e.strategy, "sequence_parallel") && n > 1 && e.data.seq_len > 0 &&
         e.data.seq_len % n != 0)
@@ -429,13 +424,7 @@ StrategyDescriptor tensor_parallel_descriptor() {
               .help =
                   "Megatron's sequence parallelism: inside the blocks, layernorms and dropout "
                   "on 1/N of the positions, all-gather and reduce-scatter along the sequence in "
-                  "place of the all-reduces. data.seq_len must divide by the device count."},
-             {.key = "vocab_parallel",
-              .kind = OptionKind::boolean,
-              .fallback = false,
-              .label = "Split the vocabulary",
-              .help = "The embedding and the output layer split by vocabulary over the devices "
-                      "(not supported yet)."}},
+                  "place of the all-reduces. data.seq_len must divide by the device count."}},
         .explanation =
             "Tensor parallel (Megatron-LM): every attention and transformer_block is split over "
             "all "
@@ -452,8 +441,7 @@ StrategyDescriptor tensor_parallel_descriptor() {
         .check_options = check_tensor_parallel,
         .memory = tensor_parallel_memory,
         .picture = tensor_parallel_picture,
-        .variant = {{.key = "sequence_parallel", .text = "sequence parallel"},
-                    {.key = "vocab_parallel", .text = "vocabulary split"}},
+        .variant = {{.key = "sequence_parallel", .text = "sequence parallel"}},
     };
 }
 
