@@ -128,8 +128,8 @@ public:
         const int64_t total = total_numel_of(piece);
         if (params_sharded()) {
             // zero 3: the top-level layers with parameters are sharded units over the dp group
-            // (sharded_units.h), each gathered for every forward and backward of every context.
-            release_grads(piece);
+            // (sharded_units.h), each gathered for every forward and backward of every context
+            // (start drops every context's whole values and gradients).
             std::vector<std::vector<std::vector<nn::Param*>>> views;
             for (size_t c = 0; c < piece.chunks.size(); ++c) {
                 ModelChunk& ch = piece.chunks[c];
