@@ -16,6 +16,7 @@
 #include "engine/nn/attention.h"
 #include "engine/optim/clip.h"
 #include "engine/strategy/flat_shard.h"
+#include "engine/strategy/hybrid.h"
 #include "engine/strategy/pipeline_executor.h"
 #include "engine/strategy/registry.h"
 #include "engine/strategy/replicas.h"
@@ -110,7 +111,8 @@ constexpr int kTpGroupTag = 32760, kDpGroupTag = 32761;
 
 class Hybrid final : public Strategy {
 public:
-    Hybrid() : Strategy("hybrid") {}
+    Hybrid(const char* name, HybridPreset preset, PresetCheck check)
+        : Strategy(name), m_preset(preset), m_check(check) {}
 
     // A replica's first stage reads the inputs of its rows, its last the targets; every tensor
     // rank of them alike.
@@ -429,7 +431,10 @@ public:
 
 protected:
     void setup_impl(RunContext& ctx, nn::Model& reference) override {
-        const config::Experiment& e = *ctx.experiment;
+        // `e` with hybrid's options: the file's, or those of the preset this strategy is.
+        config::Experiment e = *ctx.experiment;
+        if (m_check) m_check(e, m_world);
+        if (m_preset) e.strategy = m_preset(e, m_world);
         check_mesh(e, m_world);
         m_mesh = comm::DeviceMesh(mesh_shape_of(e.strategy), m_world);
         m_zero = zero_of(e.strategy);
@@ -915,6 +920,8 @@ private:
         return norm;
     }
 
+    HybridPreset m_preset = nullptr;
+    PresetCheck m_check = nullptr;
     comm::DeviceMesh m_mesh;
     int m_zero = 0;  // ZeRO stage over the dp groups
     int64_t m_micro_batches = 1;
@@ -950,7 +957,7 @@ private:
 // shard_cost, sequence parallelism included) for a micro-batch of
 // its replica's rows, times the micro-batches its schedule holds in flight (stages.h), the
 // loss's copy of the output on the last stage.
-std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, const ModelCost& m) {
+std::vector<DeviceMemoryEstimate> mesh_memory(const config::Experiment& e, const ModelCost& m) {
     auto out = blank_estimates(e);
     comm::MeshShape axes = mesh_shape_of(e.strategy);
     axes.dp = std::max(1, axes.dp);
@@ -1069,6 +1076,17 @@ StepPicture hybrid_picture(const config::Experiment& e) {
 
 }  // namespace
 
+std::unique_ptr<Strategy> make_hybrid(const char* name, HybridPreset preset, PresetCheck check) {
+    return std::make_unique<Hybrid>(name, preset, check);
+}
+
+std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, const ModelCost& m, HybridPreset preset) {
+    if (!preset) return mesh_memory(e, m);
+    config::Experiment he = e;
+    he.strategy = preset(e, std::max(1, static_cast<int>(e.devices.size())));
+    return mesh_memory(he, m);
+}
+
 StrategyDescriptor hybrid_descriptor() {
     using config::OptionKind;
     return {
@@ -1122,9 +1140,9 @@ StrategyDescriptor hybrid_descriptor() {
         .min_devices = 1,
         .max_devices = 0,
         .device_rule = "dp · tp · pp devices",
-        .make = [] { return std::unique_ptr<Strategy>(std::make_unique<Hybrid>()); },
+        .make = [] { return make_hybrid("hybrid", nullptr); },
         .check_options = check_hybrid,
-        .memory = hybrid_memory,
+        .memory = [](const config::Experiment& e, const ModelCost& m) { return hybrid_memory(e, m); },
         .picture = hybrid_picture,
         .variant = {{.key = "dp", .text = "dp {}"},
                     {.key = "tp", .text = "tp {}"},

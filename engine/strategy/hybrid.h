@@ -1,0 +1,29 @@
+// hybrid (hybrid.cpp): the mesh's parts composed. A strategy that is hybrid with some axes fixed
+// (tensor_parallel: tp over every device) is a preset: a function from its experiment and device
+// count to hybrid's options, run by the same code.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/strategy/registry.h"
+#include "engine/strategy/strategy.h"
+
+namespace paralab::strategy {
+
+// Hybrid's options (strategy.type "hybrid") that run `e`'s strategy on `world` devices.
+using HybridPreset = config::StrategyConfig (*)(const config::Experiment& e, int world);
+
+// The preset's own checks of `e` for a run of `world` devices (a job's world): throws ConfigError
+// naming the file's path, before hybrid's checks of the options it makes.
+using PresetCheck = void (*)(const config::Experiment& e, int world);
+
+// The strategy named `name` that runs hybrid with `preset`'s options (null: e.strategy is
+// hybrid's own), checked first by `check` (may be null).
+std::unique_ptr<Strategy> make_hybrid(const char* name, HybridPreset preset, PresetCheck check = nullptr);
+
+// hybrid's memory model for `e` run as `preset` says (null: e.strategy is hybrid's own).
+std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, const ModelCost& m,
+                                                HybridPreset preset = nullptr);
+
+}  // namespace paralab::strategy
