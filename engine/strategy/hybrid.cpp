@@ -5,6 +5,7 @@
 // A checkpoint holds the single device's layout. check_hybrid refuses a mesh that does not fit,
 // naming the option.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -111,8 +112,11 @@ constexpr int kTpGroupTag = 32760, kDpGroupTag = 32761;
 
 class Hybrid final : public Strategy {
 public:
-    Hybrid(const char* name, HybridPreset preset, PresetCheck check)
-        : Strategy(name), m_preset(preset), m_check(check) {}
+    Hybrid(const char* name, HybridPreset preset, PresetCheck check, const char* dp_prefix)
+        : Strategy(name), m_preset(preset), m_check(check) {
+        const char* what[] = {"reduce_scatter_grads", "all_reduce_grads", "all_gather_params", "reduce_grads_to_owner"};
+        for (size_t i = 0; i < m_dp_ops.size(); ++i) m_dp_ops[i] = std::string(dp_prefix) + what[i];
+    }
 
     // A replica's first stage reads the inputs of its rows, its last the targets; every tensor
     // rank of them alike.
@@ -150,13 +154,14 @@ public:
                         [this, r, c](size_t layer) {
                             m_units[static_cast<size_t>(r)]->before_forward(
                                 *m_rank_of[static_cast<size_t>(r)], m_dp_groups->of(r),
-                                m_pieces[static_cast<size_t>(r)].unit_of[c][layer], ShardedUnits::kNone);
+                                m_pieces[static_cast<size_t>(r)].unit_of[c][layer],
+                                unit_near(m_pieces[static_cast<size_t>(r)], c, layer, true));
                         },
                         [this, r, c](size_t layer) {
                             m_units[static_cast<size_t>(r)]->after_forward(m_pieces[static_cast<size_t>(r)].unit_of[c][layer]);
                         });
             }
-            m_units[static_cast<size_t>(r)]->start(rank, std::move(views), nullptr);
+            m_units[static_cast<size_t>(r)]->start(rank, std::move(views), m_dp_gather ? &m_dp_gather->of(r) : nullptr);
             s.owned = {0, 0};
             s.released = true;
         } else {
@@ -246,7 +251,7 @@ public:
             const int64_t n = s.grads.numel();
             if (sharded()) {
                 rank.record_comm(named(dp.reduce_scatter(s.grads.raw(), n, DType::f32, comm::ReduceOp::sum),
-                                       "dp_reduce_scatter_grads"));
+                                       dp_op(DpOp::reduce_scatter_grads)));
                 if (grads_sharded()) {
                     // Keep the shard's sum; the step's whole gradients go.
                     rank.compute("optimizer", [&] {
@@ -257,7 +262,7 @@ public:
                 }
             } else
                 rank.record_comm(
-                    named(dp.all_reduce(s.grads.raw(), n, DType::f32, comm::ReduceOp::sum), "dp_all_reduce_grads"));
+                    named(dp.all_reduce(s.grads.raw(), n, DType::f32, comm::ReduceOp::sum), dp_op(DpOp::all_reduce_grads)));
         }
         std::vector<nn::Param*> shard{&shard_param(r)};
         std::vector<nn::Param*>& stepped = sharded() ? shard : ps;
@@ -273,14 +278,21 @@ public:
         });
         // (zero 3: the shards are gathered where they are used, unit by unit.)
         if (sharded() && !params_sharded())
-            rank.record_comm(named(s.flat.all_gather(m_dp_groups->of(r)), "dp_all_gather_params"));
+            rank.record_comm(named(s.flat.all_gather(m_dp_groups->of(r)), dp_op(DpOp::all_gather_params)));
         if (r == 0) ++m_steps;
         return res;
+    }
+
+    void finish_rank(Rank& rank) override {
+        if (params_sharded()) m_units[static_cast<size_t>(rank.index())]->stop();
     }
 
     void abort(const std::string& reason) override {
         if (m_tp_groups) m_tp_groups->abort(reason);
         if (m_dp_groups) m_dp_groups->abort(reason);
+        if (m_dp_gather) m_dp_gather->abort(reason);
+        for (auto& units : m_units)
+            if (units) units->interrupt();
     }
 
     // The whole model on the host, put together from replica 0's shards when they have changed.
@@ -455,6 +467,9 @@ protected:
         m_pieces.resize(static_cast<size_t>(m_world));
         m_loaded.assign(static_cast<size_t>(m_world), {});
         m_optimizers.resize(static_cast<size_t>(m_world));
+        // SyncBatchNorm over each dp group: every replica runs every micro-batch's forward.
+        const bool sync_batchnorm = option<bool>(e.strategy, "sync_batchnorm") && dp > 1 && has_batchnorm(reference.net());
+        if (sync_batchnorm) check_sync_batchnorm_rows(ctx, dp, m_micro_batches);
 
         // The stages (interleaved: pp · v chunks): top-level layers balanced by forward FLOPs, as
         // the pipeline strategy's.
@@ -522,6 +537,10 @@ protected:
                 for (size_t i = 0; i < ch.buffers.size(); ++i)
                     ch.buffers[i].copy_from(ref_buffers[ch.first_buffer + i]);
             }
+            if (sync_batchnorm)
+                for (ModelChunk& ch : piece.chunks)
+                    for (auto& context : ch.contexts)
+                        install_sync_batchnorm(m_rank_of[static_cast<size_t>(k)], *context, &m_dp_groups->of(k));
             m_optimizers[static_cast<size_t>(k)] = optim::make_optimizer(e.optimizer);
             m_state[static_cast<size_t>(k)].scaler = loss_scaler_for(e);
         }
@@ -560,8 +579,16 @@ protected:
         // zero 3: every device's units (its top-level layers with parameters, chunk after chunk),
         // laid out for every device (rank 0's process puts any dp group's shards together).
         ShardedUnits::Options options;
-        options.gather_op = "dp_all_gather_params";
-        options.scatter_op = "dp_reduce_scatter_grads";
+        options.gather_op = dp_op(DpOp::all_gather_params);
+        options.scatter_op = dp_op(DpOp::reduce_scatter_grads);
+        options.prefetch = option<bool>(e.strategy, "prefetch");
+        options.reshard_after_forward = option<bool>(e.strategy, "reshard_after_forward");
+        // With prefetch the next unit is gathered on a thread of its own, over communicators of
+        // its own.
+        if (options.prefetch && dp > 1) {
+            m_gather_world = ctx.group->split();
+            m_dp_gather = m_mesh.communicators({Axis::dp}, ctx.devices, m_gather_world.get(), kDpGroupTag);
+        }
         m_units.resize(static_cast<size_t>(m_world));
         for (int k = 0; k < m_world; ++k) {
             Piece& piece = m_pieces[static_cast<size_t>(k)];
@@ -623,6 +650,23 @@ private:
     nn::Param& shard_param(int k) {
         return params_sharded() ? m_units[static_cast<size_t>(k)]->shard() : m_state[static_cast<size_t>(k)].flat.param();
     }
+    // The name of a collective over the dp group.
+    enum class DpOp { reduce_scatter_grads, all_reduce_grads, all_gather_params, reduce_grads_to_owner };
+    const char* dp_op(DpOp op) const { return m_dp_ops[static_cast<size_t>(op)].c_str(); }
+    // zero 3: the unit after (forward's prefetch) or before (backward's) top-level layer `layer`
+    // of local chunk c; kNone at the chunk's edge (a chunk's forward and backward are each one
+    // action of the schedule).
+    static size_t unit_near(const Piece& piece, size_t c, size_t layer, bool after) {
+        const std::vector<size_t>& units = piece.unit_of[c];
+        if (after) {
+            for (size_t j = layer + 1; j < units.size(); ++j)
+                if (units[j] != ShardedUnits::kNone) return units[j];
+        } else {
+            for (size_t j = layer; j-- > 0;)
+                if (units[j] != ShardedUnits::kNone) return units[j];
+        }
+        return ShardedUnits::kNone;
+    }
     // zero 3: device k's tensors of its parameters' shapes (in its order) grouped by unit.
     std::vector<std::vector<Tensor>> by_unit(int k, std::vector<Tensor> tensors) const {
         const ShardedUnits& units = *m_units[static_cast<size_t>(k)];
@@ -655,10 +699,10 @@ private:
         for (size_t j = 0; j < layers; ++j) {
             const size_t u = piece.unit_of[c][forward ? j : layers - 1 - j];
             if (forward) {
-                units.before_forward(rank, dp, u, ShardedUnits::kNone);
+                units.before_forward(rank, dp, u, unit_near(piece, c, j, true));
                 units.after_forward(u);
             } else {
-                units.before_backward(rank, dp, u, ShardedUnits::kNone);
+                units.before_backward(rank, dp, u, unit_near(piece, c, layers - 1 - j, false));
                 units.after_backward(rank, dp, u);
             }
         }
@@ -763,7 +807,7 @@ private:
         const Tensor buf = Tensor::empty(Shape{n}, DType::f32, rank.device(), MemCategory::communication);
         for (size_t i = first; i < last; ++i)
             buf.view(piece.offsets[at + i] - a, ch.params[i]->grad.shape()).copy_from(ch.params[i]->grad);
-        s.flat.reduce_to_owners(rank, m_dp_groups->of(rank.index()), buf, a, "dp_reduce_grads_to_owner");
+        s.flat.reduce_to_owners(rank, m_dp_groups->of(rank.index()), buf, a, dp_op(DpOp::reduce_grads_to_owner));
         const auto own = c.parameters();
         for (size_t i = first; i < last; ++i) {
             ch.params[i]->grad = Tensor();
@@ -837,7 +881,7 @@ private:
         bool computing = true;
         for (size_t i = net.size(); i-- > 0;) {
             const size_t u = units ? piece.unit_of[local][i] : ShardedUnits::kNone;
-            if (units) units->before_backward(rank, dp, u, ShardedUnits::kNone);
+            if (units) units->before_backward(rank, dp, u, unit_near(piece, local, i, false));
             if (eager) make_layer_grads(piece, local, c, i);
             if (computing) {
                 net.recompute_before_backward(i);
@@ -922,6 +966,8 @@ private:
 
     HybridPreset m_preset = nullptr;
     PresetCheck m_check = nullptr;
+    // The dp group's collectives' names (DpOp), `dp_prefix` + what they do.
+    std::array<std::string, 4> m_dp_ops;
     comm::DeviceMesh m_mesh;
     int m_zero = 0;  // ZeRO stage over the dp groups
     int64_t m_micro_batches = 1;
@@ -929,6 +975,9 @@ private:
     int m_chunks = 1;  // model chunks per device (interleaved_1f1b)
     PipelineExecutor m_executor;
     std::unique_ptr<comm::SubGroups> m_tp_groups, m_dp_groups;
+    // zero 3 with prefetch: the prefetch threads' dp groups, over a group of their own
+    std::unique_ptr<comm::Group> m_gather_world;
+    std::unique_ptr<comm::SubGroups> m_dp_gather;
     bool m_sequence = false;  // sequence_parallel with tp > 1
     std::vector<Piece> m_pieces;  // by rank; each rank thread touches its own
     std::vector<std::unique_ptr<ShardedUnits>> m_units;  // zero 3, by rank (started on its own thread)
@@ -1004,16 +1053,21 @@ std::vector<DeviceMemoryEstimate> mesh_memory(const config::Experiment& e, const
                                                                    stages::flush_parts(schedule, pp, static_cast<int>(m_here)).front(), v),
                                             v)
                   : std::vector<int>{stages::contexts_needed(schedule, st, pp, static_cast<int>(m_here))};
-        // units: at zero 3 its chunk of each top-level layer's parameters (sharded_units.h)
-        int64_t params = 0, acts = 0, transient = 0, largest = 0, units = 0;
+        // units: at zero 3 its chunk of each top-level layer's parameters (sharded_units.h);
+        // pair: the most two consecutive units of a chunk hold (prefetch)
+        int64_t params = 0, acts = 0, transient = 0, largest = 0, units = 0, pair = 0;
         for (int c = 0; c < v; ++c) {
             const size_t g = static_cast<size_t>(c) * static_cast<size_t>(pp) + static_cast<size_t>(st);
             const auto first = static_cast<size_t>(bounds[g]);
             const auto last = static_cast<size_t>(bounds[g + 1]);
+            int64_t previous = 0;  // the chunk's last unit so far
             for (size_t l = first; l < last; ++l) {
                 params += layer_params[l];
                 largest = std::max(largest, layer_params[l]);
                 units += data::shard_of_dataset(layer_params[l], r, dp).count;
+                if (layer_params[l] == 0) continue;
+                pair = std::max(pair, previous + layer_params[l]);
+                previous = layer_params[l];
             }
             const ModelCost::Held h = shard.held_of(first, last);
             acts += (h.kept + (static_cast<int>(g) == parts - 1 ? m.output_numel : 0)) * in_flight[static_cast<size_t>(c)];
@@ -1022,11 +1076,18 @@ std::vector<DeviceMemoryEstimate> mesh_memory(const config::Experiment& e, const
         d.role = mesh.label(static_cast<int>(i));
         const bool sharded = dp > 1;
         const int64_t shard_count = zero >= 3 ? units : data::shard_of_dataset(params, r, dp).count;
-        d.set(MemCategory::parameters, zero >= 3 && sharded ? shard_count + largest : params);
+        // zero 3: the units gathered at once: every one (kept from forward to backward), two
+        // consecutive ones (prefetch) or the largest.
+        const int64_t gathered = !option<bool>(e.strategy, "reshard_after_forward") ? params
+                                 : option<bool>(e.strategy, "prefetch")             ? std::max(pair, largest)
+                                                                                    : largest;
+        d.set(MemCategory::parameters, zero >= 3 && sharded ? shard_count + gathered : params);
         d.set(MemCategory::gradients, zero >= 3 && sharded   ? shard_count + largest
                                       : zero >= 2 && sharded ? shard_count + (eager ? largest : params)
                                                              : params);
         d.set(MemCategory::optimizer_state, zero >= 1 && sharded ? k * shard_count : k * params);
+        // zero 2 layer by layer: a layer's gradients packed for their owners
+        d.set(MemCategory::communication, zero == 2 && sharded && eager ? largest : 0);
         d.set(MemCategory::activations, (acts + transient) * micro_rows);
     }
     return out;
@@ -1076,8 +1137,9 @@ StepPicture hybrid_picture(const config::Experiment& e) {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_hybrid(const char* name, HybridPreset preset, PresetCheck check) {
-    return std::make_unique<Hybrid>(name, preset, check);
+std::unique_ptr<Strategy> make_hybrid(const char* name, HybridPreset preset, PresetCheck check,
+                                      const char* dp_prefix) {
+    return std::make_unique<Hybrid>(name, preset, check, dp_prefix);
 }
 
 std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, const ModelCost& m, HybridPreset preset) {
@@ -1106,6 +1168,21 @@ StrategyDescriptor hybrid_descriptor() {
               .help = "Over the data-parallel group: 0 all-reduces the gradients; 1 shards the optimizer "
                       "state; 2 the gradients too; 3 the parameters too, each layer gathered for its "
                       "forward and backward."},
+             {.key = "prefetch", .kind = OptionKind::boolean, .fallback = true, .label = "Prefetch the next layer",
+              .help = "zero 3: the next layer's parameters are gathered before the current layer computes "
+                      "(two layers whole at once); false: each just before its own use.",
+              .shown_when_key = "zero", .shown_when_value = "3"},
+             {.key = "reshard_after_forward", .kind = OptionKind::boolean, .fallback = true,
+              .label = "Free parameters after forward",
+              .help = "zero 3: a layer's gathered parameters are freed after its forward and gathered again "
+                      "for its backward; false: kept until its backward.",
+              .shown_when_key = "zero", .shown_when_value = "3"},
+             [] {
+                 config::OptionSpec o = sync_batchnorm_option();
+                 o.help = "Batch-norm layers normalise with the statistics of every replica's rows of a "
+                          "micro-batch, summed over the dp group; false: each replica its own rows'.";
+                 return o;
+             }(),
              {.key = "micro_batches", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1,
               .max = 1 << 20, .label = "Micro-batches",
               .help = "Micro-batches per optimizer step per replica, flowing through the pipeline stages."},

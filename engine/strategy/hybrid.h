@@ -19,8 +19,11 @@ using HybridPreset = config::StrategyConfig (*)(const config::Experiment& e, int
 using PresetCheck = void (*)(const config::Experiment& e, int world);
 
 // The strategy named `name` that runs hybrid with `preset`'s options (null: e.strategy is
-// hybrid's own), checked first by `check` (may be null).
-std::unique_ptr<Strategy> make_hybrid(const char* name, HybridPreset preset, PresetCheck check = nullptr);
+// hybrid's own), checked first by `check` (may be null). The dp group's collectives are named
+// `dp_prefix` + what they do ("dp_all_gather_params"; a preset whose only group is the dp group
+// names them without a prefix).
+std::unique_ptr<Strategy> make_hybrid(const char* name, HybridPreset preset, PresetCheck check = nullptr,
+                                      const char* dp_prefix = "dp_");
 
 // hybrid's memory model for `e` run as `preset` says (null: e.strategy is hybrid's own).
 std::vector<DeviceMemoryEstimate> hybrid_memory(const config::Experiment& e, const ModelCost& m,

@@ -51,21 +51,25 @@ void ReplicaStrategy::build_replicas(RunContext& ctx, nn::Model& reference, bool
     }
     PARALAB_CHECK(next == layout().size(), "parameters not listed layer by layer");
 
+    const StrategyDescriptor* d = find_strategy(e.strategy.type);
+    if (d && d->option("sync_batchnorm") && option<bool>(e.strategy, "sync_batchnorm") && has_batchnorm(net))
+        check_sync_batchnorm_rows(ctx, m_world, 1);
+}
+
+void check_sync_batchnorm_rows(const RunContext& ctx, int replicas, int64_t micro_batches) {
     // SyncBatchNorm is a collective in forward and backward: a device with no rows of some
     // batch would skip it and leave the others waiting. Refuse such runs up front.
-    const bool batchnorm = has_batchnorm(net);
-    const StrategyDescriptor* d = find_strategy(e.strategy.type);
-    const bool sync = d && d->option("sync_batchnorm") && option<bool>(e.strategy, "sync_batchnorm");
-    if (batchnorm && sync && m_world > 1) {
-        const int64_t B = e.data.batch_size;
-        const int64_t last = ctx.train_size % B == 0 ? B : ctx.train_size % B;
-        const int64_t smallest = std::min(B, last) / std::min<int64_t>(e.train.grad_accum, std::min(B, last));
-        if (smallest < m_world)
-            throw ConfigError("data.batch_size", "with batchnorm synchronised over " + std::to_string(m_world) +
-                              " devices, every device needs rows of every batch, but the smallest (micro-)batch has " +
-                              std::to_string(smallest) + " rows; use a larger batch, fewer devices, or "
-                              "strategy.sync_batchnorm: false");
-    }
+    if (replicas < 2) return;
+    const config::Experiment& e = *ctx.experiment;
+    const int64_t B = e.data.batch_size;
+    const int64_t last = ctx.train_size % B == 0 ? B : ctx.train_size % B;
+    const int64_t smallest = std::min(B, last) / std::min<int64_t>(e.train.grad_accum, std::min(B, last));
+    if (smallest < replicas * micro_batches)
+        throw ConfigError("data.batch_size", "with batchnorm synchronised over " + std::to_string(replicas) +
+                          " replicas" + (micro_batches > 1 ? " of " + std::to_string(micro_batches) + " micro-batches" : std::string()) +
+                          ", every replica needs rows of every " + (micro_batches > 1 ? "micro-batch" : "batch") +
+                          ", but the smallest (micro-)batch has " + std::to_string(smallest) +
+                          " rows; use a larger batch, fewer devices, or strategy.sync_batchnorm: false");
 }
 
 TrainingState ReplicaStrategy::replica_state(int rank, const optim::Optimizer& optimizer,
@@ -141,15 +145,16 @@ void ReplicaStrategy::install_sync_batchnorm_on_local(std::vector<Rank*>& slots)
             if (m_replicas[static_cast<size_t>(r)]) install_sync_batchnorm(slots[static_cast<size_t>(r)], replica(r));
 }
 
-void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model) {
+void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model, comm::Communicator* group) {
     for_each_layer(model.net(), [&](nn::Layer& layer) {
         auto* bn = dynamic_cast<nn::BatchNorm*>(&layer);
         if (!bn) return;
         // The sums and the count in place: host doubles on the CPU; on a GPU the layer's device
         // array, which the GPU group reduces where it is (ordered after the sums' kernels).
-        bn->set_stats_reducer([&rank_slot](double* stats, int64_t n) {
+        bn->set_stats_reducer([&rank_slot, group](double* stats, int64_t n) {
             Rank& rank = *rank_slot;
-            rank.record_comm(rank.comm().all_reduce(stats, n, DType::f64, comm::ReduceOp::sum));
+            comm::Communicator& c = group ? *group : rank.comm();
+            rank.record_comm(c.all_reduce(stats, n, DType::f64, comm::ReduceOp::sum));
         });
     });
 }

@@ -52,9 +52,12 @@ private:
     int m_layout = 0;  // a local rank
 };
 
-// SyncBatchNorm: every batchnorm of `model` sums its statistics over the ranks of `rank`'s
-// communicator (recorded as communication).
-void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model);
+// SyncBatchNorm: every batchnorm of `model` sums its statistics over `group` (null: the ranks of
+// `rank`'s communicator), recorded as communication.
+void install_sync_batchnorm(Rank*& rank_slot, nn::Model& model, comm::Communicator* group = nullptr);
+// Refuses a run whose smallest (micro-)batch leaves a replica of `replicas` without rows for one
+// of its `micro_batches`: ConfigError("data.batch_size").
+void check_sync_batchnorm_rows(const RunContext& ctx, int replicas, int64_t micro_batches);
 // Whether `net` or a layer inside it is a batch norm.
 bool has_batchnorm(nn::Layer& net);
 

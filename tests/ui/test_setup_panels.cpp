@@ -21,6 +21,7 @@
 
 #include <cmath>
 
+#include "engine/data/loader.h"
 #include "engine/run/trainer.h"
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/data/data_panel.h"
@@ -422,13 +423,16 @@ void TestSetupPanels::memoryEstimateShardsZeroOptimizerState() {
     QCOMPARE(ddp.size(), size_t(4));
     for (size_t r = 0; r < 4; ++r) {
         QCOMPARE(ddp[r].bytes[cat(MemCategory::optimizer_state)], 2 * p * 4);
-        QCOMPARE(zero1[r].bytes[cat(MemCategory::optimizer_state)], (2 * p + 3) / 4 * 4);
+        // its 1/4 of the flat parameters (the first p mod 4 devices one more)
+        QCOMPARE(zero1[r].bytes[cat(MemCategory::optimizer_state)],
+                 2 * paralab::data::shard_of_dataset(p, static_cast<int>(r), 4).count * 4);
         QCOMPARE(zero1[r].bytes[cat(MemCategory::parameters)],
                  ddp[r].bytes[cat(MemCategory::parameters)]);
         // stage 1: every gradient (the reduced shard is a view of them); stage 2: the shard and
         // one layer's
         QCOMPARE(zero1[r].bytes[cat(MemCategory::gradients)], p * 4);
-        QCOMPARE(zero2[r].bytes[cat(MemCategory::gradients)], (p + 3) / 4 * 4 + (64 * 64 + 64) * 4);
+        QCOMPARE(zero2[r].bytes[cat(MemCategory::gradients)],
+                 paralab::data::shard_of_dataset(p, static_cast<int>(r), 4).count * 4 + (64 * 64 + 64) * 4);
         QCOMPARE(zero1[r].bytes[cat(MemCategory::activations)],
                  ddp[r].bytes[cat(MemCategory::activations)]);
     }
