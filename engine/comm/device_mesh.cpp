@@ -157,11 +157,16 @@ std::unique_ptr<SubGroups> DeviceMesh::communicators(std::initializer_list<Axis>
 
 std::string DeviceMesh::label(int rank) const {
     const MeshCoords c = coords(rank);
-    std::string out = "tp " + std::to_string(c.tp);
-    if (m_shape.cp > 1) out += " · cp " + std::to_string(c.cp);
-    out += " · dp " + std::to_string(c.dp);
-    if (m_shape.ep > 1) out += " · ep " + std::to_string(c.ep);
-    if (m_shape.pp > 1) out += " · stage " + std::to_string(c.pp + 1);
+    std::string out;
+    const auto add = [&out](const char* axis, int i) {
+        if (!out.empty()) out += " · ";
+        out += axis + std::string(" ") + std::to_string(i);
+    };
+    if (m_shape.tp > 1) add("tp", c.tp);
+    if (m_shape.cp > 1) add("cp", c.cp);
+    if (m_shape.dp > 1 || size() == 1) add("dp", c.dp);
+    if (m_shape.ep > 1) add("ep", c.ep);
+    if (m_shape.pp > 1) add("stage", c.pp + 1);
     return out;
 }
 

@@ -87,8 +87,8 @@ public:
     std::unique_ptr<SubGroups> communicators(std::initializer_list<Axis> axes, const std::vector<Device*>& devices,
                                              Group* world, int tag) const;
 
-    // How people name a device of the mesh: "tp 1 · dp 0 · stage 2" (cp and ep when above 1,
-    // the stage when pp is above 1).
+    // How people name a device of the mesh: "tp 1 · dp 0 · stage 2", each axis above 1 (on one
+    // device, "dp 0").
     std::string label(int rank) const;
 
 private:

@@ -73,41 +73,30 @@ Mesh mesh_of(const PlanFile& file, int devices) {
     m.recompute = nn::recompute_from_name(e.train.recompute);
     m.precision = precision_from_name(e.train.precision);
     const std::string& type = file.strategy_type;
-    const config::StrategyConfig& s = e.strategy;
-    if (type == "hybrid") {
-        m.dp = static_cast<int>(strategy::option<int64_t>(s, "dp"));
-        m.tp = static_cast<int>(strategy::option<int64_t>(s, "tp"));
-        m.pp = static_cast<int>(strategy::option<int64_t>(s, "pp"));
-        m.zero = static_cast<int>(strategy::option<int64_t>(s, "zero"));
-        m.micro_batches = static_cast<int>(strategy::option<int64_t>(s, "micro_batches"));
-        m.schedule = stages::schedule_from_name(strategy::option<std::string>(s, "schedule"));
-        m.interleave = static_cast<int>(strategy::option<int64_t>(s, "interleave"));
-        m.sequence_parallel = strategy::option<bool>(s, "sequence_parallel");
-        return m;
-    }
     if (type == "single") return m;
     if (type == "data_parallel" || type == "ddp") {
         m.dp = devices;
-        if (type == "ddp") m.bucket_mb = strategy::option<double>(s, "bucket_mb");
-    } else if (type == "zero") {
-        m.dp = devices;
-        m.zero = static_cast<int>(strategy::option<int64_t>(s, "stage"));
-    } else if (type == "tensor_parallel") {
-        m.tp = devices;
-        m.sequence_parallel = strategy::option<bool>(s, "sequence_parallel");
-    } else if (type == "pipeline") {
-        m.pp = devices;
-        m.micro_batches = static_cast<int>(strategy::option<int64_t>(s, "micro_batches"));
-        m.schedule = stages::schedule_of(e);
-    } else if (type == "model_parallel") {
-        m.pp = devices;
-        m.schedule = stages::Schedule::gpipe;
-    } else {
-        throw ConfigError("strategy.type",
-                          "a plan models hybrid, single, data_parallel, ddp, zero, "
-                          "tensor_parallel, pipeline and model_parallel, not " +
-                              type);
+        if (type == "ddp") m.bucket_mb = strategy::option<double>(e.strategy, "bucket_mb");
+        return m;
     }
+    // hybrid's options: the file's, or those of the preset of hybrid its strategy is.
+    config::StrategyConfig s = e.strategy;
+    if (type != "hybrid") {
+        const strategy::StrategyDescriptor* d = strategy::find_strategy(type);
+        if (!d || !d->as_hybrid)
+            throw ConfigError("strategy.type",
+                              "a plan models hybrid, its presets (zero, tensor_parallel, pipeline, "
+                              "model_parallel), single, data_parallel and ddp, not " + type);
+        s = d->as_hybrid(e, devices);
+    }
+    m.dp = static_cast<int>(strategy::option<int64_t>(s, "dp"));
+    m.tp = static_cast<int>(strategy::option<int64_t>(s, "tp"));
+    m.pp = static_cast<int>(strategy::option<int64_t>(s, "pp"));
+    m.zero = static_cast<int>(strategy::option<int64_t>(s, "zero"));
+    m.micro_batches = static_cast<int>(strategy::option<int64_t>(s, "micro_batches"));
+    m.schedule = stages::schedule_from_name(strategy::option<std::string>(s, "schedule"));
+    m.interleave = static_cast<int>(strategy::option<int64_t>(s, "interleave"));
+    m.sequence_parallel = strategy::option<bool>(s, "sequence_parallel");
     return m;
 }
 

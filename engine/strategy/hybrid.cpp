@@ -67,6 +67,8 @@ void check_mesh(const config::Experiment& e, int64_t world) {
     stages::check_schedule(option<std::string>(e.strategy, "schedule"), option<int64_t>(e.strategy, "interleave"),
                            option<int64_t>(e.strategy, "micro_batches"), m.pp, "strategy.pp");
     stages::check_stage_count(m.pp, layers, "hybrid", stages::chunks_of(e));
+    const auto split = option<std::vector<int64_t>>(e.strategy, "split");
+    if (!split.empty()) stages::check_split(split, m.pp, layers, stages::chunks_of(e));
     // Sequence parallelism gives each device of a tensor group T/tp positions of every sample.
     if (option<bool>(e.strategy, "sequence_parallel") && m.tp > 1 && e.data.seq_len > 0 &&
         e.data.seq_len % m.tp != 0)
@@ -96,13 +98,18 @@ void check_hybrid(const config::Experiment& e) {
 
 using namespace tensor_shards;
 
-// The top-level layer bounds [0, b1, ..., L] of `parts` stages or chunks, balanced by forward
-// FLOPs as the pipeline strategy's automatic split (stages::balanced_split).
-std::vector<size_t> stage_bounds_of(const std::vector<int64_t>& flops, const std::vector<int64_t>& params, int parts) {
+// The top-level layer bounds [0, b1, ..., L] of `parts` stages or chunks: `split` when it has
+// parts − 1 of them, otherwise balanced by forward FLOPs (stages::balanced_split).
+std::vector<size_t> stage_bounds_of(const std::vector<int64_t>& split, const std::vector<int64_t>& flops,
+                                    const std::vector<int64_t>& params, int parts) {
+    const auto layers = static_cast<int64_t>(flops.size());
+    std::vector<int64_t> cuts = split;
+    if (cuts.size() != static_cast<size_t>(parts - 1) && parts > 1 && parts <= layers)
+        cuts = stages::balanced_split(flops, parts, params);
     std::vector<size_t> bounds{0};
-    if (parts > 1)
-        for (int64_t b : stages::balanced_split(flops, parts, params)) bounds.push_back(static_cast<size_t>(b));
-    bounds.push_back(flops.size());
+    for (int64_t b : cuts) bounds.push_back(static_cast<size_t>(std::clamp<int64_t>(b, 0, layers)));
+    while (static_cast<int>(bounds.size()) < parts) bounds.push_back(static_cast<size_t>(layers));
+    bounds.push_back(static_cast<size_t>(layers));
     return bounds;
 }
 
@@ -479,7 +486,8 @@ protected:
             flops.push_back(net.at(i).flops_per_sample());
             counts.push_back(net.at(i).parameter_count());
         }
-        const std::vector<ChunkPlace> layout = lay_out_chunks(reference, stage_bounds_of(flops, counts, pp * m_chunks));
+        const std::vector<ChunkPlace> layout = lay_out_chunks(
+            reference, stage_bounds_of(option<std::vector<int64_t>>(e.strategy, "split"), flops, counts, pp * m_chunks));
         const std::vector<nn::LayerSpec> layers = nn::expand_repeats(e.layers);  // as reference.net()
         const auto ref_params = reference.parameters();
         const auto ref_buffers = reference.buffers();
@@ -1024,11 +1032,10 @@ std::vector<DeviceMemoryEstimate> mesh_memory(const config::Experiment& e, const
     int v = stages::chunks_of(e);
     if (pp < 2 || int64_t{pp} * v > layers) v = 1;
     const int parts = pp * v;
-    std::vector<int64_t> bounds{0};
-    if (parts > 1 && parts <= layers && m.layer_flops.size() == m.layer_parameters.size())
-        for (int64_t b : stages::balanced_split(m.layer_flops, parts, m.layer_parameters)) bounds.push_back(b);
-    while (static_cast<int>(bounds.size()) < parts) bounds.push_back(layers);
-    bounds.push_back(layers);
+    const std::vector<size_t> bounds =
+        m.layer_flops.size() == m.layer_parameters.size()
+            ? stage_bounds_of(option<std::vector<int64_t>>(e.strategy, "split"), m.layer_flops, m.layer_parameters, parts)
+            : stage_bounds_of({}, std::vector<int64_t>(m.layer_parameters.size(), 1), m.layer_parameters, parts);
     const int64_t micro = std::max<int64_t>(1, option<int64_t>(e.strategy, "micro_batches"));
     const stages::Schedule schedule = v > 1 ? stages::Schedule::interleaved_1f1b
                                       : stages::schedule_of(e) == stages::Schedule::gpipe ? stages::Schedule::gpipe
@@ -1074,6 +1081,14 @@ std::vector<DeviceMemoryEstimate> mesh_memory(const config::Experiment& e, const
             transient = std::max(transient, h.transient);
         }
         d.role = mesh.label(static_cast<int>(i));
+        if (pp > 1) {
+            d.role += ": layers ";
+            for (int c = 0; c < v; ++c) {
+                const size_t g = static_cast<size_t>(c) * static_cast<size_t>(pp) + static_cast<size_t>(st);
+                if (c > 0) d.role += ", ";
+                d.role += std::to_string(bounds[g]) + "–" + std::to_string(std::max(bounds[g] + 1, bounds[g + 1]) - 1);
+            }
+        }
         const bool sharded = dp > 1;
         const int64_t shard_count = zero >= 3 ? units : data::shard_of_dataset(params, r, dp).count;
         // zero 3: the units gathered at once: every one (kept from forward to backward), two
@@ -1196,6 +1211,13 @@ StrategyDescriptor hybrid_descriptor() {
               .help = "interleaved_1f1b: the layers are cut into pp × interleave chunks and stage s holds "
                       "chunks s, s + pp, ...; the bubble shrinks by this factor. 1 with the other "
                       "schedules."},
+             [] {
+                 config::OptionSpec o = split_option();
+                 o.help = "The first top-level layer index of each stage (interleaved: each chunk) after the "
+                          "first: pp · interleave − 1 strictly increasing indices in (0, L); absent: balanced "
+                          "by compute (each layer's forward FLOPs).";
+                 return o;
+             }(),
              {.key = "sequence_parallel", .kind = OptionKind::boolean, .fallback = false,
               .label = "Sequence parallelism",
               .help = "Megatron's sequence parallelism in the tensor-parallel groups: inside the blocks, "

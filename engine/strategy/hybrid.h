@@ -11,8 +11,9 @@
 
 namespace paralab::strategy {
 
-// Hybrid's options (strategy.type "hybrid") that run `e`'s strategy on `world` devices.
-using HybridPreset = config::StrategyConfig (*)(const config::Experiment& e, int world);
+// Hybrid's options (strategy.type "hybrid") that run `e`'s strategy on `world` devices (the
+// descriptor's `as_hybrid`).
+using HybridPreset = decltype(StrategyDescriptor::as_hybrid);
 
 // The preset's own checks of `e` for a run of `world` devices (a job's world): throws ConfigError
 // naming the file's path, before hybrid's checks of the options it makes.

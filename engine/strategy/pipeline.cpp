@@ -1,12 +1,24 @@
 // pipeline: the stages of model_parallel fed with `strategy.micro_batches` micro-batches in a
-// GPipe (every forward, then every backward), 1F1B (one forward, one backward, after a
-// warm-up) or interleaved 1F1B (`strategy.interleave` model chunks per device) schedule, so
-// that the bubble shrinks as micro-batches (and chunks) are added, and 1F1B's activation memory
-// stays bounded by the number of stages (docs/strategies.md). The split, the schedules, the
-// contexts that hold micro-batches in flight and grad_accum are described in stages.h.
+// GPipe, 1F1B or interleaved 1F1B schedule (docs/strategies.md). It is hybrid with pp over every
+// device (hybrid.h); the schedules and the split are stages.h's.
+#include "engine/strategy/hybrid.h"
 #include "engine/strategy/stages.h"
 
 namespace paralab::strategy {
+
+namespace {
+
+// hybrid's options for pipeline on `world` devices: a stage on each.
+config::StrategyConfig as_hybrid(const config::Experiment& e, int world) {
+    config::StrategyConfig h = default_config("hybrid");
+    h.options["pp"] = int64_t{world};
+    for (const char* key : {"micro_batches", "interleave"}) h.options[key] = option<int64_t>(e.strategy, key);
+    h.options["schedule"] = option<std::string>(e.strategy, "schedule");
+    h.options["split"] = option<std::vector<int64_t>>(e.strategy, "split");
+    return h;
+}
+
+}  // namespace
 
 StrategyDescriptor pipeline_descriptor() {
     using config::OptionKind;
@@ -38,9 +50,11 @@ StrategyDescriptor pipeline_descriptor() {
             "`interleave` times and the bubble shrinks to (p−1)/(v·m) of the ideal step, for v times "
             "the messages.",
         .color = "#17becf",
-        .make = [] { return stages::make_staged_strategy(/*pipelined=*/true); },
+        .make = [] {
+            return make_hybrid("pipeline", as_hybrid, [](const config::Experiment& e, int) { stages::check_stages(e); });
+        },
         .check_options = stages::check_stages,
-        .memory = [](const config::Experiment& e, const ModelCost& m) { return stages::stage_memory(e, m, true); },
+        .memory = [](const config::Experiment& e, const ModelCost& m) { return hybrid_memory(e, m, as_hybrid); },
         .picture = [](const config::Experiment& e) { return stages::stage_picture(e, true); },
         .variant = {{.key = "schedule", .text = "{}"},
                     {.key = "interleave", .text = "{} chunks"},
@@ -50,6 +64,7 @@ StrategyDescriptor pipeline_descriptor() {
                                  static_cast<int>(option<int64_t>(e.strategy, "micro_batches")),
                                  option<std::string>(e.strategy, "schedule"), stages::chunks_of(e)};
         },
+        .as_hybrid = as_hybrid,
     };
 }
 

@@ -176,6 +176,9 @@ struct StrategyDescriptor {
     std::vector<VariantPart> variant{};
     // Null: not a pipeline.
     PipelineShape (*pipeline)(const config::Experiment& e) = nullptr;
+    // A preset of hybrid (hybrid.h): hybrid's options that run this strategy on `world` devices,
+    // as which the planner plans it. Null: not one.
+    config::StrategyConfig (*as_hybrid)(const config::Experiment& e, int world) = nullptr;
 
     const config::OptionSpec* option(const std::string& key) const;
 };

@@ -96,18 +96,6 @@ std::vector<int> chunk_contexts(Schedule schedule, int stage, int stages, int mi
 std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_cost, int stages,
                                     const std::vector<int64_t>& layer_params = {});
 
-// The stage bounds [0, b1, ..., b(N-1), L] for `world` devices with `chunks` chunks each (N =
-// world · chunks parts, global chunk g on device g mod world): the experiment's strategy.split,
-// validated, or the balanced split of `reference`'s layers. Throws ConfigError naming
-// `devices` (`strategy.interleave` with chunks) when there are more parts than top-level layers
-// and `strategy.split` when the split is not N - 1 strictly increasing indices in (0, L).
-std::vector<size_t> stage_bounds(const config::Experiment& e, nn::Model& reference, int world,
-                                 const std::string& strategy_name, int chunks = 1);
-
-// model_parallel (one micro-batch, no schedule options) or pipeline (strategy.micro_batches
-// and strategy.schedule).
-std::unique_ptr<Strategy> make_staged_strategy(bool pipelined);
-
 // Refuses more stages than top-level layers ("devices"; with chunks > 1, more than world·chunks
 // chunks: "strategy.interleave") and a split that is not world·chunks - 1 strictly increasing
 // indices in (0, layers) ("strategy.split[i]").
@@ -132,12 +120,7 @@ int chunks_of(const config::Experiment& e);
 // The label of a span of model chunk `chunk` under an interleaved schedule ("forward chunk 1"),
 // `phase` itself otherwise.
 std::string chunk_phase(const char* phase, int chunk, int chunks);
-// The registry's memory model of the stages: a stage's own parameters, gradients and
-// optimizer state; activations: its input twice (received, and its gradient sent back) and its
-// layers' outputs, for each micro-batch it holds in flight (contexts_needed: GPipe all of
-// them, 1F1B at most p − s; interleaved_1f1b: each chunk's layers times the micro-batches that
-// chunk holds at most).
-std::vector<DeviceMemoryEstimate> stage_memory(const config::Experiment& e, const ModelCost& m, bool pipelined);
+// The diagram of model_parallel and pipeline.
 StepPicture stage_picture(const config::Experiment& e, bool pipelined);
 
 }  // namespace paralab::strategy::stages

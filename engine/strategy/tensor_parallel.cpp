@@ -158,6 +158,7 @@ StrategyDescriptor tensor_parallel_descriptor() {
         .memory = tensor_parallel_memory,
         .picture = tensor_parallel_picture,
         .variant = {{.key = "sequence_parallel", .text = "sequence parallel"}},
+        .as_hybrid = as_hybrid,
     };
 }
 

@@ -76,6 +76,7 @@ StrategyDescriptor zero_descriptor() {
         .variant = {{.key = "stage", .text = "stage {}"},
                     {.key = "prefetch", .text_if_false = "no prefetch"},
                     {.key = "reshard_after_forward", .text_if_false = "kept after forward"}},
+        .as_hybrid = as_hybrid,
     };
 }
 
