@@ -24,9 +24,13 @@ void SwiGLU::set_shard(int world, std::function<void(const Tensor&)> all_reduce,
     PARALAB_CHECK(!built() && world >= 1 && m_ffn % world == 0, label() + ": set_shard after build or uneven");
     m_gate->set_out(m_ffn / world);
     m_up->set_out(m_ffn / world);
-    m_gate->set_shard({LinearShard::Split::column, {1}, all_reduce, sequence});
-    m_up->set_shard({LinearShard::Split::column, {1}, all_reduce, sequence});
-    m_down->set_shard({LinearShard::Split::row, {1}, std::move(all_reduce), std::move(sequence)});
+    // Their input is whole (gathered here) and their input gradients are joined here.
+    const auto joined_here = [](const Tensor&) {};
+    m_gate->set_shard({LinearShard::Split::column, {1}, joined_here, {}});
+    m_up->set_shard({LinearShard::Split::column, {1}, joined_here, {}});
+    m_down->set_shard({LinearShard::Split::row, {1}, all_reduce, sequence});
+    m_all_reduce = std::move(all_reduce);
+    m_sequence = std::move(sequence);
 }
 
 // input: [..., D] -> [..., D] (with sequence parallelism [T/N, D] both)
@@ -38,8 +42,13 @@ Shape SwiGLU::build_impl(const Shape& input) {
     for (Layer* c : children()) c->set_label(label() + "." + names[k++], path());
     m_gate->set_needs_input_grad(needs_input_grad());
     m_up->set_needs_input_grad(needs_input_grad());
-    const Shape hidden = m_gate->build(input, dtype(), device());
-    m_up->build(input, dtype(), device());
+    Shape whole = input;  // with sequence parallelism the input arrives as [T/N, D]
+    if (m_sequence.on()) {
+        if (input.rank() < 2) shape_error("a sequence [T, features] (sequence parallelism splits its positions)", input);
+        whole[0] = input[0] * m_sequence.world;
+    }
+    const Shape hidden = m_gate->build(whole, dtype(), device());
+    m_up->build(whole, dtype(), device());
     return m_down->build(hidden, dtype(), device());
 }
 
@@ -56,7 +65,8 @@ void SwiGLU::set_needs_input_grad_impl(bool needs) {
 }
 
 // x: [B, ..., D] -> g, u: [B, ..., ffn] -> h = silu(g) * u -> y = down(h): [B, ..., D]
-Tensor SwiGLU::forward_impl(const Tensor& x, Mode mode) {
+Tensor SwiGLU::forward_impl(const Tensor& x_in, Mode mode) {
+    const Tensor x = m_sequence.on() ? sequence_gather(x_in, m_sequence) : x_in;
     m_g = m_gate->forward(x, mode);
     m_u = m_up->forward(x, mode);
     Tensor h = new_activation(m_g.shape());
@@ -86,6 +96,9 @@ Tensor SwiGLU::backward_impl(const Tensor& dy) {
     dispatch_float(dy.dtype(), [&]<class T>() {
         ops_for(dx).add<T>(dx.numel(), dx_gate.data<T>(), dx_up.data<T>(), dx.data<T>());
     });
+    // A split MLP's input gradient is this device's part of the sum (Megatron's f).
+    if (m_sequence.on()) return sequence_reduce_scatter(dx, m_sequence);
+    if (m_all_reduce) m_all_reduce(dx);
     return dx;
 }
 

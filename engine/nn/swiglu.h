@@ -22,7 +22,9 @@ public:
 
     // Before build only: Megatron's split over `world` devices, as the GELU MLP's: gate and up
     // column-parallel (ffn / world units each), down row-parallel; `sequence` on: the input
-    // arrives and the output leaves split along the sequence (nn::LinearShard).
+    // arrives and the output leaves split along the sequence (nn::LinearShard). Gate and up
+    // read one input: it is gathered once (sequence parallelism) and the sum of their input
+    // gradients all-reduced (or reduce-scattered) once, here rather than in each of them.
     void set_shard(int world, std::function<void(const Tensor&)> all_reduce, SequenceSplit sequence);
 
 protected:
@@ -39,6 +41,8 @@ protected:
 private:
     int64_t m_ffn;
     std::unique_ptr<Linear> m_gate, m_up, m_down;
+    std::function<void(const Tensor&)> m_all_reduce;  // set_shard's; empty: not split
+    SequenceSplit m_sequence;
     Tensor m_g, m_u;  // [B, ..., ffn (this device's)], the last forward's, for backward
 };
 
