@@ -8,6 +8,7 @@
 #include "engine/device/device.h"
 #include "engine/nn/attention.h"
 #include "engine/nn/sequential.h"
+#include "engine/nn/swiglu.h"
 #include "engine/util/error.h"
 
 namespace paralab::io {
@@ -70,6 +71,11 @@ void name_layer(nn::Layer& layer, const std::string& prefix, Names& out) {
             PARALAB_CHECK(linear < 2, "an attention layer with more than two parametrised children");
             name_layer(*c, prefix + names[linear++], out);
         }
+        return;
+    }
+    if (dynamic_cast<nn::SwiGLU*>(&layer)) {  // Hugging Face's LlamaMLP names
+        const char* names[] = {"gate.", "up.", "down."};
+        for (size_t k = 0; k < children.size(); ++k) name_layer(*children[k], prefix + names[k], out);
         return;
     }
     for (size_t k = 0; k < children.size(); ++k) name_layer(*children[k], prefix + std::to_string(k) + ".", out);

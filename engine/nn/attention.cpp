@@ -2,7 +2,9 @@
 #include "engine/nn/checked_count.h"
 
 #include <kernels/cpu/attention.h>
+#include <kernels/cpu/rope.h>
 #include <kernels/gpu/attention.h>
+#include <kernels/gpu/rope.h>
 
 #include <cmath>
 
@@ -12,6 +14,7 @@
 #include "engine/nn/norm.h"
 #include "engine/nn/ops.h"
 #include "engine/nn/recompute.h"
+#include "engine/nn/swiglu.h"
 
 namespace paralab::nn {
 
@@ -103,12 +106,39 @@ int64_t PositionEmbedding::flops_impl() const { return built() ? input_shape().n
 
 // ---- Attention -------------------------------------------------------------------------------
 
-Attention::Attention(int64_t heads, bool causal, double dropout)
-    : Layer("attention"), m_heads(heads), m_causal(causal), m_dropout(dropout) {
-    if (heads < 1) throw ConfigError("heads", "expected a positive integer, got " + std::to_string(heads));
-    if (!(dropout >= 0.0 && dropout < 1.0))
-        throw ConfigError("dropout", "expected a number in [0, 1), got " + std::to_string(dropout));
+Attention::Attention(const AttentionOptions& o)
+    : Layer("attention"),
+      m_heads(o.heads),
+      m_kv_heads(o.kv_heads == 0 ? o.heads : o.kv_heads),
+      m_causal(o.causal),
+      m_dropout(o.dropout),
+      m_rope(o.rope),
+      m_rope_theta(o.rope_theta),
+      m_bias(o.bias) {
+    if (m_heads < 1) throw ConfigError("heads", "expected a positive integer, got " + std::to_string(m_heads));
+    if (m_kv_heads < 1 || m_heads % m_kv_heads != 0)
+        throw ConfigError("kv_heads", "expected a positive divisor of heads = " + std::to_string(m_heads) +
+                                          " (each key/value head serves heads / kv_heads query heads), got " +
+                                          std::to_string(m_kv_heads));
+    if (!(m_dropout >= 0.0 && m_dropout < 1.0))
+        throw ConfigError("dropout", "expected a number in [0, 1), got " + std::to_string(m_dropout));
+    if (!(m_rope_theta > 0.0))
+        throw ConfigError("rope_theta", "expected a positive number, got " + std::to_string(m_rope_theta));
 }
+
+namespace {
+
+// RoPE turns pairs of a head's numbers: the head width must be even.
+void check_rope_width(const Layer& layer, const Shape& input, int64_t heads) {
+    const int64_t hd = input[1] / heads;
+    if (hd % 2 == 0) return;
+    const std::string key = layer.path().empty() ? "position" : layer.path() + ".position";
+    throw ConfigError(key, "\"rope\" rotates pairs of a head's numbers, and the head width D / heads = " +
+                               std::to_string(input[1]) + " / " + std::to_string(heads) + " = " +
+                               std::to_string(hd) + " is odd; choose a width or head count that makes it even");
+}
+
+}  // namespace
 
 std::vector<Layer*> Attention::children() {
     std::vector<Layer*> out;
@@ -119,20 +149,24 @@ std::vector<Layer*> Attention::children() {
 
 Shape Attention::build_impl(const Shape& input) {
     check_attention_input(*this, input, m_heads);
+    if (m_rope) check_rope_width(*this, input, m_heads);
     check_tensor_shard(*this, "heads", m_heads, m_shard.world);
+    check_tensor_shard(*this, "kv_heads", m_kv_heads, m_shard.world);
     const bool seq = m_shard.sequence_parallel();
     m_T = seq ? sequence_length(*this, m_shard, input) : input[0];
     m_D = input[1];
     m_H = m_heads / m_shard.world;
+    m_KV = m_kv_heads / m_shard.world;
     m_inner = m_D / m_shard.world;
+    const int64_t hd = m_D / m_heads;
     // The positions this layer's own tensors hold: all, or with sequence parallelism T / N.
     const Shape local = seq ? Shape{m_T / m_shard.world, m_D} : input;
-    m_qkv = std::make_unique<Linear>(3 * m_inner, true);
-    m_proj = std::make_unique<Linear>(m_D, true);
+    m_qkv = std::make_unique<Linear>((m_H + 2 * m_KV) * hd, m_bias);
+    m_proj = std::make_unique<Linear>(m_D, m_bias);
     if (m_shard.world > 1) {  // qkv column-parallel (its q, k, v parts), proj row-parallel
         const SequenceSplit sequence = seq ? m_shard.sequence() : SequenceSplit{};
-        m_qkv->set_shard({LinearShard::Split::column, 3, m_shard.all_reduce, sequence});
-        m_proj->set_shard({LinearShard::Split::row, 1, m_shard.all_reduce, sequence});
+        m_qkv->set_shard({LinearShard::Split::column, {m_heads, m_kv_heads, m_kv_heads}, m_shard.all_reduce, sequence});
+        m_proj->set_shard({LinearShard::Split::row, {1}, m_shard.all_reduce, sequence});
     }
     m_qkv->set_label(label() + ".qkv", path());
     m_proj->set_label(label() + ".proj", path());
@@ -168,6 +202,18 @@ Tensor Attention::forward_impl(const Tensor& x_in, Mode mode) {
     const int64_t B = x_in.dim(0), H = m_H, T = m_T, Dh = m_D / m_heads;
     const Tensor x = sequence_enter(m_shard, x_in);
     m_qkv_out = m_qkv->forward(x, mode);
+    if (expands()) {
+        const Tensor compact = m_qkv_out;
+        m_qkv_out = new_activation(Shape{B, T, 3 * m_inner});
+        dispatch_float(x.dtype(), [&]<class F>() {
+            if (void* q = x.queue())
+                kg::qkv_expand_rope<F>(B, T, H, m_KV, Dh, m_rope, m_rope_theta, compact.data<F>(),
+                                       m_qkv_out.data<F>(), q);
+            else
+                kc::qkv_expand_rope<F>(B, T, H, m_KV, Dh, m_rope, m_rope_theta, compact.data<F>(),
+                                       m_qkv_out.data<F>());
+        });
+    }
     Tensor heads = new_activation(Shape{B, T, m_inner});
     scores_and_dropout(B, mode);
     dispatch_float(x.dtype(), [&]<class F>() {
@@ -231,17 +277,31 @@ Tensor Attention::backward_impl(const Tensor& dy_out) {
     });
     m_probs = Tensor();
     m_qkv_out = Tensor();
+    if (expands()) {  // the key/value heads' gradients summed over their query heads, turned back
+        const Tensor full = dqkv;
+        dqkv = new_activation(Shape{B, T, (H + 2 * m_KV) * Dh});
+        dispatch_float(dy.dtype(), [&]<class F>() {
+            if (void* q = dy.queue())
+                kg::qkv_expand_rope_backward<F>(B, T, H, m_KV, Dh, m_rope, m_rope_theta, full.data<F>(),
+                                                dqkv.data<F>(), q);
+            else
+                kc::qkv_expand_rope_backward<F>(B, T, H, m_KV, Dh, m_rope, m_rope_theta, full.data<F>(),
+                                                dqkv.data<F>());
+        });
+    }
     return sequence_enter_backward(m_shard, m_qkv->backward(dqkv));
 }
 
 // The projections, plus q k^T and the product with V: 2 T T D multiply-adds each (every head,
-// the masked half included, as the usual MFU accounting counts them), and the softmax.
+// the masked half included, as the usual MFU accounting counts them), the softmax, and with
+// RoPE 3 per rotated number of q and k (two products and a sum).
 int64_t Attention::flops_impl() const {
     if (!built()) return 0;
     const int64_t projections = checked_sum(m_qkv->flops_per_sample(), m_proj->flops_per_sample(), "FLOPs");
     const int64_t scores = checked_sum(checked_product({4, m_T, m_T, m_inner}, "FLOPs"),
                                        checked_product({5, m_H, m_T, m_T}, "FLOPs"), "FLOPs");
-    return checked_sum(projections, scores, "FLOPs");
+    const int64_t rope = m_rope ? checked_product({3, m_T, m_H + m_KV, m_D / m_heads}, "FLOPs") : 0;
+    return checked_sum(checked_sum(projections, scores, "FLOPs"), rope, "FLOPs");
 }
 
 int64_t Attention::activations_impl() {
@@ -258,17 +318,28 @@ int64_t Attention::saved_per_sample() const {
 
 namespace {
 
-std::vector<std::unique_ptr<Layer>> block_layers(int64_t heads, int64_t ffn, double dropout, bool causal) {
-    if (ffn < 1) throw ConfigError("ffn", "expected a positive integer, got " + std::to_string(ffn));
+// The block's norms: an RMSNorm has no bias (torch.nn.RMSNorm's form), a LayerNorm one unless
+// the block has none.
+std::unique_ptr<Layer> block_norm(const AttentionOptions& a, const BlockOptions& b) {
+    if (b.rmsnorm) return std::make_unique<RMSNorm>(1e-5, false);
+    return std::make_unique<LayerNorm>(1e-5, a.bias);
+}
+
+std::vector<std::unique_ptr<Layer>> block_layers(const AttentionOptions& a, const BlockOptions& b) {
+    if (b.ffn < 1) throw ConfigError("ffn", "expected a positive integer, got " + std::to_string(b.ffn));
     std::vector<std::unique_ptr<Layer>> attn;
-    attn.push_back(std::make_unique<LayerNorm>());
-    attn.push_back(std::make_unique<Attention>(heads, causal, dropout));
+    attn.push_back(block_norm(a, b));
+    attn.push_back(std::make_unique<Attention>(a));
     std::vector<std::unique_ptr<Layer>> mlp;
-    mlp.push_back(std::make_unique<LayerNorm>());
-    mlp.push_back(std::make_unique<Linear>(ffn, true));
-    mlp.push_back(std::make_unique<Activation>(ActivationKind::gelu));
-    mlp.push_back(std::make_unique<Linear>(1, true));  // width set in build_impl (D)
-    if (dropout > 0) mlp.push_back(std::make_unique<Dropout>(dropout));
+    mlp.push_back(block_norm(a, b));
+    if (b.swiglu) {
+        mlp.push_back(std::make_unique<SwiGLU>(b.ffn, a.bias));
+    } else {
+        mlp.push_back(std::make_unique<Linear>(b.ffn, a.bias));
+        mlp.push_back(std::make_unique<Activation>(ActivationKind::gelu));
+        mlp.push_back(std::make_unique<Linear>(1, a.bias));  // width set in build_impl (D)
+    }
+    if (a.dropout > 0) mlp.push_back(std::make_unique<Dropout>(a.dropout));
     std::vector<std::unique_ptr<Layer>> out;
     out.push_back(std::make_unique<Residual>(std::move(attn)));
     out.push_back(std::make_unique<Residual>(std::move(mlp)));
@@ -277,30 +348,42 @@ std::vector<std::unique_ptr<Layer>> block_layers(int64_t heads, int64_t ffn, dou
 
 }  // namespace
 
-TransformerBlock::TransformerBlock(int64_t heads, int64_t ffn, double dropout, bool causal)
-    : Sequential(block_layers(heads, ffn, dropout, causal), "transformer_block"), m_heads(heads), m_ffn(ffn) {}
+TransformerBlock::TransformerBlock(const AttentionOptions& attention, const BlockOptions& block)
+    : Sequential(block_layers(attention, block), "transformer_block"),
+      m_heads(attention.heads),
+      m_kv_heads(attention.kv_heads == 0 ? attention.heads : attention.kv_heads),
+      m_ffn(block.ffn),
+      m_swiglu(block.swiglu) {}
 
 Shape TransformerBlock::build_impl(const Shape& input) {
     check_attention_input(*this, input, m_heads);
-    // The MLP's second linear maps back to the width, known only now.
+    // The GELU MLP's second linear maps back to the width, known only now (SwiGLU's down sets
+    // its own).
     Layer& mlp = *at(1).children().front();
     auto* body = static_cast<Sequential*>(&mlp);
-    static_cast<Linear&>(body->at(3)).set_out(input[1]);
+    const size_t mlp_end = m_swiglu ? 2 : 4;  // the MLP's layers; a dropout after them
+    if (!m_swiglu) static_cast<Linear&>(body->at(3)).set_out(input[1]);
     const bool seq = m_shard.sequence_parallel();
-    if (m_shard.world > 1) {  // Megatron's MLP: the first linear column-, the second row-parallel
+    if (m_shard.world > 1) {  // Megatron's MLP: the first linear(s) column-, the last row-parallel
         check_tensor_shard(*this, "heads", m_heads, m_shard.world);
+        check_tensor_shard(*this, "kv_heads", m_kv_heads, m_shard.world);
         check_tensor_shard(*this, "ffn", m_ffn, m_shard.world);
         const SequenceSplit sequence = seq ? m_shard.sequence() : SequenceSplit{};
-        auto& fc1 = static_cast<Linear&>(body->at(1));
-        fc1.set_out(m_ffn / m_shard.world);
-        fc1.set_shard({LinearShard::Split::column, 1, m_shard.all_reduce, sequence});
-        static_cast<Linear&>(body->at(3)).set_shard({LinearShard::Split::row, 1, m_shard.all_reduce, sequence});
-        // With sequence parallelism the block's layernorms, residual adds and dropout hold this
+        if (m_swiglu) {
+            static_cast<SwiGLU&>(body->at(1)).set_shard(m_shard.world, m_shard.all_reduce, sequence);
+        } else {
+            auto& fc1 = static_cast<Linear&>(body->at(1));
+            fc1.set_out(m_ffn / m_shard.world);
+            fc1.set_shard({LinearShard::Split::column, {1}, m_shard.all_reduce, sequence});
+            static_cast<Linear&>(body->at(3)).set_shard({LinearShard::Split::row, {1}, m_shard.all_reduce, sequence});
+        }
+        // With sequence parallelism the block's norms, residual adds and dropout hold this
         // device's positions: the attention takes and gives them split.
         TensorShard inner = m_shard;
         inner.split_input = inner.split_output = seq;
         // The MLP's dropout draws its positions' masks of the whole sequence.
-        if (seq && body->size() > 4) static_cast<Dropout&>(body->at(4)).set_sequence_slice(m_shard.rank, m_shard.world);
+        if (seq && body->size() > mlp_end)
+            static_cast<Dropout&>(body->at(mlp_end)).set_sequence_slice(m_shard.rank, m_shard.world);
         auto* attention = static_cast<Sequential*>(at(0).children().front());
         static_cast<Attention&>(attention->at(1)).set_tensor_shard(std::move(inner));
     }

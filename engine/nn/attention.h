@@ -70,19 +70,37 @@ Tensor sequence_enter_backward(const TensorShard& s, const Tensor& dx);
 // "<layer path>" naming T and the device count when T does not divide.
 int64_t sequence_length(const Layer& layer, const TensorShard& s, const Shape& input);
 
-// [T, D] -> [T, D]: qkv = x W_qkv^T + b (one linear D -> 3D), per head h (width D / heads)
-// softmax(q k^T / sqrt(D / heads)) v, causal when asked (position i sees j <= i), the heads
+// The options of an attention (and of a transformer_block's), docs/experiment-format.md.
+struct AttentionOptions {
+    int64_t heads = 1;
+    int64_t kv_heads = 0;  // key/value heads (grouped-query attention); 0: as many as heads
+    bool causal = true;
+    double dropout = 0.0;
+    bool rope = false;         // rotary position embedding on q and k
+    double rope_theta = 10000.0;
+    bool bias = true;          // the projections' biases
+};
+
+// [T, D] -> [T, D]: qkv = x W_qkv^T + b (one linear D -> (heads + 2 kv_heads) hd, hd = D /
+// heads: q for every head, then k and v for every key/value head), with RoPE q and k rotated
+// by their positions (kernels/cpu/rope.h), per head h softmax(q k^T / sqrt(hd)) v with the
+// key/value head h / (heads / kv_heads), causal when asked (position i sees j <= i), the heads
 // concatenated, then one linear D -> D. With dropout p > 0, in training, the attention
 // probabilities and the output are dropped as in nanoGPT's CausalSelfAttention. Parameters
-// 4D^2 + 4D: qkv.weight, qkv.bias, proj.weight, proj.bias, in that order.
+// D (heads + 2 kv_heads) hd + D^2, plus (heads + 2 kv_heads) hd + D with bias (4D^2 + 4D for
+// kv_heads = heads): qkv.weight, qkv.bias, proj.weight, proj.bias, in that order.
 class Attention : public Layer {
 public:
-    // Throws ConfigError when heads < 1 or dropout is outside [0, 1).
-    Attention(int64_t heads, bool causal, double dropout);
+    // Throws ConfigError at the option's key when heads < 1, kv_heads does not divide heads,
+    // dropout is outside [0, 1) or rope_theta is not positive.
+    explicit Attention(const AttentionOptions& options);
+    Attention(int64_t heads, bool causal, double dropout)
+        : Attention(AttentionOptions{heads, 0, causal, dropout, false, 10000.0, true}) {}
     bool runs_on_gpu() const override { return true; }
     std::vector<Layer*> children() override;
 
     int64_t heads() const { return m_heads; }
+    int64_t kv_heads() const { return m_kv_heads; }
     bool causal() const { return m_causal; }
     // Before build only: this layer computes one shard of the heads (TensorShard).
     void set_tensor_shard(TensorShard shard) { m_shard = std::move(shard); }
@@ -111,27 +129,48 @@ private:
     // probs = softmax of the scores of m_qkv_out; m_used = what the product with V reads.
     void scores_and_dropout(int64_t B, Mode mode);
 
-    int64_t m_heads;
+    // The qkv projection's output [B, T, (H + 2 KV) hd] as the passes read it, [B, T, 3 inner]:
+    // key/value heads repeated for their query heads, q and k rotated (kernels/cpu/rope.h).
+    // Without grouped heads or rotation the projection's output is used as it is.
+    bool expands() const { return m_KV != m_H || m_rope; }
+
+    int64_t m_heads, m_kv_heads;
     bool m_causal;
     double m_dropout;
+    bool m_rope;
+    double m_rope_theta;
+    bool m_bias;
     bool m_recompute_scores = false;
     int64_t m_T = 0, m_D = 0;
     TensorShard m_shard;
     int64_t m_H = 0, m_inner = 0;  // the heads this layer computes and their width (all: heads, D)
+    int64_t m_KV = 0;              // the key/value heads this layer computes
     std::unique_ptr<Linear> m_qkv, m_proj;
     std::unique_ptr<Dropout> m_attn_drop, m_out_drop;  // null when dropout is 0
-    Tensor m_qkv_out;  // [B, T, 3D]
+    Tensor m_qkv_out;  // [B, T, 3 inner], expanded (expands())
     Tensor m_probs;    // [B, H, T, T], the softmax's output
     Tensor m_used;     // the probabilities the product with V used (m_probs, or dropped)
 };
 
-// [T, D] -> [T, D], the pre-LayerNorm GPT block:
-//   h = x + attention(layernorm(x)),  y = h + dropout(linear_D(gelu(linear_ffn(layernorm(h))))).
-// Children (a Sequential of two residuals): residual(layernorm, attention), residual(layernorm,
-// linear ffn, gelu, linear D[, dropout]). Parameters 4D + (4D^2 + 4D) + (2 D ffn + ffn + D).
+// A transformer_block's options beyond its attention's.
+struct BlockOptions {
+    int64_t ffn = 1;
+    bool rmsnorm = false;  // norm: "rmsnorm" (else "layernorm")
+    bool swiglu = false;   // mlp: "swiglu" (else "gelu")
+};
+
+// [T, D] -> [T, D], the pre-norm block:
+//   h = x + attention(norm(x)),  y = h + dropout(mlp(norm(h))),
+// GPT's with layernorm and mlp = linear_D(gelu(linear_ffn(.))), Llama's with rmsnorm and the
+// SwiGLU MLP (nn/swiglu.h). Children (a Sequential of two residuals): residual(norm, attention),
+// residual(norm, linear ffn, gelu, linear D[, dropout]) or residual(norm, swiglu[, dropout]).
+// Parameters of GPT's: 4D + (4D^2 + 4D) + (2 D ffn + ffn + D). Without bias no linear and no
+// norm has one.
 class TransformerBlock : public Sequential {
 public:
-    TransformerBlock(int64_t heads, int64_t ffn, double dropout, bool causal);
+    TransformerBlock(const AttentionOptions& attention, const BlockOptions& block);
+    TransformerBlock(int64_t heads, int64_t ffn, double dropout, bool causal)
+        : TransformerBlock(AttentionOptions{heads, 0, causal, dropout, false, 10000.0, true}, BlockOptions{ffn}) {}
     int64_t heads() const { return m_heads; }
     int64_t ffn() const { return m_ffn; }
     // Before build only: this block computes one shard of the heads and of the MLP (TensorShard).
@@ -144,7 +183,8 @@ protected:
     Tensor backward_impl(const Tensor& dy) override;
 
 private:
-    int64_t m_heads, m_ffn;
+    int64_t m_heads, m_kv_heads, m_ffn;
+    bool m_swiglu;
     TensorShard m_shard;
 };
 

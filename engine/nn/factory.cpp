@@ -18,7 +18,7 @@ const std::vector<std::string>& layer_types() {
         "linear",  "conv2d", "maxpool2d", "avgpool2d", "global_avgpool", "batchnorm",
         "layernorm", "dropout", "relu",   "gelu",      "tanh",           "sigmoid",
         "flatten", "embedding", "lstm",   "gru",       "residual",  "position_embedding",
-        "attention", "transformer_block"};
+        "attention", "transformer_block", "rmsnorm"};
     return types;
 }
 
@@ -54,6 +54,7 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
     if (t == "global_avgpool") return std::make_unique<GlobalAvgPool>();
     if (t == "batchnorm") return std::make_unique<BatchNorm>(s.eps, s.momentum);
     if (t == "layernorm") return std::make_unique<LayerNorm>(s.eps);
+    if (t == "rmsnorm") return std::make_unique<RMSNorm>(s.eps, s.bias);
     if (t == "dropout") return std::make_unique<Dropout>(s.p);
     if (t == "relu") return std::make_unique<Activation>(ActivationKind::relu);
     if (t == "gelu") return std::make_unique<Activation>(ActivationKind::gelu);
@@ -69,11 +70,19 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
         return std::make_unique<GRU>(positive(s.hidden, "hidden", t),
                                      positive(s.num_layers, "num_layers", t), s.return_sequence);
     if (t == "position_embedding") return std::make_unique<PositionEmbedding>();
-    if (t == "attention")
-        return std::make_unique<Attention>(positive(s.heads, "heads", t), s.causal, s.dropout);
-    if (t == "transformer_block")
-        return std::make_unique<TransformerBlock>(positive(s.heads, "heads", t), positive(s.ffn, "ffn", t),
-                                                  s.dropout, s.causal);
+    if (t == "attention" || t == "transformer_block") {
+        if (s.position != "none" && s.position != "rope")
+            throw ConfigError("position", "expected \"none\" or \"rope\", got \"" + s.position + "\"");
+        const AttentionOptions a{positive(s.heads, "heads", t), s.kv_heads, s.causal, s.dropout,
+                                 s.position == "rope", s.rope_theta, s.bias};
+        if (t == "attention") return std::make_unique<Attention>(a);
+        if (s.norm != "layernorm" && s.norm != "rmsnorm")
+            throw ConfigError("norm", "expected \"layernorm\" or \"rmsnorm\", got \"" + s.norm + "\"");
+        if (s.mlp != "gelu" && s.mlp != "swiglu")
+            throw ConfigError("mlp", "expected \"gelu\" or \"swiglu\", got \"" + s.mlp + "\"");
+        return std::make_unique<TransformerBlock>(a, BlockOptions{positive(s.ffn, "ffn", t), s.norm == "rmsnorm",
+                                                                  s.mlp == "swiglu"});
+    }
     if (t == "residual") {
         if (s.layers.empty()) throw ConfigError("residual.layers: expected at least one layer");
         std::vector<std::unique_ptr<Layer>> body;

@@ -118,9 +118,15 @@ void Linear::set_out(int64_t out) {
 }
 
 void Linear::set_shard(LinearShard shard) {
-    PARALAB_CHECK(!built() && shard.all_reduce && shard.blocks >= 1,
+    PARALAB_CHECK(!built() && shard.all_reduce && !shard.parts.empty(),
                   label() + ": set_shard after build or without an all-reduce");
+    for (const int64_t p : shard.parts) PARALAB_CHECK(p >= 1, label() + ": set_shard with an empty part");
     m_shard = std::move(shard);
+}
+
+void Linear::tie_to(Layer& embedding) {
+    PARALAB_CHECK(!built() && embedding.type() == "embedding", label() + ": tie_to after build or not to an embedding");
+    m_tied_to = &embedding;
 }
 
 const SequenceSplit* Linear::sequence() const {
@@ -138,7 +144,22 @@ Shape Linear::build_impl(const Shape& input) {
     if (input.rank() == 0 || input.back() < 1)
         shape_error("an input [..., features] with at least one feature", input);
     m_in = input.back();
-    m_weight = &add_param("weight", Shape{m_out, m_in});
+    if (m_tied_to) {
+        PARALAB_CHECK(m_tied_to->built() && !m_shard, label() + ": tied to an embedding not built before it");
+        Param* table = m_tied_to->parameters().front();
+        const Shape& vocab_by_dim = table->value.shape();
+        if (vocab_by_dim[0] != m_out)
+            throw ConfigError(path().empty() ? "out" : path() + ".out",
+                              "expected the vocabulary of the embedding it shares its table with (" +
+                                  std::to_string(vocab_by_dim[0]) + "; tie_embeddings), got " + std::to_string(m_out));
+        if (vocab_by_dim[1] != m_in)
+            shape_error("an input [..., " + std::to_string(vocab_by_dim[1]) +
+                            "] as wide as the embedding it shares its table with (tie_embeddings)",
+                        input);
+        m_weight = table;
+    } else {
+        m_weight = &add_param("weight", Shape{m_out, m_in});
+    }
     m_bias = m_has_bias ? &add_param("bias", Shape{m_out}) : nullptr;
     Shape output = input;
     output[output.rank() - 1] = m_out;
@@ -161,7 +182,7 @@ Shape Linear::build_impl(const Shape& input) {
 void Linear::reset_parameters_impl(Rng& rng) {
     // kaiming_uniform(a = sqrt 5) on the weight reduces to this bound, the bias uses it too.
     const double bound = 1.0 / std::sqrt(static_cast<double>(m_in));
-    for (Param* p : {m_weight, m_bias}) {
+    for (Param* p : {m_tied_to ? nullptr : m_weight, m_bias}) {  // a shared table is its embedding's
         if (!p) continue;
         dispatch_float(p->value.dtype(), [&]<class T>() {
             for (T& v : p->value.span<T>()) v = static_cast<T>(rng.uniform(-bound, bound));
@@ -172,6 +193,10 @@ void Linear::reset_parameters_impl(Rng& rng) {
 // x: [B, ..., in] -> y: [B, ..., out]; the leading dims fold into the GEMM's rows.
 Tensor Linear::forward_impl(const Tensor& x, Mode mode) {
     (void)mode;
+    if (m_tied_to && !m_weight->value.defined())
+        throw ConfigError(path().empty() ? "tie_embeddings" : path() + ".tie_embeddings",
+                          "the output layer reads the embedding's table, which this strategy does not keep "
+                          "whole on its device between the embedding's uses (it shards or frees it)");
     const SequenceSplit* seq = sequence();
     const bool column = m_shard && m_shard->split == LinearShard::Split::column;
     // A sequence-parallel column shard multiplies the whole sequence: gathered first.
@@ -209,6 +234,7 @@ Tensor Linear::forward_impl(const Tensor& x, Mode mode) {
 // dy: [B, ..., out] -> dx: [B, ..., in]; dW += dy^T x, db += column sums of dy.
 Tensor Linear::backward_impl(const Tensor& dy) {
     PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
+    PARALAB_CHECK(m_weight->grad.defined(), label() + ": the embedding table it shares has no gradient here");
     const SequenceSplit* seq = sequence();
     const bool column = m_shard && m_shard->split == LinearShard::Split::column;
     const Ops ops = ops_for(dy);

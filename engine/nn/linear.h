@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "engine/nn/layer.h"
 
@@ -44,9 +45,10 @@ struct SequenceSplit {
 struct LinearShard {
     enum class Split { column, row };
     Split split = Split::column;
-    // column: the full layer's outputs are `blocks` equal parts split alike (attention's q, k
-    // and v: 3), so that a shard holds its part of each.
-    int64_t blocks = 1;
+    // column: the full layer's outputs are parts of these relative widths, each split alike
+    // over the devices, so that a shard holds its share of each (attention's q, k and v:
+    // {heads, kv_heads, kv_heads}).
+    std::vector<int64_t> parts{1};
     std::function<void(const Tensor&)> all_reduce;
     SequenceSplit sequence{};  // off by default
 };
@@ -70,6 +72,12 @@ public:
     // Before build only: this linear is a shard (above); its `out` is the shard's width.
     void set_shard(LinearShard shard);
     const LinearShard* shard() const { return m_shard ? &*m_shard : nullptr; }
+    // Before build only: the weight is `embedding`'s table [vocab, dim] (built before this
+    // layer, in the same model), read as [out, in]; this layer has no weight of its own and its
+    // weight gradient accumulates into the table's. Throws ConfigError at "<path>.out" when out
+    // is not the vocabulary, ShapeError when in is not the embedding's width.
+    void tie_to(Layer& embedding);
+    bool tied() const { return m_tied_to != nullptr; }
 
 protected:
     Shape build_impl(const Shape& input) override;
@@ -88,6 +96,7 @@ private:
     Param* m_bias = nullptr;    // [out], null without bias
     Tensor m_x;                 // the last forward's input, released by backward
     std::optional<LinearShard> m_shard;
+    Layer* m_tied_to = nullptr;  // the embedding whose table is the weight (tie_to)
 
     // The sequence split when this shard is sequence-parallel, else null.
     const SequenceSplit* sequence() const;

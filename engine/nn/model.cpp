@@ -4,6 +4,7 @@
 #include "engine/nn/attention.h"
 #include "engine/nn/checked_count.h"
 #include "engine/nn/factory.h"
+#include "engine/nn/linear.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -137,6 +138,27 @@ Model::Model(const std::vector<LayerSpec>& layers, size_t first, size_t last, co
         built.push_back(make_labelled(spec, path, copy));
         if (prepare) prepare(*built.back());
         m_spec_of.push_back(source);
+    }
+    // tie_embeddings: the output layer reads the embedding's table, so both are in this model.
+    if (!built.empty() && expanded[last - 1].tie_embeddings) {
+        auto* output = dynamic_cast<Linear*>(built.back().get());
+        const std::string path = "model.layers[" + std::to_string(expanded[last - 1].source) + "]";
+        if (!output) throw ConfigError(path + ".tie_embeddings", "only a linear layer can share the embedding's table");
+        if (first != 0)
+            throw ConfigError(path + ".tie_embeddings",
+                              "the output layer shares the table of the embedding in model.layers[0], so both "
+                              "must be built on one device; this model is split between stages, and they fall "
+                              "in different ones");
+        if (built.front()->type() != "embedding")
+            throw ConfigError(path + ".tie_embeddings", "shares the table of the model's embedding, and "
+                                                        "model.layers[0] is not an embedding");
+        output->tie_to(*built.front());
+    } else if (last < expanded.size() && expanded.back().tie_embeddings && first == 0) {
+        const std::string path = "model.layers[" + std::to_string(expanded.back().source) + "]";
+        throw ConfigError(path + ".tie_embeddings",
+                          "the output layer shares the table of the embedding in model.layers[0], so both must "
+                          "be built on one device; this model is split between stages, and they fall in "
+                          "different ones");
     }
     m_net = std::make_unique<Sequential>(std::move(built), "model");
     m_net->set_label("model");

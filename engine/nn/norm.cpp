@@ -2,8 +2,10 @@
 #include "engine/nn/recompute.h"
 
 #include <kernels/cpu/norm.h>
+#include <kernels/cpu/rmsnorm.h>
 #include <kernels/gpu/memory.h>
 #include <kernels/gpu/norm.h>
+#include <kernels/gpu/rmsnorm.h>
 
 #include "engine/device/device.h"
 
@@ -199,7 +201,7 @@ int64_t BatchNorm::flops_impl() const {
 
 // ---- LayerNorm ---------------------------------------------------------------------------
 
-LayerNorm::LayerNorm(double eps) : Layer("layernorm"), m_eps(eps) {
+LayerNorm::LayerNorm(double eps, bool bias) : Layer("layernorm"), m_eps(eps), m_has_bias(bias) {
     if (!(eps > 0))
         throw ConfigError("layernorm: eps must be positive, got " + std::to_string(eps));
 }
@@ -209,7 +211,7 @@ Shape LayerNorm::build_impl(const Shape& input) {
     if (input.rank() < 1 || input.numel() == 0) shape_error("an input [..., D]", input);
     m_dim = input.back();
     m_weight = &add_param("weight", Shape{m_dim});
-    m_bias = &add_param("bias", Shape{m_dim});
+    m_bias = m_has_bias ? &add_param("bias", Shape{m_dim}) : nullptr;
     m_weight->value.fill(1.0);
     return input;
 }
@@ -217,7 +219,7 @@ Shape LayerNorm::build_impl(const Shape& input) {
 void LayerNorm::reset_parameters_impl(Rng& rng) {
     (void)rng;
     m_weight->value.fill(1.0);
-    m_bias->value.zero();
+    if (m_bias) m_bias->value.zero();
 }
 
 // x: [B, ..., D] -> y: [B, ..., D], seen as [rows, D]; the row statistics are kept for backward.
@@ -230,12 +232,12 @@ Tensor LayerNorm::forward_impl(const Tensor& x, Mode mode) {
     dispatch_float(x.dtype(), [&]<class T>() {
         if (void* q = y.queue()) {
             kg::layernorm_forward<T>(rows, m_dim, m_eps, x.data<T>(), m_weight->value.data<T>(),
-                                     m_bias->value.data<T>(), y.data<T>(), m_mean.data<T>(),
+                                     m_bias ? m_bias->value.data<T>() : nullptr, y.data<T>(), m_mean.data<T>(),
                                      m_rstd.data<T>(), q);
             return;
         }
         kc::layernorm_forward<T>(rows, m_dim, m_eps, x.data<T>(), m_weight->value.data<T>(),
-                                 m_bias->value.data<T>(), y.data<T>(), m_mean.data<T>(),
+                                 m_bias ? m_bias->value.data<T>() : nullptr, y.data<T>(), m_mean.data<T>(),
                                  m_rstd.data<T>());
     });
     m_x = x;
@@ -253,21 +255,89 @@ Tensor LayerNorm::backward_impl(const Tensor& dy) {
             kg::layernorm_backward<T>(rows, m_dim, m_x.data<T>(), dy.data<T>(),
                                       m_weight->value.data<T>(), m_mean.data<T>(),
                                       m_rstd.data<T>(), dx.defined() ? dx.data<T>() : nullptr,
-                                      m_weight->grad.data<T>(), m_bias->grad.data<T>(), q);
+                                      m_weight->grad.data<T>(), m_bias ? m_bias->grad.data<T>() : nullptr, q);
             return;
         }
         kc::layernorm_backward<T>(rows, m_dim, m_x.data<T>(), dy.data<T>(),
                                   m_weight->value.data<T>(), m_mean.data<T>(), m_rstd.data<T>(),
                                   dx.defined() ? dx.data<T>() : nullptr, m_weight->grad.data<T>(),
-                                  m_bias->grad.data<T>());
+                                  m_bias ? m_bias->grad.data<T>() : nullptr);
     });
     m_x = m_mean = m_rstd = Tensor();
     return dx;
 }
 
-// Per element: 3 for the statistics (add; subtract, multiply-add), 4 to normalize and scale.
+// Per element: 3 for the statistics (add; subtract, multiply-add), 4 to normalize and scale
+// (3 without the shift).
 int64_t LayerNorm::flops_impl() const {
-    return 7 * input_shape().numel();
+    return (m_has_bias ? 7 : 6) * input_shape().numel();
+}
+
+// ---- RMSNorm -----------------------------------------------------------------------------
+
+RMSNorm::RMSNorm(double eps, bool bias) : Layer("rmsnorm"), m_eps(eps), m_has_bias(bias) {
+    if (!(eps > 0))
+        throw ConfigError("eps", "expected a positive number, got " + std::to_string(eps));
+}
+
+// input: [..., D] -> the same shape
+Shape RMSNorm::build_impl(const Shape& input) {
+    if (input.rank() < 1 || input.numel() == 0) shape_error("an input [..., D]", input);
+    m_dim = input.back();
+    m_weight = &add_param("weight", Shape{m_dim});
+    m_bias = m_has_bias ? &add_param("bias", Shape{m_dim}) : nullptr;
+    m_weight->value.fill(1.0);
+    return input;
+}
+
+void RMSNorm::reset_parameters_impl(Rng& rng) {
+    (void)rng;
+    m_weight->value.fill(1.0);
+    if (m_bias) m_bias->value.zero();
+}
+
+// x: [B, ..., D] -> y: [B, ..., D], seen as [rows, D]; the input and its row rstd kept for backward.
+Tensor RMSNorm::forward_impl(const Tensor& x, Mode mode) {
+    (void)mode;
+    const int64_t rows = x.numel() / m_dim;
+    Tensor y = new_activation(x.shape());
+    m_rstd = new_activation(Shape{rows});
+    dispatch_float(x.dtype(), [&]<class T>() {
+        const T* beta = m_bias ? m_bias->value.data<T>() : nullptr;
+        if (void* q = y.queue())
+            kg::rmsnorm_forward<T>(rows, m_dim, m_eps, x.data<T>(), m_weight->value.data<T>(), beta, y.data<T>(),
+                                   m_rstd.data<T>(), q);
+        else
+            kc::rmsnorm_forward<T>(rows, m_dim, m_eps, x.data<T>(), m_weight->value.data<T>(), beta, y.data<T>(),
+                                   m_rstd.data<T>());
+    });
+    m_x = x;
+    return y;
+}
+
+// dy: [B, ..., D] -> dx: [B, ..., D]
+Tensor RMSNorm::backward_impl(const Tensor& dy) {
+    PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
+    const int64_t rows = dy.numel() / m_dim;
+    Tensor dx;
+    if (needs_input_grad()) dx = new_activation(dy.shape());
+    dispatch_float(dy.dtype(), [&]<class T>() {
+        T* dxp = dx.defined() ? dx.data<T>() : nullptr;
+        T* dbeta = m_bias ? m_bias->grad.data<T>() : nullptr;
+        if (void* q = dy.queue())
+            kg::rmsnorm_backward<T>(rows, m_dim, m_x.data<T>(), dy.data<T>(), m_weight->value.data<T>(),
+                                    m_rstd.data<T>(), dxp, m_weight->grad.data<T>(), dbeta, q);
+        else
+            kc::rmsnorm_backward<T>(rows, m_dim, m_x.data<T>(), dy.data<T>(), m_weight->value.data<T>(),
+                                    m_rstd.data<T>(), dxp, m_weight->grad.data<T>(), dbeta);
+    });
+    m_x = m_rstd = Tensor();
+    return dx;
+}
+
+// Per element: 2 for the statistic (square, add), 2 to normalize and scale (1 more to shift).
+int64_t RMSNorm::flops_impl() const {
+    return (m_has_bias ? 5 : 4) * input_shape().numel();
 }
 
 }  // namespace paralab::nn

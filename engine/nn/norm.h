@@ -1,5 +1,6 @@
-// Normalization layers: BatchNorm (torch.nn.BatchNorm1d / BatchNorm2d by input rank) and
-// LayerNorm over the last dimension (torch.nn.LayerNorm(normalized_shape = last dim)).
+// Normalization layers: BatchNorm (torch.nn.BatchNorm1d / BatchNorm2d by input rank), LayerNorm
+// over the last dimension (torch.nn.LayerNorm(normalized_shape = last dim)) and RMSNorm over the
+// last dimension (torch.nn.RMSNorm, Llama's norm).
 #pragma once
 
 #include <map>
@@ -86,11 +87,12 @@ private:
 };
 
 // Per-sample input [..., D]; each vector along the last dimension is normalized to zero mean
-// and unit (biased) variance, then scaled by weight and shifted by bias, both [D].
+// and unit (biased) variance, then scaled by weight and shifted by bias, both [D] (without
+// bias: torch.nn.LayerNorm(bias=False), weight only).
 class LayerNorm : public Layer {
 public:
     // Throws ConfigError when eps <= 0.
-    explicit LayerNorm(double eps = 1e-5);
+    explicit LayerNorm(double eps = 1e-5, bool bias = true);
     bool runs_on_gpu() const override { return true; }
 
     double eps() const { return m_eps; }
@@ -111,9 +113,41 @@ private:
     double m_eps;
     int64_t m_dim = 0;
     Param* m_weight = nullptr;  // [D]
-    Param* m_bias = nullptr;    // [D]
+    Param* m_bias = nullptr;    // [D], null without bias
+    bool m_has_bias;
     Tensor m_x;                 // the last forward's input and its row statistics, for backward
     Tensor m_mean;              // [rows]
+    Tensor m_rstd;              // [rows]
+};
+
+// Per-sample input [..., D]; y = x / sqrt(mean(x^2) + eps) * weight (+ bias) along the last
+// dimension: weight [D] (initially 1), bias [D] (initially 0) only when asked.
+class RMSNorm : public Layer {
+public:
+    // Throws ConfigError when eps <= 0.
+    explicit RMSNorm(double eps = 1e-5, bool bias = false);
+    bool runs_on_gpu() const override { return true; }
+
+    double eps() const { return m_eps; }
+
+protected:
+    Shape build_impl(const Shape& input) override;
+    void reset_parameters_impl(Rng& rng) override;
+    Tensor forward_impl(const Tensor& x, Mode mode) override;
+    Tensor backward_impl(const Tensor& dy) override;
+    int64_t flops_impl() const override;
+    void release_saved_impl() override {
+        m_x = Tensor();
+        m_rstd = Tensor();
+    }
+
+private:
+    double m_eps;
+    bool m_has_bias;
+    int64_t m_dim = 0;
+    Param* m_weight = nullptr;  // [D]
+    Param* m_bias = nullptr;    // [D], null without bias
+    Tensor m_x;                 // the last forward's input and its row statistic, for backward
     Tensor m_rstd;              // [rows]
 };
 

@@ -10,7 +10,7 @@ namespace paralab::nn {
 
 struct LayerSpec {
     std::string type;  // "linear", "conv2d", ... as in docs/experiment-format.md
-    // linear
+    // linear (bias: also attention, transformer_block, layernorm's absence of one, rmsnorm)
     int64_t out = 0;
     bool bias = true;
     // conv2d, maxpool2d, avgpool2d (stride 0 = kernel for pools, 1 for conv)
@@ -27,7 +27,7 @@ struct LayerSpec {
     int64_t hidden = 0;
     int64_t num_layers = 1;
     bool return_sequence = false;  // "return": "sequence" (true) or "last" (false)
-    // batchnorm, layernorm
+    // batchnorm, layernorm, rmsnorm
     double eps = 1e-5;
     double momentum = 0.1;
     // attention, transformer_block (dropout: attention probabilities and outputs)
@@ -35,6 +35,16 @@ struct LayerSpec {
     int64_t ffn = 0;
     bool causal = true;
     double dropout = 0.0;
+    // attention, transformer_block: grouped-query attention (0: kv_heads = heads), rotary
+    // positions ("none" or "rope"), and `bias` (above) for every linear and norm of the block
+    int64_t kv_heads = 0;
+    std::string position = "none";
+    double rope_theta = 10000.0;
+    // transformer_block: "layernorm" or "rmsnorm"; "gelu" or "swiglu"
+    std::string norm = "layernorm";
+    std::string mlp = "gelu";
+    // linear: the output layer multiplies by the model's embedding table (no weight of its own)
+    bool tie_embeddings = false;
     // residual
     std::vector<LayerSpec> layers{};
     // Any layer: this many consecutive copies, each with its own parameters.

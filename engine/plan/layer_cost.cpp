@@ -11,18 +11,24 @@ LayerCost transformer_cost(const PlanLayer& l, int64_t input_numel, const LayerC
     const double t = x.mesh.tp, b = static_cast<double>(x.b);
     const double T = static_cast<double>(l.seq), D = static_cast<double>(l.width),
                  H = static_cast<double>(l.heads), F = static_cast<double>(l.ffn);
+    const double KV = static_cast<double>(l.kv_heads > 0 ? l.kv_heads : l.heads), M = static_cast<double>(l.mlp_matrices);
     const bool block = l.ffn > 0;
-    // GEMMs: q,k,v and the projection (8·T·D² per sample), the MLP (4·T·D·ffn), the two
-    // attention products (4·T²·D); the rest of the engine's count (softmax, norms, GELU, biases)
-    // is elementwise work, counted by the bytes it moves.
-    const double linear = 2 * T * D * (4 * D + 2 * F), products = 4 * T * T * D;
+    // GEMMs: q, k, v and the projection (2·T·D·(2D + 2·kv_heads·D/heads) per sample: 8·T·D² with
+    // as many key/value heads as heads), the MLP (2·T·D·ffn per matrix: 2 for GELU, 3 for
+    // SwiGLU), the two attention products (4·T²·D); the rest of the engine's count (softmax,
+    // norms, activations, biases, RoPE) is elementwise work, counted by the bytes it moves.
+    const double linear = 2 * T * D * (2 * D + 2 * KV * D / H + M * F), products = 4 * T * T * D;
     const double linear_s = x.gemm_s(b * linear / t, std::min(b * T, D / t));
     const double products_s = x.gemm_s(b * products / t, std::min(T, D / H));
     // Korthikanti et al. 2022, bytes per layer in 16-bit: s·b·h·(34 + 5·a·s/h) for a block
     // (attention 11 of the 34, of which 3 not split by tensor parallelism; MLP and norms 23, of
-    // which 7), the a·s² term the attention scores, softmax and its dropout mask.
+    // which 7), the a·s² term the attention scores, softmax and its dropout mask. The MLP's 19 are
+    // its input (2), each ffn-wide tensor (2·ffn/h each: GELU's input and output, SwiGLU's gate,
+    // up and product) and the dropout mask (1): with ffn = 4h, GELU's 2 + 16 + 1. Grouped-query
+    // attention keeps as much as full attention (the engine expands k and v to every head).
     const double sbh = T * b * D, scale = x.act_bytes / 2;
-    const double kept = block ? 34 : 11, unsplit = block ? 10 : 3;
+    const double mlp = 3 + (M == 3 ? 3 : 2) * 2 * F / D;
+    const double kept = block ? 11 + 4 + mlp : 11, unsplit = block ? 10 : 3;
     const double scores = 5 * H * T * T * b;
     const double body =
         x.mesh.sequence_parallel ? sbh * kept / t : sbh * (unsplit + (kept - unsplit) / t);

@@ -32,13 +32,17 @@ PlanModel plan_model(const config::Experiment& e) {
                 l.seq = dims[dims.size() - 2];
                 l.width = dims.back();
                 l.heads = spec.heads;
+                l.kv_heads = spec.kv_heads > 0 ? spec.kv_heads : spec.heads;
                 l.ffn = spec.type == "transformer_block" ? spec.ffn : 0;
+                l.mlp_matrices = spec.mlp == "swiglu" ? 3 : 2;
                 ++m.blocks;
                 if (m.seq_len == 1) m.seq_len = l.seq;
             }
             if (spec.type == "linear" && spec.out > 0) {
                 l.out = spec.out;
-                l.in = (l.parameters - (spec.bias ? spec.out : 0)) / spec.out;
+                // A tied output layer's matrix is the embedding's table (no parameters of its own).
+                l.in = spec.tie_embeddings ? e.layers.front().dim
+                                           : (l.parameters - (spec.bias ? spec.out : 0)) / spec.out;
             }
             m.layers.push_back(l);
         }

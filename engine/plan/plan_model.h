@@ -17,9 +17,9 @@ struct PlanLayer {
     int64_t flops = 0;        // forward, per sample (the engine's count)
     int64_t activations = 0;  // numbers per sample held for backward (the engine's count)
     int64_t output = 0;       // numbers per sample out
-    // Transformer layers (attention, transformer_block): sequence, width, heads, ffn (0:
-    // attention).
-    int64_t seq = 0, width = 0, heads = 0, ffn = 0;
+    // Transformer layers (attention, transformer_block): sequence, width, heads, key/value
+    // heads, ffn (0: attention) and the MLP's matrices (2: GELU, 3: SwiGLU).
+    int64_t seq = 0, width = 0, heads = 0, kv_heads = 0, ffn = 0, mlp_matrices = 2;
     int64_t in = 0, out = 0;  // linear: its matrix
     bool transformer() const { return heads > 0; }
 };

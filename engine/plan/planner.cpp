@@ -33,6 +33,8 @@ std::string check_mesh(const Mesh& mesh, const PlanModel& model, int64_t batch, 
             if (!l.transformer()) continue;
             if (l.heads % mesh.tp != 0)
                 return "heads (" + s(l.heads) + ") not divisible by tp (" + s(mesh.tp) + ")";
+            if (l.kv_heads % mesh.tp != 0)
+                return "kv_heads (" + s(l.kv_heads) + ") not divisible by tp (" + s(mesh.tp) + ")";
             if (l.ffn % mesh.tp != 0)
                 return "ffn (" + s(l.ffn) + ") not divisible by tp (" + s(mesh.tp) + ")";
         }

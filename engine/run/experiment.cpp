@@ -132,6 +132,9 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0)
         if (!out) r.fail("out", "missing; expected a positive integer");
         s.out = *out;
         s.bias = r.boolean("bias", true);
+        s.tie_embeddings = r.boolean("tie_embeddings", false);
+        if (s.tie_embeddings && depth > 0)
+            r.fail("tie_embeddings", "only the model's last layer, its output layer, can share the embedding's table");
     } else if (t == "conv2d") {
         auto oc = r.integer("out_channels", 1, kMaxExtent);
         if (!oc) r.fail("out_channels", "missing; expected a positive integer");
@@ -150,6 +153,9 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0)
         s.momentum = r.number("momentum", 0.1, 0.0, 1.0);
     } else if (t == "layernorm") {
         s.eps = r.number("eps", 1e-5, 0.0, 1.0, false);
+    } else if (t == "rmsnorm") {
+        s.eps = r.number("eps", 1e-5, 0.0, 1.0, false);
+        s.bias = r.boolean("bias", false);
     } else if (t == "dropout") {
         s.p = r.number("p", 0.5, 0.0, 1.0);
         if (s.p >= 1.0) r.fail("p", "expected a number in [0, 1), got " + json(s.p).dump());
@@ -178,6 +184,22 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0)
         s.causal = r.boolean("causal", true);
         s.dropout = r.number("dropout", 0.0, 0.0, 1.0);
         if (s.dropout >= 1.0) r.fail("dropout", "expected a number in [0, 1), got " + json(s.dropout).dump());
+        // Absent: 0, as many as heads (so that a file or the window that changes heads keeps it so).
+        const auto kv_heads = r.integer("kv_heads", 1, kMaxExtent);
+        s.kv_heads = kv_heads ? *kv_heads : 0;
+        if (s.kv_heads != 0 && s.heads % s.kv_heads != 0)
+            r.fail("kv_heads", "expected a divisor of heads = " + std::to_string(s.heads) +
+                                   " (each key/value head serves heads / kv_heads query heads), got " +
+                                   std::to_string(s.kv_heads));
+        s.position = r.choice("position", "none", {"none", "rope"});
+        s.rope_theta = r.number("rope_theta", 10000.0, 0.0, 1e12, false);
+        if (r.has("rope_theta") && s.position != "rope")
+            r.fail("rope_theta", "is the base of rotary positions: it needs \"position\": \"rope\"");
+        s.bias = r.boolean("bias", true);
+        if (t == "transformer_block") {
+            s.norm = r.choice("norm", "layernorm", {"layernorm", "rmsnorm"});
+            s.mlp = r.choice("mlp", "gelu", {"gelu", "swiglu"});
+        }
     } else if (t == "residual") {
         const json& body = r.raw("layers");
         if (!body.is_array() || body.empty())
@@ -196,7 +218,7 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0)
     }
     r.finish({"out", "bias", "out_channels", "kernel", "stride", "padding", "eps", "momentum", "p",
               "vocab", "dim", "hidden", "num_layers", "return", "layers", "heads", "ffn", "causal",
-              "dropout", "repeat"},
+              "dropout", "repeat", "kv_heads", "position", "rope_theta", "norm", "mlp", "tie_embeddings"},
              "a " + t + " layer");
     return s;
 }
@@ -206,6 +228,27 @@ int64_t built_layers(const nn::LayerSpec& s) {
     int64_t one = 1;
     for (const auto& c : s.layers) one = std::min(one + built_layers(c), kMaxLayers + 1);
     return std::min(one * s.repeat, kMaxLayers + 1);  // both factors at most 100001: no overflow
+}
+
+// `tie_embeddings` (docs/experiment-format.md): the model's last layer, one copy, its `out` the
+// vocabulary of the embedding that is its first layer.
+void check_tied_output(const std::vector<nn::LayerSpec>& layers) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+        const nn::LayerSpec& s = layers[i];
+        if (!s.tie_embeddings) continue;
+        const std::string path = "model.layers[" + std::to_string(i) + "]";
+        if (i + 1 != layers.size() || s.repeat != 1)
+            throw ConfigError(path + ".tie_embeddings",
+                              "only the model's last layer, its output layer, can share the embedding's table");
+        if (layers.front().type != "embedding")
+            throw ConfigError(path + ".tie_embeddings",
+                              "shares the table of the model's embedding, and model.layers[0] is a " +
+                                  layers.front().type + ", not an embedding");
+        if (s.out != layers.front().vocab)
+            throw ConfigError(path + ".out", "expected " + std::to_string(layers.front().vocab) +
+                                                 ", the vocabulary of model.layers[0] (the embedding whose table "
+                                                 "this layer shares: tie_embeddings), got " + std::to_string(s.out));
+    }
 }
 
 // One option of the strategy as its descriptor declares it.
@@ -376,6 +419,7 @@ config::Experiment parse_experiment(const json& j) {
                                             " layers in all (each copy of a repeated layer and each layer of a "
                                             "residual body counted)");
         }
+        check_tied_output(e.layers);
         e.loss = m.choice("loss", "cross_entropy", {"cross_entropy", "mse"});
         m.finish();
     }
@@ -484,7 +528,10 @@ namespace {
 json layer_to_json(const nn::LayerSpec& s) {
     json j{{"type", s.type}};
     const std::string& t = s.type;
-    if (t == "linear") j["out"] = s.out, j["bias"] = s.bias;
+    if (t == "linear") {
+        j["out"] = s.out, j["bias"] = s.bias;
+        if (s.tie_embeddings) j["tie_embeddings"] = true;
+    }
     if (t == "conv2d") {
         j["out_channels"] = s.out_channels;
         j["kernel"] = s.kernel;
@@ -498,6 +545,7 @@ json layer_to_json(const nn::LayerSpec& s) {
     }
     if (t == "batchnorm") j["eps"] = s.eps, j["momentum"] = s.momentum;
     if (t == "layernorm") j["eps"] = s.eps;
+    if (t == "rmsnorm") j["eps"] = s.eps, j["bias"] = s.bias;
     if (t == "dropout") j["p"] = s.p;
     if (t == "embedding") j["vocab"] = s.vocab, j["dim"] = s.dim;
     if (t == "lstm" || t == "gru") {
@@ -510,6 +558,12 @@ json layer_to_json(const nn::LayerSpec& s) {
         if (t == "transformer_block") j["ffn"] = s.ffn;
         j["causal"] = s.causal;
         j["dropout"] = s.dropout;
+        // Today's GPT block writes as before; the newer options only where they differ.
+        if (s.kv_heads != 0 && s.kv_heads != s.heads) j["kv_heads"] = s.kv_heads;
+        if (s.position != "none") j["position"] = s.position, j["rope_theta"] = s.rope_theta;
+        if (!s.bias) j["bias"] = false;
+        if (t == "transformer_block" && s.norm != "layernorm") j["norm"] = s.norm;
+        if (t == "transformer_block" && s.mlp != "gelu") j["mlp"] = s.mlp;
     }
     if (t == "residual") {
         j["layers"] = json::array();

@@ -94,8 +94,8 @@ void collect_cuts(nn::Layer& layer, std::vector<Cut>& out) {
     if (auto* linear = dynamic_cast<nn::Linear*>(&layer); linear && linear->shard()) {
         const nn::LinearShard& s = *linear->shard();
         const bool column = s.split == nn::LinearShard::Split::column;
-        out.push_back({column ? Cut::Kind::rows : Cut::Kind::columns, s.blocks});  // weight
-        if (layer.parameters().size() > 1) out.push_back({column ? Cut::Kind::rows : Cut::Kind::whole, s.blocks});
+        out.push_back({column ? Cut::Kind::rows : Cut::Kind::columns, s.parts});  // weight
+        if (layer.parameters().size() > 1) out.push_back({column ? Cut::Kind::rows : Cut::Kind::whole, s.parts});
         return;
     }
     // A layer's own parameters come before its children's (Layer::parameters).
@@ -116,10 +116,17 @@ std::vector<Run> runs_of(const Shape& whole, Cut cut, int r, int n) {
     if (cut.kind == Cut::Kind::whole || n == 1) return {{0, 0, whole.numel()}};
     const int64_t rows = whole[0], row_len = whole.numel() / rows;
     std::vector<Run> out;
-    if (cut.kind == Cut::Kind::rows) {  // each block's rows [r·per, (r+1)·per)
-        const int64_t block = rows / cut.blocks, per = block / n;
-        for (int64_t k = 0; k < cut.blocks; ++k)
-            out.push_back({(k * block + r * per) * row_len, k * per * row_len, per * row_len});
+    if (cut.kind == Cut::Kind::rows) {  // each part's rows [r·per, (r+1)·per)
+        int64_t total = 0;
+        for (const int64_t p : cut.parts) total += p;
+        const int64_t unit = rows / total;
+        int64_t whole_row = 0, shard_row = 0;
+        for (const int64_t p : cut.parts) {
+            const int64_t block = p * unit, per = block / n;
+            out.push_back({(whole_row + r * per) * row_len, shard_row * row_len, per * row_len});
+            whole_row += block;
+            shard_row += per;
+        }
     } else {  // columns [r·w, (r+1)·w) of every row
         const int64_t w = row_len / n;
         for (int64_t i = 0; i < rows; ++i) out.push_back({i * row_len + r * w, i * w, w});

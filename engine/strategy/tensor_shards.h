@@ -77,12 +77,13 @@ ShardCost shard_cost(const config::Experiment& e, const Shape& input, int n, boo
 void shard_the_cost(const config::Experiment& e, int n, bool sequence, strategy::ModelCost& cost);
 
 // How one parameter of the whole model is cut: whole (replicated), by rows of its first
-// dimension in `blocks` equal parts (a column-parallel weight or bias), or by columns of its
-// second (a row-parallel weight).
+// dimension in parts of the relative heights `parts` (nn::LinearShard's), each part split alike
+// (a column-parallel weight or bias: grouped-query attention's qkv is {heads, kv_heads,
+// kv_heads}), or by columns of its second (a row-parallel weight).
 struct Cut {
     enum class Kind { whole, rows, columns };
     Kind kind = Kind::whole;
-    int64_t blocks = 1;
+    std::vector<int64_t> parts{1};
 };
 
 // The cut of each parameter of a built shard model, appended in parameters() order.

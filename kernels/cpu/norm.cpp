@@ -181,8 +181,13 @@ void layernorm_forward(int64_t rows, int64_t D, double eps, const T* x, const T*
         }
         const double inv = 1.0 / std::sqrt(sq / static_cast<double>(D) + eps);
         const T mt = static_cast<T>(m), it = static_cast<T>(inv);
+        if (beta) {
 #pragma omp simd
-        for (int64_t i = 0; i < D; ++i) yr[i] = (xr[i] - mt) * it * gamma[i] + beta[i];
+            for (int64_t i = 0; i < D; ++i) yr[i] = (xr[i] - mt) * it * gamma[i] + beta[i];
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < D; ++i) yr[i] = (xr[i] - mt) * it * gamma[i];
+        }
         mean[r] = mt;
         rstd[r] = it;
     }
@@ -199,9 +204,10 @@ void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const 
         const T* gr = dy + r * D;
         const T m = mean[r], is = rstd[r];
 #pragma omp simd
-        for (int64_t i = 0; i < D; ++i) {
-            dgamma[i] += gr[i] * (xr[i] - m) * is;
-            dbeta[i] += gr[i];
+        for (int64_t i = 0; i < D; ++i) dgamma[i] += gr[i] * (xr[i] - m) * is;
+        if (dbeta) {
+#pragma omp simd
+            for (int64_t i = 0; i < D; ++i) dbeta[i] += gr[i];
         }
     }
     // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.

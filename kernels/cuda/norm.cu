@@ -123,7 +123,8 @@ __global__ void __launch_bounds__(kRowBlock)
     sq = detail::block_sum(sq, shared);
     const double inv = 1.0 / sqrt(sq / static_cast<double>(D) + eps);
     const T mt = static_cast<T>(m), it = static_cast<T>(inv);
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = (xr[i] - mt) * it * gamma[i] + beta[i];
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
+        yr[i] = beta ? (xr[i] - mt) * it * gamma[i] + beta[i] : (xr[i] - mt) * it * gamma[i];
     if (threadIdx.x == 0) {
         mean[r] = mt;
         rstd[r] = it;
@@ -328,7 +329,7 @@ void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const 
     if (rows == 0) return;
     const cudaStream_t s = as_stream(stream);
     detail::launch_column_sums_of(rows, D, GammaGradTerm<T>{x, dy, mean, rstd, D}, dgamma, s);
-    detail::launch_column_sums(rows, D, dy, dbeta, s);
+    if (dbeta) detail::launch_column_sums(rows, D, dy, dbeta, s);
     if (!dx) return;
     layernorm_backward_input_kernel<T><<<static_cast<unsigned>(rows), kRowBlock, 0, s>>>(D, x, dy, gamma, mean,
                                                                                        rstd, dx);

@@ -13,7 +13,10 @@
 #include <kernels/gpu/pool.h>
 #include <kernels/gpu/recurrent.h>
 #include <kernels/gpu/reduce.h>
+#include <kernels/gpu/rmsnorm.h>
+#include <kernels/gpu/rope.h>
 #include <kernels/gpu/softmax.h>
+#include <kernels/gpu/swiglu.h>
 
 #include "built_without_cuda.h"
 

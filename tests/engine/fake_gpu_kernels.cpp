@@ -27,7 +27,10 @@
 #include <kernels/cpu/optim.h>
 #include <kernels/cpu/pool.h>
 #include <kernels/cpu/recurrent.h>
+#include <kernels/cpu/rmsnorm.h>
+#include <kernels/cpu/rope.h>
 #include <kernels/cpu/softmax.h>
+#include <kernels/cpu/swiglu.h>
 #include <kernels/cpu/threads.h>
 #include <kernels/gpu/attention.h>
 #include <kernels/gpu/cast.h>
@@ -45,8 +48,11 @@
 #include <kernels/gpu/pool.h>
 #include <kernels/gpu/recurrent.h>
 #include <kernels/gpu/reduce.h>
+#include <kernels/gpu/rmsnorm.h>
+#include <kernels/gpu/rope.h>
 #include <kernels/gpu/softmax.h>
 #include <kernels/gpu/stream.h>
+#include <kernels/gpu/swiglu.h>
 
 #include <algorithm>
 #include <climits>
@@ -73,6 +79,7 @@ using detail::check_batchnorm_sizes;
 using detail::check_cell_sizes;
 using detail::check_gemm_shape;
 using detail::check_pool_geometry;
+using detail::check_rope_sizes;
 using detail::require;
 using detail::require_tensor_sizes;
 
@@ -846,6 +853,47 @@ void attention_backward_scores(int64_t B, int64_t T_, int64_t H, int64_t Dh, boo
     launch(stream, [=] {
         cpu::attention_backward_scores<T>(B, T_, H, Dh, causal, probs, qkv, dprobs, dqkv);
     });
+}
+
+// ---- rmsnorm.h, swiglu.h, rope.h: the CPU's kernels -----------------------------------------------
+
+template <class T>
+void rmsnorm_forward(int64_t rows, int64_t D, double eps, const T* x, const T* gamma, const T* beta, T* y,
+                     T* rstd, void* stream) {
+    require(rows >= 0 && rows <= INT32_MAX, "rmsnorm_forward", "rows out of range");
+    require(D > 0, "rmsnorm_forward", "D must be positive");
+    launch(stream, [=] { cpu::rmsnorm_forward<T>(rows, D, eps, x, gamma, beta, y, rstd); });
+}
+template <class T>
+void rmsnorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const T* gamma, const T* rstd, T* dx,
+                      T* dgamma, T* dbeta, void* stream) {
+    require(rows >= 0 && rows <= INT32_MAX, "rmsnorm_backward", "rows out of range");
+    require(D > 0, "rmsnorm_backward", "D must be positive");
+    launch(stream, [=] { cpu::rmsnorm_backward<T>(rows, D, x, dy, gamma, rstd, dx, dgamma, dbeta); });
+}
+
+template <class T>
+void swiglu_forward(int64_t n, const T* gate, const T* up, T* h, void* stream) {
+    require(n >= 0, "swiglu_forward", "negative size");
+    launch(stream, [=] { cpu::swiglu_forward<T>(n, gate, up, h); });
+}
+template <class T>
+void swiglu_backward(int64_t n, const T* gate, const T* up, const T* dh, T* dgate, T* dup, void* stream) {
+    require(n >= 0, "swiglu_backward", "negative size");
+    launch(stream, [=] { cpu::swiglu_backward<T>(n, gate, up, dh, dgate, dup); });
+}
+
+template <class T>
+void qkv_expand_rope(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, bool rope, double theta,
+                     const T* compact, T* full, void* stream) {
+    check_rope_sizes("qkv_expand_rope", B, T_, H, KV, Dh, rope);
+    launch(stream, [=] { cpu::qkv_expand_rope<T>(B, T_, H, KV, Dh, rope, theta, compact, full); });
+}
+template <class T>
+void qkv_expand_rope_backward(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, bool rope, double theta,
+                              const T* dfull, T* dcompact, void* stream) {
+    check_rope_sizes("qkv_expand_rope_backward", B, T_, H, KV, Dh, rope);
+    launch(stream, [=] { cpu::qkv_expand_rope_backward<T>(B, T_, H, KV, Dh, rope, theta, dfull, dcompact); });
 }
 
 PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_ALL_OPS)

@@ -2,7 +2,7 @@
 // (resources/examples/gpt-char.paralab.json: 4 blocks of width 128, 64 positions, a batch of 12)
 // on 4 virtual devices for two steps, with and without train.recompute: per device and category
 // (parameters, gradients, optimizer state, activations), the predicted bytes are within 10 % of
-// the measured peak.
+// the measured peak. The same for llama-char under a few strategies.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -67,6 +67,46 @@ INSTANTIATE_TEST_SUITE_P(
                       R"({"type":"hybrid","tp":2,"pp":2,"micro_batches":2})",
                       R"({"type":"hybrid","dp":2,"pp":2,"zero":1,"micro_batches":2})",
                       R"({"type":"hybrid","dp":2,"pp":2,"micro_batches":2,"schedule":"interleaved_1f1b","interleave":2})"),
+    [](const auto& info) {
+        std::string name;
+        for (char c : std::string(info.param))
+            if (std::isalnum(static_cast<unsigned char>(c))) name += c;
+        return name;
+    });
+
+// llama-char (resources/examples/llama-char.paralab.json): grouped-query attention with RoPE,
+// RMSNorm, the SwiGLU MLP, the output layer tied to the embedding.
+json llama_char() {
+    std::ifstream in(std::string(PARALAB_EXAMPLES_DIR) + "/llama-char.paralab.json");
+    json j = json::parse(in);
+    j["data"]["path"] = corpus();
+    j["data"]["test_limit"] = 4;
+    j["train"] = {{"epochs", 1}, {"max_steps", 2}};
+    return j;
+}
+
+class LlamaMemoryModel : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LlamaMemoryModel, PredictsEveryDeviceWithinTenPercentOnTheLlamaExample) {
+    json strategy = json::parse(GetParam());
+    // tensor_parallel splits over every device, and the 2 key/value heads divide over 2.
+    const int devices = strategy["type"] == "single" ? 1 : strategy["type"] == "tensor_parallel" ? 2 : 4;
+    json j = llama_char();
+    if (strategy.contains("recompute")) {
+        j["train"]["recompute"] = strategy["recompute"];
+        strategy.erase("recompute");
+    }
+    j = with_strategy(j, devices, strategy);
+    const Result r = run_it(j);
+    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
+    expect_memory_as_predicted(j, r, run::model_input_shape(run::parse_experiment(j)), 1.10, 1.10);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, LlamaMemoryModel,
+    ::testing::Values(R"({"type":"single"})", R"({"type":"ddp"})", R"({"type":"zero","stage":2})",
+                      R"({"type":"single","recompute":"selective"})", R"({"type":"tensor_parallel"})",
+                      R"({"type":"tensor_parallel","sequence_parallel":true})", R"({"type":"hybrid","dp":2,"tp":2})"),
     [](const auto& info) {
         std::string name;
         for (char c : std::string(info.param))

@@ -108,6 +108,38 @@ TEST(TensorParallel, RecomputationMatchesSingle) {
     }
 }
 
+// The tiny GPT with Llama's blocks: grouped-query attention (4 heads, 2 key/value heads: each
+// device of 2 computes 2 query heads and their one key/value head), RoPE, RMSNorm, the SwiGLU MLP
+// (gate and up column-, down row-parallel), no bias, and the output layer tied to the embedding.
+json tiny_llama() {
+    json j = tiny_gpt();
+    j["name"] = "tp-llama";
+    j["model"]["layers"] = json::parse(R"([
+          {"type": "embedding", "vocab": 256, "dim": 16},
+          {"type": "transformer_block", "heads": 4, "kv_heads": 2, "ffn": 24, "position": "rope",
+           "norm": "rmsnorm", "mlp": "swiglu", "bias": false, "repeat": 2},
+          {"type": "rmsnorm"}, {"type": "linear", "out": 256, "bias": false, "tie_embeddings": true}])");
+    return j;
+}
+
+TEST(TensorParallel, LlamaBlocksMatchSingle) {
+    expect_matches_single(tiny_llama(), 2);
+    expect_matches_single(tiny_llama(), 2, kSequenceParallel);
+}
+
+// Each device computes kv_heads / N key/value heads: 2 over 4 devices is refused as the shards
+// are built, before any step, at the key to change.
+TEST(TensorParallel, KeyValueHeadsThatDoNotDivideAreRefused) {
+    try {
+        run_it(with_strategy(tiny_llama(), 4, kTensorParallel));
+        ADD_FAILURE() << "the run started";
+    } catch (const ConfigError& err) {
+        EXPECT_EQ(err.path(), "model.layers[1].kv_heads");
+        EXPECT_NE(std::string(err.what()).find("2 kv_heads do not divide over 4 devices"), std::string::npos)
+            << err.what();
+    }
+}
+
 // Bytes and calls of the all-reduces, per device and step.
 class CommCounter : public run::RunObserver {
 public:

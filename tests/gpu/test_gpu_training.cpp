@@ -183,6 +183,14 @@ INSTANTIATE_TEST_SUITE_P(
         LayerCase{"gpt", json::parse(R"([{"type":"embedding","vocab":20,"dim":16},{"type":"position_embedding"},
             {"type":"transformer_block","heads":2,"ffn":32,"dropout":0.1,"repeat":2},
             {"type":"attention","heads":4,"causal":false},{"type":"layernorm"},{"type":"linear","out":20}])"),
+                  {12}, "cross_entropy", 6, 2e-5, 20},
+        // Today's models: grouped-query attention with RoPE, RMSNorm, SwiGLU, no bias, a bare
+        // multi-query attention, an rmsnorm with bias, the output layer tied to the embedding.
+        LayerCase{"llama", json::parse(R"([{"type":"embedding","vocab":20,"dim":16},
+            {"type":"transformer_block","heads":4,"kv_heads":2,"ffn":24,"position":"rope","norm":"rmsnorm",
+             "mlp":"swiglu","bias":false,"dropout":0.1,"repeat":2},
+            {"type":"attention","heads":4,"kv_heads":1,"position":"rope","causal":false},
+            {"type":"rmsnorm","bias":true},{"type":"linear","out":20,"bias":false,"tie_embeddings":true}])"),
                   {12}, "cross_entropy", 6, 2e-5, 20}),
     [](const auto& info) { return info.param.name; });
 

@@ -57,6 +57,7 @@ private slots:
     void wrongHeadsMarksThatLayer_data();
     void wrongHeadsMarksThatLayer();
     void gptCharExampleCountsEveryCopy();
+    void llamaCharExampleShowsItsOptions();
     void screenshot();
 };
 
@@ -99,6 +100,7 @@ void TestDesigner::addingLayersUpdatesShapes_data() {
     QTest::newRow("linear") << QStringList{"linear"} << "[10]" << qint64(3 * 10 + 10);
     QTest::newRow("linear, relu") << QStringList{"linear", "relu"} << "[10]" << qint64(0);
     QTest::newRow("layernorm") << QStringList{"layernorm"} << "[3]" << qint64(6);
+    QTest::newRow("rmsnorm") << QStringList{"rmsnorm"} << "[3]" << qint64(3);  // a weight, no bias
     QTest::newRow("residual") << QStringList{"residual"} << "[3]" << qint64(0);
 }
 
@@ -650,6 +652,39 @@ void TestDesigner::gptCharExampleCountsEveryCopy() {
     const qint64 total = 256 * 128 + 64 * 128 + 4 * block + 2 * 128 + (128 * 256 + 256);
     QCOMPARE(d->shapeReport().parameters, total);
     QVERIFY(d->findChild<QLabel*>("modelTotals")->text().contains(QLocale().toString(total)));
+}
+
+// resources/examples/llama-char.paralab.json: the Llama block's options in its row, its parts
+// (rmsnorm, grouped-query attention, rmsnorm, swiglu) unfolded, and the new options editable.
+void TestDesigner::llamaCharExampleShowsItsOptions() {
+    MainWindow w;
+    w.designer()->setSynchronousBudget(60000);
+    QCOMPARE(
+        w.openExperiment(PARALAB_SOURCE_DIR "/resources/examples/llama-char.paralab.json", false),
+        QString());
+    ModelDesigner* d = w.designer();
+    QVERIFY2(d->isValid(), qPrintable(d->validationMessage()));
+    auto* blocks = d->stackView()->topLevelItem(1);
+    QCOMPARE(blocks->text(LayerStackView::LayerColumn),
+             QString("transformer_block ×4  8 heads (2 kv), ffn 384, rope, rmsnorm, swiglu, no bias"));
+    QCOMPARE(blocks->childCount(), 4);
+    QCOMPARE(blocks->child(0)->text(LayerStackView::LayerColumn), QString("rmsnorm ×4"));
+    QCOMPARE(blocks->child(1)->text(LayerStackView::LayerColumn), QString("attention ×4  8 heads (2 kv), causal"));
+    QCOMPARE(blocks->child(3)->text(LayerStackView::LayerColumn), QString("swiglu ×4  ffn 384"));
+    QCOMPARE(d->shapeReport().parameters, qint64(820352));
+    d->selectLayer({1});
+    QCOMPARE(d->propertyEditor()->findChild<QSpinBox*>("option_kv_heads")->value(), 2);
+    QCOMPARE(d->propertyEditor()->findChild<QComboBox*>("option_mlp")->currentText(), QString("swiglu"));
+    QCOMPARE(d->propertyEditor()->findChild<QComboBox*>("option_norm")->currentText(), QString("rmsnorm"));
+    QVERIFY(d->propertyEditor()->findChild<QWidget*>("option_rope_theta"));
+    // 3 key/value heads do not divide 8: refused, the model unchanged.
+    d->propertyEditor()->findChild<QSpinBox*>("option_kv_heads")->setValue(3);
+    QVERIFY(d->propertyEditor()->errorText().contains("kv_heads"));
+    QCOMPARE(d->shapeReport().parameters, qint64(820352));
+    // Multi-query: one key/value head, 2 * 16 * 128 fewer qkv weights a block than with two.
+    d->propertyEditor()->findChild<QSpinBox*>("option_kv_heads")->setValue(1);
+    QVERIFY2(d->isValid(), qPrintable(d->validationMessage()));
+    QCOMPARE(d->shapeReport().parameters, qint64(820352 - 4 * 2 * 16 * 128));
 }
 
 // Not a check: the README's screenshots of the designer (fashion-cnn, its second conv2d selected;

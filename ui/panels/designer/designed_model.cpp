@@ -7,6 +7,7 @@
 #include "engine/nn/attention.h"
 #include "engine/nn/factory.h"
 #include "engine/nn/model.h"
+#include "engine/nn/swiglu.h"
 
 namespace paralab::ui {
 
@@ -60,12 +61,14 @@ nn::LayerSpec defaultLayer(const std::string& type) {
     if (type == "residual") s.layers.push_back(defaultLayer("relu"));
     if (type == "attention") s.heads = 4;
     if (type == "transformer_block") s.heads = 4, s.ffn = 512;
+    if (type == "rmsnorm") s.bias = false;  // torch.nn.RMSNorm's form: a weight only
     return s;
 }
 
 QString layerOptionsText(const nn::LayerSpec& s) {
     const std::string& t = s.type;
-    if (t == "linear") return QStringLiteral("out %1%2").arg(s.out).arg(s.bias ? "" : ", no bias");
+    if (t == "linear")
+        return QStringLiteral("out %1%2%3").arg(s.out).arg(s.bias ? "" : ", no bias").arg(s.tie_embeddings ? ", tied" : "");
     if (t == "conv2d")
         return QStringLiteral("%1 ch, %2×%2%3%4")
             .arg(s.out_channels)
@@ -85,7 +88,12 @@ QString layerOptionsText(const nn::LayerSpec& s) {
     if (t == "residual") return QStringLiteral("%1 layers").arg(s.layers.size());
     if (t == "attention" || t == "transformer_block") {
         QString text = QStringLiteral("%1 heads").arg(s.heads);
+        if (s.kv_heads > 0 && s.kv_heads != s.heads) text += QStringLiteral(" (%1 kv)").arg(s.kv_heads);
         if (t == "transformer_block") text += QStringLiteral(", ffn %1").arg(s.ffn);
+        if (s.position == "rope") text += QStringLiteral(", rope");
+        if (t == "transformer_block" && s.norm != "layernorm") text += QStringLiteral(", ") + QString::fromStdString(s.norm);
+        if (t == "transformer_block" && s.mlp != "gelu") text += QStringLiteral(", ") + QString::fromStdString(s.mlp);
+        if (!s.bias) text += QStringLiteral(", no bias");
         if (!s.causal) text += QStringLiteral(", not causal");
         if (s.dropout > 0) text += QStringLiteral(", dropout %1").arg(s.dropout);
         return text;
@@ -104,7 +112,7 @@ QString layerRowText(const nn::LayerSpec& s) {
 namespace {
 
 // A transformer_block's parts, read from one copy built on the meta device (shapes and counts,
-// no memory): layernorm, attention, layernorm, linear ffn, gelu, linear D[, dropout]. Counts are
+// no memory): norm, attention, norm, then linear ffn, gelu, linear D or swiglu[, dropout]. Counts are
 // that copy's times `copies`, so that the parts add up to the block's row.
 std::vector<LayerPartInfo> transformerParts(const nn::LayerSpec& spec, const Shape& input,
                                             int64_t copies) {
@@ -122,9 +130,14 @@ std::vector<LayerPartInfo> transformerParts(const nn::LayerSpec& spec, const Sha
             if (part.type == "linear")
                 part.options = QStringLiteral("out %1").arg(part.output.back());
             if (const auto* attention = dynamic_cast<const nn::Attention*>(layer))
-                part.options = QStringLiteral("%1 heads%2")
+                part.options = QStringLiteral("%1 heads%2%3")
                                    .arg(attention->heads())
+                                   .arg(attention->kv_heads() != attention->heads()
+                                            ? QStringLiteral(" (%1 kv)").arg(attention->kv_heads())
+                                            : QString())
                                    .arg(attention->causal() ? ", causal" : "");
+            if (const auto* swiglu = dynamic_cast<const nn::SwiGLU*>(layer))
+                part.options = QStringLiteral("ffn %1").arg(swiglu->ffn());
             part.parameters = layer->parameter_count() * copies;
             part.flops = layer->flops_per_sample() * copies;
             part.activationBytes = layer->activations_per_sample() * 4 * copies;

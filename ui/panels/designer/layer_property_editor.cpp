@@ -60,6 +60,9 @@ void LayerPropertyEditor::showLayer(const nn::LayerSpec* spec, const QString& pa
     if (t == "linear") {
         addIntEditor("out", spec->out, tr("output features"));
         addBoolEditor("bias", spec->bias, tr("add a bias"));
+        addBoolEditor("tie_embeddings", spec->tie_embeddings,
+                      tr("the model's output layer: use the first embedding's table as the weight "
+                         "(out must be its vocabulary)"));
     } else if (t == "conv2d") {
         addIntEditor("out_channels", spec->out_channels, tr("output channels"));
         addIntEditor("kernel", spec->kernel, tr("square kernel size"));
@@ -74,6 +77,9 @@ void LayerPropertyEditor::showLayer(const nn::LayerSpec* spec, const QString& pa
         addFloatEditor("momentum", spec->momentum, tr("running statistics update rate"));
     } else if (t == "layernorm") {
         addFloatEditor("eps", spec->eps, tr("added to the variance"));
+    } else if (t == "rmsnorm") {
+        addFloatEditor("eps", spec->eps, tr("added to the mean of the squares"));
+        addBoolEditor("bias", spec->bias, tr("add a bias after the scale"));
     } else if (t == "dropout") {
         addFloatEditor("p", spec->p, tr("probability of zeroing an element, in [0, 1)"));
     } else if (t == "embedding") {
@@ -86,15 +92,25 @@ void LayerPropertyEditor::showLayer(const nn::LayerSpec* spec, const QString& pa
                         spec->return_sequence ? "sequence" : "last");
     } else if (t == "attention" || t == "transformer_block") {
         addIntEditor("heads", spec->heads, tr("attention heads; each is width / heads wide"));
+        addIntEditor("kv_heads", spec->kv_heads > 0 ? spec->kv_heads : spec->heads,
+                     tr("key/value heads (grouped-query attention); must divide heads; 1: multi-query"));
         if (t == "transformer_block")
             addIntEditor("ffn", spec->ffn, tr("the MLP's hidden width, usually 4 times the width"));
+        addChoiceEditor("position", {"none", "rope"}, QString::fromStdString(spec->position));
+        if (spec->position == "rope")
+            addFloatEditor("rope_theta", spec->rope_theta, tr("the base of the rotary frequencies"));
+        addBoolEditor("bias", spec->bias, tr("biases in the block's linears and layernorms"));
+        if (t == "transformer_block") {
+            addChoiceEditor("norm", {"layernorm", "rmsnorm"}, QString::fromStdString(spec->norm));
+            addChoiceEditor("mlp", {"gelu", "swiglu"}, QString::fromStdString(spec->mlp));
+        }
         addBoolEditor("causal", spec->causal, tr("position i attends to positions up to i only"));
         addFloatEditor("dropout", spec->dropout,
                        tr("dropout of the attention probabilities and outputs, in [0, 1)"));
         if (t == "transformer_block")
             addNote(
-                tr("x + attention(layernorm(x)), then x + linear(gelu(linear_ffn(layernorm(x)))): "
-                   "expand the row to see its parts."));
+                tr("x + attention(norm(x)), then x + mlp(norm(x)); gelu: linear(gelu(linear_ffn)), "
+                   "swiglu: down(silu(gate) * up): expand the row to see its parts."));
     } else if (t == "position_embedding") {
         addNote(tr("adds a learned table of one vector per position to its [T, D] input"));
     } else if (t == "residual") {

@@ -66,13 +66,14 @@ void batchnorm_backward_coeffs(int64_t C, bool train, const double* sums, const 
                                const T* gamma, T* scale, T* mean_dy, T* k);
 
 // x: [rows, D] -> y: [rows, D] = (x - mean) * rstd * gamma + beta over each row, with
-// rstd = 1 / sqrt(biased var + eps); mean, rstd: [rows] saved for the backward.
+// rstd = 1 / sqrt(biased var + eps); mean, rstd: [rows] saved for the backward. beta may be
+// null (no shift).
 template <class T>
 void layernorm_forward(int64_t rows, int64_t D, double eps, const T* x, const T* gamma,
                        const T* beta, T* y, T* mean, T* rstd);
 
 // x, dy: [rows, D], mean, rstd: [rows] from the forward -> dx: [rows, D] (overwritten; null
-// to skip), dgamma, dbeta: [D] (accumulated, +=).
+// to skip), dgamma, dbeta: [D] (accumulated, +=; dbeta null when the forward had no beta).
 template <class T>
 void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const T* gamma,
                         const T* mean, const T* rstd, T* dx, T* dgamma, T* dbeta);

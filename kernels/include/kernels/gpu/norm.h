@@ -74,13 +74,14 @@ void batchnorm_backward_coeffs(int64_t C, bool train, const double* sums, const 
 // ---- layer norm
 
 // x: [rows, D] -> y: [rows, D] = (x - mean) * rstd * gamma + beta per row, rstd =
-// 1 / sqrt(biased var + eps); mean, rstd: [rows] saved for the backward. One block per row.
+// 1 / sqrt(biased var + eps); mean, rstd: [rows] saved for the backward. One block per row;
+// beta may be null (no shift).
 template <class T>
 void layernorm_forward(int64_t rows, int64_t D, double eps, const T* x, const T* gamma,
                        const T* beta, T* y, T* mean, T* rstd, void* stream);
 
 // x, dy: [rows, D], mean, rstd: [rows] -> dx: [rows, D] (overwritten; nullptr to skip),
-// dgamma, dbeta: [D] (+=, deterministic column sums).
+// dgamma, dbeta: [D] (+=, deterministic column sums; dbeta null when the forward had no beta).
 template <class T>
 void layernorm_backward(int64_t rows, int64_t D, const T* x, const T* dy, const T* gamma,
                         const T* mean, const T* rstd, T* dx, T* dgamma, T* dbeta, void* stream);

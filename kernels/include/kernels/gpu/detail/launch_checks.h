@@ -53,6 +53,15 @@ inline void check_attention_sizes(const char* launcher, int64_t B, int64_t T, in
             "more than 2^31 - 1 rows of probabilities (B * H * T)");
 }
 
+// qkv_expand_rope and its backward (kernels/gpu/rope.h): KV key/value heads dividing H query
+// heads, the head width even when rotated.
+inline void check_rope_sizes(const char* launcher, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t Dh,
+                             bool rope) {
+    require(B >= 0 && T >= 0, launcher, "negative size");
+    require(H >= 1 && KV >= 1 && H % KV == 0, launcher, "KV must divide H");
+    require(Dh >= 1 && (!rope || Dh % 2 == 0), launcher, "Dh must be positive (and even with rope)");
+}
+
 // The recurrent cells: gate rows of gate_blocks * hidden, state rows of hidden.
 inline void check_cell_sizes(const char* name, int64_t batch, int64_t hidden, int64_t ld_gates,
                              int64_t gate_blocks, int64_t ld_state) {

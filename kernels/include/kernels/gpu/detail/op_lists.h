@@ -130,6 +130,22 @@
     X(attention_backward_scores, int64_t, int64_t, int64_t, int64_t, bool, const T*, const T*, T*, \
       T*, void*)
 
+// kernels/gpu/rmsnorm.h
+#define PARALAB_GPU_RMSNORM_OPS(X, T)                                                          \
+    X(rmsnorm_forward, int64_t, int64_t, double, const T*, const T*, const T*, T*, T*, void*) \
+    X(rmsnorm_backward, int64_t, int64_t, const T*, const T*, const T*, const T*, T*, T*, T*, void*)
+
+// kernels/gpu/swiglu.h
+#define PARALAB_GPU_SWIGLU_OPS(X, T)                    \
+    X(swiglu_forward, int64_t, const T*, const T*, T*, void*) \
+    X(swiglu_backward, int64_t, const T*, const T*, const T*, T*, T*, void*)
+
+// kernels/gpu/rope.h
+#define PARALAB_GPU_ROPE_OPS(X, T)                                                                      \
+    X(qkv_expand_rope, int64_t, int64_t, int64_t, int64_t, int64_t, bool, double, const T*, T*, void*) \
+    X(qkv_expand_rope_backward, int64_t, int64_t, int64_t, int64_t, int64_t, bool, double, const T*, T*, \
+      void*)
+
 // Every list, for the stub.
 #define PARALAB_GPU_ALL_OPS(X, T)     \
     PARALAB_GPU_ELEMENTWISE_OPS(X, T) \
@@ -143,7 +159,10 @@
     PARALAB_GPU_POOL_OPS(X, T)        \
     PARALAB_GPU_LOSS_SCALE_OPS(X, T)  \
     PARALAB_GPU_GEMM_OPS(X, T)        \
-    PARALAB_GPU_ATTENTION_OPS(X, T)
+    PARALAB_GPU_ATTENTION_OPS(X, T)   \
+    PARALAB_GPU_RMSNORM_OPS(X, T)     \
+    PARALAB_GPU_SWIGLU_OPS(X, T)      \
+    PARALAB_GPU_ROPE_OPS(X, T)
 
 // X for a list: the explicit instantiation of one launcher (T deduced from the parameters).
 #define PARALAB_GPU_INSTANTIATE(name, ...) template void name(__VA_ARGS__);
