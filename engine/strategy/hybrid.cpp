@@ -82,6 +82,9 @@ void check_mesh(const config::Experiment& e, int64_t world) {
         if (s.heads > 0 && s.heads % m.tp != 0)
             throw ConfigError("strategy.tp", "tp " + std::to_string(m.tp) + " does not divide the " +
                                                  std::to_string(s.heads) + " heads of " + path);
+        if (s.kv_heads > 0 && s.kv_heads % m.tp != 0)
+            throw ConfigError("strategy.tp", "tp " + std::to_string(m.tp) + " does not divide the " +
+                                                 std::to_string(s.kv_heads) + " key/value heads of " + path);
         if (s.type == "transformer_block" && s.ffn > 0 && s.ffn % m.tp != 0)
             throw ConfigError("strategy.tp", "tp " + std::to_string(m.tp) + " does not divide the " +
                                                  std::to_string(s.ffn) + " ffn units of " + path);

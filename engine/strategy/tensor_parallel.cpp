@@ -51,6 +51,10 @@ void check_split(const config::Experiment& e, int n) {
                 throw ConfigError(path + ".heads", std::to_string(s.heads) +
                                                        " heads do not divide over " +
                                                        std::to_string(n) + " devices");
+            if (s.kv_heads > 0 && s.kv_heads % n != 0)
+                throw ConfigError(path + ".kv_heads", std::to_string(s.kv_heads) +
+                                                          " kv_heads do not divide over " +
+                                                          std::to_string(n) + " devices");
             if (s.type == "transformer_block" && s.ffn > 0 && s.ffn % n != 0)
                 throw ConfigError(path + ".ffn", std::to_string(s.ffn) +
                                                      " ffn units do not divide over " +

@@ -130,6 +130,15 @@ TEST(TensorParallel, LlamaBlocksMatchSingle) {
 // Each device computes kv_heads / N key/value heads: 2 over 4 devices is refused as the shards
 // are built, before any step, at the key to change.
 TEST(TensorParallel, KeyValueHeadsThatDoNotDivideAreRefused) {
+    const auto issues = run::validate(run::parse_experiment(with_strategy(tiny_llama(), 4, kTensorParallel)));
+    ASSERT_EQ(issues.size(), 1u);
+    EXPECT_EQ(issues[0].path, "model.layers[1].kv_heads");
+    // hybrid names its tp option
+    const auto mesh = run::validate(run::parse_experiment(
+        with_strategy(tiny_llama(), 4, {{"type", "hybrid"}, {"tp", 4}})));
+    ASSERT_EQ(mesh.size(), 1u);
+    EXPECT_EQ(mesh[0].path, "strategy.tp");
+    EXPECT_NE(mesh[0].message.find("key/value heads of model.layers[1]"), std::string::npos) << mesh[0].message;
     try {
         run_it(with_strategy(tiny_llama(), 4, kTensorParallel));
         ADD_FAILURE() << "the run started";
