@@ -7,7 +7,7 @@
 #include "engine/io/weights.h"
 #include "engine/nn/model.h"
 #include "engine/run/checkpoint.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/generate.h"
 #include "engine/store/run_store.h"
 

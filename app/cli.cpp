@@ -28,7 +28,7 @@
 #include "engine/nn/model.h"
 #include "engine/run/checkpoint.h"
 #include "engine/run/event_stream.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 #include "engine/store/run_store.h"
 #include "engine/strategy/registry.h"

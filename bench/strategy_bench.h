@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 
 namespace paralab::bench {
 

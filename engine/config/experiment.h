@@ -1,6 +1,6 @@
 // The experiment file's content (`*.paralab.json`, docs/experiment-format.md) as value types:
 // what every layer of the engine may include. Parsing and writing JSON live in
-// engine/run/experiment.h; each strategy's options are declared by its registry entry
+// engine/run/experiment_file.h; each strategy's options are declared by its registry entry
 // (engine/strategy/registry.h).
 #pragma once
 

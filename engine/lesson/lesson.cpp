@@ -11,7 +11,7 @@
 
 #include "engine/plan/cluster.h"
 #include "engine/plan/plan_model.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/json_reader.h"
 #include "engine/util/error.h"
 

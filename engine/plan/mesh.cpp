@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/json_reader.h"
 #include "engine/strategy/registry.h"
 #include "engine/util/error.h"

@@ -1,7 +1,7 @@
 #include "engine/plan/plan_model.h"
 
 #include "engine/nn/model.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/util/error.h"
 
 namespace paralab::plan {

@@ -10,7 +10,7 @@
 
 #include "engine/io/safetensors.h"
 #include "engine/io/weights.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/util/error.h"
 
 namespace paralab::run {

@@ -1,4 +1,4 @@
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 
 #include <algorithm>
 #include <cmath>

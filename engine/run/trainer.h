@@ -11,7 +11,7 @@
 
 #include "engine/config/records.h"
 #include "engine/nn/model.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/tensor/allocator.h"
 #include "engine/tensor/tensor.h"
 

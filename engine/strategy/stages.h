@@ -1,49 +1,8 @@
-// Layers split across devices: the machinery model_parallel and pipeline share (docs/strategies.md).
-//
-// Rank s holds stage s, a contiguous range of the model's top-level layers, on its device.
-// Activations go forward from stage s to s + 1 and input gradients come back from s + 1 to s
-// as point-to-point messages; the last stage computes the loss over the GLOBAL batch, so the
-// gradients the stages hold are exactly the single device's gradients of that batch.
-//
-// `strategy.split` lists the first top-level layer index of each stage after the first:
-// with L top-level layers and N devices, split = [b1, ..., b(N-1)], 0 < b1 < ... < b(N-1) < L,
-// and stage s holds layers [b(s), b(s+1)) with b0 = 0 and bN = L. Example: 5 layers on 3
-// devices with split [2, 4] gives stages {0, 1}, {2, 3}, {4}. Without `split` the stages are
-// balanced by compute: each top-level layer's forward FLOPs (balanced_split), so that the
-// stages of a pipeline take about as long and its schedule shows. Only top-level layers are
-// split: a residual block stays whole on one device.
-//
-// A batch runs as micro-batches (shard_of_batch(B, i, m)) in a schedule. A layer keeps what
-// its backward needs from its LAST forward only, so a stage keeps K "contexts": K builds of
-// its layers whose parameters and gradients are the SAME tensors (gradients accumulate in one
-// place, and the memory picture counts parameters once), each holding one micro-batch in
-// flight. GPipe runs every forward, then every backward in reverse, and needs K = m; 1F1B
-// runs p - s - 1 warm-up forwards on stage s of p, then one forward and one backward in turn,
-// then the remaining backwards, and needs only K = min(m, p - s): its activation memory is
-// bounded by the number of stages where GPipe's grows with the micro-batches in flight.
-//
-// interleaved_1f1b (Narayanan et al. 2021, section 2.2.2; Megatron-LM's interleaved schedule)
-// with v = strategy.interleave chunks per device: the top-level layers are cut into p·v chunks
-// (strategy.split then lists p·v - 1 indices), and global chunk g runs on device g mod p as
-// its local chunk g div p, so device d holds the non-adjacent chunks d, d + p, d + 2p, ... and
-// the activations go around the devices v times (device p - 1 sends chunk c's output to device
-// 0's chunk c + 1). The micro-batches run in groups of p: the device's k-th forward is chunk
-// (k div p) mod v of micro-batch (k div pv)·p + k mod p, its backwards walk the same order with
-// the chunks reversed. Device d runs 2·(p − d − 1) + (v − 1)·p warm-up forwards (clamped to the
-// m·v it has; all of them when m = p), then one forward and one backward in turn, then the
-// remaining backwards. A chunk's work is 1/v of a stage's, so the bubble shrinks from
-// (p − 1)/m to (p − 1)/(v·m) of the ideal step. m must be a multiple of p; a flush that gets
-// fewer micro-batches (a short last batch, grad_accum parts) runs its largest multiple of p in
-// the schedule and the rest (fewer than p) as a second flush, all forwards first. Each chunk
-// keeps its own contexts, micro-batch i in context i mod K of its chunk (chunk_contexts).
-//
-// train.grad_accum = g splits the global batch into g parts (shard_of_batch(B, k, g)) that run
-// one after another, each as its own flush of the schedule over its micro-batches, with the
-// gradients accumulating: memory as for a batch of B / g, the result as for the whole batch.
-//
-// Batch norm normalises each micro-batch with its own statistics (as in the GPipe paper), so
-// it matches the single device only with one micro-batch; its running statistics are updated
-// micro-batch after micro-batch in order, as gradient accumulation would on one device.
+// Layers split across devices: the pipeline schedules (gpipe, 1f1b, interleaved_1f1b) as lists
+// of actions, the stage split and its checks, shared by the pipeline executor, hybrid and its
+// presets (pipeline, model_parallel) and the planner. docs/strategies.md ("pipeline: stages,
+// contexts and the schedules", "pipeline: interleaved 1F1B") says what each schedule runs and
+// holds.
 #pragma once
 
 #include <cstdint>

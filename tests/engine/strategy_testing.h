@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 #include "engine/strategy/registry.h"
 

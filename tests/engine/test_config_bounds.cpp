@@ -12,7 +12,7 @@
 
 #include "engine/device/device.h"
 #include "engine/nn/model.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/memory_check.h"
 #include "engine/run/trainer.h"
 #include "engine/strategy/registry.h"

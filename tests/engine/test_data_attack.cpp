@@ -21,7 +21,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/idx.h"
 #include "engine/data/text.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 #include "engine/util/error.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/run/event_stream.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/util/error.h"
 
 using namespace paralab;

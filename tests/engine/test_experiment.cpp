@@ -11,7 +11,7 @@
 
 #include "engine/nn/model.h"
 #include "engine/device/device.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 
 using namespace paralab;

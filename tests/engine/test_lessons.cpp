@@ -11,7 +11,7 @@
 #include <set>
 
 #include "engine/lesson/lesson.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 #include "engine/store/run_store.h"
 #include "engine/util/error.h"

@@ -22,7 +22,7 @@
 #include "engine/nn/model.h"
 #include "engine/nn/norm.h"
 #include "engine/nn/swiglu.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/util/rng.h"
 #include "gradcheck.h"
 

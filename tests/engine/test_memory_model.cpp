@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "strategy_testing.h"
 
 using namespace paralab;

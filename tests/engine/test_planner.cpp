@@ -19,7 +19,7 @@
 #include "engine/plan/compare.h"
 #include "engine/plan/pipeline_sim.h"
 #include "engine/plan/planner.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/util/error.h"
 
 using namespace paralab;

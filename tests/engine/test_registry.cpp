@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/strategy/registry.h"
 #include "engine/strategy/strategy.h"
 #include "engine/util/error.h"

@@ -14,7 +14,7 @@
 #include <ostream>
 #include <set>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 #include "strategy_testing.h"
 

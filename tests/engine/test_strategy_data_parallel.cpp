@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 #include "strategy_testing.h"
 

@@ -14,7 +14,7 @@
 #include <tuple>
 
 #include "engine/run/checkpoint.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 #include "strategy_testing.h"
 #include "engine/strategy/registry.h"

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/live_metrics.h"
 #include "engine/run/trainer.h"
 #include "engine/strategy/strategy.h"

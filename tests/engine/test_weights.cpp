@@ -19,7 +19,7 @@
 #include "engine/io/safetensors.h"
 #include "engine/io/weights.h"
 #include "engine/nn/model.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 #include "engine/util/error.h"
 #include "engine/util/rng.h"

@@ -1,11 +1,11 @@
-// The experiment file (engine/run/experiment.h) through the entry `paralab validate` and `run`
+// The experiment file (engine/run/experiment_file.h) through the entry `paralab validate` and `run`
 // use for a file: load_experiment, then validate. An accepted experiment must survive its
 // canonical JSON: parse_experiment(to_json(e)) accepts it and gives the same JSON back.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/util/error.h"
 #include "tests/fuzz/fuzz_input.h"
 

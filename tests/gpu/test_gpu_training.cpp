@@ -29,7 +29,7 @@
 #include "engine/nn/loss.h"
 #include "engine/nn/model.h"
 #include "engine/optim/loss_scaler.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 #include "gpu_testing.h"
 #include "../engine/strategy_testing.h"

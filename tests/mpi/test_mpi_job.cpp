@@ -31,7 +31,7 @@
 
 #include "engine/data/dataset.h"
 #include "engine/data/loader.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 #include "../engine/strategy_testing.h"
 #include "mpi_testing.h"

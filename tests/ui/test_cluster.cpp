@@ -25,7 +25,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/cluster/cluster_panel.h"
 #include "ui/panels/dashboard/device_dashboard.h"

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/plan/planner.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/json_reader.h"
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"

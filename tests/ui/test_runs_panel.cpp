@@ -14,7 +14,7 @@
 
 #include <cmath>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 #include "engine/store/run_store.h"
 #include <QDialog>

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "engine/config/records.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "ui/panels/common/plot_export.h"
 
 class QAction;

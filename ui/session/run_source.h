@@ -7,7 +7,7 @@
 #include <QString>
 #include <QVector>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/run/trainer.h"
 
 namespace paralab::ui {

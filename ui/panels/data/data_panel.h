@@ -7,7 +7,7 @@
 #include <QHash>
 #include <QWidget>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 
 class QCheckBox;
 class QComboBox;

@@ -17,7 +17,7 @@
 #include <memory>
 #include <optional>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "ui/panels/designer/designed_model.h"
 
 class QAction;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/device/device.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 
 class QLabel;
 class QListWidget;

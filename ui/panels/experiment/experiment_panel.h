@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/nn/model.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 
 class QLabel;
 class QTableWidget;

@@ -31,7 +31,7 @@
 
 #include "engine/plan/cluster.h"
 #include "engine/plan/mesh.h"
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "engine/util/error.h"
 #include "ui/panels/common/form_widgets.h"
 #include "ui/panels/common/palette.h"

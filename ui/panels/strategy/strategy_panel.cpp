@@ -16,7 +16,7 @@
 
 #include <qcustomplot.h>
 
-#include "engine/run/experiment.h"
+#include "engine/run/experiment_file.h"
 #include "ui/panels/common/form_widgets.h"
 #include "ui/panels/common/byte_units.h"
 #include "ui/panels/common/field_errors.h"
