@@ -72,10 +72,9 @@ Cluster preset(const std::string& name) {
     for (const PresetFile& f : preset_files()) {
         if (name != f.name) continue;
         const std::string where = "resources/clusters/" + name + ".json";
+        const nlohmann::json j = run::parse_json_text(f.text, where);
         try {
-            return cluster_from_json(nlohmann::json::parse(f.text));
-        } catch (const nlohmann::json::exception& e) {
-            throw ConfigError(where + ": not valid JSON (" + e.what() + ")");
+            return cluster_from_json(j);
         } catch (const ConfigError& e) {
             throw ConfigError(where + ": " + e.what());
         }
