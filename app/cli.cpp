@@ -1,5 +1,6 @@
 #include "cli.h"
 #include "checkpoint_commands.h"
+#include "cli_numbers.h"
 #include "plan_command.h"
 #include "bench/suite.h"
 
@@ -598,25 +599,22 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     RunArgs run_args;
     auto* run = app.add_subcommand("run", "run an experiment file headless");
     auto* run_file = run->add_option("file", run_args.file, "experiment file (*.paralab.json)");
-    run->add_option("--resume", run_args.resume,
-                    "continue a stopped, interrupted or failed run from its last checkpoint (RUN_ID)")
-        ->excludes(run_file)
-        ->check(CLI::PositiveNumber);
+    add_integer_option(run, "--resume", run_args.resume, 1, INT64_MAX,
+                       "continue a stopped, interrupted or failed run from its last checkpoint (RUN_ID)")
+        ->excludes(run_file);
     run->add_option("--init", run_args.init,
                     "start from the parameters in a safetensors file (names as paralab export --weights writes)");
     run->add_option("--devices", run_args.devices, "comma list of devices, e.g. cpu:0,cpu:1");
     run->add_option("--strategy", run_args.strategy, "parallel strategy");
-    run->add_option("--epochs", run_args.epochs, "epochs")->check(CLI::PositiveNumber);
-    run->add_option("--steps", run_args.steps, "cap on optimizer steps")->check(CLI::PositiveNumber);
-    run->add_option("--threads", run_args.threads, "compute threads per device")
-        ->check(CLI::Range(1, 256));
+    add_integer_option(run, "--epochs", run_args.epochs, 1, INT64_MAX, "epochs");
+    add_integer_option(run, "--steps", run_args.steps, 1, INT64_MAX, "cap on optimizer steps");
+    add_integer_option(run, "--threads", run_args.threads, 1, 256, "compute threads per device");
     run->add_flag("--json", run_args.json, "print a JSON summary on stdout at the end");
     run->add_flag("--stream", run_args.stream,
                   "write the run's events (steps, spans, evals, the summary) as JSON lines on stdout, "
                   "for a viewer in another process");
-    run->add_option("--rank-timeout", run_args.rank_timeout_s,
-                    "under mpirun: seconds a process may go unheard before the run fails (default 60)")
-        ->check(CLI::PositiveNumber);
+    add_number_option(run, "--rank-timeout", run_args.rank_timeout_s, 1, 86400,
+                      "under mpirun: seconds a process may go unheard before the run fails (default 60)");
     run->add_option("--db", run_args.db, "run store (SQLite); default " + store::RunStore::default_path());
 
     std::string runs_db;
@@ -632,8 +630,8 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
         sub->add_option("--db", runs_db, "run store (SQLite)");
     runs_list->add_flag("--json", runs_json, "print JSON");
     runs_show->add_flag("--json", runs_json, "print JSON");
-    runs_show->add_option("id", run_id, "run id")->required();
-    runs_export->add_option("id", run_id, "run id")->required();
+    add_integer_option(runs_show, "id", run_id, 1, INT64_MAX, "run id")->required();
+    add_integer_option(runs_export, "id", run_id, 1, INT64_MAX, "run id")->required();
     runs_export->add_option("--csv", csv_file, "output file")->required();
 
     std::string validate_file;
@@ -646,17 +644,17 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     std::string ckpt_db, weights_file;
     int64_t export_id = 0;
     auto* export_cmd = app.add_subcommand("export", "a run's latest parameters as a safetensors weights file");
-    export_cmd->add_option("id", export_id, "run id")->required();
+    add_integer_option(export_cmd, "id", export_id, 1, INT64_MAX, "run id")->required();
     export_cmd->add_option("--weights", weights_file, "output file (*.safetensors)")->required();
     export_cmd->add_option("--db", ckpt_db, "run store (SQLite)");
     GenerateArgs generate_args;
     auto* generate = app.add_subcommand("generate", "text sampled from a text model's latest parameters");
-    generate->add_option("id", generate_args.run_id, "run id")->required();
+    add_integer_option(generate, "id", generate_args.run_id, 1, INT64_MAX, "run id")->required();
     generate->add_option("--prompt", generate_args.prompt, "the text to continue")->required();
-    generate->add_option("--tokens", generate_args.tokens, "bytes to draw")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-    generate->add_option("--temperature", generate_args.temperature, "softmax temperature (0: greedy; default 0.8)")
-        ->check(CLI::Range(0.0, 100.0));
-    generate->add_option("--seed", generate_args.seed, "the draws' random seed (default 0)");
+    add_integer_option(generate, "--tokens", generate_args.tokens, 1, int64_t{1} << 20, "bytes to draw")->required();
+    add_number_option(generate, "--temperature", generate_args.temperature, 0.0, 100.0,
+                      "softmax temperature (0: greedy; default 0.8)");
+    add_unsigned_option(generate, "--seed", generate_args.seed, UINT64_MAX, "the draws' random seed (default 0)");
     generate->add_option("--db", ckpt_db, "run store (SQLite)");
 
     bool devices_json = false;
