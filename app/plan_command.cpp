@@ -99,6 +99,7 @@ int plan(const PlanArgs& a) {
     const bool preset = !cluster_name.ends_with(".json");
     if (a.gpus_per_node > 0) cluster.gpus_per_node = a.gpus_per_node;
     if (a.nodes > 0) cluster.nodes = a.nodes;
+    plan::check_cluster_size(cluster.nodes, cluster.gpus_per_node, a.nodes > 0 ? "--nodes" : "--gpus-per-node");
     std::vector<std::pair<std::string, std::vector<std::string>>> sweeps;
     std::vector<std::string> keys;
     for (const auto& s : a.sweeps) {
@@ -230,8 +231,8 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
         "a preset (" + presets +
             ") or a cluster file (*.json); default a100-80g "
             "(with --compare: local, which a run on GPUs must replace by its GPU's cluster)");
-    add_integer_option(plan, "--nodes", args.nodes, 1, 1000000, "nodes (a preset: as many as the mesh needs)");
-    add_integer_option(plan, "--gpus-per-node", args.gpus_per_node, 1, 4096, "devices per node");
+    add_integer_option(plan, "--nodes", args.nodes, 1, plan::kMaxNodes, "nodes (a preset: as many as the mesh needs)");
+    add_integer_option(plan, "--gpus-per-node", args.gpus_per_node, 1, plan::kMaxGpusPerNode, "devices per node");
     plan->add_option("--sweep", args.sweeps,
                      "KEY=V1,V2,... (dp, tp, pp, zero, micro_batches, interleave, schedule, "
                      "sequence_parallel, "

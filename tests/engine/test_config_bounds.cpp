@@ -337,3 +337,16 @@ TEST(ConfigBounds, ValidateAgreesWithRunOnMutatedExamples) {
     EXPECT_GT(compared, 100);
     EXPECT_GT(refused, 20);
 }
+
+// Hybrid's micro-batches cut each replica's share of the batch: more of them than the batch has
+// rows (over dp) is refused at strategy.micro_batches, naming the batch it would need.
+TEST(ConfigBounds, HybridMicroBatchesBeyondTheBatchAreRefused) {
+    json j = spirals();
+    j["devices"] = {"cpu:0", "cpu:1", "cpu:2", "cpu:3"};
+    j["strategy"] = {{"type", "hybrid"}, {"dp", 2}, {"pp", 2}, {"micro_batches", 9}};
+    const std::string msg = config_error([&] { run::check_before_training(run::parse_experiment(j)); });
+    EXPECT_EQ(msg, "strategy.micro_batches: 9 micro-batches on each of dp 2 replicas need a batch of at least 18 "
+                   "rows, got data.batch_size 16");
+    j["strategy"]["micro_batches"] = 8;
+    EXPECT_EQ(config_error([&] { run::check_before_training(run::parse_experiment(j)); }), "");
+}
