@@ -4,6 +4,11 @@
 // anything of it is allocated.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -349,4 +354,45 @@ TEST(ConfigBounds, HybridMicroBatchesBeyondTheBatchAreRefused) {
                    "rows, got data.batch_size 16");
     j["strategy"]["micro_batches"] = 8;
     EXPECT_EQ(config_error([&] { run::check_before_training(run::parse_experiment(j)); }), "");
+}
+
+// A rank thread that cannot be started (the process's limits: here every new thread asks for
+// a 1 TiB stack under a 16 GiB address-space limit) fails the run with that reason; the process
+// is not ended by std::terminate. In a child process, whose limits do not reach the tests.
+TEST(ConfigBounds, ARankThreadThatCannotStartFailsTheRun) {
+    int out[2];
+    ASSERT_EQ(pipe(out), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        close(out[0]);
+        std::string said;
+        try {
+            json j = spirals();
+            j["devices"] = {"cpu:0", "cpu:1"};
+            j["strategy"] = {{"type", "ddp"}};
+            const config::Experiment e = run::parse_experiment(j);
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            pthread_attr_setstacksize(&attr, size_t{1} << 40);
+            pthread_setattr_default_np(&attr);
+            const rlimit as{size_t{16} << 30, size_t{16} << 30};
+            setrlimit(RLIMIT_AS, &as);
+            const config::RunSummary s = run::run_experiment(e, nullptr, nullptr, 1);
+            said = s.status + ": " + s.error;
+        } catch (const std::exception& err) {
+            said = std::string("threw: ") + err.what();
+        }
+        (void)!write(out[1], said.data(), said.size());
+        _exit(0);
+    }
+    close(out[1]);
+    std::string said;
+    char buf[4096];
+    for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(n));
+    close(out[0]);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status) << "; it said: " << said;
+    EXPECT_EQ(said.rfind("failed: cannot start the thread of rank 0 (cpu:0): ", 0), 0u) << said;
 }
