@@ -396,3 +396,48 @@ TEST(ConfigBounds, ARankThreadThatCannotStartFailsTheRun) {
     ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status) << "; it said: " << said;
     EXPECT_EQ(said.rfind("failed: cannot start the thread of rank 0 (cpu:0): ", 0), 0u) << said;
 }
+
+// The host memory a run may take is the least of MemAvailable, what RLIMIT_AS leaves and what the
+// cgroup's limit leaves (v2: memory.max less memory.current, in its cgroup and every one above;
+// v1: memory.limit_in_bytes less memory.usage_in_bytes), each read from a folder laid out as "/".
+TEST(ConfigBounds, HostMemoryHonoursTheCgroupLimitAndRlimitAs) {
+    const auto root = std::filesystem::temp_directory_path() / "paralab_memory_root";
+    std::filesystem::remove_all(root);
+    const auto put = [&](const std::string& path, const std::string& text) {
+        std::filesystem::create_directories((root / path).parent_path());
+        std::ofstream(root / path) << text;
+    };
+    put("proc/meminfo", "MemTotal:       65536000 kB\nMemAvailable:   32768000 kB\n");
+    put("proc/self/statm", "1000 100 0 0 0 0 0\n");
+    put("proc/self/cgroup", "0::/user.slice/job\n");
+    put("sys/fs/cgroup/user.slice/job/memory.max", "max\n");
+    put("sys/fs/cgroup/user.slice/memory.max", "4294967296\n");
+    put("sys/fs/cgroup/user.slice/memory.current", "1073741824\n");
+    const std::string r = root.string() + "/";
+    run::HostMemoryLimits h = run::host_memory_limits(r);
+    EXPECT_EQ(h.mem_available, int64_t{32768000} * 1024);
+    EXPECT_EQ(h.cgroup_left, int64_t{3} << 30);  // the parent's limit binds
+    EXPECT_EQ(h.least(), int64_t{3} << 30);
+    EXPECT_EQ(h.least_name(), "the cgroup's memory limit");
+
+    put("proc/self/cgroup", "4:memory:/docker/abc\n0::/\n");
+    put("sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "2147483648\n");
+    put("sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", "536870912\n");
+    EXPECT_EQ(run::host_memory_limits(r).cgroup_left, int64_t{3} << 29);
+    put("sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");  // unlimited
+    EXPECT_FALSE(run::host_memory_limits(r).cgroup_left);
+
+    // RLIMIT_AS: the soft limit lowered for the check, then given back.
+    rlimit saved{};
+    ASSERT_EQ(getrlimit(RLIMIT_AS, &saved), 0);
+    rlimit lowered = saved;
+    lowered.rlim_cur = rlim_t{1} << 40;
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &lowered), 0);
+    h = run::host_memory_limits(r);
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &saved), 0);
+    EXPECT_EQ(h.address_space_left, (int64_t{1} << 40) - 1000 * sysconf(_SC_PAGESIZE));
+    std::filesystem::remove_all(root);
+
+    // The real machine's figures: at least MemAvailable is known.
+    EXPECT_TRUE(run::host_memory_limits().least().has_value());
+}
