@@ -343,15 +343,15 @@ TEST(ConfigBounds, ValidateAgreesWithRunOnMutatedExamples) {
     EXPECT_GT(refused, 20);
 }
 
-// Hybrid's micro-batches cut each replica's share of the batch: more of them than the batch has
-// rows (over dp) is refused at strategy.micro_batches, naming the batch it would need.
+// Hybrid's micro-batches cut each replica's share of the batch: more of them than the largest
+// share has rows is refused at strategy.micro_batches, naming how many it may be.
 TEST(ConfigBounds, HybridMicroBatchesBeyondTheBatchAreRefused) {
     json j = spirals();
     j["devices"] = {"cpu:0", "cpu:1", "cpu:2", "cpu:3"};
     j["strategy"] = {{"type", "hybrid"}, {"dp", 2}, {"pp", 2}, {"micro_batches", 9}};
     const std::string msg = config_error([&] { run::check_before_training(run::parse_experiment(j)); });
-    EXPECT_EQ(msg, "strategy.micro_batches: 9 micro-batches on each of dp 2 replicas need a batch of at least 18 "
-                   "rows, got data.batch_size 16");
+    EXPECT_EQ(msg, "strategy.micro_batches: 9 micro-batches, but the largest of dp 2 replicas' shares of "
+                   "data.batch_size 16 has 8 rows; at most 8");
     j["strategy"]["micro_batches"] = 8;
     EXPECT_EQ(config_error([&] { run::check_before_training(run::parse_experiment(j)); }), "");
 }
