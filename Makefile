@@ -92,7 +92,7 @@ test-tsan: deps
 # (keep it in tests/fuzz/corpus/NAME/ once fixed: `make test` replays those).
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := experiment idx csv text safetensors
+FUZZ_TARGETS := experiment idx csv text safetensors cluster lesson store_import
 FUZZ_PACKAGES := clang libclang-rt-dev libomp-dev
 fuzz:
 	@$(MAKE) --no-print-directory deps PACKAGES="$(PACKAGES) $(FUZZ_PACKAGES)"

@@ -1,5 +1,6 @@
 #include "cli.h"
 #include "checkpoint_commands.h"
+#include "cli_numbers.h"
 #include "plan_command.h"
 #include "bench/suite.h"
 
@@ -32,6 +33,7 @@
 #include "engine/run/trainer.h"
 #include "engine/store/run_store.h"
 #include "engine/strategy/registry.h"
+#include "engine/util/printable.h"
 
 namespace paralab::app {
 
@@ -138,7 +140,7 @@ int cmd_validate(const std::string& file, bool as_json) {
         std::cout << out.dump(2) << "\n";
         return 0;
     }
-    std::printf("%s: %s, %zu layers, input %s, loss %s\n", file.c_str(), e.name.c_str(),
+    std::printf("%s: %s, %zu layers, input %s, loss %s\n", printable(file).c_str(), printable(e.name).c_str(),
                 e.layers.size(), input.to_string().c_str(), e.loss.c_str());
     std::printf("%-28s %-15s %-16s %14s %16s\n", "layer", "type", "output", "parameters", "FLOPs");
     for (const auto& r : rows) {
@@ -167,7 +169,7 @@ public:
         m_total = total;
         std::string devices;
         for (const auto& d : e.devices) devices += (devices.empty() ? "" : ",") + d;
-        std::fprintf(stderr, "%s: %lld steps on %s (%s)\n", e.name.c_str(),
+        std::fprintf(stderr, "%s: %lld steps on %s (%s)\n", printable(e.name).c_str(),
                      static_cast<long long>(total), devices.c_str(), e.strategy.type.c_str());
     }
     void on_step_end(const config::StepRecord& r) override {
@@ -187,7 +189,7 @@ public:
         if (r.accuracy) std::fprintf(stderr, "  accuracy %.4f", *r.accuracy);
         std::fprintf(stderr, "\n");
         if (!r.sample.empty()) {  // a text model's sample, each line behind a bar
-            std::string text = "  | " + r.prompt + "[" + r.sample + "]";
+            std::string text = "  | " + printable_message(r.prompt + "[" + r.sample + "]");
             for (size_t at = 0; (at = text.find('\n', at)) != std::string::npos; at += 5) text.replace(at, 1, "\n  | ");
             std::fprintf(stderr, "%s\n", text.c_str());
         }
@@ -196,7 +198,7 @@ public:
         if (m_tty) std::fprintf(stderr, "\n");
         std::fprintf(stderr, "%s after %lld steps in %.1fs", s.status.c_str(),
                      static_cast<long long>(s.steps), s.wall_s);
-        if (!s.error.empty()) std::fprintf(stderr, ": %s", s.error.c_str());
+        if (!s.error.empty()) std::fprintf(stderr, ": %s", printable_message(s.error).c_str());
         std::fprintf(stderr, "\n");
     }
 
@@ -290,16 +292,49 @@ struct RunArgs {
     std::string init;    // --init FILE.safetensors: the parameters the run starts from
 };
 
-// The experiment of run `id`, which `paralab run --resume` continues: a stopped, interrupted or
-// failed run of `db` (opened for writing, so that a killed run reads as interrupted).
+// A run taken for `paralab run --resume` (RunStore::claim_for_resume): from a stopped,
+// interrupted or failed status to running in this process, so that a second resume is refused
+// ("run N is running"). When this process ends, a run it still holds as running (its experiment
+// or data did not read, or its end could not be recorded) gets its status back.
+class ResumeClaim {
+public:
+    ResumeClaim(store::RunStore& db, int64_t id) : m_db(db), m_id(id) {
+        try {
+            m_previous = db.claim_for_resume(id);
+        } catch (const store::StoreError& e) {
+            if (e.disk_full())
+                throw ConfigError("--resume", "run " + std::to_string(id) + " cannot be resumed: the disk of the run store " +
+                                                  db.path() + " is full; free some space and resume it again");
+            std::string why = e.what();
+            if (why.rfind(db.path() + ": ", 0) == 0) why = why.substr(db.path().size() + 2);
+            throw ConfigError("--resume", why);
+        }
+    }
+    ~ResumeClaim() {
+        try {
+            m_db.release_claim(m_id, m_previous);
+        } catch (const std::exception&) {  // the store went away: the run reads as interrupted
+        }
+    }
+    ResumeClaim(const ResumeClaim&) = delete;
+    ResumeClaim& operator=(const ResumeClaim&) = delete;
+
+private:
+    store::RunStore& m_db;
+    int64_t m_id;
+    std::string m_previous;
+};
+
+// The experiment of run `id`, which `paralab run --resume` continues: a run of `db` (opened for
+// writing, so that a killed run reads as interrupted) that this process has claimed.
 config::Experiment experiment_to_resume(store::RunStore& db, int64_t id) {
-    const std::optional<store::RunRow> row = db.get_run(id);
+    std::optional<store::RunRow> row;
+    try {
+        row = db.get_run(id);
+    } catch (const store::StoreError& e) {
+        throw ConfigError("--resume", e.what());
+    }
     if (!row) throw ConfigError("--resume", "run " + std::to_string(id) + " is not in the store " + db.path());
-    if (row->status == "finished")
-        throw ConfigError("--resume", "run " + std::to_string(id) + " already finished; nothing to resume");
-    if (row->status != "stopped" && row->status != "interrupted" && row->status != "failed")
-        throw ConfigError("--resume", "run " + std::to_string(id) + " is " + row->status +
-                                          "; only a stopped, interrupted or failed run resumes");
     try {
         return run::parse_experiment(row->config);
     } catch (const ConfigError& err) {
@@ -314,6 +349,7 @@ public:
     CheckpointFolder(run::Checkpointing& cp, const store::RunRecorder& recorder, std::string store)
         : m_cp(cp), m_recorder(recorder), m_store(std::move(store)) {}
     void on_start(const config::Experiment&, int64_t) override {
+        if (m_recorder.run_id() == 0) return;  // not recorded (a full disk): the run fails and says why
         if (m_cp.resume) {
             std::fprintf(stderr, "resumed run %lld from step %lld\n", static_cast<long long>(m_recorder.run_id()),
                          static_cast<long long>(m_cp.resumed_from_step));
@@ -349,9 +385,12 @@ int cmd_run(const RunArgs& a) {
     if (a.resume && in_mpi_job())
         throw ConfigError("--resume", "a run across the processes of an mpirun job cannot resume; resume it without mpirun");
     std::optional<store::RunStore> resume_db;
-    if (a.resume) resume_db.emplace(store_path(a.db));
+    std::optional<ResumeClaim> claim;  // outlives the run's recorder: released after its end is stored
+    if (a.resume) {
+        resume_db.emplace(store_path(a.db));
+        claim.emplace(*resume_db, a.resume);
+    }
     config::Experiment e = a.resume ? experiment_to_resume(*resume_db, a.resume) : run::load_experiment(a.file);
-    resume_db.reset();
     if (!a.devices.empty()) {
         e.devices.clear();
         std::stringstream ss(a.devices);
@@ -431,13 +470,14 @@ int cmd_run(const RunArgs& a) {
     });
     {
         store::RunRecorder recorder(db, run::to_json(e));
-        if (a.resume) recorder.resume(a.resume, [&checkpoints] { return checkpoints.resumed_from_step; });
+        if (a.resume) recorder.resume(a.resume, [&checkpoints] { return checkpoints.resumed_from_step; }, true);
         CheckpointFolder checkpoint_folder(checkpoints, recorder, store_path(a.db));
         std::vector<run::RunObserver*> all{&recorder, &checkpoint_folder, &progress};
         if (a.stream) all.push_back(&stream);
         Observers observers(all);
-        // A store that fills up stops the run, which then ends `failed` ("disk full: ...").
-        recorder.on_disk_full([&control] { control.stop = true; });
+        // A store that fills up (or whose file is replaced) stops the run, which then ends
+        // `failed` ("disk full: ...").
+        recorder.on_store_failed([&control] { control.stop = true; });
         observers.m_finish_as = [&recorder](const config::RunSummary& r) { return recorder.as_recorded(r); };
         if (job)
             job->on_abort = [&](const config::RunSummary& failed) {
@@ -448,7 +488,7 @@ int cmd_run(const RunArgs& a) {
         s = recorder.as_recorded(
             run::run_experiment(e, &observers, &control, a.threads, nullptr, job ? &*job : nullptr));
         run_id = recorder.run_id();
-        if (!recorder.disk_full()) write_error = recorder.write_error();
+        if (!recorder.store_failed()) write_error = recorder.write_error();
     }
     signals.reset();
     if (!last_checkpoint.path.empty())
@@ -470,7 +510,11 @@ int cmd_runs_list(const std::string& path, bool as_json) {
         return 0;
     }
     store::RunStore db(path, store::RunStore::Access::read_only);
-    const auto rows = db.list_runs();
+    std::vector<store::SkippedRun> skipped;
+    const auto rows = db.list_runs(&skipped);
+    for (const auto& s : skipped)
+        std::fprintf(stderr, "paralab: warning: run %lld left out: its row in %s does not read (%s)\n",
+                     static_cast<long long>(s.run_id), path.c_str(), printable(s.reason).c_str());
     if (as_json) {
         json out = json::array();
         for (const auto& r : rows)
@@ -485,8 +529,8 @@ int cmd_runs_list(const std::string& path, bool as_json) {
                 "devices");
     for (const auto& r : rows)
         std::printf("%5lld  %-20s  %-24s  %-12s  %-14s  %s\n", static_cast<long long>(r.run_id),
-                    r.created_at.c_str(), r.name.c_str(), r.status.c_str(), r.strategy.c_str(),
-                    json(r.devices).dump().c_str());
+                    printable(r.created_at).c_str(), printable(r.name).c_str(), r.status.c_str(),
+                    printable(r.strategy).c_str(), printable(json(r.devices).dump()).c_str());
     if (rows.empty()) std::printf("no runs in %s\n", path.c_str());
     return 0;
 }
@@ -503,9 +547,9 @@ int cmd_runs_show(const std::string& path, int64_t id, bool as_json) {
         std::cout << j.dump(2) << "\n";
         return 0;
     }
-    std::printf("run %lld: %s (%s)\n", static_cast<long long>(id), row->name.c_str(), row->status.c_str());
+    std::printf("run %lld: %s (%s)\n", static_cast<long long>(id), printable(row->name).c_str(), row->status.c_str());
     for (const auto& [k, v] : j.items())
-        if (k != "config") std::printf("  %-18s %s\n", k.c_str(), v.dump().c_str());
+        if (k != "config") std::printf("  %-18s %s\n", printable(k).c_str(), printable(v.dump()).c_str());
     return 0;
 }
 
@@ -555,25 +599,22 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     RunArgs run_args;
     auto* run = app.add_subcommand("run", "run an experiment file headless");
     auto* run_file = run->add_option("file", run_args.file, "experiment file (*.paralab.json)");
-    run->add_option("--resume", run_args.resume,
-                    "continue a stopped, interrupted or failed run from its last checkpoint (RUN_ID)")
-        ->excludes(run_file)
-        ->check(CLI::PositiveNumber);
+    add_integer_option(run, "--resume", run_args.resume, 1, INT64_MAX,
+                       "continue a stopped, interrupted or failed run from its last checkpoint (RUN_ID)")
+        ->excludes(run_file);
     run->add_option("--init", run_args.init,
                     "start from the parameters in a safetensors file (names as paralab export --weights writes)");
     run->add_option("--devices", run_args.devices, "comma list of devices, e.g. cpu:0,cpu:1");
     run->add_option("--strategy", run_args.strategy, "parallel strategy");
-    run->add_option("--epochs", run_args.epochs, "epochs")->check(CLI::PositiveNumber);
-    run->add_option("--steps", run_args.steps, "cap on optimizer steps")->check(CLI::PositiveNumber);
-    run->add_option("--threads", run_args.threads, "compute threads per device")
-        ->check(CLI::Range(1, 256));
+    add_integer_option(run, "--epochs", run_args.epochs, 1, INT64_MAX, "epochs");
+    add_integer_option(run, "--steps", run_args.steps, 1, INT64_MAX, "cap on optimizer steps");
+    add_integer_option(run, "--threads", run_args.threads, 1, 256, "compute threads per device");
     run->add_flag("--json", run_args.json, "print a JSON summary on stdout at the end");
     run->add_flag("--stream", run_args.stream,
                   "write the run's events (steps, spans, evals, the summary) as JSON lines on stdout, "
                   "for a viewer in another process");
-    run->add_option("--rank-timeout", run_args.rank_timeout_s,
-                    "under mpirun: seconds a process may go unheard before the run fails (default 60)")
-        ->check(CLI::PositiveNumber);
+    add_number_option(run, "--rank-timeout", run_args.rank_timeout_s, 1, 86400,
+                      "under mpirun: seconds a process may go unheard before the run fails (default 60)");
     run->add_option("--db", run_args.db, "run store (SQLite); default " + store::RunStore::default_path());
 
     std::string runs_db;
@@ -589,8 +630,8 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
         sub->add_option("--db", runs_db, "run store (SQLite)");
     runs_list->add_flag("--json", runs_json, "print JSON");
     runs_show->add_flag("--json", runs_json, "print JSON");
-    runs_show->add_option("id", run_id, "run id")->required();
-    runs_export->add_option("id", run_id, "run id")->required();
+    add_integer_option(runs_show, "id", run_id, 1, INT64_MAX, "run id")->required();
+    add_integer_option(runs_export, "id", run_id, 1, INT64_MAX, "run id")->required();
     runs_export->add_option("--csv", csv_file, "output file")->required();
 
     std::string validate_file;
@@ -603,17 +644,17 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     std::string ckpt_db, weights_file;
     int64_t export_id = 0;
     auto* export_cmd = app.add_subcommand("export", "a run's latest parameters as a safetensors weights file");
-    export_cmd->add_option("id", export_id, "run id")->required();
+    add_integer_option(export_cmd, "id", export_id, 1, INT64_MAX, "run id")->required();
     export_cmd->add_option("--weights", weights_file, "output file (*.safetensors)")->required();
     export_cmd->add_option("--db", ckpt_db, "run store (SQLite)");
     GenerateArgs generate_args;
     auto* generate = app.add_subcommand("generate", "text sampled from a text model's latest parameters");
-    generate->add_option("id", generate_args.run_id, "run id")->required();
+    add_integer_option(generate, "id", generate_args.run_id, 1, INT64_MAX, "run id")->required();
     generate->add_option("--prompt", generate_args.prompt, "the text to continue")->required();
-    generate->add_option("--tokens", generate_args.tokens, "bytes to draw")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-    generate->add_option("--temperature", generate_args.temperature, "softmax temperature (0: greedy; default 0.8)")
-        ->check(CLI::Range(0.0, 100.0));
-    generate->add_option("--seed", generate_args.seed, "the draws' random seed (default 0)");
+    add_integer_option(generate, "--tokens", generate_args.tokens, 1, int64_t{1} << 20, "bytes to draw")->required();
+    add_number_option(generate, "--temperature", generate_args.temperature, 0.0, 100.0,
+                      "softmax temperature (0: greedy; default 0.8)");
+    add_unsigned_option(generate, "--seed", generate_args.seed, UINT64_MAX, "the draws' random seed (default 0)");
     generate->add_option("--db", ckpt_db, "run store (SQLite)");
 
     bool devices_json = false;
@@ -674,7 +715,7 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
         // One write, so that the lines of a job's processes do not interleave.
         std::string line = "paralab: ";
         if (in_mpi_job()) line += std::string("rank ") + std::getenv("OMPI_COMM_WORLD_RANK") + ": ";
-        line += e.what();
+        line += printable_message(e.what());
         line += '\n';
         std::fputs(line.c_str(), stderr);
         return 2;

@@ -1,4 +1,5 @@
 #include "plan_command.h"
+#include "cli_numbers.h"
 
 #include "cli.h"
 
@@ -98,6 +99,7 @@ int plan(const PlanArgs& a) {
     const bool preset = !cluster_name.ends_with(".json");
     if (a.gpus_per_node > 0) cluster.gpus_per_node = a.gpus_per_node;
     if (a.nodes > 0) cluster.nodes = a.nodes;
+    plan::check_cluster_size(cluster.nodes, cluster.gpus_per_node, a.nodes > 0 ? "--nodes" : "--gpus-per-node");
     std::vector<std::pair<std::string, std::vector<std::string>>> sweeps;
     std::vector<std::string> keys;
     for (const auto& s : a.sweeps) {
@@ -229,20 +231,17 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
         "a preset (" + presets +
             ") or a cluster file (*.json); default a100-80g "
             "(with --compare: local, which a run on GPUs must replace by its GPU's cluster)");
-    plan->add_option("--nodes", args.nodes, "nodes (a preset: as many as the mesh needs)")
-        ->check(CLI::Range(1, 1000000));
-    plan->add_option("--gpus-per-node", args.gpus_per_node, "devices per node")
-        ->check(CLI::Range(1, 4096));
+    add_integer_option(plan, "--nodes", args.nodes, 1, plan::kMaxNodes, "nodes (a preset: as many as the mesh needs)");
+    add_integer_option(plan, "--gpus-per-node", args.gpus_per_node, 1, plan::kMaxGpusPerNode, "devices per node");
     plan->add_option("--sweep", args.sweeps,
                      "KEY=V1,V2,... (dp, tp, pp, zero, micro_batches, interleave, schedule, "
                      "sequence_parallel, "
                      "recompute); repeat for a grid")
         ->allow_extra_args(false);
     plan->add_flag("--json", args.json, "print JSON (an array with --sweep)");
-    plan->add_option("--compare", args.compare,
-                     "RUN_ID: a stored run's step time and memory beside the plan of its "
-                     "experiment on its own devices (the local cluster, or --cluster)")
-        ->check(CLI::PositiveNumber);
+    add_integer_option(plan, "--compare", args.compare, 1, INT64_MAX,
+                       "RUN_ID: a stored run's step time and memory beside the plan of its "
+                       "experiment on its own devices (the local cluster, or --cluster)");
     plan->add_option("--db", args.db, "run store of --compare (SQLite)");
     return plan;
 }

@@ -106,6 +106,14 @@ Corpus scan_corpus(const std::string& path, std::vector<uint8_t>* out, const Sto
                 return true;
             });
             corpus.bytes = static_cast<int64_t>(out->size());
+        } else if (size == 0) {
+            // A file may hold text and report no size (/proc and /sys files): it is counted by
+            // reading it, within the bound.
+            read_pieces(path, stop, [&](const char*, size_t n) {
+                corpus.bytes += static_cast<int64_t>(n);
+                check_corpus_size(path, corpus.bytes);
+                return true;
+            });
         } else {
             corpus.bytes = static_cast<int64_t>(size);
         }

@@ -14,6 +14,7 @@
 #include "engine/run/experiment_file.h"
 #include "engine/run/json_reader.h"
 #include "engine/util/error.h"
+#include "engine/util/printable.h"
 
 namespace paralab::lesson {
 
@@ -46,17 +47,31 @@ std::string resolve(const std::string& lesson_path, const std::string& file) {
     return (dir / file).lexically_normal().string();
 }
 
-json parse_text(const std::string& text, const std::string& path) {
-    try {
-        return json::parse(text);
-    } catch (const json::exception& e) {
-        std::string message = path;
-        message += ": not valid JSON (";
-        message += e.what();
-        message += ")";
-        throw ConfigError(message);
+// The lesson's text file: `file` relative to the lesson's folder and inside it. On the disk the
+// path is resolved (symbolic links followed) before it is compared, so that a link inside the
+// folder cannot lead out of it.
+std::string text_inside_folder(const std::string& lesson_path, const std::string& file, bool on_disk) {
+    namespace fs = std::filesystem;
+    const fs::path relative = fs::path(file).lexically_normal();
+    const auto outside = [&] {
+        return ConfigError(printable(file) + ": not inside the lesson's folder; the text is a file beside the lesson "
+                           "file or below it (a relative path without ..)");
+    };
+    if (relative.is_absolute() || relative.empty() || *relative.begin() == "..") throw outside();
+    const fs::path folder = fs::path(lesson_path).parent_path();
+    const fs::path joined = (folder / relative).lexically_normal();
+    if (on_disk) {
+        std::error_code ec;
+        const fs::path real_folder = fs::weakly_canonical(folder.empty() ? fs::path(".") : folder, ec);
+        const fs::path real_file = ec ? fs::path() : fs::weakly_canonical(joined, ec);
+        if (ec) throw ConfigError(joined.string() + ": cannot resolve the path: " + ec.message());
+        const fs::path inside = real_file.lexically_relative(real_folder);
+        if (inside.empty() || *inside.begin() == "..") throw outside();
     }
+    return joined.string();
 }
+
+json parse_text(const std::string& text, const std::string& path) { return run::parse_json_text(text, path); }
 
 std::string required_string(run::JsonObjectReader& r, const std::string& key) {
     if (!r.has(key)) r.fail(key, "missing (a non-empty string)");
@@ -178,12 +193,13 @@ Lesson parse_lesson(const json& j, const std::string& path, const FileReader& re
     lesson.title = required_string(r, "title");
     lesson.summary = r.string("summary", "");
     const std::string text = required_string(r, "text");
-    lesson.text_file = resolve(path, text);
     try {
+        lesson.text_file = text_inside_folder(path, text, !read);
         lesson.text = read ? read(lesson.text_file) : read_disk_file(lesson.text_file);
     } catch (const ConfigError& e) {
         r.fail("text", e.what());
     }
+    if (lesson.text.size() > kMaxLessonFileBytes) r.fail("text", "larger than 16 MiB, the most a lesson's text may hold");
 
     if (!r.has("experiments")) r.fail("experiments", "missing (an array of {\"label\", \"file\"})");
     const json& experiments = r.raw("experiments");
@@ -256,14 +272,19 @@ const LessonExperiment* Lesson::experiment(const std::string& label) const {
     return nullptr;
 }
 
-std::string read_disk_file(const std::string& path) {
+std::string read_disk_file(const std::string& path, size_t max_bytes) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec)) throw ConfigError(path + ": no such file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw ConfigError(path + ": cannot open the file");
-    std::ostringstream out;
-    out << in.rdbuf();
-    return out.str();
+    std::string text;
+    std::vector<char> piece(size_t{1} << 16);
+    while (in.read(piece.data(), static_cast<std::streamsize>(piece.size())) || in.gcount() > 0) {
+        text.append(piece.data(), static_cast<size_t>(in.gcount()));
+        if (text.size() > max_bytes)
+            throw ConfigError(path + ": larger than " + std::to_string(max_bytes >> 20) + " MiB, the most a lesson's file may hold");
+    }
+    return text;
 }
 
 Lesson load_lesson(const std::string& path, const FileReader& read) {

@@ -81,10 +81,15 @@ struct Lesson {
 // Reads a file's bytes; throws ConfigError("PATH: ...") when it cannot. The window passes one
 // that also reads its compiled-in resources (":/lessons/...").
 using FileReader = std::function<std::string(const std::string& path)>;
-std::string read_disk_file(const std::string& path);
+// A regular file of at most `max_bytes` (a lesson's files: kMaxLessonFileBytes), read in pieces
+// so that a larger one is refused without being read whole.
+constexpr size_t kMaxLessonFileBytes = size_t{16} << 20;
+std::string read_disk_file(const std::string& path, size_t max_bytes = kMaxLessonFileBytes);
 
 // Reads and validates the lesson at `path`: its JSON (unknown keys refused), its text, and every
-// experiment through the experiment parser (or the planner's reader, for a planning one). Throws
+// experiment through the experiment parser (or the planner's reader, for a planning one). The
+// text is a file inside the lesson's folder (a relative path that stays inside it, symbolic
+// links resolved) of at most 16 MiB. Throws
 // ConfigError naming the file and the JSON path of the first problem, e.g.
 // "x.lesson.json: questions[2].quantity: unknown quantity 'foo' (known: ...)", or the
 // experiment file's own message for a broken experiment. With `read`, files are read through it

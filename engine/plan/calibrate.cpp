@@ -151,10 +151,9 @@ void save_calibration(const Calibration& c, const std::string& path) {
 std::optional<Calibration> load_calibration(const std::string& path) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) return std::nullopt;
-    std::ifstream in(path);
     nlohmann::json j;
     try {
-        j = nlohmann::json::parse(in);
+        j = run::read_json_file(path, "calibration file");
         run::JsonObjectReader r(j, "");
         Calibration c;
         const auto positive = [&](const std::string& key) {
@@ -172,11 +171,11 @@ std::optional<Calibration> load_calibration(const std::string& path) {
         c.allreduce_bandwidth = r.number("allreduce_bandwidth_gbps", 0.0, 0, 1e30) * 1e9;
         r.finish();
         return c;
-    } catch (const nlohmann::json::parse_error& e) {
-        throw ConfigError(path + ": not valid JSON (" + e.what() +
-                          "); run `paralab bench --calibrate` again");
     } catch (const ConfigError& e) {
-        throw ConfigError(path + ": " + e.what());
+        // The reader's own errors name the file already.
+        const std::string what = e.what();
+        if (what.rfind(path + ":", 0) == 0) throw ConfigError(what + "; run `paralab bench --calibrate` again");
+        throw ConfigError(path + ": " + what);
     }
 }
 

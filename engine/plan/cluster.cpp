@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -18,6 +20,12 @@ namespace paralab::plan {
 namespace {
 
 constexpr double kTera = 1e12, kGiga = 1e9, kMicro = 1e-6;
+
+std::string plan_number(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return buf;
+}
 
 }  // namespace
 
@@ -72,10 +80,9 @@ Cluster preset(const std::string& name) {
     for (const PresetFile& f : preset_files()) {
         if (name != f.name) continue;
         const std::string where = "resources/clusters/" + name + ".json";
+        const nlohmann::json j = run::parse_json_text(f.text, where);
         try {
-            return cluster_from_json(nlohmann::json::parse(f.text));
-        } catch (const nlohmann::json::exception& e) {
-            throw ConfigError(where + ": not valid JSON (" + e.what() + ")");
+            return cluster_from_json(j);
         } catch (const ConfigError& e) {
             throw ConfigError(where + ": " + e.what());
         }
@@ -105,35 +112,45 @@ std::vector<std::string> cluster_keys() {
             "inter_node_latency_us"};
 }
 
+void check_cluster_size(int64_t nodes, int64_t gpus_per_node, const std::string& path) {
+    // Both factors are at most 10^6 and 4096 here: the product fits an int64.
+    const int64_t devices = nodes * gpus_per_node;
+    if (devices > kMaxClusterDevices)
+        throw ConfigError(path, "nodes × gpus_per_node = " + std::to_string(nodes) + " × " + std::to_string(gpus_per_node) +
+                                    " = " + std::to_string(devices) + " devices; a cluster has at most " +
+                                    std::to_string(kMaxClusterDevices));
+}
+
 Cluster cluster_from_json(const nlohmann::json& j) {
     run::JsonObjectReader r(j, "");
     Cluster c;
     c.name = r.string("name", "custom");
-    c.nodes = static_cast<int>(r.integer("nodes", 1, 1, 1000000));
-    c.gpus_per_node = static_cast<int>(r.integer("gpus_per_node", 8, 1, 4096));
-    const auto required = [&](const std::string& key, double min) {
-        const auto v = r.number(key, min, 1e30, false);
-        if (!v)
-            r.fail(key,
-                   "missing; expected a number above " + std::to_string(static_cast<int64_t>(min)));
-        return *v;
+    c.nodes = static_cast<int>(r.integer("nodes", 1, 1, kMaxNodes));
+    c.gpus_per_node = static_cast<int>(r.integer("gpus_per_node", 8, 1, kMaxGpusPerNode));
+    check_cluster_size(c.nodes, c.gpus_per_node, "gpus_per_node");
+    // The ranges of docs/planner.md ("Cluster files"): figures a device or a link can have, from a
+    // small CPU to well beyond today's largest GPU, so that no time or memory of a plan is 0,
+    // infinite or below a double's resolution.
+    const auto rate = [&](const std::string& key, std::optional<double> fallback, double min, double max) {
+        const auto v = r.number(key, min, max);
+        if (!v && !fallback)
+            r.fail(key, "missing; expected a number from " + plan_number(min) + " to " + plan_number(max));
+        return v ? *v : *fallback;
     };
-    c.peak_flops_16bit = required("peak_tflops_16bit", 0) * kTera;
-    c.peak_flops_fp32 =
-        r.number("peak_tflops_fp32", c.peak_flops_16bit / kTera, 0, 1e30, false) * kTera;
-    c.memory_bytes = required("memory_gb", 0) * kGiga;
-    c.reserved_bytes = r.number("reserved_gb", 0.0, 0, 1e30) * kGiga;
+    c.peak_flops_16bit = rate("peak_tflops_16bit", std::nullopt, 1e-3, 1e6) * kTera;
+    c.peak_flops_fp32 = rate("peak_tflops_fp32", c.peak_flops_16bit / kTera, 1e-3, 1e6) * kTera;
+    c.memory_bytes = rate("memory_gb", std::nullopt, 1e-3, 1e6) * kGiga;
+    c.reserved_bytes = r.number("reserved_gb", 0.0, 0, 1e6) * kGiga;
     if (c.reserved_bytes >= c.memory_bytes) r.fail("reserved_gb", "must be less than memory_gb");
-    c.memory_bandwidth = required("memory_bandwidth_gbps", 0) * kGiga;
-    c.gemm_efficiency = r.number("gemm_efficiency", 0.8, 0, 1, false);
-    c.gemm_half_width = r.number("gemm_half_width", 64.0, 0, 1e9);
-    c.gemm_efficiency_fp32 = r.number("gemm_efficiency_fp32", c.gemm_efficiency, 0, 1, false);
-    c.gemm_half_width_fp32 = r.number("gemm_half_width_fp32", c.gemm_half_width, 0, 1e9);
-    c.intra_bandwidth = required("intra_node_bandwidth_gbps", 0) * kGiga;
-    c.intra_latency = r.number("intra_node_latency_us", 5.0, 0, 1e9) * kMicro;
-    c.inter_bandwidth =
-        r.number("inter_node_bandwidth_gbps", c.intra_bandwidth / kGiga, 0, 1e30, false) * kGiga;
-    c.inter_latency = r.number("inter_node_latency_us", 10.0, 0, 1e9) * kMicro;
+    c.memory_bandwidth = rate("memory_bandwidth_gbps", std::nullopt, 1e-3, 1e6) * kGiga;
+    c.gemm_efficiency = r.number("gemm_efficiency", 0.8, 0.01, 1.0);
+    c.gemm_half_width = r.number("gemm_half_width", 64.0, 0, 1e6);
+    c.gemm_efficiency_fp32 = r.number("gemm_efficiency_fp32", c.gemm_efficiency, 0.01, 1.0);
+    c.gemm_half_width_fp32 = r.number("gemm_half_width_fp32", c.gemm_half_width, 0, 1e6);
+    c.intra_bandwidth = rate("intra_node_bandwidth_gbps", std::nullopt, 1e-3, 1e6) * kGiga;
+    c.intra_latency = r.number("intra_node_latency_us", 5.0, 0, 1e6) * kMicro;
+    c.inter_bandwidth = rate("inter_node_bandwidth_gbps", c.intra_bandwidth / kGiga, 1e-3, 1e6) * kGiga;
+    c.inter_latency = r.number("inter_node_latency_us", 10.0, 0, 1e6) * kMicro;
     if (r.has("sources")) {
         // Where each figure comes from: text for people, one string per key of the file.
         run::JsonObjectReader sources(r.raw("sources"), "sources");

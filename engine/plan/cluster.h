@@ -4,6 +4,7 @@
 // the program; a user describes another cluster in a file of the same keys.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
@@ -13,6 +14,12 @@
 #include "engine/device/device.h"
 
 namespace paralab::plan {
+
+// The largest cluster a plan is made for: nodes, devices per node, and devices in all (a plan's
+// work grows with them; docs/planner.md, "Bounds").
+constexpr int kMaxNodes = 1000000;
+constexpr int kMaxGpusPerNode = 4096;
+constexpr int64_t kMaxClusterDevices = int64_t{1} << 20;
 
 struct Cluster {
     std::string name;
@@ -71,6 +78,9 @@ std::vector<std::string> cluster_keys();
 // comes from); throws ConfigError naming the JSON path of the first bad value, of a missing
 // required key, or of a key that is not one of these.
 Cluster cluster_from_json(const nlohmann::json& j);
+// Refuses nodes × gpus_per_node above kMaxClusterDevices (ConfigError at `path`: the key, or the
+// command-line option, that made it so).
+void check_cluster_size(int64_t nodes, int64_t gpus_per_node, const std::string& path);
 // A preset name, or a path to a JSON file (ends in .json, or names an existing file); errors
 // name the file.
 Cluster load_cluster(const std::string& name_or_file);

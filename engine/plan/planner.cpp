@@ -39,6 +39,13 @@ std::string check_mesh(const Mesh& mesh, const PlanModel& model, int64_t batch, 
                 return "ffn (" + s(l.ffn) + ") not divisible by tp (" + s(mesh.tp) + ")";
         }
     }
+    // The simulation holds every (chunk, micro-batch) pair of the step: bounded so that a plan
+    // stays well under a second and a few hundred MB (docs/planner.md, "Bounds").
+    const int64_t pairs = static_cast<int64_t>(mesh.pp) * mesh.chunks() * mesh.micro_batches;
+    if (pairs > kMaxPipelinePairs)
+        return "pp × interleave × micro_batches = " + s(mesh.pp) + " × " + s(mesh.chunks()) + " × " +
+               s(mesh.micro_batches) + " = " + s(pairs) + " pipeline steps to simulate; a plan takes at most " +
+               s(kMaxPipelinePairs);
     // The schedule's rules are the engine's (pipeline's and hybrid's check).
     try {
         stages::check_schedule(stages::schedule_name(mesh.schedule), mesh.interleave, mesh.micro_batches, mesh.pp,
@@ -77,6 +84,10 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
                    const Mesh& mesh, std::vector<PipeSpan>* timeline) {
     Prediction p;
     p.mesh = mesh;
+    if (static_cast<int64_t>(cluster.nodes) * cluster.gpus_per_node > kMaxClusterDevices) {
+        p.skipped = "nodes × gpus_per_node above " + std::to_string(kMaxClusterDevices) + " devices";
+        return p;
+    }
     p.devices = cluster.devices();
     const int64_t batch = e.data.batch_size;
     p.skipped = check_mesh(mesh, model, batch, p.devices);

@@ -46,6 +46,9 @@ struct Prediction {
 
 // The reason `mesh` cannot run `model` with a global batch of `batch` on `devices` devices, or "".
 std::string check_mesh(const Mesh& mesh, const PlanModel& model, int64_t batch, int devices);
+// The most (chunk, micro-batch) pairs a plan's pipeline simulation holds: pp × interleave ×
+// micro_batches (docs/planner.md, "Bounds").
+constexpr int64_t kMaxPipelinePairs = int64_t{1} << 21;
 // One prediction; a mesh check_mesh refuses gives a Prediction with only `skipped` set. With
 // `timeline`, also every forward and backward of the simulated pipeline (transfers included),
 // one lane per stage device.

@@ -2,6 +2,7 @@
 // devices, the world is every process's devices in process order ("r1/cpu:0"), rank 0's process
 // owns the run: it hears every rank's records, watches for silent ranks, evaluates the model
 // put together from every process's part, and its summary is the run's.
+#include <cstdio>
 #include <exception>
 #include <thread>
 
@@ -207,12 +208,26 @@ config::RunSummary run_job(const config::Experiment& e, RunObserver* observer, R
     while (!ctx.is_local(sh.first_local)) ++sh.first_local;
     std::unique_ptr<job::Sender> sender;
     std::unique_ptr<job::Receiver> receiver;
-    if (root)
+    std::unique_ptr<job::RootHeartbeat> heartbeat;
+    if (root) {
         receiver = std::make_unique<job::Receiver>(mpi, bus, [&sh](int rank, const std::string& reason) {
             sh.fail_job(rank, reason);
         });
-    else
-        sender = std::make_unique<job::Sender>(mpi);
+        heartbeat = std::make_unique<job::RootHeartbeat>(mpi);
+    } else {
+        // Every process watches rank 0 as rank 0 watches them: a hung rank 0 cannot end the job
+        // itself, and the others would wait for it in their next collective for ever.
+        const std::string root_name = names.front();
+        sender = std::make_unique<job::Sender>(mpi, job.rank_timeout_s, [&mpi, &job, root_name](double silent) {
+            char text[240];
+            std::snprintf(text, sizeof text,
+                          "rank 0 (%s) not heard from for %.1f s (the limit is %g s, paralab run "
+                          "--rank-timeout): its process hung or died; the job ends, and the run rank 0 "
+                          "recorded reads as interrupted once that process is gone",
+                          root_name.c_str(), silent, job.rank_timeout_s);
+            mpi.abort_job(text);
+        });
+    }
     sh.sender = sender.get();
     sh.receiver = receiver.get();
     if (observer && root) {

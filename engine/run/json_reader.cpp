@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <unordered_set>
 
 #include "engine/util/error.h"
+#include "engine/util/printable.h"
 
 namespace paralab::run {
 
@@ -19,7 +21,7 @@ std::string describe_json(const json& v) {
         case json::value_t::string: {
             std::string s = v.get<std::string>();
             if (s.size() > 40) s = s.substr(0, 40) + "...";
-            return "\"" + s + "\"";
+            return "\"" + printable(s) + "\"";
         }
         default: return v.dump();
     }
@@ -182,7 +184,7 @@ void JsonObjectReader::finish(const std::vector<std::string>& other_variants,
         std::string list;
         for (const auto& k : m_read) list += (list.empty() ? "" : ", ") + k;
         // A key is named in the path: a long one shortened as describe_json shortens strings.
-        const std::string shown = key.size() > 40 ? key.substr(0, 40) + "..." : key;
+        const std::string shown = printable(key.size() > 40 ? key.substr(0, 40) + "..." : key);
         throw ConfigError(m_path.empty() ? shown : m_path + "." + shown, "unknown key" +
                           (near.empty() ? "" : " (did you mean \"" + near + "\"?)") +
                           "; valid keys here: " + list);
@@ -191,28 +193,81 @@ void JsonObjectReader::finish(const std::vector<std::string>& other_variants,
 
 namespace {
 
-// nlohmann's DOM builder, keeping where and why parsing failed: its number overflow (error 406,
-// "1e99999") carries no position, its SAX call does.
+// nlohmann's DOM builder, keeping where and why parsing failed (its number overflow, error 406
+// "1e99999", carries no position; its SAX call does), refusing duplicate keys and nesting past
+// a depth. Each open array or object is a frame: the path of a value is read off the frames.
 struct JsonDomWithPosition {
-    explicit JsonDomWithPosition(json& result) : dom(result, false) {}
+    JsonDomWithPosition(json& result, size_t max_depth) : dom(result, false), max_depth(max_depth) {}
     nlohmann::detail::json_sax_dom_parser<json> dom;
+    size_t max_depth;
     bool failed = false;
     size_t position = 0;
     std::string token, message;
     int error_id = 0;
+    std::string refusal;  // a duplicate key or a depth: the message, after the place
 
-    bool null() { return dom.null(); }
-    bool boolean(bool v) { return dom.boolean(v); }
-    bool number_integer(json::number_integer_t v) { return dom.number_integer(v); }
-    bool number_unsigned(json::number_unsigned_t v) { return dom.number_unsigned(v); }
-    bool number_float(json::number_float_t v, const std::string& text) { return dom.number_float(v, text); }
-    bool string(std::string& v) { return dom.string(v); }
-    bool binary(json::binary_t& v) { return dom.binary(v); }
-    bool start_object(size_t n) { return dom.start_object(n); }
-    bool key(std::string& v) { return dom.key(v); }
-    bool end_object() { return dom.end_object(); }
-    bool start_array(size_t n) { return dom.start_array(n); }
-    bool end_array() { return dom.end_array(); }
+    struct Frame {
+        bool object = false;
+        std::unordered_set<std::string> keys;  // an object's keys so far
+        std::string key;                       // an object's current key
+        size_t next = 0;                       // an array's next index
+    };
+    std::vector<Frame> frames;
+
+    std::string path() const {
+        std::string p;
+        for (const Frame& f : frames) {
+            if (f.object) {
+                if (!p.empty()) p += '.';
+                p += f.key.size() > 40 ? f.key.substr(0, 40) + "..." : f.key;
+            } else if (f.next > 0) {
+                p += "[" + std::to_string(f.next - 1) + "]";
+            }
+        }
+        return printable(p);
+    }
+    // A value starts: an array counts its element.
+    void value() {
+        if (!frames.empty() && !frames.back().object) ++frames.back().next;
+    }
+    bool open(bool object) {
+        value();
+        if (frames.size() >= max_depth) {
+            failed = true;
+            refusal = "nested deeper than " + std::to_string(max_depth) + " levels of arrays and objects";
+            return false;
+        }
+        frames.push_back(Frame{object, {}, {}, 0});
+        return true;
+    }
+
+    bool null() { return value(), dom.null(); }
+    bool boolean(bool v) { return value(), dom.boolean(v); }
+    bool number_integer(json::number_integer_t v) { return value(), dom.number_integer(v); }
+    bool number_unsigned(json::number_unsigned_t v) { return value(), dom.number_unsigned(v); }
+    bool number_float(json::number_float_t v, const std::string& text) { return value(), dom.number_float(v, text); }
+    bool string(std::string& v) { return value(), dom.string(v); }
+    bool binary(json::binary_t& v) { return value(), dom.binary(v); }
+    bool start_object(size_t n) { return open(true) && dom.start_object(n); }
+    bool key(std::string& v) {
+        Frame& f = frames.back();
+        f.key = v;
+        if (!f.keys.insert(v).second) {
+            failed = true;
+            refusal = path() + ": duplicate key; a key appears once in an object";
+            return false;
+        }
+        return dom.key(v);
+    }
+    bool end_object() {
+        frames.pop_back();
+        return dom.end_object();
+    }
+    bool start_array(size_t n) { return open(false) && dom.start_array(n); }
+    bool end_array() {
+        frames.pop_back();
+        return dom.end_array();
+    }
     template <class Exception>
     bool parse_error(size_t at, const std::string& last_token, const Exception& ex) {
         failed = true;
@@ -225,6 +280,35 @@ struct JsonDomWithPosition {
 };
 
 }  // namespace
+
+nlohmann::json parse_json_text(const std::string& s, const std::string& where, size_t max_depth) {
+    json j;
+    JsonDomWithPosition sax(j, max_depth);
+    json::sax_parse(s, &sax);
+    if (!sax.failed) return j;
+    if (!sax.refusal.empty()) throw ConfigError(where + ": " + sax.refusal);
+    // nlohmann reports a byte offset; turn it into line and column for people. A syntax
+    // error is placed where the parser stopped, a number too large for a double (1e99999) at
+    // its first digit.
+    const size_t at = sax.error_id == 406 && sax.position >= sax.token.size() ? sax.position - sax.token.size()
+                                                                                : (sax.position > 0 ? sax.position - 1 : 0);
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < at && i < s.size(); ++i) {
+        if (s[i] == '\n') ++line, col = 1;
+        else ++col;
+    }
+    std::string place = where;
+    place += ":" + std::to_string(line) + ":" + std::to_string(col) + ": ";
+    if (sax.error_id == 406) {
+        const std::string token = sax.token.size() > 40 ? sax.token.substr(0, 40) + "..." : sax.token;
+        throw ConfigError(place + "number out of range (" + printable(token) + " is beyond a double)");
+    }
+    std::string what = sax.message;
+    if (const auto pos = what.find("syntax error"); pos != std::string::npos) what = what.substr(pos);
+    // nlohmann quotes the text it last read: an unclosed 10 MB string is not echoed whole.
+    if (what.size() > 160) what = what.substr(0, 160) + "...";
+    throw ConfigError(place + "not valid JSON (" + printable(what) + ")");
+}
 
 nlohmann::json read_json_file(const std::string& path, const std::string& kind) {
     std::ifstream in(path, std::ios::binary);
@@ -239,33 +323,7 @@ nlohmann::json read_json_file(const std::string& path, const std::string& kind) 
         if (s.size() > kMaxBytes)
             throw ConfigError(path + ": larger than 16 MiB; an " + kind + " is at most 16 MiB");
     }
-    json j;
-    JsonDomWithPosition sax(j);
-    json::sax_parse(s, &sax);
-    if (sax.failed) {
-        // nlohmann reports a byte offset; turn it into line and column for people. A syntax
-        // error is placed where the parser stopped, a number too large for a double (1e99999) at
-        // its first digit.
-        const size_t at = sax.error_id == 406 && sax.position >= sax.token.size() ? sax.position - sax.token.size()
-                                                                                    : (sax.position > 0 ? sax.position - 1 : 0);
-        size_t line = 1, col = 1;
-        for (size_t i = 0; i < at && i < s.size(); ++i) {
-            if (s[i] == '\n') ++line, col = 1;
-            else ++col;
-        }
-        std::string where = path;
-        where += ":" + std::to_string(line) + ":" + std::to_string(col) + ": ";
-        if (sax.error_id == 406) {
-            const std::string token = sax.token.size() > 40 ? sax.token.substr(0, 40) + "..." : sax.token;
-            throw ConfigError(where + "number out of range (" + token + " is beyond a double)");
-        }
-        std::string what = sax.message;
-        if (const auto pos = what.find("syntax error"); pos != std::string::npos) what = what.substr(pos);
-        // nlohmann quotes the text it last read: an unclosed 10 MB string is not echoed whole.
-        if (what.size() > 160) what = what.substr(0, 160) + "...";
-        throw ConfigError(where + "not valid JSON (" + what + ")");
-    }
-    return j;
+    return parse_json_text(s, path);
 }
 
 }  // namespace paralab::run

@@ -51,10 +51,26 @@ private:
     std::set<std::string> m_read;
 };
 
+// How deep arrays and objects may nest in a JSON text ParaLab reads: an experiment's deepest
+// model (residual blocks 64 deep) takes about 130 levels. Deeper text is refused before a
+// value is built, so that nothing that walks a value recursively (dump, comparison) can
+// overflow the stack.
+constexpr size_t kMaxJsonDepth = 512;
+
+// The JSON value of `text`, read from `where` (a file's path, "run 3's config"). Refused with a
+// ConfigError: text that is not JSON ("WHERE:LINE:COL: not valid JSON (...)"), a number beyond a
+// double ("WHERE:LINE:COL: number out of range (...)"), nesting deeper than `max_depth`
+// ("WHERE:LINE:COL: nested deeper than 512 levels"), and a key that appears twice in one object
+// ("WHERE: model.layers[0].out: duplicate key; a key appears once in an object"). Linear in
+// the text's length.
+nlohmann::json parse_json_text(const std::string& text, const std::string& where,
+                               size_t max_depth = kMaxJsonDepth);
+
 // The JSON of the file at `path` (an experiment, a cluster: `kind` names it in messages), at
-// most 16 MiB. Throws ConfigError "PATH: cannot open the KIND", "PATH: larger than 16 MiB ...",
-// "PATH:LINE:COL: not valid JSON (...)" or "PATH:LINE:COL: number out of range (...)".
+// most 16 MiB, read by parse_json_text. Throws ConfigError "PATH: cannot open the KIND",
+// "PATH: larger than 16 MiB ..." or one of parse_json_text's.
 nlohmann::json read_json_file(const std::string& path, const std::string& kind);
+
 
 // A short description of a JSON value for messages: -4, "abc", an array, an object, null.
 std::string describe_json(const nlohmann::json& v);

@@ -12,8 +12,21 @@
 
 namespace paralab::run {
 
+// What bounds this process's host memory, each where known (in bytes): /proc/meminfo's
+// MemAvailable; what RLIMIT_AS leaves (its soft limit less the address space the process has
+// mapped); what its cgroup leaves (memory.max less memory.current under cgroup v2, for its
+// cgroup and each above it; memory.limit_in_bytes less memory.usage_in_bytes under v1).
+// `root` is the file system's root ("/"; a test's folder of files in their places).
+struct HostMemoryLimits {
+    std::optional<int64_t> mem_available, address_space_left, cgroup_left;
+    // The least of them, and which it is ("MemAvailable", "RLIMIT_AS", "the cgroup's memory limit").
+    std::optional<int64_t> least() const;
+    std::string least_name() const;
+};
+HostMemoryLimits host_memory_limits(const std::string& root = "/");
+
 // Bytes available to a run's devices of this kind: for CPU devices (which share the host's
-// memory) /proc/meminfo's MemAvailable, for cuda:N that GPU's memory. The environment variable
+// memory) the least of host_memory_limits(), for cuda:N that GPU's memory. The environment variable
 // PARALAB_AVAILABLE_MEMORY (bytes, or a number with a K, M, G or T suffix: powers of 1024)
 // replaces the figure for every device, to rehearse a smaller machine. Empty when unknown.
 std::optional<int64_t> available_memory_bytes(const std::string& device);

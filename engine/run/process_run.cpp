@@ -19,6 +19,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kTag = 7;  // MpiGroup byte messages of the run (its own communicator)
 constexpr int kProgressTag = 8;  // never sent
+constexpr int kRootTag = 9;      // rank 0's heartbeat to the other processes
 // Tags of gather_model on the training communicator: above any pipeline message tag.
 constexpr int kMaskTag = 30001, kTensorTag = 30002;
 
@@ -95,9 +96,12 @@ Message decode(const std::string& bytes) {
 
 // ---- Sender ---------------------------------------------------------------------------------
 
-Sender::Sender(comm::MpiGroup& mpi, double flush_s, double heartbeat_s)
-    : m_mpi(mpi), m_flush_s(flush_s), m_heartbeat_s(heartbeat_s), m_last_flush(Clock::now()) {
+Sender::Sender(comm::MpiGroup& mpi, double rank_timeout_s, std::function<void(double)> on_root_silent,
+               double flush_s, double heartbeat_s)
+    : m_mpi(mpi), m_flush_s(flush_s), m_heartbeat_s(heartbeat_s), m_last_flush(Clock::now()),
+      m_rank_timeout_s(rank_timeout_s), m_on_root_silent(std::move(on_root_silent)) {
     m_heartbeat = std::thread([this] {
+        Clock::time_point root_heard = Clock::now();
         std::unique_lock lock(m_wake_mutex);
         while (!m_stop.load()) {
             m_wake.wait_for(lock, std::chrono::duration<double>(m_heartbeat_s));
@@ -111,12 +115,41 @@ Sender::Sender(comm::MpiGroup& mpi, double flush_s, double heartbeat_s)
                 int source = 0;
                 std::string none;
                 m_mpi.try_recv_bytes(kProgressTag, source, none);
+                std::string beat;
+                while (m_mpi.try_recv_bytes(kRootTag, source, beat)) root_heard = Clock::now();
             } catch (const std::exception&) {
                 // The job is ending; rank 0's watchdog decides what that means.
             }
+            const double silent = std::chrono::duration<double>(Clock::now() - root_heard).count();
+            if (silent > m_rank_timeout_s && m_on_root_silent) m_on_root_silent(silent);
             lock.lock();
         }
     });
+}
+
+RootHeartbeat::RootHeartbeat(comm::MpiGroup& mpi, double heartbeat_s) : m_mpi(mpi) {
+    m_thread = std::thread([this, heartbeat_s] {
+        std::unique_lock lock(m_wake_mutex);
+        while (!m_stop.load()) {
+            lock.unlock();
+            try {
+                for (int r = 1; r < m_mpi.size(); ++r) m_mpi.send_bytes(r, kRootTag, std::string());
+            } catch (const std::exception&) {
+                // The job is ending; each process's own watch decides what that means.
+            }
+            lock.lock();
+            m_wake.wait_for(lock, std::chrono::duration<double>(heartbeat_s), [this] { return m_stop.load(); });
+        }
+    });
+}
+
+RootHeartbeat::~RootHeartbeat() {
+    {
+        std::lock_guard lock(m_wake_mutex);
+        m_stop.store(true);
+    }
+    m_wake.notify_all();
+    if (m_thread.joinable()) m_thread.join();
 }
 
 Sender::~Sender() {

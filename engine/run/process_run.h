@@ -42,10 +42,14 @@ std::string encode(const Message& m);
 Message decode(const std::string& bytes);
 
 // A process other than rank 0: forwards its published steps in batches (at least every
-// `flush_s`), and a heartbeat every `heartbeat_s` from a thread of its own.
+// `flush_s`), and a heartbeat every `heartbeat_s` from a thread of its own. That thread also
+// hears rank 0's heartbeat (RootHeartbeat): when rank 0 has not been heard from for
+// `rank_timeout_s` (its process hung, or died without mpirun noticing), it calls
+// `on_root_silent` with how long, which ends the job.
 class Sender {
 public:
-    explicit Sender(comm::MpiGroup& mpi, double flush_s = 0.1, double heartbeat_s = 0.25);
+    Sender(comm::MpiGroup& mpi, double rank_timeout_s, std::function<void(double silent_s)> on_root_silent,
+           double flush_s = 0.1, double heartbeat_s = 0.25);
     ~Sender();  // stops the heartbeat
     void publish(Published p);  // rank thread
     void flush();
@@ -62,7 +66,24 @@ private:
     std::atomic<bool> m_stop{false};
     std::mutex m_wake_mutex;
     std::condition_variable m_wake;
+    const double m_rank_timeout_s;
+    std::function<void(double)> m_on_root_silent;
     std::thread m_heartbeat;
+};
+
+// Rank 0: a heartbeat to every other process every `heartbeat_s` from a thread of its own, for
+// as long as it lives, so that they can end the job when rank 0 hangs.
+class RootHeartbeat {
+public:
+    explicit RootHeartbeat(comm::MpiGroup& mpi, double heartbeat_s = 0.25);
+    ~RootHeartbeat();
+
+private:
+    comm::MpiGroup& m_mpi;
+    std::atomic<bool> m_stop{false};
+    std::mutex m_wake_mutex;
+    std::condition_variable m_wake;
+    std::thread m_thread;
 };
 
 // Rank 0: hears every other process until each has ended (or the receiver is stopped), hands

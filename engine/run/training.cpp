@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <system_error>
 #include <thread>
 
 #include "engine/comm/gpu.h"
@@ -429,8 +430,21 @@ std::string not_finite_test_loss(double loss, int64_t step) {
 
 void run_local_ranks(Shared& sh, int world) {
     std::vector<std::thread> ranks;
-    for (int r = 0; r < world; ++r)
-        if (sh.ctx.is_local(r)) ranks.emplace_back(rank_main, std::ref(sh), r);
+    for (int r = 0; r < world; ++r) {
+        if (!sh.ctx.is_local(r)) continue;
+        try {
+            ranks.emplace_back(rank_main, std::ref(sh), r);
+        } catch (const std::system_error& err) {
+            // No thread for this rank (the process's thread or memory limit): the run fails
+            // with the reason, and the ranks already started are woken from the collectives
+            // that wait for it, then joined.
+            const std::string reason = "cannot start the thread of rank " + std::to_string(r) + " (" +
+                                       sh.ctx.devices[static_cast<size_t>(r)]->name() + "): " + err.what() +
+                                       " (the process's limit on threads or memory)";
+            fail_run(sh, std::make_exception_ptr(Error(reason)), reason);
+            break;
+        }
+    }
     for (auto& t : ranks) t.join();
 }
 

@@ -14,9 +14,15 @@
 #include <filesystem>
 #include <ostream>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <pwd.h>
+#include <set>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "engine/run/json_reader.h"
+#include "engine/util/printable.h"
 
 namespace paralab::store {
 
@@ -58,6 +64,8 @@ public:
         sqlite3_reset(m_stmt);
         sqlite3_clear_bindings(m_stmt);
     }
+    sqlite3_stmt* raw() const { return m_stmt; }
+    int type(int c) const { return sqlite3_column_type(m_stmt, c); }
     int64_t integer(int c) const { return sqlite3_column_int64(m_stmt, c); }
     double real(int c) const { return sqlite3_column_double(m_stmt, c); }
     bool is_null(int c) const { return sqlite3_column_type(m_stmt, c) == SQLITE_NULL; }
@@ -79,6 +87,13 @@ private:
     const std::string& m_path;
 };
 
+// The device and inode of the file at `path`; {0, 0} when there is none.
+std::pair<uint64_t, uint64_t> file_identity(const std::string& path) {
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0) return {0, 0};
+    return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
 // A URI that opens `path` read-only as a file nothing changes (no locks, no shared memory).
 std::string uri_immutable(const std::string& path) {
     std::string uri = "file:";
@@ -94,9 +109,119 @@ std::string uri_immutable(const std::string& path) {
     return uri + "?immutable=1";
 }
 
-json parse_or_null(const std::string& text) {
-    if (text.empty()) return nullptr;
-    return json::parse(text, nullptr, false);
+// A stored row read by value: each column's type checked before it is taken, each JSON text
+// parsed with its depth bounded. The first failure is kept (a row is skipped or refused whole).
+class RowReader {
+public:
+    explicit RowReader(sqlite3_stmt* stmt) : m_stmt(stmt) {}
+    const std::string& failure() const { return m_failure; }
+
+    // A TEXT column (NULL only where `nullable`; "" then).
+    std::string text(int c, const char* name, bool nullable = false) {
+        const int type = sqlite3_column_type(m_stmt, c);
+        if (type == SQLITE_NULL && nullable) return {};
+        if (type != SQLITE_TEXT) return fail(name, "expected text, got " + type_name(type)), std::string();
+        const int bytes = sqlite3_column_bytes(m_stmt, c);
+        if (bytes > kMaxStoredValueBytes)
+            return fail(name, std::to_string(bytes) + " bytes, more than a stored value may hold (" +
+                                  std::to_string(kMaxStoredValueBytes >> 20) + " MiB)"),
+                   std::string();
+        const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(m_stmt, c));
+        return p ? std::string(p, static_cast<size_t>(bytes)) : std::string();
+    }
+    int64_t integer(int c, const char* name) {
+        const int type = sqlite3_column_type(m_stmt, c);
+        if (type != SQLITE_INTEGER) return fail(name, "expected an integer, got " + type_name(type)), 0;
+        return sqlite3_column_int64(m_stmt, c);
+    }
+    // A REAL column (an INTEGER is taken as a number too); NaN for NULL where `nullable`.
+    double number(int c, const char* name, bool nullable = false) {
+        const int type = sqlite3_column_type(m_stmt, c);
+        if (type == SQLITE_NULL && nullable) return std::nan("");
+        if (type != SQLITE_FLOAT && type != SQLITE_INTEGER)
+            return fail(name, "expected a number, got " + type_name(type)), 0.0;
+        return sqlite3_column_double(m_stmt, c);
+    }
+    // A JSON text: an object, or (where `nullable`) NULL or the JSON null.
+    json object(int c, const char* name, bool nullable) {
+        const int type = sqlite3_column_type(m_stmt, c);
+        if (type == SQLITE_NULL && nullable) return nullptr;
+        const std::string t = text(c, name);
+        if (!m_failure.empty()) return nullptr;
+        json j;
+        try {
+            j = run::parse_json_text(t, name);
+        } catch (const ConfigError& e) {
+            return fail(e.what()), json();
+        }
+        if (!j.is_object() && !(nullable && j.is_null()))
+            return fail(name, "expected a JSON object, got " + run::describe_json(j)), json();
+        return j;
+    }
+    std::vector<std::string> devices(int c) {
+        const std::string t = text(c, "devices");
+        if (!m_failure.empty()) return {};
+        json j;
+        try {
+            j = run::parse_json_text(t, "devices");
+        } catch (const ConfigError& e) {
+            return fail(e.what()), std::vector<std::string>();
+        }
+        std::vector<std::string> out;
+        if (j.is_array())
+            for (const json& d : j) {
+                if (!d.is_string()) break;
+                out.push_back(d.get<std::string>());
+            }
+        if (!j.is_array() || out.size() != j.size())
+            return fail("devices", "expected a list of device names, got " + run::describe_json(j)), std::vector<std::string>();
+        return out;
+    }
+    void fail(const std::string& name, const std::string& why) { fail(name + ": " + why); }
+    void fail(const std::string& why) {
+        if (m_failure.empty()) m_failure = why;
+    }
+
+private:
+    static std::string type_name(int type) {
+        switch (type) {
+            case SQLITE_NULL: return "NULL";
+            case SQLITE_INTEGER: return "an integer";
+            case SQLITE_FLOAT: return "a number";
+            case SQLITE_TEXT: return "text";
+            default: return "a blob";
+        }
+    }
+    sqlite3_stmt* m_stmt;
+    std::string m_failure;
+};
+
+const std::set<std::string> kStatuses = {"running", "finished", "stopped", "interrupted", "failed"};
+
+// The columns of list_runs' and get_run's query, in order.
+std::string run_columns(bool has_author) {
+    return std::string("run_id, name, status, strategy, devices, created_at, finished_at, summary, config, notes, ") +
+           (has_author ? "author" : "''");
+}
+
+// A row of run_columns() into `r`; the cause when it does not read.
+std::string read_run_row(sqlite3_stmt* stmt, RunRow& r) {
+    RowReader row(stmt);
+    r.run_id = row.integer(0, "run_id");
+    r.name = row.text(1, "name");
+    r.status = row.text(2, "status");
+    if (row.failure().empty() && !kStatuses.count(r.status))
+        row.fail("status", "expected running, finished, stopped, interrupted or failed, got \"" +
+                               printable(r.status.substr(0, 40)) + "\"");
+    r.strategy = row.text(3, "strategy");
+    r.devices = row.devices(4);
+    r.created_at = row.text(5, "created_at");
+    r.finished_at = row.text(6, "finished_at", true);
+    r.summary = row.object(7, "summary", true);
+    r.config = row.object(8, "config", true);
+    r.notes = row.text(9, "notes");
+    r.author = row.text(10, "author");
+    return row.failure();
 }
 
 }  // namespace
@@ -130,16 +255,14 @@ bool RunStore::has_column(const std::string& schema, const std::string& table, c
 }
 
 std::vector<int64_t> RunStore::copy_runs(const std::string& from, const std::string& to,
-                                         const std::vector<int64_t>& ids, bool has_author, bool has_spans) {
+                                         const std::vector<int64_t>& ids) {
     std::vector<int64_t> copied;
     for (const int64_t id : ids) {
-        std::string sql = "INSERT INTO " + to +
-                          ".runs (name, status, strategy, devices, config, created_at, finished_at, summary, "
-                          "notes, pid, host, author) SELECT name, CASE status WHEN 'running' THEN 'interrupted' "
-                          "ELSE status END, strategy, devices, config, created_at, finished_at, summary, notes, "
-                          "NULL, host, ";
-        sql += has_author ? "author" : "''";
-        sql += " FROM " + from + ".runs WHERE run_id = ?";
+        const std::string sql = "INSERT INTO " + to +
+                                ".runs (name, status, strategy, devices, config, created_at, finished_at, summary, "
+                                "notes, pid, host, author) SELECT name, CASE status WHEN 'running' THEN 'interrupted' "
+                                "ELSE status END, strategy, devices, config, created_at, finished_at, summary, notes, "
+                                "NULL, host, author FROM " + from + ".runs WHERE run_id = ?";
         Statement(m_db, sql.c_str(), m_path).bind(1, id).step();
         if (sqlite3_changes(m_db) == 0) throw StoreError(m_path + ": run " + std::to_string(id) + " is not in the store");
         const int64_t copy = sqlite3_last_insert_rowid(m_db);
@@ -150,10 +273,9 @@ std::vector<int64_t> RunStore::copy_runs(const std::string& from, const std::str
                 ".records WHERE run_id = ?",
             "INSERT INTO " + to + ".evaluations (run_id, step, loss, accuracy, samples) SELECT ?, step, loss, "
                 "accuracy, samples FROM " + from + ".evaluations WHERE run_id = ?"};
-        if (has_spans)
-            rows.push_back("INSERT INTO " + to + ".spans (run_id, device, step, phase, t_begin, t_end, bytes) "
-                           "SELECT ?, device, step, phase, t_begin, t_end, bytes FROM " + from +
-                           ".spans WHERE run_id = ?");
+        rows.push_back("INSERT INTO " + to + ".spans (run_id, device, step, phase, t_begin, t_end, bytes) "
+                       "SELECT ?, device, step, phase, t_begin, t_end, bytes FROM " + from +
+                       ".spans WHERE run_id = ?");
         for (const std::string& q : rows) Statement(m_db, q.c_str(), m_path).bind(1, copy).bind(2, id).step();
         copied.push_back(copy);
     }
@@ -166,9 +288,11 @@ auto RunStore::in_write_transaction(F&& body) {
     try {
         if constexpr (std::is_void_v<decltype(body())>) {
             body();
+            check_same_file();
             exec("COMMIT");
         } else {
             auto result = body();
+            check_same_file();
             exec("COMMIT");
             return result;
         }
@@ -196,7 +320,7 @@ std::vector<int64_t> RunStore::export_runs(const std::vector<int64_t>& ids, cons
     std::vector<int64_t> copied;
     try {
         in_write_transaction([&] {
-            copied = copy_runs("main", "dest", ids, true, true);
+            copied = copy_runs("main", "dest", ids);
         });
     } catch (...) {
         sqlite3_exec(m_db, "DETACH DATABASE dest", nullptr, nullptr, nullptr);
@@ -207,27 +331,124 @@ std::vector<int64_t> RunStore::export_runs(const std::vector<int64_t>& ids, cons
     return copied;
 }
 
+namespace {
+
+// How a column of a record, an evaluation or a span is checked and written anew.
+enum class Column { integer, number, optional_number, text };
+
+// Binds column `c` of the source's row to parameter `p` of `insert`, checked against `kind`;
+// records a failure in `row` when it does not fit.
+void copy_value(RowReader& row, sqlite3_stmt* from, int c, const char* name, Column kind, Statement& insert, int p) {
+    switch (kind) {
+        case Column::integer: insert.bind(p, row.integer(c, name)); break;
+        case Column::text: insert.bind(p, row.text(c, name)); break;
+        case Column::number:
+        case Column::optional_number: {
+            const double v = row.number(c, name, kind == Column::optional_number);
+            if (std::isnan(v) && sqlite3_column_type(from, c) == SQLITE_NULL) insert.bind_null(p);
+            else if (!std::isfinite(v)) row.fail(name, "not a finite number");
+            else insert.bind(p, v);
+            break;
+        }
+    }
+}
+
+struct TableCopy {
+    const char* table;
+    std::vector<std::pair<const char*, Column>> columns;  // after run_id
+};
+
+const std::vector<TableCopy> kRunTables = {
+    {"records",
+     {{"step", Column::integer}, {"device", Column::text}, {"epoch", Column::integer}, {"wall_s", Column::number},
+      {"loss", Column::optional_number}, {"samples", Column::integer}, {"compute_ms", Column::number},
+      {"comm_ms", Column::number}, {"idle_ms", Column::number}, {"data_wait_ms", Column::number},
+      {"memory_bytes", Column::integer}, {"lr", Column::optional_number}}},
+    {"evaluations",
+     {{"step", Column::integer}, {"loss", Column::optional_number}, {"accuracy", Column::optional_number},
+      {"samples", Column::integer}}},
+    {"spans",
+     {{"device", Column::text}, {"step", Column::integer}, {"phase", Column::text}, {"t_begin", Column::number},
+      {"t_end", Column::number}, {"bytes", Column::integer}}},
+};
+
+}  // namespace
+
 std::vector<int64_t> RunStore::import_runs(const std::string& source) {
     std::error_code ec;
     if (std::filesystem::equivalent(source, m_path, ec))
         throw StoreError(source + ": that is this run store itself");
-    { RunStore check(source, Access::read_only); }  // refuses what is not a ParaLab store
+    // Its own connection, read-only and checked (Access::untrusted): nothing of the file runs
+    // here, and its values reach this store only as values bound one by one.
+    RunStore src(source, Access::untrusted);
+    const bool author = src.has_column("main", "runs", "author"), spans = src.has_column("main", "spans", "run_id");
     std::lock_guard lock(m_mutex);
-    Statement(m_db, "ATTACH DATABASE ? AS src", m_path).bind(1, source).step();
+    std::lock_guard source_lock(src.m_mutex);
+    const auto refuse = [&](int64_t id, const std::string& why) {
+        return StoreError(source + ": run " + std::to_string(id) + " cannot be imported: " + why +
+                          "; nothing was imported");
+    };
     std::vector<int64_t> copied;
     try {
-        std::vector<int64_t> ids;
-        Statement q(m_db, "SELECT run_id FROM src.runs ORDER BY run_id", m_path);
-        while (q.step()) ids.push_back(q.integer(0));
-        const bool author = has_column("src", "runs", "author"), spans = has_column("src", "spans", "run_id");
         in_write_transaction([&] {
-            copied = copy_runs("src", "main", ids, author, spans);
+            Statement runs(src.m_db, ("SELECT " + run_columns(author) + ", host FROM runs ORDER BY run_id").c_str(),
+                           src.m_path);
+            Statement insert(m_db,
+                             "INSERT INTO runs (name, status, strategy, devices, config, created_at, finished_at, "
+                             "summary, notes, pid, host, author) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+                             m_path);
+            while (runs.step()) {
+                RunRow r;
+                std::string why = read_run_row(runs.raw(), r);
+                RowReader extra(runs.raw());
+                const std::string host = extra.text(11, "host", true);
+                if (why.empty()) why = extra.failure();
+                if (!why.empty()) throw refuse(r.run_id, why);
+                insert.bind(1, r.name).bind(2, r.status == "running" ? std::string("interrupted") : r.status);
+                insert.bind(3, r.strategy).bind(4, json(r.devices).dump()).bind(5, r.config.dump());
+                insert.bind(6, r.created_at);
+                if (r.finished_at.empty()) insert.bind_null(7);
+                else insert.bind(7, r.finished_at);
+                if (r.summary.is_null()) insert.bind_null(8);
+                else insert.bind(8, r.summary.dump());
+                insert.bind(9, r.notes).bind(10, host).bind(11, r.author).step();
+                insert.reset();
+                const int64_t copy = sqlite3_last_insert_rowid(m_db);
+                for (const TableCopy& t : kRunTables) {
+                    if (std::string(t.table) == "spans" && !spans) continue;
+                    std::string columns, marks = "?";
+                    for (const auto& [name, kind] : t.columns) {
+                        columns += columns.empty() ? "" : ", ";
+                        columns += name;
+                        marks += ", ?";
+                    }
+                    Statement rows(src.m_db,
+                                   ("SELECT " + columns + " FROM " + t.table + " WHERE run_id = ?").c_str(),
+                                   src.m_path);
+                    rows.bind(1, r.run_id);
+                    Statement into(m_db,
+                                   ("INSERT INTO " + std::string(t.table) + " (run_id, " + columns + ") VALUES (" +
+                                    marks + ")").c_str(),
+                                   m_path);
+                    while (rows.step()) {
+                        RowReader row(rows.raw());
+                        into.bind(1, copy);
+                        for (size_t k = 0; k < t.columns.size(); ++k)
+                            copy_value(row, rows.raw(), static_cast<int>(k), t.columns[k].first, t.columns[k].second,
+                                       into, static_cast<int>(k) + 2);
+                        if (!row.failure().empty()) throw refuse(r.run_id, std::string(t.table) + "." + row.failure());
+                        into.step();
+                        into.reset();
+                    }
+                }
+                copied.push_back(copy);
+            }
         });
-    } catch (...) {
-        sqlite3_exec(m_db, "DETACH DATABASE src", nullptr, nullptr, nullptr);
-        throw;
+    } catch (const StoreError& e) {
+        const std::string what = e.what();
+        if (what.find("cannot be imported") != std::string::npos || e.replaced()) throw;
+        throw StoreError(source + ": cannot be imported (" + what + "); nothing was imported", e.code());
     }
-    exec("DETACH DATABASE src");
     return copied;
 }
 
@@ -238,7 +459,8 @@ std::string RunStore::default_path() {
     return std::string(home && *home ? home : ".") + "/.local/share/ParaLab/runs.db";
 }
 
-RunStore::RunStore(const std::string& path, Access access) : m_path(path) {
+RunStore::RunStore(const std::string& path, Access access)
+    : m_path(path), m_untrusted(access == Access::untrusted) {
     const bool write = access == Access::write;
     std::error_code ec;
     if (!write) {
@@ -286,6 +508,7 @@ RunStore::RunStore(const std::string& path, Access access) : m_path(path) {
             open_connection(uri_immutable(path), SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_FULLMUTEX);
             version = check_is_ours();
         }
+        check_schema_objects(m_untrusted);
         if (!write) {
             if (version == 0) throw StoreNotCreated(path + ": an empty database, not a ParaLab run store yet");
             mark_interrupted(false);  // read as it is: no journal switch, no migration, no writes
@@ -303,7 +526,11 @@ RunStore::RunStore(const std::string& path, Access access) : m_path(path) {
         }
         exec("PRAGMA synchronous=NORMAL");
         exec("PRAGMA foreign_keys=ON");
+        std::tie(m_file_device, m_file_inode) = file_identity(path);
+        if (m_file_inode == 0) throw StoreError(path + ": the run store went away while it was opened", 0, true);
+        m_writable = true;
         migrate();
+        std::tie(m_wal_device, m_wal_inode) = file_identity(path + "-wal");
         mark_interrupted(true);
     } catch (const StoreError& e) {
         sqlite3_close(m_db);
@@ -331,9 +558,83 @@ void RunStore::open_connection(const std::string& name, int flags) {
     }
     sqlite3_extended_result_codes(m_db, 0);
     sqlite3_busy_timeout(m_db, kBusyTimeoutMs);
+    harden_connection();
 }
 
-RunStore::~RunStore() { sqlite3_close(m_db); }
+void RunStore::harden_connection() {
+    // SQLite's settings for a database that may come from anywhere: no writes to the schema
+    // itself, no function named in the file's schema (a view, a default, a generated column)
+    // runs, and a value larger than a store's longest is an error, not an allocation.
+    sqlite3_db_config(m_db, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
+    sqlite3_db_config(m_db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
+    if (m_untrusted) {
+        sqlite3_limit(m_db, SQLITE_LIMIT_LENGTH, kMaxStoredValueBytes);
+        sqlite3_limit(m_db, SQLITE_LIMIT_SQL_LENGTH, 1 << 20);
+    }
+}
+
+void RunStore::check_same_file() {
+    if (!m_writable) return;
+    const auto [device, inode] = file_identity(m_path);
+    if (inode == 0)
+        throw StoreError(m_path + ": the run store file was deleted while this process was writing it; nothing "
+                                  "more is written",
+                         0, true);
+    if (device != m_file_device || inode != m_file_inode)
+        throw StoreError(m_path + ": the run store file was replaced by another file while this process was "
+                                  "writing it; nothing more is written, and the file there is left as it is",
+                         0, true);
+}
+
+void RunStore::check_schema_objects(bool untrusted) {
+    std::lock_guard lock(m_mutex);
+    const auto refuse = [&](const std::string& why) {
+        return StoreError(m_path + ": not a ParaLab run store (" + why + "); it was left as it was");
+    };
+    const std::set<std::string> ours = {"runs", "records", "evaluations", "spans"};
+    Statement q(m_db, "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_master", m_path);
+    std::vector<std::string> tables;
+    while (q.step()) {
+        const std::string type = q.text(0), name = q.text(1), table = q.text(2), sql = q.text(3);
+        const bool of_ours = ours.count(name) || ours.count(table);
+        if ((type == "view" || type == "trigger") && (untrusted || of_ours))
+            throw refuse("it holds a " + type + ", " + printable(name.substr(0, 64)) + "; a run store has none");
+        if (type == "table" && of_ours) {
+            std::string head = sql.substr(0, 32);
+            for (char& ch : head) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+            if (head.find("VIRTUAL") != std::string::npos)
+                throw refuse("its table " + name + " is a virtual table");
+            tables.push_back(name);
+        }
+    }
+    for (const std::string& table : tables) {
+        // table_xinfo's hidden: 2 and 3 are generated columns (virtual, stored).
+        Statement c(m_db, ("SELECT name FROM pragma_table_xinfo('" + table + "') WHERE hidden IN (2, 3)").c_str(), m_path);
+        if (c.step())
+            throw refuse("its column " + table + "." + printable(c.text(0).substr(0, 64)) +
+                         " is generated; a run store keeps values only");
+    }
+    if (!untrusted) return;
+    Statement check(m_db, "PRAGMA quick_check(5)", m_path);
+    std::string problems;
+    while (check.step())
+        if (check.text(0) != "ok") problems += (problems.empty() ? "" : "; ") + check.text(0);
+    if (!problems.empty())
+        throw StoreError(m_path + ": the file is damaged (SQLite's quick_check: " + printable(problems.substr(0, 300)) +
+                         "); it was left as it was");
+}
+
+RunStore::~RunStore() {
+    // SQLite neither checkpoints nor removes the write-ahead log of a file that was moved or
+    // deleted: left at PATH-wal, that log would be read, and checkpointed, as the log of the
+    // file now at PATH. It is this connection's own (the inode it had), so it goes with it.
+    const bool moved = m_writable && file_identity(m_path) != std::pair{m_file_device, m_file_inode};
+    sqlite3_close(m_db);
+    if (moved && m_wal_inode != 0 && file_identity(m_path + "-wal") == std::pair{m_wal_device, m_wal_inode}) {
+        ::unlink((m_path + "-wal").c_str());
+        ::unlink((m_path + "-shm").c_str());
+    }
+}
 
 void RunStore::set_busy_timeout(int ms) { sqlite3_busy_timeout(m_db, ms); }
 
@@ -505,6 +806,7 @@ void RunStore::mark_interrupted(bool write) {
 
 int64_t RunStore::create_run(const config::Experiment& e, const json& config) {
     std::lock_guard lock(m_mutex);
+    check_same_file();
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     Statement s(m_db,
@@ -520,9 +822,44 @@ int64_t RunStore::create_run(const config::Experiment& e, const json& config) {
 
 void RunStore::finish_run(int64_t run_id, const std::string& status, const json& summary) {
     std::lock_guard lock(m_mutex);
+    check_same_file();
     Statement s(m_db, "UPDATE runs SET status = ?, summary = ?, finished_at = ? WHERE run_id = ?", m_path);
     s.bind(1, status).bind(2, summary.dump()).bind(3, now_iso8601()).bind(4, run_id);
     s.step();
+}
+
+std::string RunStore::claim_for_resume(int64_t run_id) {
+    std::lock_guard lock(m_mutex);
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    const std::string run = "run " + std::to_string(run_id);
+    return in_write_transaction([&] {
+        Statement read(m_db, "SELECT status FROM runs WHERE run_id = ?", m_path);
+        read.bind(1, run_id);
+        if (!read.step()) throw StoreError(m_path + ": " + run + " is not in the store");
+        const std::string previous = read.text(0);
+        // The one change from a resumable status to running: a second resume finds it running.
+        Statement claim(m_db,
+                        "UPDATE runs SET status = 'running', pid = ?, host = ? WHERE run_id = ? AND status IN "
+                        "('stopped', 'interrupted', 'failed')",
+                        m_path);
+        claim.bind(1, static_cast<int64_t>(getpid())).bind(2, std::string(host)).bind(3, run_id).step();
+        if (sqlite3_changes(m_db) == 1) return previous;
+        if (previous == "running") throw StoreError(run + " is running (another process trains it); it is not resumed twice");
+        if (previous == "finished") throw StoreError(run + " already finished; nothing to resume");
+        throw StoreError(run + " is " + printable(previous.substr(0, 40)) +
+                         "; only a stopped, interrupted or failed run resumes");
+    });
+}
+
+void RunStore::release_claim(int64_t run_id, const std::string& previous) {
+    std::lock_guard lock(m_mutex);
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    check_same_file();
+    Statement s(m_db, "UPDATE runs SET status = ? WHERE run_id = ? AND status = 'running' AND pid = ? AND host = ?",
+                m_path);
+    s.bind(1, previous).bind(2, run_id).bind(3, static_cast<int64_t>(getpid())).bind(4, std::string(host)).step();
 }
 
 bool RunStore::reopen_run(int64_t run_id, int64_t after_step) {
@@ -530,19 +867,20 @@ bool RunStore::reopen_run(int64_t run_id, int64_t after_step) {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     return in_write_transaction([&] {
+        // Only the process that claimed the run reopens it.
+        Statement s(m_db,
+                    "UPDATE runs SET summary = NULL, finished_at = NULL WHERE run_id = ? AND status = 'running' "
+                    "AND pid = ? AND host = ?",
+                    m_path);
+        s.bind(1, run_id).bind(2, static_cast<int64_t>(getpid())).bind(3, std::string(host)).step();
+        if (sqlite3_changes(m_db) == 0) return false;
         for (const char* sql : {"DELETE FROM spans WHERE run_id = ? AND step > ?",
                                 "DELETE FROM evaluations WHERE run_id = ? AND step > ?",
                                 "DELETE FROM records WHERE run_id = ? AND step > ?"}) {
-            Statement s(m_db, sql, m_path);
-            s.bind(1, run_id).bind(2, after_step).step();
+            Statement d(m_db, sql, m_path);
+            d.bind(1, run_id).bind(2, after_step).step();
         }
-        Statement s(m_db,
-                    "UPDATE runs SET status = 'running', summary = NULL, finished_at = NULL, pid = ?, host = ? "
-                    "WHERE run_id = ?",
-                    m_path);
-        s.bind(1, static_cast<int64_t>(getpid())).bind(2, std::string(host)).bind(3, run_id).step();
-        const bool found = sqlite3_changes(m_db) > 0;
-        return found;
+        return true;
     });
 }
 
@@ -571,6 +909,7 @@ void RunStore::add_records(int64_t run_id, const std::vector<config::StepRecord>
 
 void RunStore::add_eval(int64_t run_id, const config::EvalResult& ev) {
     std::lock_guard lock(m_mutex);
+    check_same_file();
     Statement s(m_db, "INSERT INTO evaluations (run_id, step, loss, accuracy, samples) VALUES (?, ?, ?, ?, ?)",
                 m_path);
     s.bind(1, run_id).bind(2, ev.step);
@@ -618,32 +957,21 @@ std::vector<config::Span> RunStore::spans(int64_t run_id, int64_t first_step, in
     return out;
 }
 
-std::vector<RunRow> RunStore::list_runs() {
+std::vector<RunRow> RunStore::list_runs(std::vector<SkippedRun>* skipped) {
     std::lock_guard lock(m_mutex);
     // A read-only store of an older schema has no author column.
-    std::string sql =
-        "SELECT run_id, name, status, strategy, devices, created_at, finished_at, summary, config, notes, ";
     if (!m_has_author) m_has_author = has_column("main", "runs", "author");
-    sql += *m_has_author ? "author" : "''";
-    sql += " FROM runs ORDER BY run_id";
+    const std::string sql = "SELECT " + run_columns(*m_has_author) + " FROM runs ORDER BY run_id";
     Statement q(m_db, sql.c_str(), m_path);
     std::vector<RunRow> rows;
     while (q.step()) {
         RunRow r;
-        r.run_id = q.integer(0);
-        r.name = q.text(1);
-        r.status = q.text(2);
+        const std::string why = read_run_row(q.raw(), r);
+        if (!why.empty()) {
+            if (skipped) skipped->push_back({q.integer(0), why});
+            continue;
+        }
         if (r.status == "running" && m_interrupted.count(r.run_id)) r.status = "interrupted";
-        r.strategy = q.text(3);
-        const json devices = parse_or_null(q.text(4));
-        if (devices.is_array())
-            for (const auto& d : devices) r.devices.push_back(d.get<std::string>());
-        r.created_at = q.text(5);
-        r.finished_at = q.text(6);
-        r.summary = parse_or_null(q.text(7));
-        r.config = parse_or_null(q.text(8));
-        r.notes = q.text(9);
-        r.author = q.text(10);
         rows.push_back(std::move(r));
     }
     return rows;
@@ -651,9 +979,21 @@ std::vector<RunRow> RunStore::list_runs() {
 
 std::optional<RunRow> RunStore::get_run(int64_t run_id) {
     std::optional<RunRow> row;
-    for (auto& r : list_runs())
-        if (r.run_id == run_id) row = std::move(r);
-    if (!row || !row->summary.is_null()) return row;
+    {
+        std::lock_guard lock(m_mutex);
+        if (!m_has_author) m_has_author = has_column("main", "runs", "author");
+        const std::string sql = "SELECT " + run_columns(*m_has_author) + " FROM runs WHERE run_id = ?";
+        Statement q(m_db, sql.c_str(), m_path);
+        q.bind(1, run_id);
+        if (!q.step()) return std::nullopt;
+        RunRow r;
+        const std::string why = read_run_row(q.raw(), r);
+        if (!why.empty())
+            throw StoreError(m_path + ": run " + std::to_string(run_id) + " cannot be read: " + why);
+        if (r.status == "running" && m_interrupted.count(r.run_id)) r.status = "interrupted";
+        row = std::move(r);
+    }
+    if (!row->summary.is_null()) return row;
     // Running or interrupted: the summary as far as the committed rows go.
     std::lock_guard lock(m_mutex);
     Statement q(m_db,
@@ -741,6 +1081,7 @@ std::vector<DeviceStats> RunStore::device_stats(int64_t run_id) {
 
 bool RunStore::set_notes(int64_t run_id, const std::string& notes) {
     std::lock_guard lock(m_mutex);
+    check_same_file();
     Statement s(m_db, "UPDATE runs SET notes = ? WHERE run_id = ?", m_path);
     s.bind(1, notes).bind(2, run_id).step();
     return sqlite3_changes(m_db) > 0;
@@ -780,24 +1121,29 @@ template <class F>
 bool RunRecorder::write(F&& f, bool after_full) {
     {
         std::lock_guard lock(m_mutex);
-        if (m_disk_full && !after_full) return false;
+        if (m_replaced || (m_disk_full && !after_full)) return false;
     }
     try {
         f();
         return true;
     } catch (const StoreError& e) {
-        bool first_full = false;
+        bool first_failure = false;
         {
             std::lock_guard lock(m_mutex);
-            if (e.disk_full() && !m_disk_full) {
-                m_disk_full = first_full = true;
+            const bool failed_before = m_disk_full || m_replaced;
+            if (e.replaced() && !m_replaced) {
+                m_replaced = true;
+                first_failure = !failed_before;
+                m_error = e.what();
+            } else if (e.disk_full() && !failed_before) {
+                m_disk_full = first_failure = true;
                 m_error = std::string("disk full: ") + e.what() +
                           "; nothing more of the run could be stored, and the rows written before stay";
             } else if (m_error.empty()) {
                 m_error = e.what();
             }
         }
-        if (first_full && m_on_disk_full) m_on_disk_full();
+        if (first_failure && m_on_store_failed) m_on_store_failed();
         return false;
     }
 }
@@ -811,26 +1157,29 @@ void RunRecorder::on_start(const config::Experiment& e, int64_t) {
     }
     try {
         if (m_resume_id) {
+            if (!m_resume_claimed) m_store.claim_for_resume(m_resume_id);
+            m_resume_claimed = true;
             if (!m_store.reopen_run(m_resume_id, m_resume_after ? m_resume_after() : 0))
-                throw StoreError(m_store.path() + ": run " + std::to_string(m_resume_id) + " is not in the store");
+                throw StoreError(m_store.path() + ": run " + std::to_string(m_resume_id) +
+                                 " is no longer held by this process (another resumed it, or it was deleted)");
             m_run_id = m_resume_id;
             return;
         }
         m_run_id = m_store.create_run(e, m_config);
     } catch (const StoreError& err) {
-        if (!err.disk_full()) throw;
+        if (!err.disk_full() && !err.replaced()) throw;
         write([&] { throw err; });  // noted as the disk-full failure; the run is not recorded
     }
 }
 
 void RunRecorder::on_span(const config::Span& s) {
     std::lock_guard lock(m_mutex);
-    if (!m_disk_full) m_span_queue.push_back(s);
+    if (!m_disk_full && !m_replaced) m_span_queue.push_back(s);
 }
 
 void RunRecorder::on_step(const config::StepRecord& r) {
     std::lock_guard lock(m_mutex);
-    if (m_disk_full) return;
+    if (m_disk_full || m_replaced) return;
     m_queue.push_back(r);
     int64_t& latest = m_latest[r.device];
     latest = std::max(latest, r.step);
@@ -848,7 +1197,7 @@ void RunRecorder::on_finish(const config::RunSummary& s) {
     }
     if (!m_run_id) return;
     const config::RunSummary recorded = as_recorded(s);
-    if (!disk_full()) {
+    if (!store_failed()) {
         m_store.finish_run(m_run_id, recorded.status, summary_json(recorded, m_run_id));
         return;
     }
@@ -873,7 +1222,7 @@ void RunRecorder::flush() {
 }
 
 void RunRecorder::flush_queue(std::unique_lock<std::mutex>& lock, bool all) {
-    if ((m_queue.empty() && m_span_queue.empty()) || m_run_id == 0 || m_disk_full) return;
+    if ((m_queue.empty() && m_span_queue.empty()) || m_run_id == 0 || m_disk_full || m_replaced) return;
     std::vector<config::StepRecord> batch;
     std::vector<config::Span> spans;
     // A device that records no steps (or falls far behind) must not hold the others back: past
@@ -911,9 +1260,14 @@ bool RunRecorder::disk_full() {
     return m_disk_full;
 }
 
+bool RunRecorder::store_failed() {
+    std::lock_guard lock(m_mutex);
+    return m_disk_full || m_replaced;
+}
+
 config::RunSummary RunRecorder::as_recorded(config::RunSummary s) {
     std::lock_guard lock(m_mutex);
-    if (m_disk_full && s.status != "failed") {
+    if ((m_disk_full || m_replaced) && s.status != "failed") {
         s.status = "failed";
         s.error = m_error;
     }

@@ -66,6 +66,16 @@ void check_mesh(const config::Experiment& e, int64_t world) {
                                              " top-level layers: each stage holds at least one");
     stages::check_schedule(option<std::string>(e.strategy, "schedule"), option<int64_t>(e.strategy, "interleave"),
                            option<int64_t>(e.strategy, "micro_batches"), m.pp, "strategy.pp");
+    // Each replica's share of the batch is cut into the micro-batches: the largest share holds
+    // at least one row for each.
+    const int64_t micro_batches = option<int64_t>(e.strategy, "micro_batches");
+    const int64_t largest_share = (e.data.batch_size + m.dp - 1) / m.dp;
+    if (micro_batches > largest_share)
+        throw ConfigError("strategy.micro_batches",
+                          std::to_string(micro_batches) + " micro-batches, but the largest of dp " + std::to_string(m.dp) +
+                              " replicas' shares of data.batch_size " + std::to_string(e.data.batch_size) + " has " +
+                              std::to_string(largest_share) + " row" + (largest_share == 1 ? "" : "s") +
+                              "; at most " + std::to_string(largest_share));
     stages::check_stage_count(m.pp, layers, "hybrid", stages::chunks_of(e));
     const auto split = option<std::vector<int64_t>>(e.strategy, "split");
     if (!split.empty()) stages::check_split(split, m.pp, layers, stages::chunks_of(e));

@@ -118,58 +118,141 @@ std::vector<Op> stage_schedule(Schedule schedule, int stage, int stages, int mic
 
 // ---- splits ---------------------------------------------------------------------------------
 
+namespace {
+
+// The splits of layers [0, n) into `stages` contiguous stages, each of cost at most `limit`,
+// in terms of the prefix sums `prefix` (n + 1 entries): how far a stage starting at i may
+// reach, and how few stages can cover a prefix or a suffix. Costs are non-negative, so each
+// of these is monotone in the position and found by two pointers.
+struct StageReach {
+    std::vector<int> reach;  // reach[i]: the largest j with cost(i, j) <= limit (i < n)
+    std::vector<int> prefix_min;  // the fewest stages that cover layers [0, p)
+    std::vector<int> suffix_min;  // the fewest stages that cover layers [p, n)
+};
+
+StageReach stage_reach(const std::vector<int64_t>& prefix, int64_t limit) {
+    const int n = static_cast<int>(prefix.size()) - 1;
+    StageReach r;
+    r.reach.assign(size_t(n) + 1, n);
+    for (int i = 0, j = 0; i < n; ++i) {
+        j = std::max(j, i);
+        while (j < n && prefix[size_t(j) + 1] - prefix[size_t(i)] <= limit) ++j;
+        r.reach[size_t(i)] = j;
+    }
+    r.suffix_min.assign(size_t(n) + 1, 0);
+    for (int i = n - 1; i >= 0; --i) r.suffix_min[size_t(i)] = 1 + r.suffix_min[size_t(r.reach[size_t(i)])];
+    r.prefix_min.assign(size_t(n) + 1, 0);
+    for (int p = 1, back = 0; p <= n; ++p) {
+        while (prefix[size_t(p)] - prefix[size_t(back)] > limit) ++back;
+        r.prefix_min[size_t(p)] = 1 + r.prefix_min[size_t(back)];
+    }
+    return r;
+}
+
+// The least possible cost of the largest of `stages` stages: the least limit under which the
+// greedy split (each stage as long as the limit allows) needs at most `stages` stages. With
+// non-negative costs a split into fewer stages can be cut further without passing the limit.
+int64_t least_largest_stage(const std::vector<int64_t>& cost, const std::vector<int64_t>& prefix, int stages) {
+    const auto stages_needed = [&](int64_t limit) {
+        int count = 0;
+        int64_t sum = 0;
+        for (const int64_t c : cost) {
+            if (c > limit) return std::numeric_limits<int>::max();
+            if (count == 0 || sum + c > limit) ++count, sum = 0;
+            sum += c;
+        }
+        return count;
+    };
+    int64_t lo = *std::max_element(cost.begin(), cost.end()), hi = prefix.back();
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (stages_needed(mid) <= stages) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+}  // namespace
+
 std::vector<int64_t> balanced_split(const std::vector<int64_t>& layer_cost, int stages,
                                     const std::vector<int64_t>& params) {
-    const std::vector<int64_t>& layer_params = layer_cost;  // the quantity balanced
     const std::vector<int64_t>& free_of = params.size() == layer_cost.size() ? params : layer_cost;
-    const int n = static_cast<int>(layer_params.size());
+    const int n = static_cast<int>(layer_cost.size());
     PARALAB_CHECK(stages >= 1 && stages <= n, "balanced_split: " + std::to_string(stages) +
                                                   " stages for " + std::to_string(n) + " layers");
+    PARALAB_CHECK(std::all_of(layer_cost.begin(), layer_cost.end(), [](int64_t c) { return c >= 0; }),
+                  "balanced_split: a layer's cost is negative");
+    if (stages == 1) return {};
     std::vector<int64_t> prefix(static_cast<size_t>(n) + 1, 0);
-    for (int i = 0; i < n; ++i) prefix[size_t(i) + 1] = prefix[size_t(i)] + layer_params[size_t(i)];
-    auto sum = [&](int a, int b) { return prefix[size_t(b)] - prefix[size_t(a)]; };
-    constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
-    const auto at = [n](int i, int k) { return size_t(i) * size_t(n + 1) + size_t(k); };
+    for (int i = 0; i < n; ++i) prefix[size_t(i) + 1] = prefix[size_t(i)] + layer_cost[size_t(i)];
+    const auto is_free = [&](int j) { return free_of[size_t(j)] == 0 ? 1 : 0; };
 
-    // Pass 1: the least possible largest stage. best[i, k]: layers [i, n) in k stages.
-    std::vector<int64_t> best(size_t(n + 1) * size_t(n + 1), kInf);
-    best[at(n, 0)] = 0;
-    for (int k = 1; k <= stages; ++k)
-        for (int i = n - k; i >= 0; --i)
-            for (int j = i + 1; j <= n - k + 1; ++j) {
-                const int64_t rest = best[at(j, k - 1)];
-                if (rest == kInf) continue;
-                best[at(i, k)] = std::min(best[at(i, k)], std::max(sum(i, j), rest));
-            }
-    const int64_t limit = best[at(0, stages)];
+    // Pass 1: the least possible largest stage.
+    const int64_t limit = least_largest_stage(layer_cost, prefix, stages);
+    const StageReach r = stage_reach(prefix, limit);
+    const int K = stages;
+
+    // Boundary t (1 ≤ t < K, the first layer of stage t) can be at p when layers [0, p) fit in
+    // t stages and [p, n) in K − t under the limit: an interval [first[t], last[t]] of p, since
+    // prefix_min grows with p and suffix_min shrinks.
+    std::vector<int> first(size_t(K), 0), last(size_t(K), -1);
+    for (int t = 1; t < K; ++t) {
+        // The smallest p with suffix_min[p] <= K - t, the largest with prefix_min[p] <= t.
+        const auto lo = std::partition_point(r.suffix_min.begin(), r.suffix_min.end(),
+                                             [&](int v) { return v > K - t; });
+        const auto hi = std::partition_point(r.prefix_min.begin(), r.prefix_min.end(),
+                                             [&](int v) { return v <= t; });
+        first[size_t(t)] = std::max(t, static_cast<int>(lo - r.suffix_min.begin()));
+        last[size_t(t)] = std::min(n - K + t, static_cast<int>(hi - r.prefix_min.begin()) - 1);
+        PARALAB_CHECK(first[size_t(t)] <= last[size_t(t)], "balanced_split: no split found");
+    }
 
     // Pass 2: under that limit, the fewest stages that start with a parameter-free layer.
-    std::vector<int64_t> starts(size_t(n + 1) * size_t(n + 1), kInf);
-    starts[at(n, 0)] = 0;
-    for (int k = 1; k <= stages; ++k)
-        for (int i = n - k; i >= 0; --i)
-            for (int j = i + 1; j <= n - k + 1 && sum(i, j) <= limit; ++j) {
-                const int64_t rest = starts[at(j, k - 1)];
-                if (rest == kInf) continue;
-                const int64_t free_start = (j < n && free_of[size_t(j)] == 0) ? 1 : 0;
-                starts[at(i, k)] = std::min(starts[at(i, k)], rest + free_start);
+    // free_starts[t][p - first[t]]: the fewest among boundaries t..K-1 with boundary t at p (p's
+    // own counted). Boundary t + 1 lies in (p, reach[p]], a window that moves forward with p:
+    // its minimum is kept in a monotone deque, so each boundary's interval is walked once.
+    std::vector<std::vector<int>> free_starts(static_cast<size_t>(K));
+    for (int t = K - 1; t >= 1; --t) {
+        std::vector<int>& here = free_starts[size_t(t)];
+        here.resize(size_t(last[size_t(t)] - first[size_t(t)] + 1));
+        if (t == K - 1) {
+            for (int p = first[size_t(t)]; p <= last[size_t(t)]; ++p) here[size_t(p - first[size_t(t)])] = is_free(p);
+            continue;
+        }
+        const std::vector<int>& next = free_starts[size_t(t) + 1];
+        const int next_first = first[size_t(t) + 1], next_last = last[size_t(t) + 1];
+        std::vector<int> window;  // positions q, their values increasing
+        size_t front = 0;
+        int pushed = next_first;  // the next q to enter the window
+        for (int p = first[size_t(t)]; p <= last[size_t(t)]; ++p) {
+            const int right = std::min(r.reach[size_t(p)], next_last);
+            for (; pushed <= right; ++pushed) {
+                const int v = next[size_t(pushed - next_first)];
+                while (window.size() > front && next[size_t(window.back() - next_first)] >= v) window.pop_back();
+                window.push_back(pushed);
             }
+            while (front < window.size() && window[front] <= p) ++front;
+            PARALAB_CHECK(front < window.size(), "balanced_split: no split found");
+            here[size_t(p - first[size_t(t)])] = is_free(p) + next[size_t(window[front] - next_first)];
+        }
+    }
 
     // Walk from the front taking the latest boundary that keeps the optimum.
+    int target = std::numeric_limits<int>::max();
+    for (int p = first[1]; p <= std::min(last[1], r.reach[0]); ++p)
+        target = std::min(target, free_starts[1][size_t(p - first[1])]);
     std::vector<int64_t> split;
     int i = 0;
-    for (int k = stages; k > 1; --k) {
+    for (int t = 1; t < K; ++t) {
         int chosen = -1;
-        for (int j = n - k + 1; j > i; --j) {
-            if (sum(i, j) > limit || starts[at(j, k - 1)] == kInf) continue;
-            const int64_t free_start = free_of[size_t(j)] == 0 ? 1 : 0;
-            if (starts[at(j, k - 1)] + free_start == starts[at(i, k)]) {
-                chosen = j;
+        for (int p = std::min(last[size_t(t)], r.reach[size_t(i)]); p > i && p >= first[size_t(t)]; --p)
+            if (free_starts[size_t(t)][size_t(p - first[size_t(t)])] == target) {
+                chosen = p;
                 break;
             }
-        }
         PARALAB_CHECK(chosen > i, "balanced_split: no split found");
         split.push_back(chosen);
+        target -= is_free(chosen);
         i = chosen;
     }
     return split;

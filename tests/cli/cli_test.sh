@@ -94,9 +94,29 @@ sed 's/"seed": [0-9]*/"seed": 18446744073709551615/' "$good" >"$tmp/h_seed.paral
 check huge_seed 2 'seed: expected a non-negative integer, got 18446744073709551615' -- "$paralab" validate "$tmp/h_seed.paralab.json"
 sed 's/"seed": [0-9]*/"seed": 1e99999/' "$good" >"$tmp/h_number.paralab.json"
 check huge_number 2 ': number out of range (1e99999 is beyond a double)' -- "$paralab" validate "$tmp/h_number.paralab.json"
-python3 -c 'import sys; s = open(sys.argv[1]).read(); n = 10000
-print(s.replace("\"layers\": [", "\"layers\": [" + "{\"type\": \"residual\", \"layers\": [" * n + "{\"type\": \"relu\"}" + "]}" * n + ", ", 1))' "$good" >"$tmp/h_deep.paralab.json"
+deep() {  # the experiment with N residual blocks nested in one another
+    python3 -c 'import sys; s = open(sys.argv[1]).read(); n = int(sys.argv[2])
+print(s.replace("\"layers\": [", "\"layers\": [" + "{\"type\": \"residual\", \"layers\": [" * n + "{\"type\": \"relu\"}" + "]}" * n + ", ", 1))' "$good" "$1"
+}
+deep 100 >"$tmp/h_deep.paralab.json"
 check deep_nesting 2 'residual blocks nested more than 64 deep' -- "$paralab" validate "$tmp/h_deep.paralab.json"
+# Deeper than any model: refused while the text is read, before a value is built.
+deep 10000 >"$tmp/h_deeper.paralab.json"
+check deep_json 2 'h_deeper.paralab.json: nested deeper than 512 levels of arrays and objects' -- "$paralab" validate "$tmp/h_deeper.paralab.json"
+# A key given twice is refused with its JSON path, not taken from the last.
+sed 's/"out": 64}/"out": 64, "out": 65}/' "$good" >"$tmp/h_dup.paralab.json"
+check duplicate_key 2 'h_dup.paralab.json: model.layers[0].out: duplicate key; a key appears once in an object' -- "$paralab" validate "$tmp/h_dup.paralab.json"
+# Names with terminal control characters are printed escaped.
+sed 's/"name": "[^"]*"/"name": "a\\u001b[2Jb"/' "$good" >"$tmp/h_escape.paralab.json"
+check escaped_name 0 'a\x1B[2Jb' -- "$paralab" validate "$tmp/h_escape.paralab.json"
+# Command-line numbers: refused with the accepted range, never clamped or wrapped.
+check steps_1e20 2 "--steps: expected an integer from 1 to 9223372036854775807, got '1e20'" -- "$paralab" run "$good" --steps 1e20
+check steps_negative 2 "--steps: expected an integer from 1 to 9223372036854775807, got '-5'" -- "$paralab" run "$good" --steps -5
+check rank_timeout_nan 2 "--rank-timeout: expected a number from 1 to 86400, got 'nan'" -- "$paralab" run "$good" --rank-timeout nan
+check seed_negative 2 "--seed: expected an integer from 0 to 18446744073709551615, got '-1'" -- "$paralab" generate 1 --prompt a --tokens 3 --seed -1
+check seed_2_64 2 "--seed: expected an integer from 0 to 18446744073709551615, got '18446744073709551616'" -- "$paralab" generate 1 --prompt a --tokens 3 --seed 18446744073709551616
+check seed_1e23 2 "--seed: expected an integer from 0 to 18446744073709551615, got '1e23'" -- "$paralab" generate 1 --prompt a --tokens 3 --seed 1e23
+check temperature_nan 2 "--temperature: expected a number from 0 to 100, got 'nan'" -- "$paralab" generate 1 --prompt a --tokens 3 --temperature nan
 check endless_file 2 'larger than 16 MiB' -- "$paralab" validate /dev/zero
 # A 10 MB unknown value and key: named shortened, with no suggestion worked out for them.
 python3 -c 'import json, sys; j = json.load(open(sys.argv[1])); j["strategy"]["type"] = "x" * 10000000; j["y" * 1000] = 1

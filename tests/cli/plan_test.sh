@@ -52,6 +52,7 @@ check plan_sweep_skipped 0 'tp=5: heads (96) not divisible by tp (5)' -- "$paral
 # Bad input: exit 2 and the cause.
 check plan_unknown_preset 2 'unknown cluster preset "a200"' -- "$paralab" plan "$gpt3" --cluster a200
 check plan_mesh_size 2 'but the cluster has 24' -- "$paralab" plan "$gpt3" --nodes 3
+check plan_cluster_overflow 2 "--nodes: nodes × gpus_per_node = 1000000 × 4096 = 4096000000 devices; a cluster has at most 1048576" -- "$paralab" plan "$gpt3" --nodes 1000000 --gpus-per-node 4096
 check plan_sweep_key 2 'unknown sweep key "tensor"' -- "$paralab" plan "$gpt3" --sweep tensor=1,2
 check plan_sweep_value 2 'tp=x' -- "$paralab" plan "$gpt3" --sweep tp=x
 echo '{"name": "mine", "peak_tflops_16bit": 100, "memory_gb": "lots"}' >"$tmp/cluster.json"

@@ -58,6 +58,45 @@ rc=$?
 if [ $rc = 2 ] && grep -q "cannot write the CSV file: Not a directory" "$tmp/err"; then ok export_errno
 else fail "export_errno: exit $rc"; cat "$tmp/err"; fi
 
+# Rows another program wrote: a run whose devices are valid JSON but no list, one whose config
+# nests 300,000 arrays. Each is left out of `runs list` with its id and cause, never hiding the
+# others; `runs show` of a good run works, of a bad one says why (no crash); a name's terminal
+# control characters are printed escaped.
+db="$tmp/together2.db"
+python3 -c 'import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("UPDATE runs SET devices = ? WHERE run_id = 1", ("{\"cpu:0\": 1}",))
+c.execute("UPDATE runs SET config = ?, name = ? WHERE run_id = 2", ("[" * 300000, "x\x1b[2Jy"))
+c.commit()' "$db"
+"$paralab" runs list --db "$db" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc = 0 ] && grep -q "run 1 left out: its row in .* does not read (devices: expected a list of device names" "$tmp/err" &&
+    grep -q "run 2 left out: .*config: nested deeper than 512 levels" "$tmp/err"; then ok bad_rows_list
+else fail "bad_rows_list: exit $rc"; cat "$tmp/out" "$tmp/err"; fi
+"$paralab" runs show 2 --db "$db" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc = 2 ] && grep -q "run 2 cannot be read: config: nested deeper than 512 levels" "$tmp/err"; then ok bad_rows_show
+else fail "bad_rows_show: exit $rc"; cat "$tmp/err"; fi
+python3 -c 'import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("UPDATE runs SET config = (SELECT config FROM runs WHERE run_id = 1) WHERE run_id = 2")
+c.commit()' "$db"
+"$paralab" runs show 2 --db "$db" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc = 0 ] && grep -qF 'run 2: x\x1B[2Jy' "$tmp/out" && ! grep -q $'\x1b' "$tmp/out"; then ok names_escaped
+else fail "names_escaped: exit $rc"; cat -v "$tmp/out" "$tmp/err"; fi
+
+# A run that another process resumes (its row running, that process alive) is not resumed twice.
+python3 -c 'import os, socket, sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("UPDATE runs SET status = ?, pid = ?, host = ? WHERE run_id = 2", ("running", int(sys.argv[2]), socket.gethostname()))
+c.commit()' "$db" $$
+"$paralab" run --resume 2 --db "$db" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ $rc = 2 ] && grep -q "run 2 is running" "$tmp/err" && [ "$(sql "$db" "SELECT status FROM runs WHERE run_id = 2")" = running ]; then
+    ok resume_exclusive
+else fail "resume_exclusive: exit $rc"; cat "$tmp/err"; fi
+
 mkdir -p "$tmp/full" "$tmp/ro"
 if ! mount -t tmpfs -o size=400k tmpfs "$tmp/full" 2>/dev/null; then
     echo "skip full disk and read-only file system: cannot mount a tmpfs here (needs root)"

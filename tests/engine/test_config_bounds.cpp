@@ -4,6 +4,11 @@
 // anything of it is allocated.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -336,4 +341,103 @@ TEST(ConfigBounds, ValidateAgreesWithRunOnMutatedExamples) {
     std::printf("%d mutants compared, %d refused by both\n", compared, refused);
     EXPECT_GT(compared, 100);
     EXPECT_GT(refused, 20);
+}
+
+// Hybrid's micro-batches cut each replica's share of the batch: more of them than the largest
+// share has rows is refused at strategy.micro_batches, naming how many it may be.
+TEST(ConfigBounds, HybridMicroBatchesBeyondTheBatchAreRefused) {
+    json j = spirals();
+    j["devices"] = {"cpu:0", "cpu:1", "cpu:2", "cpu:3"};
+    j["strategy"] = {{"type", "hybrid"}, {"dp", 2}, {"pp", 2}, {"micro_batches", 9}};
+    const std::string msg = config_error([&] { run::check_before_training(run::parse_experiment(j)); });
+    EXPECT_EQ(msg, "strategy.micro_batches: 9 micro-batches, but the largest of dp 2 replicas' shares of "
+                   "data.batch_size 16 has 8 rows; at most 8");
+    j["strategy"]["micro_batches"] = 8;
+    EXPECT_EQ(config_error([&] { run::check_before_training(run::parse_experiment(j)); }), "");
+}
+
+// A rank thread that cannot be started (the process's limits: here every new thread asks for
+// a 1 TiB stack under a 16 GiB address-space limit) fails the run with that reason; the process
+// is not ended by std::terminate. In a child process, whose limits do not reach the tests.
+TEST(ConfigBounds, ARankThreadThatCannotStartFailsTheRun) {
+    int out[2];
+    ASSERT_EQ(pipe(out), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        close(out[0]);
+        std::string said;
+        try {
+            json j = spirals();
+            j["devices"] = {"cpu:0", "cpu:1"};
+            j["strategy"] = {{"type", "ddp"}};
+            const config::Experiment e = run::parse_experiment(j);
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            pthread_attr_setstacksize(&attr, size_t{1} << 40);
+            pthread_setattr_default_np(&attr);
+            const rlimit as{size_t{16} << 30, size_t{16} << 30};
+            setrlimit(RLIMIT_AS, &as);
+            const config::RunSummary s = run::run_experiment(e, nullptr, nullptr, 1);
+            said = s.status + ": " + s.error;
+        } catch (const std::exception& err) {
+            said = std::string("threw: ") + err.what();
+        }
+        (void)!write(out[1], said.data(), said.size());
+        _exit(0);
+    }
+    close(out[1]);
+    std::string said;
+    char buf[4096];
+    for (ssize_t n; (n = read(out[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(n));
+    close(out[0]);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status) << "; it said: " << said;
+    EXPECT_EQ(said.rfind("failed: cannot start the thread of rank 0 (cpu:0): ", 0), 0u) << said;
+}
+
+// The host memory a run may take is the least of MemAvailable, what RLIMIT_AS leaves and what the
+// cgroup's limit leaves (v2: memory.max less memory.current, in its cgroup and every one above;
+// v1: memory.limit_in_bytes less memory.usage_in_bytes), each read from a folder laid out as "/".
+TEST(ConfigBounds, HostMemoryHonoursTheCgroupLimitAndRlimitAs) {
+    const auto root = std::filesystem::temp_directory_path() / "paralab_memory_root";
+    std::filesystem::remove_all(root);
+    const auto put = [&](const std::string& path, const std::string& text) {
+        std::filesystem::create_directories((root / path).parent_path());
+        std::ofstream(root / path) << text;
+    };
+    put("proc/meminfo", "MemTotal:       65536000 kB\nMemAvailable:   32768000 kB\n");
+    put("proc/self/statm", "1000 100 0 0 0 0 0\n");
+    put("proc/self/cgroup", "0::/user.slice/job\n");
+    put("sys/fs/cgroup/user.slice/job/memory.max", "max\n");
+    put("sys/fs/cgroup/user.slice/memory.max", "4294967296\n");
+    put("sys/fs/cgroup/user.slice/memory.current", "1073741824\n");
+    const std::string r = root.string() + "/";
+    run::HostMemoryLimits h = run::host_memory_limits(r);
+    EXPECT_EQ(h.mem_available, int64_t{32768000} * 1024);
+    EXPECT_EQ(h.cgroup_left, int64_t{3} << 30);  // the parent's limit binds
+    EXPECT_EQ(h.least(), int64_t{3} << 30);
+    EXPECT_EQ(h.least_name(), "the cgroup's memory limit");
+
+    put("proc/self/cgroup", "4:memory:/docker/abc\n0::/\n");
+    put("sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "2147483648\n");
+    put("sys/fs/cgroup/memory/docker/abc/memory.usage_in_bytes", "536870912\n");
+    EXPECT_EQ(run::host_memory_limits(r).cgroup_left, int64_t{3} << 29);
+    put("sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");  // unlimited
+    EXPECT_FALSE(run::host_memory_limits(r).cgroup_left);
+
+    // RLIMIT_AS: the soft limit lowered for the check, then given back.
+    rlimit saved{};
+    ASSERT_EQ(getrlimit(RLIMIT_AS, &saved), 0);
+    rlimit lowered = saved;
+    lowered.rlim_cur = rlim_t{1} << 40;
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &lowered), 0);
+    h = run::host_memory_limits(r);
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &saved), 0);
+    EXPECT_EQ(h.address_space_left, (int64_t{1} << 40) - 1000 * sysconf(_SC_PAGESIZE));
+    std::filesystem::remove_all(root);
+
+    // The real machine's figures: at least MemAvailable is known.
+    EXPECT_TRUE(run::host_memory_limits().least().has_value());
 }

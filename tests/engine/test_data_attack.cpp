@@ -277,6 +277,18 @@ TEST(TextAttack, ACorpusOver1GiBIsRefusedBeforeReading) {
     EXPECT_THROW(check_data_files(cfg), ConfigError);
 }
 
+// A file that reports no size but holds text (/proc's) is a corpus like any other: counted by
+// reading it, not called empty.
+TEST(TextAttack, AProcFileIsTextNotEmpty) {
+    DataConfig cfg;
+    cfg.dataset = "text";
+    cfg.path = "/proc/self/maps";
+    cfg.seq_len = 4;
+    ASSERT_EQ(fs::file_size(cfg.path), 0u) << "this system's /proc reports sizes";
+    EXPECT_NO_THROW(check_data_files(cfg));
+    EXPECT_GT(load_data(cfg, 0).train.text->size(), 0u);
+}
+
 TEST(TextAttack, AStopEndsTheRead) {
     TempDir dir;
     const std::string path = dir.file("corpus.txt");

@@ -8,6 +8,7 @@
 #include <functional>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 
 #include "engine/lesson/lesson.h"
@@ -219,6 +220,42 @@ TEST(Lessons, BadFilesNameTheFileAndThePath) {
     // An unknown cluster preset.
     file = d.lesson([](json& j) { j["experiments"][2]["plan"]["cluster"] = "z80"; });
     EXPECT_NE(load_error(file).find(file + ": experiments[2].plan.cluster: "), std::string::npos) << load_error(file);
+}
+
+// A lesson's text is a file inside its folder (no absolute path, no .., no link leading out) of
+// at most 16 MiB; a key given twice in the lesson file is refused with its JSON path.
+TEST(Lessons, TheTextStaysInsideTheLessonsFolderAndIsBounded) {
+    LessonDir d;
+    const std::string outside = "not inside the lesson's folder";
+    fs::create_symlink("/etc/passwd", d.dir.path / "link.md");
+    for (const std::string text : {"/etc/passwd", "../outside.md", "sub/../../outside.md", "link.md"}) {
+        SCOPED_TRACE(text);
+        const std::string file = d.lesson([&](json& j) { j["text"] = text; });
+        EXPECT_NE(load_error(file).find(file + ": text: "), std::string::npos) << load_error(file);
+        EXPECT_NE(load_error(file).find(outside), std::string::npos) << load_error(file);
+    }
+    fs::create_directories(d.dir.path / "sub");
+    write(d.dir.path / "sub" / "inner.md", "# Inside\n");
+    std::string file = d.lesson([](json& j) { j["text"] = "sub/inner.md"; });
+    EXPECT_EQ(lesson::load_lesson(file).text, "# Inside\n");
+
+    {
+        std::ofstream big(d.dir.path / "big.md", std::ios::binary);
+        const std::string mib(size_t{1} << 20, 'x');
+        for (int i = 0; i < 17; ++i) big << mib;
+    }
+    file = d.lesson([](json& j) { j["text"] = "big.md"; });
+    EXPECT_NE(load_error(file).find("larger than 16 MiB"), std::string::npos) << load_error(file);
+    // Through a reader (the window's resources) the text's size is bounded too.
+    const lesson::FileReader huge = [](const std::string& path) {
+        return path.ends_with(".md") ? std::string((size_t{16} << 20) + 1, 'x') : lesson::read_disk_file(path);
+    };
+    file = d.lesson();
+    EXPECT_NE(load_error(file, huge).find("text: larger than 16 MiB"), std::string::npos) << load_error(file, huge);
+
+    write(d.dir.path / "dup.lesson.json", R"({"paralab_lesson": 1, "title": "T", "title": "U"})");
+    EXPECT_EQ(load_error(d.path("dup.lesson.json")),
+              d.path("dup.lesson.json") + ": title: duplicate key; a key appears once in an object");
 }
 
 // A lesson read through another reader (the window's, for compiled-in resources): paths are

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -314,7 +315,29 @@ TEST(Planner, BadInputSaysWhy) {
     EXPECT_EQ(message([] {
                   plan::cluster_from_json(json{{"gpus_per_node", 8}});
               }),
-              "peak_tflops_16bit: missing; expected a number above 0");
+              "peak_tflops_16bit: missing; expected a number from 0.001 to 1e+06");
+    // Rates outside what a device or link can have, and clusters whose device count would not
+    // fit, are refused with the accepted range (docs/planner.md, "Bounds").
+    const json base = {{"peak_tflops_16bit", 100}, {"memory_gb", 80}, {"memory_bandwidth_gbps", 2000},
+                       {"intra_node_bandwidth_gbps", 300}};
+    const auto with = [&](const std::string& key, const json& value) {
+        json j = base;
+        j[key] = value;
+        return message([&] { plan::cluster_from_json(j); });
+    };
+    EXPECT_EQ(with("peak_tflops_16bit", 1e-300), "peak_tflops_16bit: expected a number in [0.001, 1e+06], got 1e-300");
+    EXPECT_EQ(with("intra_node_bandwidth_gbps", 1e300),
+              "intra_node_bandwidth_gbps: expected a number in [0.001, 1e+06], got 1e+300");
+    EXPECT_EQ(with("inter_node_latency_us", 1e20), "inter_node_latency_us: expected a number in [0, 1e+06], got 1e+20");
+    json huge = base;
+    huge["nodes"] = 1000000;
+    huge["gpus_per_node"] = 4096;
+    EXPECT_EQ(message([&] { plan::cluster_from_json(huge); }),
+              "gpus_per_node: nodes × gpus_per_node = 1000000 × 4096 = 4096000000 devices; a cluster has at most 1048576");
+    // A cluster file's duplicate key is refused with its path.
+    const std::string dup = ::testing::TempDir() + "dup-cluster.json";
+    std::ofstream(dup) << R"({"peak_tflops_16bit": 100, "memory_gb": 80, "memory_gb": 40})";
+    EXPECT_EQ(message([&] { plan::load_cluster(dup); }), dup + ": memory_gb: duplicate key; a key appears once in an object");
     EXPECT_NE(message([] {
                   plan::cluster_from_json(json{{"peak_tflops_16bit", 100},
                                                {"memory_gb", 80},
@@ -597,4 +620,27 @@ TEST(Planner, CalibrationRoundTripsAndFeedsTheLocalPreset) {
     else
         unsetenv("XDG_DATA_HOME");
     std::filesystem::remove_all(folder);
+}
+
+// The pipeline simulation is bounded: pp 64, interleave 16 and 1,048,576 micro-batches (each in
+// its own range) is refused by its product, in well under a second, instead of growing to
+// std::bad_alloc; a cluster whose nodes × devices would overflow is refused too.
+TEST(Planner, APlansPipelineSimulationIsBounded) {
+    const plan::PlanFile f = plan_file(gpt_json({{"type", "hybrid"}, {"dp", 4}}, "bf16"));
+    const plan::PlanModel model = plan::plan_model(f.experiment);
+    plan::Mesh mesh = plan::mesh_of(f, 4);
+    mesh.dp = 1;
+    mesh.pp = 64;
+    mesh.schedule = strategy::stages::Schedule::interleaved_1f1b;
+    mesh.interleave = 16;
+    mesh.micro_batches = 1 << 20;
+    const auto start = std::chrono::steady_clock::now();
+    const plan::Prediction p = plan::predict(f.experiment, model, test_cluster(64), mesh);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+    EXPECT_EQ(p.skipped, "pp × interleave × micro_batches = 64 × 16 × 1048576 = 1073741824 pipeline steps to "
+                         "simulate; a plan takes at most 2097152");
+    plan::Cluster huge = test_cluster(4);
+    huge.nodes = 1000000;
+    huge.gpus_per_node = 4096;
+    EXPECT_EQ(plan::predict(f.experiment, model, huge, mesh).skipped, "nodes × gpus_per_node above 1048576 devices");
 }

@@ -233,7 +233,7 @@ TEST_F(RunStoreStress, AFullDiskFailsTheRunAndKeepsWhatWasCommitted) {
     std::string error;
     {
         store::RunRecorder rec(db, nlohmann::json::object());
-        rec.on_disk_full([&] {
+        rec.on_store_failed([&] {
             std::lock_guard lock(m);
             ++reported;
             cv.notify_all();
@@ -293,7 +293,7 @@ TEST_F(RunStoreStress, AFullDiskBeforeTheRunsRowFailsTheRun) {
     shim::space = 0;
     int reported = 0;
     store::RunRecorder rec(db, nlohmann::json::object());
-    rec.on_disk_full([&] { ++reported; });
+    rec.on_store_failed([&] { ++reported; });
     rec.on_start(experiment("no room"), 10);  // on this thread: the callback has run on return
     EXPECT_EQ(reported, 1);
     EXPECT_EQ(rec.run_id(), 0);
@@ -530,3 +530,34 @@ TEST_F(RunStoreStress, KillsWhileWritingLeaveAWholeStore) {
 }
 
 }  // namespace
+
+// Resuming onto a full disk: the claim fails as a full disk (the CLI says so, and the run keeps
+// its status); a recorder whose reopening finds no room fails the run unrecorded (run id 0),
+// never reporting a resumed run 0.
+TEST_F(RunStoreStress, AResumeOntoAFullDiskFailsClearly) {
+    const std::string path = (dir.path / "runs.db").string();
+    store::RunStore db(path);
+    const int64_t id = db.create_run(experiment("stopped"), {});
+    db.finish_run(id, "stopped", nlohmann::json::object());
+    shim::space = 0;
+    try {
+        db.claim_for_resume(id);
+        FAIL() << "claimed on a full disk";
+    } catch (const store::StoreError& e) {
+        EXPECT_TRUE(e.disk_full()) << e.what();
+    }
+    store::RunRecorder rec(db, nlohmann::json::object());
+    int reported = 0;
+    rec.on_store_failed([&] { ++reported; });
+    rec.resume(id, [] { return int64_t{0}; });
+    rec.on_start(experiment("stopped"), 10);
+    EXPECT_EQ(reported, 1);
+    EXPECT_EQ(rec.run_id(), 0);
+    config::RunSummary summary;
+    summary.status = "finished";
+    EXPECT_EQ(rec.as_recorded(summary).status, "failed");
+    EXPECT_NE(rec.as_recorded(summary).error.find("disk full"), std::string::npos);
+    rec.on_finish(summary);
+    shim::space = INT64_MAX;
+    EXPECT_EQ(db.get_run(id)->status, "stopped");
+}

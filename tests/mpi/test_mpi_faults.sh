@@ -6,6 +6,8 @@
 #      message naming the rank, its steps kept;
 #   3. a rank that hangs (SIGSTOP): rank 0's watchdog fails the run after --rank-timeout, naming
 #      the rank, and every process exits;
+#   3b. rank 0 itself hangs (SIGSTOP): the other ranks, which watch its heartbeat, end the job
+#      after --rank-timeout saying so, and the run is `failed` or `interrupted`;
 #   4. a loss that becomes NaN: the run is `failed` with the cause, and the job ends.
 # Each job must end within a bound (timeout), and the store must stay readable. And one run
 # without a fault that no other test makes on the CLI:
@@ -98,6 +100,28 @@ fault_case kill 60 kill_rank1 failed "rank 1 (r1/cpu:0)"
 # 5 s: ranks 0 and 1 spin in the collective the stopped rank 2 never joins, and on a loaded
 # 2-core machine rank 1's heartbeat thread was once held back 2 s, long enough to be named.
 fault_case hang 5 hang_rank2 failed "rank 2 (r2/cpu:0).*not heard from"
+# Rank 0 itself hangs (SIGSTOP): the other ranks hear its heartbeat no more and end the job
+# after --rank-timeout, saying why. Rank 0 either records the run as failed when mpirun wakes
+# it to end it, or is killed first: then its run reads as interrupted once its process is gone.
+db=$dir/hang_root.db
+start_job "$db" 5
+check "hang_root: steps were stored before the fault" wait_for_steps "$db"
+pid=$(rank_pid "$db" 0) && kill -STOP "$pid"
+wait
+check "hang_root: the job ended within its bound (rc $(cat "$db.rc"))" test "$(cat "$db.rc")" != 124
+check "hang_root: a rank said that rank 0 was not heard from" grep -q "rank 0 (r0/cpu:0) not heard from for" "$db.err"
+ended_status() {  # failed or interrupted, once rank 0's process is gone (at most 10 s)
+    i=0
+    while [ $i -lt 100 ]; do
+        case "$(status_of "$1")" in failed|interrupted) return 0 ;; esac
+        sleep 0.1
+        i=$((i + 1))
+    done
+    return 1
+}
+check "hang_root: the run is failed or interrupted (got $(status_of "$db"))" ended_status "$db"
+check "hang_root: the run keeps its steps" test "$(stored_steps "$db")" -gt 0
+check "hang_root: no process of the job is left" sh -c "! pgrep -f '[p]aralab run .*$db' >/dev/null"
 
 # 4. A NaN loss (a learning rate of 1e37).
 db=$dir/nan.db

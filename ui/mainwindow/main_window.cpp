@@ -25,6 +25,7 @@
 #include <QToolBar>
 #include <QVBoxLayout>
 
+#include "engine/run/json_reader.h"
 #include "engine/strategy/registry.h"
 #include "engine/util/error.h"
 #include "ui/panels/dashboard/device_dashboard.h"
@@ -57,8 +58,9 @@ config::Experiment readExperiment(const QString& path) {
     QFile file(path);
     if (!file.open(QIODevice::ReadOnly))
         throw ConfigError(path.toStdString() + ": cannot open the experiment file");
+    const nlohmann::json j = run::parse_json_text(file.readAll().toStdString(), path.toStdString());
     try {
-        return run::parse_experiment(nlohmann::json::parse(file.readAll().toStdString()));
+        return run::parse_experiment(j);
     } catch (const std::exception& err) {
         throw ConfigError(path.toStdString() + ": " + err.what());
     }
