@@ -201,13 +201,8 @@ int64_t BatchNorm::flops_impl() const {
 
 // ---- LayerNorm ---------------------------------------------------------------------------
 
-LayerNorm::LayerNorm(double eps, bool bias) : Layer("layernorm"), m_eps(eps), m_has_bias(bias) {
-    if (!(eps > 0))
-        throw ConfigError("layernorm: eps must be positive, got " + std::to_string(eps));
-}
-
 // input: [..., D] -> the same shape
-Shape LayerNorm::build_impl(const Shape& input) {
+Shape LastDimNorm::build_impl(const Shape& input) {
     if (input.rank() < 1 || input.numel() == 0) shape_error("an input [..., D]", input);
     m_dim = input.back();
     m_weight = &add_param("weight", Shape{m_dim});
@@ -216,10 +211,15 @@ Shape LayerNorm::build_impl(const Shape& input) {
     return input;
 }
 
-void LayerNorm::reset_parameters_impl(Rng& rng) {
+void LastDimNorm::reset_parameters_impl(Rng& rng) {
     (void)rng;
     m_weight->value.fill(1.0);
     if (m_bias) m_bias->value.zero();
+}
+
+LayerNorm::LayerNorm(double eps, bool bias) : LastDimNorm("layernorm", eps, bias) {
+    if (!(eps > 0))
+        throw ConfigError("layernorm: eps must be positive, got " + std::to_string(eps));
 }
 
 // x: [B, ..., D] -> y: [B, ..., D], seen as [rows, D]; the row statistics are kept for backward.
@@ -275,25 +275,9 @@ int64_t LayerNorm::flops_impl() const {
 
 // ---- RMSNorm -----------------------------------------------------------------------------
 
-RMSNorm::RMSNorm(double eps, bool bias) : Layer("rmsnorm"), m_eps(eps), m_has_bias(bias) {
+RMSNorm::RMSNorm(double eps, bool bias) : LastDimNorm("rmsnorm", eps, bias) {
     if (!(eps > 0))
         throw ConfigError("eps", "expected a positive number, got " + std::to_string(eps));
-}
-
-// input: [..., D] -> the same shape
-Shape RMSNorm::build_impl(const Shape& input) {
-    if (input.rank() < 1 || input.numel() == 0) shape_error("an input [..., D]", input);
-    m_dim = input.back();
-    m_weight = &add_param("weight", Shape{m_dim});
-    m_bias = m_has_bias ? &add_param("bias", Shape{m_dim}) : nullptr;
-    m_weight->value.fill(1.0);
-    return input;
-}
-
-void RMSNorm::reset_parameters_impl(Rng& rng) {
-    (void)rng;
-    m_weight->value.fill(1.0);
-    if (m_bias) m_bias->value.zero();
 }
 
 // x: [B, ..., D] -> y: [B, ..., D], seen as [rows, D]; the input and its row rstd kept for backward.

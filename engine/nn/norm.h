@@ -86,69 +86,62 @@ private:
     std::map<int64_t, Tensor> m_counts_on_gpu;  // set_count's device doubles, by count
 };
 
-// Per-sample input [..., D]; each vector along the last dimension is normalized to zero mean
-// and unit (biased) variance, then scaled by weight and shifted by bias, both [D] (without
-// bias: torch.nn.LayerNorm(bias=False), weight only).
-class LayerNorm : public Layer {
+// What LayerNorm and RMSNorm share: per-sample input [..., D], each vector along the last
+// dimension normalized, then scaled by weight [D] (initially 1) and, with bias, shifted by bias
+// [D] (initially 0); the last forward's input and its rows' 1/sqrt statistic kept for backward.
+class LastDimNorm : public Layer {
 public:
-    // Throws ConfigError when eps <= 0.
-    explicit LayerNorm(double eps = 1e-5, bool bias = true);
     bool runs_on_gpu() const override { return true; }
-
     double eps() const { return m_eps; }
 
 protected:
+    LastDimNorm(const char* type, double eps, bool bias) : Layer(type), m_eps(eps), m_has_bias(bias) {}
     Shape build_impl(const Shape& input) override;
     void reset_parameters_impl(Rng& rng) override;
-    Tensor forward_impl(const Tensor& x, Mode mode) override;
-    Tensor backward_impl(const Tensor& dy) override;
-    int64_t flops_impl() const override;
     void release_saved_impl() override {
         m_x = Tensor();
-        m_mean = Tensor();
         m_rstd = Tensor();
     }
 
-private:
     double m_eps;
+    bool m_has_bias;
     int64_t m_dim = 0;
     Param* m_weight = nullptr;  // [D]
     Param* m_bias = nullptr;    // [D], null without bias
-    bool m_has_bias;
-    Tensor m_x;                 // the last forward's input and its row statistics, for backward
-    Tensor m_mean;              // [rows]
+    Tensor m_x;                 // the last forward's input
     Tensor m_rstd;              // [rows]
 };
 
-// Per-sample input [..., D]; y = x / sqrt(mean(x^2) + eps) * weight (+ bias) along the last
-// dimension: weight [D] (initially 1), bias [D] (initially 0) only when asked.
-class RMSNorm : public Layer {
+// Normalized to zero mean and unit (biased) variance (without bias: torch.nn.LayerNorm(bias=False),
+// weight only).
+class LayerNorm : public LastDimNorm {
 public:
     // Throws ConfigError when eps <= 0.
-    explicit RMSNorm(double eps = 1e-5, bool bias = false);
-    bool runs_on_gpu() const override { return true; }
-
-    double eps() const { return m_eps; }
+    explicit LayerNorm(double eps = 1e-5, bool bias = true);
 
 protected:
-    Shape build_impl(const Shape& input) override;
-    void reset_parameters_impl(Rng& rng) override;
     Tensor forward_impl(const Tensor& x, Mode mode) override;
     Tensor backward_impl(const Tensor& dy) override;
     int64_t flops_impl() const override;
     void release_saved_impl() override {
-        m_x = Tensor();
-        m_rstd = Tensor();
+        LastDimNorm::release_saved_impl();
+        m_mean = Tensor();
     }
 
 private:
-    double m_eps;
-    bool m_has_bias;
-    int64_t m_dim = 0;
-    Param* m_weight = nullptr;  // [D]
-    Param* m_bias = nullptr;    // [D], null without bias
-    Tensor m_x;                 // the last forward's input and its row statistic, for backward
-    Tensor m_rstd;              // [rows]
+    Tensor m_mean;  // [rows]
+};
+
+// y = x / sqrt(mean(x^2) + eps) * weight (+ bias, only when asked).
+class RMSNorm : public LastDimNorm {
+public:
+    // Throws ConfigError when eps <= 0.
+    explicit RMSNorm(double eps = 1e-5, bool bias = false);
+
+protected:
+    Tensor forward_impl(const Tensor& x, Mode mode) override;
+    Tensor backward_impl(const Tensor& dy) override;
+    int64_t flops_impl() const override;
 };
 
 }  // namespace paralab::nn
