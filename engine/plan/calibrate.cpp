@@ -113,7 +113,10 @@ Calibration measure_local(double seconds) {
     const double small_bytes = 16, large_bytes = 16.0 * (1 << 20);
     const double t_small = all_reduce_seconds(4, seconds / 2), t_large = all_reduce_seconds(4 << 20, seconds / 2);
     c.allreduce_latency = std::max(t_small - small_bytes / std::max(1.0, c.copy_bandwidth), 0.0) / 2;
-    c.allreduce_bandwidth = t_large > 2 * c.allreduce_latency ? large_bytes / (t_large - 2 * c.allreduce_latency) : 0;
+    // On a loaded machine the small all-reduce may wait as long as the large one: its latency is
+    // then bounded by a quarter of the large one's time, which leaves the bytes a rate.
+    c.allreduce_latency = std::min(c.allreduce_latency, t_large / 4);
+    c.allreduce_bandwidth = t_large > 0 ? large_bytes / (t_large - 2 * c.allreduce_latency) : 0;
     c.gemm_library = kernels::cpu::gemm_library();
     return c;
 }
