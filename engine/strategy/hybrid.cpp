@@ -72,8 +72,9 @@ void check_mesh(const config::Experiment& e, int64_t world) {
     const int64_t largest_share = (e.data.batch_size + m.dp - 1) / m.dp;
     if (micro_batches > largest_share)
         throw ConfigError("strategy.micro_batches",
-                          std::to_string(micro_batches) + " micro-batches, but the largest of dp " + std::to_string(m.dp) +
-                              " replicas' shares of data.batch_size " + std::to_string(e.data.batch_size) + " has " +
+                          std::to_string(micro_batches) + " micro-batches, but " +
+                              (m.dp > 1 ? "the largest of dp " + std::to_string(m.dp) + " replicas' shares of " : std::string()) +
+                              "data.batch_size " + std::to_string(e.data.batch_size) + " has " +
                               std::to_string(largest_share) + " row" + (largest_share == 1 ? "" : "s") +
                               "; at most " + std::to_string(largest_share));
     stages::check_stage_count(m.pp, layers, "hybrid", stages::chunks_of(e));

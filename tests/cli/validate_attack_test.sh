@@ -67,7 +67,7 @@ PARALAB_AVAILABLE_MEMORY=lots check bad_variable 2 "PARALAB_AVAILABLE_MEMORY: ex
 sed 's/"micro_batches": 4/"micro_batches": 1099511627776/' "$examples/spirals-pipeline.paralab.json" >"$tmp/micro.paralab.json"
 check micro_batches 2 "strategy.micro_batches: expected an integer from 1 to 2147483647, got 1099511627776" -- "$paralab" run "$tmp/micro.paralab.json" --steps 2
 sed 's/"micro_batches": 4/"micro_batches": 2147483647/' "$examples/spirals-pipeline.paralab.json" >"$tmp/micro_max.paralab.json"
-check micro_batches_max 0 '"status":"finished"' -- "$paralab" run "$tmp/micro_max.paralab.json" --steps 2 --json
+check micro_batches_max 2 "strategy.micro_batches: 2147483647 micro-batches, but data.batch_size 64 has 64 rows; at most 64" -- "$paralab" run "$tmp/micro_max.paralab.json" --steps 2 --json
 edit epochs 'j["train"]["epochs"] = 2**63 - 1'
 check huge_epochs_validate 0 "total:" -- "$paralab" validate "$tmp/epochs.paralab.json"
 check huge_epochs_run 0 '"steps":2' -- "$paralab" run "$tmp/epochs.paralab.json" --steps 2 --json
