@@ -1208,6 +1208,7 @@ StrategyDescriptor hybrid_descriptor() {
               .shown_when_key = "zero", .shown_when_value = "3"},
              [] {
                  config::OptionSpec o = sync_batchnorm_option();
+                 o.label = "SyncBatchNorm (statistics over each dp group)";
                  o.help = "Batch-norm layers normalise with the statistics of every replica's rows of a "
                           "micro-batch, summed over the dp group; false: each replica its own rows'.";
                  return o;
