@@ -32,7 +32,7 @@ private:
     Param* m_weight = nullptr;  // [T, D]
 };
 
-// Megatron-LM's tensor parallelism (engine/strategy/tensor_parallel.cpp), given to an attention
+// Megatron-LM's tensor parallelism (engine/strategy/tensor_shards.h), given to an attention
 // or a transformer_block before build: device `rank` of `world` computes heads
 // [rank H / world, (rank + 1) H / world) and, in a block, ffn / world of the MLP's units. Its
 // qkv and the MLP's first linear are column-parallel, proj and the MLP's second linear

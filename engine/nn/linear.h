@@ -10,7 +10,7 @@
 
 namespace paralab::nn {
 
-// Megatron-LM's tensor parallelism (engine/strategy/tensor_parallel.cpp): a linear that holds
+// Megatron-LM's tensor parallelism (engine/strategy/tensor_shards.h): a linear that holds
 // one device's shard of a wider one; `all_reduce` (the strategy's: sums a tensor over the
 // devices, in place) joins the shards.
 //   column: the full weight's rows (output features) are split; the input is whole on every

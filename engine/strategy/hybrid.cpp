@@ -365,7 +365,7 @@ public:
     // replica 0's tensor ranks (element-wise optimizers: a slice's state is the whole state's
     // slice; a replicated parameter's is tensor rank 0's, the same on every tensor rank). At
     // zero 1 to 3 a device's state is its 1/dp of the flat state of its (stage, tensor rank): the
-    // data-parallel group's shards are laid end to end first, as zero.cpp's. A resume cuts them
+    // data-parallel group's shards are laid end to end first. A resume cuts them
     // again (the shards in start_rank, where the shard parameters are made).
     const char* why_no_checkpoint_impl() const override { return nullptr; }
 
@@ -492,8 +492,8 @@ protected:
         const bool sync_batchnorm = option<bool>(e.strategy, "sync_batchnorm") && dp > 1 && has_batchnorm(reference.net());
         if (sync_batchnorm) check_sync_batchnorm_rows(ctx, dp, m_micro_batches);
 
-        // The stages (interleaved: pp · v chunks): top-level layers balanced by forward FLOPs, as
-        // the pipeline strategy's.
+        // The stages (interleaved: pp · v chunks): strategy.split, or the top-level layers balanced
+        // by forward FLOPs.
         nn::Sequential& net = reference.net();
         std::vector<int64_t> flops, counts;
         for (size_t i = 0; i < net.size(); ++i) {

@@ -1,5 +1,5 @@
 // The base of the strategies that keep a whole model on every device (single, data_parallel,
-// ddp, zero): one replica and one optimizer per rank, evaluation on device 0's replica, and the
+// ddp, hogwild, param_server): one replica and one optimizer per rank, evaluation on device 0's replica, and the
 // flat-buffer packing their gradient and parameter collectives share.
 #pragma once
 
