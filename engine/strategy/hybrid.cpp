@@ -176,7 +176,7 @@ public:
                             m_units[static_cast<size_t>(r)]->before_forward(
                                 *m_rank_of[static_cast<size_t>(r)], m_dp_groups->of(r),
                                 m_pieces[static_cast<size_t>(r)].unit_of[c][layer],
-                                unit_near(m_pieces[static_cast<size_t>(r)], c, layer, true));
+                                m_pieces[static_cast<size_t>(r)].unit_after[c][layer]);
                         },
                         [this, r, c](size_t layer) {
                             m_units[static_cast<size_t>(r)]->after_forward(m_pieces[static_cast<size_t>(r)].unit_of[c][layer]);
@@ -626,6 +626,15 @@ protected:
                                        piece.shapes.begin() + static_cast<std::ptrdiff_t>(l + n));
                     l += n;
                 }
+                // The unit after each layer (forward's prefetch) and before it (backward's), kNone
+                // at the chunk's edge: a chunk's forward and backward are each one action.
+                const std::vector<size_t>& of = piece.unit_of.back();
+                std::vector<size_t> after(of.size(), ShardedUnits::kNone), before(of.size(), ShardedUnits::kNone);
+                for (size_t j = of.size(); j-- > 1;) after[j - 1] = of[j] != ShardedUnits::kNone ? of[j] : after[j];
+                for (size_t j = 1; j < of.size(); ++j)
+                    before[j] = of[j - 1] != ShardedUnits::kNone ? of[j - 1] : before[j - 1];
+                piece.unit_after.push_back(std::move(after));
+                piece.unit_before.push_back(std::move(before));
             }
             m_units[static_cast<size_t>(k)] =
                 std::make_unique<ShardedUnits>(std::move(units), data_rank(k), dp, options);
@@ -643,8 +652,9 @@ private:
         // sequence_parallel: the whole parameters whose gradients hold this device's positions
         // only (tensor_shards::sequence_partial_parameters of each chunk)
         std::vector<nn::Param*> sequence_partial;
-        // zero 3: by local chunk, by top-level layer: its unit of m_units (kNone: no parameters)
-        std::vector<std::vector<size_t>> unit_of;
+        // zero 3: by local chunk, by top-level layer: its unit of m_units (kNone: no parameters),
+        // and the chunk's unit after it and before it (kNone: none)
+        std::vector<std::vector<size_t>> unit_of, unit_after, unit_before;
     };
 
     struct RankState {
@@ -675,20 +685,6 @@ private:
     // The name of a collective over the dp group.
     enum class DpOp { reduce_scatter_grads, all_reduce_grads, all_gather_params, reduce_grads_to_owner };
     const char* dp_op(DpOp op) const { return m_dp_ops[static_cast<size_t>(op)].c_str(); }
-    // zero 3: the unit after (forward's prefetch) or before (backward's) top-level layer `layer`
-    // of local chunk c; kNone at the chunk's edge (a chunk's forward and backward are each one
-    // action of the schedule).
-    static size_t unit_near(const Piece& piece, size_t c, size_t layer, bool after) {
-        const std::vector<size_t>& units = piece.unit_of[c];
-        if (after) {
-            for (size_t j = layer + 1; j < units.size(); ++j)
-                if (units[j] != ShardedUnits::kNone) return units[j];
-        } else {
-            for (size_t j = layer; j-- > 0;)
-                if (units[j] != ShardedUnits::kNone) return units[j];
-        }
-        return ShardedUnits::kNone;
-    }
     // zero 3: device k's tensors of its parameters' shapes (in its order) grouped by unit.
     std::vector<std::vector<Tensor>> by_unit(int k, std::vector<Tensor> tensors) const {
         const ShardedUnits& units = *m_units[static_cast<size_t>(k)];
@@ -721,10 +717,10 @@ private:
         for (size_t j = 0; j < layers; ++j) {
             const size_t u = piece.unit_of[c][forward ? j : layers - 1 - j];
             if (forward) {
-                units.before_forward(rank, dp, u, unit_near(piece, c, j, true));
+                units.before_forward(rank, dp, u, piece.unit_after[c][j]);
                 units.after_forward(u);
             } else {
-                units.before_backward(rank, dp, u, unit_near(piece, c, layers - 1 - j, false));
+                units.before_backward(rank, dp, u, piece.unit_before[c][layers - 1 - j]);
                 units.after_backward(rank, dp, u);
             }
         }
@@ -903,7 +899,7 @@ private:
         bool computing = true;
         for (size_t i = net.size(); i-- > 0;) {
             const size_t u = units ? piece.unit_of[local][i] : ShardedUnits::kNone;
-            if (units) units->before_backward(rank, dp, u, unit_near(piece, local, i, false));
+            if (units) units->before_backward(rank, dp, u, piece.unit_before[local][i]);
             if (eager) make_layer_grads(piece, local, c, i);
             if (computing) {
                 net.recompute_before_backward(i);
@@ -1057,6 +1053,8 @@ std::vector<DeviceMemoryEstimate> mesh_memory(const config::Experiment& e, const
     const int64_t k = optimizer_state_per_parameter(e.optimizer);
     // zero 2 reduces each layer's gradients as its backward ends when it runs once a step.
     const bool eager = e.train.grad_accum == 1 && micro == 1 && !sequence && e.data.batch_size >= dp;
+    const bool prefetch = option<bool>(e.strategy, "prefetch");
+    const bool reshard = option<bool>(e.strategy, "reshard_after_forward");
     for (size_t i = 0; i < out.size(); ++i) {
         auto& d = out[i];
         if (static_cast<int>(i) >= mesh.size()) {
@@ -1107,9 +1105,7 @@ std::vector<DeviceMemoryEstimate> mesh_memory(const config::Experiment& e, const
         const int64_t shard_count = zero >= 3 ? units : data::shard_of_dataset(params, r, dp).count;
         // zero 3: the units gathered at once: every one (kept from forward to backward), two
         // consecutive ones (prefetch) or the largest.
-        const int64_t gathered = !option<bool>(e.strategy, "reshard_after_forward") ? params
-                                 : option<bool>(e.strategy, "prefetch")             ? std::max(pair, largest)
-                                                                                    : largest;
+        const int64_t gathered = !reshard ? params : prefetch ? std::max(pair, largest) : largest;
         d.set(MemCategory::parameters, zero >= 3 && sharded ? shard_count + gathered : params);
         d.set(MemCategory::gradients, zero >= 3 && sharded   ? shard_count + largest
                                       : zero >= 2 && sharded ? shard_count + (eager ? largest : params)

@@ -1,5 +1,5 @@
-// What the run-store tests share: a temporary folder, and a store as the first ParaLab
-// (schema version 1) wrote it, for the migration tests.
+// What the run-store tests share: a temporary folder, a one-device experiment to record, and a
+// store as the first ParaLab (schema version 1) wrote it, for the migration tests.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,7 +10,17 @@
 #include <filesystem>
 #include <string>
 
+#include "engine/config/experiment.h"
+
 namespace store_testing {
+
+// An experiment named `name` on cpu:0, as a run's record needs one.
+inline paralab::config::Experiment experiment(const std::string& name) {
+    paralab::config::Experiment e;
+    e.name = name;
+    e.devices = {"cpu:0"};
+    return e;
+}
 
 struct TempDir {
     std::filesystem::path path;

@@ -24,6 +24,7 @@
 #include "engine/nn/swiglu.h"
 #include "engine/run/experiment_file.h"
 #include "engine/util/rng.h"
+#include "layer_fixture.h"
 #include "gradcheck.h"
 
 using namespace paralab;
@@ -196,24 +197,7 @@ TEST(LlamaKernels, RotatedScoresDependOnlyOnTheRelativePosition) {
 
 // ---- layers ---------------------------------------------------------------------------------
 
-class LlamaTest : public ::testing::Test {
-protected:
-    std::unique_ptr<Device> m_device = make_cpu_device(0);
-
-    Tensor random(const Shape& shape, uint64_t seed) {
-        Rng rng(seed);
-        Tensor t = Tensor::empty(shape, DType::f64, *m_device, MemCategory::activations);
-        for (double& v : t.span<double>()) v = rng.normal();
-        return t;
-    }
-    std::unique_ptr<nn::Layer> built(std::unique_ptr<nn::Layer> layer, const Shape& input) {
-        layer->set_label("model.layers[1] (" + layer->type() + ")", "model.layers[1]");
-        layer->build(input, DType::f64, *m_device);
-        Rng rng(3);
-        layer->reset_parameters(rng);
-        return layer;
-    }
-};
+class LlamaTest : public paralab::testing::LayerFixture {};
 
 // Grouped-query attention is multi-head attention whose heads of a group have equal keys and
 // values: copy the q rows, and each key/value head's rows to every query head of its group.

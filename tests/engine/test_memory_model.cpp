@@ -22,22 +22,15 @@ const std::string& corpus() {
     return path;
 }
 
-json gpt_char() {
-    std::ifstream in(std::string(PARALAB_EXAMPLES_DIR) + "/gpt-char.paralab.json");
+// Example `file` on the test corpus for two steps, run with `strategy` (its "recompute", if any,
+// is train.recompute) on `devices`: each device's measured peaks within 10% of the prediction.
+void expect_example_as_predicted(const std::string& file, json strategy, int devices) {
+    std::ifstream in(std::string(PARALAB_EXAMPLES_DIR) + "/" + file);
     json j = json::parse(in);
     j["data"]["path"] = corpus();
     j["data"]["test_limit"] = 4;
     j["train"] = {{"epochs", 1}, {"max_steps", 2}};
-    return j;
-}
-
-class MemoryModel : public ::testing::TestWithParam<const char*> {};
-
-TEST_P(MemoryModel, PredictsEveryDeviceWithinTenPercentOnTheGptExample) {
-    json strategy = json::parse(GetParam());
-    const int devices = strategy["type"] == "single" ? 1 : 4;
-    json j = gpt_char();
-    if (strategy.contains("recompute")) {  // train.recompute, written beside the strategy here
+    if (strategy.contains("recompute")) {
         j["train"]["recompute"] = strategy["recompute"];
         strategy.erase("recompute");
     }
@@ -45,6 +38,21 @@ TEST_P(MemoryModel, PredictsEveryDeviceWithinTenPercentOnTheGptExample) {
     const Result r = run_it(j);
     ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
     expect_memory_as_predicted(j, r, run::model_input_shape(run::parse_experiment(j)), 1.10, 1.10);
+}
+
+// A test's name from its strategy's JSON: its letters and digits.
+std::string param_name(const ::testing::TestParamInfo<const char*>& info) {
+    std::string name;
+    for (char c : std::string(info.param))
+        if (std::isalnum(static_cast<unsigned char>(c))) name += c;
+    return name;
+}
+
+class MemoryModel : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(MemoryModel, PredictsEveryDeviceWithinTenPercentOnTheGptExample) {
+    const json strategy = json::parse(GetParam());
+    expect_example_as_predicted("gpt-char.paralab.json", strategy, strategy["type"] == "single" ? 1 : 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -67,39 +75,17 @@ INSTANTIATE_TEST_SUITE_P(
                       R"({"type":"hybrid","tp":2,"pp":2,"micro_batches":2})",
                       R"({"type":"hybrid","dp":2,"pp":2,"zero":1,"micro_batches":2})",
                       R"({"type":"hybrid","dp":2,"pp":2,"micro_batches":2,"schedule":"interleaved_1f1b","interleave":2})"),
-    [](const auto& info) {
-        std::string name;
-        for (char c : std::string(info.param))
-            if (std::isalnum(static_cast<unsigned char>(c))) name += c;
-        return name;
-    });
+    param_name);
 
 // llama-char (resources/examples/llama-char.paralab.json): grouped-query attention with RoPE,
-// RMSNorm, the SwiGLU MLP, the output layer tied to the embedding.
-json llama_char() {
-    std::ifstream in(std::string(PARALAB_EXAMPLES_DIR) + "/llama-char.paralab.json");
-    json j = json::parse(in);
-    j["data"]["path"] = corpus();
-    j["data"]["test_limit"] = 4;
-    j["train"] = {{"epochs", 1}, {"max_steps", 2}};
-    return j;
-}
-
+// RMSNorm and the SwiGLU MLP.
 class LlamaMemoryModel : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(LlamaMemoryModel, PredictsEveryDeviceWithinTenPercentOnTheLlamaExample) {
-    json strategy = json::parse(GetParam());
+    const json strategy = json::parse(GetParam());
     // tensor_parallel splits over every device, and the 2 key/value heads divide over 2.
     const int devices = strategy["type"] == "single" ? 1 : strategy["type"] == "tensor_parallel" ? 2 : 4;
-    json j = llama_char();
-    if (strategy.contains("recompute")) {
-        j["train"]["recompute"] = strategy["recompute"];
-        strategy.erase("recompute");
-    }
-    j = with_strategy(j, devices, strategy);
-    const Result r = run_it(j);
-    ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
-    expect_memory_as_predicted(j, r, run::model_input_shape(run::parse_experiment(j)), 1.10, 1.10);
+    expect_example_as_predicted("llama-char.paralab.json", strategy, devices);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -107,11 +93,6 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(R"({"type":"single"})", R"({"type":"ddp"})", R"({"type":"zero","stage":2})",
                       R"({"type":"single","recompute":"selective"})", R"({"type":"tensor_parallel"})",
                       R"({"type":"tensor_parallel","sequence_parallel":true})", R"({"type":"hybrid","dp":2,"tp":2})"),
-    [](const auto& info) {
-        std::string name;
-        for (char c : std::string(info.param))
-            if (std::isalnum(static_cast<unsigned char>(c))) name += c;
-        return name;
-    });
+    param_name);
 
 }  // namespace

@@ -23,14 +23,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using store_testing::experiment;
 using store_testing::TempDir;
-
-config::Experiment experiment(const std::string& name) {
-    config::Experiment e;
-    e.name = name;
-    e.devices = {"cpu:0"};
-    return e;
-}
 
 std::string read_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);

@@ -21,14 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using store_testing::experiment;
 using store_testing::TempDir;
-
-config::Experiment experiment(const std::string& name) {
-    config::Experiment e;
-    e.name = name;
-    e.devices = {"cpu:0"};
-    return e;
-}
 
 // Runs `sql` on the file at `path` with a plain connection (what another program could do).
 void sqlite(const std::string& path, const std::string& sql) {

@@ -27,14 +27,8 @@ namespace shim = store_testing::vfs_shim;
 
 namespace {
 
+using store_testing::experiment;
 using store_testing::TempDir;
-
-config::Experiment experiment(const std::string& name) {
-    config::Experiment e;
-    e.name = name;
-    e.devices = {"cpu:0"};
-    return e;
-}
 
 config::StepRecord record(int64_t step, double loss = 0.5) {
     config::StepRecord r;

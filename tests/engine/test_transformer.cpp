@@ -14,6 +14,7 @@
 #include "engine/nn/loss.h"
 #include "engine/nn/model.h"
 #include "engine/util/rng.h"
+#include "layer_fixture.h"
 #include "gradcheck.h"
 
 using namespace paralab;
@@ -133,24 +134,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels,
 
 // ---- behaviour ------------------------------------------------------------------------------
 
-class TransformerTest : public ::testing::Test {
-protected:
-    std::unique_ptr<Device> m_device = make_cpu_device(0);
-
-    Tensor random(const Shape& shape, uint64_t seed) {
-        Rng rng(seed);
-        Tensor t = Tensor::empty(shape, DType::f64, *m_device, MemCategory::activations);
-        for (double& v : t.span<double>()) v = rng.normal();
-        return t;
-    }
-    std::unique_ptr<nn::Layer> built(std::unique_ptr<nn::Layer> layer, const Shape& input) {
-        layer->set_label("model.layers[1] (" + layer->type() + ")", "model.layers[1]");
-        layer->build(input, DType::f64, *m_device);
-        Rng rng(3);
-        layer->reset_parameters(rng);
-        return layer;
-    }
-};
+class TransformerTest : public paralab::testing::LayerFixture {};
 
 // A later token must not change an earlier output: change position 3 of 6 and compare.
 TEST_F(TransformerTest, CausalOutputsIgnoreFutureTokens) {
