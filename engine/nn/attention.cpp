@@ -114,7 +114,8 @@ Attention::Attention(const AttentionOptions& o)
       m_dropout(o.dropout),
       m_rope(o.rope),
       m_rope_theta(o.rope_theta),
-      m_bias(o.bias) {
+      m_bias(o.bias),
+      m_fused(o.kernel == AttentionKernel::fused || (o.kernel == AttentionKernel::automatic && o.dropout == 0)) {
     if (m_heads < 1) throw ConfigError("heads", "expected a positive integer, got " + std::to_string(m_heads));
     if (m_kv_heads < 1 || m_heads % m_kv_heads != 0)
         throw ConfigError("kv_heads", "expected a positive divisor of heads = " + std::to_string(m_heads) +
@@ -124,6 +125,9 @@ Attention::Attention(const AttentionOptions& o)
         throw ConfigError("dropout", "expected a number in [0, 1), got " + std::to_string(m_dropout));
     if (!(m_rope_theta > 0.0))
         throw ConfigError("rope_theta", "expected a positive number, got " + std::to_string(m_rope_theta));
+    if (m_fused && m_dropout > 0)
+        throw ConfigError("kernel", "\"fused\" keeps no attention probabilities, so it cannot drop them out; "
+                                    "use \"materialized\" or dropout 0");
 }
 
 namespace {
@@ -215,6 +219,19 @@ Tensor Attention::forward_impl(const Tensor& x_in, Mode mode) {
         });
     }
     Tensor heads = new_activation(Shape{B, T, m_inner});
+    if (m_fused) {
+        m_lse = new_activation(Shape{B, H, T});
+        dispatch_float(x.dtype(), [&]<class F>() {
+            if (void* q = x.queue())
+                kg::attention_fused_forward<F>(B, T, H, Dh, m_causal, m_qkv_out.data<F>(), heads.data<F>(),
+                                               m_lse.data<F>(), q);
+            else
+                kc::attention_fused_forward<F>(B, T, H, Dh, m_causal, m_qkv_out.data<F>(), heads.data<F>(),
+                                               m_lse.data<F>());
+        });
+        m_out = heads;
+        return sequence_leave(m_shard, m_proj->forward(heads, mode));
+    }
     scores_and_dropout(B, mode);
     dispatch_float(x.dtype(), [&]<class F>() {
         if (void* q = x.queue())
@@ -243,12 +260,26 @@ void Attention::scores_and_dropout(int64_t B, Mode mode) {
     m_used = m_attn_drop ? m_attn_drop->forward(m_probs, mode) : m_probs;
 }
 
-void Attention::release_saved_impl() { m_qkv_out = m_probs = m_used = Tensor(); }
+void Attention::release_saved_impl() { m_qkv_out = m_probs = m_used = m_out = m_lse = Tensor(); }
 
 Tensor Attention::backward_impl(const Tensor& dy_out) {
     PARALAB_CHECK(m_qkv_out.defined(), label() + ": a second backward after one forward");
     const Tensor dy = sequence_leave_backward(m_shard, dy_out);
     const int64_t B = dy.dim(0), H = m_H, T = m_T, Dh = m_D / m_heads;
+    if (m_fused) {
+        const Tensor dheads = m_proj->backward(dy);
+        Tensor dqkv = new_activation(Shape{B, T, 3 * m_inner});
+        dispatch_float(dy.dtype(), [&]<class F>() {
+            if (void* q = dy.queue())
+                kg::attention_fused_backward<F>(B, T, H, Dh, m_causal, m_qkv_out.data<F>(), m_out.data<F>(),
+                                                dheads.data<F>(), m_lse.data<F>(), dqkv.data<F>(), q);
+            else
+                kc::attention_fused_backward<F>(B, T, H, Dh, m_causal, m_qkv_out.data<F>(), m_out.data<F>(),
+                                                dheads.data<F>(), m_lse.data<F>(), dqkv.data<F>());
+        });
+        m_out = m_lse = m_qkv_out = Tensor();
+        return sequence_enter_backward(m_shard, m_qkv->backward(contract_heads(dqkv)));
+    }
     if (!m_probs.defined()) {  // selective recomputation: the same scores from the same q, k
         RecomputeScope recompute;
         scores_and_dropout(B, Mode::train);
@@ -277,19 +308,21 @@ Tensor Attention::backward_impl(const Tensor& dy_out) {
     });
     m_probs = Tensor();
     m_qkv_out = Tensor();
-    if (expands()) {  // the key/value heads' gradients summed over their query heads, turned back
-        const Tensor full = dqkv;
-        dqkv = new_activation(Shape{B, T, (H + 2 * m_KV) * Dh});
-        dispatch_float(dy.dtype(), [&]<class F>() {
-            if (void* q = dy.queue())
-                kg::qkv_expand_rope_backward<F>(B, T, H, m_KV, Dh, m_rope, m_rope_theta, full.data<F>(),
-                                                dqkv.data<F>(), q);
-            else
-                kc::qkv_expand_rope_backward<F>(B, T, H, m_KV, Dh, m_rope, m_rope_theta, full.data<F>(),
-                                                dqkv.data<F>());
-        });
-    }
-    return sequence_enter_backward(m_shard, m_qkv->backward(dqkv));
+    return sequence_enter_backward(m_shard, m_qkv->backward(contract_heads(dqkv)));
+}
+
+Tensor Attention::contract_heads(const Tensor& dqkv) {
+    if (!expands()) return dqkv;
+    // The key/value heads' gradients summed over their query heads, turned back.
+    const int64_t B = dqkv.dim(0), H = m_H, T = m_T, Dh = m_D / m_heads;
+    Tensor out = new_activation(Shape{B, T, (H + 2 * m_KV) * Dh});
+    dispatch_float(dqkv.dtype(), [&]<class F>() {
+        if (void* q = dqkv.queue())
+            kg::qkv_expand_rope_backward<F>(B, T, H, m_KV, Dh, m_rope, m_rope_theta, dqkv.data<F>(), out.data<F>(), q);
+        else
+            kc::qkv_expand_rope_backward<F>(B, T, H, m_KV, Dh, m_rope, m_rope_theta, dqkv.data<F>(), out.data<F>());
+    });
+    return out;
 }
 
 // The projections, plus q k^T and the product with V: 2 T T D multiply-adds each (every head,
@@ -311,7 +344,7 @@ int64_t Attention::activations_impl() {
 }
 
 int64_t Attention::saved_per_sample() const {
-    return scores_per_sample() + 3 * m_T * m_inner;
+    return (m_fused ? m_H * m_T : scores_per_sample()) + 3 * m_T * m_inner;
 }
 
 // ---- TransformerBlock ------------------------------------------------------------------------

@@ -70,6 +70,12 @@ Tensor sequence_enter_backward(const TensorShard& s, const Tensor& dx);
 // "<layer path>" naming T and the device count when T does not divide.
 int64_t sequence_length(const Layer& layer, const TensorShard& s, const Shape& input);
 
+// How the attention computes softmax(q k^T / sqrt(hd)) v: `fused`, one pass per direction with
+// an online softmax and the probabilities never stored (kernels/cpu/attention.h); `materialized`,
+// the [T, T] probabilities stored between passes (what attention dropout needs); `automatic`,
+// fused unless dropout > 0.
+enum class AttentionKernel { automatic, fused, materialized };
+
 // The options of an attention (and of a transformer_block's), docs/experiment-format.md.
 struct AttentionOptions {
     int64_t heads = 1;
@@ -79,6 +85,7 @@ struct AttentionOptions {
     bool rope = false;         // rotary position embedding on q and k
     double rope_theta = 10000.0;
     bool bias = true;          // the projections' biases
+    AttentionKernel kernel = AttentionKernel::automatic;
 };
 
 // [T, D] -> [T, D]: qkv = x W_qkv^T + b (one linear D -> (heads + 2 kv_heads) hd, hd = D /
@@ -92,7 +99,8 @@ struct AttentionOptions {
 class Attention : public Layer {
 public:
     // Throws ConfigError at the option's key when heads < 1, kv_heads does not divide heads,
-    // dropout is outside [0, 1) or rope_theta is not positive.
+    // dropout is outside [0, 1), rope_theta is not positive or the fused kernel is asked for
+    // with dropout.
     explicit Attention(const AttentionOptions& options);
     Attention(int64_t heads, bool causal, double dropout)
         : Attention(AttentionOptions{heads, 0, causal, dropout, false, 10000.0, true}) {}
@@ -102,6 +110,7 @@ public:
     int64_t heads() const { return m_heads; }
     int64_t kv_heads() const { return m_kv_heads; }
     bool causal() const { return m_causal; }
+    bool fused() const { return m_fused; }
     // Before build only: this layer computes one shard of the heads (TensorShard).
     void set_tensor_shard(TensorShard shard) { m_shard = std::move(shard); }
     const TensorShard& tensor_shard() const { return m_shard; }
@@ -109,11 +118,12 @@ public:
     // dropout mask) are dropped after forward and computed again from q, k in backward.
     void set_recompute_scores(bool on) { m_recompute_scores = on; }
     // Numbers per sample kept for backward beyond the children's (the projections keep their
-    // inputs, the dropouts their masks): q, k, v [T, 3D] and the probabilities [H, T, T],
-    // twice with dropout (before it and after).
+    // inputs, the dropouts their masks): q, k, v [T, 3D] and, materialized, the probabilities
+    // [H, T, T], twice with dropout (before it and after); fused, each row's log-sum-exp [H, T]
+    // (its output is the projection's input, kept there).
     int64_t saved_per_sample() const;
-    // Of those, the probabilities: what selective recomputation does not keep.
-    int64_t scores_per_sample() const { return (m_attn_drop ? 2 : 1) * m_H * m_T * m_T; }
+    // Of those, the probabilities: what selective recomputation does not keep (none when fused).
+    int64_t scores_per_sample() const { return m_fused ? 0 : (m_attn_drop ? 2 : 1) * m_H * m_T * m_T; }
 
 protected:
     Shape build_impl(const Shape& input) override;
@@ -128,6 +138,9 @@ protected:
 private:
     // probs = softmax of the scores of m_qkv_out; m_used = what the product with V reads.
     void scores_and_dropout(int64_t B, Mode mode);
+    // The gradient of the passes' [B, T, 3 inner] turned into the qkv projection's output's
+    // (expands()); the same tensor when nothing was expanded.
+    Tensor contract_heads(const Tensor& dqkv);
 
     // The qkv projection's output [B, T, (H + 2 KV) hd] as the passes read it, [B, T, 3 inner]:
     // key/value heads repeated for their query heads, q and k rotated (kernels/cpu/rope.h).
@@ -140,6 +153,7 @@ private:
     bool m_rope;
     double m_rope_theta;
     bool m_bias;
+    bool m_fused;
     bool m_recompute_scores = false;
     int64_t m_T = 0, m_D = 0;
     TensorShard m_shard;
@@ -150,6 +164,8 @@ private:
     Tensor m_qkv_out;  // [B, T, 3 inner], expanded (expands())
     Tensor m_probs;    // [B, H, T, T], the softmax's output
     Tensor m_used;     // the probabilities the product with V used (m_probs, or dropped)
+    Tensor m_out;      // fused: [B, T, inner], the heads' outputs
+    Tensor m_lse;      // fused: [B, H, T], each row's log-sum-exp of its scaled scores
 };
 
 // A transformer_block's options beyond its attention's.

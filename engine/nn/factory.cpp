@@ -73,8 +73,13 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
     if (t == "attention" || t == "transformer_block") {
         if (s.position != "none" && s.position != "rope")
             throw ConfigError("position", "expected \"none\" or \"rope\", got \"" + s.position + "\"");
+        if (!s.attention_kernel.empty() && s.attention_kernel != "fused" && s.attention_kernel != "materialized")
+            throw ConfigError("kernel", "expected \"fused\" or \"materialized\", got \"" + s.attention_kernel + "\"");
+        const AttentionKernel kernel = s.attention_kernel == "fused"          ? AttentionKernel::fused
+                                       : s.attention_kernel == "materialized" ? AttentionKernel::materialized
+                                                                              : AttentionKernel::automatic;
         const AttentionOptions a{positive(s.heads, "heads", t), s.kv_heads, s.causal, s.dropout,
-                                 s.position == "rope", s.rope_theta, s.bias};
+                                 s.position == "rope", s.rope_theta, s.bias, kernel};
         if (t == "attention") return std::make_unique<Attention>(a);
         if (s.norm != "layernorm" && s.norm != "rmsnorm")
             throw ConfigError("norm", "expected \"layernorm\" or \"rmsnorm\", got \"" + s.norm + "\"");

@@ -40,6 +40,9 @@ struct LayerSpec {
     int64_t kv_heads = 0;
     std::string position = "none";
     double rope_theta = 10000.0;
+    // attention, transformer_block: the attention kernel, "fused", "materialized" or "" (the
+    // file's `kernel` absent: fused unless the probabilities are dropped out)
+    std::string attention_kernel = "";
     // transformer_block: "layernorm" or "rmsnorm"; "gelu" or "swiglu"
     std::string norm = "layernorm";
     std::string mlp = "gelu";

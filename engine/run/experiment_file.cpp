@@ -196,6 +196,12 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0)
         if (r.has("rope_theta") && s.position != "rope")
             r.fail("rope_theta", "is the base of rotary positions: it needs \"position\": \"rope\"");
         s.bias = r.boolean("bias", true);
+        if (r.has("kernel")) {
+            s.attention_kernel = r.choice("kernel", "fused", {"fused", "materialized"});
+            if (s.attention_kernel == "fused" && s.dropout > 0)
+                r.fail("kernel", "\"fused\" keeps no attention probabilities, so it cannot drop them out "
+                                 "(dropout = " + json(s.dropout).dump() + "); use \"materialized\" or dropout 0");
+        }
         if (t == "transformer_block") {
             s.norm = r.choice("norm", "layernorm", {"layernorm", "rmsnorm"});
             s.mlp = r.choice("mlp", "gelu", {"gelu", "swiglu"});
@@ -562,6 +568,7 @@ json layer_to_json(const nn::LayerSpec& s) {
         if (s.kv_heads != 0 && s.kv_heads != s.heads) j["kv_heads"] = s.kv_heads;
         if (s.position != "none") j["position"] = s.position, j["rope_theta"] = s.rope_theta;
         if (!s.bias) j["bias"] = false;
+        if (!s.attention_kernel.empty()) j["kernel"] = s.attention_kernel;
         if (t == "transformer_block" && s.norm != "layernorm") j["norm"] = s.norm;
         if (t == "transformer_block" && s.mlp != "gelu") j["mlp"] = s.mlp;
     }

@@ -260,6 +260,174 @@ void attention_backward_scores(int64_t B, int64_t T_, int64_t H, int64_t Dh, boo
     gemm_heads<T>(stream, true, false, T_, Dh, T_, B, H, g.scores(ds), g.part(qkv, 0), g.part(dqkv, 1));
 }
 
+// ---- the fused pass ---------------------------------------------------------------------------
+// One warp per row of the side it produces. Lane l keeps the row's numbers d = l, l + 32, ...
+// (at most kFusedPerLane of them) in registers; a dot product of two rows is each lane's part
+// summed over the warp (every lane gets the sum), so the online softmax runs in every lane alike.
+
+namespace {
+
+constexpr int kFusedPerLane = static_cast<int>(kFusedMaxHeadWidth / 32);
+
+template <class T>
+struct FusedRow {
+    T x[kFusedPerLane];
+
+    __device__ void load(const T* p, int64_t Dh, int lane, T scale = T(1)) {
+#pragma unroll
+        for (int t = 0; t < kFusedPerLane; ++t) {
+            const int64_t d = lane + 32 * t;
+            x[t] = d < Dh ? p[d] * scale : T(0);
+        }
+    }
+    __device__ void zero() {
+#pragma unroll
+        for (int t = 0; t < kFusedPerLane; ++t) x[t] = T(0);
+    }
+    // this . p over the warp (every lane gets the sum)
+    __device__ T dot(const T* p, int64_t Dh, int lane) const {
+        T s = 0;
+#pragma unroll
+        for (int t = 0; t < kFusedPerLane; ++t) {
+            const int64_t d = lane + 32 * t;
+            if (d < Dh) s += x[t] * p[d];
+        }
+        return warp_sum(s);
+    }
+    // this = this * a + b * p
+    __device__ void scale_add(T a, T b, const T* p, int64_t Dh, int lane) {
+#pragma unroll
+        for (int t = 0; t < kFusedPerLane; ++t) {
+            const int64_t d = lane + 32 * t;
+            if (d < Dh) x[t] = x[t] * a + b * p[d];
+        }
+    }
+    __device__ void store(T* p, int64_t Dh, int lane, T scale = T(1)) const {
+#pragma unroll
+        for (int t = 0; t < kFusedPerLane; ++t) {
+            const int64_t d = lane + 32 * t;
+            if (d < Dh) p[d] = x[t] * scale;
+        }
+    }
+};
+
+// Where row i of sequence b, head h starts: in qkv's part (0 q, 1 k, 2 v) or in out / dout.
+struct FusedGeometry {
+    int64_t T, H, Dh, D;
+    __device__ int64_t qkv_row(int64_t b, int64_t h, int64_t i, int part) const {
+        return (b * T + i) * 3 * D + part * D + h * Dh;
+    }
+    __device__ int64_t out_row(int64_t b, int64_t h, int64_t i) const { return (b * T + i) * D + h * Dh; }
+};
+
+template <class T>
+__global__ void __launch_bounds__(kRowBlock)
+    attention_fused_forward_kernel(int64_t B, FusedGeometry g, bool causal, T scale, const T* qkv, T* out, T* lse) {
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;  // (b, h, i)
+    if (row >= B * g.H * g.T) return;
+    const int lane = threadIdx.x % 32;
+    const int64_t i = row % g.T, b = row / g.T / g.H, h = row / g.T % g.H;
+    FusedRow<T> q, o;
+    q.load(qkv + g.qkv_row(b, h, i, 0), g.Dh, lane, scale);
+    o.zero();
+    T m = -INFINITY, l = 0;
+    const int64_t n = causal ? i + 1 : g.T;
+    for (int64_t j = 0; j < n; ++j) {
+        const T s = q.dot(qkv + g.qkv_row(b, h, j, 1), g.Dh, lane);
+        const T m_new = fmax(m, s);
+        const T alpha = exp(m - m_new), p = exp(s - m_new);
+        l = l * alpha + p;
+        o.scale_add(alpha, p, qkv + g.qkv_row(b, h, j, 2), g.Dh, lane);
+        m = m_new;
+    }
+    o.store(out + g.out_row(b, h, i), g.Dh, lane, T(1) / l);
+    if (lane == 0) lse[row] = m + log(l);
+}
+
+// dq of query row (b, h, i): the sum over visible j of dS_ij k_j, dS_ij = P_ij (dP_ij - delta_i)
+// scale, P_ij = exp(q_i . k_j scale - lse_i), dP_ij = dout_i . v_j, delta_i = dout_i . out_i.
+template <class T>
+__global__ void __launch_bounds__(kRowBlock)
+    attention_fused_dq_kernel(int64_t B, FusedGeometry g, bool causal, T scale, const T* qkv, const T* out,
+                              const T* dout, const T* lse, T* dqkv) {
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+    if (row >= B * g.H * g.T) return;
+    const int lane = threadIdx.x % 32;
+    const int64_t i = row % g.T, b = row / g.T / g.H, h = row / g.T % g.H;
+    FusedRow<T> q, d_o, dq;
+    q.load(qkv + g.qkv_row(b, h, i, 0), g.Dh, lane, scale);
+    d_o.load(dout + g.out_row(b, h, i), g.Dh, lane);
+    dq.zero();
+    const T delta = d_o.dot(out + g.out_row(b, h, i), g.Dh, lane), shift = lse[row];
+    const int64_t n = causal ? i + 1 : g.T;
+    for (int64_t j = 0; j < n; ++j) {
+        const T p = exp(q.dot(qkv + g.qkv_row(b, h, j, 1), g.Dh, lane) - shift);
+        const T dp = d_o.dot(qkv + g.qkv_row(b, h, j, 2), g.Dh, lane);
+        dq.scale_add(T(1), p * (dp - delta) * scale, qkv + g.qkv_row(b, h, j, 1), g.Dh, lane);
+    }
+    dq.store(dqkv + g.qkv_row(b, h, i, 0), g.Dh, lane);
+}
+
+// dk and dv of key row (b, h, j): the sums over the query rows i that see it of dS_ij q_i and
+// P_ij dout_i.
+template <class T>
+__global__ void __launch_bounds__(kRowBlock)
+    attention_fused_dkv_kernel(int64_t B, FusedGeometry g, bool causal, T scale, const T* qkv, const T* out,
+                               const T* dout, const T* lse, T* dqkv) {
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+    if (row >= B * g.H * g.T) return;
+    const int lane = threadIdx.x % 32;
+    const int64_t j = row % g.T, b = row / g.T / g.H, h = row / g.T % g.H;
+    FusedRow<T> k, v, dk, dv;
+    k.load(qkv + g.qkv_row(b, h, j, 1), g.Dh, lane, scale);
+    v.load(qkv + g.qkv_row(b, h, j, 2), g.Dh, lane);
+    dk.zero();
+    dv.zero();
+    const int64_t bh = row / g.T;
+    for (int64_t i = causal ? j : 0; i < g.T; ++i) {
+        const T* d_o = dout + g.out_row(b, h, i);
+        const T p = exp(k.dot(qkv + g.qkv_row(b, h, i, 0), g.Dh, lane) - lse[bh * g.T + i]);
+        const T dp = v.dot(d_o, g.Dh, lane);
+        FusedRow<T> o_row;
+        o_row.load(d_o, g.Dh, lane);
+        const T delta = o_row.dot(out + g.out_row(b, h, i), g.Dh, lane);
+        dv.scale_add(T(1), p, d_o, g.Dh, lane);
+        dk.scale_add(T(1), p * (dp - delta) * scale, qkv + g.qkv_row(b, h, i, 0), g.Dh, lane);
+    }
+    dk.store(dqkv + g.qkv_row(b, h, j, 1), g.Dh, lane);
+    dv.store(dqkv + g.qkv_row(b, h, j, 2), g.Dh, lane);
+}
+
+}  // namespace
+
+// qkv: [B, T, 3D] -> out: [B, T, D], lse: [B, H, T]
+template <class T>
+void attention_fused_forward(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal, const T* qkv,
+                             T* out, T* lse, void* stream) {
+    check_fused_attention_sizes("attention_fused_forward", B, T_, H, Dh);
+    if (B == 0 || T_ == 0 || H == 0) return;
+    const FusedGeometry g{T_, H, Dh, H * Dh};
+    attention_fused_forward_kernel<T><<<row_warp_blocks(B * H * T_), kRowBlock, 0, as_stream(stream)>>>(
+        B, g, causal, inverse_sqrt<T>(Dh), qkv, out, lse);
+    PARALAB_GPU_CHECK_LAUNCH("attention_fused_forward_kernel");
+}
+
+// qkv: [B, T, 3D], out, dout: [B, T, D], lse: [B, H, T] -> dqkv: [B, T, 3D]
+template <class T>
+void attention_fused_backward(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal, const T* qkv,
+                              const T* out, const T* dout, const T* lse, T* dqkv, void* stream) {
+    check_fused_attention_sizes("attention_fused_backward", B, T_, H, Dh);
+    if (B == 0 || T_ == 0 || H == 0) return;
+    const FusedGeometry g{T_, H, Dh, H * Dh};
+    const unsigned blocks = row_warp_blocks(B * H * T_);
+    attention_fused_dq_kernel<T><<<blocks, kRowBlock, 0, as_stream(stream)>>>(
+        B, g, causal, inverse_sqrt<T>(Dh), qkv, out, dout, lse, dqkv);
+    PARALAB_GPU_CHECK_LAUNCH("attention_fused_dq_kernel");
+    attention_fused_dkv_kernel<T><<<blocks, kRowBlock, 0, as_stream(stream)>>>(
+        B, g, causal, inverse_sqrt<T>(Dh), qkv, out, dout, lse, dqkv);
+    PARALAB_GPU_CHECK_LAUNCH("attention_fused_dkv_kernel");
+}
+
 PARALAB_GPU_INSTANTIATE_FLOAT_TYPES(PARALAB_GPU_ATTENTION_OPS)
 
 }  // namespace paralab::kernels::gpu

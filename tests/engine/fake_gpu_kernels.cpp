@@ -75,6 +75,7 @@ namespace {
 // The CUDA launchers' own argument checks (std::invalid_argument naming the launcher), so
 // that the fakes refuse what they refuse.
 using detail::check_attention_sizes;
+using detail::check_fused_attention_sizes;
 using detail::check_batchnorm_sizes;
 using detail::check_cell_sizes;
 using detail::check_gemm_shape;
@@ -853,6 +854,21 @@ void attention_backward_scores(int64_t B, int64_t T_, int64_t H, int64_t Dh, boo
     launch(stream, [=] {
         cpu::attention_backward_scores<T>(B, T_, H, Dh, causal, probs, qkv, dprobs, dqkv);
     });
+}
+
+template <class T>
+void attention_fused_forward(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal, const T* qkv,
+                             T* out, T* lse, void* stream) {
+    check_fused_attention_sizes("attention_fused_forward", B, T_, H, Dh);
+    if (B == 0 || T_ == 0 || H == 0) return;
+    launch(stream, [=] { cpu::attention_fused_forward<T>(B, T_, H, Dh, causal, qkv, out, lse); });
+}
+template <class T>
+void attention_fused_backward(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal, const T* qkv,
+                              const T* out, const T* dout, const T* lse, T* dqkv, void* stream) {
+    check_fused_attention_sizes("attention_fused_backward", B, T_, H, Dh);
+    if (B == 0 || T_ == 0 || H == 0) return;
+    launch(stream, [=] { cpu::attention_fused_backward<T>(B, T_, H, Dh, causal, qkv, out, dout, lse, dqkv); });
 }
 
 // ---- rmsnorm.h, swiglu.h, rope.h: the CPU's kernels -----------------------------------------------

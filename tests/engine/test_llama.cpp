@@ -238,8 +238,13 @@ TEST_F(LlamaTest, ParameterCountsFlopsAndActivationsAreTheFormulas) {
     // rotated number of the H + KV q and k heads.
     EXPECT_EQ(a->flops_per_sample(), T * (H + 2 * KV) * hd * 2 * D + T * D * 2 * D + 4 * T * T * D + 5 * H * T * T +
                                          3 * T * (H + KV) * hd);
-    // The expanded q, k, v [T, 3D] and the probabilities, plus the projections' inputs.
-    EXPECT_EQ(a->activations_per_sample(), 3 * T * D + H * T * T + T * D + T * D);
+    // The expanded q, k, v [T, 3D] and the fused kernel's log-sum-exp [H, T], plus the
+    // projections' inputs; the materialized kernel keeps the probabilities [H, T, T] instead.
+    EXPECT_EQ(a->activations_per_sample(), 3 * T * D + H * T + T * D + T * D);
+    nn::AttentionOptions materialized = attn(H, KV, true, false);
+    materialized.kernel = nn::AttentionKernel::materialized;
+    auto m = built(std::make_unique<nn::Attention>(materialized), Shape{T, D});
+    EXPECT_EQ(m->activations_per_sample(), 3 * T * D + H * T * T + T * D + T * D);
     auto block = built(std::make_unique<nn::TransformerBlock>(attn(H, KV, true, false), nn::BlockOptions{ffn, true, true}),
                        Shape{T, D});
     const int64_t per_block = D + (D * (H + 2 * KV) * hd + D * D) + D + 3 * D * ffn;

@@ -40,6 +40,16 @@ INSTANTIATE_TEST_SUITE_P(
         // Longer than one row block of the kernels (32), so the blocks right of the diagonal
         // are skipped and the block edges are crossed.
         GradCase{"attention_causal_T40", make<nn::Attention>(int64_t{2}, true, 0.0), Shape{40, 4}, 1},
+        // The fused kernel's blocks are 64 query rows by 64 keys: T = 70 crosses both edges.
+        GradCase{"attention_fused_causal_T70", make<nn::Attention>(int64_t{2}, true, 0.0), Shape{70, 4}, 1},
+        GradCase{"attention_materialized_causal_T5",
+                 make<nn::Attention>(nn::AttentionOptions{2, 0, true, 0.0, false, 10000.0, true,
+                                                          nn::AttentionKernel::materialized}),
+                 Shape{5, 6}},
+        GradCase{"attention_materialized_full_T4",
+                 make<nn::Attention>(nn::AttentionOptions{3, 0, false, 0.0, false, 10000.0, true,
+                                                          nn::AttentionKernel::materialized}),
+                 Shape{4, 6}},
         GradCase{"attention_dropout_train", make<nn::Attention>(int64_t{2}, true, 0.3), Shape{5, 4}},
         GradCase{"attention_dropout_eval", make<nn::Attention>(int64_t{2}, true, 0.3), Shape{5, 4}, 2,
                  Mode::eval},
@@ -121,10 +131,22 @@ TEST_P(AttentionKernels, ForwardMatchesTheTextbookAndMaskedEntriesAreZero) {
             ASSERT_EQ(dprobs[k], 0.0f) << "masked score gradient " << k;
         }
     for (float v : dqkv) ASSERT_TRUE(std::isfinite(v));
+
+    // The fused pass gives the same output, and its backward the same dqkv, as the stored
+    // probabilities' passes.
+    std::vector<float> fused_out(out.size(), -1.0f), lse(static_cast<size_t>(a.B * a.H * a.T), -1.0f);
+    kernels::cpu::attention_fused_forward<float>(a.B, a.T, a.H, a.Dh, a.causal, qkv32.data(), fused_out.data(),
+                                                 lse.data());
+    for (size_t k = 0; k < out.size(); ++k) ASSERT_NEAR(fused_out[k], want_out[k], 1e-4) << k;
+    std::vector<float> fused_dqkv(qkv32.size(), -1.0f);
+    kernels::cpu::attention_fused_backward<float>(a.B, a.T, a.H, a.Dh, a.causal, qkv32.data(), fused_out.data(),
+                                                  dout.data(), lse.data(), fused_dqkv.data());
+    for (size_t k = 0; k < dqkv.size(); ++k) ASSERT_NEAR(fused_dqkv[k], dqkv[k], 2e-4 * (1 + std::abs(dqkv[k]))) << k;
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels,
                          ::testing::Values(Attn{2, 5, 3, 4, true}, Attn{2, 5, 3, 4, false}, Attn{1, 1, 1, 8, true},
-                                           Attn{2, 70, 2, 8, true}, Attn{1, 33, 4, 2, false}),
+                                           Attn{2, 70, 2, 8, true}, Attn{1, 33, 4, 2, false},
+                                           Attn{1, 130, 2, 4, true}, Attn{1, 129, 1, 4, false}),
                          [](const auto& info) {
                              const Attn& a = info.param;
                              return "B" + std::to_string(a.B) + "_T" + std::to_string(a.T) + "_H" +
@@ -176,6 +198,44 @@ TEST_F(TransformerTest, ParameterCountsAreTheFormulas) {
     EXPECT_EQ(pos->parameter_count(), 64 * D);
     // The attention probabilities [H, T, T] count as activations.
     EXPECT_GE(attn->activations_per_sample(), 4 * 64 * 64 + 3 * 64 * D);
+}
+
+// The fused kernel keeps each row's log-sum-exp where the materialized one keeps [H, T, T]: its
+// memory over a training step grows as T (doubling T doubles it), the materialized kernel's
+// nearly fourfold.
+TEST_F(TransformerTest, FusedAttentionMemoryGrowsLinearlyInTheSequence) {
+    const int64_t D = 16, H = 2, B = 2;
+    const auto step_bytes = [&](nn::AttentionKernel kernel, int64_t T) {
+        auto layer = built(std::make_unique<nn::Attention>(
+                               nn::AttentionOptions{H, 0, true, 0.0, false, 10000.0, true, kernel}),
+                           Shape{T, D});
+        const Tensor x = random(Shape{B, T, D}, 5), dy = random(Shape{B, T, D}, 6);
+        m_device->allocator().reset_peak();
+        const int64_t before = m_device->allocator().stats().current_total;
+        layer->forward(x, Mode::train);
+        layer->backward(dy);
+        return m_device->allocator().stats().peak_total - before;
+    };
+    const double fused = static_cast<double>(step_bytes(nn::AttentionKernel::fused, 512)) /
+                         static_cast<double>(step_bytes(nn::AttentionKernel::fused, 256));
+    const double materialized = static_cast<double>(step_bytes(nn::AttentionKernel::materialized, 512)) /
+                                static_cast<double>(step_bytes(nn::AttentionKernel::materialized, 256));
+    EXPECT_LT(fused, 2.1);
+    EXPECT_GT(materialized, 3.5);
+    auto fused_layer = built(std::make_unique<nn::Attention>(H, true, 0.0), Shape{512, D});
+    EXPECT_EQ(static_cast<nn::Attention&>(*fused_layer).saved_per_sample(), H * 512 + 3 * 512 * D);
+}
+
+TEST_F(TransformerTest, FusedAttentionWithDropoutIsRefusedAtItsKernel) {
+    try {
+        nn::Attention a(nn::AttentionOptions{2, 0, true, 0.1, false, 10000.0, true, nn::AttentionKernel::fused});
+        FAIL() << "fused attention with dropout was accepted";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("kernel"), std::string::npos) << e.what();
+    }
+    // Unasked, dropout chooses the materialized kernel.
+    EXPECT_FALSE(nn::Attention(int64_t{2}, true, 0.1).fused());
+    EXPECT_TRUE(nn::Attention(int64_t{2}, true, 0.0).fused());
 }
 
 TEST_F(TransformerTest, InitialisationIsPytorchsDefault) {

@@ -107,6 +107,10 @@ void LayerPropertyEditor::showLayer(const nn::LayerSpec* spec, const QString& pa
         addBoolEditor("causal", spec->causal, tr("position i attends to positions up to i only"));
         addFloatEditor("dropout", spec->dropout,
                        tr("dropout of the attention probabilities and outputs, in [0, 1)"));
+        // Absent from the file: fused, unless the probabilities are dropped out.
+        const std::string kernel =
+            !spec->attention_kernel.empty() ? spec->attention_kernel : spec->dropout > 0 ? "materialized" : "fused";
+        addChoiceEditor("kernel", {"fused", "materialized"}, QString::fromStdString(kernel));
         if (t == "transformer_block")
             addNote(
                 tr("x + attention(norm(x)), then x + mlp(norm(x)); gelu: linear(gelu(linear_ffn)), "

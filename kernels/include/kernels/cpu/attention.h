@@ -1,5 +1,6 @@
-// Scaled dot-product attention on the CPU, split into the four passes a layer with attention
-// dropout needs (the probabilities are dropped between the softmax and the product with V).
+// Scaled dot-product attention on the CPU: the four passes a layer with attention dropout needs
+// (the probabilities are stored, and dropped between the softmax and the product with V), and one
+// fused pass forward and one backward that never store them.
 // T = float or double; plain pointers to contiguous row-major arrays.
 //
 // Layouts, for B sequences of T positions, H heads of width Dh (D = H * Dh):
@@ -42,5 +43,19 @@ void attention_backward_values(int64_t B, int64_t T_, int64_t H, int64_t Dh, boo
 template <class T>
 void attention_backward_scores(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal,
                                const T* probs, const T* qkv, T* dprobs, T* dqkv);
+
+// The fused pass: out = softmax(q k^T / sqrt(Dh)) v per (b, h), masked when causal, without the
+// [T, T] probabilities in memory (blocks of scores in a thread's scratch, an online softmax);
+// lse [B, H, T] receives each row's log-sum-exp of its scaled scores, what backward needs to
+// recompute the probabilities. Both overwritten.
+template <class T>
+void attention_fused_forward(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal,
+                             const T* qkv, T* out, T* lse);
+
+// Its backward from the forward's qkv, out and lse and the output gradient dout: all three parts
+// of dqkv (overwritten), the probabilities recomputed block by block.
+template <class T>
+void attention_fused_backward(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal, const T* qkv,
+                              const T* out, const T* dout, const T* lse, T* dqkv);
 
 }  // namespace paralab::kernels::cpu

@@ -53,6 +53,13 @@ inline void check_attention_sizes(const char* launcher, int64_t B, int64_t T, in
             "more than 2^31 - 1 rows of probabilities (B * H * T)");
 }
 
+// The fused attention pass keeps a row of Dh numbers in each warp's registers.
+inline void check_fused_attention_sizes(const char* launcher, int64_t B, int64_t T, int64_t H,
+                                        int64_t Dh) {
+    check_attention_sizes(launcher, B, T, H, Dh);
+    require(Dh <= 256, launcher, "Dh (the head width) above 256, the widest head the fused pass keeps in registers");
+}
+
 // qkv_expand_rope and its backward (kernels/gpu/rope.h): KV key/value heads dividing H query
 // heads, the head width even when rotated.
 inline void check_rope_sizes(const char* launcher, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t Dh,

@@ -128,7 +128,10 @@
     X(attention_backward_values, int64_t, int64_t, int64_t, int64_t, bool, const T*, const T*,     \
       const T*, T*, T*, void*)                                                                     \
     X(attention_backward_scores, int64_t, int64_t, int64_t, int64_t, bool, const T*, const T*, T*, \
-      T*, void*)
+      T*, void*)                                                                                   \
+    X(attention_fused_forward, int64_t, int64_t, int64_t, int64_t, bool, const T*, T*, T*, void*)  \
+    X(attention_fused_backward, int64_t, int64_t, int64_t, int64_t, bool, const T*, const T*,      \
+      const T*, const T*, T*, void*)
 
 // kernels/gpu/rmsnorm.h
 #define PARALAB_GPU_RMSNORM_OPS(X, T)                                                          \
