@@ -670,6 +670,8 @@ int run_cli(int argc, char** argv, int (*open_gui)(int argc, char** argv)) {
     bench->add_flag("--quick", bench_args.quick, "a ~20 s version");
     bench->add_flag("--smoke", bench_args.smoke, "a few seconds, one case per table (for tests)");
     bench->add_flag("--models-only", bench_args.models_only, "only the models table (MLP, LeNet, LSTM; 1 and 2 threads)");
+    bench->add_flag("--attention-only", bench_args.attention_only,
+                    "only the attention table (fused against materialized kernel, T 256 to 2048; 1 and 2 threads)");
     bool bench_calibrate = false;
     bench->add_flag("--calibrate", bench_calibrate,
                     "measure this machine's GEMM rate and memory bandwidth for `paralab plan --cluster local`");

@@ -1,10 +1,11 @@
 #!/usr/bin/python3
-"""Convergence of the char-GPT example against PyTorch (docs/benchmarks.md, "Char-GPT").
+"""Convergence of the char-GPT and char-Llama examples against PyTorch (docs/benchmarks.md).
 
-Trains resources/examples/gpt-char.paralab.json for `--steps` steps with `paralab run` and the
-same model in PyTorch (bench/compare_torch.py's CharGPT: nanoGPT's block, PyTorch's default
-initialisation, AdamW lr 1e-3 and weight decay 0.01 on every parameter, batch 12, T 64), for each
-of `--seeds`, on the same data by ParaLab's rule (engine/data/text.cpp):
+Trains resources/examples/<--model>.paralab.json for `--steps` steps with `paralab run` and the
+same model in PyTorch (gpt-char: bench/compare_torch.py's CharGPT, nanoGPT's block; llama-char:
+bench/llama_torch.py's CharLlama; PyTorch's default initialisation, AdamW lr 1e-3 and weight
+decay 0.01 on every parameter, batch 12, T 64), for each of `--seeds`, on the same data by
+ParaLab's rule (engine/data/text.cpp):
 
   corpus      a file as it is; a folder: its regular files (symlinks and sub-folders left out) in
               byte order of their names, concatenated, each file that holds a NUL byte skipped
@@ -36,11 +37,14 @@ import torch
 import torch.nn.functional as F
 
 from compare_torch import GPT_T, CharGPT, set_threads
+from llama_torch import CharLlama
+
+MODELS = {"gpt-char": CharGPT, "llama-char": CharLlama}
 
 BATCH = 12
 VAL_FRACTION = 0.1
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLE = os.path.join(HERE, "..", "resources", "examples", "gpt-char.paralab.json")
+EXAMPLES = os.path.join(HERE, "..", "resources", "examples")
 
 
 def read_corpus(path):
@@ -77,10 +81,10 @@ def validation_windows(data, train, test_limit):
     return w[:, :-1], w[:, 1:]
 
 
-def torch_run(data, train, seed, steps, test_limit):
-    """Trains CharGPT for `steps` steps on random training windows; the validation loss."""
+def torch_run(model, data, train, seed, steps, test_limit):
+    """Trains the model for `steps` steps on random training windows; the validation loss."""
     torch.manual_seed(seed)
-    net = CharGPT()
+    net = MODELS[model]()
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.01)
     tokens = torch.frombuffer(bytearray(data[:train]), dtype=torch.uint8).long()
     offsets = torch.arange(GPT_T + 1)[None, :]
@@ -120,7 +124,7 @@ def paralab_run(binary, example, corpus, seed, steps, test_limit, threads, folde
     e["data"]["path"] = corpus
     e["data"]["test_limit"] = test_limit
     e["train"] = {"epochs": 1, "max_steps": steps, "eval_every": 0}
-    file = os.path.join(folder, f"gpt-char-{seed}.paralab.json")
+    file = os.path.join(folder, f"{os.path.basename(example).split('.')[0]}-{seed}.paralab.json")
     with open(file, "w") as f:
         json.dump(e, f)
     db = os.path.join(folder, "runs.db")
@@ -143,7 +147,7 @@ def describe(name, rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--paralab", default=os.path.join(HERE, "..", "build-bench", "app", "paralab"))
-    ap.add_argument("--example", default=EXAMPLE)
+    ap.add_argument("--model", choices=sorted(MODELS), default="gpt-char")
     ap.add_argument("--corpus", default="/usr/share/games/fortunes")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--seeds", default="1337,1338,1339")
@@ -154,6 +158,7 @@ def main():
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     seeds = [int(s) for s in a.seeds.split(",")]
+    example = os.path.join(EXAMPLES, f"{a.model}.paralab.json")
 
     data = read_corpus(a.corpus)
     train, test = split_bytes(len(data))
@@ -167,7 +172,7 @@ def main():
         try:
             with tempfile.TemporaryDirectory(prefix="paralab-gpt-loss-") as folder:
                 for s in seeds:
-                    r = paralab_run(a.paralab, a.example, a.corpus, s, a.steps, a.test_limit, a.threads, folder)
+                    r = paralab_run(a.paralab, example, a.corpus, s, a.steps, a.test_limit, a.threads, folder)
                     print(f"paralab seed {s}: validation loss {r['test_loss']:.4f}", file=sys.stderr)
                     results["paralab"].append(r)
         except Exception as err:  # reported after the PyTorch side
@@ -182,7 +187,7 @@ def main():
     if a.only != "paralab":
         set_threads(a.threads)
         for s in seeds:
-            r = torch_run(data, train, s, a.steps, a.test_limit)
+            r = torch_run(a.model, data, train, s, a.steps, a.test_limit)
             print(f"torch   seed {s}: validation loss {r['test_loss']:.4f}", file=sys.stderr)
             results["torch"].append(r)
     if side is not None:

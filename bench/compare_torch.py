@@ -30,12 +30,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from llama_torch import LLAMA_T, CharLlama
+
 # model -> (batch, steps, warm-up), as in bench/model_bench.cpp
 CASES = {
     "mlp": (128, 80, 8),
     "lenet": (64, 30, 4),
     "lstm": (64, 24, 3),
     "gpt-char": (12, 40, 5),
+    "llama-char": (12, 40, 5),
 }
 # The ddp rows: the MLP under torch's DistributedDataParallel in 2 processes (gloo over the
 # loopback, 1 thread each), global batch -> (steps, warm-up), as paralab's mlp-ddp2 rows.
@@ -122,7 +125,7 @@ class CharGPT(nn.Module):
 
 
 def is_token_model(model):
-    return model == "gpt-char"
+    return model in ("gpt-char", "llama-char")
 
 
 def make_optimizer(model, params):
@@ -144,6 +147,8 @@ def make(model):
         return LastStep(), (50, 32)
     if model == "gpt-char":
         return CharGPT(), (GPT_T,)
+    if model == "llama-char":
+        return CharLlama(), (LLAMA_T,)
     raise ValueError(model)
 
 
@@ -281,7 +286,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies the step counts")
-    ap.add_argument("--models", default="mlp,lenet,lstm,gpt-char,mlp-ddp2,mlp-ddp2-b256")
+    ap.add_argument("--models", default="mlp,lenet,lstm,gpt-char,llama-char,mlp-ddp2,mlp-ddp2-b256")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]

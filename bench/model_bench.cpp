@@ -50,6 +50,8 @@ const std::vector<ModelCase>& cases() {
         {"lenet", "LeNet conv5x5 16 / conv5x5 32 / linear 10, Fashion-MNIST 1x28x28", 64, 30, 4},
         {"lstm", "LSTM 32->128, 50 steps, linear 10 on the last, seqclass", 64, 24, 3},
         {"gpt-char", "char GPT (the gpt-char example), 4 blocks D 128, T 64, AdamW, random bytes", 12, 40, 5},
+        {"llama-char", "char Llama (the llama-char example), 4 blocks D 128, 8 heads, 2 kv heads, T 64, AdamW, random bytes",
+         12, 40, 5},
         {"mlp-ddp2", "the MLP, ddp on cpu:0,cpu:1 (1 thread each), global batch 128 = 64 per device", 128,
          80, 8, 2},
         {"mlp-ddp2-b256", "the MLP, ddp on cpu:0,cpu:1 (1 thread each), global batch 256 = 128 per device",
@@ -61,13 +63,13 @@ const std::vector<ModelCase>& cases() {
 }
 
 bool is_mlp(const std::string& model) { return model.rfind("mlp", 0) == 0; }
-bool is_token_model(const std::string& model) { return model == "gpt-char"; }
+bool is_token_model(const std::string& model) { return model == "gpt-char" || model == "llama-char"; }
 
 const ModelCase& find_case(const std::string& model) {
     for (const auto& c : cases())
         if (model == c.name) return c;
     throw ConfigError("model bench: unknown model '" + model +
-                      "' (mlp, lenet, lstm, gpt-char, mlp-ddp2, mlp-ddp2-b256, mlp-zero2)");
+                      "' (mlp, lenet, lstm, gpt-char, llama-char, mlp-ddp2, mlp-ddp2-b256, mlp-zero2)");
 }
 
 json layer(const char* type) { return {{"type", type}}; }
@@ -105,14 +107,22 @@ json model_bench_experiment(const std::string& model, const std::string& data_pa
                               layer("flatten"),
                               {{"type", "linear"}, {"out", 10}}});
     } else if (is_token_model(model)) {
-        // resources/examples/gpt-char.paralab.json on the bytes of `data_path`.
+        // resources/examples/gpt-char.paralab.json or llama-char's on the bytes of `data_path`.
         data = {{"dataset", "text"}, {"path", data_path}, {"seq_len", kGptContext}, {"train_limit", train},
                 {"test_limit", kTest}, {"batch_size", c.batch}, {"workers", 0}};
-        layers = json::array({{{"type", "embedding"}, {"vocab", 256}, {"dim", 128}},
-                              layer("position_embedding"),
-                              {{"type", "transformer_block"}, {"heads", 4}, {"ffn", 512}, {"repeat", 4}},
-                              layer("layernorm"),
-                              {{"type", "linear"}, {"out", 256}}});
+        if (model == "gpt-char")
+            layers = json::array({{{"type", "embedding"}, {"vocab", 256}, {"dim", 128}},
+                                  layer("position_embedding"),
+                                  {{"type", "transformer_block"}, {"heads", 4}, {"ffn", 512}, {"repeat", 4}},
+                                  layer("layernorm"),
+                                  {{"type", "linear"}, {"out", 256}}});
+        else  // resources/examples/llama-char.paralab.json
+            layers = json::array({{{"type", "embedding"}, {"vocab", 256}, {"dim", 128}},
+                                  {{"type", "transformer_block"}, {"heads", 8}, {"kv_heads", 2}, {"ffn", 384},
+                                   {"position", "rope"}, {"norm", "rmsnorm"}, {"mlp", "swiglu"}, {"bias", false},
+                                   {"repeat", 4}},
+                                  layer("rmsnorm"),
+                                  {{"type", "linear"}, {"out", 256}, {"bias", false}}});
         optimizer = {{"type", "adamw"}, {"lr", 0.001}};
     } else {
         data = synthetic("seqclass", train, c.batch, {{"seq_len", 50}, {"features", 32}});

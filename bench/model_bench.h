@@ -11,6 +11,9 @@
 //           positions, 4 x transformer_block (4 heads, ffn 512), layernorm, linear 256; T 64,
 //           batch 12, AdamW lr 1e-3 (weight decay 0.01), cross entropy over every position; on
 //           the `text` data set over a file of random bytes (RandomBytesFile below)
+//   llama-char  resources/examples/llama-char.paralab.json: byte embedding 256 x 128, 4 x
+//           transformer_block (8 heads, 2 kv heads, RoPE, RMSNorm, SwiGLU ffn 384, no bias),
+//           rmsnorm, linear 256 without bias; otherwise as gpt-char
 //   mlp-ddp2, mlp-ddp2-b256   the MLP with ddp on cpu:0 and cpu:1, 1 compute thread each, global
 //           batch 128 (64 per device) and 256 (128 per device, the single device's batch);
 //           their note gives samples/s over the 1-thread single-device MLP's (the goal: >= 1.6)

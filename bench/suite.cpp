@@ -16,6 +16,7 @@
 
 #include <kernels/cpu/gemm.h>
 
+#include "bench/attention_bench.h"
 #include "bench/comm_bench.h"
 #include "bench/model_bench.h"
 #include "bench/strategy_bench.h"
@@ -123,6 +124,9 @@ struct Plan {
     std::vector<int> worlds;
     int64_t bytes_per_timing;  // per rank, over the timed calls of one all-reduce size
     bench::StrategySuiteOptions suite;
+    std::vector<int64_t> attention_lengths{256, 1024, 2048};  // the attention table's sequences
+    std::vector<int> attention_threads{1, 2};
+    int attention_reps = 3;
 };
 
 Plan make_plan(const BenchArgs& a) {
@@ -145,6 +149,9 @@ Plan make_plan(const BenchArgs& a) {
         p.suite.transformer_steps = 4;
         p.suite.transformer_warmup_steps = 1;
         p.suite.transformer_all = false;
+        p.attention_lengths = {128};
+        p.attention_threads = {1};
+        p.attention_reps = 1;
     } else if (a.quick) {
         p.mode = "quick";
         p.all_reduce_mib = {1, 16, 64};
@@ -159,6 +166,8 @@ Plan make_plan(const BenchArgs& a) {
         p.suite.pipeline_schedules = {"gpipe"};
         p.suite.transformer_steps = 12;
         p.suite.transformer_warmup_steps = 2;
+        p.attention_lengths = {256, 1024};
+        p.attention_reps = 2;
     } else {
         p.mode = "full";
         p.all_reduce_mib = {1, 4, 16, 64, 256};
@@ -242,7 +251,41 @@ void print_models(const std::vector<bench::ModelTiming>& rows, int rounds, const
 
 }  // namespace
 
+// The attention table (bench/attention_bench.h).
+void print_attention(const std::vector<bench::AttentionTiming>& rows, int reps) {
+    std::printf("\nAttention kernels: one causal attention layer (D 128, 4 heads, batch 4, f32), forward + "
+                "backward, the fastest of %d steps;\nstep memory: the allocator's high-water mark over the step; "
+                "saved: floats per sample kept for backward (q, k, v and probabilities or log-sum-exp)\n\n",
+                reps);
+    TextTable at({"T", "threads", "kernel", "ms/step", "step memory", "saved/sample"}, "rrlrrr");
+    for (const auto& r : rows)
+        at.add({std::to_string(r.seq_len), std::to_string(r.threads), r.kernel, fmt("%.2f", r.ms_per_step),
+                fmt("%.1f MB", static_cast<double>(r.step_bytes) / 1e6), std::to_string(r.saved_floats)});
+    at.print();
+}
+
 int run_suite(const BenchArgs& a) {
+    if (a.attention_only) {
+        const Plan plan = make_plan(a);
+        const auto rows = bench::bench_attention(plan.attention_lengths, plan.attention_threads, plan.attention_reps,
+                                                 [](const std::string& what) {
+                                                     std::fprintf(stderr, "bench: %s\n", what.c_str());
+                                                 });
+        if (a.json) {
+            json out;
+            out["machine"] = {{"cpu", cpu_model()}, {"hardware_threads", std::thread::hardware_concurrency()},
+                              {"gemm_library", kernels::cpu::gemm_library()}};
+            json aj = json::array();
+            for (const auto& r : rows) aj.push_back(bench::to_json(r));
+            out["attention"] = aj;
+            std::cout << out.dump() << std::endl;
+            return 0;
+        }
+        std::printf("paralab bench (attention): %s, %u hardware threads\n", cpu_model().c_str(),
+                    std::thread::hardware_concurrency());
+        print_attention(rows, plan.attention_reps);
+        return 0;
+    }
     if (a.models_only) {
         const bool tty_models = isatty(fileno(stderr));
         const bench::ModelBenchOptions mo = model_options(a);
@@ -314,6 +357,8 @@ int run_suite(const BenchArgs& a) {
     const auto& pipeline = suite.pipeline;
     const bench::ModelBenchOptions model_opts = model_options(a);
     const std::vector<bench::ModelTiming> models = bench::bench_models(model_opts, progress);
+    const std::vector<bench::AttentionTiming> attention =
+        bench::bench_attention(plan.attention_lengths, plan.attention_threads, plan.attention_reps, progress);
     const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     const double other_load = other_processes_load(cpu_start, read_cpu_clock(), hw);
     if (tty) std::fprintf(stderr, "\r\033[K");
@@ -354,6 +399,9 @@ int run_suite(const BenchArgs& a) {
         json mj = json::array();
         for (const auto& r : models) mj.push_back(bench::to_json(r));
         out["models"] = mj;
+        json aj = json::array();
+        for (const auto& r : attention) aj.push_back(bench::to_json(r));
+        out["attention"] = aj;
         out["openblas_kernel"] = bench::blas_kernel();
         out["gemm_library"] = kernels::cpu::gemm_library();
         std::cout << out.dump() << std::endl;
@@ -451,6 +499,7 @@ int run_suite(const BenchArgs& a) {
         tt.print();
     }
     print_models(models, model_opts.rounds, model_opts.device);
+    print_attention(attention, plan.attention_reps);
     std::printf("\n%.0f s in all\n", total_s);
     return 0;
 }

@@ -201,7 +201,7 @@ grep -q "notes, not a database" "$tmp/notes.db" || { echo "FAIL corrupt_db: file
 # paralab bench: the smallest suite runs and prints one JSON object with every table (timings
 # are recorded in docs/benchmarks.md, never asserted).
 check bench_smoke_json 0 '"all_reduce":' -- "$paralab" bench --smoke --json
-for key in mode machine data all_reduce strategies ddp pipeline_idle transformer; do
+for key in mode machine data all_reduce strategies ddp pipeline_idle transformer attention; do
     grep -q "\"$key\":" "$tmp/out" || { echo "FAIL bench_smoke_json: missing key $key"; failed=$((failed + 1)); }
 done
 [ "$(grep -c '^{' "$tmp/out")" = 1 ] || { echo "FAIL bench_smoke_json: not exactly one JSON line"; failed=$((failed + 1)); }
@@ -213,6 +213,12 @@ rows = {r["label"]: r for r in json.load(open(sys.argv[1]))["transformer"]}
 tp = rows["tensor_parallel"]
 assert tp["status"] == "finished", tp
 assert tp["comm_bytes_per_step"] == 16 * 1.5 * 12 * 64 * 128 * 4, tp["comm_bytes_per_step"]
+# The fused attention kernel keeps each row's log-sum-exp, the materialized one the probabilities.
+att = {r["kernel"]: r for r in json.load(open(sys.argv[1]))["attention"]}
+T, H, D = att["fused"]["seq_len"], att["fused"]["heads"], att["fused"]["width"]
+assert att["fused"]["saved_floats_per_sample"] == 3 * T * D + H * T, att["fused"]
+assert att["materialized"]["saved_floats_per_sample"] == 3 * T * D + H * T * T, att["materialized"]
+assert att["fused"]["step_bytes"] < att["materialized"]["step_bytes"], att
 PY
 
 # The char-GPT: 4 blocks as one row, every parameter counted (the hand count is in
