@@ -40,8 +40,8 @@ INSTANTIATE_TEST_SUITE_P(
         // Longer than one row block of the kernels (32), so the blocks right of the diagonal
         // are skipped and the block edges are crossed.
         GradCase{"attention_causal_T40", make<nn::Attention>(int64_t{2}, true, 0.0), Shape{40, 4}, 1},
-        // The fused kernel's blocks are 64 query rows by 64 keys: T = 70 crosses both edges.
-        GradCase{"attention_fused_causal_T70", make<nn::Attention>(int64_t{2}, true, 0.0), Shape{70, 4}, 1},
+        // The fused kernel's blocks are 128 query rows by 128 keys: T = 130 crosses both edges.
+        GradCase{"attention_fused_causal_T130", make<nn::Attention>(int64_t{2}, true, 0.0), Shape{130, 4}, 1},
         GradCase{"attention_materialized_causal_T5",
                  make<nn::Attention>(nn::AttentionOptions{2, 0, true, 0.0, false, 10000.0, true,
                                                           nn::AttentionKernel::materialized}),
