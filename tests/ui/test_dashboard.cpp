@@ -162,6 +162,7 @@ private slots:
     void phaseFamilies_data();
     void phaseFamilies();
     void timelineKeepsTheLastSteps();
+    void timelineReplaysOneStepInOrder();
     void timelineColoursByPhaseFamily();
     void timelineDescribesTheSpanUnderThePointer();
     void timelineMeasuresThePipelineBubble();
@@ -456,6 +457,33 @@ void TestDashboard::timelineKeepsTheLastSteps() {
     t.clear();
     QVERIFY(t.keptSteps().isEmpty());
     QVERIFY(t.spans().isEmpty());
+}
+
+// Slow motion: the newest step every device completed, its spans appearing in the order they
+// began (device d's spans start 0.1·d ms after device 0's: data wait, forward 0.5 ms later,
+// backward 3 ms later, ...), then the kept steps again.
+void TestDashboard::timelineReplaysOneStepInOrder() {
+    TimelinePanel t;
+    QVERIFY(!t.startReplay());  // nothing has arrived
+    t.addSpans(ddpSpans(1, 1));
+    QVERIFY(!t.startReplay());  // step 1 may still be arriving
+    t.addSpans(ddpSpans(2, 3));
+    QVERIFY(t.startReplay());
+    QVERIFY(t.replaying());
+    QCOMPARE(t.replayStep(), 2);  // 3 is the newest, which may still be arriving
+    QCOMPARE(t.drawnSpanCount(), 1);  // cpu:0's data wait
+    t.advanceReplay(0.00025);
+    QCOMPARE(t.drawnSpanCount(), 3);  // every device's data wait
+    t.advanceReplay(0.003);
+    QCOMPARE(t.drawnSpanCount(), 9);  // and their forwards and backwards, at 3.25 ms
+    t.addSpans(ddpSpans(4, 4));       // arriving meanwhile: kept, the replay goes on
+    QVERIFY(t.replaying());
+    QCOMPARE(t.drawnSpanCount(), 9);
+    t.advanceReplay(1.0);  // past the step's end
+    QVERIFY(!t.replaying());
+    QCOMPARE(t.drawnSpanCount(), 4 * 3 * 6);  // the kept steps again
+    t.setReplaySlowdown(5000);
+    QCOMPARE(t.replaySlowdown(), 1000.0);
 }
 
 // GPipe on 2 stages, 2 micro-batches, every forward and backward 1 s: stage 0 works 0-2 and

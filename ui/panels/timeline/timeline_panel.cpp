@@ -1,12 +1,15 @@
 #include "ui/panels/timeline/timeline_panel.h"
 
+#include <QElapsedTimer>
 #include <QFile>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLocale>
 #include <QMenu>
+#include <QSlider>
 #include <QSpinBox>
 #include <QTextStream>
+#include <QTimer>
 #include <QToolButton>
 #include <QToolTip>
 #include <QVBoxLayout>
@@ -103,7 +106,11 @@ TimelinePanel::TimelinePanel(QWidget* parent)
       m_plot(new QCustomPlot),
       m_hover(new QLabel(kHoverHint)),
       m_bubble(new QLabel),
-      m_stepsBox(new QSpinBox) {
+      m_stepsBox(new QSpinBox),
+      m_replayButton(new QToolButton),
+      m_slowdownSlider(new QSlider(Qt::Horizontal)),
+      m_slowdownLabel(new QLabel),
+      m_replayTimer(new QTimer(this)) {
     auto* controls = new QHBoxLayout;
     controls->setContentsMargins(6, 4, 6, 0);
     m_stepsControl = new QWidget;
@@ -115,6 +122,37 @@ TimelinePanel::TimelinePanel(QWidget* parent)
     m_stepsBox->setObjectName(QStringLiteral("stepsShownBox"));
     stepsRow->addWidget(m_stepsBox);
     controls->addWidget(m_stepsControl);
+    // Slow motion: the button, and the slowdown on a logarithmic slider (1× to 1000×).
+    m_replayButton->setText(tr("Replay one step"));
+    m_replayButton->setCheckable(true);
+    m_replayButton->setObjectName(QStringLiteral("replayButton"));
+    m_replayButton->setToolTip(tr("Play the newest complete step again in slow motion: its spans appear in the "
+                                  "order they ran"));
+    controls->addWidget(m_replayButton);
+    m_slowdownSlider->setObjectName(QStringLiteral("slowdownSlider"));
+    m_slowdownSlider->setRange(0, 300);  // 100 · log10(slowdown)
+    m_slowdownSlider->setMaximumWidth(140);
+    m_slowdownSlider->setToolTip(tr("How many times slower than it ran"));
+    controls->addWidget(m_slowdownSlider);
+    controls->addWidget(m_slowdownLabel);
+    connect(m_slowdownSlider, &QSlider::valueChanged, this,
+            [this](int v) { setReplaySlowdown(std::pow(10.0, v / 100.0)); });
+    setReplaySlowdown(m_replaySlowdown);
+    connect(m_replayButton, &QToolButton::toggled, this, [this](bool on) {
+        if (on == replaying()) return;
+        if (!on) {
+            stopReplay();
+        } else if (!startReplay()) {
+            const QSignalBlocker block(m_replayButton);
+            m_replayButton->setChecked(false);
+            m_hover->setText(tr("Replay: no step that every device completed has arrived yet"));
+        }
+    });
+    m_replayTimer->setInterval(16);  // about one frame
+    connect(m_replayTimer, &QTimer::timeout, this, [this] {
+        const double wall = static_cast<double>(m_replayClock.restart()) / 1000.0;
+        advanceReplay(wall / m_replaySlowdown);
+    });
     controls->addStretch(1);
     auto* exportButton = new QToolButton;
     exportButton->setText(tr("Export"));
@@ -283,11 +321,122 @@ QString TimelinePanel::bubbleText() const {
     return text;
 }
 
+// ---- slow motion ----------------------------------------------------------------------------
+
+qint64 TimelinePanel::newestCompleteStep() const {
+    // A step is complete on a device once a newer one has begun there (the newest may still be
+    // arriving); the newest step that every device completed.
+    qint64 best = -1;
+    bool first = true;
+    for (const auto& [device, steps] : m_kept) {
+        if (steps.size() < 2) return -1;
+        const qint64 done = std::prev(steps.end(), 2)->first;
+        best = first ? done : std::min(best, done);
+        first = false;
+    }
+    if (first) return -1;
+    for (const auto& [device, steps] : m_kept)
+        if (!steps.count(best)) return -1;
+    return best;
+}
+
+bool TimelinePanel::startReplay() {
+    const qint64 step = newestCompleteStep();
+    if (step < 0) return false;
+    double begin = std::numeric_limits<double>::infinity(), end = -begin;
+    for (const auto& [device, steps] : m_kept)
+        for (const Kept& k : steps.at(step)) {
+            begin = std::min(begin, k.t_begin);
+            end = std::max(end, k.t_end);
+        }
+    m_replayStep = step;
+    m_replayTime = 0;
+    m_replayLength = std::max(end - begin, 0.0);
+    {
+        const QSignalBlocker block(m_replayButton);
+        m_replayButton->setChecked(true);
+    }
+    m_replayClock.start();
+    m_replayTimer->start();
+    drawReplay();
+    return true;
+}
+
+void TimelinePanel::stopReplay() {
+    if (!replaying()) return;
+    m_replayStep = -1;
+    m_replayTimer->stop();
+    {
+        const QSignalBlocker block(m_replayButton);
+        m_replayButton->setChecked(false);
+    }
+    refresh();
+}
+
+void TimelinePanel::advanceReplay(double stepSeconds) {
+    if (!replaying()) return;
+    m_replayTime += std::max(stepSeconds, 0.0);
+    if (m_replayTime > m_replayLength) {
+        stopReplay();
+        return;
+    }
+    drawReplay();
+}
+
+void TimelinePanel::setReplaySlowdown(double times) {
+    m_replaySlowdown = std::clamp(times, 1.0, 1000.0);
+    const int v = static_cast<int>(std::lround(100 * std::log10(m_replaySlowdown)));
+    if (m_slowdownSlider->value() != v) {
+        const QSignalBlocker block(m_slowdownSlider);
+        m_slowdownSlider->setValue(v);
+    }
+    m_slowdownLabel->setText(tr("%1× slower").arg(QLocale().toString(m_replaySlowdown, 'f', 0)));
+}
+
+int TimelinePanel::drawnSpanCount() const { return static_cast<int>(m_gantt->rectCount()); }
+
+void TimelinePanel::drawReplay() {
+    // The step's spans that have begun by the replay's time, each cut there.
+    double origin = std::numeric_limits<double>::infinity();
+    for (const auto& [device, steps] : m_kept)
+        if (const auto it = steps.find(m_replayStep); it != steps.end())
+            for (const Kept& k : it->second) origin = std::min(origin, k.t_begin);
+    const double now = origin + m_replayTime;
+    std::vector<GanttPlottable::Rect> rects;
+    for (const auto& [device, steps] : m_kept) {
+        const auto it = steps.find(m_replayStep);
+        if (it == steps.end()) continue;
+        for (const Kept& k : it->second) {
+            if (k.t_begin > now) continue;
+            const SpanView s = view(device, m_replayStep, k);
+            const double y0 = s.row + (s.commLane ? kCommLaneTop : kRankLaneTop);
+            const double y1 = s.row + (s.commLane ? kCommLaneBottom : kRankLaneBottom);
+            rects.push_back({(k.t_begin - origin) * 1000, (std::min(k.t_end, now) - origin) * 1000, y0, y1, s.color});
+        }
+    }
+    m_gantt->setRects(std::move(rects));
+    m_plot->xAxis->setRange(-m_replayLength * 10, m_replayLength * 1010);  // ms, the whole step in view
+    m_stepStarts.clear();
+    updateStepLabels();
+    m_plot->xAxis->setLabel(tr("replay of step %1: %2 of %3 ms, %4× slower")
+                                .arg(m_replayStep)
+                                .arg(QLocale().toString(m_replayTime * 1000, 'f', 2),
+                                     QLocale().toString(m_replayLength * 1000, 'f', 2),
+                                     QLocale().toString(m_replaySlowdown, 'f', 0)));
+    if (isVisible()) m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
 void TimelinePanel::dropOldSteps(Steps& steps) const {
     while (static_cast<int>(steps.size()) > m_stepsShown) steps.erase(steps.begin());
 }
 
 void TimelinePanel::clear() {
+    if (replaying()) {
+        m_replayStep = -1;
+        m_replayTimer->stop();
+        const QSignalBlocker block(m_replayButton);
+        m_replayButton->setChecked(false);
+    }
     m_kept.clear();
     m_devices.clear();
     m_hover->setText(kHoverHint);
@@ -349,6 +498,18 @@ QVector<qint64> TimelinePanel::keptSteps(const QString& device) const {
 void TimelinePanel::refresh() {
     m_bubble->setText(bubbleText());
     m_bubble->setVisible(m_pipelineStages > 1);
+    if (replaying()) {  // new spans are kept meanwhile; the plot stays on the replayed step
+        bool kept = true;
+        for (const auto& [device, steps] : m_kept) kept = kept && steps.count(m_replayStep);
+        if (kept && !m_kept.empty()) {
+            drawReplay();
+            return;
+        }
+        m_replayStep = -1;  // the window moved past it
+        m_replayTimer->stop();
+        const QSignalBlocker block(m_replayButton);
+        m_replayButton->setChecked(false);
+    }
     const QVector<SpanView> all = spans();
     m_origin = std::numeric_limits<double>::infinity();
     double end = -std::numeric_limits<double>::infinity();

@@ -9,9 +9,14 @@
 // per device, because asynchronous strategies let devices drift steps apart): memory is
 // bounded by K, whatever the length of the run. Spans arrive in batches (~30 Hz); each batch
 // queues one replot, none while the panel is hidden.
+//
+// "Replay one step" plays the newest step that every device completed in slow motion: its spans
+// appear in the order they began, each growing to its end, at 1/slowdown of their real speed
+// (the slider: 1× to 1000× slower), so that a step of a few milliseconds can be watched.
 #pragma once
 
 #include <QColor>
+#include <QElapsedTimer>
 #include <QString>
 #include <QStringList>
 #include <QVector>
@@ -26,7 +31,10 @@
 class QCPTextElement;
 class QCustomPlot;
 class QLabel;
+class QSlider;
 class QSpinBox;
+class QTimer;
+class QToolButton;
 
 namespace paralab::ui {
 
@@ -81,6 +89,21 @@ public:
     void setTitle(const QString& title);
     void setStepsControlVisible(bool visible);
 
+    // Slow motion: starts replaying the newest kept step that every device completed (false
+    // when there is none); while it plays, the plot shows that step's spans up to the replay's
+    // time. advanceReplay moves it on by `stepSeconds` of the step's own time (the panel's timer
+    // calls it with the wall time since the last tick over the slowdown); the replay ends, and
+    // the plot shows the kept steps again, past the step's last span.
+    bool startReplay();
+    void stopReplay();
+    bool replaying() const { return m_replayStep >= 0; }
+    qint64 replayStep() const { return m_replayStep; }
+    double replayTime() const { return m_replayTime; }  // seconds from the step's first span
+    void advanceReplay(double stepSeconds);
+    void setReplaySlowdown(double times);
+    double replaySlowdown() const { return m_replaySlowdown; }
+    int drawnSpanCount() const;  // the rectangles on the plot now
+
 public slots:
     void clear();
     void setStepsShown(int steps);
@@ -106,6 +129,8 @@ private:
     // "step N" over where each step starts, leaving out labels that would overlap the one before
     // (asynchronous strategies start steps of different devices close together).
     void updateStepLabels();
+    void drawReplay();  // the replayed step up to m_replayTime
+    qint64 newestCompleteStep() const;  // -1: none
 
     QCustomPlot* m_plot;
     GanttPlottable* m_gantt;
@@ -123,6 +148,15 @@ private:
     double m_origin = 0;                // t of the earliest kept span: x = 0 ms
     std::vector<std::pair<qint64, double>> m_stepStarts;  // step, ms: its earliest span
     bool m_dirty = false;
+    // Slow motion (startReplay): the step, its time so far and its length, in seconds.
+    qint64 m_replayStep = -1;
+    double m_replayTime = 0, m_replayLength = 0;
+    double m_replaySlowdown = 100;
+    QToolButton* m_replayButton;
+    QSlider* m_slowdownSlider;
+    QLabel* m_slowdownLabel;
+    QTimer* m_replayTimer;
+    QElapsedTimer m_replayClock;
 };
 
 }  // namespace paralab::ui
