@@ -37,6 +37,9 @@ struct TrainConfig {
     int64_t eval_every = 0;            // evaluate every N steps (0: only at the end)
     int64_t checkpoint_every = 0;      // checkpoint every N steps (0: at epoch ends and on stop)
     std::string recompute = "none";    // none | selective | full (nn/recompute.h)
+    // Teaching: each device starts at most this many steps a second (0: as fast as it runs), so
+    // that a run of a fraction of a second can be watched; the wait is not counted in its time.
+    double max_steps_per_s = 0;
 };
 
 struct Experiment {

@@ -372,6 +372,7 @@ config::TrainConfig parse_train(const json& j) {
     t.eval_every = r.integer("eval_every", 0, 0, INT64_MAX);
     t.checkpoint_every = r.integer("checkpoint_every", 0, 0, INT64_MAX);
     t.recompute = r.choice("recompute", "none", {"none", "selective", "full"});
+    t.max_steps_per_s = r.number("max_steps_per_s", 0.0, 0.0, 1000.0);
     r.finish();
     return t;
 }
@@ -639,6 +640,7 @@ json to_json(const config::Experiment& e) {
                   {"eval_every", t.eval_every},
                   {"checkpoint_every", t.checkpoint_every},
                   {"recompute", t.recompute}};
+    if (t.max_steps_per_s > 0) j["train"]["max_steps_per_s"] = t.max_steps_per_s;
     return j;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -236,6 +237,14 @@ void fail_run(Shared& sh, std::exception_ptr err, const std::string& reason) {
 
 // Whether step `step` runs. In a job, the ranks agree on stop and pause at every step boundary
 // (one small all-reduce): each process has its own signals and controls.
+// Sleeps until `due` or a stop request, whichever is first; the seconds slept.
+double wait_until(Clock::time_point due, const RunControl* control) {
+    const auto start = Clock::now();
+    for (auto now = start; now < due && !(control && control->stop.load()); now = Clock::now())
+        std::this_thread::sleep_for(std::min<Clock::duration>(due - now, std::chrono::milliseconds(20)));
+    return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
 bool begin_step(Shared& sh, Rank& rank, int64_t step) {
     if (!sh.mpi) return sh.gate.begin(step);
     RunControl* control = sh.gate.control();
@@ -286,6 +295,9 @@ void rank_main(Shared& sh, int index) {
         // the batch after it (the loader's order is a function of seed and epoch).
         int64_t step = sh.first_step;
         const bool checkpointing = sh.checkpoints && !sh.mpi;
+        // train.max_steps_per_s: the earliest start of the next step, and the time waited for it.
+        std::optional<Clock::time_point> next_start;
+        double throttled_s = 0;
         data::Batch batch;
         const int64_t first_epoch = sh.first_step / sh.steps_per_epoch;
         for (int64_t epoch = first_epoch; epoch < e.train.epochs && step < sh.ctx.total_steps; ++epoch) {
@@ -300,6 +312,11 @@ void rank_main(Shared& sh, int index) {
                 sh.epochs_started = std::max(sh.epochs_started, epoch + 1);
             }
             for (int64_t i = first_batch; i < sh.steps_per_epoch && step < sh.ctx.total_steps; ++i) {
+                if (e.train.max_steps_per_s > 0) {
+                    if (next_start) throttled_s += wait_until(*next_start, sh.gate.control());
+                    next_start = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(1.0 / e.train.max_steps_per_s));
+                }
                 if (!begin_step(sh, rank, step + 1)) return sh.strategy.finish_rank(rank);
                 rank.device().allocator().begin_step();  // the record's step peak: this step's
                 const auto t_wait = Clock::now();
@@ -338,7 +355,7 @@ void rank_main(Shared& sh, int index) {
                 rec.lr = sh.schedule.lr_at(step - 1);
                 {
                     std::lock_guard lock(sh.mutex);
-                    rec.wall_s = rank.seconds_since_t0(t_end) - sh.eval_s - sh.gate.paused_s();
+                    rec.wall_s = rank.seconds_since_t0(t_end) - sh.eval_s - sh.gate.paused_s() - throttled_s;
                 }
                 rec.compute_ms = times.compute_ms;
                 rec.comm_ms = times.comm_ms;

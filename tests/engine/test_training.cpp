@@ -105,6 +105,36 @@ TEST(Training, EveryStepHasOrderedSpansOnOneClock) {
     EXPECT_NEAR(rec.spans.back().t_end, rec.steps.back().wall_s, 1e-3);
 }
 
+// train.max_steps_per_s: 3 steps at 2 a second take at least a second of real time (a lower
+// bound, true however loaded the machine), and the wait is left out of the records' time.
+TEST(Training, AStepsPerSecondLimitSpacesTheStepsAndIsNotCountedAsTheirTime) {
+    struct Steps : run::RunObserver {
+        std::vector<config::StepRecord> steps;
+        void on_step(const config::StepRecord& r) override { steps.push_back(r); }
+    } rec;
+    json j = spirals_mlp();
+    j["train"]["max_steps"] = 3;
+    j["train"]["max_steps_per_s"] = 2;
+    const config::Experiment e = run::parse_experiment(j);
+    EXPECT_EQ(run::to_json(e)["train"]["max_steps_per_s"], 2.0);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto s = run::run_experiment(e, &rec, nullptr);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(s.status, "finished");
+    ASSERT_EQ(rec.steps.size(), 3u);
+    EXPECT_GE(elapsed, 1.0);
+    // Steps of a small MLP take far less than the half second between their starts.
+    EXPECT_LE(rec.steps.back().wall_s, elapsed - 0.5);
+    json bad = spirals_mlp();
+    bad["train"]["max_steps_per_s"] = -1;
+    try {
+        run::parse_experiment(bad);
+        FAIL() << "a negative limit was accepted";
+    } catch (const ConfigError& err) {
+        EXPECT_EQ(err.path(), "train.max_steps_per_s");
+    }
+}
+
 TEST(Training, MaxStepsCapsTheRun) {
     json j = spirals_mlp();
     j["train"]["max_steps"] = 7;

@@ -63,6 +63,7 @@ TrainingPanel::TrainingPanel(QWidget* parent)
       m_epochs(spinBox(0, 1000000)),
       m_maxSteps(spinBox(0, 1000000000, tr("no limit (every epoch)"))),
       m_evalEvery(spinBox(0, 1000000000, tr("only at the end"))),
+      m_maxStepsPerS(numberEdit()),
       m_precision(choiceBox({QStringLiteral("fp32"), QStringLiteral("bf16"), QStringLiteral("fp16")})),
       m_recompute(choiceBox({QStringLiteral("none"), QStringLiteral("selective"), QStringLiteral("full")})),
       m_optimizer(choiceBox({QStringLiteral("sgd"), QStringLiteral("adam"), QStringLiteral("adamw")})),
@@ -84,6 +85,9 @@ TrainingPanel::TrainingPanel(QWidget* parent)
     m_evalEvery->setPrefix(tr("every "));
     m_evalEvery->setSuffix(tr(" steps"));
     m_name->setPlaceholderText(tr("names the runs in the Runs tab"));
+    m_maxStepsPerS->setPlaceholderText(tr("no limit"));
+    m_maxStepsPerS->setToolTip(tr("At most this many steps a second, so that a short run can be watched as it "
+                                  "happens; the waiting does not count in the run's step time or throughput"));
     m_precision->setToolTip(tr("bf16 and fp16 (mixed precision) need CUDA devices"));
     m_recompute->setToolTip(
         tr("Trade compute for memory: selective recomputes attention's probabilities, full runs each "
@@ -104,6 +108,7 @@ TrainingPanel::TrainingPanel(QWidget* parent)
     addField(form, QStringLiteral("train.epochs"), tr("Epochs"), m_epochs);
     addField(form, QStringLiteral("train.max_steps"), tr("Max steps"), m_maxSteps);
     addField(form, QStringLiteral("train.eval_every"), tr("Evaluate"), m_evalEvery);
+    addField(form, QStringLiteral("train.max_steps_per_s"), tr("Steps per second at most"), m_maxStepsPerS);
 
     form = addSection(layout, tr("Optimizer"));
     addField(form, QStringLiteral("optimizer.type"), tr("Optimizer"), m_optimizer);
@@ -145,7 +150,7 @@ TrainingPanel::TrainingPanel(QWidget* parent)
 
     setScrollingContent(this, content);
 
-    for (QLineEdit* line : {m_name, m_lr, m_weightDecay, m_momentum, m_beta1, m_beta2, m_eps, m_gamma})
+    for (QLineEdit* line : {m_name, m_maxStepsPerS, m_lr, m_weightDecay, m_momentum, m_beta1, m_beta2, m_eps, m_gamma})
         connect(line, &QLineEdit::editingFinished, this, &TrainingPanel::edited);
     for (QSpinBox* box : {m_epochs, m_maxSteps, m_evalEvery, m_stepSize, m_warmup})
         connect(box, &QSpinBox::valueChanged, this, &TrainingPanel::edited);
@@ -203,6 +208,7 @@ void TrainingPanel::setExperiment(const config::Experiment& e) {
     m_epochs->setValue(static_cast<int>(std::min<int64_t>(t.epochs, m_epochs->maximum())));
     m_maxSteps->setValue(t.max_steps ? static_cast<int>(std::min<int64_t>(*t.max_steps, m_maxSteps->maximum())) : 0);
     m_evalEvery->setValue(static_cast<int>(std::min<int64_t>(t.eval_every, m_evalEvery->maximum())));
+    m_maxStepsPerS->setText(t.max_steps_per_s > 0 ? numberText(t.max_steps_per_s) : QString());
     m_precision->setCurrentText(QString::fromStdString(t.precision));
     m_recompute->setCurrentText(QString::fromStdString(t.recompute));
     const auto& o = e.optimizer;
@@ -246,6 +252,10 @@ void TrainingPanel::edited() {
     t.recompute = m_recompute->currentText().toStdString();
 
     config::Issue issue;
+    t.max_steps_per_s = 0;
+    if (!m_maxStepsPerS->text().trimmed().isEmpty() &&
+        !readNumber(m_maxStepsPerS, "train.max_steps_per_s", t.max_steps_per_s, issue))
+        return refuse(issue);
     const std::string optimizer = m_optimizer->currentText().toStdString();
     const std::string schedule = m_schedule->currentText().toStdString();
     const bool newOptimizer = optimizer != m_experiment.optimizer.type;

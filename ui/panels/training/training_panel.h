@@ -53,6 +53,7 @@ private:
     QSpinBox* m_epochs;
     QSpinBox* m_maxSteps;
     QSpinBox* m_evalEvery;
+    QLineEdit* m_maxStepsPerS;  // empty: no limit
     QComboBox* m_precision;
     QComboBox* m_recompute;
     QComboBox* m_optimizer;
