@@ -16,6 +16,7 @@
 
 #include "engine/plan/calibrate.h"
 #include "engine/plan/compare.h"
+#include "engine/plan/goodput.h"
 #include "engine/plan/planner.h"
 #include "engine/store/run_store.h"
 #include "engine/util/error.h"
@@ -50,6 +51,55 @@ void print_report(const plan::Prediction& p, const std::string& name, const plan
         std::printf("  %-16s %10.4f s %6.1f%%\n", what, s,
                     p.step_time_s > 0 ? 100 * s / p.step_time_s : 0.0);
     std::printf("  %-16s %10.4f s\n", "step", p.step_time_s);
+}
+
+// The goodput options read together (docs/planner.md, "Goodput"): none of them, or at least the
+// failure rate, the storage bandwidth and the restart time.
+std::optional<plan::GoodputInputs> goodput_inputs(const PlanArgs& a, const plan::Cluster& c) {
+    const auto given = [](double x) { return !std::isnan(x); };
+    const bool any = given(a.failure_rate) || given(a.storage_gbps) || given(a.restart_s) ||
+                     given(a.tokens) || given(a.price_per_gpu_hour) || a.cost;
+    if (!any) return std::nullopt;
+    const char* missing = !given(a.failure_rate) ? "--failure-rate"
+                          : !given(a.storage_gbps) ? "--storage-gbps"
+                          : !given(a.restart_s)    ? "--restart-s"
+                                                   : nullptr;
+    if (missing)
+        throw ConfigError(missing, "missing: goodput needs --failure-rate PER_GPU_HOUR, "
+                                   "--storage-gbps G and --restart-s S together (and --tokens N "
+                                   "for the time and cost to train)");
+    plan::GoodputInputs in;
+    in.failure_rate_per_gpu_hour = a.failure_rate;
+    in.storage_bytes_per_s = a.storage_gbps * 1e9;
+    in.restart_s = a.restart_s;
+    if (given(a.tokens)) {
+        if (!(a.tokens > 0)) throw ConfigError("--tokens", "expected a number of tokens above 0");
+        in.tokens = a.tokens;
+    }
+    in.price_per_gpu_hour = c.price_per_gpu_hour;
+    if (given(a.price_per_gpu_hour)) in.price_per_gpu_hour = a.price_per_gpu_hour;
+    if (a.cost) {
+        if (!in.price_per_gpu_hour)
+            throw ConfigError("--cost", "the cluster " + c.name +
+                                            " gives no price_per_gpu_hour; give "
+                                            "--price-per-gpu-hour P or a cluster file with one");
+        if (in.tokens <= 0) throw ConfigError("--cost", "needs --tokens N (the tokens to train)");
+    }
+    plan::check_goodput_inputs(in);
+    return in;
+}
+
+void print_goodput(const plan::Goodput& g, const plan::GoodputInputs& in) {
+    std::printf("\ngoodput at scale (Young/Daly checkpointing)\n");
+    std::printf("  %-24s %s\n", "checkpoint", human_bytes(g.checkpoint_bytes).c_str());
+    std::printf("  %-24s %.4g s\n", "checkpoint write", g.checkpoint_write_s);
+    std::printf("  %-24s %.4g h\n", "mean time to failure", g.mtbf_s / 3600);
+    std::printf("  %-24s %.4g s\n", "checkpoint interval", g.checkpoint_interval_s);
+    std::printf("  %-24s %.2f%%\n", "goodput", 100 * g.goodput);
+    if (in.tokens > 0)
+        std::printf("  %-24s %.4g days (%.4g tokens)\n", "time to train", g.time_to_train_s / 86400,
+                    in.tokens);
+    if (g.cost) std::printf("  %-24s %.4g (at %.4g per GPU-hour)\n", "cost", *g.cost, *in.price_per_gpu_hour);
 }
 
 void print_sweep(const std::vector<plan::Prediction>& ps, const std::vector<std::string>& keys) {
@@ -117,21 +167,33 @@ int plan(const PlanArgs& a) {
     }
     const plan::Mesh mesh = mesh_of(cluster.devices());
     const plan::PlanModel model = plan::plan_model(file.experiment);
+    const std::optional<plan::GoodputInputs> goodput = goodput_inputs(a, cluster);
     if (sweeps.empty()) {
         const plan::Prediction p = plan::predict(file.experiment, model, cluster, mesh);
         if (!p.skipped.empty()) throw ConfigError("strategy", p.skipped);
-        if (a.json)
-            std::cout << plan::to_json(p).dump(2) << "\n";
-        else
+        json out = plan::to_json(p);
+        std::optional<plan::Goodput> g;
+        if (goodput) {
+            g = plan::goodput_of(p, *goodput);
+            plan::add_goodput_json(out, *g, *goodput);
+        }
+        if (a.json) {
+            std::cout << out.dump(2) << "\n";
+        } else {
             print_report(p, file.experiment.name, cluster);
+            if (g) print_goodput(*g, *goodput);
+        }
         return 0;
     }
     const auto ps = plan::sweep(file.experiment, model, cluster, mesh, sweeps);
     if (a.json) {
         json out = json::array();
         for (const auto& p : ps) {
-            if (p.skipped.empty())
-                out.push_back(plan::to_json(p, keys));
+            if (p.skipped.empty()) {
+                json o = plan::to_json(p, keys);
+                if (goodput) plan::add_goodput_json(o, plan::goodput_of(p, *goodput), *goodput);
+                out.push_back(o);
+            }
             else
                 std::cerr << "paralab plan: skipped " << plan::to_json(p, keys)["config"].dump()
                           << ": " << p.skipped << "\n";
@@ -243,16 +305,33 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
                        "RUN_ID: a stored run's step time and memory beside the plan of its "
                        "experiment on its own devices (the local cluster, or --cluster)");
     plan->add_option("--db", args.db, "run store of --compare (SQLite)");
+    const double big = std::numeric_limits<double>::max();
+    add_number_option(plan, "--failure-rate", args.failure_rate, -big, big,
+                      "PER_GPU_HOUR: unexpected failures per GPU and hour, for goodput (with "
+                      "--storage-gbps and --restart-s)");
+    add_number_option(plan, "--storage-gbps", args.storage_gbps, -big, big,
+                      "G: the checkpoint's write bandwidth, all devices together (GB/s)");
+    add_number_option(plan, "--restart-s", args.restart_s, -big, big,
+                      "S: seconds from a failure to training again");
+    add_number_option(plan, "--tokens", args.tokens, -big, big,
+                      "N: tokens to train, for the time (and cost) to train them");
+    add_number_option(plan, "--price-per-gpu-hour", args.price_per_gpu_hour, 0, big,
+                      "P: a device's price per hour (default: the cluster file's)");
+    plan->add_flag("--cost", args.cost,
+                   "ask for the cost to train --tokens: refused when no price is known");
     return plan;
 }
 
 int run_plan_command(const PlanArgs& args) {
     try {
         if (args.compare > 0) {
-            if (!args.file.empty() || !args.sweeps.empty() || args.nodes || args.gpus_per_node)
+            if (!args.file.empty() || !args.sweeps.empty() || args.nodes || args.gpus_per_node ||
+                !std::isnan(args.failure_rate) || !std::isnan(args.storage_gbps) ||
+                !std::isnan(args.restart_s) || !std::isnan(args.tokens) || args.cost)
                 throw ConfigError("--compare",
                                   "plans the stored run's own experiment on its own devices; a "
-                                  "file, --nodes, --gpus-per-node and --sweep do not go with it");
+                                  "file, --nodes, --gpus-per-node, --sweep and the goodput options do not "
+                                  "go with it");
             return compare(args);
         }
         if (!args.db.empty()) throw ConfigError("--db", "goes with --compare RUN_ID");

@@ -109,7 +109,8 @@ std::vector<std::string> cluster_keys() {
             "intra_node_bandwidth_gbps",
             "intra_node_latency_us",
             "inter_node_bandwidth_gbps",
-            "inter_node_latency_us"};
+            "inter_node_latency_us",
+            "price_per_gpu_hour"};
 }
 
 void check_cluster_size(int64_t nodes, int64_t gpus_per_node, const std::string& path) {
@@ -151,6 +152,7 @@ Cluster cluster_from_json(const nlohmann::json& j) {
     c.intra_latency = r.number("intra_node_latency_us", 5.0, 0, 1e6) * kMicro;
     c.inter_bandwidth = rate("inter_node_bandwidth_gbps", c.intra_bandwidth / kGiga, 1e-3, 1e6) * kGiga;
     c.inter_latency = r.number("inter_node_latency_us", 10.0, 0, 1e6) * kMicro;
+    if (const auto price = r.number("price_per_gpu_hour", 0, 1e6)) c.price_per_gpu_hour = *price;
     if (r.has("sources")) {
         // Where each figure comes from: text for people, one string per key of the file.
         run::JsonObjectReader sources(r.raw("sources"), "sources");

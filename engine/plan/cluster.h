@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ struct Cluster {
     double intra_latency = 0;
     double inter_bandwidth = 0;
     double inter_latency = 0;
+    // What one device costs per hour of the run (any currency; the file's source says which),
+    // for the cost of training N tokens; unset when the file gives none.
+    std::optional<double> price_per_gpu_hour;
 
     int devices() const { return nodes * gpus_per_node; }
     double peak_flops(MatmulPrecision precision) const {

@@ -80,6 +80,12 @@ struct ChunkCost {
 
 // ---- one prediction --------------------------------------------------------------------------
 
+double parameter_bytes(const Mesh& mesh) { return mesh.precision == MatmulPrecision::fp32 ? 4 : 2; }
+
+double optimizer_state_bytes(const Mesh& mesh, int state_numbers) {
+    return 4.0 * state_numbers + (mesh.precision != MatmulPrecision::fp32 ? 4.0 : 0.0);
+}
+
 Prediction predict(const config::Experiment& e, const PlanModel& model, const Cluster& cluster,
                    const Mesh& mesh, std::vector<PipeSpan>* timeline) {
     Prediction p;
@@ -242,10 +248,10 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
 
         std::array<double, kMemCategoryCount> mem{};
         const auto at = [&mem](MemCategory c) -> double& { return mem[static_cast<size_t>(c)]; };
-        at(MemCategory::parameters) = params * x.act_bytes / (mesh.zero >= 3 ? dp : 1);
-        at(MemCategory::gradients) = params * x.act_bytes / (mesh.zero >= 2 ? dp : 1);
+        at(MemCategory::parameters) = params * parameter_bytes(mesh) / (mesh.zero >= 3 ? dp : 1);
+        at(MemCategory::gradients) = params * parameter_bytes(mesh) / (mesh.zero >= 2 ? dp : 1);
         at(MemCategory::optimizer_state) =
-            params * (4.0 * k + (mixed ? 4.0 : 0.0)) / (mesh.zero >= 1 ? dp : 1);
+            params * optimizer_state_bytes(mesh, k) / (mesh.zero >= 1 ? dp : 1);
         at(MemCategory::activations) = peak_live;
         double pp_buffers = 0;
         if (P > 1)
@@ -284,6 +290,8 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
     p.tokens_per_s = p.samples_per_s * static_cast<double>(model.seq_len);
     p.model_flops_per_step = 3.0 * static_cast<double>(model.flops_per_sample) * rows;
     p.mfu = p.model_flops_per_step / (p.step_time_s * p.devices * x.peak);
+    p.checkpoint_bytes = static_cast<double>(model.parameters) *
+                         (parameter_bytes(mesh) + optimizer_state_bytes(mesh, k));
     p.memory_capacity = cluster.memory_bytes;
     p.fits = p.memory_total <= cluster.memory_bytes;
     return p;

@@ -42,7 +42,16 @@ struct Prediction {
     int memory_stage = 0;  // the pipeline stage of that device
     Breakdown breakdown;
     double model_flops_per_step = 0;  // 3 × forward, without recomputation
+    // What a checkpoint holds: the whole model's parameters and optimizer state, in the bytes
+    // the memory model gives them (16-bit parameters with an fp32 master in mixed precision).
+    double checkpoint_bytes = 0;
 };
+
+// Bytes per parameter of the memory model: the parameter itself (and its gradient) in the
+// step's precision, and the optimizer's state (`state_numbers` fp32 numbers, plus an fp32 master
+// copy in mixed precision).
+double parameter_bytes(const Mesh& mesh);
+double optimizer_state_bytes(const Mesh& mesh, int state_numbers);
 
 // The reason `mesh` cannot run `model` with a global batch of `batch` on `devices` devices, or "".
 std::string check_mesh(const Mesh& mesh, const PlanModel& model, int64_t batch, int devices);

@@ -49,6 +49,24 @@ if [ "$(head -c 1 "$tmp/out")" = "[" ]; then passed=$((passed + 1)); else
 check plan_sweep_table 0 'OOM' -- "$paralab" plan "$gpt3" --sweep recompute=none,full --sweep zero=0,1
 check plan_sweep_skipped 0 'tp=5: heads (96) not divisible by tp (5)' -- "$paralab" plan "$gpt3" --nodes 80 --sweep tp=5,8
 
+# Goodput: the contract's keys, and the cost where the cluster gives a price (h100-80g does).
+llama="$examples/plan/llama3-405b.plan.paralab.json"
+goodput=(--failure-rate 1.97e-5 --storage-gbps 2000 --restart-s 600)
+check plan_goodput 0 '"goodput"' -- "$paralab" plan "$llama" --cluster h100-80g --nodes 2048 "${goodput[@]}" --tokens 15.6e12 --json
+for key in checkpoint_interval_s time_to_train_s cost checkpoint_bytes; do
+    if grep -qF "\"$key\"" "$tmp/out"; then passed=$((passed + 1)); else
+        echo "FAIL plan_goodput: no key $key"; failed=$((failed + 1)); fi
+done
+check plan_goodput_report 0 'checkpoint interval' -- "$paralab" plan "$llama" --cluster h100-80g --nodes 2048 "${goodput[@]}"
+check plan_goodput_no_price 0 '"goodput"' -- "$paralab" plan "$gpt3" "${goodput[@]}" --tokens 3e11 --json
+if grep -qF '"cost"' "$tmp/out"; then echo "FAIL plan_goodput_no_price: a cost without a price"; failed=$((failed + 1)); else passed=$((passed + 1)); fi
+check plan_goodput_sweep 0 '"time_to_train_s"' -- "$paralab" plan "$gpt3" "${goodput[@]}" --tokens 3e11 --sweep recompute=selective,full --json
+check plan_goodput_rate 2 '--failure-rate: expected a failure rate per GPU-hour above 0' -- "$paralab" plan "$gpt3" --failure-rate 0 --storage-gbps 100 --restart-s 60
+check plan_goodput_storage 2 '--storage-gbps: expected' -- "$paralab" plan "$gpt3" --failure-rate 1e-5 --storage-gbps -3 --restart-s 60
+check plan_goodput_partial 2 '--storage-gbps: missing' -- "$paralab" plan "$gpt3" --failure-rate 1e-5 --restart-s 60
+check plan_goodput_no_price_cost 2 'gives no price_per_gpu_hour' -- "$paralab" plan "$gpt3" "${goodput[@]}" --tokens 3e11 --cost
+check plan_goodput_price 0 '"cost"' -- "$paralab" plan "$gpt3" "${goodput[@]}" --tokens 3e11 --cost --price-per-gpu-hour 2 --json
+
 # Bad input: exit 2 and the cause.
 check plan_unknown_preset 2 'unknown cluster preset "a200"' -- "$paralab" plan "$gpt3" --cluster a200
 check plan_mesh_size 2 'but the cluster has 24' -- "$paralab" plan "$gpt3" --nodes 3

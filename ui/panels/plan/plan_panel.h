@@ -77,6 +77,11 @@ public:
     QPushButton* runHereButton() const { return m_runHere; }
     QString runHereNote() const;
     QString selectionText() const;
+    // Goodput (docs/planner.md, "Goodput"): its inputs (failures per GPU-hour, the storage's
+    // GB/s, the restart's seconds, the tokens to train) and the selected configuration's result,
+    // or why there is none.
+    QLineEdit* goodputEdit(int which) const { return m_goodputInputs[which]; }
+    QString goodputText() const;
     int selectedCell() const;
     void selectCell(int index);
     // The selected configuration's step breakdown as the bars show it (s), in the order
@@ -135,6 +140,7 @@ private:
     void showCell(int index);
     void plotMemory(const plan::Prediction& p);
     void plotBreakdown(const plan::Prediction& p);
+    void showGoodput();  // of the selected configuration
     void fitNodesToMesh();
     void showSize(int nodes, int gpus);  // the spin boxes, without a re-plan
     std::optional<plan::Cluster> baseCluster(QString* error) const;
@@ -162,6 +168,8 @@ private:
     QTabWidget* m_pages;  // the sweep, the predicted step
     QPushButton* m_runHere;
     QLabel* m_runNote;
+    QLineEdit* m_goodputInputs[4];  // failures per GPU-hour, storage GB/s, restart s, tokens
+    QLabel* m_goodput;
     QPushButton* m_export;
     QWidget* m_body = nullptr;  // what exportTab draws
     QTimer* m_debounce;
