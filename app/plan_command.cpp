@@ -28,8 +28,8 @@ namespace {
 using nlohmann::json;
 
 void print_report(const plan::Prediction& p, const std::string& name, const plan::Cluster& c) {
-    std::printf("%s on %s: %d node%s × %d = %d devices\n", name.c_str(), c.name.c_str(), c.nodes,
-                c.nodes == 1 ? "" : "s", c.gpus_per_node, p.devices);
+    std::printf("%s on %s: %d node%s × %d = %d devices, stack %s\n", name.c_str(), c.name.c_str(),
+                c.nodes, c.nodes == 1 ? "" : "s", c.gpus_per_node, p.devices, c.stack.name.c_str());
     std::printf("mesh: %s\n\n", plan::mesh_line(p.mesh, p.micro_batch).c_str());
     std::printf("step %.4g s   %.4g tokens/s   %.4g samples/s   MFU %.1f%%   %s\n\n", p.step_time_s,
                 p.tokens_per_s, p.samples_per_s, 100 * p.mfu,
@@ -148,6 +148,8 @@ int plan(const PlanArgs& a) {
     plan::Cluster cluster = plan::load_cluster(cluster_name);
     const bool preset = !cluster_name.ends_with(".json");
     if (a.gpus_per_node > 0) cluster.gpus_per_node = a.gpus_per_node;
+    if (!a.stack.empty()) cluster.stack = plan::stack_preset(a.stack);
+    if (!a.grad_reduce.empty()) cluster.stack.grad_reduce_fp32 = a.grad_reduce == "fp32";
     if (a.nodes > 0) cluster.nodes = a.nodes;
     plan::check_cluster_size(cluster.nodes, cluster.gpus_per_node, a.nodes > 0 ? "--nodes" : "--gpus-per-node");
     std::vector<std::pair<std::string, std::vector<std::string>>> sweeps;
@@ -317,6 +319,13 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
                       "N: tokens to train, for the time (and cost) to train them");
     add_number_option(plan, "--price-per-gpu-hour", args.price_per_gpu_hour, 0, big,
                       "P: a device's price per hour (default: the cluster file's)");
+    std::string stacks;
+    for (const auto& name : plan::stack_names()) stacks += (stacks.empty() ? "" : ", ") + name;
+    plan->add_option("--stack", args.stack,
+                     "framework efficiency preset (" + stacks + "); default ideal");
+    plan->add_option("--grad-reduce-precision", args.grad_reduce,
+                     "the gradient all-reduce's precision: 16bit or fp32 (default: the stack's)")
+        ->check(CLI::IsMember({"16bit", "fp32"}));
     plan->add_flag("--cost", args.cost,
                    "ask for the cost to train --tokens: refused when no price is known");
     return plan;

@@ -28,6 +28,8 @@ struct PlanArgs {
     double tokens = kUnset;
     double price_per_gpu_hour = kUnset;  // overrides the cluster file's
     bool cost = false;                   // the cost is asked for: a price must be known
+    std::string stack;                   // --stack NAME ("": ideal)
+    std::string grad_reduce;             // --grad-reduce-precision 16bit|fp32 ("": the stack's)
     static constexpr double kUnset = std::numeric_limits<double>::quiet_NaN();
 };
 

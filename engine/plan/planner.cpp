@@ -168,6 +168,7 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
                                                    all_gather_s(bytes, mesh.tp, nvlink)
                                              : send_s(bytes, l));
     }
+    times.blocking_sends = true;
     still = times;
     std::fill(still.transfer.begin(), still.transfer.end(), 0.0);
     PipeResult run = simulate_pipeline(mesh.schedule, P, v, m, times, timeline != nullptr);
@@ -213,7 +214,8 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
             peak_live += largest_full;  // one layer recomputed at a time
 
         // Data parallelism (the gradient all-reduce, ZeRO's collectives).
-        const double grad_bytes = params * x.act_bytes;
+        // The gradients in the precision the stack all-reduces them in.
+        const double grad_bytes = params * (cluster.stack.grad_reduce_fp32 ? 4.0 : x.act_bytes);
         double dp_s = 0, dp_buffers = 0;
         if (mesh.dp > 1) {
             const double bucket = std::min(grad_bytes, mesh.bucket_mb * 1e6);
@@ -225,9 +227,9 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
                                           : reduce_scatter_s(grad_bytes, mesh.dp, dp_link);
                 const double last = mesh.zero == 0 ? all_reduce_s(bucket, mesh.dp, dp_link)
                                                    : reduce_scatter_s(bucket, mesh.dp, dp_link);
-                dp_s = std::max(last, reduce - bwd_one);
+                dp_s = mesh.overlap_grad_reduce ? std::max(last, reduce - bwd_one) : reduce;
                 if (mesh.zero >= 1)
-                    dp_s += all_gather_s(grad_bytes, mesh.dp, dp_link);  // the updated parameters
+                    dp_s += all_gather_s(params * x.act_bytes, mesh.dp, dp_link);  // the updated parameters
                 dp_buffers = 2 * bucket;
             } else {
                 // ZeRO-3: every micro-batch gathers the parameters before forward and before
@@ -280,7 +282,7 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
         }
     }
     p.breakdown.pp_bubble =
-        std::max(0.0, bubble_only.makespan - run.busy[static_cast<size_t>(critical)]);
+        std::max(0.0, bubble_only.makespan - bubble_only.busy[static_cast<size_t>(critical)]);
     p.breakdown.pp_comm = std::max(0.0, run.makespan - bubble_only.makespan);
     // The critical device's own time is its busy time; the step ends with the slowest device's
     // pipeline flush, then its gradient collectives and the optimizer.

@@ -46,7 +46,10 @@ check plan_h100 0 '"fits"' -- "$paralab" plan "$gpt3" --cluster h100-80g --json
 check plan_sweep_json 0 '"config"' -- "$paralab" plan "$gpt3" --sweep recompute=none,selective,full --json
 if [ "$(head -c 1 "$tmp/out")" = "[" ]; then passed=$((passed + 1)); else
     echo "FAIL plan_sweep_json: not an array"; failed=$((failed + 1)); fi
-check plan_sweep_table 0 'OOM' -- "$paralab" plan "$gpt3" --sweep recompute=none,full --sweep zero=0,1
+# Materialized attention scores (the 2021 stack) do not fit without recomputation.
+check plan_sweep_table 0 'OOM' -- "$paralab" plan "$gpt3" --stack megatron-lm-2021 --sweep recompute=none,full --sweep zero=0,1
+check plan_stack_unknown 2 'unknown stack "megatron"; the presets are ideal, megatron-lm-2021, paralab' -- "$paralab" plan "$gpt3" --stack megatron
+check plan_stack_report 0 'stack megatron-lm-2021' -- "$paralab" plan "$gpt3" --stack megatron-lm-2021
 check plan_sweep_skipped 0 'tp=5: heads (96) not divisible by tp (5)' -- "$paralab" plan "$gpt3" --nodes 80 --sweep tp=5,8
 
 # Goodput: the contract's keys, and the cost where the cluster gives a price (h100-80g does).
