@@ -102,10 +102,14 @@ void print_goodput(const plan::Goodput& g, const plan::GoodputInputs& in) {
     if (g.cost) std::printf("  %-24s %.4g (at %.4g per GPU-hour)\n", "cost", *g.cost, *in.price_per_gpu_hour);
 }
 
-void print_sweep(const std::vector<plan::Prediction>& ps, const std::vector<std::string>& keys) {
+void print_sweep(const std::vector<plan::Prediction>& ps, const std::vector<std::string>& keys,
+                 bool show_skipped, const std::optional<plan::GoodputInputs>& goodput) {
+    const bool days = goodput && goodput->tokens > 0;
     std::printf("%4s", "rank");
     for (const auto& k : keys) std::printf(" %14s", k.c_str());
-    std::printf(" %12s %14s %7s %12s %5s\n", "step_s", "tokens/s", "MFU", "memory", "fits");
+    std::printf(" %12s %14s %7s %12s %5s", "step_s", "tokens/s", "MFU", "memory", "fits");
+    if (days) std::printf(" %14s", "days to train");
+    std::printf("\n");
     int rank = 0;
     std::vector<const plan::Prediction*> skipped;
     for (const auto& p : ps) {
@@ -119,10 +123,15 @@ void print_sweep(const std::vector<plan::Prediction>& ps, const std::vector<std:
             const json& v = config[k];
             std::printf(" %14s", v.is_string() ? v.get<std::string>().c_str() : v.dump().c_str());
         }
-        std::printf(" %12.4g %14.4g %6.1f%% %12s %5s\n", p.step_time_s, p.tokens_per_s, 100 * p.mfu,
+        std::printf(" %12.4g %14.4g %6.1f%% %12s %5s", p.step_time_s, p.tokens_per_s, 100 * p.mfu,
                     human_bytes(p.memory_total).c_str(), p.fits ? "yes" : "OOM");
+        if (days) std::printf(" %14.4g", plan::goodput_of(p, *goodput).time_to_train_s / 86400);
+        std::printf("\n");
     }
-    if (!skipped.empty()) {
+    if (!skipped.empty() && !show_skipped)
+        std::printf("\n%zu configuration%s skipped (--show-skipped lists them and why)\n",
+                    skipped.size(), skipped.size() == 1 ? "" : "s");
+    if (!skipped.empty() && show_skipped) {
         std::printf("\nskipped:\n");
         for (const auto* p : skipped) {
             std::string config;
@@ -187,7 +196,10 @@ int plan(const PlanArgs& a) {
         }
         return 0;
     }
-    const auto ps = plan::sweep(file.experiment, model, cluster, mesh, sweeps);
+    plan::SweepOptions options;
+    options.rank = plan::rank_from_name(a.rank);
+    if (goodput) options.goodput = &*goodput;
+    const auto ps = plan::sweep(file.experiment, model, cluster, mesh, sweeps, options);
     if (a.json) {
         json out = json::array();
         for (const auto& p : ps) {
@@ -196,7 +208,7 @@ int plan(const PlanArgs& a) {
                 if (goodput) plan::add_goodput_json(o, plan::goodput_of(p, *goodput), *goodput);
                 out.push_back(o);
             }
-            else
+            else if (a.show_skipped)
                 std::cerr << "paralab plan: skipped " << plan::to_json(p, keys)["config"].dump()
                           << ": " << p.skipped << "\n";
         }
@@ -207,7 +219,7 @@ int plan(const PlanArgs& a) {
                 file.experiment.name.c_str(), cluster.name.c_str(), cluster.nodes,
                 cluster.nodes == 1 ? "" : "s", cluster.gpus_per_node, cluster.devices(),
                 plan::mesh_line(mesh, 0).c_str());
-    print_sweep(ps, keys);
+    print_sweep(ps, keys, a.show_skipped, goodput);
     return 0;
 }
 
@@ -319,6 +331,12 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
                       "N: tokens to train, for the time (and cost) to train them");
     add_number_option(plan, "--price-per-gpu-hour", args.price_per_gpu_hour, 0, big,
                       "P: a device's price per hour (default: the cluster file's)");
+    plan->add_option("--rank", args.rank,
+                     "what a sweep ranks by: tokens_per_s (default), mfu, time_to_train (needs the "
+                     "goodput options and --tokens)")
+        ->check(CLI::IsMember({"tokens_per_s", "mfu", "time_to_train"}));
+    plan->add_flag("--show-skipped", args.show_skipped,
+                   "list a sweep's configurations that cannot run, with the reason");
     std::string stacks;
     for (const auto& name : plan::stack_names()) stacks += (stacks.empty() ? "" : ", ") + name;
     plan->add_option("--stack", args.stack,

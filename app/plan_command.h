@@ -30,6 +30,8 @@ struct PlanArgs {
     bool cost = false;                   // the cost is asked for: a price must be known
     std::string stack;                   // --stack NAME ("": ideal)
     std::string grad_reduce;             // --grad-reduce-precision 16bit|fp32 ("": the stack's)
+    std::string rank = "tokens_per_s";   // --rank: tokens_per_s, mfu, time_to_train
+    bool show_skipped = false;           // --show-skipped: list the configurations that cannot run
     static constexpr double kUnset = std::numeric_limits<double>::quiet_NaN();
 };
 

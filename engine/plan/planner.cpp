@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/plan/goodput.h"
 #include "engine/plan/layer_cost.h"
 #include "engine/plan/pipeline_sim.h"
 #include "engine/strategy/registry.h"
@@ -301,14 +302,55 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
 
 // ---- sweeps ----------------------------------------------------------------------------------
 
+std::string fill_dp(Mesh& m, int devices, int64_t batch, int64_t rows, bool keep_rows) {
+    const int64_t rest = int64_t{m.tp} * m.pp;
+    if (devices % rest != 0)
+        return "tp·pp = " + std::to_string(rest) + " does not divide the " + std::to_string(devices) +
+               " devices";
+    m.dp = static_cast<int>(devices / rest);
+    // As Megatron-LM's global batch = dp × micro-batches × micro-batch size.
+    if (keep_rows)
+        m.micro_batches = static_cast<int>(std::clamp<int64_t>(
+            batch / (int64_t{m.dp} * std::max<int64_t>(1, rows)), 1, int64_t{1} << 20));
+    return "";
+}
+
+Rank rank_from_name(const std::string& name) {
+    if (name == "tokens_per_s") return Rank::tokens_per_s;
+    if (name == "mfu") return Rank::mfu;
+    if (name == "time_to_train") return Rank::time_to_train;
+    throw ConfigError("--rank", "expected one of tokens_per_s, mfu, time_to_train, got \"" + name + "\"");
+}
+
 std::vector<Prediction> sweep(
     const config::Experiment& e, const PlanModel& model, const Cluster& cluster, const Mesh& base,
-    const std::vector<std::pair<std::string, std::vector<std::string>>>& sweeps) {
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& sweeps,
+    const SweepOptions& options) {
+    const auto swept = [&](const char* key) {
+        return std::any_of(sweeps.begin(), sweeps.end(), [&](const auto& s) { return s.first == key; });
+    };
+    const bool derive_dp = !swept("dp") && (swept("tp") || swept("pp"));
+    const bool keep_rows = derive_dp && !swept("micro_batches");
+    const int64_t replicas = int64_t{base.dp} * base.micro_batches;
+    const int64_t rows = (e.data.batch_size + replicas - 1) / replicas;
+    if (options.rank == Rank::time_to_train && (!options.goodput || options.goodput->tokens <= 0))
+        throw ConfigError("--rank", "time_to_train needs the goodput options and --tokens N");
     std::vector<Prediction> out;
     Mesh mesh = base;
     const std::function<void(size_t)> walk = [&](size_t i) {
         if (i == sweeps.size()) {
-            out.push_back(predict(e, model, cluster, mesh));
+            Mesh m = mesh;
+            const std::string why =
+                derive_dp ? fill_dp(m, cluster.devices(), e.data.batch_size, rows, keep_rows) : "";
+            if (!why.empty()) {
+                Prediction p;
+                p.mesh = m;
+                p.devices = cluster.devices();
+                p.skipped = why;
+                out.push_back(std::move(p));
+                return;
+            }
+            out.push_back(predict(e, model, cluster, m));
             return;
         }
         for (const auto& value : sweeps[i].second) {
@@ -317,11 +359,31 @@ std::vector<Prediction> sweep(
         }
     };
     walk(0);
-    const auto rank = [](const Prediction& p) { return !p.skipped.empty() ? 2 : p.fits ? 0 : 1; };
-    std::stable_sort(out.begin(), out.end(), [&](const Prediction& a, const Prediction& b) {
-        if (rank(a) != rank(b)) return rank(a) < rank(b);
-        return a.tokens_per_s > b.tokens_per_s;
+    const auto group = [](const Prediction& p) { return !p.skipped.empty() ? 2 : p.fits ? 0 : 1; };
+    // Higher is better: tokens/s, MFU, or the inverse of the time to train.
+    const auto score = [&](const Prediction& p) {
+        if (!p.skipped.empty()) return 0.0;
+        switch (options.rank) {
+            case Rank::mfu: return p.mfu;
+            case Rank::time_to_train: {
+                const double t = goodput_of(p, *options.goodput).time_to_train_s;
+                return t > 0 ? 1 / t : 0.0;
+            }
+            case Rank::tokens_per_s: break;
+        }
+        return p.tokens_per_s;
+    };
+    std::vector<std::pair<double, size_t>> order;
+    for (size_t i = 0; i < out.size(); ++i) order.emplace_back(score(out[i]), i);
+    std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+        const int ga = group(out[a.second]), gb = group(out[b.second]);
+        if (ga != gb) return ga < gb;
+        return a.first > b.first;
     });
+    std::vector<Prediction> ranked;
+    ranked.reserve(out.size());
+    for (const auto& [s, i] : order) ranked.push_back(std::move(out[i]));
+    out = std::move(ranked);
     return out;
 }
 

@@ -23,6 +23,8 @@
 
 namespace paralab::plan {
 
+struct GoodputInputs;
+
 // ---- one prediction ------------------------------------------------------------------------
 struct Breakdown {
     double compute = 0, recompute = 0, tp_comm = 0, pp_bubble = 0, pp_comm = 0, dp_comm = 0,
@@ -64,11 +66,31 @@ constexpr int64_t kMaxPipelinePairs = int64_t{1} << 21;
 Prediction predict(const config::Experiment& e, const PlanModel& model, const Cluster& cluster,
                    const Mesh& mesh, std::vector<PipeSpan>* timeline = nullptr);
 
+// A mesh sweep's dp (docs/planner.md, "Sweeps"): dp = devices ÷ (tp·pp); with `keep_rows`, the
+// micro-batches follow it so that each keeps `rows` rows (micro_batches = batch ÷ (dp × rows),
+// at least 1). Returns why not when tp·pp does not divide the devices (m unchanged), else "".
+std::string fill_dp(Mesh& m, int devices, int64_t batch, int64_t rows, bool keep_rows);
+
+// What a sweep ranks by (higher tokens/s, higher MFU, or shorter time to train, which needs
+// goodput inputs with tokens).
+enum class Rank { tokens_per_s, mfu, time_to_train };
+// "tokens_per_s", "mfu", "time_to_train"; throws ConfigError at "--rank" for another name.
+Rank rank_from_name(const std::string& name);
+
+struct SweepOptions {
+    Rank rank = Rank::tokens_per_s;
+    // For Rank::time_to_train: the goodput inputs (tokens > 0).
+    const GoodputInputs* goodput = nullptr;
+};
+
 // Every combination of the sweeps' values over `base`, ranked: configurations that fit by
-// tokens/s, then those that do not (by tokens/s), then the skipped ones.
+// `options.rank`, then those that do not (the same way), then the skipped ones. Unless dp is
+// swept, a sweep of tp or pp derives dp from the device count (fill_dp), and the
+// micro-batches follow it unless they are swept too.
 std::vector<Prediction> sweep(
     const config::Experiment& e, const PlanModel& model, const Cluster& cluster, const Mesh& base,
-    const std::vector<std::pair<std::string, std::vector<std::string>>>& sweeps);
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& sweeps,
+    const SweepOptions& options = {});
 
 // The JSON object of `paralab plan --json` (docs/planner.md; with "config" when `swept_keys` is
 // not empty).

@@ -378,3 +378,45 @@ TEST(Stacks, UnknownPresetListsThem) {
     }
     for (const auto& name : plan::stack_names()) EXPECT_EQ(plan::stack_preset(name).name, name);
 }
+
+// ---- sweeps ----------------------------------------------------------------------------------
+
+// A tp × pp sweep without dp takes dp from the devices (skipping what does not divide them),
+// the micro-batches following it; ranking by MFU orders by MFU.
+TEST(Sweeps, MeshSweepDerivesDpAndRanksByChoice) {
+    const TableRow& r = kTable1[6];  // 145.6B on 1,536 GPUs: tp 8, pp 8, dp 24
+    const plan::PlanFile file = plan::plan_file_from_json(megatron_gpt(r, "full", false), r.name);
+    plan::Cluster c = plan::preset("a100-80g");
+    c.nodes = r.gpus / 8;
+    const plan::Mesh base = plan::mesh_of(file, c.devices());
+    const plan::PlanModel model = plan::plan_model(file.experiment);
+    plan::SweepOptions by_mfu;
+    by_mfu.rank = plan::Rank::mfu;
+    const auto ps = plan::sweep(file.experiment, model, c, base, {{"tp", {"4", "8"}}, {"pp", {"5", "8", "16"}}}, by_mfu);
+    ASSERT_EQ(ps.size(), 6u);
+    int skipped = 0;
+    double last_mfu = 2;
+    bool fits_before = true;
+    for (const auto& p : ps) {
+        if (!p.skipped.empty()) {
+            ++skipped;
+            EXPECT_NE(p.skipped.find("does not divide the 1536 devices"), std::string::npos) << p.skipped;
+            continue;
+        }
+        EXPECT_EQ(int64_t{p.mesh.dp} * p.mesh.tp * p.mesh.pp, 1536);
+        // Each replica keeps the base's 2 rows per micro-batch.
+        EXPECT_EQ(int64_t{p.mesh.micro_batches} * p.mesh.dp * 2, r.batch) << plan::mesh_line(p.mesh, 0);
+        if (p.fits && fits_before) {
+            EXPECT_LE(p.mfu, last_mfu);
+            last_mfu = p.mfu;
+        }
+        fits_before = fits_before && p.fits;
+    }
+    EXPECT_EQ(skipped, 2);  // pp 5 with tp 4 and 8
+    // Sweeping dp itself leaves it as swept.
+    const auto fixed = plan::sweep(file.experiment, model, c, base, {{"tp", {"4"}}, {"dp", {"24"}}});
+    ASSERT_EQ(fixed.size(), 1u);
+    EXPECT_EQ(fixed[0].mesh.dp, 24);
+    EXPECT_NE(fixed[0].skipped.find("devices, but the cluster has 1536"), std::string::npos);
+    EXPECT_THROW(plan::rank_from_name("speed"), ConfigError);
+}

@@ -633,24 +633,20 @@ void PlanPanel::replan() {
                     plan::set_mesh_key(m, job->xKey.toStdString(), x.toStdString());
                     plan::set_mesh_key(m, job->yKey.toStdString(), y.toStdString());
                     if (job->dpFilled) {
-                        // dp takes the devices the other axes leave.
-                        const int rest = m.tp * m.pp;
-                        if (devices % rest != 0) {
+                        // dp takes the devices the other axes leave, and the micro-batches
+                        // follow it (the planner's own rule for mesh sweeps).
+                        plan::Mesh filled = m;
+                        const std::string why =
+                            plan::fill_dp(filled, devices, batch, rows, job->keepRows);
+                        if (!why.empty()) {
                             plan::Prediction p;
                             p.mesh = m;
                             p.devices = devices;
-                            p.skipped = "tp·pp = " + std::to_string(rest) +
-                                        " does not divide the " + std::to_string(devices) +
-                                        " devices";
+                            p.skipped = why;
                             job->cells.push_back(std::move(p));
                             continue;
                         }
-                        m.dp = devices / rest;
-                        // The micro-batches follow dp, so that each keeps the base mesh's rows
-                        // (as Megatron-LM's global batch = dp × micro-batches × micro-batch size).
-                        if (job->keepRows)
-                            m.micro_batches = static_cast<int>(
-                                std::max<int64_t>(1, batch / (int64_t{m.dp} * rows)));
+                        m = filled;
                     }
                     job->cells.push_back(
                         plan::predict(file.experiment, job->model, job->cluster, m));
