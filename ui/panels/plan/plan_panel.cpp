@@ -113,6 +113,7 @@ struct PlanPanel::Result {
 PlanPanel::PlanPanel(QWidget* parent)
     : QWidget(parent),
       m_clusterBox(new QComboBox),
+      m_stackBox(new QComboBox),
       m_nodes(new QSpinBox),
       m_gpus(new QSpinBox),
       m_precision(new QLabel),
@@ -159,6 +160,17 @@ PlanPanel::PlanPanel(QWidget* parent)
     row1->addWidget(m_nodes);
     row1->addWidget(new QLabel(tr("×")));
     row1->addWidget(m_gpus);
+    row1->addSpacing(8);
+    row1->addWidget(new QLabel(tr("Stack:")));
+    for (const auto& name : plan::stack_names()) m_stackBox->addItem(QString::fromStdString(name));
+    m_stackBox->setCurrentText(QStringLiteral("ideal"));
+    m_stackBox->setObjectName(QStringLiteral("stackBox"));
+    m_stackBox->setToolTip(
+        tr("The training software the plan assumes (docs/planner.md, \"Stacks\"): ideal is the "
+           "hardware alone with fused attention; megatron-lm-2021 is calibrated on Narayanan et "
+           "al. 2021; paralab is this program's engine"));
+    row1->addWidget(m_stackBox);
+    connect(m_stackBox, &QComboBox::currentIndexChanged, this, &PlanPanel::schedule);
     row1->addStretch(1);
     auto* row2 = new QHBoxLayout;
     const QStringList defaults{QStringLiteral("1,2,4,8"), QStringLiteral("1,2,4,8")};
@@ -576,6 +588,13 @@ void PlanPanel::replan() {
         return;
     }
     job->cluster = *cluster;
+    try {
+        job->cluster.stack = plan::stack_preset(m_stackBox->currentText().toStdString());
+    } catch (const std::exception& e) {
+        showError(QString::fromUtf8(e.what()));
+        emit planned();
+        return;
+    }
     job->cluster.nodes = m_nodes->value();
     job->cluster.gpus_per_node = m_gpus->value();
     job->xKey = m_keys[0]->currentText();

@@ -61,6 +61,7 @@ public:
 
     // What the tab shows, for tests and screenshots.
     QComboBox* clusterBox() const { return m_clusterBox; }
+    QComboBox* stackBox() const { return m_stackBox; }  // the software stack (plan::stack_names)
     QSpinBox* nodesBox() const { return m_nodes; }
     QSpinBox* gpusBox() const { return m_gpus; }
     QComboBox* keyBox(int axis) const { return m_keys[axis]; }
@@ -150,6 +151,7 @@ private:
     std::optional<config::Experiment> m_experiment;
     std::string m_experimentKey;  // its JSON: an identical experiment is not re-planned
     QComboBox* m_clusterBox;
+    QComboBox* m_stackBox;
     QString m_clusterFile;  // the loaded cluster file ("" : a preset)
     std::optional<plan::Cluster> m_fileCluster;
     int m_lastClusterIndex = 0;
