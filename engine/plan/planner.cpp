@@ -91,6 +91,7 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
                    const Mesh& mesh, std::vector<PipeSpan>* timeline) {
     Prediction p;
     p.mesh = mesh;
+    p.stack = cluster.stack.name;
     if (static_cast<int64_t>(cluster.nodes) * cluster.gpus_per_node > kMaxClusterDevices) {
         p.skipped = "nodes × gpus_per_node above " + std::to_string(kMaxClusterDevices) + " devices";
         return p;
@@ -420,6 +421,7 @@ json to_json(const Prediction& p, const std::vector<std::string>& swept_keys) {
         out["skipped"] = p.skipped;
         return out;
     }
+    out["stack"] = p.stack;
     out["micro_batch_size"] = p.micro_batch;
     out["step_time_s"] = p.step_time_s;
     out["tokens_per_s"] = p.tokens_per_s;

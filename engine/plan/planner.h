@@ -34,6 +34,7 @@ struct Breakdown {
 struct Prediction {
     Mesh mesh;
     std::string skipped;  // why the configuration cannot run ("" when it can)
+    std::string stack;    // the software stack it was planned with (Cluster::stack)
     int devices = 0;
     int64_t micro_batch = 0;  // rows per micro-batch
     double step_time_s = 0, tokens_per_s = 0, samples_per_s = 0, mfu = 0;

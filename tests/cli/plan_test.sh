@@ -52,6 +52,7 @@ if [ "$(head -c 1 "$tmp/out")" = "[" ]; then passed=$((passed + 1)); else
 check plan_sweep_table 0 'OOM' -- "$paralab" plan "$gpt3" --stack megatron-lm-2021 --sweep recompute=none,full --sweep zero=0,1
 check plan_stack_unknown 2 'unknown stack "megatron"; the presets are ideal, megatron-lm-2021, paralab' -- "$paralab" plan "$gpt3" --stack megatron
 check plan_stack_report 0 'stack megatron-lm-2021' -- "$paralab" plan "$gpt3" --stack megatron-lm-2021
+check plan_stack_json 0 '"stack": "megatron-lm-2021"' -- "$paralab" plan "$gpt3" --stack megatron-lm-2021 --json
 check plan_sweep_skipped 0 'tp=5: heads (96) not divisible by tp (5)' -- "$paralab" plan "$gpt3" --nodes 80 --sweep tp=5,8 --sweep micro_batches=96 --show-skipped
 check plan_sweep_skipped_count 0 '1 configuration skipped (--show-skipped' -- "$paralab" plan "$gpt3" --nodes 80 --sweep tp=5,8 --sweep micro_batches=96
 if grep -qF 'not divisible' "$tmp/out" "$tmp/err"; then echo "FAIL plan_sweep_skipped_count: listed without --show-skipped"; failed=$((failed + 1)); else passed=$((passed + 1)); fi
