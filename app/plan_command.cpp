@@ -16,6 +16,7 @@
 
 #include "engine/plan/calibrate.h"
 #include "engine/plan/compare.h"
+#include "engine/plan/goodput.h"
 #include "engine/plan/planner.h"
 #include "engine/store/run_store.h"
 #include "engine/util/error.h"
@@ -27,8 +28,8 @@ namespace {
 using nlohmann::json;
 
 void print_report(const plan::Prediction& p, const std::string& name, const plan::Cluster& c) {
-    std::printf("%s on %s: %d node%s × %d = %d devices\n", name.c_str(), c.name.c_str(), c.nodes,
-                c.nodes == 1 ? "" : "s", c.gpus_per_node, p.devices);
+    std::printf("%s on %s: %d node%s × %d = %d devices, stack %s\n", name.c_str(), c.name.c_str(),
+                c.nodes, c.nodes == 1 ? "" : "s", c.gpus_per_node, p.devices, c.stack.name.c_str());
     std::printf("mesh: %s\n\n", plan::mesh_line(p.mesh, p.micro_batch).c_str());
     std::printf("step %.4g s   %.4g tokens/s   %.4g samples/s   MFU %.1f%%   %s\n\n", p.step_time_s,
                 p.tokens_per_s, p.samples_per_s, 100 * p.mfu,
@@ -52,10 +53,63 @@ void print_report(const plan::Prediction& p, const std::string& name, const plan
     std::printf("  %-16s %10.4f s\n", "step", p.step_time_s);
 }
 
-void print_sweep(const std::vector<plan::Prediction>& ps, const std::vector<std::string>& keys) {
+// The goodput options read together (docs/planner.md, "Goodput"): none of them, or at least the
+// failure rate, the storage bandwidth and the restart time.
+std::optional<plan::GoodputInputs> goodput_inputs(const PlanArgs& a, const plan::Cluster& c) {
+    const auto given = [](double x) { return !std::isnan(x); };
+    const bool any = given(a.failure_rate) || given(a.storage_gbps) || given(a.restart_s) ||
+                     given(a.tokens) || given(a.price_per_gpu_hour) || a.cost;
+    if (!any) return std::nullopt;
+    const char* missing = !given(a.failure_rate) ? "--failure-rate"
+                          : !given(a.storage_gbps) ? "--storage-gbps"
+                          : !given(a.restart_s)    ? "--restart-s"
+                                                   : nullptr;
+    if (missing)
+        throw ConfigError(missing, "missing: goodput needs --failure-rate PER_GPU_HOUR, "
+                                   "--storage-gbps G and --restart-s S together (and --tokens N "
+                                   "for the time and cost to train)");
+    plan::GoodputInputs in;
+    in.failure_rate_per_gpu_hour = a.failure_rate;
+    in.storage_bytes_per_s = a.storage_gbps * 1e9;
+    in.restart_s = a.restart_s;
+    if (given(a.tokens)) {
+        if (!(a.tokens > 0)) throw ConfigError("--tokens", "expected a number of tokens above 0");
+        in.tokens = a.tokens;
+    }
+    in.price_per_gpu_hour = c.price_per_gpu_hour;
+    if (given(a.price_per_gpu_hour)) in.price_per_gpu_hour = a.price_per_gpu_hour;
+    if (a.cost) {
+        if (!in.price_per_gpu_hour)
+            throw ConfigError("--cost", "the cluster " + c.name +
+                                            " gives no price_per_gpu_hour; give "
+                                            "--price-per-gpu-hour P or a cluster file with one");
+        if (in.tokens <= 0) throw ConfigError("--cost", "needs --tokens N (the tokens to train)");
+    }
+    plan::check_goodput_inputs(in);
+    return in;
+}
+
+void print_goodput(const plan::Goodput& g, const plan::GoodputInputs& in) {
+    std::printf("\ngoodput at scale (Young/Daly checkpointing)\n");
+    std::printf("  %-24s %s\n", "checkpoint", human_bytes(g.checkpoint_bytes).c_str());
+    std::printf("  %-24s %.4g s\n", "checkpoint write", g.checkpoint_write_s);
+    std::printf("  %-24s %.4g h\n", "mean time to failure", g.mtbf_s / 3600);
+    std::printf("  %-24s %.4g s\n", "checkpoint interval", g.checkpoint_interval_s);
+    std::printf("  %-24s %.2f%%\n", "goodput", 100 * g.goodput);
+    if (in.tokens > 0)
+        std::printf("  %-24s %.4g days (%.4g tokens)\n", "time to train", g.time_to_train_s / 86400,
+                    in.tokens);
+    if (g.cost) std::printf("  %-24s %.4g (at %.4g per GPU-hour)\n", "cost", *g.cost, *in.price_per_gpu_hour);
+}
+
+void print_sweep(const std::vector<plan::Prediction>& ps, const std::vector<std::string>& keys,
+                 bool show_skipped, const std::optional<plan::GoodputInputs>& goodput) {
+    const bool days = goodput && goodput->tokens > 0;
     std::printf("%4s", "rank");
     for (const auto& k : keys) std::printf(" %14s", k.c_str());
-    std::printf(" %12s %14s %7s %12s %5s\n", "step_s", "tokens/s", "MFU", "memory", "fits");
+    std::printf(" %12s %14s %7s %12s %5s", "step_s", "tokens/s", "MFU", "memory", "fits");
+    if (days) std::printf(" %14s", "days to train");
+    std::printf("\n");
     int rank = 0;
     std::vector<const plan::Prediction*> skipped;
     for (const auto& p : ps) {
@@ -69,10 +123,15 @@ void print_sweep(const std::vector<plan::Prediction>& ps, const std::vector<std:
             const json& v = config[k];
             std::printf(" %14s", v.is_string() ? v.get<std::string>().c_str() : v.dump().c_str());
         }
-        std::printf(" %12.4g %14.4g %6.1f%% %12s %5s\n", p.step_time_s, p.tokens_per_s, 100 * p.mfu,
+        std::printf(" %12.4g %14.4g %6.1f%% %12s %5s", p.step_time_s, p.tokens_per_s, 100 * p.mfu,
                     human_bytes(p.memory_total).c_str(), p.fits ? "yes" : "OOM");
+        if (days) std::printf(" %14.4g", plan::goodput_of(p, *goodput).time_to_train_s / 86400);
+        std::printf("\n");
     }
-    if (!skipped.empty()) {
+    if (!skipped.empty() && !show_skipped)
+        std::printf("\n%zu configuration%s skipped (--show-skipped lists them and why)\n",
+                    skipped.size(), skipped.size() == 1 ? "" : "s");
+    if (!skipped.empty() && show_skipped) {
         std::printf("\nskipped:\n");
         for (const auto* p : skipped) {
             std::string config;
@@ -98,6 +157,8 @@ int plan(const PlanArgs& a) {
     plan::Cluster cluster = plan::load_cluster(cluster_name);
     const bool preset = !cluster_name.ends_with(".json");
     if (a.gpus_per_node > 0) cluster.gpus_per_node = a.gpus_per_node;
+    if (!a.stack.empty()) cluster.stack = plan::stack_preset(a.stack);
+    if (!a.grad_reduce.empty()) cluster.stack.grad_reduce_fp32 = a.grad_reduce == "fp32";
     if (a.nodes > 0) cluster.nodes = a.nodes;
     plan::check_cluster_size(cluster.nodes, cluster.gpus_per_node, a.nodes > 0 ? "--nodes" : "--gpus-per-node");
     std::vector<std::pair<std::string, std::vector<std::string>>> sweeps;
@@ -117,22 +178,37 @@ int plan(const PlanArgs& a) {
     }
     const plan::Mesh mesh = mesh_of(cluster.devices());
     const plan::PlanModel model = plan::plan_model(file.experiment);
+    const std::optional<plan::GoodputInputs> goodput = goodput_inputs(a, cluster);
     if (sweeps.empty()) {
         const plan::Prediction p = plan::predict(file.experiment, model, cluster, mesh);
         if (!p.skipped.empty()) throw ConfigError("strategy", p.skipped);
-        if (a.json)
-            std::cout << plan::to_json(p).dump(2) << "\n";
-        else
+        json out = plan::to_json(p);
+        std::optional<plan::Goodput> g;
+        if (goodput) {
+            g = plan::goodput_of(p, *goodput);
+            plan::add_goodput_json(out, *g, *goodput);
+        }
+        if (a.json) {
+            std::cout << out.dump(2) << "\n";
+        } else {
             print_report(p, file.experiment.name, cluster);
+            if (g) print_goodput(*g, *goodput);
+        }
         return 0;
     }
-    const auto ps = plan::sweep(file.experiment, model, cluster, mesh, sweeps);
+    plan::SweepOptions options;
+    options.rank = plan::rank_from_name(a.rank);
+    if (goodput) options.goodput = &*goodput;
+    const auto ps = plan::sweep(file.experiment, model, cluster, mesh, sweeps, options);
     if (a.json) {
         json out = json::array();
         for (const auto& p : ps) {
-            if (p.skipped.empty())
-                out.push_back(plan::to_json(p, keys));
-            else
+            if (p.skipped.empty()) {
+                json o = plan::to_json(p, keys);
+                if (goodput) plan::add_goodput_json(o, plan::goodput_of(p, *goodput), *goodput);
+                out.push_back(o);
+            }
+            else if (a.show_skipped)
                 std::cerr << "paralab plan: skipped " << plan::to_json(p, keys)["config"].dump()
                           << ": " << p.skipped << "\n";
         }
@@ -143,7 +219,7 @@ int plan(const PlanArgs& a) {
                 file.experiment.name.c_str(), cluster.name.c_str(), cluster.nodes,
                 cluster.nodes == 1 ? "" : "s", cluster.gpus_per_node, cluster.devices(),
                 plan::mesh_line(mesh, 0).c_str());
-    print_sweep(ps, keys);
+    print_sweep(ps, keys, a.show_skipped, goodput);
     return 0;
 }
 
@@ -243,16 +319,46 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
                        "RUN_ID: a stored run's step time and memory beside the plan of its "
                        "experiment on its own devices (the local cluster, or --cluster)");
     plan->add_option("--db", args.db, "run store of --compare (SQLite)");
+    const double big = std::numeric_limits<double>::max();
+    add_number_option(plan, "--failure-rate", args.failure_rate, -big, big,
+                      "PER_GPU_HOUR: unexpected failures per GPU and hour, for goodput (with "
+                      "--storage-gbps and --restart-s)");
+    add_number_option(plan, "--storage-gbps", args.storage_gbps, -big, big,
+                      "G: the checkpoint's write bandwidth, all devices together (GB/s)");
+    add_number_option(plan, "--restart-s", args.restart_s, -big, big,
+                      "S: seconds from a failure to training again");
+    add_number_option(plan, "--tokens", args.tokens, -big, big,
+                      "N: tokens to train, for the time (and cost) to train them");
+    add_number_option(plan, "--price-per-gpu-hour", args.price_per_gpu_hour, 0, big,
+                      "P: a device's price per hour (default: the cluster file's)");
+    plan->add_option("--rank", args.rank,
+                     "what a sweep ranks by: tokens_per_s (default), mfu, time_to_train (needs the "
+                     "goodput options and --tokens)")
+        ->check(CLI::IsMember({"tokens_per_s", "mfu", "time_to_train"}));
+    plan->add_flag("--show-skipped", args.show_skipped,
+                   "list a sweep's configurations that cannot run, with the reason");
+    std::string stacks;
+    for (const auto& name : plan::stack_names()) stacks += (stacks.empty() ? "" : ", ") + name;
+    plan->add_option("--stack", args.stack,
+                     "framework efficiency preset (" + stacks + "); default ideal");
+    plan->add_option("--grad-reduce-precision", args.grad_reduce,
+                     "the gradient all-reduce's precision: 16bit or fp32 (default: the stack's)")
+        ->check(CLI::IsMember({"16bit", "fp32"}));
+    plan->add_flag("--cost", args.cost,
+                   "ask for the cost to train --tokens: refused when no price is known");
     return plan;
 }
 
 int run_plan_command(const PlanArgs& args) {
     try {
         if (args.compare > 0) {
-            if (!args.file.empty() || !args.sweeps.empty() || args.nodes || args.gpus_per_node)
+            if (!args.file.empty() || !args.sweeps.empty() || args.nodes || args.gpus_per_node ||
+                !std::isnan(args.failure_rate) || !std::isnan(args.storage_gbps) ||
+                !std::isnan(args.restart_s) || !std::isnan(args.tokens) || args.cost)
                 throw ConfigError("--compare",
                                   "plans the stored run's own experiment on its own devices; a "
-                                  "file, --nodes, --gpus-per-node and --sweep do not go with it");
+                                  "file, --nodes, --gpus-per-node, --sweep and the goodput options do not "
+                                  "go with it");
             return compare(args);
         }
         if (!args.db.empty()) throw ConfigError("--db", "goes with --compare RUN_ID");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,18 @@ struct PlanArgs {
     bool json = false;
     int64_t compare = 0;  // --compare RUN_ID: a stored run's measurements beside its prediction
     std::string db;       // the run store of --compare ("": the default one)
+    // Goodput (docs/planner.md, "Goodput"): NaN when not given.
+    double failure_rate = kUnset;  // per GPU-hour
+    double storage_gbps = kUnset;  // the checkpoint's write bandwidth, all devices together
+    double restart_s = kUnset;
+    double tokens = kUnset;
+    double price_per_gpu_hour = kUnset;  // overrides the cluster file's
+    bool cost = false;                   // the cost is asked for: a price must be known
+    std::string stack;                   // --stack NAME ("": ideal)
+    std::string grad_reduce;             // --grad-reduce-precision 16bit|fp32 ("": the stack's)
+    std::string rank = "tokens_per_s";   // --rank: tokens_per_s, mfu, time_to_train
+    bool show_skipped = false;           // --show-skipped: list the configurations that cannot run
+    static constexpr double kUnset = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Adds the `plan` subcommand to `app`, filling `args`.

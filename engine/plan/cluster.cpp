@@ -55,6 +55,7 @@ Cluster local_cluster() {
     c.memory_bandwidth = 10 * kGiga;
     c.gemm_efficiency = c.gemm_efficiency_fp32 = 1.0;  // the rate above is already an achieved one
     c.gemm_half_width = c.gemm_half_width_fp32 = 16;
+    c.fused_attention_efficiency = 1.0;
     c.intra_bandwidth = 5 * kGiga;
     c.intra_latency = 20 * kMicro;
     if (const auto measured = load_calibration(calibration_path())) {
@@ -106,10 +107,13 @@ std::vector<std::string> cluster_keys() {
             "gemm_half_width",
             "gemm_efficiency_fp32",
             "gemm_half_width_fp32",
+            "fused_attention_efficiency",
+            "fused_attention_half_width",
             "intra_node_bandwidth_gbps",
             "intra_node_latency_us",
             "inter_node_bandwidth_gbps",
-            "inter_node_latency_us"};
+            "inter_node_latency_us",
+            "price_per_gpu_hour"};
 }
 
 void check_cluster_size(int64_t nodes, int64_t gpus_per_node, const std::string& path) {
@@ -147,10 +151,13 @@ Cluster cluster_from_json(const nlohmann::json& j) {
     c.gemm_half_width = r.number("gemm_half_width", 64.0, 0, 1e6);
     c.gemm_efficiency_fp32 = r.number("gemm_efficiency_fp32", c.gemm_efficiency, 0.01, 1.0);
     c.gemm_half_width_fp32 = r.number("gemm_half_width_fp32", c.gemm_half_width, 0, 1e6);
+    c.fused_attention_efficiency = r.number("fused_attention_efficiency", c.gemm_efficiency, 0.01, 1.0);
+    c.fused_attention_half_width = r.number("fused_attention_half_width", 0.0, 0, 1e6);
     c.intra_bandwidth = rate("intra_node_bandwidth_gbps", std::nullopt, 1e-3, 1e6) * kGiga;
     c.intra_latency = r.number("intra_node_latency_us", 5.0, 0, 1e6) * kMicro;
     c.inter_bandwidth = rate("inter_node_bandwidth_gbps", c.intra_bandwidth / kGiga, 1e-3, 1e6) * kGiga;
     c.inter_latency = r.number("inter_node_latency_us", 10.0, 0, 1e6) * kMicro;
+    if (const auto price = r.number("price_per_gpu_hour", 0, 1e6)) c.price_per_gpu_hour = *price;
     if (r.has("sources")) {
         // Where each figure comes from: text for people, one string per key of the file.
         run::JsonObjectReader sources(r.raw("sources"), "sources");

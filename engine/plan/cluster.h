@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "engine/device/device.h"
+#include "engine/plan/stack.h"
 
 namespace paralab::plan {
 
@@ -38,13 +40,26 @@ struct Cluster {
     double gemm_half_width = 64;
     double gemm_efficiency_fp32 = 0.8;
     double gemm_half_width_fp32 = 64;
+    // A fused attention kernel (FlashAttention-like) runs its two products at peak ·
+    // fused_attention_efficiency · d / (d + fused_attention_half_width), d the head dimension
+    // (half width 0: the same rate at every head dimension).
+    double fused_attention_efficiency = 0.8;
+    double fused_attention_half_width = 0;
     // Links, per device and direction (bytes/s), and the latency α of one message (s).
     double intra_bandwidth = 0;
     double intra_latency = 0;
     double inter_bandwidth = 0;
     double inter_latency = 0;
+    // What one device costs per hour of the run (any currency; the file's source says which),
+    // for the cost of training N tokens; unset when the file gives none.
+    std::optional<double> price_per_gpu_hour;
+    // The software the plan assumes on it (`--stack`; "ideal" unless set).
+    Stack stack;
 
     int devices() const { return nodes * gpus_per_node; }
+    double fused_attention_fraction(double head_dim) const {
+        return fused_attention_efficiency * head_dim / (head_dim + fused_attention_half_width);
+    }
     double peak_flops(MatmulPrecision precision) const {
         return precision == MatmulPrecision::fp32 ? peak_flops_fp32 : peak_flops_16bit;
     }

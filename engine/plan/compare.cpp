@@ -62,6 +62,7 @@ RunComparison compare_run(const nlohmann::json& config, const nlohmann::json& su
     Cluster cluster = on ? *on : local_cluster();
     cluster.nodes = 1;
     cluster.gpus_per_node = static_cast<int>(mesh.devices());  // a run here: a few devices
+    cluster.stack = stack_preset("paralab");                    // ParaLab's engine ran it
     const PlanModel model = plan_model(file.experiment);
     c.predicted = predict(file.experiment, model, cluster, mesh);
     if (!c.predicted.skipped.empty())

@@ -19,7 +19,17 @@ LayerCost transformer_cost(const PlanLayer& l, int64_t input_numel, const LayerC
     // norms, activations, biases, RoPE) is elementwise work, counted by the bytes it moves.
     const double linear = 2 * T * D * (2 * D + 2 * KV * D / H + M * F), products = 4 * T * T * D;
     const double linear_s = x.gemm_s(b * linear / t, std::min(b * T, D / t));
-    const double products_s = x.gemm_s(b * products / t, std::min(T, D / H));
+    // The attention kernel is the stack's. Fused (FlashAttention-like): both
+    // products in one kernel at its own rate by head dimension, a causal mask's upper half
+    // skipped, the scores never in memory (Dao et al. 2022). Materialized: two GEMMs at the
+    // GEMM curve, the scores, softmax and dropout mask written and read.
+    const bool fused = x.c.stack.fused_attention;
+    const double head_dim = D / H, causal = fused && l.causal ? 0.5 : 1.0;
+    const auto products_time = [&](double flops) {
+        return fused ? x.attention_s(flops * causal, head_dim)
+                     : x.gemm_s(flops, std::min(T, head_dim));
+    };
+    const double products_s = products_time(b * products / t);
     // Korthikanti et al. 2022, bytes per layer in 16-bit: s·b·h·(34 + 5·a·s/h) for a block
     // (attention 11 of the 34, of which 3 not split by tensor parallelism; MLP and norms 23, of
     // which 7), the a·s² term the attention scores, softmax and its dropout mask. The MLP's 19 are
@@ -29,14 +39,15 @@ LayerCost transformer_cost(const PlanLayer& l, int64_t input_numel, const LayerC
     const double sbh = T * b * D, scale = x.act_bytes / 2;
     const double mlp = 3 + (M == 3 ? 3 : 2) * 2 * F / D;
     const double kept = block ? 11 + 4 + mlp : 11, unsplit = block ? 10 : 3;
-    const double scores = 5 * H * T * T * b;
+    const double scores = fused ? 0 : 5 * H * T * T * b;
     const double body =
         x.mesh.sequence_parallel ? sbh * kept / t : sbh * (unsplit + (kept - unsplit) / t);
     out.full_bytes = (body + scores / t) * scale;
     const double elementwise_s = x.memory_s(2 * out.full_bytes);  // written once, read once
     out.forward_s = linear_s + products_s + elementwise_s;
+    // Selective recomputation redoes the scores and softmax; a fused kernel stores none to drop.
     out.selective_s =
-        x.gemm_s(b * products / 2 / t, std::min(T, D / H)) + x.memory_s(2 * scores / t * scale);
+        fused ? 0 : products_time(b * products / 2 / t) + x.memory_s(2 * scores / t * scale);
     if (x.mesh.recompute == nn::Recompute::none)
         out.stored_bytes = out.full_bytes;
     else if (x.mesh.recompute == nn::Recompute::selective)
@@ -45,12 +56,16 @@ LayerCost transformer_cost(const PlanLayer& l, int64_t input_numel, const LayerC
         out.stored_bytes =
             static_cast<double>(input_numel) * b * x.act_bytes / (x.mesh.sequence_parallel ? t : 1);
     // Tensor parallelism: an all-reduce of the b·s·h activations after attention and after the
-    // MLP in forward, two more in backward (sequence parallelism: a reduce-scatter and an
-    // all-gather each, the same bytes), and the forward's again when it is recomputed.
+    // MLP in forward, two more in backward, and the forward's again when it is recomputed.
+    // Sequence parallelism (Korthikanti et al. 2022, §4.2.2) replaces each by an all-gather and
+    // a reduce-scatter of the same bytes, and its backward all-gathers each sublayer's input
+    // once more: the weight gradients need the whole sequence, which forward did not keep.
     const int per_pass = block ? 2 : 1;
-    const double ar = all_reduce_s(sbh * x.act_bytes, x.mesh.tp, link_of(x.c, x.mesh.tp, 1));
+    const Link tp_link = link_of(x.c, x.mesh.tp, 1);
+    const double ar = all_reduce_s(sbh * x.act_bytes, x.mesh.tp, tp_link);
+    const double ag = all_gather_s(sbh * x.act_bytes, x.mesh.tp, tp_link);
     out.tp_forward_s = per_pass * ar;
-    out.tp_backward_s = per_pass * ar;
+    out.tp_backward_s = per_pass * (ar + (x.mesh.sequence_parallel ? ag : 0));
     out.tp_recompute_s = x.mesh.recompute == nn::Recompute::full ? per_pass * ar : 0;
     out.gather_parameters = static_cast<double>(l.parameters);
     out.parameters = static_cast<double>(l.parameters) / t;

@@ -31,10 +31,18 @@ struct LayerContext {
     double efficiency(double width) const {
         return c.gemm_fraction(mesh.precision, width);
     }
+    // The stack's compute efficiency scales every compute time (docs/planner.md, "Stacks").
     double gemm_s(double flops, double width) const {
-        return flops <= 0 ? 0 : flops / (peak * efficiency(width));
+        return flops <= 0 ? 0 : flops / (peak * efficiency(width) * c.stack.compute_efficiency);
     }
-    double memory_s(double bytes) const { return bytes <= 0 ? 0 : bytes / c.memory_bandwidth; }
+    double attention_s(double flops, double head_dim) const {
+        return flops <= 0 ? 0
+                          : flops / (peak * c.fused_attention_fraction(head_dim) *
+                                     c.stack.compute_efficiency);
+    }
+    double memory_s(double bytes) const {
+        return bytes <= 0 ? 0 : bytes / (c.memory_bandwidth * c.stack.compute_efficiency);
+    }
 };
 
 // A transformer layer (attention, transformer_block) whose input holds `input_numel` numbers

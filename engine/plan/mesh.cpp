@@ -76,7 +76,10 @@ Mesh mesh_of(const PlanFile& file, int devices) {
     if (type == "single") return m;
     if (type == "data_parallel" || type == "ddp") {
         m.dp = devices;
-        if (type == "ddp") m.bucket_mb = strategy::option<double>(e.strategy, "bucket_mb");
+        if (type == "ddp") {
+            m.bucket_mb = strategy::option<double>(e.strategy, "bucket_mb");
+            m.overlap_grad_reduce = strategy::option<bool>(e.strategy, "overlap");
+        }
         return m;
     }
     // hybrid's options: the file's, or those of the preset of hybrid its strategy is.

@@ -26,6 +26,9 @@ struct Mesh {
     nn::Recompute recompute = nn::Recompute::none;      // train.recompute
     MatmulPrecision precision = MatmulPrecision::fp32;  // train.precision
     double bucket_mb = 25;                              // the gradient all-reduce's bucket
+    // The gradient all-reduce runs bucket by bucket under the backward (ddp's `overlap`), or
+    // after it.
+    bool overlap_grad_reduce = true;
 
     int64_t devices() const { return int64_t{dp} * tp * pp; }
     // Model chunks per pipeline device: `interleave` under interleaved_1f1b, else 1.

@@ -50,19 +50,23 @@ PipeResult simulate_pipeline(strategy::stages::Schedule schedule, int stages, in
                 if (g > 0) {
                     const double prev = fwd_end[at(g - 1, op.micro)];
                     if (prev < 0) break;
-                    arrive = prev + times.transfer[static_cast<size_t>(g - 1)];
+                    arrive = prev + (times.blocking_sends ? 0 : times.transfer[static_cast<size_t>(g - 1)]);
                 }
             } else if (g + 1 < g_count) {
                 const double prev = bwd_end[at(g + 1, op.micro)];
                 if (prev < 0) break;
-                arrive = prev + times.transfer[static_cast<size_t>(g)];
+                arrive = prev + (times.blocking_sends ? 0 : times.transfer[static_cast<size_t>(g)]);
             } else {
                 const double own = fwd_end[at(g, op.micro)];
                 if (own < 0) break;
                 arrive = own;
             }
-            const double duration = op.forward ? times.forward[static_cast<size_t>(g)]
-                                               : times.backward[static_cast<size_t>(g)];
+            double duration = op.forward ? times.forward[static_cast<size_t>(g)]
+                                         : times.backward[static_cast<size_t>(g)];
+            if (times.blocking_sends) {
+                if (op.forward && g + 1 < g_count) duration += times.transfer[static_cast<size_t>(g)];
+                if (!op.forward && g > 0) duration += times.transfer[static_cast<size_t>(g - 1)];
+            }
             const double start = std::max(free_at[static_cast<size_t>(d)], arrive);
             const double end = start + duration;
             free_at[static_cast<size_t>(d)] = end;

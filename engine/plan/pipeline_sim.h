@@ -16,6 +16,11 @@ struct PipeTimes {
     std::vector<double> forward, backward;
     // Per boundary g → g + 1: one micro-batch's activation (or gradient) transfer (s).
     std::vector<double> transfer;
+    // Sends block their sender (Megatron-LM's and ParaLab's pipelines wait for each send and
+    // receive before the next operation): a forward ends after sending its activation, a
+    // backward after sending its gradient, and the receiver has it then. Otherwise a transfer
+    // only delays its receiver.
+    bool blocking_sends = false;
 };
 
 // One operation as simulated: when device `device` ran it (s from the step's start).
@@ -27,7 +32,7 @@ struct PipeSpan {
 
 struct PipeResult {
     double makespan = 0;              // first forward's start to last backward's end
-    std::vector<double> busy;         // per device: the sum of its operations
+    std::vector<double> busy;         // per device: the sum of its operations (sends included)
     std::vector<int> peak_in_flight;  // per device: most micro-batch chunks held at once
     std::vector<PipeSpan> spans;      // every operation, in the order run (when asked for)
 };

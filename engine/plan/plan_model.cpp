@@ -35,6 +35,7 @@ PlanModel plan_model(const config::Experiment& e) {
                 l.kv_heads = spec.kv_heads > 0 ? spec.kv_heads : spec.heads;
                 l.ffn = spec.type == "transformer_block" ? spec.ffn : 0;
                 l.mlp_matrices = spec.mlp == "swiglu" ? 3 : 2;
+                l.causal = spec.causal;
                 ++m.blocks;
                 if (m.seq_len == 1) m.seq_len = l.seq;
             }

@@ -20,6 +20,7 @@ struct PlanLayer {
     // Transformer layers (attention, transformer_block): sequence, width, heads, key/value
     // heads, ffn (0: attention) and the MLP's matrices (2: GELU, 3: SwiGLU).
     int64_t seq = 0, width = 0, heads = 0, kv_heads = 0, ffn = 0, mlp_matrices = 2;
+    bool causal = true;
     int64_t in = 0, out = 0;  // linear: its matrix
     bool transformer() const { return heads > 0; }
 };

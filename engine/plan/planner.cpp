@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/plan/goodput.h"
 #include "engine/plan/layer_cost.h"
 #include "engine/plan/pipeline_sim.h"
 #include "engine/strategy/registry.h"
@@ -80,10 +81,17 @@ struct ChunkCost {
 
 // ---- one prediction --------------------------------------------------------------------------
 
+double parameter_bytes(const Mesh& mesh) { return mesh.precision == MatmulPrecision::fp32 ? 4 : 2; }
+
+double optimizer_state_bytes(const Mesh& mesh, int state_numbers) {
+    return 4.0 * state_numbers + (mesh.precision != MatmulPrecision::fp32 ? 4.0 : 0.0);
+}
+
 Prediction predict(const config::Experiment& e, const PlanModel& model, const Cluster& cluster,
                    const Mesh& mesh, std::vector<PipeSpan>* timeline) {
     Prediction p;
     p.mesh = mesh;
+    p.stack = cluster.stack.name;
     if (static_cast<int64_t>(cluster.nodes) * cluster.gpus_per_node > kMaxClusterDevices) {
         p.skipped = "nodes × gpus_per_node above " + std::to_string(kMaxClusterDevices) + " devices";
         return p;
@@ -162,6 +170,7 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
                                                    all_gather_s(bytes, mesh.tp, nvlink)
                                              : send_s(bytes, l));
     }
+    times.blocking_sends = true;
     still = times;
     std::fill(still.transfer.begin(), still.transfer.end(), 0.0);
     PipeResult run = simulate_pipeline(mesh.schedule, P, v, m, times, timeline != nullptr);
@@ -207,7 +216,8 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
             peak_live += largest_full;  // one layer recomputed at a time
 
         // Data parallelism (the gradient all-reduce, ZeRO's collectives).
-        const double grad_bytes = params * x.act_bytes;
+        // The gradients in the precision the stack all-reduces them in.
+        const double grad_bytes = params * (cluster.stack.grad_reduce_fp32 ? 4.0 : x.act_bytes);
         double dp_s = 0, dp_buffers = 0;
         if (mesh.dp > 1) {
             const double bucket = std::min(grad_bytes, mesh.bucket_mb * 1e6);
@@ -219,9 +229,9 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
                                           : reduce_scatter_s(grad_bytes, mesh.dp, dp_link);
                 const double last = mesh.zero == 0 ? all_reduce_s(bucket, mesh.dp, dp_link)
                                                    : reduce_scatter_s(bucket, mesh.dp, dp_link);
-                dp_s = std::max(last, reduce - bwd_one);
+                dp_s = mesh.overlap_grad_reduce ? std::max(last, reduce - bwd_one) : reduce;
                 if (mesh.zero >= 1)
-                    dp_s += all_gather_s(grad_bytes, mesh.dp, dp_link);  // the updated parameters
+                    dp_s += all_gather_s(params * x.act_bytes, mesh.dp, dp_link);  // the updated parameters
                 dp_buffers = 2 * bucket;
             } else {
                 // ZeRO-3: every micro-batch gathers the parameters before forward and before
@@ -242,10 +252,10 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
 
         std::array<double, kMemCategoryCount> mem{};
         const auto at = [&mem](MemCategory c) -> double& { return mem[static_cast<size_t>(c)]; };
-        at(MemCategory::parameters) = params * x.act_bytes / (mesh.zero >= 3 ? dp : 1);
-        at(MemCategory::gradients) = params * x.act_bytes / (mesh.zero >= 2 ? dp : 1);
+        at(MemCategory::parameters) = params * parameter_bytes(mesh) / (mesh.zero >= 3 ? dp : 1);
+        at(MemCategory::gradients) = params * parameter_bytes(mesh) / (mesh.zero >= 2 ? dp : 1);
         at(MemCategory::optimizer_state) =
-            params * (4.0 * k + (mixed ? 4.0 : 0.0)) / (mesh.zero >= 1 ? dp : 1);
+            params * optimizer_state_bytes(mesh, k) / (mesh.zero >= 1 ? dp : 1);
         at(MemCategory::activations) = peak_live;
         double pp_buffers = 0;
         if (P > 1)
@@ -274,7 +284,7 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
         }
     }
     p.breakdown.pp_bubble =
-        std::max(0.0, bubble_only.makespan - run.busy[static_cast<size_t>(critical)]);
+        std::max(0.0, bubble_only.makespan - bubble_only.busy[static_cast<size_t>(critical)]);
     p.breakdown.pp_comm = std::max(0.0, run.makespan - bubble_only.makespan);
     // The critical device's own time is its busy time; the step ends with the slowest device's
     // pipeline flush, then its gradient collectives and the optimizer.
@@ -284,6 +294,8 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
     p.tokens_per_s = p.samples_per_s * static_cast<double>(model.seq_len);
     p.model_flops_per_step = 3.0 * static_cast<double>(model.flops_per_sample) * rows;
     p.mfu = p.model_flops_per_step / (p.step_time_s * p.devices * x.peak);
+    p.checkpoint_bytes = static_cast<double>(model.parameters) *
+                         (parameter_bytes(mesh) + optimizer_state_bytes(mesh, k));
     p.memory_capacity = cluster.memory_bytes;
     p.fits = p.memory_total <= cluster.memory_bytes;
     return p;
@@ -291,14 +303,55 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
 
 // ---- sweeps ----------------------------------------------------------------------------------
 
+std::string fill_dp(Mesh& m, int devices, int64_t batch, int64_t rows, bool keep_rows) {
+    const int64_t rest = int64_t{m.tp} * m.pp;
+    if (devices % rest != 0)
+        return "tp·pp = " + std::to_string(rest) + " does not divide the " + std::to_string(devices) +
+               " devices";
+    m.dp = static_cast<int>(devices / rest);
+    // As Megatron-LM's global batch = dp × micro-batches × micro-batch size.
+    if (keep_rows)
+        m.micro_batches = static_cast<int>(std::clamp<int64_t>(
+            batch / (int64_t{m.dp} * std::max<int64_t>(1, rows)), 1, int64_t{1} << 20));
+    return "";
+}
+
+Rank rank_from_name(const std::string& name) {
+    if (name == "tokens_per_s") return Rank::tokens_per_s;
+    if (name == "mfu") return Rank::mfu;
+    if (name == "time_to_train") return Rank::time_to_train;
+    throw ConfigError("--rank", "expected one of tokens_per_s, mfu, time_to_train, got \"" + name + "\"");
+}
+
 std::vector<Prediction> sweep(
     const config::Experiment& e, const PlanModel& model, const Cluster& cluster, const Mesh& base,
-    const std::vector<std::pair<std::string, std::vector<std::string>>>& sweeps) {
+    const std::vector<std::pair<std::string, std::vector<std::string>>>& sweeps,
+    const SweepOptions& options) {
+    const auto swept = [&](const char* key) {
+        return std::any_of(sweeps.begin(), sweeps.end(), [&](const auto& s) { return s.first == key; });
+    };
+    const bool derive_dp = !swept("dp") && (swept("tp") || swept("pp"));
+    const bool keep_rows = derive_dp && !swept("micro_batches");
+    const int64_t replicas = int64_t{base.dp} * base.micro_batches;
+    const int64_t rows = (e.data.batch_size + replicas - 1) / replicas;
+    if (options.rank == Rank::time_to_train && (!options.goodput || options.goodput->tokens <= 0))
+        throw ConfigError("--rank", "time_to_train needs the goodput options and --tokens N");
     std::vector<Prediction> out;
     Mesh mesh = base;
     const std::function<void(size_t)> walk = [&](size_t i) {
         if (i == sweeps.size()) {
-            out.push_back(predict(e, model, cluster, mesh));
+            Mesh m = mesh;
+            const std::string why =
+                derive_dp ? fill_dp(m, cluster.devices(), e.data.batch_size, rows, keep_rows) : "";
+            if (!why.empty()) {
+                Prediction p;
+                p.mesh = m;
+                p.devices = cluster.devices();
+                p.skipped = why;
+                out.push_back(std::move(p));
+                return;
+            }
+            out.push_back(predict(e, model, cluster, m));
             return;
         }
         for (const auto& value : sweeps[i].second) {
@@ -307,11 +360,31 @@ std::vector<Prediction> sweep(
         }
     };
     walk(0);
-    const auto rank = [](const Prediction& p) { return !p.skipped.empty() ? 2 : p.fits ? 0 : 1; };
-    std::stable_sort(out.begin(), out.end(), [&](const Prediction& a, const Prediction& b) {
-        if (rank(a) != rank(b)) return rank(a) < rank(b);
-        return a.tokens_per_s > b.tokens_per_s;
+    const auto group = [](const Prediction& p) { return !p.skipped.empty() ? 2 : p.fits ? 0 : 1; };
+    // Higher is better: tokens/s, MFU, or the inverse of the time to train.
+    const auto score = [&](const Prediction& p) {
+        if (!p.skipped.empty()) return 0.0;
+        switch (options.rank) {
+            case Rank::mfu: return p.mfu;
+            case Rank::time_to_train: {
+                const double t = goodput_of(p, *options.goodput).time_to_train_s;
+                return t > 0 ? 1 / t : 0.0;
+            }
+            case Rank::tokens_per_s: break;
+        }
+        return p.tokens_per_s;
+    };
+    std::vector<std::pair<double, size_t>> order;
+    for (size_t i = 0; i < out.size(); ++i) order.emplace_back(score(out[i]), i);
+    std::stable_sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+        const int ga = group(out[a.second]), gb = group(out[b.second]);
+        if (ga != gb) return ga < gb;
+        return a.first > b.first;
     });
+    std::vector<Prediction> ranked;
+    ranked.reserve(out.size());
+    for (const auto& [s, i] : order) ranked.push_back(std::move(out[i]));
+    out = std::move(ranked);
     return out;
 }
 
@@ -348,6 +421,7 @@ json to_json(const Prediction& p, const std::vector<std::string>& swept_keys) {
         out["skipped"] = p.skipped;
         return out;
     }
+    out["stack"] = p.stack;
     out["micro_batch_size"] = p.micro_batch;
     out["step_time_s"] = p.step_time_s;
     out["tokens_per_s"] = p.tokens_per_s;

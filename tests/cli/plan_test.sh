@@ -30,6 +30,8 @@ check() {  # check NAME EXPECTED_CODE EXPECTED_TEXT -- command...
     echo "ok   $name"; passed=$((passed + 1))
 }
 
+goodput=(--failure-rate 1.97e-5 --storage-gbps 2000 --restart-s 600)
+
 # One configuration: every key of the contract.
 check plan_json 0 '"step_time_s"' -- "$paralab" plan "$gpt3" --json
 for key in devices step_time_s tokens_per_s samples_per_s mfu fits memory_bytes parameters gradients \
@@ -46,8 +48,40 @@ check plan_h100 0 '"fits"' -- "$paralab" plan "$gpt3" --cluster h100-80g --json
 check plan_sweep_json 0 '"config"' -- "$paralab" plan "$gpt3" --sweep recompute=none,selective,full --json
 if [ "$(head -c 1 "$tmp/out")" = "[" ]; then passed=$((passed + 1)); else
     echo "FAIL plan_sweep_json: not an array"; failed=$((failed + 1)); fi
-check plan_sweep_table 0 'OOM' -- "$paralab" plan "$gpt3" --sweep recompute=none,full --sweep zero=0,1
-check plan_sweep_skipped 0 'tp=5: heads (96) not divisible by tp (5)' -- "$paralab" plan "$gpt3" --nodes 80 --sweep tp=5,8
+# Materialized attention scores (the 2021 stack) do not fit without recomputation.
+check plan_sweep_table 0 'OOM' -- "$paralab" plan "$gpt3" --stack megatron-lm-2021 --sweep recompute=none,full --sweep zero=0,1
+check plan_stack_unknown 2 'unknown stack "megatron"; the presets are ideal, megatron-lm-2021, paralab' -- "$paralab" plan "$gpt3" --stack megatron
+check plan_stack_report 0 'stack megatron-lm-2021' -- "$paralab" plan "$gpt3" --stack megatron-lm-2021
+check plan_stack_json 0 '"stack": "megatron-lm-2021"' -- "$paralab" plan "$gpt3" --stack megatron-lm-2021 --json
+check plan_sweep_skipped 0 'tp=5: heads (96) not divisible by tp (5)' -- "$paralab" plan "$gpt3" --nodes 80 --sweep tp=5,8 --sweep micro_batches=96 --show-skipped
+check plan_sweep_skipped_count 0 '1 configuration skipped (--show-skipped' -- "$paralab" plan "$gpt3" --nodes 80 --sweep tp=5,8 --sweep micro_batches=96
+if grep -qF 'not divisible' "$tmp/out" "$tmp/err"; then echo "FAIL plan_sweep_skipped_count: listed without --show-skipped"; failed=$((failed + 1)); else passed=$((passed + 1)); fi
+# A mesh sweep derives dp from the devices: 1,024 / (tp 4 · pp 8) = 32, and the micro-batches
+# follow (96 of 1 row at dp 16: 48 at dp 32).
+check plan_sweep_dp 0 '"dp": 32' -- "$paralab" plan "$gpt3" --sweep tp=4,8 --json
+if grep -qF '"micro_batches": 48' "$tmp/out"; then passed=$((passed + 1)); else echo "FAIL plan_sweep_dp: micro_batches do not follow dp"; failed=$((failed + 1)); fi
+check plan_rank_mfu 0 '"mfu"' -- "$paralab" plan "$gpt3" --sweep pp=4,8,16 --rank mfu --json
+if python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); m=[o["mfu"] for o in a if o["fits"]]; sys.exit(0 if m == sorted(m, reverse=True) else 1)' "$tmp/out"; then passed=$((passed + 1)); else echo "FAIL plan_rank_mfu: not by MFU"; failed=$((failed + 1)); fi
+check plan_rank_time 0 'days to train' -- "$paralab" plan "$gpt3" --sweep pp=4,8,16 --rank time_to_train "${goodput[@]}" --tokens 3e11
+check plan_rank_time_no_tokens 2 '--rank: time_to_train needs the goodput options and --tokens N' -- "$paralab" plan "$gpt3" --sweep pp=4,8 --rank time_to_train
+check plan_rank_unknown 2 '--rank' -- "$paralab" plan "$gpt3" --sweep pp=4,8 --rank speed
+
+# Goodput: the contract's keys, and the cost where the cluster gives a price (h100-80g does).
+llama="$examples/plan/llama3-405b.plan.paralab.json"
+check plan_goodput 0 '"goodput"' -- "$paralab" plan "$llama" --cluster h100-80g --nodes 2048 "${goodput[@]}" --tokens 15.6e12 --json
+for key in checkpoint_interval_s time_to_train_s cost checkpoint_bytes; do
+    if grep -qF "\"$key\"" "$tmp/out"; then passed=$((passed + 1)); else
+        echo "FAIL plan_goodput: no key $key"; failed=$((failed + 1)); fi
+done
+check plan_goodput_report 0 'checkpoint interval' -- "$paralab" plan "$llama" --cluster h100-80g --nodes 2048 "${goodput[@]}"
+check plan_goodput_no_price 0 '"goodput"' -- "$paralab" plan "$gpt3" "${goodput[@]}" --tokens 3e11 --json
+if grep -qF '"cost"' "$tmp/out"; then echo "FAIL plan_goodput_no_price: a cost without a price"; failed=$((failed + 1)); else passed=$((passed + 1)); fi
+check plan_goodput_sweep 0 '"time_to_train_s"' -- "$paralab" plan "$gpt3" "${goodput[@]}" --tokens 3e11 --sweep recompute=selective,full --json
+check plan_goodput_rate 2 '--failure-rate: expected a failure rate per GPU-hour above 0' -- "$paralab" plan "$gpt3" --failure-rate 0 --storage-gbps 100 --restart-s 60
+check plan_goodput_storage 2 '--storage-gbps: expected' -- "$paralab" plan "$gpt3" --failure-rate 1e-5 --storage-gbps -3 --restart-s 60
+check plan_goodput_partial 2 '--storage-gbps: missing' -- "$paralab" plan "$gpt3" --failure-rate 1e-5 --restart-s 60
+check plan_goodput_no_price_cost 2 'gives no price_per_gpu_hour' -- "$paralab" plan "$gpt3" "${goodput[@]}" --tokens 3e11 --cost
+check plan_goodput_price 0 '"cost"' -- "$paralab" plan "$gpt3" "${goodput[@]}" --tokens 3e11 --cost --price-per-gpu-hour 2 --json
 
 # Bad input: exit 2 and the cause.
 check plan_unknown_preset 2 'unknown cluster preset "a200"' -- "$paralab" plan "$gpt3" --cluster a200

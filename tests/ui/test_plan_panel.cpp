@@ -6,6 +6,7 @@
 #include <QComboBox>
 #include <QDir>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -19,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/plan/goodput.h"
 #include "engine/plan/planner.h"
 #include "engine/run/experiment_file.h"
 #include "engine/run/json_reader.h"
@@ -233,6 +235,51 @@ private slots:
         QCOMPARE(panel.memoryPlot()->plottableCount(), 0);
         QVERIFY(panel.selectionText().contains(QStringLiteral("Skipped")));
         QVERIFY(panel.timeline()->spans().isEmpty());
+    }
+
+    // Goodput of the selected configuration from the tab's inputs, the engine's figures; a bad
+    // input says which.
+    void goodputOfTheSelectedConfiguration() {
+        PlanPanel panel;
+        panel.setExperiment(gpt3());
+        panel.setPreset(QStringLiteral("h100-80g"));
+        QVERIFY(planNow(panel));
+        const int i = panel.selectedCell();
+        QVERIFY(i >= 0);
+        const auto& p = panel.heatmap()->cell(i);
+        paralab::plan::GoodputInputs in;
+        in.failure_rate_per_gpu_hour = 1.97e-5;
+        in.storage_bytes_per_s = 2000e9;
+        in.restart_s = 600;
+        in.tokens = 15.6e12;
+        in.price_per_gpu_hour = paralab::plan::preset("h100-80g").price_per_gpu_hour;
+        const auto g = paralab::plan::goodput_of(p, in);
+        QVERIFY2(panel.goodputText().contains(QStringLiteral("Goodput %1%").arg(100 * g.goodput, 0, 'f', 1)),
+                 qPrintable(panel.goodputText()));
+        QVERIFY(panel.goodputText().contains(QStringLiteral("cost")));  // h100-80g has a price
+        // The stack box re-plans with that stack: Megatron-LM 2021's is slower than the ideal.
+        const double ideal = p.step_time_s;
+        const paralab::plan::Mesh mesh = p.mesh;
+        panel.stackBox()->setCurrentText(QStringLiteral("megatron-lm-2021"));
+        QVERIFY(planNow(panel));
+        bool found = false;
+        for (int c = 0; c < panel.heatmap()->cellCount(); ++c) {
+            const auto& q = panel.heatmap()->cell(c);
+            if (q.skipped.empty() && q.mesh.tp == mesh.tp && q.mesh.pp == mesh.pp) {
+                QVERIFY(q.step_time_s > ideal);
+                found = true;
+            }
+        }
+        QVERIFY(found);
+        panel.goodputEdit(0)->setText(QStringLiteral("0"));
+        emit panel.goodputEdit(0)->editingFinished();
+        QVERIFY2(panel.goodputText().contains(QStringLiteral("--failure-rate: expected a failure rate")),
+                 qPrintable(panel.goodputText()));
+        panel.goodputEdit(0)->setText(QStringLiteral("1e-5"));
+        panel.goodputEdit(1)->setText(QStringLiteral("fast"));
+        emit panel.goodputEdit(1)->editingFinished();
+        QVERIFY2(panel.goodputText().contains(QStringLiteral("storage GB/s is not a number")),
+                 qPrintable(panel.goodputText()));
     }
 
     void runHereBuildsTheChosenConfiguration() {

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/plan/cluster.h"
+#include "engine/plan/goodput.h"
 #include "engine/plan/mesh.h"
 #include "engine/run/experiment_file.h"
 #include "engine/util/error.h"
@@ -112,6 +113,7 @@ struct PlanPanel::Result {
 PlanPanel::PlanPanel(QWidget* parent)
     : QWidget(parent),
       m_clusterBox(new QComboBox),
+      m_stackBox(new QComboBox),
       m_nodes(new QSpinBox),
       m_gpus(new QSpinBox),
       m_precision(new QLabel),
@@ -127,6 +129,8 @@ PlanPanel::PlanPanel(QWidget* parent)
       m_pages(new QTabWidget),
       m_runHere(new QPushButton(tr("Run here"))),
       m_runNote(new QLabel),
+      m_goodputInputs{new QLineEdit, new QLineEdit, new QLineEdit, new QLineEdit},
+      m_goodput(new QLabel),
       m_export(new QPushButton(tr("Export…"))),
       m_debounce(new QTimer(this)) {
     // ---- the inputs: the cluster, then the two sweeps ----
@@ -156,6 +160,17 @@ PlanPanel::PlanPanel(QWidget* parent)
     row1->addWidget(m_nodes);
     row1->addWidget(new QLabel(tr("×")));
     row1->addWidget(m_gpus);
+    row1->addSpacing(8);
+    row1->addWidget(new QLabel(tr("Stack:")));
+    for (const auto& name : plan::stack_names()) m_stackBox->addItem(QString::fromStdString(name));
+    m_stackBox->setCurrentText(QStringLiteral("ideal"));
+    m_stackBox->setObjectName(QStringLiteral("stackBox"));
+    m_stackBox->setToolTip(
+        tr("The training software the plan assumes (docs/planner.md, \"Stacks\"): ideal is the "
+           "hardware alone with fused attention; megatron-lm-2021 is calibrated on Narayanan et "
+           "al. 2021; paralab is this program's engine"));
+    row1->addWidget(m_stackBox);
+    connect(m_stackBox, &QComboBox::currentIndexChanged, this, &PlanPanel::schedule);
     row1->addStretch(1);
     auto* row2 = new QHBoxLayout;
     const QStringList defaults{QStringLiteral("1,2,4,8"), QStringLiteral("1,2,4,8")};
@@ -202,6 +217,31 @@ PlanPanel::PlanPanel(QWidget* parent)
     inputs->addLayout(row3, 2, 0);
     inputs->addWidget(m_error, 3, 0);
 
+    // Goodput at scale: Llama 3's run as the starting values (Dubey et al. 2024, §3.3: 419
+    // unexpected interruptions in 54 days on 16,384 GPUs, Tectonic's sustained 2 TB/s; the
+    // restart time is an assumption, the paper gives none; 15.6T tokens).
+    auto* row4 = new QHBoxLayout;
+    const char* goodputLabels[] = {"Goodput: failures per GPU-hour", "storage GB/s", "restart s",
+                                   "tokens"};
+    const char* goodputNames[] = {"failureRateEdit", "storageEdit", "restartEdit", "tokensEdit"};
+    const char* goodputDefaults[] = {"1.97e-5", "2000", "600", "15.6e12"};
+    const char* goodputTips[] = {
+        "Unexpected failures per GPU and hour (Llama 3's run: 419 / (16,384 GPUs × 1,296 h))",
+        "The checkpoint's write bandwidth, all devices together (GB/s)",
+        "Seconds from a failure to training again, before the lost work is redone",
+        "Tokens to train, for the time (and, where the cluster gives a price, the cost)"};
+    for (int i = 0; i < 4; ++i) {
+        row4->addWidget(new QLabel(tr(goodputLabels[i])));
+        m_goodputInputs[i]->setObjectName(QString::fromLatin1(goodputNames[i]));
+        m_goodputInputs[i]->setText(QString::fromLatin1(goodputDefaults[i]));
+        m_goodputInputs[i]->setToolTip(tr(goodputTips[i]));
+        m_goodputInputs[i]->setMaximumWidth(90);
+        connect(m_goodputInputs[i], &QLineEdit::editingFinished, this, &PlanPanel::showGoodput);
+        row4->addWidget(m_goodputInputs[i]);
+    }
+    row4->addStretch(1);
+    inputs->addLayout(row4, 4, 0);
+
     // ---- the selected configuration: memory, breakdown, Run here ----
     m_heatmap->setObjectName(QStringLiteral("planHeatmap"));
     m_selection->setObjectName(QStringLiteral("planSelection"));
@@ -234,6 +274,10 @@ PlanPanel::PlanPanel(QWidget* parent)
     auto* detailsLayout = new QVBoxLayout(details);
     detailsLayout->setContentsMargins(4, 0, 4, 0);
     detailsLayout->addWidget(m_selection);
+    m_goodput->setObjectName(QStringLiteral("planGoodput"));
+    m_goodput->setWordWrap(true);
+    m_goodput->setTextFormat(Qt::RichText);
+    detailsLayout->addWidget(m_goodput);
     detailsLayout->addWidget(m_memoryPlot, 2);
     detailsLayout->addWidget(m_breakdownPlot, 3);
     auto* runRow = new QHBoxLayout;
@@ -308,6 +352,57 @@ QString PlanPanel::runHereNote() const {
 QString PlanPanel::selectionText() const {
     return m_selection->text();
 }
+QString PlanPanel::goodputText() const {
+    return m_goodput->text();
+}
+
+void PlanPanel::showGoodput() {
+    m_goodput->clear();
+    const int index = m_heatmap->selected();
+    if (!m_result || index < 0 || index >= m_heatmap->cellCount()) return;
+    const plan::Prediction& p = m_heatmap->cell(index);
+    if (!p.skipped.empty()) return;
+    const char* options[] = {"--failure-rate", "--storage-gbps", "--restart-s", "--tokens"};
+    const char* names[] = {"failures per GPU-hour", "storage GB/s", "restart s", "tokens"};
+    double v[4];
+    for (int i = 0; i < 4; ++i) {
+        bool ok = false;
+        v[i] = m_goodputInputs[i]->text().trimmed().toDouble(&ok);
+        if (!ok || !std::isfinite(v[i])) {
+            m_goodput->setText(tr("<span style='color:#b00020'>Goodput: %1 is not a number</span>")
+                                   .arg(QString::fromLatin1(names[i])));
+            return;
+        }
+    }
+    plan::GoodputInputs in;
+    in.failure_rate_per_gpu_hour = v[0];
+    in.storage_bytes_per_s = v[1] * 1e9;
+    in.restart_s = v[2];
+    in.tokens = v[3];
+    in.price_per_gpu_hour = m_result->cluster.price_per_gpu_hour;
+    try {
+        if (!(in.tokens > 0)) throw ConfigError(options[3], "expected a number of tokens above 0");
+        const plan::Goodput g = plan::goodput_of(p, in);
+        QString text =
+            tr("<b>Goodput %1%</b> · checkpoint of %2 GiB every %3 (written in %4) · a failure "
+               "every %5 h · %6 days to train %7 tokens")
+                .arg(100 * g.goodput, 0, 'f', 1)
+                .arg(g.checkpoint_bytes / kGiB, 0, 'f', 0)
+                .arg(seconds(g.checkpoint_interval_s), seconds(g.checkpoint_write_s))
+                .arg(g.mtbf_s / 3600, 0, 'g', 3)
+                .arg(g.time_to_train_s / 86400, 0, 'g', 4)
+                .arg(in.tokens, 0, 'g', 3);
+        if (g.cost)
+            text += tr(" · cost %1 at %2 per GPU-hour")
+                        .arg(QLocale().toString(*g.cost, 'f', 0))
+                        .arg(*in.price_per_gpu_hour);
+        m_goodput->setText(text);
+    } catch (const ConfigError& e) {
+        m_goodput->setText(tr("<span style='color:#b00020'>Goodput: %1</span>")
+                               .arg(QString::fromStdString(e.what()).toHtmlEscaped()));
+    }
+}
+
 int PlanPanel::selectedCell() const {
     return m_heatmap->selected();
 }
@@ -493,6 +588,13 @@ void PlanPanel::replan() {
         return;
     }
     job->cluster = *cluster;
+    try {
+        job->cluster.stack = plan::stack_preset(m_stackBox->currentText().toStdString());
+    } catch (const std::exception& e) {
+        showError(QString::fromUtf8(e.what()));
+        emit planned();
+        return;
+    }
     job->cluster.nodes = m_nodes->value();
     job->cluster.gpus_per_node = m_gpus->value();
     job->xKey = m_keys[0]->currentText();
@@ -550,24 +652,20 @@ void PlanPanel::replan() {
                     plan::set_mesh_key(m, job->xKey.toStdString(), x.toStdString());
                     plan::set_mesh_key(m, job->yKey.toStdString(), y.toStdString());
                     if (job->dpFilled) {
-                        // dp takes the devices the other axes leave.
-                        const int rest = m.tp * m.pp;
-                        if (devices % rest != 0) {
+                        // dp takes the devices the other axes leave, and the micro-batches
+                        // follow it (the planner's own rule for mesh sweeps).
+                        plan::Mesh filled = m;
+                        const std::string why =
+                            plan::fill_dp(filled, devices, batch, rows, job->keepRows);
+                        if (!why.empty()) {
                             plan::Prediction p;
                             p.mesh = m;
                             p.devices = devices;
-                            p.skipped = "tp·pp = " + std::to_string(rest) +
-                                        " does not divide the " + std::to_string(devices) +
-                                        " devices";
+                            p.skipped = why;
                             job->cells.push_back(std::move(p));
                             continue;
                         }
-                        m.dp = devices / rest;
-                        // The micro-batches follow dp, so that each keeps the base mesh's rows
-                        // (as Megatron-LM's global batch = dp × micro-batches × micro-batch size).
-                        if (job->keepRows)
-                            m.micro_batches = static_cast<int>(
-                                std::max<int64_t>(1, batch / (int64_t{m.dp} * rows)));
+                        m = filled;
                     }
                     job->cells.push_back(
                         plan::predict(file.experiment, job->model, job->cluster, m));
@@ -665,6 +763,7 @@ void PlanPanel::showCell(int index) {
     m_timeline->clear();
     m_runHere->setEnabled(false);
     m_runNote->clear();
+    m_goodput->clear();
     if (!m_result || index < 0 || index >= m_heatmap->cellCount()) {
         m_selection->clear();
         m_memoryPlot->replot(QCustomPlot::rpQueuedReplot);
@@ -697,6 +796,7 @@ void PlanPanel::showCell(int index) {
                            .arg(p.memory_total / kGiB, 0, 'f', 1)
                            .arg(p.memory_capacity / kGiB, 0, 'f', 0));
     m_selection->setText(head);
+    showGoodput();
     plotMemory(p);
     plotBreakdown(p);
 

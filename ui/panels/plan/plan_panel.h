@@ -61,6 +61,7 @@ public:
 
     // What the tab shows, for tests and screenshots.
     QComboBox* clusterBox() const { return m_clusterBox; }
+    QComboBox* stackBox() const { return m_stackBox; }  // the software stack (plan::stack_names)
     QSpinBox* nodesBox() const { return m_nodes; }
     QSpinBox* gpusBox() const { return m_gpus; }
     QComboBox* keyBox(int axis) const { return m_keys[axis]; }
@@ -77,6 +78,11 @@ public:
     QPushButton* runHereButton() const { return m_runHere; }
     QString runHereNote() const;
     QString selectionText() const;
+    // Goodput (docs/planner.md, "Goodput"): its inputs (failures per GPU-hour, the storage's
+    // GB/s, the restart's seconds, the tokens to train) and the selected configuration's result,
+    // or why there is none.
+    QLineEdit* goodputEdit(int which) const { return m_goodputInputs[which]; }
+    QString goodputText() const;
     int selectedCell() const;
     void selectCell(int index);
     // The selected configuration's step breakdown as the bars show it (s), in the order
@@ -135,6 +141,7 @@ private:
     void showCell(int index);
     void plotMemory(const plan::Prediction& p);
     void plotBreakdown(const plan::Prediction& p);
+    void showGoodput();  // of the selected configuration
     void fitNodesToMesh();
     void showSize(int nodes, int gpus);  // the spin boxes, without a re-plan
     std::optional<plan::Cluster> baseCluster(QString* error) const;
@@ -144,6 +151,7 @@ private:
     std::optional<config::Experiment> m_experiment;
     std::string m_experimentKey;  // its JSON: an identical experiment is not re-planned
     QComboBox* m_clusterBox;
+    QComboBox* m_stackBox;
     QString m_clusterFile;  // the loaded cluster file ("" : a preset)
     std::optional<plan::Cluster> m_fileCluster;
     int m_lastClusterIndex = 0;
@@ -162,6 +170,8 @@ private:
     QTabWidget* m_pages;  // the sweep, the predicted step
     QPushButton* m_runHere;
     QLabel* m_runNote;
+    QLineEdit* m_goodputInputs[4];  // failures per GPU-hour, storage GB/s, restart s, tokens
+    QLabel* m_goodput;
     QPushButton* m_export;
     QWidget* m_body = nullptr;  // what exportTab draws
     QTimer* m_debounce;
