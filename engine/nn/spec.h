@@ -40,9 +40,17 @@ struct LayerSpec {
     int64_t kv_heads = 0;
     std::string position = "none";
     double rope_theta = 10000.0;
-    // transformer_block: "layernorm" or "rmsnorm"; "gelu" or "swiglu"
+    // transformer_block: "layernorm" or "rmsnorm"; "gelu", "swiglu" or "moe"
     std::string norm = "layernorm";
     std::string mlp = "gelu";
+    // transformer_block with mlp "moe" (nn/moe.h): capacity_factor 0 is dropless (null in the file)
+    int64_t experts = 0;
+    int64_t top_k = 2;
+    int64_t expert_ffn = 0;
+    int64_t shared_experts = 0;
+    double capacity_factor = 0.0;
+    double aux_loss = 0.01;
+    double router_z_loss = 0.0;
     // linear: the output layer multiplies by the model's embedding table (no weight of its own)
     bool tie_embeddings = false;
     // residual
