@@ -35,6 +35,13 @@ PlanModel plan_model(const config::Experiment& e) {
                 l.kv_heads = spec.kv_heads > 0 ? spec.kv_heads : spec.heads;
                 l.ffn = spec.type == "transformer_block" ? spec.ffn : 0;
                 l.mlp_matrices = spec.mlp == "swiglu" ? 3 : 2;
+                if (spec.type == "transformer_block" && spec.mlp == "moe") {
+                    l.ffn = spec.expert_ffn;
+                    l.mlp_matrices = 3;
+                    l.experts = spec.experts;
+                    l.top_k = spec.top_k;
+                    l.shared_experts = spec.shared_experts;
+                }
                 ++m.blocks;
                 if (m.seq_len == 1) m.seq_len = l.seq;
             }
