@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <csignal>
 #include <fcntl.h>
@@ -27,6 +28,7 @@
 #include "engine/data/dataset.h"
 #include "engine/device/device.h"
 #include "engine/nn/model.h"
+#include "engine/nn/moe.h"
 #include "engine/run/checkpoint.h"
 #include "engine/run/event_stream.h"
 #include "engine/run/experiment_file.h"
@@ -150,6 +152,24 @@ int cmd_validate(const std::string& file, bool as_json) {
                     type.c_str(), r.output.to_string().c_str(), grouped(r.parameters).c_str(),
                     grouped(r.flops).c_str());
     }
+    // A mixture of experts is part of its block's row: its own counts, FLOPs of the active experts.
+    for (size_t i = 0; i < e.layers.size(); ++i) {
+        const nn::LayerSpec& spec = e.layers[i];
+        if (spec.type != "transformer_block" || spec.mlp != "moe") continue;
+        for (const auto& r : rows) {
+            if (r.depth != 0 || r.path != "model.layers[" + std::to_string(i) + "]") continue;
+            nn::MoE moe(nn::MoEOptions{spec.experts, spec.top_k, spec.expert_ffn, spec.shared_experts,
+                                       spec.capacity_factor, spec.aux_loss, spec.router_z_loss});
+            moe.build(r.output, DType::f32, meta_device());
+            std::printf("  %s mlp: moe, %lld experts + %lld shared of width %lld, top %lld: %s parameters per "
+                        "block, %s FLOPs per example (the %lld active experts of each token only)\n",
+                        r.path.substr(6).c_str(), static_cast<long long>(spec.experts),
+                        static_cast<long long>(spec.shared_experts), static_cast<long long>(spec.expert_ffn),
+                        static_cast<long long>(spec.top_k), grouped(moe.parameter_count()).c_str(),
+                        grouped(moe.flops_per_sample()).c_str(),
+                        static_cast<long long>(spec.top_k + spec.shared_experts));
+        }
+    }
     std::printf("total: %s parameters (%s), %s FLOPs per example forward, "
                 "activations %s for a batch of %lld\n",
                 grouped(params).c_str(), human_bytes(static_cast<double>(params) * 4).c_str(),
@@ -178,9 +198,20 @@ public:
         m_last_print = r.wall_s;
         const double rate = r.wall_s > 0 ? m_samples / r.wall_s : 0;
         const double eta = r.step > 0 ? r.wall_s / r.step * (m_total - r.step) : 0;
-        std::fprintf(stderr, "%sepoch %lld  step %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0fs%s",
+        // A mixture of experts: its auxiliary losses beside the loss (their own series).
+        std::string aux;
+        if (!r.moe.empty()) {
+            double a = 0, z = 0;
+            int64_t dropped = 0;
+            for (const config::MoERecord& m : r.moe) a += m.aux_loss, z += m.router_z_loss, dropped += m.dropped_tokens;
+            char buf[96];
+            std::snprintf(buf, sizeof buf, "  aux %.4f%s", a + z,
+                          dropped > 0 ? ("  dropped " + std::to_string(dropped)).c_str() : "");
+            aux = buf;
+        }
+        std::fprintf(stderr, "%sepoch %lld  step %lld/%lld  loss %.4f%s  %.0f samples/s  ETA %.0fs%s",
                      m_tty ? "\r\033[K" : "", static_cast<long long>(r.epoch + 1),
-                     static_cast<long long>(r.step), static_cast<long long>(m_total), r.loss, rate,
+                     static_cast<long long>(r.step), static_cast<long long>(m_total), r.loss, aux.c_str(), rate,
                      eta, m_tty ? "" : "\n");
     }
     void on_eval(const config::EvalResult& r) override {
@@ -543,6 +574,29 @@ int cmd_runs_show(const std::string& path, int64_t id, bool as_json) {
     j["status"] = row->status;
     j["created_at"] = row->created_at;
     j["config"] = row->config;
+    // A mixture-of-experts run: per layer, its routing at the last step, the tokens dropped over
+    // the run, and its auxiliary losses (added to the loss) at the first and the last step.
+    const std::vector<store::MoEPoint> moe = db.moe_curve(id);
+    if (!moe.empty()) {
+        json layers = json::array();
+        for (size_t l = 0; l < moe.back().layers.size(); ++l) {
+            const config::MoERecord& last = moe.back().layers[l];
+            int64_t dropped = 0;
+            double first_aux = std::nan(""), first_z = std::nan("");
+            for (const store::MoEPoint& p : moe)
+                for (const config::MoERecord& m : p.layers)
+                    if (m.layer == last.layer) {
+                        dropped += m.dropped_tokens;
+                        if (std::isnan(first_aux)) first_aux = m.aux_loss, first_z = m.router_z_loss;
+                    }
+            layers.push_back(json{{"layer", last.layer},
+                                  {"tokens_per_expert_last_step", last.tokens_per_expert},
+                                  {"dropped_tokens", dropped},
+                                  {"aux_loss_first_last", json::array({first_aux, last.aux_loss})},
+                                  {"router_z_loss_first_last", json::array({first_z, last.router_z_loss})}});
+        }
+        j["moe"] = layers;
+    }
     if (as_json) {
         std::cout << j.dump(2) << "\n";
         return 0;

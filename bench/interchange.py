@@ -3,7 +3,8 @@
 text example, train it a few steps with `paralab run`, write its parameters with `paralab export
 --weights`, load them by name into the plain PyTorch model of the same architecture
 (bench/compare_torch.py's CharGPT for gpt-char, bench/llama_torch.py's CharLlama for
-llama-char, and for llama-char with its output layer tied to the embedding), and check that
+llama-char, for llama-char with its output layer tied to the embedding, and for moe-char with
+its mixture-of-experts MLPs), and check that
 PyTorch gets
 
   - the validation loss ParaLab reported (`test_loss` of `paralab run --json`: the mean
@@ -13,7 +14,7 @@ PyTorch gets
 
 Exits 0 when every example agrees, 1 when one does not, 77 (skipped) without torch or the corpus.
 
-    /usr/bin/python3 bench/interchange.py build/app/paralab [--examples gpt-char,llama-char,llama-char-tied]
+    /usr/bin/python3 bench/interchange.py build/app/paralab [--examples gpt-char,llama-char,llama-char-tied,moe-char]
 """
 import argparse
 import json
@@ -32,7 +33,7 @@ except ImportError:
 
 from compare_gpt_loss import read_corpus, split_bytes
 from compare_torch import CharGPT
-from llama_torch import CharLlama, paralab_names
+from llama_torch import MOE_CHAR, CharLlama, paralab_names
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "resources", "examples")
@@ -64,6 +65,7 @@ MODELS = {
     "gpt-char": ("gpt-char", {}, CharGPT, gpt_names),
     "llama-char": ("llama-char", {}, CharLlama, paralab_names),
     "llama-char-tied": ("llama-char", {"tie_embeddings": True}, lambda: CharLlama(tied=True), paralab_names),
+    "moe-char": ("moe-char", {}, lambda: CharLlama(**MOE_CHAR), paralab_names),
 }
 
 

@@ -13,6 +13,15 @@
 
 namespace paralab::config {
 
+// What one mixture-of-experts layer (nn/moe.h) routed in one step's training forwards.
+struct MoERecord {
+    std::string layer;                      // its label: "model.layers[1] (transformer_block).mlp.moe"
+    std::vector<int64_t> tokens_per_expert; // assignments each expert computed
+    int64_t dropped_tokens = 0;             // assignments past an expert's capacity
+    double aux_loss = 0;                    // the load-balancing loss added to the loss (coefficient included)
+    double router_z_loss = 0;               // the z-loss added (coefficient included)
+};
+
 // One optimizer step on one device.
 struct StepRecord {
     int64_t step = 0;        // 1-based optimizer step
@@ -30,6 +39,7 @@ struct StepRecord {
     double data_wait_ms = 0; // waiting for the batch
     double grad_norm = 0;    // before clipping (0 when not computed)
     MemoryStats memory;
+    std::vector<MoERecord> moe;  // per mixture-of-experts layer, in model order; empty without
 };
 
 // One phase of one step on one device, for the timeline: times in seconds since training

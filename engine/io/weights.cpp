@@ -7,6 +7,7 @@
 
 #include "engine/device/device.h"
 #include "engine/nn/attention.h"
+#include "engine/nn/moe.h"
 #include "engine/nn/sequential.h"
 #include "engine/nn/swiglu.h"
 #include "engine/util/error.h"
@@ -76,6 +77,11 @@ void name_layer(nn::Layer& layer, const std::string& prefix, Names& out) {
     if (dynamic_cast<nn::SwiGLU*>(&layer)) {  // Hugging Face's LlamaMLP names
         const char* names[] = {"gate.", "up.", "down."};
         for (size_t k = 0; k < children.size(); ++k) name_layer(*children[k], prefix + names[k], out);
+        return;
+    }
+    if (auto* moe = dynamic_cast<nn::MoE*>(&layer)) {  // router, experts.<e>, shared.<s>
+        const std::vector<std::string> names = moe->child_names();
+        for (size_t k = 0; k < children.size(); ++k) name_layer(*children[k], prefix + names[k] + ".", out);
         return;
     }
     for (size_t k = 0; k < children.size(); ++k) name_layer(*children[k], prefix + std::to_string(k) + ".", out);

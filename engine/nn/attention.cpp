@@ -359,13 +359,15 @@ std::unique_ptr<Layer> block_norm(const AttentionOptions& a, const BlockOptions&
 }
 
 std::vector<std::unique_ptr<Layer>> block_layers(const AttentionOptions& a, const BlockOptions& b) {
-    if (b.ffn < 1) throw ConfigError("ffn", "expected a positive integer, got " + std::to_string(b.ffn));
+    if (b.ffn < 1 && !b.moe) throw ConfigError("ffn", "expected a positive integer, got " + std::to_string(b.ffn));
     std::vector<std::unique_ptr<Layer>> attn;
     attn.push_back(block_norm(a, b));
     attn.push_back(std::make_unique<Attention>(a));
     std::vector<std::unique_ptr<Layer>> mlp;
     mlp.push_back(block_norm(a, b));
-    if (b.swiglu) {
+    if (b.moe) {
+        mlp.push_back(std::make_unique<MoE>(b.experts));
+    } else if (b.swiglu) {
         mlp.push_back(std::make_unique<SwiGLU>(b.ffn, a.bias));
     } else {
         mlp.push_back(std::make_unique<Linear>(b.ffn, a.bias));
@@ -386,7 +388,8 @@ TransformerBlock::TransformerBlock(const AttentionOptions& attention, const Bloc
       m_heads(attention.heads),
       m_kv_heads(attention.kv_heads == 0 ? attention.heads : attention.kv_heads),
       m_ffn(block.ffn),
-      m_swiglu(block.swiglu) {}
+      m_swiglu(block.swiglu),
+      m_moe(block.moe) {}
 
 Shape TransformerBlock::build_impl(const Shape& input) {
     check_attention_input(*this, input, m_heads);
@@ -394,15 +397,26 @@ Shape TransformerBlock::build_impl(const Shape& input) {
     // its own).
     Layer& mlp = *at(1).children().front();
     auto* body = static_cast<Sequential*>(&mlp);
-    const size_t mlp_end = m_swiglu ? 2 : 4;  // the MLP's layers; a dropout after them
-    if (!m_swiglu) static_cast<Linear&>(body->at(3)).set_out(input[1]);
+    const bool one_layer = m_swiglu || m_moe;  // the MLP is one layer (else linear, gelu, linear)
+    const size_t mlp_end = one_layer ? 2 : 4;  // the MLP's layers; a dropout after them
+    if (!one_layer) static_cast<Linear&>(body->at(3)).set_out(input[1]);
     const bool seq = m_shard.sequence_parallel();
     if (m_shard.world > 1) {  // Megatron's MLP: the first linear(s) column-, the last row-parallel
         check_tensor_shard(*this, "heads", m_heads, m_shard.world);
         check_tensor_shard(*this, "kv_heads", m_kv_heads, m_shard.world);
-        check_tensor_shard(*this, "ffn", m_ffn, m_shard.world);
+        if (!m_moe) check_tensor_shard(*this, "ffn", m_ffn, m_shard.world);
         const SequenceSplit sequence = seq ? m_shard.sequence() : SequenceSplit{};
-        if (m_swiglu) {
+        if (m_moe) {
+            // The router sees every token on every device; with sequence parallelism each would
+            // hold only its own positions' routing.
+            if (seq)
+                throw ConfigError(path().empty() ? "mlp" : path() + ".mlp",
+                                  "\"moe\" does not run under sequence_parallel (every tensor rank routes the whole "
+                                  "sequence); turn sequence_parallel off");
+            auto& moe = static_cast<MoE&>(body->at(1));
+            check_tensor_shard(*this, "expert_ffn", moe.options().expert_ffn, m_shard.world);
+            moe.set_shard(m_shard.rank, m_shard.world, m_shard.all_reduce);
+        } else if (m_swiglu) {
             static_cast<SwiGLU&>(body->at(1)).set_shard(m_shard.world, m_shard.all_reduce, sequence);
         } else {
             auto& fc1 = static_cast<Linear&>(body->at(1));

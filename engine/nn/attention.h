@@ -9,6 +9,7 @@
 
 #include "engine/nn/dropout.h"
 #include "engine/nn/linear.h"
+#include "engine/nn/moe.h"
 #include "engine/nn/sequential.h"
 
 namespace paralab::nn {
@@ -173,13 +174,16 @@ struct BlockOptions {
     int64_t ffn = 1;
     bool rmsnorm = false;  // norm: "rmsnorm" (else "layernorm")
     bool swiglu = false;   // mlp: "swiglu" (else "gelu")
+    bool moe = false;      // mlp: "moe" (nn/moe.h, with `experts`; ffn unused)
+    MoEOptions experts{};
 };
 
 // [T, D] -> [T, D], the pre-norm block:
 //   h = x + attention(norm(x)),  y = h + dropout(mlp(norm(h))),
 // GPT's with layernorm and mlp = linear_D(gelu(linear_ffn(.))), Llama's with rmsnorm and the
-// SwiGLU MLP (nn/swiglu.h). Children (a Sequential of two residuals): residual(norm, attention),
-// residual(norm, linear ffn, gelu, linear D[, dropout]) or residual(norm, swiglu[, dropout]).
+// SwiGLU MLP (nn/swiglu.h), or a mixture of SwiGLU experts (nn/moe.h). Children (a Sequential of
+// two residuals): residual(norm, attention), residual(norm, linear ffn, gelu, linear D[, dropout]),
+// residual(norm, swiglu[, dropout]) or residual(norm, moe[, dropout]).
 // Parameters of GPT's: 4D + (4D^2 + 4D) + (2 D ffn + ffn + D). Without bias no linear and no
 // norm has one.
 class TransformerBlock : public Sequential {
@@ -200,7 +204,7 @@ protected:
 
 private:
     int64_t m_heads, m_kv_heads, m_ffn;
-    bool m_swiglu;
+    bool m_swiglu, m_moe;
     TensorShard m_shard;
 };
 

@@ -83,8 +83,14 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& s) {
         if (t == "attention") return std::make_unique<Attention>(a);
         if (s.norm != "layernorm" && s.norm != "rmsnorm")
             throw ConfigError("norm", "expected \"layernorm\" or \"rmsnorm\", got \"" + s.norm + "\"");
-        if (s.mlp != "gelu" && s.mlp != "swiglu")
-            throw ConfigError("mlp", "expected \"gelu\" or \"swiglu\", got \"" + s.mlp + "\"");
+        if (s.mlp != "gelu" && s.mlp != "swiglu" && s.mlp != "moe")
+            throw ConfigError("mlp", "expected \"gelu\", \"swiglu\" or \"moe\", got \"" + s.mlp + "\"");
+        if (s.mlp == "moe") {
+            BlockOptions b{0, s.norm == "rmsnorm", false, true};
+            b.experts = MoEOptions{s.experts, s.top_k, s.expert_ffn, s.shared_experts, s.capacity_factor, s.aux_loss,
+                                   s.router_z_loss};
+            return std::make_unique<TransformerBlock>(a, b);
+        }
         return std::make_unique<TransformerBlock>(a, BlockOptions{positive(s.ffn, "ffn", t), s.norm == "rmsnorm",
                                                                   s.mlp == "swiglu"});
     }

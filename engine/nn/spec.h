@@ -43,9 +43,17 @@ struct LayerSpec {
     // attention, transformer_block: the attention kernel, "fused", "materialized" or "" (the
     // file's `kernel` absent: fused unless the probabilities are dropped out)
     std::string attention_kernel = "";
-    // transformer_block: "layernorm" or "rmsnorm"; "gelu" or "swiglu"
+    // transformer_block: "layernorm" or "rmsnorm"; "gelu", "swiglu" or "moe"
     std::string norm = "layernorm";
     std::string mlp = "gelu";
+    // transformer_block with mlp "moe" (nn/moe.h): capacity_factor 0 is dropless (null in the file)
+    int64_t experts = 0;
+    int64_t top_k = 2;
+    int64_t expert_ffn = 0;
+    int64_t shared_experts = 0;
+    double capacity_factor = 0.0;
+    double aux_loss = 0.01;
+    double router_z_loss = 0.0;
     // linear: the output layer multiplies by the model's embedding table (no weight of its own)
     bool tie_embeddings = false;
     // residual

@@ -17,13 +17,18 @@ LayerCost transformer_cost(const PlanLayer& l, int64_t input_numel, const LayerC
     // as many key/value heads as heads), the MLP (2·T·D·ffn per matrix: 2 for GELU, 3 for
     // SwiGLU), the two attention products (4·T²·D); the rest of the engine's count (softmax,
     // norms, activations, biases, RoPE) is elementwise work, counted by the bytes it moves.
-    const double linear = 2 * T * D * (2 * D + 2 * KV * D / H + M * F), products = 4 * T * T * D;
+    // A mixture of experts: each token through top_k + shared SwiGLUs (the active experts only)
+    // and the router's D x experts.
+    const double routes = l.experts > 0 ? static_cast<double>(l.top_k + l.shared_experts) : 1;
+    const double E = static_cast<double>(l.experts);
+    const double linear = 2 * T * D * (2 * D + 2 * KV * D / H + routes * M * F + E), products = 4 * T * T * D;
     const double linear_s = x.gemm_s(b * linear / t, std::min(b * T, D / t));
-    // The attention kernel is the stack's. Fused (FlashAttention-like): both
+    // The attention kernel is the layer's `kernel`, or where the file gives none the stack's
+    // (the framework planned for). Fused (FlashAttention-like): both
     // products in one kernel at its own rate by head dimension, a causal mask's upper half
     // skipped, the scores never in memory (Dao et al. 2022). Materialized: two GEMMs at the
     // GEMM curve, the scores, softmax and dropout mask written and read.
-    const bool fused = x.c.stack.fused_attention;
+    const bool fused = l.attention_kernel < 0 ? x.c.stack.fused_attention : l.attention_kernel == 1;
     const double head_dim = D / H, causal = fused && l.causal ? 0.5 : 1.0;
     const auto products_time = [&](double flops) {
         return fused ? x.attention_s(flops * causal, head_dim)
@@ -37,7 +42,10 @@ LayerCost transformer_cost(const PlanLayer& l, int64_t input_numel, const LayerC
     // up and product) and the dropout mask (1): with ffn = 4h, GELU's 2 + 16 + 1. Grouped-query
     // attention keeps as much as full attention (the engine expands k and v to every head).
     const double sbh = T * b * D, scale = x.act_bytes / 2;
-    const double mlp = 3 + (M == 3 ? 3 : 2) * 2 * F / D;
+    // A mixture of experts keeps per route (top_k + shared) the gathered input row, the
+    // SwiGLU's three ffn-wide tensors and the output row, and per token the router's
+    // probabilities (experts wide).
+    const double mlp = l.experts > 0 ? 3 + routes * (4 + 3 * 2 * F / D) + 2 * E / D : 3 + (M == 3 ? 3 : 2) * 2 * F / D;
     const double kept = block ? 11 + 4 + mlp : 11, unsplit = block ? 10 : 3;
     const double scores = fused ? 0 : 5 * H * T * T * b;
     const double body =

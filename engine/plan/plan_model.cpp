@@ -36,6 +36,14 @@ PlanModel plan_model(const config::Experiment& e) {
                 l.ffn = spec.type == "transformer_block" ? spec.ffn : 0;
                 l.mlp_matrices = spec.mlp == "swiglu" ? 3 : 2;
                 l.causal = spec.causal;
+                l.attention_kernel = spec.attention_kernel.empty() ? -1 : spec.attention_kernel == "fused";
+                if (spec.type == "transformer_block" && spec.mlp == "moe") {
+                    l.ffn = spec.expert_ffn;
+                    l.mlp_matrices = 3;
+                    l.experts = spec.experts;
+                    l.top_k = spec.top_k;
+                    l.shared_experts = spec.shared_experts;
+                }
                 ++m.blocks;
                 if (m.seq_len == 1) m.seq_len = l.seq;
             }

@@ -21,6 +21,11 @@ struct PlanLayer {
     // heads, ffn (0: attention) and the MLP's matrices (2: GELU, 3: SwiGLU).
     int64_t seq = 0, width = 0, heads = 0, kv_heads = 0, ffn = 0, mlp_matrices = 2;
     bool causal = true;
+    // The attention's `kernel` in the file: 1 fused, 0 materialized, -1 not given (the stack's).
+    int attention_kernel = -1;
+    // A mixture-of-experts MLP (mlp "moe"): ffn is each expert's width, and each token goes
+    // through top_k of the experts and every shared one (0, 0, 0 for another MLP).
+    int64_t experts = 0, top_k = 0, shared_experts = 0;
     int64_t in = 0, out = 0;  // linear: its matrix
     bool transformer() const { return heads > 0; }
 };

@@ -41,7 +41,7 @@ MemoryStats memory_from(const json& j) {
 }
 
 json record_json(const config::StepRecord& r) {
-    return json{{"step", r.step},
+    json j{{"step", r.step},
                 {"epoch", r.epoch},
                 {"steps_per_epoch", r.steps_per_epoch},
                 {"total_steps", r.total_steps},
@@ -56,6 +56,33 @@ json record_json(const config::StepRecord& r) {
                 {"data_wait_ms", r.data_wait_ms},
                 {"grad_norm", number_json(r.grad_norm)},
                 {"memory", memory_json(r.memory)}};
+    if (!r.moe.empty()) j["moe"] = moe_json(r.moe);
+    return j;
+}
+
+json moe_json(const std::vector<config::MoERecord>& moe) {
+    json out = json::array();
+    for (const config::MoERecord& m : moe)
+        out.push_back(json{{"layer", m.layer},
+                           {"tokens_per_expert", m.tokens_per_expert},
+                           {"dropped_tokens", m.dropped_tokens},
+                           {"aux_loss", number_json(m.aux_loss)},
+                           {"router_z_loss", number_json(m.router_z_loss)}});
+    return out;
+}
+
+std::vector<config::MoERecord> moe_from(const json& j) {
+    std::vector<config::MoERecord> out;
+    for (const json& m : j) {
+        config::MoERecord r;
+        r.layer = m.at("layer").get<std::string>();
+        r.tokens_per_expert = m.at("tokens_per_expert").get<std::vector<int64_t>>();
+        r.dropped_tokens = m.at("dropped_tokens").get<int64_t>();
+        r.aux_loss = number_from(m.at("aux_loss"));
+        r.router_z_loss = number_from(m.at("router_z_loss"));
+        out.push_back(std::move(r));
+    }
+    return out;
 }
 
 config::StepRecord record_from(const json& j) {
@@ -75,6 +102,7 @@ config::StepRecord record_from(const json& j) {
     r.data_wait_ms = j.at("data_wait_ms").get<double>();
     r.grad_norm = number_from(j.at("grad_norm"));
     r.memory = memory_from(j.at("memory"));
+    if (j.contains("moe")) r.moe = moe_from(j.at("moe"));
     return r;
 }
 

@@ -28,6 +28,10 @@ namespace paralab::run::stream {
 nlohmann::json number_json(double x);
 double number_from(const nlohmann::json& j);
 nlohmann::json record_json(const config::StepRecord& r);
+// A step's mixture-of-experts records (StepRecord::moe) as a JSON array of objects {layer,
+// tokens_per_expert, dropped_tokens, aux_loss, router_z_loss}, and back (throws on a malformed one).
+nlohmann::json moe_json(const std::vector<config::MoERecord>& moe);
+std::vector<config::MoERecord> moe_from(const nlohmann::json& j);
 config::StepRecord record_from(const nlohmann::json& j);
 nlohmann::json span_json(const config::Span& s);
 config::Span span_from(const nlohmann::json& j);

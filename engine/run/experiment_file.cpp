@@ -118,6 +118,31 @@ data::DataConfig parse_data(const json& j) {
 // recursive walk of the model).
 constexpr int kMaxNesting = 64;
 
+// A transformer_block's mixture-of-experts options (`mlp: "moe"`, nn/moe.h).
+constexpr const char* kMoeKeys[] = {"experts",         "top_k",    "expert_ffn",   "shared_experts",
+                                    "capacity_factor", "aux_loss", "router_z_loss"};
+
+void parse_moe_options(JsonObjectReader& r, nn::LayerSpec& s) {
+    const auto experts = r.integer("experts", 1, kMaxExtent);
+    if (!experts) r.fail("experts", "missing; \"mlp\": \"moe\" needs the number of experts, a positive integer");
+    s.experts = *experts;
+    const auto expert_ffn = r.integer("expert_ffn", 1, kMaxExtent);
+    if (!expert_ffn)
+        r.fail("expert_ffn", "missing; \"mlp\": \"moe\" needs each expert's hidden width, a positive integer");
+    s.expert_ffn = *expert_ffn;
+    s.top_k = r.integer("top_k", 2, 1, kMaxExtent);
+    if (s.top_k > s.experts)
+        r.fail("top_k", "expected at most experts = " + std::to_string(s.experts) +
+                            " (each token goes to top_k different experts), got " + std::to_string(s.top_k));
+    s.shared_experts = r.integer("shared_experts", 0, 0, kMaxExtent);
+    // null (or absent): dropless.
+    constexpr double kAny = std::numeric_limits<double>::infinity();
+    const auto capacity = r.number("capacity_factor", 0.0, kAny, false);
+    s.capacity_factor = capacity ? *capacity : 0.0;
+    s.aux_loss = r.number("aux_loss", 0.01, 0.0, kAny);
+    s.router_z_loss = r.number("router_z_loss", 0.0, 0.0, kAny);
+}
+
 nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0) {
     if (depth > kMaxNesting)
         throw ConfigError(path, "residual blocks nested more than " + std::to_string(kMaxNesting) + " deep");
@@ -177,9 +202,16 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0)
         if (!heads) r.fail("heads", "missing; expected a positive integer");
         s.heads = *heads;
         if (t == "transformer_block") {
+            s.mlp = r.choice("mlp", "gelu", {"gelu", "swiglu", "moe"});
+            if (s.mlp == "moe") parse_moe_options(r, s);
+            else for (const char* key : kMoeKeys)
+                if (r.has(key)) r.fail(key, "is an option of a mixture of experts: it needs \"mlp\": \"moe\"");
             auto ffn = r.integer("ffn", 1, kMaxExtent);
-            if (!ffn) r.fail("ffn", "missing; expected a positive integer (usually 4 times the width)");
-            s.ffn = *ffn;
+            if (!ffn && s.mlp != "moe")
+                r.fail("ffn", "missing; expected a positive integer (usually 4 times the width)");
+            if (ffn && s.mlp == "moe")
+                r.fail("ffn", "is not used by \"mlp\": \"moe\" (each expert's width is expert_ffn); remove it");
+            s.ffn = ffn ? *ffn : 0;
         }
         s.causal = r.boolean("causal", true);
         s.dropout = r.number("dropout", 0.0, 0.0, 1.0);
@@ -204,7 +236,6 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0)
         }
         if (t == "transformer_block") {
             s.norm = r.choice("norm", "layernorm", {"layernorm", "rmsnorm"});
-            s.mlp = r.choice("mlp", "gelu", {"gelu", "swiglu"});
         }
     } else if (t == "residual") {
         const json& body = r.raw("layers");
@@ -224,7 +255,8 @@ nn::LayerSpec parse_layer(const json& j, const std::string& path, int depth = 0)
     }
     r.finish({"out", "bias", "out_channels", "kernel", "stride", "padding", "eps", "momentum", "p",
               "vocab", "dim", "hidden", "num_layers", "return", "layers", "heads", "ffn", "causal",
-              "dropout", "repeat", "kv_heads", "position", "rope_theta", "norm", "mlp", "tie_embeddings"},
+              "dropout", "repeat", "kv_heads", "position", "rope_theta", "norm", "mlp", "tie_embeddings",
+              "experts", "top_k", "expert_ffn", "shared_experts", "capacity_factor", "aux_loss", "router_z_loss"},
              "a " + t + " layer");
     return s;
 }
@@ -562,7 +594,7 @@ json layer_to_json(const nn::LayerSpec& s) {
     }
     if (t == "attention" || t == "transformer_block") {
         j["heads"] = s.heads;
-        if (t == "transformer_block") j["ffn"] = s.ffn;
+        if (t == "transformer_block" && s.mlp != "moe") j["ffn"] = s.ffn;
         j["causal"] = s.causal;
         j["dropout"] = s.dropout;
         // Today's GPT block writes as before; the newer options only where they differ.
@@ -572,6 +604,15 @@ json layer_to_json(const nn::LayerSpec& s) {
         if (!s.attention_kernel.empty()) j["kernel"] = s.attention_kernel;
         if (t == "transformer_block" && s.norm != "layernorm") j["norm"] = s.norm;
         if (t == "transformer_block" && s.mlp != "gelu") j["mlp"] = s.mlp;
+        if (t == "transformer_block" && s.mlp == "moe") {
+            j["experts"] = s.experts;
+            j["top_k"] = s.top_k;
+            j["expert_ffn"] = s.expert_ffn;
+            j["shared_experts"] = s.shared_experts;
+            j["capacity_factor"] = s.capacity_factor > 0 ? json(s.capacity_factor) : json(nullptr);
+            j["aux_loss"] = s.aux_loss;
+            j["router_z_loss"] = s.router_z_loss;
+        }
     }
     if (t == "residual") {
         j["layers"] = json::array();

@@ -1,8 +1,34 @@
 #include "engine/run/metrics_bus.h"
 
 #include <algorithm>
+#include <cctype>
+#include <string_view>
 
 namespace paralab::run {
+
+namespace {
+
+// "model.layers[2]" before "model.layers[10]": runs of digits compared as numbers.
+bool natural_less(const std::string& a, const std::string& b) {
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+        if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+            size_t ei = i, ej = j;
+            while (ei < a.size() && std::isdigit(static_cast<unsigned char>(a[ei]))) ++ei;
+            while (ej < b.size() && std::isdigit(static_cast<unsigned char>(b[ej]))) ++ej;
+            const std::string_view na(a.data() + i, ei - i), nb(b.data() + j, ej - j);
+            if (na.size() != nb.size()) return na.size() < nb.size();
+            if (na != nb) return na < nb;
+            i = ei, j = ej;
+            continue;
+        }
+        if (a[i] != b[j]) return a[i] < b[j];
+        ++i, ++j;
+    }
+    return a.size() - i < b.size() - j;
+}
+
+}  // namespace
 
 void MetricsBus::publish(std::vector<config::Span> spans, const config::StepRecord& r, double loss_sum, int64_t loss_samples) {
     std::lock_guard lock(m_mutex);
@@ -17,6 +43,7 @@ void MetricsBus::publish(std::vector<config::Span> spans, const config::StepReco
         t.device = "all";
         t.samples = 0;
         t.grad_norm = 0;
+        t.moe.clear();
         t.compute_ms = t.comm_ms = t.idle_ms = t.data_wait_ms = 0;
     }
     ++p.reported;
@@ -31,6 +58,23 @@ void MetricsBus::publish(std::vector<config::Span> spans, const config::StepReco
     p.loss_sum += loss_sum;
     p.loss_samples += loss_samples;
     if (r.device == m_device0) t.memory = r.memory;
+    // Each mixture of experts' routing summed over the devices that ran it (the replicas, the
+    // micro-batches; a tensor group's first shard only counts), kept in model order.
+    for (const config::MoERecord& m : r.moe) {
+        auto it = std::find_if(t.moe.begin(), t.moe.end(), [&](const config::MoERecord& x) { return x.layer == m.layer; });
+        if (it == t.moe.end()) {
+            t.moe.push_back(m);
+            continue;
+        }
+        for (size_t e = 0; e < std::min(it->tokens_per_expert.size(), m.tokens_per_expert.size()); ++e)
+            it->tokens_per_expert[e] += m.tokens_per_expert[e];
+        it->dropped_tokens += m.dropped_tokens;
+        it->aux_loss += m.aux_loss;
+        it->router_z_loss += m.router_z_loss;
+    }
+    std::stable_sort(t.moe.begin(), t.moe.end(), [](const config::MoERecord& a, const config::MoERecord& b) {
+        return natural_less(a.layer, b.layer);
+    });
 
     while (!m_pending.empty() && m_pending.begin()->first == m_next_end &&
            m_pending.begin()->second.reported == m_world) {

@@ -13,6 +13,7 @@
 #include "engine/data/loader.h"
 #include "engine/device/cuda_device.h"
 #include "engine/io/weights.h"
+#include "engine/nn/moe.h"
 #include "engine/run/generate.h"
 #include "engine/run/memory_check.h"
 #include "engine/strategy/registry.h"
@@ -300,6 +301,7 @@ void rank_main(Shared& sh, int index) {
         double throttled_s = 0;
         data::Batch batch;
         const int64_t first_epoch = sh.first_step / sh.steps_per_epoch;
+        nn::take_moe_step_stats();  // this thread's steps' only
         for (int64_t epoch = first_epoch; epoch < e.train.epochs && step < sh.ctx.total_steps; ++epoch) {
             const int64_t first_batch = epoch == first_epoch ? sh.first_step % sh.steps_per_epoch : 0;
             if (loader) {
@@ -365,6 +367,7 @@ void rank_main(Shared& sh, int index) {
                 rec.idle_ms = std::max(times.idle_ms, ms_between(t_start, t_end) - times.compute_ms - times.comm_ms);
                 rec.grad_norm = res.grad_norm;
                 rec.memory = rank.device().allocator().stats();
+                rec.moe = nn::take_moe_step_stats();
                 std::vector<config::Span> spans = rank.take_spans();
                 config::Span wait;
                 wait.step = step;

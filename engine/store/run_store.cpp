@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -29,6 +30,45 @@ namespace paralab::store {
 using nlohmann::json;
 
 bool StoreError::disk_full() const { return m_code == SQLITE_FULL; }
+
+namespace {
+
+// A record's mixture-of-experts routing as the `moe` column holds it, and back; a value that is
+// not such JSON reads as no routing (the column is the store's own).
+std::string moe_text(const std::vector<config::MoERecord>& moe) {
+    json out = json::array();
+    for (const config::MoERecord& m : moe)
+        out.push_back(json{{"layer", m.layer},
+                           {"tokens_per_expert", m.tokens_per_expert},
+                           {"dropped_tokens", m.dropped_tokens},
+                           {"aux_loss", std::isfinite(m.aux_loss) ? json(m.aux_loss) : json(nullptr)},
+                           {"router_z_loss", std::isfinite(m.router_z_loss) ? json(m.router_z_loss) : json(nullptr)}});
+    return out.dump();
+}
+
+std::vector<config::MoERecord> moe_from_text(const std::string& text) {
+    std::vector<config::MoERecord> out;
+    const json j = json::parse(text, nullptr, false);
+    if (!j.is_array()) return out;
+    for (const json& m : j) {
+        if (!m.is_object()) continue;
+        config::MoERecord r;
+        r.layer = m.value("layer", std::string());
+        const json& tokens = m.contains("tokens_per_expert") ? m.at("tokens_per_expert") : json();
+        if (tokens.is_array())
+            for (const json& n : tokens) r.tokens_per_expert.push_back(n.is_number_integer() ? n.get<int64_t>() : 0);
+        r.dropped_tokens = m.value("dropped_tokens", int64_t{0});
+        const auto number = [&](const char* key) {
+            return m.contains(key) && m.at(key).is_number() ? m.at(key).get<double>() : std::nan("");
+        };
+        r.aux_loss = number("aux_loss");
+        r.router_z_loss = number("router_z_loss");
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+}  // namespace
 
 namespace {
 
@@ -268,8 +308,8 @@ std::vector<int64_t> RunStore::copy_runs(const std::string& from, const std::str
         const int64_t copy = sqlite3_last_insert_rowid(m_db);
         std::vector<std::string> rows = {
             "INSERT INTO " + to + ".records (run_id, step, device, epoch, wall_s, loss, samples, compute_ms, "
-                "comm_ms, idle_ms, data_wait_ms, memory_bytes, lr) SELECT ?, step, device, epoch, wall_s, loss, "
-                "samples, compute_ms, comm_ms, idle_ms, data_wait_ms, memory_bytes, lr FROM " + from +
+                "comm_ms, idle_ms, data_wait_ms, memory_bytes, lr, moe) SELECT ?, step, device, epoch, wall_s, loss, "
+                "samples, compute_ms, comm_ms, idle_ms, data_wait_ms, memory_bytes, lr, moe FROM " + from +
                 ".records WHERE run_id = ?",
             "INSERT INTO " + to + ".evaluations (run_id, step, loss, accuracy, samples) SELECT ?, step, loss, "
                 "accuracy, samples FROM " + from + ".evaluations WHERE run_id = ?"};
@@ -779,6 +819,11 @@ ALTER TABLE evaluations_v3 RENAME TO evaluations;
             exec("ALTER TABLE runs ADD COLUMN author TEXT NOT NULL DEFAULT ''");
             exec("PRAGMA user_version = 4");
         }
+        // A step's mixture-of-experts routing, as JSON (NULL without).
+        if (version < 5) {
+            exec("ALTER TABLE records ADD COLUMN moe TEXT");
+            exec("PRAGMA user_version = 5");
+        }
     });
 }
 
@@ -890,8 +935,8 @@ void RunStore::add_records(int64_t run_id, const std::vector<config::StepRecord>
     in_write_transaction([&] {
         Statement s(m_db,
                     "INSERT OR REPLACE INTO records (run_id, step, device, epoch, wall_s, loss, samples, "
-                    "compute_ms, comm_ms, idle_ms, data_wait_ms, memory_bytes, lr) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "compute_ms, comm_ms, idle_ms, data_wait_ms, memory_bytes, lr, moe) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     m_path);
         for (const auto& r : records) {
             s.bind(1, run_id).bind(2, r.step).bind(3, r.device).bind(4, r.epoch).bind(5, r.wall_s);
@@ -901,6 +946,8 @@ void RunStore::add_records(int64_t run_id, const std::vector<config::StepRecord>
             // The step's peak (activations included); a record without one, what was live at its end.
             const int64_t memory = r.memory.step_peak_total > 0 ? r.memory.step_peak_total : r.memory.current_total;
             s.bind(11, r.data_wait_ms).bind(12, memory).bind(13, r.lr);
+            if (r.moe.empty()) s.bind_null(14);
+            else s.bind(14, moe_text(r.moe));
             s.step();
             s.reset();
         }
@@ -1054,6 +1101,34 @@ std::vector<LossPoint> RunStore::loss_curve(int64_t run_id) {
         else if (q.integer(3) > 0) p.loss = q.real(2) / static_cast<double>(q.integer(3));
         else p.loss = q.real(4);
         out.push_back(p);
+    }
+    return out;
+}
+
+std::vector<MoEPoint> RunStore::moe_curve(int64_t run_id) {
+    std::lock_guard lock(m_mutex);
+    Statement q(m_db, "SELECT step, moe FROM records WHERE run_id = ? AND moe IS NOT NULL ORDER BY step, device",
+                m_path);
+    q.bind(1, run_id);
+    std::vector<MoEPoint> out;
+    while (q.step()) {
+        const int64_t step = q.integer(0);
+        if (out.empty() || out.back().step != step) out.push_back(MoEPoint{step, {}});
+        std::vector<config::MoERecord>& into = out.back().layers;
+        // The devices' records of one layer summed (each replica routes its own tokens; a
+        // tensor group's first shard alone records).
+        for (const config::MoERecord& m : moe_from_text(q.text(1))) {
+            auto it = std::find_if(into.begin(), into.end(), [&](const config::MoERecord& x) { return x.layer == m.layer; });
+            if (it == into.end()) {
+                into.push_back(m);
+                continue;
+            }
+            for (size_t e = 0; e < std::min(it->tokens_per_expert.size(), m.tokens_per_expert.size()); ++e)
+                it->tokens_per_expert[e] += m.tokens_per_expert[e];
+            it->dropped_tokens += m.dropped_tokens;
+            it->aux_loss += m.aux_loss;
+            it->router_z_loss += m.router_z_loss;
+        }
     }
     return out;
 }

@@ -25,9 +25,9 @@ struct sqlite3;
 namespace paralab::store {
 
 // The schema this build writes.
-constexpr int kSchemaVersion = 4;  // 1: runs, records, evaluations; 2: spans; 3: an evaluation's
+constexpr int kSchemaVersion = 5;  // 1: runs, records, evaluations; 2: spans; 3: an evaluation's
                                    // loss may be NULL (not finite), the application id is set;
-                                   // 4: a run's author
+                                   // 4: a run's author; 5: a record's mixture-of-experts routing
 // PRAGMA application_id of a ParaLab store ("PLRS"); 0 in stores written before schema 3.
 constexpr int32_t kApplicationId = 0x504C5253;
 
@@ -86,6 +86,13 @@ struct LossPoint {
     double wall_s = 0;  // when the slowest device ended the step, seconds since training started
     double loss = 0;    // mean over the samples of the devices that computed a loss (NaN: none did,
                         // or the step diverged)
+};
+
+// One step's mixture-of-experts routing over every device (StepRecord::moe summed as the
+// engine's step does): per layer, in model order.
+struct MoEPoint {
+    int64_t step = 0;
+    std::vector<config::MoERecord> layers;
 };
 
 // One device's share of a run, from its recorded steps.
@@ -186,6 +193,8 @@ public:
     // Queries for the window's runs view.
     // The run's training loss per step, ordered by step (empty when the run is unknown).
     std::vector<LossPoint> loss_curve(int64_t run_id);
+    // The steps' mixture-of-experts routing (empty for a run without one), in step order.
+    std::vector<MoEPoint> moe_curve(int64_t run_id);
     // Per device, ordered by device name (empty when the run is unknown or has no steps yet).
     std::vector<DeviceStats> device_stats(int64_t run_id);
     // False when the run is unknown.

@@ -13,6 +13,7 @@
 
 #include <kernels/gpu/memory.h>
 
+#include "engine/nn/moe.h"
 #include "engine/optim/clip.h"
 #include "engine/strategy/registry.h"
 
@@ -77,6 +78,9 @@ public:
             Tensor out;
             if (mine.count > 0) {
                 model.set_random_state(e.seed, static_cast<uint64_t>(rank.step() - 1), mb.offset + mine.offset);
+                // A mixture of experts' auxiliary losses weigh as the loss does: rows / the batch.
+                nn::set_moe_loss_weight(model.net(), 1.0 / static_cast<double>(B));
+                nn::set_moe_grad_scale(model.net(), m_scaler ? m_scaler->scale() : 1.0);
                 out = rank.compute("forward", [&] {
                     rank.straggle();
                     return model.forward(x, nn::Mode::train);

@@ -1,5 +1,7 @@
 #include "engine/strategy/pipeline_executor.h"
 
+#include "engine/nn/moe.h"
+
 #include <algorithm>
 #include <string>
 
@@ -117,6 +119,8 @@ void PipelineExecutor::forward(Rank& rank, ModelChunk& ch, int chunk, nn::Model&
     for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_from(ch.buffers[i]);
     c.set_random_state(e.seed, static_cast<uint64_t>(rank.step() - 1), mb.offset);
     const int64_t total = batch.global_size;
+    // A mixture of experts' auxiliary losses weigh as the loss does: rows / the global batch.
+    nn::set_moe_loss_weight(c.net(), 1.0 / static_cast<double>(total));
     const std::string phase = stages::chunk_phase("forward", chunk, m_chunks);
     Tensor out = rank.compute(phase.c_str(), [&] {
         rank.straggle();
@@ -160,6 +164,7 @@ void PipelineExecutor::backward(Rank& rank, ModelChunk& ch, int chunk, nn::Model
             dy = c.loss().backward();
             if (hooks.scaler) optim::scale_in_place(dy, hooks.scaler->scale());
         }
+        nn::set_moe_grad_scale(c.net(), hooks.scaler ? hooks.scaler->scale() : 1.0);
         if (hooks.backward) return hooks.backward(chunk, c, std::move(dy));
         Tensor grad = c.net().backward(dy);
         dy = Tensor();  // the output gradient is not needed any more

@@ -1,5 +1,7 @@
 #include "engine/strategy/strategy.h"
 
+#include "engine/nn/moe.h"
+
 #include <kernels/gpu/memory.h>
 
 #include <algorithm>
@@ -330,6 +332,9 @@ LocalPass forward_backward(Rank& rank, nn::Model& model, const data::Batch& batc
         const auto shard = data::shard_of_batch(batch.size, static_cast<int>(k), static_cast<int>(parts));
         DeviceBatch db = to_device(batch, shard.offset, shard.count, ctx.input, ctx.target, rank.device());
         model.set_random_state(e.seed, static_cast<uint64_t>(rank.step() - 1), global_offset + shard.offset);
+        // A mixture of experts' auxiliary losses weigh as the loss does: rows / the global batch.
+        nn::set_moe_loss_weight(model.net(), 1.0 / static_cast<double>(batch.global_size));
+        nn::set_moe_grad_scale(model.net(), loss_scale);
         Tensor out = rank.compute("forward", [&] {
             rank.straggle();
             Tensor o = model.forward(db.x, nn::Mode::train);

@@ -85,7 +85,10 @@ void check_layer_gradients(const GradCase& c) {
     for (nn::Param* p : layer->parameters()) grads.push_back(p->grad.clone(MemCategory::workspace));
 
     const double eps = 1e-6;
-    auto loss_at = [&]() { return weighted_sum(layer->forward(x, c.mode), w); };
+    auto loss_at = [&]() {
+        const double sum = weighted_sum(layer->forward(x, c.mode), w);
+        return c.added_loss ? sum + c.added_loss(*layer) : sum;
+    };
 
     if (c.token_vocab == 0) {
         ASSERT_TRUE(dx.defined()) << "layer returned no input gradient";

@@ -23,6 +23,9 @@ struct GradCase {
     int64_t token_vocab = 0;  // > 0: inputs are token ids in [0, vocab), not differentiated
     double rtol = 1e-5;       // finite-difference comparison: |a-n| <= atol + rtol*max(|a|,|n|)
     double atol = 1e-6;
+    // A loss the layer adds to the model's loss itself (a mixture of experts' auxiliary losses),
+    // read after each forward: the finite differences see L = sum(w * forward(x)) + added_loss.
+    std::function<double(nn::Layer&)> added_loss{};
 };
 
 inline std::ostream& operator<<(std::ostream& os, const GradCase& c) { return os << c.name; }

@@ -142,4 +142,29 @@ TEST(EventStream, LinesThatAreNotEventsAreSkippedAndBrokenEventsSaySo) {
     EXPECT_THROW(stream::decode("{\"event\": \"start\"}"), Error);
 }
 
+// A mixture-of-experts step's routing travels with its record (a job's processes send their
+// records as lines); a record without one stays without.
+TEST(EventStream, AStepsMixtureOfExpertsRoutingRoundTrips) {
+    config::StepRecord r;
+    r.step = 3;
+    r.device = "cpu:1";
+    config::MoERecord m;
+    m.layer = "model.layers[1] (transformer_block).mlp.moe";
+    m.tokens_per_expert = {5, 0, 11};
+    m.dropped_tokens = 2;
+    m.aux_loss = 0.0123456789012345;
+    m.router_z_loss = 1e-3;
+    r.moe = {m};
+    const config::StepRecord back = stream::record_from(stream::record_json(r));
+    ASSERT_EQ(back.moe.size(), 1u);
+    EXPECT_EQ(back.moe[0].layer, m.layer);
+    EXPECT_EQ(back.moe[0].tokens_per_expert, m.tokens_per_expert);
+    EXPECT_EQ(back.moe[0].dropped_tokens, 2);
+    EXPECT_EQ(back.moe[0].aux_loss, m.aux_loss);
+    EXPECT_EQ(back.moe[0].router_z_loss, m.router_z_loss);
+    r.moe.clear();
+    EXPECT_FALSE(stream::record_json(r).contains("moe"));
+    EXPECT_TRUE(stream::record_from(stream::record_json(r)).moe.empty());
+}
+
 }  // namespace

@@ -2,7 +2,7 @@
 // (resources/examples/gpt-char.paralab.json: 4 blocks of width 128, 64 positions, a batch of 12)
 // on 4 virtual devices for two steps, with and without train.recompute: per device and category
 // (parameters, gradients, optimizer state, activations), the predicted bytes are within 10 % of
-// the measured peak. The same for llama-char under a few strategies.
+// the measured peak. The same for llama-char and moe-char under a few strategies.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -94,5 +94,21 @@ INSTANTIATE_TEST_SUITE_P(
                       R"({"type":"single","recompute":"selective"})", R"({"type":"tensor_parallel"})",
                       R"({"type":"tensor_parallel","sequence_parallel":true})", R"({"type":"hybrid","dp":2,"tp":2})"),
     param_name);
+
+// moe-char (resources/examples/moe-char.paralab.json): mixtures of 8 SwiGLU experts, top 2, and
+// a shared expert; every expert's parameters, the routed tokens' activations (dropless: k rows
+// per token).
+class MoEMemoryModel : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(MoEMemoryModel, PredictsEveryDeviceWithinTenPercentOnTheMoEExample) {
+    const json strategy = json::parse(GetParam());
+    const int devices = strategy["type"] == "single" ? 1 : 2;
+    expect_example_as_predicted("moe-char.paralab.json", strategy, devices);
+}
+
+INSTANTIATE_TEST_SUITE_P(Strategies, MoEMemoryModel,
+                         ::testing::Values(R"({"type":"single"})", R"({"type":"ddp"})",
+                                           R"({"type":"tensor_parallel"})"),
+                         param_name);
 
 }  // namespace

@@ -141,6 +141,31 @@ TEST(Planner, MemoryOfAKnownModelByHand) {
     }
 }
 
+// A mixture-of-experts block (8 SwiGLU experts of width 96, top 2, one shared): every expert's
+// parameters, and per block Korthikanti's attention and norms (15 of the 34) plus the MLP's
+// input (3), per route (top 2 and the shared one) the gathered row, the output row and the three
+// 96-wide tensors (4 + 6·96/64 each) and the router's 8 probabilities per token (2·8/64).
+TEST(Planner, MixtureOfExpertsBlocksByHand) {
+    json j = blocks_json({{"type", "single"}}, "bf16");
+    j["model"]["layers"] = {{{"type", "transformer_block"}, {"heads", 4}, {"mlp", "moe"}, {"experts", 8},
+                             {"top_k", 2}, {"expert_ffn", 96}, {"shared_experts", 1}, {"repeat", 2}}};
+    const plan::PlanFile f = plan_file(j);
+    const plan::PlanModel model = plan::plan_model(f.experiment);
+    const int64_t D = 64, F = 96, E = 8;
+    const int64_t block = 4 * D + (4 * D * D + 4 * D) + D * E + (E + 1) * 3 * D * F;
+    ASSERT_EQ(model.parameters, 2 * block);
+    EXPECT_EQ(model.blocks, 2);
+    ASSERT_EQ(model.layers.size(), 2u);
+    EXPECT_EQ(model.layers[0].experts, E);
+    EXPECT_EQ(model.layers[0].ffn, F);
+    const plan::Prediction p = plan::predict(f.experiment, model, test_cluster(1), plan::mesh_of(f, 1));
+    ASSERT_TRUE(p.skipped.empty()) << p.skipped;
+    const double s = 32, b = 8, h = 64, a = 4;
+    const double mlp = 3 + 3 * (4 + 6.0 * F / D) + 2.0 * E / D;
+    const double per_block = s * b * h * (15 + mlp + 5 * a * s / h);  // 16-bit: 2 bytes per 2 units
+    EXPECT_DOUBLE_EQ(mem(p, MemCategory::activations), 2 * per_block + s * h * b * 4);
+}
+
 TEST(Planner, AlphaBetaCollectives) {
     const plan::Link l{1e-5, 1e9};
     EXPECT_DOUBLE_EQ(plan::all_reduce_s(8e6, 4, l), 2 * 3 * (1e-5 + 2e6 / 1e9));

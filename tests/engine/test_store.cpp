@@ -463,3 +463,35 @@ TEST(RunStore, AnOlderStoreIsImported) {
     EXPECT_EQ(all.list_runs()[0].name, "old");
     EXPECT_EQ(all.list_runs()[0].author, "");
 }
+
+// A mixture-of-experts run's routing: each device's record keeps its layers' counts, and the
+// store's curve sums them per step (a replica's tokens are its own), layer by layer.
+TEST(RunStore, KeepsAndSumsTheMixtureOfExpertsRouting) {
+    TempDir dir;
+    store::RunStore db((dir.path / "runs.db").string());
+    const int64_t id = db.create_run(experiment("moe"), {});
+    const auto moe = [](int64_t a, int64_t b, int64_t dropped, double aux) {
+        config::MoERecord m;
+        m.layer = "model.layers[1] (transformer_block).mlp.moe";
+        m.tokens_per_expert = {a, b};
+        m.dropped_tokens = dropped;
+        m.aux_loss = aux;
+        m.router_z_loss = aux / 10;
+        return m;
+    };
+    config::StepRecord r0 = record(1, 0.5), r1 = record(1, 0.5), plain = record(2, 0.4);
+    r1.device = "cpu:1";
+    r0.moe = {moe(3, 5, 1, 0.25)};
+    r1.moe = {moe(4, 2, 0, 0.5)};
+    db.add_records(id, {r0, r1, plain});
+    const std::vector<store::MoEPoint> curve = db.moe_curve(id);
+    ASSERT_EQ(curve.size(), 1u);  // step 2 recorded no routing
+    EXPECT_EQ(curve[0].step, 1);
+    ASSERT_EQ(curve[0].layers.size(), 1u);
+    EXPECT_EQ(curve[0].layers[0].layer, r0.moe[0].layer);
+    EXPECT_EQ(curve[0].layers[0].tokens_per_expert, (std::vector<int64_t>{7, 7}));
+    EXPECT_EQ(curve[0].layers[0].dropped_tokens, 1);
+    EXPECT_DOUBLE_EQ(curve[0].layers[0].aux_loss, 0.75);
+    EXPECT_DOUBLE_EQ(curve[0].layers[0].router_z_loss, 0.075);
+    EXPECT_TRUE(db.moe_curve(id + 1).empty());
+}

@@ -27,6 +27,7 @@
 #include "ui/panels/common/palette.h"
 #include "ui/panels/dashboard/decimated_graph.h"
 #include "ui/panels/dashboard/device_dashboard.h"
+#include "ui/panels/dashboard/expert_routing_plot.h"
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/panels/dashboard/text_sample_panel.h"
 #include "ui/panels/runs/runs_panel.h"
@@ -151,6 +152,7 @@ class TestDashboard : public QObject {
 private slots:
     void initTestCase();
     void oneCurvePerDeviceWithEveryPoint();
+    void expertRoutingShowsTheLatestStepsTokens();
     void deviceWithoutLossHasNoLossPoints();
     void smoothingStartsAtTheRawValue_data();
     void smoothingStartsAtTheRawValue();
@@ -187,6 +189,36 @@ void TestDashboard::initTestCase() {
     // can fail the run with "database is locked" (SQLite does not wait for a lock when switching
     // a new file to WAL). Not what these tests are about.
     paralab::store::RunStore db(paralab::store::RunStore::default_path());
+}
+
+// A mixture-of-experts run: the Devices tab shows each layer's tokens per expert at the latest
+// step that routed, with its auxiliary losses and drops; hidden for other runs and after clear.
+void TestDashboard::expertRoutingShowsTheLatestStepsTokens() {
+    DeviceDashboard d;
+    d.addSteps(globalRecords(1, 3));
+    QVERIFY(d.expertRouting()->isHidden());
+    QVector<paralab::config::StepRecord> steps = globalRecords(4, 5);
+    for (auto& r : steps) {
+        paralab::config::MoERecord a, b;
+        a.layer = "model.layers[1] (transformer_block 1 of 2).mlp.moe";
+        b.layer = "model.layers[1] (transformer_block 2 of 2).mlp.moe";
+        a.tokens_per_expert = {r.step, 2, 3};
+        b.tokens_per_expert = {7, 0, 1};
+        a.aux_loss = 0.25, b.aux_loss = 0.5, b.router_z_loss = 0.25;
+        b.dropped_tokens = 4;
+        r.moe = {a, b};
+    }
+    d.addSteps(steps);
+    QVERIFY(!d.expertRouting()->isHidden());
+    QCOMPARE(d.expertRouting()->layerCount(), 2);
+    QCOMPARE(d.expertRouting()->tokens(0), (QVector<double>{5, 2, 3}));
+    QCOMPARE(d.expertRouting()->tokens(1), (QVector<double>{7, 0, 1}));
+    QVERIFY2(d.expertRouting()->title().contains(QStringLiteral("step 5")), qPrintable(d.expertRouting()->title()));
+    QVERIFY2(d.expertRouting()->title().contains(QStringLiteral("auxiliary losses 1 ")), qPrintable(d.expertRouting()->title()));
+    QVERIFY2(d.expertRouting()->title().contains(QStringLiteral("dropped 4")), qPrintable(d.expertRouting()->title()));
+    d.clear();
+    QVERIFY(d.expertRouting()->isHidden());
+    QCOMPARE(d.expertRouting()->layerCount(), 0);
 }
 
 void TestDashboard::oneCurvePerDeviceWithEveryPoint() {
@@ -851,7 +883,9 @@ void TestDashboard::hiddenPlotsAreNotRedrawn() {
     DeviceDashboard d;
     paralab::ui::LossPlotPanel loss;
     QList<QCustomPlot*> plots = d.findChildren<QCustomPlot*>() + loss.findChildren<QCustomPlot*>();
-    QCOMPARE(plots.size(), 6);
+    QCOMPARE(plots.size(), 7);
+    // The expert routing's plot stays hidden without a mixture of experts: never drawn here.
+    plots.removeOne(d.expertRouting()->findChild<QCustomPlot*>());
     QTest::qWait(50);  // QCustomPlot's own replot, queued by its constructor
     std::vector<std::unique_ptr<QSignalSpy>> spies;
     for (QCustomPlot* p : plots) spies.push_back(std::make_unique<QSignalSpy>(p, &QCustomPlot::beforeReplot));

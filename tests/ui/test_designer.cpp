@@ -58,6 +58,7 @@ private slots:
     void wrongHeadsMarksThatLayer();
     void gptCharExampleCountsEveryCopy();
     void llamaCharExampleShowsItsOptions();
+    void moeCharExampleAndTheMlpTurnedIntoExperts();
     void screenshot();
 };
 
@@ -685,6 +686,46 @@ void TestDesigner::llamaCharExampleShowsItsOptions() {
     d->propertyEditor()->findChild<QSpinBox*>("option_kv_heads")->setValue(1);
     QVERIFY2(d->isValid(), qPrintable(d->validationMessage()));
     QCOMPARE(d->shapeReport().parameters, qint64(820352 - 4 * 2 * 16 * 128));
+}
+
+// resources/examples/moe-char.paralab.json: the mixture's options in the block's row and its
+// part; llama-char's SwiGLU turned into experts (the width carried over, 8 of them, 2 per token)
+// and back, and a capacity typed in and cleared (null: dropless).
+void TestDesigner::moeCharExampleAndTheMlpTurnedIntoExperts() {
+    MainWindow w;
+    w.designer()->setSynchronousBudget(60000);
+    QCOMPARE(w.openExperiment(PARALAB_SOURCE_DIR "/resources/examples/moe-char.paralab.json", false), QString());
+    ModelDesigner* d = w.designer();
+    QVERIFY2(d->isValid(), qPrintable(d->validationMessage()));
+    auto* blocks = d->stackView()->topLevelItem(1);
+    QCOMPARE(blocks->text(LayerStackView::LayerColumn),
+             QString("transformer_block ×2  4 heads (2 kv), rope, rmsnorm, moe (8 experts, top 2, ffn 96, 1 shared), no bias"));
+    QVERIFY2(blocks->child(3)->text(LayerStackView::LayerColumn).startsWith("moe ×2  8 experts, top 2, ffn 96, 1 shared"),
+             qPrintable(blocks->child(3)->text(LayerStackView::LayerColumn)));
+    QCOMPARE(d->shapeReport().parameters, qint64(390464));
+    d->selectLayer({1});
+    QCOMPARE(d->propertyEditor()->findChild<QSpinBox*>("option_experts")->value(), 8);
+    QVERIFY(!d->propertyEditor()->findChild<QSpinBox*>("option_ffn"));
+    d->propertyEditor()->findChild<QSpinBox*>("option_top_k")->setValue(9);  // more than the experts
+    QVERIFY(d->propertyEditor()->errorText().contains("top_k"));
+    QCOMPARE(d->shapeReport().parameters, qint64(390464));
+
+    QCOMPARE(w.openExperiment(PARALAB_SOURCE_DIR "/resources/examples/llama-char.paralab.json", false), QString());
+    QCOMPARE(d->setLayerOption({1}, "mlp", "\"moe\""), QString());
+    QVERIFY2(d->isValid(), qPrintable(d->validationMessage()));
+    const paralab::nn::LayerSpec& moe = d->model().layers[1];
+    QCOMPARE(moe.mlp, std::string("moe"));
+    QCOMPARE(moe.experts, int64_t{8});
+    QCOMPARE(moe.top_k, int64_t{2});
+    QCOMPARE(moe.expert_ffn, int64_t{384});
+    QCOMPARE(d->setLayerOption({1}, "capacity_factor", "1.25"), QString());
+    QCOMPARE(d->model().layers[1].capacity_factor, 1.25);
+    QCOMPARE(d->setLayerOption({1}, "capacity_factor", "null"), QString());
+    QCOMPARE(d->model().layers[1].capacity_factor, 0.0);
+    QCOMPARE(d->setLayerOption({1}, "mlp", "\"swiglu\""), QString());
+    QCOMPARE(d->model().layers[1].ffn, int64_t{384});
+    QCOMPARE(d->model().layers[1].experts, int64_t{0});
+    QCOMPARE(d->shapeReport().parameters, qint64(820352));
 }
 
 // Not a check: the README's screenshots of the designer (fashion-cnn, its second conv2d selected;

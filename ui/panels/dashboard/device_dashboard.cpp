@@ -28,6 +28,7 @@
 #include "ui/panels/common/plot_export.h"
 #include "ui/panels/common/plot_style.h"
 #include "ui/panels/dashboard/decimated_graph.h"
+#include "ui/panels/dashboard/expert_routing_plot.h"
 
 namespace paralab::ui {
 
@@ -149,7 +150,9 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
       m_windowBox(new QSpinBox),
       m_pacer(new ReplotPacer(this, [this] {
           for (QCustomPlot* plot : m_plots->all()) plot->replot(QCustomPlot::rpRefreshHint);
-      })) {
+          m_experts->replot();
+      })),
+      m_experts(new ExpertRoutingPlot) {
     // ---- controls ---------------------------------------------------------------------------
     auto* controls = new QHBoxLayout;
     plotstyle::addLossControls(controls, m_xAxisBox, m_logBox);
@@ -260,6 +263,7 @@ DeviceDashboard::DeviceDashboard(QWidget* parent)
     layout->addLayout(controls);
     layout->addLayout(windowRow);
     layout->addWidget(m_scroll, 1);
+    layout->addWidget(m_experts);
 
     connect(m_xAxisBox, &QComboBox::currentIndexChanged, this,
             [this](int index) { setXAxis(index == 1 ? XAxis::WallTime : XAxis::Step); });
@@ -441,6 +445,7 @@ void DeviceDashboard::addSteps(const QVector<config::StepRecord>& steps) {
     if (steps.isEmpty()) return;
     Series& global = seriesFor(kAll);
     for (const auto& r : steps) append(global, r);
+    m_experts->addSteps(steps);
     updateRanges();
     m_pacer->request();
 }
@@ -456,6 +461,7 @@ void DeviceDashboard::clear() {
     m_series.clear();
     m_global.reset();
     m_devices.clear();
+    m_experts->clear();
     p.maxStep = p.maxWall = p.maxLoss = p.maxRate = p.maxMemory = 0;
     p.minLoss = kNaN;
     updateBars();

@@ -33,6 +33,8 @@ class QSpinBox;
 
 namespace paralab::ui {
 
+class ExpertRoutingPlot;
+
 class DeviceDashboard : public QWidget {
     Q_OBJECT
 public:
@@ -82,6 +84,8 @@ public:
     // How many plots side by side: 3 on a wide tab, 2 or 1 as it narrows (the plots then
     // scroll vertically).
     int plotColumns() const;
+    // A mixture-of-experts run's tokens per expert at the latest step (hidden without one).
+    ExpertRoutingPlot* expertRouting() const { return m_experts; }
 
 public slots:
     void clear();
@@ -139,6 +143,7 @@ private:
     bool m_logLoss = false;
     int m_breakdownWindow = 20;
     ReplotPacer* m_pacer;
+    ExpertRoutingPlot* m_experts;
 };
 
 }  // namespace paralab::ui

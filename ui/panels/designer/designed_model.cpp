@@ -7,6 +7,7 @@
 #include "engine/nn/attention.h"
 #include "engine/nn/factory.h"
 #include "engine/nn/model.h"
+#include "engine/nn/moe.h"
 #include "engine/nn/swiglu.h"
 
 namespace paralab::ui {
@@ -89,10 +90,16 @@ QString layerOptionsText(const nn::LayerSpec& s) {
     if (t == "attention" || t == "transformer_block") {
         QString text = QStringLiteral("%1 heads").arg(s.heads);
         if (s.kv_heads > 0 && s.kv_heads != s.heads) text += QStringLiteral(" (%1 kv)").arg(s.kv_heads);
-        if (t == "transformer_block") text += QStringLiteral(", ffn %1").arg(s.ffn);
+        if (t == "transformer_block" && s.mlp != "moe") text += QStringLiteral(", ffn %1").arg(s.ffn);
         if (s.position == "rope") text += QStringLiteral(", rope");
         if (t == "transformer_block" && s.norm != "layernorm") text += QStringLiteral(", ") + QString::fromStdString(s.norm);
         if (t == "transformer_block" && s.mlp != "gelu") text += QStringLiteral(", ") + QString::fromStdString(s.mlp);
+        if (t == "transformer_block" && s.mlp == "moe")
+            text += QStringLiteral(" (%1 experts, top %2, ffn %3%4)")
+                        .arg(s.experts)
+                        .arg(s.top_k)
+                        .arg(s.expert_ffn)
+                        .arg(s.shared_experts > 0 ? QStringLiteral(", %1 shared").arg(s.shared_experts) : QString());
         if (!s.bias) text += QStringLiteral(", no bias");
         if (!s.causal) text += QStringLiteral(", not causal");
         if (s.dropout > 0) text += QStringLiteral(", dropout %1").arg(s.dropout);
@@ -112,7 +119,7 @@ QString layerRowText(const nn::LayerSpec& s) {
 namespace {
 
 // A transformer_block's parts, read from one copy built on the meta device (shapes and counts,
-// no memory): norm, attention, norm, then linear ffn, gelu, linear D or swiglu[, dropout]. Counts are
+// no memory): norm, attention, norm, then linear ffn, gelu, linear D, swiglu or moe[, dropout]. Counts are
 // that copy's times `copies`, so that the parts add up to the block's row.
 std::vector<LayerPartInfo> transformerParts(const nn::LayerSpec& spec, const Shape& input,
                                             int64_t copies) {
@@ -138,6 +145,15 @@ std::vector<LayerPartInfo> transformerParts(const nn::LayerSpec& spec, const Sha
                                    .arg(attention->causal() ? ", causal" : "");
             if (const auto* swiglu = dynamic_cast<const nn::SwiGLU*>(layer))
                 part.options = QStringLiteral("ffn %1").arg(swiglu->ffn());
+            if (const auto* moe = dynamic_cast<const nn::MoE*>(layer)) {
+                const nn::MoEOptions& o = moe->options();
+                part.options = QStringLiteral("%1 experts, top %2, ffn %3%4, FLOPs of the active ones")
+                                   .arg(o.experts)
+                                   .arg(o.top_k)
+                                   .arg(o.expert_ffn)
+                                   .arg(o.shared_experts > 0 ? QStringLiteral(", %1 shared").arg(o.shared_experts)
+                                                             : QString());
+            }
             part.parameters = layer->parameter_count() * copies;
             part.flops = layer->flops_per_sample() * copies;
             part.activationBytes = layer->activations_per_sample() * 4 * copies;

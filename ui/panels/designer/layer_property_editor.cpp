@@ -94,7 +94,7 @@ void LayerPropertyEditor::showLayer(const nn::LayerSpec* spec, const QString& pa
         addIntEditor("heads", spec->heads, tr("attention heads; each is width / heads wide"));
         addIntEditor("kv_heads", spec->kv_heads > 0 ? spec->kv_heads : spec->heads,
                      tr("key/value heads (grouped-query attention); must divide heads; 1: multi-query"));
-        if (t == "transformer_block")
+        if (t == "transformer_block" && spec->mlp != "moe")
             addIntEditor("ffn", spec->ffn, tr("the MLP's hidden width, usually 4 times the width"));
         addChoiceEditor("position", {"none", "rope"}, QString::fromStdString(spec->position));
         if (spec->position == "rope")
@@ -102,7 +102,8 @@ void LayerPropertyEditor::showLayer(const nn::LayerSpec* spec, const QString& pa
         addBoolEditor("bias", spec->bias, tr("biases in the block's linears and layernorms"));
         if (t == "transformer_block") {
             addChoiceEditor("norm", {"layernorm", "rmsnorm"}, QString::fromStdString(spec->norm));
-            addChoiceEditor("mlp", {"gelu", "swiglu"}, QString::fromStdString(spec->mlp));
+            addChoiceEditor("mlp", {"gelu", "swiglu", "moe"}, QString::fromStdString(spec->mlp));
+            if (spec->mlp == "moe") addMixtureOfExpertsEditors(*spec);
         }
         addBoolEditor("causal", spec->causal, tr("position i attends to positions up to i only"));
         addFloatEditor("dropout", spec->dropout,
@@ -114,7 +115,8 @@ void LayerPropertyEditor::showLayer(const nn::LayerSpec* spec, const QString& pa
         if (t == "transformer_block")
             addNote(
                 tr("x + attention(norm(x)), then x + mlp(norm(x)); gelu: linear(gelu(linear_ffn)), "
-                   "swiglu: down(silu(gate) * up): expand the row to see its parts."));
+                   "swiglu: down(silu(gate) * up), moe: the top_k of several SwiGLU experts chosen per "
+                   "token by a router: expand the row to see its parts."));
     } else if (t == "position_embedding") {
         addNote(tr("adds a learned table of one vector per position to its [T, D] input"));
     } else if (t == "residual") {
@@ -125,6 +127,32 @@ void LayerPropertyEditor::showLayer(const nn::LayerSpec* spec, const QString& pa
     // Every layer: copies in a row, each with its own parameters.
     addIntEditor("repeat", spec->repeat,
                  tr("consecutive copies of this layer, each with its own parameters"));
+}
+
+// The options of `mlp: "moe"` (docs/experiment-format.md, "Today's models").
+void LayerPropertyEditor::addMixtureOfExpertsEditors(const nn::LayerSpec& spec) {
+    addIntEditor("experts", spec.experts, tr("routed experts, each a SwiGLU MLP of width expert_ffn"));
+    addIntEditor("top_k", spec.top_k, tr("experts each token goes to (at most experts)"));
+    addIntEditor("expert_ffn", spec.expert_ffn, tr("each expert's hidden width"));
+    addIntEditor("shared_experts", spec.shared_experts, tr("SwiGLU MLPs every token goes through"));
+    // Empty: null, dropless.
+    auto* capacity = new QLineEdit(spec.capacity_factor > 0 ? QString::number(spec.capacity_factor, 'g', 8) : QString());
+    capacity->setObjectName(QStringLiteral("option_capacity_factor"));
+    capacity->setPlaceholderText(tr("dropless"));
+    capacity->setToolTip(tr("each expert takes at most ceil(capacity_factor · tokens · top_k / experts) tokens "
+                            "of a micro-batch, the rest dropped; empty: dropless"));
+    connect(capacity, &QLineEdit::editingFinished, this, [this, capacity] {
+        const QString text = capacity->text().trimmed();
+        bool ok = false;
+        const double v = text.toDouble(&ok);
+        emit optionEdited(QStringLiteral("capacity_factor"),
+                          text.isEmpty() ? QStringLiteral("null")
+                          : ok           ? QString::fromStdString(nlohmann::json(v).dump())
+                                         : QString::fromStdString(nlohmann::json(text.toStdString()).dump()));
+    });
+    m_formLayout->addRow(QStringLiteral("capacity_factor"), capacity);
+    addFloatEditor("aux_loss", spec.aux_loss, tr("load-balancing loss coefficient (E · Σ f_e · P_e)"));
+    addFloatEditor("router_z_loss", spec.router_z_loss, tr("router z-loss coefficient (mean logsumexp²)"));
 }
 
 void LayerPropertyEditor::addNote(const QString& text) {

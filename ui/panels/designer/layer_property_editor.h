@@ -35,6 +35,7 @@ private:
     void addBoolEditor(const QString& key, bool value, const QString& tip);
     void addChoiceEditor(const QString& key, const QStringList& choices, const QString& value);
     void addNote(const QString& text);  // a line of explanation across the form
+    void addMixtureOfExpertsEditors(const nn::LayerSpec& spec);
 
     QLabel* m_title;
     QWidget* m_form;

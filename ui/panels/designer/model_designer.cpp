@@ -412,6 +412,21 @@ QString ModelDesigner::setLayerOption(const LayerPath& path, const QString& key,
         layer->erase(key.toStdString());
     else
         (*layer)[key.toStdString()] = v;
+    // A block's MLP turned into a mixture of experts and back: its width carried over as each
+    // expert's (8 experts, 2 per token), and the options of the other kind removed.
+    if (key == QLatin1String("mlp") && layer->value("type", "") == "transformer_block") {
+        if (v == "moe" && !layer->contains("experts")) {
+            (*layer)["experts"] = 8;
+            (*layer)["top_k"] = 2;
+            (*layer)["expert_ffn"] = layer->value("ffn", json(64));
+            layer->erase("ffn");
+        } else if (v != "moe" && layer->contains("experts")) {
+            if (!layer->contains("ffn")) (*layer)["ffn"] = layer->value("expert_ffn", json(64));
+            for (const char* k : {"experts", "top_k", "expert_ffn", "shared_experts", "capacity_factor", "aux_loss",
+                                  "router_z_loss"})
+                layer->erase(k);
+        }
+    }
     // pool stride 0 means "the kernel size", which the file says by leaving stride out.
     if (key == QLatin1String("stride") && v == 0 &&
         (layer->value("type", "") == "maxpool2d" || layer->value("type", "") == "avgpool2d"))
