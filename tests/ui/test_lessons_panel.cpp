@@ -102,10 +102,10 @@ private slots:
         panel.answerEdit(1)->setText(QStringLiteral("a third"));
         QVERIFY(!checkNow(panel, 1));
         QVERIFY2(panel.resultText(1).contains(QStringLiteral("expected a number")), qPrintable(panel.resultText(1)));
-        // A choice: 1F1B ("m = 16") needs less memory than GPipe.
+        // A choice: 1F1B ("m = 16, 1f1b") needs less memory than GPipe.
         panel.choiceBox(3)->setCurrentText(QStringLiteral("m = 16, gpipe"));
         QVERIFY(!checkNow(panel, 3));
-        panel.choiceBox(3)->setCurrentText(QStringLiteral("m = 16"));
+        panel.choiceBox(3)->setCurrentText(QStringLiteral("m = 16, 1f1b"));
         QVERIFY(checkNow(panel, 3));
         QVERIFY(panel.resultText(3).contains(QStringLiteral("GiB")));
     }
