@@ -329,6 +329,7 @@ QString MainWindow::openExperiment(const QString& path, bool interactive) {
 }
 
 void MainWindow::setExperiment(const config::Experiment& e) {
+    m_strategyPanel->discardRefusedEdit();  // a new experiment: its own strategy, not a refused choice
     try {
         m_panel->showExperiment(e);
     } catch (const std::exception& err) {  // the designer says which layer, and why

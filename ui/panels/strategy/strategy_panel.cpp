@@ -6,6 +6,7 @@
 #include <QFormLayout>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPushButton>
 #include <QLocale>
 #include <QRegularExpression>
 #include <QScrollArea>
@@ -126,6 +127,11 @@ StrategyPanel::StrategyPanel(QWidget* parent)
     m_generalError->setStyleSheet(QStringLiteral("color: #c0392b"));
     m_generalError->hide();
     layout->addWidget(m_generalError);
+    m_fitDevices = new QPushButton(tr("Devices = dp · cp · tp · pp"));
+    m_fitDevices->setObjectName(QStringLiteral("fitDevicesToMesh"));
+    m_fitDevices->setToolTip(tr("Sets the device count to the mesh's product (devices of the first device's kind)"));
+    connect(m_fitDevices, &QPushButton::clicked, this, &StrategyPanel::fitDevicesToMesh);
+    layout->addWidget(m_fitDevices, 0, Qt::AlignLeft);
 
     layout->addWidget(new QLabel(tr("<b>One step: what moves where</b>")));
     m_diagram->setMinimumHeight(250);
@@ -277,14 +283,36 @@ void StrategyPanel::showOptionsFor(const std::string& t) {
         m_form->setRowVisible(it.value(), visible);
     }
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler")), true);
+    m_fitDevices->setVisible(t == "hybrid");
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler.delay_ms")), m_straggler->currentIndex() > 0);
 }
 
 void StrategyPanel::setExperiment(const config::Experiment& e) {
+    if (m_refused && run::to_json(e)["strategy"] == run::to_json(m_experiment)["strategy"]) {
+        // Another tab changed the experiment under a refused choice: the choice stays and is
+        // checked again, after the window has finished handing this edit round (queued).
+        m_experiment = e;
+        m_updating = true;
+        const QString straggler = m_straggler->currentText();
+        m_straggler->clear();
+        m_straggler->addItem(tr("none"));
+        m_straggler->addItems(deviceNames(e));
+        m_straggler->setCurrentText(m_straggler->findText(straggler) >= 0 ? straggler : tr("none"));
+        m_updating = false;
+        QMetaObject::invokeMethod(this, &StrategyPanel::edited, Qt::QueuedConnection);
+        return;
+    }
+    m_refused = false;
     m_updating = true;
     m_experiment = e;
     const auto& s = e.strategy;
     m_type->setCurrentText(QString::fromStdString(s.type));
+    // Every editor: the file's value for its strategy's options, the default for the others
+    // (an option another file set must not reappear when its strategy is chosen). Editors are
+    // shared by key, so the chosen strategy's values are set last.
+    for (const auto& d : strategy::registry())
+        if (d.name != s.type)
+            for (const auto& o : d.options) setEditorValue(o, o.fallback);
     if (const strategy::StrategyDescriptor* d = strategy::find_strategy(s.type))
         for (const auto& o : d->options) setEditorValue(o, strategy::option_value(s, o.key));
     m_straggler->clear();
@@ -311,6 +339,8 @@ void StrategyPanel::edited() {
     for (QLabel* l : std::as_const(m_errors)) l->hide();
     m_generalError->hide();
 
+    // The explanation follows the choice at once, also while its options are refused.
+    m_explanation->setText(explain(type));
     s.type = type;
     s.options.clear();
     for (const auto& o : d->options) {
@@ -324,15 +354,52 @@ void StrategyPanel::edited() {
     s.straggler_device =
         m_straggler->currentIndex() > 0 ? m_straggler->currentText().toStdString() : std::string();
     s.straggler_delay_ms = s.straggler_device.empty() ? 0.0 : m_stragglerDelay->value();
+    if (s.straggler_device.empty()) s.straggler_rotate = false;  // a file's rotation stays with its device
 
     const auto issues = run::validate(e);
-    if (!issues.empty()) return refuse(issues.front());
+    if (!issues.empty()) {
+        // The diagram shows the chosen strategy too, where it can be drawn for these devices.
+        try {
+            m_diagram->setPicture(strategy::step_picture(e), deviceNames(e));
+        } catch (const std::exception&) {
+        }
+        return refuse(issues.front());
+    }
+    m_refused = false;
     m_experiment = e;
     refreshViews();
     emit experimentEdited(e);
 }
 
+void StrategyPanel::fitDevicesToMesh() {
+    int64_t product = 1;
+    for (const char* key : {"dp", "cp", "tp", "pp"})
+        if (auto* box = qobject_cast<QSpinBox*>(m_editor.value(keyOf(key)))) product *= box->value();
+    if (product < 1 || product > 1024) return;
+    // Devices of the first device's kind ("cpu:" or "cuda:"), numbered from 0.
+    const std::string first = m_experiment.devices.empty() ? std::string("cpu:0") : m_experiment.devices.front();
+    const std::string kind = first.substr(0, first.find(':') + 1);
+    std::vector<std::string> devices;
+    for (int64_t k = 0; k < product; ++k) devices.push_back(kind + std::to_string(k));
+    m_experiment.devices = std::move(devices);
+    if (std::find(m_experiment.devices.begin(), m_experiment.devices.end(), m_experiment.strategy.straggler_device) ==
+        m_experiment.devices.end()) {
+        m_experiment.strategy.straggler_device.clear();
+        m_experiment.strategy.straggler_delay_ms = 0;
+        m_experiment.strategy.straggler_rotate = false;
+    }
+    const QString straggler = m_straggler->currentText();
+    m_updating = true;
+    m_straggler->clear();
+    m_straggler->addItem(tr("none"));
+    m_straggler->addItems(deviceNames(m_experiment));
+    m_straggler->setCurrentText(m_straggler->findText(straggler) >= 0 ? straggler : tr("none"));
+    m_updating = false;
+    edited();  // checked, and passed on with the new devices when it fits
+}
+
 void StrategyPanel::refuse(const config::Issue& issue) {
+    m_refused = true;
     ui::showIssue(issue, m_errors, m_generalError);
     emit editRefused(QString::fromStdString(issue.text()));
 }
