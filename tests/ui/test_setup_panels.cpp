@@ -73,6 +73,7 @@ private slots:
     void openingAFileResetsTheFieldsItDoesNotSet();
     void explanationAndDiagramFollowTheChoiceAtOnce();
     void devicesButtonFitsTheMesh();
+    void everyInvalidFieldShowsItsErrorAtOnce();
     void screenshot();
 
 private:
@@ -704,6 +705,45 @@ void TestSetupPanels::devicesButtonFitsTheMesh() {
     QCOMPARE(w.experiment()->devices.size(), size_t{6});
     QCOMPARE(w.experiment()->devices.back(), std::string("cpu:5"));
     QCOMPARE(w.devicesPanel()->cpuCountBox()->value(), 6);
+    QTRY_VERIFY(start->isEnabled());
+}
+
+// Model ▸ input "abc", a batch of 0 and a refused mesh: each shows its
+// error under its own field at the same time, and Start waits until all are fixed.
+void TestSetupPanels::everyInvalidFieldShowsItsErrorAtOnce() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    QAction* start = w.findChild<QAction*>("startAction");
+    QVERIFY(start->isEnabled());
+    auto* input = w.findChild<QLineEdit*>("inputEdit");
+    QVERIFY(input);
+    input->setText("abc");
+    emit input->editingFinished();
+    auto* inputError = w.findChild<QLabel*>("model.input.error");
+    QVERIFY(inputError && !inputError->isHidden());
+    QVERIFY2(inputError->text().contains("abc"), qPrintable(inputError->text()));
+    QCOMPARE(input->text(), QStringLiteral("abc"));  // what was typed stays beside its error
+    QVERIFY(!start->isEnabled());
+    w.devicesPanel()->cpuCountBox()->setValue(4);
+    w.strategyPanel()->strategyBox()->setCurrentText("hybrid");  // dp·tp·pp = 1, not 4
+    QVERIFY(!w.strategyPanel()->errorText().isEmpty());
+    auto* batch = w.dataPanel()->findChild<QSpinBox*>("batchSize");
+    batch->setValue(0);
+    auto* batchError = w.dataPanel()->findChild<QLabel*>("data.batch_size.error");
+    QVERIFY(batchError && !batchError->isHidden());
+    // All three at once.
+    QVERIFY(!inputError->isHidden());
+    QVERIFY(!w.strategyPanel()->errorText().isEmpty());
+    QVERIFY(!start->isEnabled());
+    // Fixed one by one: Start waits for the last.
+    batch->setValue(32);
+    QVERIFY(batchError->isHidden());
+    w.strategyPanel()->strategyBox()->setCurrentText("ddp");
+    QCOMPARE(w.strategyPanel()->errorText(), QString());
+    QVERIFY(!start->isEnabled());
+    input->setText("2");
+    emit input->editingFinished();
+    QVERIFY(inputError->isHidden());
     QTRY_VERIFY(start->isEnabled());
 }
 

@@ -604,6 +604,12 @@ void MainWindow::buildSetupTabs(QTabWidget* tabs) {
     connect(m_devicesPanel, &DevicesPanel::editRefused, this, refused);
     connect(m_strategyPanel, &StrategyPanel::editRefused, this, refused);
     connect(m_trainingPanel, &TrainingPanel::editRefused, this, refused);
+    connect(m_designer, &ModelDesigner::inputErrorChanged, this, [this, refused](const QString& message) {
+        if (message.isEmpty())
+            updateActions();
+        else
+            refused(tr("Model ▸ input: %1").arg(message));
+    });
     // The cluster's settings are not the experiment's, but a job they cannot place cannot start.
     connect(m_clusterPanel, &ClusterPanel::settingsChanged, this, &MainWindow::updateActions);
     // Connected after the designer's own handler: that one takes the designer's copy of the
@@ -621,8 +627,8 @@ void MainWindow::showInSetupPanels(const config::Experiment& e, QWidget* except)
 }
 
 QString MainWindow::fieldError() const {
-    for (const QString& error : {m_dataPanel->errorText(), m_devicesPanel->errorText(), m_strategyPanel->errorText(),
-                                 m_trainingPanel->errorText()})
+    for (const QString& error : {m_designer->inputError(), m_dataPanel->errorText(), m_devicesPanel->errorText(),
+                                 m_strategyPanel->errorText(), m_trainingPanel->errorText()})
         if (!error.isEmpty()) return error;
     if (m_clusterPanel->useCluster()) return m_clusterPanel->settings().problemText();
     return {};
