@@ -12,6 +12,7 @@
 #include <QLocale>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QPushButton>
 #include <QFileInfo>
 #include <QMenu>
 #include <QProgressBar>
@@ -758,6 +759,23 @@ void MainWindow::restoreSettings() {
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
+    // Quit (Ctrl+Q) or the window's close button while a run trains: asked, never silent.
+    if (m_active->isRunning() && isVisible()) {
+        QMessageBox box(QMessageBox::Question, tr("A run is training"),
+                        tr("A run is training. Stop it and quit? A stopped run can be resumed from the Runs tab."),
+                        QMessageBox::NoButton, this);
+        box.setObjectName(QStringLiteral("quitDuringRun"));
+        QPushButton* stop = box.addButton(tr("Stop and quit"), QMessageBox::AcceptRole);
+        stop->setObjectName(QStringLiteral("stopAndQuit"));
+        box.addButton(QMessageBox::Cancel);
+        box.setDefaultButton(QMessageBox::Cancel);
+        box.exec();
+        if (box.clickedButton() != stop) {
+            event->ignore();
+            return;
+        }
+        stopRun();
+    }
     if (!maybeSave()) {
         event->ignore();
         return;
