@@ -458,6 +458,9 @@ private slots:
         };
         for (int i = 0; i < w.experimentTabs()->count(); ++i) shoot(w.experimentTabs(), i, QStringLiteral("left"));
         w.experimentTabs()->setCurrentIndex(0);
+        // The Lessons tab with the buckets lesson open and a question answered.
+        QCOMPARE(w.lessonsPanel()->openLesson(w.lessonsPanel()->builtinLessons()[1]), QString());
+        w.lessonsPanel()->answerEdit(0)->setText(QStringLiteral("1"));
         for (int i = 0; i < w.viewTabs()->count(); ++i) shoot(w.viewTabs(), i, QStringLiteral("right"));
         w.viewTabs()->setCurrentWidget(w.deviceDashboard());
         w.findChild<PresentationMode*>()->setOn(true);
