@@ -74,6 +74,7 @@ private slots:
     void explanationAndDiagramFollowTheChoiceAtOnce();
     void devicesButtonFitsTheMesh();
     void everyInvalidFieldShowsItsErrorAtOnce();
+    void aRotatingStragglerIsShownAndEdited();
     void screenshot();
 
 private:
@@ -745,6 +746,27 @@ void TestSetupPanels::everyInvalidFieldShowsItsErrorAtOnce() {
     emit input->editingFinished();
     QVERIFY(inputError->isHidden());
     QTRY_VERIFY(start->isEnabled());
+}
+
+// A file's rotating straggler shows in the Strategy tab, and the box edits it.
+void TestSetupPanels::aRotatingStragglerIsShownAndEdited() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(":/lessons/05-stragglers-async/ps-sync.paralab.json", false), QString());
+    QVERIFY(w.experiment()->strategy.straggler_rotate);
+    auto* rotate = w.strategyPanel()->optionEditor("strategy.straggler.rotate");
+    auto* box = qobject_cast<QCheckBox*>(rotate);
+    QVERIFY(box);
+    QVERIFY(box->isChecked());
+    QVERIFY(w.strategyPanel()->isOptionShown("strategy.straggler.rotate"));
+    box->setChecked(false);
+    QVERIFY(!w.experiment()->strategy.straggler_rotate);
+    QCOMPARE(w.experiment()->strategy.straggler_device, std::string("cpu:1"));
+    box->setChecked(true);
+    QVERIFY(w.experiment()->strategy.straggler_rotate);
+    // Opening a file without one: unchecked.
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    QVERIFY(!box->isChecked());
+    QVERIFY(!w.strategyPanel()->isOptionShown("strategy.straggler.rotate"));
 }
 
 QTEST_MAIN(TestSetupPanels)

@@ -121,6 +121,10 @@ StrategyPanel::StrategyPanel(QWidget* parent)
     m_updating = false;
     addOption(QStringLiteral("strategy.straggler"), tr("Straggler"), m_straggler);
     addOption(QStringLiteral("strategy.straggler.delay_ms"), tr("Straggler delay"), m_stragglerDelay);
+    m_stragglerRotate = new QCheckBox(tr("The slow role rotates over the devices, one a step"));
+    m_stragglerRotate->setToolTip(tr("strategy.straggler.rotate: each device is slow one step in N, "
+                                     "starting at the straggler chosen above"));
+    addOption(QStringLiteral("strategy.straggler.rotate"), QString(), m_stragglerRotate);
     m_straggler->setToolTip(
         tr("A device that sleeps inside each forward: a slow device to teach with"));
     m_generalError->setWordWrap(true);
@@ -157,6 +161,7 @@ StrategyPanel::StrategyPanel(QWidget* parent)
         edited();
     });
     connect(m_stragglerDelay, &QDoubleSpinBox::valueChanged, this, &StrategyPanel::edited);
+    connect(m_stragglerRotate, &QCheckBox::toggled, this, &StrategyPanel::edited);
     connect(m_straggler, &QComboBox::currentIndexChanged, this, &StrategyPanel::edited);
     showOptionsFor(strategy::registry().front().name);
     refreshViews();
@@ -285,6 +290,7 @@ void StrategyPanel::showOptionsFor(const std::string& t) {
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler")), true);
     m_fitDevices->setVisible(t == "hybrid");
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler.delay_ms")), m_straggler->currentIndex() > 0);
+    m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler.rotate")), m_straggler->currentIndex() > 0);
 }
 
 void StrategyPanel::setExperiment(const config::Experiment& e) {
@@ -321,6 +327,7 @@ void StrategyPanel::setExperiment(const config::Experiment& e) {
     m_straggler->setCurrentText(
         s.straggler_device.empty() ? tr("none") : QString::fromStdString(s.straggler_device));
     m_stragglerDelay->setValue(s.straggler_delay_ms);
+    m_stragglerRotate->setChecked(s.straggler_rotate);
     for (QLabel* l : std::as_const(m_errors)) l->hide();
     m_generalError->hide();
     showOptionsFor(s.type);
@@ -354,7 +361,7 @@ void StrategyPanel::edited() {
     s.straggler_device =
         m_straggler->currentIndex() > 0 ? m_straggler->currentText().toStdString() : std::string();
     s.straggler_delay_ms = s.straggler_device.empty() ? 0.0 : m_stragglerDelay->value();
-    if (s.straggler_device.empty()) s.straggler_rotate = false;  // a file's rotation stays with its device
+    s.straggler_rotate = !s.straggler_device.empty() && m_stragglerRotate->isChecked();
 
     const auto issues = run::validate(e);
     if (!issues.empty()) {

@@ -83,6 +83,7 @@ private:
     QComboBox* m_type;
     QComboBox* m_straggler;
     QDoubleSpinBox* m_stragglerDelay;
+    QCheckBox* m_stragglerRotate = nullptr;
     QHash<QString, QWidget*> m_rows;    // key -> the row's cell (editor + its error label)
     QHash<QString, QWidget*> m_editor;  // key -> editor
     QHash<QString, QLabel*> m_errors;
