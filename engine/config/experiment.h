@@ -26,6 +26,9 @@ struct StrategyConfig {
     OptionValues options;         // the type's options (strategy::option reads them, typed)
     std::string straggler_device;    // teaching: one slow device ("" = none), any strategy
     double straggler_delay_ms = 0.0;
+    // The slow role moves one device along `devices` each step, starting at straggler_device
+    // (step s: the device s − 1 places after it, cyclically): every device is slow one step in N.
+    bool straggler_rotate = false;
 };
 
 struct TrainConfig {

@@ -158,6 +158,18 @@ Question parse_question(const json& item, const std::string& where, const Lesson
         check_label("experiment", label);
         q.experiments = {label};
         q.tolerance = r.number("tolerance", 0.25, 0.0, 10.0, false);
+        // Asked as a comparison: the saving against, or the ratio to, another experiment.
+        if (r.has("versus")) {
+            const std::string other = required_string(r, "versus");
+            check_label("versus", other);
+            if (other == label) r.fail("versus", "'" + other + "' is the question's own experiment; compare it with another");
+            q.experiments.push_back(other);
+            const auto as = r.required_choice("as", {"saving", "ratio"});
+            if (!as) r.fail("as", "missing (saving or ratio: how the experiment is compared with \"versus\")");
+            q.compare = *as;
+        } else if (r.has("as")) {
+            r.fail("as", "needs \"versus\": the experiment it compares with");
+        }
     } else {
         if (!r.has("experiments")) r.fail("experiments", "missing (two or more experiment labels)");
         const json& list = r.raw("experiments");
@@ -242,6 +254,7 @@ const std::vector<QuantityInfo>& quantities(Source s) {
         {"samples_per_s", "samples/s", "training throughput of the run"},
         {"peak_memory_mib", "MiB", "the largest peak memory of any device"},
         {"comm_mib_per_step", "MiB", "bytes moved by communication per step, all devices together"},
+        {"comm_overlap", "", "the share of the communication bytes whose span starts before its device's backward of the step has ended (0–1)"},
         {"final_loss", "", "the last step's training loss"},
         {"test_loss", "", "the loss on the test split at the end"},
         {"test_accuracy", "", "the accuracy on the test split at the end (0–1)"},
@@ -335,6 +348,26 @@ double measured_value(const std::string& quantity, const store::RunRow& row, sto
         if (peak <= 0) throw ConfigError(run + " recorded no memory");
         return peak / kMiB;
     }
+    if (quantity == "comm_overlap") {
+        if (steps <= 0) throw ConfigError(run + " made no step");
+        // Per device and step: when its (last) backward ended; then which bytes started before.
+        const auto spans = store.spans(row.run_id, 1, static_cast<int64_t>(steps));
+        std::map<std::pair<std::string, int64_t>, double> backward_end;
+        for (const auto& span : spans)
+            if (span.phase == "backward") {
+                double& end = backward_end[{span.device, span.step}];
+                end = std::max(end, span.t_end);
+            }
+        double all = 0, overlapped = 0;
+        for (const auto& span : spans) {
+            if (span.bytes <= 0) continue;
+            all += static_cast<double>(span.bytes);
+            const auto it = backward_end.find({span.device, span.step});
+            if (it != backward_end.end() && span.t_begin < it->second) overlapped += static_cast<double>(span.bytes);
+        }
+        if (all <= 0) throw ConfigError(run + " moved no bytes");
+        return overlapped / all;
+    }
     if (quantity == "comm_mib_per_step") {
         if (steps <= 0) throw ConfigError(run + " made no step");
         double bytes = 0;
@@ -418,7 +451,16 @@ Verdict check(const Question& q, const std::string& answer, const std::map<std::
     a.erase(0, a.find_first_not_of(" \t\n"));
     a.erase(a.find_last_not_of(" \t\n") + 1);
     if (q.kind == "value") {
-        const double truth = v.values.begin()->second;
+        double truth = v.values[q.experiments[0]];
+        std::string shown_unit = unit;
+        if (q.compare == "saving") {
+            truth = v.values[q.experiments[1]] - truth;
+        } else if (q.compare == "ratio") {
+            const double base = v.values[q.experiments[1]];
+            if (base == 0) throw ConfigError(q.id + ": " + q.experiments[1] + "'s " + q.quantity + " is 0: no ratio to it");
+            truth /= base;
+            shown_unit = "×";
+        }
         char* end = nullptr;
         const double x = std::strtod(a.c_str(), &end);
         if (a.empty() || end != a.c_str() + a.size() || !std::isfinite(x))
@@ -428,8 +470,16 @@ Verdict check(const Question& q, const std::string& answer, const std::map<std::
         char pct[32];
         std::snprintf(pct, sizeof pct, "%.0f %%", q.tolerance * 100);
         v.message = v.right ? "Right: " : "Not quite: ";
-        v.message += said + format_value(truth, unit) + "; your " + format_value(x, unit) + " is " +
-                     (v.right ? "within " : "not within ") + pct + " of it.";
+        if (q.compare.empty()) {
+            v.message += said + format_value(truth, unit);
+        } else {
+            // The comparison and the two values it is made of.
+            v.message += (q.compare == "saving" ? "the saving is " : "the ratio is ") + format_value(truth, shown_unit) +
+                         " (" + said + q.experiments[0] + " " + format_value(v.values[q.experiments[0]], unit) + ", " +
+                         q.experiments[1] + " " + format_value(v.values[q.experiments[1]], unit) + ")";
+        }
+        v.message += "; your " + format_value(x, shown_unit) + " is " + (v.right ? "within " : "not within ") + pct +
+                     " of it.";
     } else {
         std::string best;
         for (const auto& [label, value] : v.values)

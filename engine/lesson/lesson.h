@@ -60,7 +60,11 @@ struct Question {
     std::string ask;   // the question, for people (Markdown allowed)
     Source source = Source::measured;
     std::string quantity;
-    std::vector<std::string> experiments;  // a value question: one label; a choice: two or more
+    // A value question: its label, then the `versus` label when it compares; a choice: two or more.
+    std::vector<std::string> experiments;
+    // A value question with `versus`: "saving" (versus's value − the experiment's) or "ratio"
+    // (the experiment's / versus's); empty: the experiment's value itself.
+    std::string compare;
     std::string pick;         // a choice: "higher" or "lower" (the right answer's quantity)
     double tolerance = 0.25;  // a value: relative (|answer − true| ≤ tolerance · |true|)
     std::string explain;      // shown after the check (optional)

@@ -338,6 +338,7 @@ config::StrategyConfig parse_strategy(const json& j) {
         }
         // A minute a step is already a crawl; the delay sleeps in slices that a stop ends.
         s.straggler_delay_ms = st.number("delay_ms", 0.0, 0.0, 60000.0);
+        s.straggler_rotate = st.boolean("rotate", false);
         st.finish();
     } else {
         r.raw("straggler");
@@ -659,8 +660,10 @@ json to_json(const config::Experiment& e) {
     const auto& s = e.strategy;
     json st{{"type", s.type}};
     for (const auto& [key, value] : s.options) st[key] = std::visit([](const auto& v) { return json(v); }, value);
-    if (!s.straggler_device.empty())
+    if (!s.straggler_device.empty()) {
         st["straggler"] = {{"device", s.straggler_device}, {"delay_ms", s.straggler_delay_ms}};
+        if (s.straggler_rotate) st["straggler"]["rotate"] = true;
+    }
     j["strategy"] = st;
     const auto& o = e.optimizer;
     json opt{{"type", o.type}, {"lr", o.lr}, {"weight_decay", o.weight_decay}};

@@ -19,8 +19,19 @@ namespace paralab::strategy {
 
 Rank::Rank(int index, const RunContext& ctx) : m_index(index), m_ctx(ctx) {
     const auto& s = ctx.experiment->strategy;
-    if (!s.straggler_device.empty() && s.straggler_device == device().name())
-        m_straggle_ms = s.straggler_delay_ms;
+    if (s.straggler_device.empty()) return;
+    if (!s.straggler_rotate) {
+        if (s.straggler_device == device().name()) m_straggle_ms = s.straggler_delay_ms;
+        return;
+    }
+    const auto& names = ctx.experiment->devices;
+    const auto first = std::find(names.begin(), names.end(), s.straggler_device);
+    const auto mine = std::find(names.begin(), names.end(), device().name());
+    if (first == names.end() || mine == names.end()) return;
+    const auto n = static_cast<int64_t>(names.size());
+    m_straggle_ms = s.straggler_delay_ms;
+    m_straggle_period = n;
+    m_straggle_offset = ((mine - names.begin()) - (first - names.begin()) + n) % n;
 }
 
 double Rank::seconds_since_t0(Clock::time_point t) const {
@@ -76,6 +87,7 @@ void Rank::record_recompute(Clock::time_point b, Clock::time_point e) {
 
 bool Rank::straggle() const {
     if (m_straggle_ms <= 0) return true;
+    if (m_straggle_period > 0 && (m_step - 1) % m_straggle_period != m_straggle_offset) return true;
     // In slices of at most 20 ms, so that a stop request ends the sleep promptly.
     const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double, std::milli>(m_straggle_ms));

@@ -123,7 +123,7 @@ public:
     // the timeline; its time stays in the compute time of the step.
     void record_recompute(Clock::time_point b, Clock::time_point e);
     // Sleeps strategy.straggler.delay_ms inside the current phase when this rank is the
-    // experiment's straggler; a stop request (RunContext::stop_requested) ends the sleep early.
+    // experiment's straggler (with `rotate`, when it is this step's); a stop request (RunContext::stop_requested) ends the sleep early.
     // False when it did.
     bool straggle() const;
 
@@ -146,6 +146,9 @@ private:
     const RunContext& m_ctx;
     int64_t m_step = 0;
     double m_straggle_ms = 0;
+    // A rotating straggler: this rank is slow in the steps s with (s − 1) mod period == offset
+    // (period 0: in every step, when m_straggle_ms > 0).
+    int64_t m_straggle_period = 0, m_straggle_offset = 0;
     // Times of the current step on the rank thread (ms).
     double m_compute_ms = 0, m_comm_ms = 0, m_idle_ms = 0;
     std::mutex m_mutex;

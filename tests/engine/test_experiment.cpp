@@ -40,6 +40,29 @@ TEST(Experiment, MinimalFileGetsDefaults) {
     EXPECT_EQ(*e.input, (Shape{2}));
 }
 
+// A rotating straggler: read, written back, and a wrong type refused with its path.
+TEST(Experiment, StragglerRotates) {
+    json j = minimal();
+    j["devices"] = {"cpu:0", "cpu:1", "cpu:2"};
+    j["strategy"] = {{"type", "ddp"}, {"straggler", {{"device", "cpu:1"}, {"delay_ms", 20}, {"rotate", true}}}};
+    const auto e = run::parse_experiment(j);
+    EXPECT_EQ(e.strategy.straggler_device, "cpu:1");
+    EXPECT_TRUE(e.strategy.straggler_rotate);
+    const json canonical = run::to_json(e);
+    EXPECT_EQ(canonical["strategy"]["straggler"]["rotate"], true);
+    EXPECT_TRUE(run::parse_experiment(canonical).strategy.straggler_rotate);
+    // Not rotating: the key is not written (files without it read as before).
+    j["strategy"]["straggler"].erase("rotate");
+    EXPECT_FALSE(run::to_json(run::parse_experiment(j))["strategy"]["straggler"].contains("rotate"));
+    j["strategy"]["straggler"]["rotate"] = "yes";
+    try {
+        (void)run::parse_experiment(j);
+        ADD_FAILURE() << "a string rotate was accepted";
+    } catch (const ConfigError& err) {
+        EXPECT_NE(std::string(err.what()).find("strategy.straggler.rotate"), std::string::npos) << err.what();
+    }
+}
+
 TEST(Experiment, EveryShippedExampleParsesAndRoundTrips) {
     int count = 0;
     for (const auto& entry : std::filesystem::directory_iterator(PARALAB_EXAMPLES_DIR)) {

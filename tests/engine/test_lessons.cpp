@@ -139,8 +139,7 @@ TEST(Lessons, ShippedPlannedAnswersAreRight) {
         {"bubble-m16", "0.1579"},
         {"mfu", "0.45"},
         {"exposed", "one bucket, 32 GPUs"},
-        {"bucket-memory", "one bucket, 32 GPUs"},
-        {"schedule-memory-planned", "m = 16"},  // 1F1B
+        {"schedule-memory-planned", "m = 16, 1f1b"},  // 1F1B
         {"tp1-memory", "tp 1"},
     };
     size_t checked = 0;
@@ -170,8 +169,24 @@ TEST(Lessons, ShippedPlannedAnswersAreRight) {
 TEST(Lessons, BadFilesNameTheFileAndThePath) {
     LessonDir d;
     const std::string known =
-        "step_time_ms, samples_per_s, peak_memory_mib, comm_mib_per_step, final_loss, test_loss, test_accuracy, wall_s";
-    std::string file = d.lesson([](json& j) { j["questions"][0]["quantity"] = "foo"; });
+        "step_time_ms, samples_per_s, peak_memory_mib, comm_mib_per_step, comm_overlap, final_loss, test_loss, "
+        "test_accuracy, wall_s";
+    // A comparison: versus names another experiment of the same source, and says how (as).
+    std::string file = d.lesson([](json& j) { j["questions"][0]["versus"] = "ddp"; });
+    EXPECT_EQ(load_error(file), file + ": questions[0].as: missing (saving or ratio: how the experiment is compared with \"versus\")");
+    file = d.lesson([](json& j) { j["questions"][0]["as"] = "ratio"; });
+    EXPECT_EQ(load_error(file), file + ": questions[0].as: needs \"versus\": the experiment it compares with");
+    file = d.lesson([](json& j) {
+        j["questions"][0]["versus"] = "single";
+        j["questions"][0]["as"] = "ratio";
+    });
+    EXPECT_EQ(load_error(file), file + ": questions[0].versus: 'single' is the question's own experiment; compare it with another");
+    file = d.lesson([](json& j) {
+        j["questions"][0]["versus"] = "plan";
+        j["questions"][0]["as"] = "saving";
+    });
+    EXPECT_NE(load_error(file).find("questions[0].versus: 'plan' is a planning experiment"), std::string::npos) << load_error(file);
+    file = d.lesson([](json& j) { j["questions"][0]["quantity"] = "foo"; });
     EXPECT_EQ(load_error(file),
               file + ": questions[0].quantity: unknown quantity 'foo' for a measured question (known: " + known + ")");
 
@@ -345,6 +360,31 @@ TEST(Lessons, ChecksMeasuredQuestionsAgainstARealRun) {
     EXPECT_EQ(lesson::latest_run(db.list_runs(), *l.experiment("single"))->run_id, single->run_id);
 }
 
+// A comparison is graded on the saving or the ratio, and says both values it is made of.
+TEST(Lessons, ComparisonsGradeTheSavingOrTheRatio) {
+    lesson::Question q;
+    q.id = "saving";
+    q.kind = "value";
+    q.source = lesson::Source::measured;
+    q.quantity = "peak_memory_mib";
+    q.experiments = {"zero 1", "ddp"};
+    q.compare = "saving";
+    q.tolerance = 0.25;
+    const std::map<std::string, double> peaks{{"zero 1", 5.8}, {"ddp", 8.3}};
+    lesson::Verdict v = lesson::check(q, "2.5", peaks);
+    EXPECT_TRUE(v.right) << v.message;
+    EXPECT_EQ(v.message, "Right: the saving is 2.5 MiB (the run measured zero 1 5.8 MiB, ddp 8.3 MiB); your 2.5 MiB is within 25 % of it.");
+    EXPECT_FALSE(lesson::check(q, "0", peaks).right);  // "it saves nothing"
+    // The peak itself is not the saving: 25 % of a peak would have accepted ddp's.
+    EXPECT_FALSE(lesson::check(q, "5.8", peaks).right);
+    q.compare = "ratio";
+    v = lesson::check(q, "0.7", peaks);
+    EXPECT_TRUE(v.right) << v.message;
+    EXPECT_NE(v.message.find("the ratio is 0.699 ×"), std::string::npos) << v.message;
+    EXPECT_FALSE(lesson::check(q, "1", peaks).right);
+    EXPECT_THROW((void)lesson::check(q, "1", {{"zero 1", 5.8}, {"ddp", 0.0}}), ConfigError);
+}
+
 TEST(Lessons, ChecksPlannedQuestionsAgainstThePlanner) {
     LessonDir d;
     const lesson::Lesson l = lesson::load_lesson(d.lesson());
@@ -363,4 +403,80 @@ TEST(Lessons, ChecksPlannedQuestionsAgainstThePlanner) {
     EXPECT_FALSE(v.right) << v.message;
     EXPECT_EQ(v.message.rfind("Not quite: the planner predicts ", 0), 0u) << v.message;
     EXPECT_THROW((void)lesson::predict(*l.experiment("single")), ConfigError);
+}
+
+// Every question of every shipped lesson tells the idea from the misconception: each runnable
+// experiment runs once into a store, and each question is checked with the answer its text
+// teaches (right) and with the answer of the common wrong model (graded "Not quite"). The
+// measured values are the lessons' claims, so a change of the engine that makes a lesson teach
+// what its runs contradict fails here.
+TEST(Lessons, EveryQuestionGradesTheIdeaRightAndTheMisconceptionWrong) {
+    struct Answers {
+        std::string idea, misconception;
+    };
+    // Keyed by lesson folder and question id.
+    const std::map<std::string, Answers> answers{
+        {"01-dp-vs-ddp/memory", {"data_parallel", "ddp"}},  // "the replicas cost memory"
+        {"01-dp-vs-ddp/ddp-traffic", {"0.51", "0.257"}},     // "a ring moves the gradients once, in all"
+        {"02-ddp-buckets/bytes", {"1", "3"}},                 // "three all-reduces move three times the bytes"
+        {"02-ddp-buckets/overlap", {"1 MiB buckets", "one bucket"}},  // "any bucket overlaps"
+        {"02-ddp-buckets/bucket-memory", {"1", "1.24"}},      // "one bucket needs a copy of the 8 MiB of gradients" (34 + 8 MiB)
+        {"02-ddp-buckets/exposed", {"one bucket, 32 GPUs", "25 MB buckets, 32 GPUs"}},
+        {"03-pipeline-bubble/bubble-m1", {"0.75", "0.25"}},   // "a stage idles 1/p of the time"
+        {"03-pipeline-bubble/bubble-m4", {"0.4286", "0.75"}},  // "micro-batches do not change it"
+        {"03-pipeline-bubble/bubble-m16", {"0.1579", "0.4286"}},
+        {"03-pipeline-bubble/schedule-memory-planned", {"m = 16, 1f1b", "m = 16, gpipe"}},
+        {"03-pipeline-bubble/schedule-memory-measured", {"1f1b", "gpipe"}},
+        {"04-zero-memory/least-memory", {"zero 3", "ddp"}},
+        {"04-zero-memory/zero1-saving", {"2.5", "0"}},        // "ZeRO-1 saves nothing"
+        {"04-zero-memory/zero3-traffic", {"1.5", "1"}},       // "sharding costs no extra traffic"
+        {"05-stragglers-async/sync-step", {"15", "5"}},       // "a step pays the mean sleep, not the maximum"
+        {"05-stragglers-async/async-ratio", {"0.35", "1"}},   // "asynchrony never helps"
+        {"05-stragglers-async/no-communication", {"hogwild", "async"}},
+        {"06-tensor-parallel-mesh/tp-memory", {"tensor_parallel 2", "one device"}},
+        {"06-tensor-parallel-mesh/mfu", {"0.45", "0.9"}},     // "GPUs run near their peak"
+        {"06-tensor-parallel-mesh/tp1-memory", {"tp 1", "tp 8"}},
+    };
+    store_testing::TempDir dir;
+    store::RunStore db((dir.path / "runs.db").string());
+    size_t checked = 0;
+    for (const auto& file : shipped_lessons()) {
+        const lesson::Lesson l = lesson::load_lesson(file);
+        const std::string folder = fs::path(file).parent_path().filename().string();
+        for (const auto& x : l.experiments) {
+            if (x.plan) continue;
+            store::RunRecorder recorder(db, run::to_json(x.experiment));
+            const config::RunSummary s = run::run_experiment(x.experiment, &recorder, nullptr);
+            ASSERT_EQ(s.status, "finished") << x.label << ": " << s.error;
+        }
+        const auto rows = db.list_runs();
+        for (const auto& q : l.questions) {
+            const std::string key = folder + "/" + q.id;
+            SCOPED_TRACE(key);
+            std::map<std::string, double> values;
+            for (const auto& label : q.experiments) {
+                const lesson::LessonExperiment& x = *l.experiment(label);
+                if (q.source == lesson::Source::planned) {
+                    values[label] = lesson::planned_value(q.quantity, lesson::predict(x));
+                } else {
+                    const auto row = lesson::latest_run(rows, x);
+                    ASSERT_TRUE(row) << label;
+                    values[label] = lesson::measured_value(q.quantity, *row, db);
+                }
+                std::printf("%s: %s %s = %.4g\n", key.c_str(), label.c_str(), q.quantity.c_str(), values[label]);
+            }
+            if (!answers.count(key)) {
+                ADD_FAILURE() << "no answers for " << key;
+                continue;
+            }
+            const Answers& a = answers.at(key);
+            const lesson::Verdict idea = lesson::check(q, a.idea, values);
+            EXPECT_TRUE(idea.right) << idea.message;
+            const lesson::Verdict wrong = lesson::check(q, a.misconception, values);
+            EXPECT_FALSE(wrong.right) << wrong.message;
+            EXPECT_EQ(wrong.message.rfind("Not quite: ", 0), 0u) << wrong.message;
+            ++checked;
+        }
+    }
+    EXPECT_EQ(checked, answers.size());
 }

@@ -13,6 +13,8 @@
 #include <QTemporaryDir>
 #include <QTextBrowser>
 #include <QtTest>
+#include <QWheelEvent>
+#include <QToolButton>
 
 #include "ui/mainwindow/main_window.h"
 #include "ui/panels/lessons/lessons_panel.h"
@@ -100,12 +102,86 @@ private slots:
         panel.answerEdit(1)->setText(QStringLiteral("a third"));
         QVERIFY(!checkNow(panel, 1));
         QVERIFY2(panel.resultText(1).contains(QStringLiteral("expected a number")), qPrintable(panel.resultText(1)));
-        // A choice: 1F1B ("m = 16") needs less memory than GPipe.
+        // A choice: 1F1B ("m = 16, 1f1b") needs less memory than GPipe.
         panel.choiceBox(3)->setCurrentText(QStringLiteral("m = 16, gpipe"));
         QVERIFY(!checkNow(panel, 3));
-        panel.choiceBox(3)->setCurrentText(QStringLiteral("m = 16"));
+        panel.choiceBox(3)->setCurrentText(QStringLiteral("m = 16, 1f1b"));
         QVERIFY(checkNow(panel, 3));
         QVERIFY(panel.resultText(3).contains(QStringLiteral("GiB")));
+    }
+
+    // Scrolling the questions with the wheel over an answer's combo box leaves the answer as it
+    // is; once the student has clicked into it, the wheel chooses.
+    void wheelOverAnUnfocusedComboDoesNothing() {
+        QTemporaryDir store;
+        LessonsPanel panel(store.filePath(QStringLiteral("runs.db")));
+        panel.resize(900, 700);
+        panel.show();
+        QVERIFY(QTest::qWaitForWindowActive(&panel));
+        QCOMPARE(panel.openLesson(panel.builtinLessons()[2]), QString());
+        QComboBox* box = panel.choiceBox(3);
+        QVERIFY(box);
+        box->setCurrentIndex(0);
+        panel.answerEdit(0)->setFocus();
+        QTRY_VERIFY(panel.answerEdit(0)->hasFocus());
+        auto wheel = [box](int delta) {
+            const QPoint at = box->rect().center();
+            QWheelEvent e(at, box->mapToGlobal(at), QPoint(), QPoint(0, delta), Qt::NoButton, Qt::NoModifier,
+                          Qt::NoScrollPhase, false);
+            QCoreApplication::sendEvent(box, &e);
+        };
+        wheel(-120);
+        wheel(-120);
+        QCOMPARE(box->currentIndex(), 0);
+        box->setFocus();
+        QTRY_VERIFY(box->hasFocus());
+        wheel(-120);
+        QCOMPARE(box->currentIndex(), 1);
+    }
+
+    // On a projector's narrow pane a lesson opened takes the list's width; the toggle brings the
+    // list back.
+    void theListCollapsesOnANarrowPane() {
+        QTemporaryDir store;
+        LessonsPanel panel(store.filePath(QStringLiteral("runs.db")));
+        panel.resize(LessonsPanel::kCollapseListBelow - 200, 600);
+        panel.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&panel));
+        panel.setListShown(true);  // (the list's first focus may have opened its first lesson)
+        QVERIFY(panel.lessonList()->isVisible());
+        panel.lessonList()->setCurrentRow(1);
+        QVERIFY(panel.lesson().has_value());
+        QVERIFY(!panel.isListShown());
+        QVERIFY(!panel.lessonList()->isVisible());
+        panel.listToggle()->click();
+        QVERIFY(panel.lessonList()->isVisible());
+        // Wide enough: it stays.
+        panel.resize(LessonsPanel::kCollapseListBelow + 200, 600);
+        QTRY_COMPARE(panel.width(), LessonsPanel::kCollapseListBelow + 200);
+        panel.lessonList()->setCurrentRow(2);
+        QVERIFY(panel.isListShown());
+    }
+
+    // A verdict is about the answer it judged: changing the answer takes it away.
+    void aChangedAnswerClearsItsVerdict() {
+        QTemporaryDir store;
+        LessonsPanel panel(store.filePath(QStringLiteral("runs.db")));
+        QCOMPARE(panel.openLesson(panel.builtinLessons()[2]), QString());
+        panel.answerEdit(1)->setText(QStringLiteral("0.43"));
+        QVERIFY(checkNow(panel, 1));
+        QVERIFY(panel.resultText(1).startsWith(QStringLiteral("Right")));
+        panel.answerEdit(1)->setText(QStringLiteral("0.9"));
+        QCOMPARE(panel.resultText(1), QString());
+        panel.choiceBox(3)->setCurrentText(QStringLiteral("m = 16, gpipe"));
+        QVERIFY(!checkNow(panel, 3));
+        QVERIFY(panel.resultText(3).startsWith(QStringLiteral("Not quite")));
+        panel.choiceBox(3)->setCurrentIndex(panel.choiceBox(3)->currentIndex() == 0 ? 1 : 0);
+        QCOMPARE(panel.resultText(3), QString());
+        // The other questions' verdicts stay.
+        panel.answerEdit(0)->setText(QStringLiteral("0.75"));
+        QVERIFY(checkNow(panel, 0));
+        panel.answerEdit(1)->setText(QStringLiteral("0.5"));
+        QVERIFY(panel.resultText(0).startsWith(QStringLiteral("Right")));
     }
 
     void badLessonFilesShowTheirMessage() {

@@ -3,6 +3,10 @@
 // experiment in place while a model that does not fit opens in the designer, and a run that
 // cannot start, or fails on the way, reports why.
 #include <QAction>
+#include <QApplication>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QTimer>
 #include <QFile>
 #include <QSettings>
 #include <QTextBrowser>
@@ -42,6 +46,7 @@ private slots:
     void helpShowsTheDocumentationAndShortcuts();
     void shortRunPlotsAndFinishes();
     void stopEndsTheRun();
+    void quitDuringARunAsks();
     void aStoppedRunResumesFromTheRunsTab();
     void brokenFileKeepsThePreviousExperiment_data();
     void brokenFileKeepsThePreviousExperiment();
@@ -129,6 +134,56 @@ void TestMainWindow::shortRunPlotsAndFinishes() {
     QVERIFY(!runs.empty());
     QCOMPARE(QString::fromStdString(runs.back().status), QString("finished"));
     QCOMPARE(runs.back().summary["steps"].get<int>(), 40);
+}
+
+// Quit (Ctrl+Q) while a run trains asks: Cancel keeps the window and the run; "Stop and quit"
+// stops the run (resumable) and closes.
+void TestMainWindow::quitDuringARunAsks() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    auto e = *w.experiment();
+    e.train.epochs = 100000;
+    w.setExperiment(e);
+    w.setWindowModified(false);  // only the run is asked about here
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QSignalSpy steps(w.controller(), &RunController::stepsArrived);
+    QSignalSpy finished(w.controller(), &RunController::finished);
+    w.startRun();
+    QVERIFY(steps.wait(10000));
+    QAction* quit = nullptr;
+    for (QAction* a : w.findChildren<QAction*>())
+        if (a->text() == QStringLiteral("&Quit")) quit = a;
+    QVERIFY(quit);
+    // Answers the question when it is asked (the dialog runs its own event loop).
+    QString asked;
+    auto answer = [&](const char* button) {
+        auto* poll = new QTimer(&w);
+        connect(poll, &QTimer::timeout, poll, [&asked, poll, button] {
+            auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+            if (!box) return;
+            asked = box->text();
+            if (QString(button) == "cancel")
+                box->button(QMessageBox::Cancel)->click();
+            else
+                box->findChild<QPushButton*>(button)->click();
+            poll->deleteLater();
+        });
+        poll->start(10);
+    };
+    answer("cancel");
+    quit->trigger();
+    QVERIFY2(asked.contains("A run is training"), qPrintable(QStringLiteral("asked: %1, visible %2, modal %3").arg(asked).arg(w.isVisible()).arg(QApplication::activeModalWidget() != nullptr)));
+    QVERIFY(w.isVisible());
+    QCOMPARE(w.controller()->state(), RunController::State::Running);
+    QCOMPARE(finished.count(), 0);
+    asked.clear();
+    answer("stopAndQuit");
+    quit->trigger();
+    QVERIFY(!asked.isEmpty());
+    QVERIFY(!w.isVisible());
+    QVERIFY(finished.count() == 1 || finished.wait(30000));
+    QCOMPARE(QString::fromStdString(finished.at(0).at(0).value<paralab::config::RunSummary>().status), QString("stopped"));
 }
 
 void TestMainWindow::stopEndsTheRun() {

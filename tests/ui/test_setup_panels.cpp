@@ -12,6 +12,7 @@
 #include <QScrollArea>
 #include <QSettings>
 #include <QSignalSpy>
+#include <QPushButton>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTabWidget>
@@ -68,6 +69,12 @@ private slots:
     void memoryEstimateIsNearARealRun();
     void pauseHoldsARunAndResumeFinishesIt();
     void settingsPersist();
+    void invalidHybridStaysChosenWhenTheDevicesChange();
+    void openingAFileResetsTheFieldsItDoesNotSet();
+    void explanationAndDiagramFollowTheChoiceAtOnce();
+    void devicesButtonFitsTheMesh();
+    void everyInvalidFieldShowsItsErrorAtOnce();
+    void aRotatingStragglerIsShownAndEdited();
     void screenshot();
 
 private:
@@ -601,6 +608,165 @@ void TestSetupPanels::screenshot() {
                     .save(QDir(dir).filePath(
                         QStringLiteral("diagram-%1.png").arg(QString::fromStdString(type)))));
     }
+}
+
+// A hybrid mesh that does not fit the devices stays chosen, with its error under its field and
+// Start disabled, when the device count changes; it is taken as soon as the count fits it.
+void TestSetupPanels::invalidHybridStaysChosenWhenTheDevicesChange() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    QAction* start = w.findChild<QAction*>("startAction");
+    w.devicesPanel()->cpuCountBox()->setValue(4);
+    w.strategyPanel()->strategyBox()->setCurrentText("hybrid");
+    auto* dp = qobject_cast<QSpinBox*>(w.strategyPanel()->optionEditor("strategy.dp"));
+    QVERIFY(dp);
+    dp->setValue(2);  // dp 2 · tp 1 · pp 1 = 2, not 4
+    QVERIFY(!w.strategyPanel()->errorText().isEmpty());
+    QVERIFY(!start->isEnabled());
+    w.devicesPanel()->cpuCountBox()->setValue(6);
+    QCOMPARE(w.experiment()->devices.size(), size_t{6});
+    // Checked again against six devices: still hybrid, still refused, still not startable.
+    QCoreApplication::processEvents();  // the queued check against six devices
+    QVERIFY(!w.strategyPanel()->errorText().isEmpty());
+    QCOMPARE(w.strategyPanel()->strategyBox()->currentText(), QStringLiteral("hybrid"));
+    QCOMPARE(dp->value(), 2);
+    QVERIFY(!start->isEnabled());
+    QCOMPARE(QString::fromStdString(w.experiment()->strategy.type), QStringLiteral("single"));
+    // Two devices fit it: taken, and Start can start it.
+    w.devicesPanel()->cpuCountBox()->setValue(2);
+    QTRY_VERIFY2(w.experiment()->strategy.type == "hybrid", qPrintable(w.strategyPanel()->errorText()));
+    QCOMPARE(w.strategyPanel()->errorText(), QString());
+    QCOMPARE(paralab::strategy::option<int64_t>(w.experiment()->strategy, "dp"), int64_t{2});
+    QTRY_VERIFY(start->isEnabled());
+}
+
+// A file sets what it sets; every other strategy field goes back to its default, so that
+// choosing hybrid after opening GPT-3's plan and then a small model shows hybrid's defaults,
+// not GPT-3's dp16 · tp8 and 96 micro-batches.
+void TestSetupPanels::openingAFileResetsTheFieldsItDoesNotSet() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(":/lessons/06-tensor-parallel-mesh/gpt3-175b-tp8.plan.paralab.json", false), QString());
+    QCOMPARE(qobject_cast<QSpinBox*>(w.strategyPanel()->optionEditor("strategy.tp"))->value(), 8);
+    QCOMPARE(w.openExperiment(":/examples/gpt-char.paralab.json", false), QString());
+    QVERIFY(w.experiment()->strategy.type != "hybrid");
+    const auto* hybrid = paralab::strategy::find_strategy("hybrid");
+    QVERIFY(hybrid);
+    for (const auto& o : hybrid->options) {
+        QWidget* editor = w.strategyPanel()->optionEditor(QString::fromStdString("strategy." + o.key));
+        QVERIFY2(editor, o.key.c_str());
+        if (auto* box = qobject_cast<QSpinBox*>(editor); box && std::holds_alternative<int64_t>(o.fallback))
+            QVERIFY2(box->value() == std::get<int64_t>(o.fallback), o.key.c_str());
+        if (auto* combo = qobject_cast<QComboBox*>(editor); combo && std::holds_alternative<std::string>(o.fallback))
+            QVERIFY2(combo->currentText() == QString::fromStdString(std::get<std::string>(o.fallback)), o.key.c_str());
+        if (auto* check = qobject_cast<QCheckBox*>(editor); check && std::holds_alternative<bool>(o.fallback))
+            QVERIFY2(check->isChecked() == std::get<bool>(o.fallback), o.key.c_str());
+    }
+}
+
+// Choosing a strategy shows its explanation and diagram at once, also while its options are
+// still refused.
+void TestSetupPanels::explanationAndDiagramFollowTheChoiceAtOnce() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    w.devicesPanel()->cpuCountBox()->setValue(4);
+    QCOMPARE(w.strategyPanel()->explanation(), paralab::ui::StrategyPanel::explain("single"));
+    auto* tp = qobject_cast<QSpinBox*>(w.strategyPanel()->optionEditor("strategy.tp"));
+    QVERIFY(tp);
+    tp->setValue(3);  // hybrid with a mesh of 3 on 4 devices: refused when chosen
+    w.strategyPanel()->strategyBox()->setCurrentText("hybrid");
+    QVERIFY(!w.strategyPanel()->errorText().isEmpty());
+    QCOMPARE(w.strategyPanel()->explanation(), paralab::ui::StrategyPanel::explain("hybrid"));
+    w.strategyPanel()->strategyBox()->setCurrentText("ddp");
+    QCOMPARE(w.strategyPanel()->errorText(), QString());
+    QCOMPARE(w.strategyPanel()->explanation(), paralab::ui::StrategyPanel::explain("ddp"));
+}
+
+// "Devices = dp · cp · tp · pp" sets the device count to the mesh's product: a refused mesh is
+// taken, the Devices tab shows the count, and Start can start it.
+void TestSetupPanels::devicesButtonFitsTheMesh() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    QAction* start = w.findChild<QAction*>("startAction");
+    w.devicesPanel()->cpuCountBox()->setValue(4);
+    auto* button = w.strategyPanel()->findChild<QPushButton*>("fitDevicesToMesh");
+    QVERIFY(button);
+    QVERIFY(!button->isVisibleTo(w.strategyPanel()));  // single: no mesh
+    w.strategyPanel()->strategyBox()->setCurrentText("hybrid");
+    QVERIFY(button->isVisibleTo(w.strategyPanel()));
+    auto* dp = qobject_cast<QSpinBox*>(w.strategyPanel()->optionEditor("strategy.dp"));
+    auto* pp = qobject_cast<QSpinBox*>(w.strategyPanel()->optionEditor("strategy.pp"));
+    QVERIFY(dp && pp);
+    dp->setValue(3);
+    pp->setValue(2);  // 6 devices, not 4
+    QVERIFY(!w.strategyPanel()->errorText().isEmpty());
+    QVERIFY(!start->isEnabled());
+    button->click();
+    QCOMPARE(w.strategyPanel()->errorText(), QString());
+    QCOMPARE(w.experiment()->strategy.type, std::string("hybrid"));
+    QCOMPARE(w.experiment()->devices.size(), size_t{6});
+    QCOMPARE(w.experiment()->devices.back(), std::string("cpu:5"));
+    QCOMPARE(w.devicesPanel()->cpuCountBox()->value(), 6);
+    QTRY_VERIFY(start->isEnabled());
+}
+
+// Model ▸ input "abc", a batch of 0 and a refused mesh: each shows its
+// error under its own field at the same time, and Start waits until all are fixed.
+void TestSetupPanels::everyInvalidFieldShowsItsErrorAtOnce() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    QAction* start = w.findChild<QAction*>("startAction");
+    QVERIFY(start->isEnabled());
+    auto* input = w.findChild<QLineEdit*>("inputEdit");
+    QVERIFY(input);
+    input->setText("abc");
+    emit input->editingFinished();
+    auto* inputError = w.findChild<QLabel*>("model.input.error");
+    QVERIFY(inputError && !inputError->isHidden());
+    QVERIFY2(inputError->text().contains("abc"), qPrintable(inputError->text()));
+    QCOMPARE(input->text(), QStringLiteral("abc"));  // what was typed stays beside its error
+    QVERIFY(!start->isEnabled());
+    w.devicesPanel()->cpuCountBox()->setValue(4);
+    w.strategyPanel()->strategyBox()->setCurrentText("hybrid");  // dp·tp·pp = 1, not 4
+    QVERIFY(!w.strategyPanel()->errorText().isEmpty());
+    auto* batch = w.dataPanel()->findChild<QSpinBox*>("batchSize");
+    batch->setValue(0);
+    auto* batchError = w.dataPanel()->findChild<QLabel*>("data.batch_size.error");
+    QVERIFY(batchError && !batchError->isHidden());
+    // All three at once.
+    QVERIFY(!inputError->isHidden());
+    QVERIFY(!w.strategyPanel()->errorText().isEmpty());
+    QVERIFY(!start->isEnabled());
+    // Fixed one by one: Start waits for the last.
+    batch->setValue(32);
+    QVERIFY(batchError->isHidden());
+    w.strategyPanel()->strategyBox()->setCurrentText("ddp");
+    QCOMPARE(w.strategyPanel()->errorText(), QString());
+    QVERIFY(!start->isEnabled());
+    input->setText("2");
+    emit input->editingFinished();
+    QVERIFY(inputError->isHidden());
+    QTRY_VERIFY(start->isEnabled());
+}
+
+// A file's rotating straggler shows in the Strategy tab, and the box edits it.
+void TestSetupPanels::aRotatingStragglerIsShownAndEdited() {
+    MainWindow w;
+    QCOMPARE(w.openExperiment(":/lessons/05-stragglers-async/ps-sync.paralab.json", false), QString());
+    QVERIFY(w.experiment()->strategy.straggler_rotate);
+    auto* rotate = w.strategyPanel()->optionEditor("strategy.straggler.rotate");
+    auto* box = qobject_cast<QCheckBox*>(rotate);
+    QVERIFY(box);
+    QVERIFY(box->isChecked());
+    QVERIFY(w.strategyPanel()->isOptionShown("strategy.straggler.rotate"));
+    box->setChecked(false);
+    QVERIFY(!w.experiment()->strategy.straggler_rotate);
+    QCOMPARE(w.experiment()->strategy.straggler_device, std::string("cpu:1"));
+    box->setChecked(true);
+    QVERIFY(w.experiment()->strategy.straggler_rotate);
+    // Opening a file without one: unchecked.
+    QCOMPARE(w.openExperiment(kDefault, false), QString());
+    QVERIFY(!box->isChecked());
+    QVERIFY(!w.strategyPanel()->isOptionShown("strategy.straggler.rotate"));
 }
 
 QTEST_MAIN(TestSetupPanels)

@@ -26,9 +26,13 @@
 #include "ui/panels/dashboard/loss_plot_panel.h"
 #include "ui/session/run_controller.h"
 #include "ui/panels/runs/runs_panel.h"
+#include "ui/panels/lessons/lessons_panel.h"
+#include <QComboBox>
+#include <QLineEdit>
 
 using paralab::config::StepRecord;
 using paralab::ui::DeviceDashboard;
+using paralab::ui::LessonsPanel;
 using paralab::ui::MainWindow;
 using paralab::ui::PresentationMode;
 
@@ -57,18 +61,30 @@ QRect visiblePart(QWidget* child, QWidget* window, QSize shown) {
 // `child` whole on screen, after any scroll area around it has scrolled to it.
 QString checkShown(QWidget* child, QWidget* window, QSize shown, const QString& what) {
     for (QWidget* w = child->parentWidget(); w && w != window; w = w->parentWidget())
-        if (auto* scroll = qobject_cast<QScrollArea*>(w)) scroll->ensureWidgetVisible(child, 0, 0);
+        if (auto* scroll = qobject_cast<QScrollArea*>(w)) {
+            // The whole widget (ensureWidgetVisible makes only a line edit's cursor visible).
+            const QRect r(child->mapTo(scroll->widget(), QPoint(0, 0)), child->size());
+            scroll->ensureVisible(r.center().x(), r.center().y(), r.width() / 2 + 1, r.height() / 2 + 1);
+        }
     settle(window);
     const QRect full(child->mapTo(window, QPoint(0, 0)), child->size());
     const QRect part = visiblePart(child, window, shown);
     if (part == full) return {};
-    return QStringLiteral("%1 at %2x%3: %4 shows only %5,%6 %7x%8 of %9,%10 %11x%12")
+    // On failure, what cuts it: the innermost ancestor it does not fit in.
+    QString cutBy = QStringLiteral("the screen");
+    for (QWidget* w = child->parentWidget(); w && w != window; w = w->parentWidget())
+        if (!QRect(w->mapTo(window, QPoint(0, 0)), w->size()).contains(full)) {
+            cutBy = w->objectName().isEmpty() ? QString::fromLatin1(w->metaObject()->className()) : w->objectName();
+            break;
+        }
+    return QStringLiteral("%1 at %2x%3: %4 shows only %5,%6 %7x%8 of %9,%10 %11x%12 (cut by %13)")
         .arg(what)
         .arg(shown.width())
         .arg(shown.height())
         .arg(child->objectName().isEmpty() ? QString::fromLatin1(child->metaObject()->className()) : child->objectName())
         .arg(part.x()).arg(part.y()).arg(part.width()).arg(part.height())
-        .arg(full.x()).arg(full.y()).arg(full.width()).arg(full.height());
+        .arg(full.x()).arg(full.y()).arg(full.width()).arg(full.height())
+        .arg(cutBy);
 }
 
 // The key widgets of the tab in view: every plot (its legend inside it), every Export button.
@@ -195,6 +211,67 @@ private slots:
         if (auto* table = w.viewTabs()->currentWidget()->findChild<QTableView*>()) {
             const int rows = table->viewport()->height() / std::max(1, table->verticalHeader()->defaultSectionSize());
             if (rows < 5) problems << QStringLiteral("the runs table shows %1 rows").arg(rows);
+        }
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QLatin1Char('\n'))));
+    }
+
+    // The Lessons tab with every built-in lesson: its experiment buttons, every question's answer
+    // and Check button inside the window once the questions have scrolled to them, and the
+    // questions never scrolled sideways; in presentation mode too (the projector's size).
+    void lessonsFit_data() {
+        QTest::addColumn<QSize>("size");
+        QTest::addColumn<bool>("presentation");
+        QTest::newRow("1280x720") << QSize(1280, 720) << false;
+        QTest::newRow("1024x768") << QSize(1024, 768) << false;
+        QTest::newRow("1280x720 presentation") << QSize(1280, 720) << true;
+        QTest::newRow("1024x768 presentation") << QSize(1024, 768) << true;
+    }
+
+    void lessonsFit() {
+        QFETCH(QSize, size);
+        QFETCH(bool, presentation);
+        MainWindow w;
+        QCOMPARE(w.openExperiment(kDefault, false), QString());
+        w.resize(size);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        if (presentation) {
+            w.findChild<PresentationMode*>()->setOn(true);
+            // A projector's screen is the window's size.
+            w.setWindowState(w.windowState() & ~Qt::WindowFullScreen);
+            w.resize(size);
+        }
+        LessonsPanel* panel = w.lessonsPanel();
+        w.viewTabs()->setCurrentWidget(panel);
+        settle(&w);
+        QStringList problems;
+        const QString at = presentation ? QStringLiteral("presentation ") : QString();
+        for (const QString& path : panel->builtinLessons()) {
+            QCOMPARE(panel->openLesson(path), QString());
+            settle(&w);
+            const QString name = at + QString::fromStdString(panel->lesson()->title);
+            if (w.width() > size.width() || w.height() > size.height())
+                problems << QStringLiteral("%1: the window is %2x%3").arg(name).arg(w.width()).arg(w.height());
+            auto* questions = panel->findChild<QScrollArea*>(QStringLiteral("lessonQuestions"));
+            QVERIFY(questions);
+            if (questions->widget()->width() > questions->viewport()->width())
+                problems << QStringLiteral("%1 at %2x%3: the questions are %4 px wide in %5 px")
+                                .arg(name).arg(size.width()).arg(size.height())
+                                .arg(questions->widget()->width()).arg(questions->viewport()->width());
+            // With PARALAB_SCREENSHOT_DIR: each lesson as it opens (fit-lesson-N-WxH[-presentation].png).
+            if (const QString dir = qEnvironmentVariable("PARALAB_SCREENSHOT_DIR"); !dir.isEmpty())
+                QVERIFY(w.grab().save(QDir(dir).filePath(QStringLiteral("fit-lesson-%1-%2x%3%4.png")
+                                                             .arg(panel->builtinLessons().indexOf(path) + 1)
+                                                             .arg(size.width()).arg(size.height())
+                                                             .arg(presentation ? QStringLiteral("-presentation") : QString()))));
+            for (QPushButton* b : panel->experimentButtons())
+                if (QString p = checkShown(b, &w, size, name + QStringLiteral(" experiment button")); !p.isEmpty()) problems << p;
+            for (int i = 0; i < static_cast<int>(panel->lesson()->questions.size()); ++i) {
+                QWidget* answer = panel->answerEdit(i) ? static_cast<QWidget*>(panel->answerEdit(i)) : panel->choiceBox(i);
+                for (QWidget* x : {answer, static_cast<QWidget*>(panel->checkButton(i))})
+                    if (QString p = checkShown(x, &w, size, name + QStringLiteral(" question %1").arg(i + 1)); !p.isEmpty())
+                        problems << p;
+            }
         }
         QVERIFY2(problems.isEmpty(), qPrintable(problems.join(QLatin1Char('\n'))));
     }
@@ -381,6 +458,9 @@ private slots:
         };
         for (int i = 0; i < w.experimentTabs()->count(); ++i) shoot(w.experimentTabs(), i, QStringLiteral("left"));
         w.experimentTabs()->setCurrentIndex(0);
+        // The Lessons tab with the buckets lesson open and a question answered.
+        QCOMPARE(w.lessonsPanel()->openLesson(w.lessonsPanel()->builtinLessons()[1]), QString());
+        w.lessonsPanel()->answerEdit(0)->setText(QStringLiteral("1"));
         for (int i = 0; i < w.viewTabs()->count(); ++i) shoot(w.viewTabs(), i, QStringLiteral("right"));
         w.viewTabs()->setCurrentWidget(w.deviceDashboard());
         w.findChild<PresentationMode*>()->setOn(true);

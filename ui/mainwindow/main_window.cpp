@@ -12,6 +12,7 @@
 #include <QLocale>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QPushButton>
 #include <QFileInfo>
 #include <QMenu>
 #include <QProgressBar>
@@ -329,6 +330,7 @@ QString MainWindow::openExperiment(const QString& path, bool interactive) {
 }
 
 void MainWindow::setExperiment(const config::Experiment& e) {
+    m_strategyPanel->discardRefusedEdit();  // a new experiment: its own strategy, not a refused choice
     try {
         m_panel->showExperiment(e);
     } catch (const std::exception& err) {  // the designer says which layer, and why
@@ -603,6 +605,12 @@ void MainWindow::buildSetupTabs(QTabWidget* tabs) {
     connect(m_devicesPanel, &DevicesPanel::editRefused, this, refused);
     connect(m_strategyPanel, &StrategyPanel::editRefused, this, refused);
     connect(m_trainingPanel, &TrainingPanel::editRefused, this, refused);
+    connect(m_designer, &ModelDesigner::inputErrorChanged, this, [this, refused](const QString& message) {
+        if (message.isEmpty())
+            updateActions();
+        else
+            refused(tr("Model ▸ input: %1").arg(message));
+    });
     // The cluster's settings are not the experiment's, but a job they cannot place cannot start.
     connect(m_clusterPanel, &ClusterPanel::settingsChanged, this, &MainWindow::updateActions);
     // Connected after the designer's own handler: that one takes the designer's copy of the
@@ -620,8 +628,8 @@ void MainWindow::showInSetupPanels(const config::Experiment& e, QWidget* except)
 }
 
 QString MainWindow::fieldError() const {
-    for (const QString& error : {m_dataPanel->errorText(), m_devicesPanel->errorText(), m_strategyPanel->errorText(),
-                                 m_trainingPanel->errorText()})
+    for (const QString& error : {m_designer->inputError(), m_dataPanel->errorText(), m_devicesPanel->errorText(),
+                                 m_strategyPanel->errorText(), m_trainingPanel->errorText()})
         if (!error.isEmpty()) return error;
     if (m_clusterPanel->useCluster()) return m_clusterPanel->settings().problemText();
     return {};
@@ -751,6 +759,23 @@ void MainWindow::restoreSettings() {
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
+    // Quit (Ctrl+Q) or the window's close button while a run trains: asked, never silent.
+    if (m_active->isRunning() && isVisible()) {
+        QMessageBox box(QMessageBox::Question, tr("A run is training"),
+                        tr("A run is training. Stop it and quit? A stopped run can be resumed from the Runs tab."),
+                        QMessageBox::NoButton, this);
+        box.setObjectName(QStringLiteral("quitDuringRun"));
+        QPushButton* stop = box.addButton(tr("Stop and quit"), QMessageBox::AcceptRole);
+        stop->setObjectName(QStringLiteral("stopAndQuit"));
+        box.addButton(QMessageBox::Cancel);
+        box.setDefaultButton(QMessageBox::Cancel);
+        box.exec();
+        if (box.clickedButton() != stop) {
+            event->ignore();
+            return;
+        }
+        stopRun();
+    }
     if (!maybeSave()) {
         event->ignore();
         return;

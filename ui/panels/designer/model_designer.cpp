@@ -160,7 +160,18 @@ ModelDesigner::ModelDesigner(QWidget* parent)
     m_loss->addItems({QStringLiteral("cross_entropy"), QStringLiteral("mse")});
     auto* modelBox = new QGroupBox(tr("Model"));
     auto* modelForm = new QFormLayout(modelBox);
-    modelForm->addRow(tr("input"), m_input);
+    m_inputError = new QLabel;
+    m_inputError->setObjectName(QStringLiteral("model.input.error"));
+    m_inputError->setWordWrap(true);
+    m_inputError->setStyleSheet(QStringLiteral("color: #c62828;"));
+    m_inputError->hide();
+    auto* inputCell = new QWidget;
+    auto* inputLayout = new QVBoxLayout(inputCell);
+    inputLayout->setContentsMargins(0, 0, 0, 0);
+    inputLayout->setSpacing(2);
+    inputLayout->addWidget(m_input);
+    inputLayout->addWidget(m_inputError);
+    modelForm->addRow(tr("input"), inputCell);
     modelForm->addRow(tr("loss"), m_loss);
     auto* layerBox = new QGroupBox(tr("Layer"));
     auto* layerLayout = new QVBoxLayout(layerBox);
@@ -228,8 +239,7 @@ ModelDesigner::ModelDesigner(QWidget* parent)
                 m_properties->showError(setLayerOption(selectedPath(), key, value));
             });
     connect(m_input, &QLineEdit::editingFinished, this, [this] {
-        const QString message = setInputText(m_input->text());
-        if (!message.isEmpty()) m_error->setText(message);
+        showInputError(setInputText(m_input->text()));
     });
     connect(m_loss, &QComboBox::activated, this, [this] { setLoss(m_loss->currentText()); });
 
@@ -241,7 +251,16 @@ ModelDesigner::ModelDesigner(QWidget* parent)
 // Waits for inference still in flight (the futures' destructors): at most one model build.
 ModelDesigner::~ModelDesigner() = default;
 
+void ModelDesigner::showInputError(const QString& message) {
+    m_inputError->setText(message);
+    m_inputError->setVisible(!message.isEmpty());
+    if (message == m_inputErrorText) return;
+    m_inputErrorText = message;
+    emit inputErrorChanged(message);
+}
+
 void ModelDesigner::setExperiment(const config::Experiment& e) {
+    showInputError({});  // a new experiment's input, not the text refused before
     m_base = e;
     m_model = DesignedModel{e.layers, e.input, e.loss};
     m_dataInput.reset();
@@ -549,9 +568,10 @@ void ModelDesigner::showReport(const LayerPath& select) {
 
 void ModelDesigner::refresh() {
     const std::optional<Shape> input = m_model.input ? m_model.input : m_dataInput;
-    m_input->setText(m_model.input
-                         ? QString::fromStdString(m_model.input->to_string()).mid(1).chopped(1)
-                         : QString());
+    // A refused text stays in the field beside its error until it is fixed or replaced.
+    if (m_inputErrorText.isEmpty())
+        m_input->setText(m_model.input ? QString::fromStdString(m_model.input->to_string()).mid(1).chopped(1)
+                                       : QString());
     m_input->setPlaceholderText(m_dataInput
                                     ? tr("from the data set: %1").arg(shapeText(*m_dataInput))
                                     : tr("from the data set"));

@@ -51,6 +51,9 @@ public:
     config::Experiment experiment() const;
     const DesignedModel& model() const { return m_model; }
     bool isValid() const { return m_report.ok; }
+    // Why the text in Model ▸ input was not taken ("" when it was): shown under the field, and
+    // Start waits until it is fixed (the window's field errors).
+    QString inputError() const { return m_inputErrorText; }
     QString validationMessage() const { return m_report.message; }
     const ShapeReport& shapeReport() const { return m_report; }
     // True while the current model's shapes are being inferred past the synchronous budget.
@@ -94,6 +97,8 @@ public:
 signals:
     void modelEdited(const paralab::config::Experiment& e);
     void validityChanged(bool ok, const QString& message);
+    // Model ▸ input's error appeared, changed or went ("" when it went).
+    void inputErrorChanged(const QString& message);
     // A preset chosen in the combo box: ":/examples/NAME.paralab.json".
     void presetRequested(const QString& path);
 
@@ -135,6 +140,9 @@ private:
     QComboBox* m_loss;
     QLabel* m_totals;
     QLabel* m_error;
+    QLabel* m_inputError = nullptr;  // under Model ▸ input
+    QString m_inputErrorText;
+    void showInputError(const QString& message);
     QPushButton* m_up;
     QPushButton* m_down;
     QPushButton* m_delete;

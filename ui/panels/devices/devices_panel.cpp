@@ -199,6 +199,7 @@ void DevicesPanel::edited() {
             e.devices.end()) {
         e.strategy.straggler_device.clear();
         e.strategy.straggler_delay_ms = 0;
+        e.strategy.straggler_rotate = false;
     }
     QStringList names;
     for (const auto& d : e.devices) names << QString::fromStdString(d);

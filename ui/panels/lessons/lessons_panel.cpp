@@ -17,12 +17,15 @@
 #include <QSplitter>
 #include <QTextBrowser>
 #include <QThread>
+#include <QToolButton>
 #include <QVBoxLayout>
+#include <QWheelEvent>
 
 #include <memory>
 
 #include "engine/store/run_store.h"
 #include "engine/util/error.h"
+#include "ui/panels/common/flow_layout.h"
 
 // The lessons are compiled into this static library (ui/CMakeLists.txt); Qt needs telling once,
 // outside any namespace, that their resources exist.
@@ -47,6 +50,22 @@ lesson::Lesson loadLesson(const QString& path) {
 
 QString q(const std::string& s) { return QString::fromStdString(s); }
 
+// A student scrolling the questions with the wheel passes over the answers: a combo box takes
+// the wheel only once it has the focus (clicked or tabbed to); otherwise the wheel scrolls the
+// page under it.
+class AnswerComboBox : public QComboBox {
+public:
+    AnswerComboBox() { setFocusPolicy(Qt::StrongFocus); }
+
+protected:
+    void wheelEvent(QWheelEvent* e) override {
+        if (hasFocus())
+            QComboBox::wheelEvent(e);
+        else
+            e->ignore();
+    }
+};
+
 }  // namespace
 
 LessonsPanel::LessonsPanel(QString storePath, QWidget* parent)
@@ -56,6 +75,9 @@ LessonsPanel::LessonsPanel(QString storePath, QWidget* parent)
       m_text(new QTextBrowser),
       m_title(new QLabel),
       m_error(new QLabel),
+      m_listToggle(new QToolButton),
+      m_listPane(new QWidget),
+      m_split(new QSplitter),
       m_experiments(new QWidget),
       m_questionsLayout(new QVBoxLayout),
       m_questions(new QWidget) {
@@ -67,10 +89,7 @@ LessonsPanel::LessonsPanel(QString storePath, QWidget* parent)
     m_text->setObjectName(QStringLiteral("lessonText"));
     m_text->setOpenExternalLinks(true);
     m_title->setObjectName(QStringLiteral("lessonTitle"));
-    QFont big = m_title->font();
-    big.setPointSizeF(big.pointSizeF() * 1.3);
-    big.setBold(true);
-    m_title->setFont(big);
+    setTitleFont();
     m_title->setWordWrap(true);
     m_error->setObjectName(QStringLiteral("lessonError"));
     m_error->setWordWrap(true);
@@ -81,15 +100,16 @@ LessonsPanel::LessonsPanel(QString storePath, QWidget* parent)
     auto* openFile = new QPushButton(tr("Open lesson file…"));
     openFile->setObjectName(QStringLiteral("openLessonFile"));
     connect(openFile, &QPushButton::clicked, this, &LessonsPanel::openLessonFile);
-    auto* left = new QWidget;
+    auto* left = m_listPane;
+    left->setObjectName(QStringLiteral("lessonListPane"));
     auto* leftLayout = new QVBoxLayout(left);
     leftLayout->setContentsMargins(0, 0, 0, 0);
     leftLayout->addWidget(new QLabel(tr("Lessons")));
     leftLayout->addWidget(m_list, 1);
     leftLayout->addWidget(openFile);
 
-    auto* experimentsLayout = new QHBoxLayout(m_experiments);
-    experimentsLayout->setContentsMargins(0, 0, 0, 0);
+    // The experiment buttons wrap onto more lines rather than widen the pane.
+    new FlowLayout(m_experiments);
     m_questions->setLayout(m_questionsLayout);
     auto* questionsBox = new QWidget;
     auto* questionsBoxLayout = new QVBoxLayout(questionsBox);
@@ -97,7 +117,13 @@ LessonsPanel::LessonsPanel(QString storePath, QWidget* parent)
     questionsBoxLayout->addWidget(m_questions);
     questionsBoxLayout->addStretch(1);
     auto* scroll = new QScrollArea;
+    scroll->setObjectName(QStringLiteral("lessonQuestions"));
     scroll->setWidgetResizable(true);
+    // The questions wrap to the pane's width: it never scrolls sideways.
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    // A vertical bar that came and went would change the width the questions wrapped to after
+    // their height was measured, and cut the last of them short.
+    scroll->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOn);
     scroll->setFrameShape(QFrame::NoFrame);
     scroll->setWidget(questionsBox);
 
@@ -110,15 +136,25 @@ LessonsPanel::LessonsPanel(QString storePath, QWidget* parent)
     auto* right = new QWidget;
     auto* rightLayout = new QVBoxLayout(right);
     rightLayout->setContentsMargins(0, 0, 0, 0);
-    rightLayout->addWidget(m_title);
+    m_listToggle->setObjectName(QStringLiteral("lessonListToggle"));
+    m_listToggle->setText(tr("Lessons"));
+    m_listToggle->setCheckable(true);
+    m_listToggle->setChecked(true);
+    m_listToggle->setToolTip(tr("Show or hide the list of lessons"));
+    connect(m_listToggle, &QToolButton::toggled, this, [this](bool on) { m_listPane->setVisible(on); });
+    auto* header = new QHBoxLayout;
+    header->addWidget(m_listToggle, 0, Qt::AlignTop);
+    header->addWidget(m_title, 1);
+    rightLayout->addLayout(header);
     rightLayout->addWidget(m_error);
     rightLayout->addWidget(content, 1);
 
-    auto* split = new QSplitter;
+    auto* split = m_split;
     split->addWidget(left);
     split->addWidget(right);
     split->setStretchFactor(1, 1);
     split->setSizes({200, 700});
+    split->setCollapsible(1, false);
     auto* layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
     layout->addWidget(split);
@@ -165,6 +201,23 @@ void LessonsPanel::setOpenExperimentHandler(std::function<QString(const QString&
     m_openExperiment = std::move(handler);
 }
 
+void LessonsPanel::setTitleFont() {
+    QFont big = font();
+    big.setPointSizeF(big.pointSizeF() * 1.3);
+    big.setBold(true);
+    m_title->setFont(big);
+}
+
+void LessonsPanel::changeEvent(QEvent* event) {
+    // The title's own font follows the window's (presentation mode enlarges it too).
+    if (event->type() == QEvent::FontChange) setTitleFont();
+    QWidget::changeEvent(event);
+}
+
+bool LessonsPanel::isListShown() const { return m_listToggle->isChecked(); }
+
+void LessonsPanel::setListShown(bool shown) { m_listToggle->setChecked(shown); }
+
 QString LessonsPanel::errorText() const { return m_error->isHidden() ? QString() : m_error->text(); }
 
 void LessonsPanel::showError(const QString& message) {
@@ -184,6 +237,8 @@ QString LessonsPanel::openLesson(const QString& path) {
     m_pending = -1;
     showError({});
     showLesson();
+    // On a projector the lesson needs the width more than the list does.
+    if (isVisible() && width() < kCollapseListBelow) setListShown(false);
     const int row = static_cast<int>(m_builtin.indexOf(path));
     if (row >= 0 && m_list->currentRow() != row) {
         const QSignalBlocker block(m_list);
@@ -208,7 +263,7 @@ void LessonsPanel::showLesson() {
     // The experiments: one button each.
     qDeleteAll(m_experimentButtons);
     m_experimentButtons.clear();
-    auto* row = static_cast<QHBoxLayout*>(m_experiments->layout());
+    QLayout* row = m_experiments->layout();
     while (QLayoutItem* item = row->takeAt(0)) {
         delete item->widget();
         delete item;
@@ -227,7 +282,6 @@ void LessonsPanel::showLesson() {
         row->addWidget(button);
         m_experimentButtons << button;
     }
-    row->addStretch(1);
 
     // The questions.
     while (QLayoutItem* item = m_questionsLayout->takeAt(0)) {
@@ -249,18 +303,24 @@ void LessonsPanel::showLesson() {
         auto* answerRow = new QHBoxLayout;
         QuestionWidgets w;
         if (question.kind == "choice") {
-            w.choice = new QComboBox;
+            w.choice = new AnswerComboBox;
             w.choice->setObjectName(QStringLiteral("choice%1").arg(i));
             for (const auto& label : question.experiments) w.choice->addItem(q(label));
             w.choice->setCurrentIndex(-1);
             w.choice->setPlaceholderText(tr("choose"));
+            w.choice->setMinimumContentsLength(8);
+            w.choice->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+            // A verdict belongs to the answer it judged.
+            connect(w.choice, &QComboBox::currentIndexChanged, this, [this, i] { clearVerdict(i); });
             answerRow->addWidget(w.choice, 1);
         } else {
             w.answer = new QLineEdit;
             w.answer->setObjectName(QStringLiteral("answer%1").arg(i));
             w.answer->setPlaceholderText(info && !info->unit.empty() ? tr("your prediction, in %1").arg(q(info->unit))
                                                                     : tr("your prediction"));
+            w.answer->setMinimumWidth(80);
             connect(w.answer, &QLineEdit::returnPressed, this, [this, i] { check(i); });
+            connect(w.answer, &QLineEdit::textChanged, this, [this, i] { clearVerdict(i); });
             answerRow->addWidget(w.answer, 1);
         }
         w.check = new QPushButton(tr("Check"));
@@ -275,6 +335,14 @@ void LessonsPanel::showLesson() {
         m_questionsLayout->addWidget(box);
         m_questionWidgets << w;
     }
+}
+
+void LessonsPanel::clearVerdict(int index) {
+    if (index < 0 || index >= m_questionWidgets.size()) return;
+    QLabel* result = m_questionWidgets[index].result;
+    if (result->text() == tr("Reading the run store…")) return;  // the check under way says so
+    result->clear();
+    result->setStyleSheet(QString());
 }
 
 QLineEdit* LessonsPanel::answerEdit(int index) const {

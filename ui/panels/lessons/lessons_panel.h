@@ -22,7 +22,9 @@ class QLabel;
 class QLineEdit;
 class QListWidget;
 class QPushButton;
+class QSplitter;
 class QTextBrowser;
+class QToolButton;
 class QVBoxLayout;
 class QWidget;
 
@@ -51,6 +53,12 @@ public:
     QStringList builtinLessons() const { return m_builtin; }
     const std::optional<lesson::Lesson>& lesson() const { return m_lesson; }
     QListWidget* lessonList() const { return m_list; }
+    // The button that shows or hides the lesson list (collapsed when a lesson opens on a pane
+    // narrower than kCollapseListBelow, so that the lesson has the width).
+    QToolButton* listToggle() const { return m_listToggle; }
+    bool isListShown() const;
+    void setListShown(bool shown);
+    static constexpr int kCollapseListBelow = 1100;
     QTextBrowser* textView() const { return m_text; }
     QString errorText() const;
     // Question `index`'s widgets: a value question's answer is a line edit, a choice's a combo box.
@@ -65,7 +73,11 @@ signals:
     void checked(int index, bool right);
     void lessonOpened(const QString& path);
 
+protected:
+    void changeEvent(QEvent* event) override;
+
 private:
+    void setTitleFont();
     struct QuestionWidgets {
         QLineEdit* answer = nullptr;
         QComboBox* choice = nullptr;
@@ -76,6 +88,8 @@ private:
     void showLesson();
     void showError(const QString& message);
     void showVerdict(int index, const std::map<std::string, double>& values, const QString& error);
+    // A changed answer: its old verdict goes.
+    void clearVerdict(int index);
     void openLessonFile();
 
     QString m_storePath;
@@ -86,6 +100,9 @@ private:
     QTextBrowser* m_text;
     QLabel* m_title;
     QLabel* m_error;
+    QToolButton* m_listToggle;
+    QWidget* m_listPane;
+    QSplitter* m_split;
     QWidget* m_experiments;  // the row of "Open experiment" buttons
     QVBoxLayout* m_questionsLayout;
     QWidget* m_questions;

@@ -6,6 +6,7 @@
 #include <QFormLayout>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPushButton>
 #include <QLocale>
 #include <QRegularExpression>
 #include <QScrollArea>
@@ -120,12 +121,21 @@ StrategyPanel::StrategyPanel(QWidget* parent)
     m_updating = false;
     addOption(QStringLiteral("strategy.straggler"), tr("Straggler"), m_straggler);
     addOption(QStringLiteral("strategy.straggler.delay_ms"), tr("Straggler delay"), m_stragglerDelay);
+    m_stragglerRotate = new QCheckBox(tr("The slow role rotates over the devices, one a step"));
+    m_stragglerRotate->setToolTip(tr("strategy.straggler.rotate: each device is slow one step in N, "
+                                     "starting at the straggler chosen above"));
+    addOption(QStringLiteral("strategy.straggler.rotate"), QString(), m_stragglerRotate);
     m_straggler->setToolTip(
         tr("A device that sleeps inside each forward: a slow device to teach with"));
     m_generalError->setWordWrap(true);
     m_generalError->setStyleSheet(QStringLiteral("color: #c0392b"));
     m_generalError->hide();
     layout->addWidget(m_generalError);
+    m_fitDevices = new QPushButton(tr("Devices = dp · cp · tp · pp"));
+    m_fitDevices->setObjectName(QStringLiteral("fitDevicesToMesh"));
+    m_fitDevices->setToolTip(tr("Sets the device count to the mesh's product (devices of the first device's kind)"));
+    connect(m_fitDevices, &QPushButton::clicked, this, &StrategyPanel::fitDevicesToMesh);
+    layout->addWidget(m_fitDevices, 0, Qt::AlignLeft);
 
     layout->addWidget(new QLabel(tr("<b>One step: what moves where</b>")));
     m_diagram->setMinimumHeight(250);
@@ -151,6 +161,7 @@ StrategyPanel::StrategyPanel(QWidget* parent)
         edited();
     });
     connect(m_stragglerDelay, &QDoubleSpinBox::valueChanged, this, &StrategyPanel::edited);
+    connect(m_stragglerRotate, &QCheckBox::toggled, this, &StrategyPanel::edited);
     connect(m_straggler, &QComboBox::currentIndexChanged, this, &StrategyPanel::edited);
     showOptionsFor(strategy::registry().front().name);
     refreshViews();
@@ -277,14 +288,37 @@ void StrategyPanel::showOptionsFor(const std::string& t) {
         m_form->setRowVisible(it.value(), visible);
     }
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler")), true);
+    m_fitDevices->setVisible(t == "hybrid");
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler.delay_ms")), m_straggler->currentIndex() > 0);
+    m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler.rotate")), m_straggler->currentIndex() > 0);
 }
 
 void StrategyPanel::setExperiment(const config::Experiment& e) {
+    if (m_refused && run::to_json(e)["strategy"] == run::to_json(m_experiment)["strategy"]) {
+        // Another tab changed the experiment under a refused choice: the choice stays and is
+        // checked again, after the window has finished handing this edit round (queued).
+        m_experiment = e;
+        m_updating = true;
+        const QString straggler = m_straggler->currentText();
+        m_straggler->clear();
+        m_straggler->addItem(tr("none"));
+        m_straggler->addItems(deviceNames(e));
+        m_straggler->setCurrentText(m_straggler->findText(straggler) >= 0 ? straggler : tr("none"));
+        m_updating = false;
+        QMetaObject::invokeMethod(this, &StrategyPanel::edited, Qt::QueuedConnection);
+        return;
+    }
+    m_refused = false;
     m_updating = true;
     m_experiment = e;
     const auto& s = e.strategy;
     m_type->setCurrentText(QString::fromStdString(s.type));
+    // Every editor: the file's value for its strategy's options, the default for the others
+    // (an option another file set must not reappear when its strategy is chosen). Editors are
+    // shared by key, so the chosen strategy's values are set last.
+    for (const auto& d : strategy::registry())
+        if (d.name != s.type)
+            for (const auto& o : d.options) setEditorValue(o, o.fallback);
     if (const strategy::StrategyDescriptor* d = strategy::find_strategy(s.type))
         for (const auto& o : d->options) setEditorValue(o, strategy::option_value(s, o.key));
     m_straggler->clear();
@@ -293,6 +327,7 @@ void StrategyPanel::setExperiment(const config::Experiment& e) {
     m_straggler->setCurrentText(
         s.straggler_device.empty() ? tr("none") : QString::fromStdString(s.straggler_device));
     m_stragglerDelay->setValue(s.straggler_delay_ms);
+    m_stragglerRotate->setChecked(s.straggler_rotate);
     for (QLabel* l : std::as_const(m_errors)) l->hide();
     m_generalError->hide();
     showOptionsFor(s.type);
@@ -311,6 +346,8 @@ void StrategyPanel::edited() {
     for (QLabel* l : std::as_const(m_errors)) l->hide();
     m_generalError->hide();
 
+    // The explanation follows the choice at once, also while its options are refused.
+    m_explanation->setText(explain(type));
     s.type = type;
     s.options.clear();
     for (const auto& o : d->options) {
@@ -324,15 +361,52 @@ void StrategyPanel::edited() {
     s.straggler_device =
         m_straggler->currentIndex() > 0 ? m_straggler->currentText().toStdString() : std::string();
     s.straggler_delay_ms = s.straggler_device.empty() ? 0.0 : m_stragglerDelay->value();
+    s.straggler_rotate = !s.straggler_device.empty() && m_stragglerRotate->isChecked();
 
     const auto issues = run::validate(e);
-    if (!issues.empty()) return refuse(issues.front());
+    if (!issues.empty()) {
+        // The diagram shows the chosen strategy too, where it can be drawn for these devices.
+        try {
+            m_diagram->setPicture(strategy::step_picture(e), deviceNames(e));
+        } catch (const std::exception&) {
+        }
+        return refuse(issues.front());
+    }
+    m_refused = false;
     m_experiment = e;
     refreshViews();
     emit experimentEdited(e);
 }
 
+void StrategyPanel::fitDevicesToMesh() {
+    int64_t product = 1;
+    for (const char* key : {"dp", "cp", "tp", "pp"})
+        if (auto* box = qobject_cast<QSpinBox*>(m_editor.value(keyOf(key)))) product *= box->value();
+    if (product < 1 || product > 1024) return;
+    // Devices of the first device's kind ("cpu:" or "cuda:"), numbered from 0.
+    const std::string first = m_experiment.devices.empty() ? std::string("cpu:0") : m_experiment.devices.front();
+    const std::string kind = first.substr(0, first.find(':') + 1);
+    std::vector<std::string> devices;
+    for (int64_t k = 0; k < product; ++k) devices.push_back(kind + std::to_string(k));
+    m_experiment.devices = std::move(devices);
+    if (std::find(m_experiment.devices.begin(), m_experiment.devices.end(), m_experiment.strategy.straggler_device) ==
+        m_experiment.devices.end()) {
+        m_experiment.strategy.straggler_device.clear();
+        m_experiment.strategy.straggler_delay_ms = 0;
+        m_experiment.strategy.straggler_rotate = false;
+    }
+    const QString straggler = m_straggler->currentText();
+    m_updating = true;
+    m_straggler->clear();
+    m_straggler->addItem(tr("none"));
+    m_straggler->addItems(deviceNames(m_experiment));
+    m_straggler->setCurrentText(m_straggler->findText(straggler) >= 0 ? straggler : tr("none"));
+    m_updating = false;
+    edited();  // checked, and passed on with the new devices when it fits
+}
+
 void StrategyPanel::refuse(const config::Issue& issue) {
+    m_refused = true;
     ui::showIssue(issue, m_errors, m_generalError);
     emit editRefused(QString::fromStdString(issue.text()));
 }

@@ -18,6 +18,7 @@
 
 class QCheckBox;
 class QComboBox;
+class QPushButton;
 class QCustomPlot;
 class QDoubleSpinBox;
 class QFormLayout;
@@ -34,7 +35,13 @@ class StrategyPanel : public QWidget {
 public:
     explicit StrategyPanel(QWidget* parent = nullptr);
 
+    // Shows `e`. A choice the panel refused (a hybrid mesh that does not fit the devices) stays
+    // chosen, with its error, when `e` differs from the last accepted experiment only outside
+    // the strategy (another tab's edit: the device count): it is checked again against `e`, and
+    // passed on once it fits. Opening a file first calls discardRefusedEdit().
     void setExperiment(const config::Experiment& e);
+    // Forgets a refused choice: the next setExperiment shows its experiment's strategy.
+    void discardRefusedEdit() { m_refused = false; }
 
     // For tests and screenshots.
     QComboBox* strategyBox() const { return m_type; }
@@ -63,20 +70,25 @@ private:
     // The editor's value; false (with `issue` set) when its text is not a value of the kind.
     bool editorValue(const config::OptionSpec& spec, config::OptionValue& value, config::Issue& issue) const;
     void edited();
+    // "Devices = dp · cp · tp · pp": the hybrid mesh's product as the device count.
+    void fitDevicesToMesh();
     void refuse(const config::Issue& issue);  // shows it under its field, emits editRefused
     void refreshViews();  // explanation, diagram, memory for m_experiment
     void plotMemory();
 
-    config::Experiment m_experiment;
+    config::Experiment m_experiment;  // the last accepted (passed on, or shown) experiment
     bool m_updating = false;
+    bool m_refused = false;  // the editors show a choice that was refused: not m_experiment's
     QFormLayout* m_form;
     QComboBox* m_type;
     QComboBox* m_straggler;
     QDoubleSpinBox* m_stragglerDelay;
+    QCheckBox* m_stragglerRotate = nullptr;
     QHash<QString, QWidget*> m_rows;    // key -> the row's cell (editor + its error label)
     QHash<QString, QWidget*> m_editor;  // key -> editor
     QHash<QString, QLabel*> m_errors;
     QLabel* m_generalError;
+    QPushButton* m_fitDevices = nullptr;
     QLabel* m_explanation;
     StrategyDiagram* m_diagram;
     QCustomPlot* m_memoryPlot;
