@@ -3,6 +3,7 @@
 // the GUI and the CLI show them).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -21,6 +22,22 @@ struct MoERecord {
     double aux_loss = 0;                    // the load-balancing loss added to the loss (coefficient included)
     double router_z_loss = 0;               // the z-loss added (coefficient included)
 };
+
+// Adds `m` to `into`: summed into the record of the same layer, or appended. The records of
+// one step's devices add up so (each replica routes its own tokens; a tensor group's first
+// shard alone records).
+inline void add_moe_record(std::vector<MoERecord>& into, const MoERecord& m) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const MoERecord& x) { return x.layer == m.layer; });
+    if (it == into.end()) {
+        into.push_back(m);
+        return;
+    }
+    for (size_t e = 0; e < std::min(it->tokens_per_expert.size(), m.tokens_per_expert.size()); ++e)
+        it->tokens_per_expert[e] += m.tokens_per_expert[e];
+    it->dropped_tokens += m.dropped_tokens;
+    it->aux_loss += m.aux_loss;
+    it->router_z_loss += m.router_z_loss;
+}
 
 // One optimizer step on one device.
 struct StepRecord {

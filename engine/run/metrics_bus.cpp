@@ -60,18 +60,7 @@ void MetricsBus::publish(std::vector<config::Span> spans, const config::StepReco
     if (r.device == m_device0) t.memory = r.memory;
     // Each mixture of experts' routing summed over the devices that ran it (the replicas, the
     // micro-batches; a tensor group's first shard only counts), kept in model order.
-    for (const config::MoERecord& m : r.moe) {
-        auto it = std::find_if(t.moe.begin(), t.moe.end(), [&](const config::MoERecord& x) { return x.layer == m.layer; });
-        if (it == t.moe.end()) {
-            t.moe.push_back(m);
-            continue;
-        }
-        for (size_t e = 0; e < std::min(it->tokens_per_expert.size(), m.tokens_per_expert.size()); ++e)
-            it->tokens_per_expert[e] += m.tokens_per_expert[e];
-        it->dropped_tokens += m.dropped_tokens;
-        it->aux_loss += m.aux_loss;
-        it->router_z_loss += m.router_z_loss;
-    }
+    for (const config::MoERecord& m : r.moe) config::add_moe_record(t.moe, m);
     std::stable_sort(t.moe.begin(), t.moe.end(), [](const config::MoERecord& a, const config::MoERecord& b) {
         return natural_less(a.layer, b.layer);
     });

@@ -1115,20 +1115,7 @@ std::vector<MoEPoint> RunStore::moe_curve(int64_t run_id) {
         const int64_t step = q.integer(0);
         if (out.empty() || out.back().step != step) out.push_back(MoEPoint{step, {}});
         std::vector<config::MoERecord>& into = out.back().layers;
-        // The devices' records of one layer summed (each replica routes its own tokens; a
-        // tensor group's first shard alone records).
-        for (const config::MoERecord& m : moe_from_text(q.text(1))) {
-            auto it = std::find_if(into.begin(), into.end(), [&](const config::MoERecord& x) { return x.layer == m.layer; });
-            if (it == into.end()) {
-                into.push_back(m);
-                continue;
-            }
-            for (size_t e = 0; e < std::min(it->tokens_per_expert.size(), m.tokens_per_expert.size()); ++e)
-                it->tokens_per_expert[e] += m.tokens_per_expert[e];
-            it->dropped_tokens += m.dropped_tokens;
-            it->aux_loss += m.aux_loss;
-            it->router_z_loss += m.router_z_loss;
-        }
+        for (const config::MoERecord& m : moe_from_text(q.text(1))) config::add_moe_record(into, m);
     }
     return out;
 }

@@ -320,13 +320,27 @@ struct FusedGeometry {
     __device__ int64_t out_row(int64_t b, int64_t h, int64_t i) const { return (b * T + i) * D + h * Dh; }
 };
 
+// The row of [B, H, T] this warp produces: row = (b, h, pos); false past the last one.
+struct FusedWarp {
+    int64_t row, pos, b, h;
+    int lane;
+    __device__ bool init(int64_t B, const FusedGeometry& g) {
+        row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+        lane = static_cast<int>(threadIdx.x % 32);
+        pos = row % g.T;
+        b = row / g.T / g.H;
+        h = row / g.T % g.H;
+        return row < B * g.H * g.T;  // the whole warp alike: its lanes share the row
+    }
+};
+
 template <class T>
 __global__ void __launch_bounds__(kRowBlock)
     attention_fused_forward_kernel(int64_t B, FusedGeometry g, bool causal, T scale, const T* qkv, T* out, T* lse) {
-    const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;  // (b, h, i)
-    if (row >= B * g.H * g.T) return;
-    const int lane = threadIdx.x % 32;
-    const int64_t i = row % g.T, b = row / g.T / g.H, h = row / g.T % g.H;
+    FusedWarp w;
+    if (!w.init(B, g)) return;
+    const int64_t row = w.row, i = w.pos, b = w.b, h = w.h;
+    const int lane = w.lane;
     FusedRow<T> q, o;
     q.load(qkv + g.qkv_row(b, h, i, 0), g.Dh, lane, scale);
     o.zero();
@@ -350,10 +364,10 @@ template <class T>
 __global__ void __launch_bounds__(kRowBlock)
     attention_fused_dq_kernel(int64_t B, FusedGeometry g, bool causal, T scale, const T* qkv, const T* out,
                               const T* dout, const T* lse, T* dqkv) {
-    const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-    if (row >= B * g.H * g.T) return;
-    const int lane = threadIdx.x % 32;
-    const int64_t i = row % g.T, b = row / g.T / g.H, h = row / g.T % g.H;
+    FusedWarp w;
+    if (!w.init(B, g)) return;
+    const int64_t row = w.row, i = w.pos, b = w.b, h = w.h;
+    const int lane = w.lane;
     FusedRow<T> q, d_o, dq;
     q.load(qkv + g.qkv_row(b, h, i, 0), g.Dh, lane, scale);
     d_o.load(dout + g.out_row(b, h, i), g.Dh, lane);
@@ -374,10 +388,10 @@ template <class T>
 __global__ void __launch_bounds__(kRowBlock)
     attention_fused_dkv_kernel(int64_t B, FusedGeometry g, bool causal, T scale, const T* qkv, const T* out,
                                const T* dout, const T* lse, T* dqkv) {
-    const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
-    if (row >= B * g.H * g.T) return;
-    const int lane = threadIdx.x % 32;
-    const int64_t j = row % g.T, b = row / g.T / g.H, h = row / g.T % g.H;
+    FusedWarp w;
+    if (!w.init(B, g)) return;
+    const int64_t row = w.row, j = w.pos, b = w.b, h = w.h;
+    const int lane = w.lane;
     FusedRow<T> k, v, dk, dv;
     k.load(qkv + g.qkv_row(b, h, j, 1), g.Dh, lane, scale);
     v.load(qkv + g.qkv_row(b, h, j, 2), g.Dh, lane);

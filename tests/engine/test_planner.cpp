@@ -138,6 +138,12 @@ TEST(Planner, MemoryOfAKnownModelByHand) {
         const plan::Prediction fused = plan::predict(f.experiment, model, c, plan::mesh_of(f, 1));
         EXPECT_DOUBLE_EQ(mem(fused, MemCategory::activations),
                          2 * double(s * b * h) * 34 * bytes / 2 + double(s * h * b) * 4);
+        // A layer's own `kernel` overrides the stack's.
+        plan::PlanModel materialized = model;
+        for (auto& l : materialized.layers)
+            if (l.transformer()) l.attention_kernel = 0;
+        EXPECT_DOUBLE_EQ(mem(plan::predict(f.experiment, materialized, c, plan::mesh_of(f, 1)), MemCategory::activations),
+                         mem(p, MemCategory::activations));
     }
 }
 
