@@ -123,6 +123,9 @@ public:
     // [H, T, T], twice with dropout (before it and after); fused, each row's log-sum-exp [H, T]
     // (its output is the projection's input, kept there).
     int64_t saved_per_sample() const;
+    // What its backward allocates beyond them that the memory model counts: the q, k, v
+    // gradients [T, 3D].
+    int64_t backward_per_sample() const { return 3 * m_T * m_inner; }
     // Of those, the probabilities: what selective recomputation does not keep (none when fused).
     int64_t scores_per_sample() const { return m_fused ? 0 : (m_attn_drop ? 2 : 1) * m_H * m_T * m_T; }
 

@@ -198,7 +198,7 @@ std::vector<LayerSpec> expand_repeats(const std::vector<LayerSpec>& layers) {
 
 int64_t backward_extra_of(Layer& layer) {
     int64_t n = 0;
-    if (auto* a = dynamic_cast<Attention*>(&layer)) n = a->saved_per_sample() - a->scores_per_sample();
+    if (auto* a = dynamic_cast<Attention*>(&layer)) n = a->backward_per_sample();
     for (Layer* c : layer.children()) n = std::max(n, backward_extra_of(*c));
     return n;
 }
