@@ -258,6 +258,10 @@ void TimelinePanel::setTitle(const QString& title) {
 
 void TimelinePanel::setStepsControlVisible(bool visible) {
     m_stepsControl->setVisible(visible);
+    // One predicted step (the Plan tab) has no recorded step to replay.
+    for (QWidget* replay : {static_cast<QWidget*>(m_replayButton), static_cast<QWidget*>(m_slowdownSlider),
+                            static_cast<QWidget*>(m_slowdownLabel)})
+        replay->setVisible(visible);
 }
 
 double TimelinePanel::measuredBubble() const {

@@ -85,7 +85,8 @@ public:
     static double idealBubble(int stages, int microBatches, int chunks = 1);
     QString bubbleText() const;  // the line under the plot ("" when not a pipeline)
     // The plot's title ("Timeline of the last steps" by default), and whether the "Steps shown"
-    // box is there: the Plan tab shows one predicted step under its own title.
+    // box and the replay's controls are there: the Plan tab shows one predicted step under its
+    // own title.
     void setTitle(const QString& title);
     void setStepsControlVisible(bool visible);
 
