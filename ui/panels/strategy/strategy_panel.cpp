@@ -288,7 +288,8 @@ void StrategyPanel::showOptionsFor(const std::string& t) {
         m_form->setRowVisible(it.value(), visible);
     }
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler")), true);
-    m_fitDevices->setVisible(t == "hybrid");
+    // A strategy whose options are the mesh's axes sets its device count by them.
+    m_fitDevices->setVisible(d && d->option("dp") && d->option("tp"));
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler.delay_ms")), m_straggler->currentIndex() > 0);
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler.rotate")), m_straggler->currentIndex() > 0);
 }
