@@ -24,6 +24,7 @@
 #include "engine/nn/swiglu.h"
 #include "engine/run/experiment_file.h"
 #include "engine/util/rng.h"
+#include "file_errors.h"
 #include "layer_fixture.h"
 #include "gradcheck.h"
 
@@ -360,19 +361,7 @@ json llama_file() {
     })");
 }
 
-std::string error_of(const json& j, std::string* path = nullptr) {
-    try {
-        const auto e = run::parse_experiment(j);
-        nn::summarize(e.layers, *e.input, e.loss);
-    } catch (const ConfigError& err) {
-        if (path) *path = err.path();
-        return err.what();
-    } catch (const ShapeError& err) {
-        if (path) *path = err.path();
-        return err.what();
-    }
-    return "";
-}
+using paralab::testing::error_of;
 
 TEST(LlamaErrors, TheFileParsesBuildsAndRoundTrips) {
     EXPECT_EQ(error_of(llama_file()), "");
@@ -385,12 +374,7 @@ TEST(LlamaErrors, TheFileParsesBuildsAndRoundTrips) {
     EXPECT_EQ(run::to_json(e)["model"]["layers"][3]["tie_embeddings"], true);
 }
 
-struct BadCase {
-    const char* name;
-    std::function<void(json&)> edit;
-    const char* path;
-    const char* says;
-};
+using paralab::testing::BadCase;
 
 class LlamaBadFile : public ::testing::TestWithParam<BadCase> {};
 TEST_P(LlamaBadFile, IsRefusedAtItsPath) {

@@ -19,6 +19,7 @@
 #include "engine/nn/moe.h"
 #include "engine/run/experiment_file.h"
 #include "gradcheck.h"
+#include "file_errors.h"
 #include "layer_fixture.h"
 
 using namespace paralab;
@@ -238,19 +239,7 @@ TEST(MoEModel, NamesItsWeightsAsTheFileFormatSays) {
 
 // ---- errors at their JSON paths -------------------------------------------------------------
 
-std::string error_of(const json& j, std::string* path = nullptr) {
-    try {
-        const auto e = run::parse_experiment(j);
-        nn::summarize(e.layers, *e.input, e.loss);
-    } catch (const ConfigError& err) {
-        if (path) *path = err.path();
-        return err.what();
-    } catch (const ShapeError& err) {
-        if (path) *path = err.path();
-        return err.what();
-    }
-    return "";
-}
+using paralab::testing::error_of;
 
 TEST(MoEErrors, TheFileParsesBuildsAndRoundTrips) {
     EXPECT_EQ(error_of(moe_file()), "");
@@ -265,12 +254,7 @@ TEST(MoEErrors, TheFileParsesBuildsAndRoundTrips) {
     EXPECT_EQ(run::parse_experiment(with_capacity).layers[1].capacity_factor, 1.25);
 }
 
-struct BadCase {
-    const char* name;
-    std::function<void(json&)> edit;
-    const char* path;
-    const char* says;
-};
+using paralab::testing::BadCase;
 
 class MoEBadFile : public ::testing::TestWithParam<BadCase> {};
 TEST_P(MoEBadFile, IsRefusedAtItsPath) {
