@@ -681,7 +681,7 @@ void TestSetupPanels::explanationAndDiagramFollowTheChoiceAtOnce() {
     QCOMPARE(w.strategyPanel()->explanation(), paralab::ui::StrategyPanel::explain("ddp"));
 }
 
-// "Devices = dp · cp · tp · pp" sets the device count to the mesh's product: a refused mesh is
+// "Devices = dp · tp · pp" (hybrid's mesh axes) sets the device count to the mesh's product: a refused mesh is
 // taken, the Devices tab shows the count, and Start can start it.
 void TestSetupPanels::devicesButtonFitsTheMesh() {
     MainWindow w;

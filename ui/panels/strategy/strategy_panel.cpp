@@ -29,6 +29,9 @@ namespace paralab::ui {
 
 namespace {
 
+// The mesh's axes, as strategy options, in the order a mesh names them.
+constexpr const char* kMeshAxes[] = {"dp", "cp", "tp", "pp"};
+
 using config::OptionKind;
 using config::OptionSpec;
 using config::OptionValue;
@@ -131,7 +134,7 @@ StrategyPanel::StrategyPanel(QWidget* parent)
     m_generalError->setStyleSheet(QStringLiteral("color: #c0392b"));
     m_generalError->hide();
     layout->addWidget(m_generalError);
-    m_fitDevices = new QPushButton(tr("Devices = dp · cp · tp · pp"));
+    m_fitDevices = new QPushButton;  // named by the chosen strategy's mesh axes (showOptionsFor)
     m_fitDevices->setObjectName(QStringLiteral("fitDevicesToMesh"));
     m_fitDevices->setToolTip(tr("Sets the device count to the mesh's product (devices of the first device's kind)"));
     connect(m_fitDevices, &QPushButton::clicked, this, &StrategyPanel::fitDevicesToMesh);
@@ -288,8 +291,12 @@ void StrategyPanel::showOptionsFor(const std::string& t) {
         m_form->setRowVisible(it.value(), visible);
     }
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler")), true);
-    // A strategy whose options are the mesh's axes sets its device count by them.
-    m_fitDevices->setVisible(d && d->option("dp") && d->option("tp"));
+    // A strategy whose options are mesh axes sets its device count to their product.
+    QStringList axes;
+    for (const char* axis : kMeshAxes)
+        if (d && d->option(axis)) axes << QString::fromLatin1(axis);
+    m_fitDevices->setText(tr("Devices = %1").arg(axes.join(QStringLiteral(" · "))));
+    m_fitDevices->setVisible(axes.size() > 1);
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler.delay_ms")), m_straggler->currentIndex() > 0);
     m_form->setRowVisible(m_rows.value(QStringLiteral("strategy.straggler.rotate")), m_straggler->currentIndex() > 0);
 }
@@ -381,7 +388,7 @@ void StrategyPanel::edited() {
 
 void StrategyPanel::fitDevicesToMesh() {
     int64_t product = 1;
-    for (const char* key : {"dp", "cp", "tp", "pp"})
+    for (const char* key : kMeshAxes)
         if (auto* box = qobject_cast<QSpinBox*>(m_editor.value(keyOf(key)))) product *= box->value();
     if (product < 1 || product > 1024) return;
     // Devices of the first device's kind ("cpu:" or "cuda:"), numbered from 0.
