@@ -24,11 +24,13 @@ LayerCost transformer_cost(const PlanLayer& l, int64_t input_numel, const LayerC
     const double linear = 2 * T * D * (2 * D + 2 * KV * D / H + routes * M * F + E), products = 4 * T * T * D;
     const double linear_s = x.gemm_s(b * linear / t, std::min(b * T, D / t));
     // The attention kernel is the layer's `kernel`, or where the file gives none the stack's
-    // (the framework planned for). Fused (FlashAttention-like): both
+    // (the framework planned for; ParaLab's engine picks by the layer's dropout). Fused (FlashAttention-like): both
     // products in one kernel at its own rate by head dimension, a causal mask's upper half
     // skipped, the scores never in memory (Dao et al. 2022). Materialized: two GEMMs at the
     // GEMM curve, the scores, softmax and dropout mask written and read.
-    const bool fused = l.attention_kernel < 0 ? x.c.stack.fused_attention : l.attention_kernel == 1;
+    const bool fused = l.attention_kernel >= 0        ? l.attention_kernel == 1
+                       : x.c.stack.engine_attention ? !l.attention_dropout
+                                                    : x.c.stack.fused_attention;
     const double head_dim = D / H, causal = fused && l.causal ? 0.5 : 1.0;
     const auto products_time = [&](double flops) {
         return fused ? x.attention_s(flops * causal, head_dim)

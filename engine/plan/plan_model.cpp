@@ -37,6 +37,7 @@ PlanModel plan_model(const config::Experiment& e) {
                 l.mlp_matrices = spec.mlp == "swiglu" ? 3 : 2;
                 l.causal = spec.causal;
                 l.attention_kernel = spec.attention_kernel.empty() ? -1 : spec.attention_kernel == "fused";
+                l.attention_dropout = spec.dropout > 0;
                 if (spec.type == "transformer_block" && spec.mlp == "moe") {
                     l.ffn = spec.expert_ffn;
                     l.mlp_matrices = 3;

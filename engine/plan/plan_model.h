@@ -23,6 +23,7 @@ struct PlanLayer {
     bool causal = true;
     // The attention's `kernel` in the file: 1 fused, 0 materialized, -1 not given (the stack's).
     int attention_kernel = -1;
+    bool attention_dropout = false;  // dropout on the attention probabilities
     // A mixture-of-experts MLP (mlp "moe"): ffn is each expert's width, and each token goes
     // through top_k of the experts and every shared one (0, 0, 0 for another MLP).
     int64_t experts = 0, top_k = 0, shared_experts = 0;

@@ -6,9 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/comm/device_mesh.h"
 #include "engine/plan/goodput.h"
 #include "engine/plan/layer_cost.h"
 #include "engine/plan/pipeline_sim.h"
+#include "engine/run/experiment_file.h"
 #include "engine/strategy/registry.h"
 #include "engine/strategy/stages.h"
 #include "engine/util/error.h"
@@ -80,6 +82,35 @@ struct ChunkCost {
 }  // namespace
 
 // ---- one prediction --------------------------------------------------------------------------
+
+namespace {
+
+// A stack whose devices follow ParaLab's own memory model: the most loaded device's bytes are
+// the Strategy tab's (strategy::estimate_memory of the mesh as hybrid's options, asked of the
+// layers on the meta device), its workspace the cluster's reserved bytes.
+void engine_memory(const config::Experiment& file, const Mesh& mesh, const Cluster& cluster, Prediction& p) {
+    config::Experiment e = file;
+    e.strategy = hybrid_options(mesh);
+    e.train.recompute = nn::recompute_name(mesh.recompute);
+    e.train.precision = precision_name(mesh.precision);
+    e.devices.assign(static_cast<size_t>(mesh.devices()), "cpu:0");
+    const strategy::ModelCost cost = strategy::model_cost(e, run::model_input_shape(e));
+    const std::vector<strategy::DeviceMemoryEstimate> devices = strategy::estimate_memory(e, cost);
+    const comm::DeviceMesh grid(comm::MeshShape{.dp = mesh.dp, .tp = mesh.tp, .pp = mesh.pp});
+    int64_t most = -1;
+    for (size_t k = 0; k < devices.size(); ++k) {
+        if (devices[k].total() <= most) continue;
+        most = devices[k].total();
+        for (size_t c = 0; c < kMemCategoryCount; ++c) p.memory[c] = static_cast<double>(devices[k].bytes[c]);
+        p.memory_stage = grid.coord(static_cast<int>(k), comm::Axis::pp);
+    }
+    p.memory[static_cast<size_t>(MemCategory::workspace)] += cluster.reserved_bytes;
+    p.memory_total = 0;
+    for (double b : p.memory) p.memory_total += b;
+}
+
+}  // namespace
+
 
 double parameter_bytes(const Mesh& mesh) { return mesh.precision == MatmulPrecision::fp32 ? 4 : 2; }
 
@@ -296,6 +327,7 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
     p.mfu = p.model_flops_per_step / (p.step_time_s * p.devices * x.peak);
     p.checkpoint_bytes = static_cast<double>(model.parameters) *
                          (parameter_bytes(mesh) + optimizer_state_bytes(mesh, k));
+    if (cluster.stack.engine_memory) engine_memory(e, mesh, cluster, p);
     p.memory_capacity = cluster.memory_bytes;
     p.fits = p.memory_total <= cluster.memory_bytes;
     return p;

@@ -22,12 +22,14 @@ Stack read_stack(const std::string& name, const nlohmann::json& j) {
     s.name = name;
     r.string("description", "");
     s.compute_efficiency = r.number("compute_efficiency", 1.0, 0.01, 1.0);
-    s.fused_attention =
-        r.choice("attention_kernel", "fused", {"fused", "materialized"}) == "fused";
+    const std::string kernel = r.choice("attention_kernel", "fused", {"fused", "materialized", "engine"});
+    s.fused_attention = kernel == "fused";
+    s.engine_attention = kernel == "engine";
     s.grad_reduce_fp32 = r.choice("grad_reduce_precision", "16bit", {"16bit", "fp32"}) == "fp32";
+    s.engine_memory = r.choice("memory_model", "published", {"published", "engine"}) == "engine";
     if (r.has("sources")) {
         run::JsonObjectReader sources(r.raw("sources"), name + ".sources");
-        for (const char* key : {"compute_efficiency", "attention_kernel", "grad_reduce_precision"})
+        for (const char* key : {"compute_efficiency", "attention_kernel", "grad_reduce_precision", "memory_model"})
             if (sources.has(key) && sources.string(key, "").empty())
                 sources.fail(key, "expected the source of " + std::string(key));
         sources.finish();

@@ -21,6 +21,7 @@
 #include "engine/plan/pipeline_sim.h"
 #include "engine/plan/planner.h"
 #include "engine/run/experiment_file.h"
+#include "engine/strategy/registry.h"
 #include "engine/util/error.h"
 
 using namespace paralab;
@@ -108,6 +109,49 @@ TEST(Planner, ParametersOfAKnownModel) {
     EXPECT_EQ(m.blocks, 2);
     EXPECT_EQ(m.seq_len, 32);
     EXPECT_EQ(m.layers.size(), 6u);
+}
+
+// The Plan tab and the Strategy tab ask one memory model: a plan with ParaLab's own stack gives
+// its most loaded device the bytes strategy::estimate_memory gives it for the same mesh, every
+// category (the published 16-bit figures of the other stacks differ: the test would see them).
+TEST(Planner, TheEngineStackAsksTheStrategyTabsMemoryModel) {
+    for (const json& options : {json{{"dp", 2}, {"tp", 2}, {"pp", 2}, {"zero", 1}, {"micro_batches", 2}},
+                                json{{"dp", 4}, {"tp", 1}, {"pp", 2}, {"zero", 3}, {"micro_batches", 1}},
+                                json{{"dp", 2}, {"tp", 2}, {"pp", 2}, {"schedule", "interleaved_1f1b"},
+                                     {"interleave", 2}, {"micro_batches", 4}, {"sequence_parallel", true}}}) {
+        SCOPED_TRACE(options.dump());
+        json strategy = options;
+        strategy["type"] = "hybrid";
+        json j = gpt_json(strategy, "fp32", "selective");
+        j["model"]["layers"][2]["repeat"] = 4;
+        j["devices"] = json::array();
+        for (int k = 0; k < 8; ++k) j["devices"].push_back("cpu:" + std::to_string(k));
+        const config::Experiment run = run::parse_experiment(j);
+        const strategy::ModelCost cost = strategy::model_cost(run, run::model_input_shape(run));
+        const auto tab = strategy::estimate_memory(run, cost);
+        ASSERT_EQ(tab.size(), 8u);
+        size_t most = 0;
+        for (size_t k = 1; k < tab.size(); ++k)
+            if (tab[k].total() > tab[most].total()) most = k;
+
+        const plan::PlanFile f = plan_file(j);
+        plan::Cluster c = test_cluster(8);
+        c.stack = plan::stack_preset("paralab");
+        c.reserved_bytes = 1e6;
+        const plan::Prediction p = plan::predict(f.experiment, plan::plan_model(f.experiment), c, plan::mesh_of(f, 8));
+        ASSERT_EQ(p.skipped, "");
+        for (size_t m = 0; m < kMemCategoryCount; ++m) {
+            SCOPED_TRACE(mem_category_name(static_cast<MemCategory>(m)));
+            const double reserved = static_cast<MemCategory>(m) == MemCategory::workspace ? c.reserved_bytes : 0;
+            EXPECT_EQ(p.memory[m], static_cast<double>(tab[most].bytes[m]) + reserved);
+        }
+        EXPECT_EQ(p.memory_total, static_cast<double>(tab[most].total()) + c.reserved_bytes);
+        // The same numbers differ from a framework stack's published figures.
+        c.stack = plan::stack_preset("ideal");
+        const plan::Prediction framework =
+            plan::predict(f.experiment, plan::plan_model(f.experiment), c, plan::mesh_of(f, 8));
+        EXPECT_NE(framework.memory_total, p.memory_total);
+    }
 }
 
 TEST(Planner, MemoryOfAKnownModelByHand) {
