@@ -105,6 +105,19 @@ void collect_cuts(nn::Layer& layer, std::vector<Cut>& out) {
     for (nn::Layer* c : layer.children()) collect_cuts(*c, out);
 }
 
+std::vector<Cut> stage_cuts(const std::vector<nn::LayerSpec>& layers, size_t first, size_t last, const Shape& input,
+                            const std::string& loss, int n, bool sequence) {
+    nn::TensorShard shard{0, n, {}};
+    const auto never = [](const Tensor&) { throw Error("a stage built for its cuts computed"); };
+    shard.all_reduce = never;
+    if (sequence) shard.all_gather = shard.reduce_scatter = never;
+    const auto model = nn::Model::stage(layers, first, last, input, loss, DType::f32, detached_host_device(),
+                                        shard_preparer(layers, first, last, shard));
+    std::vector<Cut> out;
+    collect_cuts(model->net(), out);
+    return out;
+}
+
 namespace {
 
 // One contiguous run of numbers shared by the whole parameter and shard `r` of `n`.

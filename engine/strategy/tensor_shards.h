@@ -89,6 +89,12 @@ struct Cut {
 // The cut of each parameter of a built shard model, appended in parameters() order.
 void collect_cuts(nn::Layer& layer, std::vector<Cut>& out);
 
+// The cuts of the parameters of top-level layers [first, last) of `layers` (per-example input
+// `input`) split over `n` devices (`sequence`: with sequence parallelism), from a build of them
+// on the host that never computes: a stage none of this process's devices holds.
+std::vector<Cut> stage_cuts(const std::vector<nn::LayerSpec>& layers, size_t first, size_t last, const Shape& input,
+                            const std::string& loss, int n, bool sequence);
+
 // The shape of each of the n shards of a parameter of shape `whole`.
 Shape shard_shape(const Shape& whole, Cut cut, int n);
 
