@@ -344,9 +344,10 @@ TEST(DataParallelRuns, SpeedBalancingGivesTheStragglerFewerRows) {
     j["train"]["max_steps"] = 8;
     j["train"]["epochs"] = 3;  // 4 batches of 60 per epoch
     j["devices"] = devices(3);
-    // 40 ms: far above what a descheduled rank thread loses on a loaded 2-core machine (3 rank
-    // threads share it), so the timings that steer the split are the straggler's, not noise.
-    j["strategy"] = {{"type", "ddp"}, {"balance", "speed"}, {"straggler", {{"device", "cpu:1"}, {"delay_ms", 40}}}};
+    // 100 ms: far above what a descheduled rank thread loses on a loaded 2-core machine (3 rank
+    // threads and other programs share it), so the timings that steer the split are the
+    // straggler's, not noise.
+    j["strategy"] = {{"type", "ddp"}, {"balance", "speed"}, {"straggler", {{"device", "cpu:1"}, {"delay_ms", 100}}}};
     Samples balanced;
     ASSERT_EQ(run_it(j, &balanced).summary.status, "finished");
     EXPECT_EQ(balanced.rows["cpu:1"].front(), 20);  // even until the first measurement
