@@ -158,6 +158,7 @@ private slots:
     void smoothingStartsAtTheRawValue();
     void xAxisSwitchKeepsThePoints();
     void trainingPlotByWallTime();
+    void trainingPlotShowsAuxiliaryLosses();
     void memoryStacksAddUpToTheDeviceTotal();
     void memoryShowsTheStepsPeak();
     void breakdownIsTheMeanOfTheLastSteps();
@@ -303,6 +304,44 @@ void TestDashboard::xAxisSwitchKeepsThePoints() {
 // the time of the step it followed (also when it arrived first), a diverged step's NaN kept out
 // of the smoothed curve, the learning-rate strip on the same x, and the controls in step with
 // the slots.
+// A mixture of experts' auxiliary losses are their own series in the Training tab: per step the
+// sum over its layers of the load-balancing and z-losses (what they added to the loss), in the
+// legend only for a model that has them, and placed again by wall time.
+void TestDashboard::trainingPlotShowsAuxiliaryLosses() {
+    paralab::ui::LossPlotPanel panel;
+    auto* plot = panel.findChild<QCustomPlot*>();
+    QVERIFY(plot);
+    QCPGraph* aux = nullptr;
+    for (int i = 0; i < plot->graphCount(); ++i)
+        if (plot->graph(i)->name().startsWith("auxiliary losses")) aux = plot->graph(i);
+    QVERIFY(aux);
+    panel.addSteps(globalRecords(1, 3));  // a model without experts
+    QCOMPARE(panel.auxPointCount(), 0);
+    QVERIFY(!plot->legend->hasItemWithPlottable(aux));
+    panel.clear();
+    QVector<paralab::config::StepRecord> steps = globalRecords(1, 4);
+    for (auto& r : steps) {
+        paralab::config::MoERecord a, b;
+        a.layer = "model.layers[1] (transformer_block 1 of 2).mlp.moe";
+        b.layer = "model.layers[1] (transformer_block 2 of 2).mlp.moe";
+        a.aux_loss = 0.01 * static_cast<double>(r.step);
+        a.router_z_loss = 0.001;
+        b.aux_loss = 0.02;
+        r.moe = {a, b};
+    }
+    panel.addSteps(steps);
+    QCOMPARE(panel.auxPointCount(), 4);
+    QVERIFY(plot->legend->hasItemWithPlottable(aux));
+    QVERIFY(std::abs(aux->data()->at(2)->value - (0.03 + 0.001 + 0.02)) < 1e-12);
+    QCOMPARE(aux->data()->at(2)->key, 3.0);
+    panel.setXAxis(paralab::ui::LossPlotPanel::XAxis::WallTime);
+    QCOMPARE(panel.auxPointCount(), 4);
+    QVERIFY(std::abs(aux->data()->at(2)->key - 0.036) < 1e-12);
+    panel.clear();
+    QCOMPARE(panel.auxPointCount(), 0);
+    QVERIFY(!plot->legend->hasItemWithPlottable(aux));
+}
+
 void TestDashboard::trainingPlotByWallTime() {
     paralab::ui::LossPlotPanel panel;
     auto* plot = panel.findChild<QCustomPlot*>();
@@ -1052,6 +1091,9 @@ void TestDashboard::screenshots() {
     QCOMPARE(finished.count(), 0);  // still running: the picture is of a live run
     QTest::qWait(300);
     QVERIFY(w.grab().save(QDir(dir).filePath("screenshot-dashboard.png")));
+    w.viewTabs()->setCurrentIndex(0);  // the Training tab
+    QTest::qWait(300);
+    QVERIFY(w.grab().save(QDir(dir).filePath("screenshot-training.png")));
     w.viewTabs()->setCurrentWidget(w.timeline());
     QTest::qWait(300);
     QVERIFY(w.grab().save(QDir(dir).filePath("screenshot-timeline.png")));

@@ -26,6 +26,7 @@ const QColor kTrainColor(31, 119, 180);
 const QColor kTestLossColor(214, 39, 40);
 const QColor kAccuracyColor(44, 160, 44);
 const QColor kLearningRateColor(148, 103, 189);  // matplotlib's fifth
+const QColor kAuxColor(255, 127, 14);            // matplotlib's second
 // TensorBoard's default smoothing: the trend is readable, yet lags only ~10 steps.
 constexpr double kSmoothing = 0.9;
 }  // namespace
@@ -71,6 +72,13 @@ LossPlotPanel::LossPlotPanel(QWidget* parent)
     m_trainSmooth = new DecimatedGraph(m_plot->xAxis, m_plot->yAxis);
     m_trainSmooth->setName(tr("training loss (smoothed)"));
     m_trainSmooth->setPen(QPen(kTrainColor, 2));
+
+    // Part of the training loss above (added to it by each mixture-of-experts layer), shown only
+    // for a model that has one.
+    m_aux = new DecimatedGraph(m_plot->xAxis, m_plot->yAxis);
+    m_aux->setName(tr("auxiliary losses (load balance + router z, in the loss)"));
+    m_aux->setPen(QPen(kAuxColor, 1.5));
+    m_aux->removeFromLegend();
 
     m_testLoss = m_plot->addGraph();
     m_testLoss->setName(tr("test loss"));
@@ -142,6 +150,8 @@ LossPlotPanel::LossPlotPanel(QWidget* parent)
 void LossPlotPanel::clear() {
     m_train->clearPoints();
     m_trainSmooth->clearPoints();
+    m_aux->clearPoints();
+    m_aux->removeFromLegend();
     m_learningRate->clearPoints();
     m_maxLearningRate = 0;
     m_ema = m_emaWeight = 0;
@@ -160,9 +170,16 @@ void LossPlotPanel::addSteps(const QVector<config::StepRecord>& steps) {
     if (steps.isEmpty()) return;
     for (const auto& s : steps) {
         TrainingPoint p{static_cast<double>(s.step), s.wall_s, s.loss,
-                        std::numeric_limits<double>::quiet_NaN(), s.lr};
+                        std::numeric_limits<double>::quiet_NaN(), s.lr, std::numeric_limits<double>::quiet_NaN()};
         const double key = keyOf(p.step, p.wall);
         m_train->append(key, s.loss);
+        if (!s.moe.empty()) {
+            p.aux = 0;
+            for (const config::MoERecord& m : s.moe) p.aux += m.aux_loss + m.router_z_loss;
+            if (m_aux->dataCount() == 0) m_aux->addToLegend();
+            m_aux->append(key, p.aux);
+            if (std::isfinite(p.aux)) includeLoss(p.aux);
+        }
         m_learningRate->append(key, s.lr);
         if (std::isfinite(s.lr)) m_maxLearningRate = std::max(m_maxLearningRate, s.lr);
         // The step that ends a diverging run carries an infinite or NaN loss: plotted as a
@@ -204,7 +221,7 @@ double LossPlotPanel::wallAtStep(double step) const {
 }
 
 void LossPlotPanel::replaceTrainingCurves() {
-    QVector<QCPGraphData> raw, smooth, lr;
+    QVector<QCPGraphData> raw, smooth, lr, aux;
     raw.reserve(m_points.size());
     smooth.reserve(m_points.size());
     lr.reserve(m_points.size());
@@ -213,11 +230,13 @@ void LossPlotPanel::replaceTrainingCurves() {
         raw.append({key, p.loss});
         lr.append({key, p.lr});
         if (std::isfinite(p.smoothed)) smooth.append({key, p.smoothed});
+        if (!std::isnan(p.aux)) aux.append({key, p.aux});
     }
     // Steps arrive in order; wall times do too, but a merged job's are not promised to.
     const bool sorted = m_xAxis == XAxis::Step;
     m_train->setPoints(raw, sorted);
     m_trainSmooth->setPoints(smooth, sorted);
+    m_aux->setPoints(aux, sorted);
     m_learningRate->setPoints(lr, sorted);
 }
 
@@ -275,6 +294,7 @@ void LossPlotPanel::setLogarithmicLoss(bool on) {
 }
 
 int LossPlotPanel::pointCount() const { return m_train->dataCount(); }
+int LossPlotPanel::auxPointCount() const { return m_aux->dataCount(); }
 int LossPlotPanel::evalPointCount() const { return m_testLoss->dataCount(); }
 
 bool LossPlotPanel::exportTo(const QString& path) {

@@ -1,4 +1,5 @@
-// Training loss per step, and test loss / accuracy at each evaluation, on one QCustomPlot, with
+// Training loss per step (and, for a mixture of experts, the auxiliary losses it includes), and
+// test loss / accuracy at each evaluation, on one QCustomPlot, with
 // the learning rate in a strip under it; by optimizer step or by wall time (the controls above
 // the plot: X axis, log loss, export). Under the plot, for a text model, the text its latest
 // evaluation generated (TextSamplePanel).
@@ -40,14 +41,15 @@ public:
     void addSteps(const QVector<config::StepRecord>& steps);
     void addEval(const config::EvalResult& eval);
     int pointCount() const;        // training-loss points (one per step)
+    int auxPointCount() const;     // auxiliary-loss points (one per step of a mixture of experts)
     int evalPointCount() const;    // test-loss points
     TextSamplePanel* textSample() const { return m_textSample; }
     bool logarithmicLoss() const { return m_logLoss; }
     XAxis xAxis() const { return m_xAxis; }
     // PNG or PDF by the file's suffix; false when the file cannot be written.
     bool exportTo(const QString& path);
-    // The plot's curves as CSV (series,x_axis,x,y_axis,y): training loss raw and smoothed, test
-    // loss and accuracy.
+    // The plot's curves as CSV (series,x_axis,x,y_axis,y): training loss raw and smoothed, the
+    // auxiliary losses, test loss and accuracy.
     bool exportCsv(const QString& path) const;
     QVector<PlotExport> plotExports();
 
@@ -71,6 +73,7 @@ private:
     struct TrainingPoint {
         double step, wall, loss, smoothed;  // smoothed: NaN where the loss is not finite
         double lr;
+        double aux;  // the mixture-of-experts layers' load-balancing and z-losses (NaN: none)
     };
     struct EvalPoint {
         double step, loss;
@@ -82,6 +85,7 @@ private:
     QCustomPlot* m_plot;
     DecimatedGraph* m_train;
     DecimatedGraph* m_trainSmooth;  // the trend through the per-step noise
+    DecimatedGraph* m_aux;          // the auxiliary losses inside the training loss
     QCPAxisRect* m_lrRect;          // the learning-rate strip
     DecimatedGraph* m_learningRate;
     double m_maxLearningRate = 0;
