@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from llama_torch import LLAMA_T, CharLlama
+from llama_torch import LLAMA_T, MOE_CHAR, CharLlama
 
 # model -> (batch, steps, warm-up), as in bench/model_bench.cpp
 CASES = {
@@ -39,6 +39,7 @@ CASES = {
     "lstm": (64, 24, 3),
     "gpt-char": (12, 40, 5),
     "llama-char": (12, 40, 5),
+    "moe-char": (16, 40, 5),
 }
 # The ddp rows: the MLP under torch's DistributedDataParallel in 2 processes (gloo over the
 # loopback, 1 thread each), global batch -> (steps, warm-up), as paralab's mlp-ddp2 rows.
@@ -125,7 +126,7 @@ class CharGPT(nn.Module):
 
 
 def is_token_model(model):
-    return model in ("gpt-char", "llama-char")
+    return model in ("gpt-char", "llama-char", "moe-char")
 
 
 def make_optimizer(model, params):
@@ -149,6 +150,8 @@ def make(model):
         return CharGPT(), (GPT_T,)
     if model == "llama-char":
         return CharLlama(), (LLAMA_T,)
+    if model == "moe-char":  # dropless, without the auxiliary loss ParaLab also computes
+        return CharLlama(**MOE_CHAR), (LLAMA_T,)
     raise ValueError(model)
 
 
@@ -286,7 +289,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies the step counts")
-    ap.add_argument("--models", default="mlp,lenet,lstm,gpt-char,llama-char,mlp-ddp2,mlp-ddp2-b256")
+    ap.add_argument("--models", default="mlp,lenet,lstm,gpt-char,llama-char,moe-char,mlp-ddp2,mlp-ddp2-b256")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]

@@ -52,6 +52,10 @@ const std::vector<ModelCase>& cases() {
         {"gpt-char", "char GPT (the gpt-char example), 4 blocks D 128, T 64, AdamW, random bytes", 12, 40, 5},
         {"llama-char", "char Llama (the llama-char example), 4 blocks D 128, 8 heads, 2 kv heads, T 64, AdamW, random bytes",
          12, 40, 5},
+        {"moe-char",
+         "char mixture of experts (the moe-char example), 2 blocks D 64, 8 experts top 2 + 1 shared, T 64, AdamW, "
+         "random bytes",
+         16, 40, 5},
         {"mlp-ddp2", "the MLP, ddp on cpu:0,cpu:1 (1 thread each), global batch 128 = 64 per device", 128,
          80, 8, 2},
         {"mlp-ddp2-b256", "the MLP, ddp on cpu:0,cpu:1 (1 thread each), global batch 256 = 128 per device",
@@ -63,13 +67,15 @@ const std::vector<ModelCase>& cases() {
 }
 
 bool is_mlp(const std::string& model) { return model.rfind("mlp", 0) == 0; }
-bool is_token_model(const std::string& model) { return model == "gpt-char" || model == "llama-char"; }
+bool is_token_model(const std::string& model) {
+    return model == "gpt-char" || model == "llama-char" || model == "moe-char";
+}
 
 const ModelCase& find_case(const std::string& model) {
     for (const auto& c : cases())
         if (model == c.name) return c;
     throw ConfigError("model bench: unknown model '" + model +
-                      "' (mlp, lenet, lstm, gpt-char, llama-char, mlp-ddp2, mlp-ddp2-b256, mlp-zero2)");
+                      "' (mlp, lenet, lstm, gpt-char, llama-char, moe-char, mlp-ddp2, mlp-ddp2-b256, mlp-zero2)");
 }
 
 json layer(const char* type) { return {{"type", type}}; }
@@ -116,6 +122,14 @@ json model_bench_experiment(const std::string& model, const std::string& data_pa
                                   {{"type", "transformer_block"}, {"heads", 4}, {"ffn", 512}, {"repeat", 4}},
                                   layer("layernorm"),
                                   {{"type", "linear"}, {"out", 256}}});
+        else if (model == "moe-char")  // resources/examples/moe-char.paralab.json
+            layers = json::array({{{"type", "embedding"}, {"vocab", 256}, {"dim", 64}},
+                                  {{"type", "transformer_block"}, {"heads", 4}, {"kv_heads", 2}, {"position", "rope"},
+                                   {"norm", "rmsnorm"}, {"mlp", "moe"}, {"experts", 8}, {"top_k", 2},
+                                   {"expert_ffn", 96}, {"shared_experts", 1}, {"aux_loss", 0.01}, {"bias", false},
+                                   {"repeat", 2}},
+                                  layer("rmsnorm"),
+                                  {{"type", "linear"}, {"out", 256}, {"bias", false}}});
         else  // resources/examples/llama-char.paralab.json
             layers = json::array({{{"type", "embedding"}, {"vocab", 256}, {"dim", 128}},
                                   {{"type", "transformer_block"}, {"heads", 8}, {"kv_heads", 2}, {"ffn", 384},

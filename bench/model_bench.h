@@ -14,6 +14,10 @@
 //   llama-char  resources/examples/llama-char.paralab.json: byte embedding 256 x 128, 4 x
 //           transformer_block (8 heads, 2 kv heads, RoPE, RMSNorm, SwiGLU ffn 384, no bias),
 //           rmsnorm, linear 256 without bias; otherwise as gpt-char
+//   moe-char  resources/examples/moe-char.paralab.json: byte embedding 256 x 64, 2 x
+//           transformer_block (4 heads, 2 kv heads, RoPE, RMSNorm, a mixture of 8 SwiGLU
+//           experts of width 96, top 2, one shared, aux_loss 0.01, no bias), rmsnorm, linear
+//           256 without bias; batch 16, AdamW lr 1e-3, otherwise as gpt-char
 //   mlp-ddp2, mlp-ddp2-b256   the MLP with ddp on cpu:0 and cpu:1, 1 compute thread each, global
 //           batch 128 (64 per device) and 256 (128 per device, the single device's batch);
 //           their note gives samples/s over the 1-thread single-device MLP's (the goal: >= 1.6)

@@ -218,9 +218,9 @@ bench::ModelBenchOptions model_options(const BenchArgs& a) {
 // scale), or on one GPU (no thread count, no sgemm column).
 void print_models(const std::vector<bench::ModelTiming>& rows, int rounds, const std::string& device) {
     const bool cpu = device == "cpu";
-    std::printf("\nModels: one %s device, SGD momentum (gpt-char: AdamW), optimizer step included, warm-up "
+    std::printf("\nModels: one %s device, SGD momentum (the text models: AdamW), optimizer step included, warm-up "
                 "steps left out, fastest of %d round%s;\nGFLOP/s = 3 x forward FLOPs x samples/s; "
-                "tokens/s (gpt-char) = samples/s x 64",
+                "tokens/s (the text models) = samples/s x 64",
                 cpu ? "CPU" : device.c_str(), rounds, rounds == 1 ? "" : "s");
     if (cpu)
         std::printf("; sgemm = a 1024^3 GEMM at the same thread count (%s; OpenBLAS kernel %s)",
