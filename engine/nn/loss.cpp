@@ -108,6 +108,11 @@ Tensor Loss::backward() {
     return backward_impl();
 }
 
+void Loss::release() {
+    m_has_forward = false;
+    release_impl();
+}
+
 void Loss::shape_mismatch(const Tensor& pred, const Tensor& target,
                           const std::string& expected) const {
     throw_mismatch(m_name, pred.shape(), target.shape(), expected);

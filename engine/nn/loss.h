@@ -27,6 +27,8 @@ public:
     double forward(const Tensor& pred, const Tensor& target, int64_t denominator = 0);
     // d loss / d pred for the last forward: a new activation tensor shaped like pred.
     Tensor backward();
+    // Drops what the last forward kept for backward (an evaluation's loss, once read).
+    void release();
 
     // "cross_entropy", "mse": the experiment file's name.
     const std::string& name() const { return m_name; }
@@ -49,6 +51,7 @@ protected:
     // pred and target are defined f32/f64 tensors with a batch dim; denominator > 0.
     virtual double forward_impl(const Tensor& pred, const Tensor& target, int64_t denominator) = 0;
     virtual Tensor backward_impl() = 0;
+    virtual void release_impl() = 0;
     virtual void stage_impl(const Tensor& target, const Shape& pred_shape, DType pred_dtype, Device& device,
                             Tensor& staged) = 0;
     // The sum the loss divides, at a device double, and what it divides it by.
@@ -80,6 +83,10 @@ public:
 protected:
     double forward_impl(const Tensor& pred, const Tensor& target, int64_t denominator) override;
     Tensor backward_impl() override;
+    void release_impl() override {
+        m_probs = Tensor();
+        m_ids.clear();
+    }
     void stage_impl(const Tensor& target, const Shape& pred_shape, DType pred_dtype, Device& device,
                     Tensor& staged) override;
     QueuedSum queue_impl(const Tensor& pred, const Tensor& staged, int64_t denominator) override;
@@ -101,6 +108,7 @@ public:
 protected:
     double forward_impl(const Tensor& pred, const Tensor& target, int64_t denominator) override;
     Tensor backward_impl() override;
+    void release_impl() override { m_pred = m_target = Tensor(); }
     void stage_impl(const Tensor& target, const Shape& pred_shape, DType pred_dtype, Device& device,
                     Tensor& staged) override;
     QueuedSum queue_impl(const Tensor& pred, const Tensor& staged, int64_t denominator) override;

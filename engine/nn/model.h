@@ -83,7 +83,13 @@ public:
     void set_recompute(Recompute r);
 
     // x: [B, ...input] -> [B, ...output]
-    Tensor forward(const Tensor& x, Mode mode) { return m_net->forward(x, mode); }
+    // In eval mode nothing is kept for a backward that never comes (an evaluation between steps
+    // leaves no tensors behind).
+    Tensor forward(const Tensor& x, Mode mode) {
+        Tensor y = m_net->forward(x, mode);
+        if (mode == Mode::eval) m_net->release_saved();
+        return y;
+    }
     // Back-propagates d loss / d output through every layer (accumulating parameter gradients).
     void backward(const Tensor& dy) { m_net->backward(dy); }
 

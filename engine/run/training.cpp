@@ -115,6 +115,18 @@ config::EvalResult evaluate(const std::function<Tensor(const Tensor&)>& predict,
                     const data::Dataset& test, int64_t batch_size, const RunContext& ctx) {
     config::EvalResult r;
     if (test.size() == 0) return r;
+    // What the evaluation allocates on `device` is not training's memory: it is freed (the
+    // loss's kept probabilities too) and left out of the run's and the step's peaks.
+    const MemoryStats before = device.allocator().stats();
+    struct Restore {
+        Device& device;
+        nn::Loss& loss;
+        const MemoryStats& before;
+        ~Restore() {
+            loss.release();
+            device.allocator().restore_peak(before);
+        }
+    } restore{device, loss, before};
     data::DataLoader::Options opt;
     opt.batch_size = batch_size;
     opt.shuffle = false;

@@ -1,5 +1,7 @@
 #include "engine/tensor/allocator.h"
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <string>
 
@@ -146,6 +148,20 @@ void Allocator::begin_step() {
     std::lock_guard lock(m_mutex);
     m_stats.step_peak_total = m_stats.current_total;
     m_stats.at_step_peak = m_stats.current;
+}
+
+void Allocator::restore_peak(const MemoryStats& before) {
+    std::lock_guard lock(m_mutex);
+    MemoryStats& s = m_stats;
+    for (size_t c = 0; c < kMemCategoryCount; ++c) s.peak[c] = std::max(before.peak[c], s.current[c]);
+    s.peak_total = std::max(before.peak_total, s.current_total);
+    if (before.step_peak_total >= s.current_total) {
+        s.step_peak_total = before.step_peak_total;
+        s.at_step_peak = before.at_step_peak;
+    } else {
+        s.step_peak_total = s.current_total;
+        s.at_step_peak = s.current;
+    }
 }
 
 void Allocator::release_cached() {

@@ -68,6 +68,9 @@ public:
     // A training step starts: its high-water mark (step_peak_total, at_step_peak) starts again
     // from what is live now. The run's peak (peak_total) is not touched.
     void begin_step();
+    // The high-water marks (the run's and the step's) as they were at `before` (or what is live
+    // now, when more): what ran since — an evaluation between steps — is not training's memory.
+    void restore_peak(const MemoryStats& before);
     // Returns cached blocks to the system.
     void release_cached();
     // 0 = unlimited. A virtual device may be given a budget so that out-of-memory can be taught.

@@ -3,6 +3,7 @@
 // changing the result, and fails or stops cleanly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -183,6 +184,24 @@ TEST(Training, AStopEndsTheStragglersSleep) {
     stop = false;
     strategy::Rank quick(0, ctx);
     EXPECT_TRUE(quick.straggle());  // no stop: the whole delay
+}
+
+// Evaluation between steps is not training's memory: what it allocates (the batch, the output,
+// the loss's probabilities) is freed, every step after it peaks where the steps before it did,
+// and the run's peak is the highest step's.
+TEST(Training, EvaluationDoesNotMoveAStepsPeak) {
+    struct Peaks : run::RunObserver {
+        std::vector<int64_t> step_peak;
+        void on_step(const config::StepRecord& r) override { step_peak.push_back(r.memory.step_peak_total); }
+    } rec;
+    json j = spirals_mlp();
+    j["train"]["max_steps"] = 8;
+    j["train"]["eval_every"] = 2;
+    const auto s = run::run_experiment(run::parse_experiment(j), &rec, nullptr);
+    ASSERT_EQ(s.status, "finished");
+    ASSERT_EQ(rec.step_peak.size(), 8u);
+    for (size_t k = 2; k < 8; ++k) EXPECT_EQ(rec.step_peak[k], rec.step_peak[1]) << "step " << k + 1;
+    EXPECT_EQ(s.peak_memory_bytes.at("cpu:0"), *std::max_element(rec.step_peak.begin(), rec.step_peak.end()));
 }
 
 // A stop that comes after the last step, during the evaluation after training, is honoured:
