@@ -80,9 +80,10 @@ int64_t sequence_length(const Layer& layer, const TensorShard& s, const Shape& i
 // per-sample input is those 2C rows, the first chunk's then the second's; RoPE and the causal
 // mask use their positions in the whole sequence. `comm`:
 //   ring:       each device's keys and values (of its kv_heads, RoPE applied) go round the
-//               devices by `send_recv`, attention computed against each block as it comes and
-//               merged by log-sum-exp (kernels/cpu/attention.h, attention_merge); backward sends
-//               them round again with their gradients, which arrive at their owner at the end.
+//               devices by `send` and `recv`, attention computed against each block while the
+//               next is on its way, the blocks merged by log-sum-exp (kernels/cpu/attention.h,
+//               attention_merge); backward sends them round again with their gradients, which
+//               arrive at their owner at the end.
 //   all_gather: `all_gather` gives every device every device's keys and values (in forward and
 //               again in backward), `reduce_scatter` sums their gradients back to their owners.
 // The fused kernel only, on cpu devices.
@@ -91,9 +92,11 @@ struct ContextShard {
     int rank = 0;
     int world = 1;
     Comm comm = Comm::ring;
-    // ring: sends `send` to device rank + 1 and receives `recv` (of the same shape) from device
-    // rank − 1, modulo world.
-    std::function<void(const Tensor& send, const Tensor& recv)> send_recv{};
+    // ring: `send` hands a tensor to device rank + 1 and returns without waiting for it (the
+    // communicator's eager send); `recv` fills a tensor of the same shape from device rank − 1,
+    // waiting for it (modulo world). A device sends a block, computes, then receives the next.
+    std::function<void(const Tensor&)> send{};
+    std::function<void(const Tensor&)> recv{};
     // all_gather, both in place over a buffer of `world` equal chunks (the communicator's layout):
     // all_gather fills every chunk from chunk `rank` of each device; reduce_scatter leaves in
     // chunk `rank` the sum over the devices of that chunk (the rest unspecified).

@@ -195,11 +195,14 @@ Tensor Attention::context_forward(Tensor compact) {
             });
         };
         if (ring) {
-            // Step r holds device rank − r's keys and values, and passes them on.
+            // Step r holds device rank − r's keys and values: passes them on, computes against
+            // them, and takes the next block (sent before the previous device computed).
             Tensor held = kv, next = arriving;
             for (int r = 0; r < world; ++r) {
-                if (r + 1 < world) m_cp.send_recv(held, next);
+                const bool more = r + 1 < world;
+                if (more) m_cp.send(held);
                 against(held.data<F>(), (rank - r + world) % world);
+                if (more) m_cp.recv(next);
                 std::swap(held, next);
             }
         } else {
@@ -261,9 +264,12 @@ Tensor Attention::context_backward(const Tensor& dheads) {
             Tensor held = kv, next = arriving, dheld = dkv, dnext = darriving;
             std::fill_n(dheld.data<F>(), dheld.numel(), F(0));
             for (int r = 0; r < world; ++r) {
+                const bool more = r + 1 < world;
+                if (more) m_cp.send(held);
                 against(held.data<F>(), dheld.data<F>(), (rank - r + world) % world);
-                if (r + 1 < world) m_cp.send_recv(held, next);
-                m_cp.send_recv(dheld, dnext);
+                m_cp.send(dheld);
+                if (more) m_cp.recv(next);
+                m_cp.recv(dnext);
                 std::swap(held, next);
                 std::swap(dheld, dnext);
             }

@@ -419,10 +419,8 @@ struct CpResult {
 // The ring's and the gather's exchanges over a rank of an in-process group.
 nn::ContextShard context_shard(comm::Communicator& c, nn::ContextShard::Comm mode) {
     nn::ContextShard s{c.rank(), c.world(), mode};
-    s.send_recv = [&c](const Tensor& send, const Tensor& recv) {
-        c.send(send.raw(), send.numel(), send.dtype(), (c.rank() + 1) % c.world());
-        c.recv(recv.raw(), recv.numel(), recv.dtype(), (c.rank() + c.world() - 1) % c.world());
-    };
+    s.send = [&c](const Tensor& t) { c.send(t.raw(), t.numel(), t.dtype(), (c.rank() + 1) % c.world()); };
+    s.recv = [&c](const Tensor& t) { c.recv(t.raw(), t.numel(), t.dtype(), (c.rank() + c.world() - 1) % c.world()); };
     s.all_gather = [&c](const Tensor& t) { c.all_gather(t.raw(), t.numel(), t.dtype()); };
     s.reduce_scatter = [&c](const Tensor& t) { c.reduce_scatter(t.raw(), t.numel(), t.dtype(), comm::ReduceOp::sum); };
     return s;
