@@ -531,6 +531,101 @@ INSTANTIATE_TEST_SUITE_P(
                std::to_string(a.T);
     });
 
+// Context and tensor parallelism together, cp 2 · tp 2 on four threads: each tensor rank computes
+// its heads of its context rank's rows (the keys and values of its kv_heads going round the
+// context ring), and gives the single device's rows; each parameter slice's gradient summed
+// over the context ranks is the single device's slice.
+TEST_F(LlamaTest, ContextParallelAttentionComposesWithTensorParallelHeads) {
+    const int64_t B = 2, T = 16, D = 16, H = 4, KV = 2, hd = D / H;
+    const int cp = 2, tp = 2;
+    auto whole = built(std::make_unique<nn::Attention>(attn(H, KV, true, true)), Shape{T, D});
+    whole->zero_grad();
+    const Tensor x = random(Shape{B, T, D}, 33), dy = random(Shape{B, T, D}, 34);
+    const Tensor y = whole->forward(x, Mode::train).clone(MemCategory::activations);
+    const Tensor dx = whole->backward(dy).clone(MemCategory::activations);
+    const auto wp = whole->parameters();  // qkv.weight, qkv.bias, proj.weight, proj.bias
+    // Tensor rank t's rows of the qkv projection: its heads of q, of k and of v.
+    const auto qkv_row = [&](int t, int64_t r) {
+        const int64_t q = H / tp * hd, kv = KV / tp * hd;
+        if (r < q) return t * q + r;
+        if (r < q + kv) return H * hd + t * kv + (r - q);
+        return (H + KV) * hd + t * kv + (r - q - kv);
+    };
+    std::vector<std::unique_ptr<comm::LocalGroup>> tp_groups, cp_groups;
+    for (int g = 0; g < cp; ++g) tp_groups.push_back(std::make_unique<comm::LocalGroup>(tp));
+    for (int g = 0; g < tp; ++g) cp_groups.push_back(std::make_unique<comm::LocalGroup>(cp));
+    std::vector<CpResult> out(static_cast<size_t>(cp * tp));
+    for (int k = 0; k < cp * tp; ++k) {
+        CpResult& res = out[static_cast<size_t>(k)];
+        res.device = make_cpu_device(k);
+        res.x = on(nn::context_slice(x, k / tp, cp), *res.device);
+        res.dy = on(nn::context_slice(dy, k / tp, cp), *res.device);
+    }
+    std::vector<std::exception_ptr> errors(out.size());
+    std::vector<std::thread> threads;
+    for (int k = 0; k < cp * tp; ++k)
+        threads.emplace_back([&, k] {
+            const int t = k % tp, c = k / tp;
+            try {
+                CpResult& res = out[static_cast<size_t>(k)];
+                comm::Communicator& tg = tp_groups[static_cast<size_t>(c)]->rank(t);
+                auto layer = std::make_unique<nn::Attention>(attn(H, KV, true, true));
+                layer->set_tensor_shard(nn::TensorShard{
+                    t, tp, [&tg](const Tensor& v) { tg.all_reduce(v, comm::ReduceOp::sum); }});
+                layer->set_context_shard(context_shard(cp_groups[static_cast<size_t>(t)]->rank(c), Comm::ring));
+                layer->set_label("model.layers[1] (attention)", "model.layers[1]");
+                layer->build(Shape{T / cp, D}, DType::f64, *res.device);
+                const auto p = layer->parameters();
+                for (int64_t r = 0; r < p[0]->value.dim(0); ++r) {
+                    for (int64_t i = 0; i < D; ++i)
+                        p[0]->value.data<double>()[r * D + i] = wp[0]->value.data<double>()[qkv_row(t, r) * D + i];
+                    p[1]->value.data<double>()[r] = wp[1]->value.data<double>()[qkv_row(t, r)];
+                }
+                for (int64_t r = 0; r < D; ++r)
+                    for (int64_t i = 0; i < D / tp; ++i)
+                        p[2]->value.data<double>()[r * (D / tp) + i] = wp[2]->value.data<double>()[r * D + t * (D / tp) + i];
+                p[3]->value.copy_from(wp[3]->value);
+                layer->zero_grad();
+                res.y = layer->forward(res.x, Mode::train).clone(MemCategory::activations);
+                res.dx = layer->backward(res.dy).clone(MemCategory::activations);
+                for (nn::Param* q : p) res.grads.push_back(q->grad.clone(MemCategory::gradients));
+            } catch (...) {
+                errors[static_cast<size_t>(k)] = std::current_exception();
+                for (auto& g : tp_groups) g->abort("rank failed");
+                for (auto& g : cp_groups) g->abort("rank failed");
+            }
+        });
+    for (auto& th : threads) th.join();
+    for (const auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    for (int k = 0; k < cp * tp; ++k) {
+        const CpResult& d = out[static_cast<size_t>(k)];
+        const Tensor want_y = nn::context_slice(y, k / tp, cp), want_dx = nn::context_slice(dx, k / tp, cp);
+        for (int64_t i = 0; i < want_y.numel(); ++i)
+            ASSERT_NEAR(d.y.data<double>()[i], want_y.data<double>()[i], 1e-10) << "device " << k << " y " << i;
+        for (int64_t i = 0; i < want_dx.numel(); ++i)
+            ASSERT_NEAR(d.dx.data<double>()[i], want_dx.data<double>()[i], 1e-10) << "device " << k << " dx " << i;
+    }
+    // Each slice's gradient summed over the context ranks c of tensor rank t.
+    const auto summed = [&](int t, size_t p, int64_t i) {
+        double s = 0;
+        for (int c = 0; c < cp; ++c) s += out[static_cast<size_t>(c * tp + t)].grads[p].data<double>()[i];
+        return s;
+    };
+    for (int t = 0; t < tp; ++t) {
+        const int64_t rows = out[static_cast<size_t>(t)].grads[1].numel();
+        for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t i = 0; i < D; ++i)
+                ASSERT_NEAR(summed(t, 0, r * D + i), wp[0]->grad.data<double>()[qkv_row(t, r) * D + i], 1e-10);
+            ASSERT_NEAR(summed(t, 1, r), wp[1]->grad.data<double>()[qkv_row(t, r)], 1e-10);
+        }
+        for (int64_t r = 0; r < D; ++r)
+            for (int64_t i = 0; i < D / tp; ++i)
+                ASSERT_NEAR(summed(t, 2, r * (D / tp) + i), wp[2]->grad.data<double>()[r * D + t * (D / tp) + i], 1e-10);
+        for (int64_t i = 0; i < D; ++i) ASSERT_NEAR(summed(t, 3, i), wp[3]->grad.data<double>()[i], 1e-10);
+    }
+}
+
 // A device holds T / cp rows: its attention keeps 1 / cp of the single device's activations and
 // computes 1 / cp of its FLOPs; backward adds the keys and values in flight with their gradients.
 TEST_F(LlamaTest, ContextParallelAttentionHoldsItsShareOfActivationsAndFlops) {
