@@ -157,6 +157,7 @@ Shape Attention::build_impl(const Shape& input) {
     check_tensor_shard(*this, "heads", m_heads, m_shard.world);
     check_tensor_shard(*this, "kv_heads", m_kv_heads, m_shard.world);
     const bool seq = m_shard.sequence_parallel();
+    if (m_cp.on()) check_context_shard(input, seq);
     m_T = seq ? sequence_length(*this, m_shard, input) : input[0];
     m_D = input[1];
     m_H = m_heads / m_shard.world;
@@ -206,6 +207,10 @@ Tensor Attention::forward_impl(const Tensor& x_in, Mode mode) {
     const int64_t B = x_in.dim(0), H = m_H, T = m_T, Dh = m_D / m_heads;
     const Tensor x = sequence_enter(m_shard, x_in);
     m_qkv_out = m_qkv->forward(x, mode);
+    if (m_cp.on()) {
+        m_out = context_forward(m_qkv_out);
+        return m_proj->forward(m_out, mode);
+    }
     if (expands()) {
         const Tensor compact = m_qkv_out;
         m_qkv_out = new_activation(Shape{B, T, 3 * m_inner});
@@ -268,6 +273,11 @@ Tensor Attention::backward_impl(const Tensor& dy_out) {
     const int64_t B = dy.dim(0), H = m_H, T = m_T, Dh = m_D / m_heads;
     if (m_fused) {
         const Tensor dheads = m_proj->backward(dy);
+        if (m_cp.on()) {
+            const Tensor dcompact = context_backward(dheads);
+            m_out = m_lse = m_qkv_out = Tensor();
+            return m_qkv->backward(dcompact);
+        }
         Tensor dqkv = new_activation(Shape{B, T, 3 * m_inner});
         dispatch_float(dy.dtype(), [&]<class F>() {
             if (void* q = dy.queue())
@@ -327,12 +337,14 @@ Tensor Attention::contract_heads(const Tensor& dqkv) {
 
 // The projections, plus q k^T and the product with V: 2 T T D multiply-adds each (every head,
 // the masked half included, as the usual MFU accounting counts them), the softmax, and with
-// RoPE 3 per rotated number of q and k (two products and a sum).
+// RoPE 3 per rotated number of q and k (two products and a sum). With context parallelism this
+// device's T / cp queries against the T keys: 1 / cp of the whole.
 int64_t Attention::flops_impl() const {
     if (!built()) return 0;
     const int64_t projections = checked_sum(m_qkv->flops_per_sample(), m_proj->flops_per_sample(), "FLOPs");
-    const int64_t scores = checked_sum(checked_product({4, m_T, m_T, m_inner}, "FLOPs"),
-                                       checked_product({5, m_H, m_T, m_T}, "FLOPs"), "FLOPs");
+    const int64_t keys = m_T * m_cp.world;
+    const int64_t scores = checked_sum(checked_product({4, m_T, keys, m_inner}, "FLOPs"),
+                                       checked_product({5, m_H, m_T, keys}, "FLOPs"), "FLOPs");
     const int64_t rope = m_rope ? checked_product({3, m_T, m_H + m_KV, m_D / m_heads}, "FLOPs") : 0;
     return checked_sum(checked_sum(projections, scores, "FLOPs"), rope, "FLOPs");
 }
@@ -345,6 +357,29 @@ int64_t Attention::activations_impl() {
 
 int64_t Attention::saved_per_sample() const {
     return (m_fused ? m_H * m_T : scores_per_sample()) + 3 * m_T * m_inner;
+}
+
+int64_t Attention::backward_per_sample() const {
+    const int64_t gradients = 3 * m_T * m_inner;
+    if (!m_cp.on()) return gradients;
+    const int64_t kv = 2 * m_T * m_KV * (m_D / m_heads);  // this device's keys and values
+    const int64_t in_flight = m_cp.comm == ContextShard::Comm::ring ? 2 * kv : m_cp.world * kv;
+    return gradients + 2 * in_flight;
+}
+
+void Attention::check_context_shard(const Shape& input, bool sequence_parallel) {
+    const auto key = [&](const char* k) { return path().empty() ? std::string(k) : path() + "." + k; };
+    if (sequence_parallel)
+        throw ConfigError(key("attention"), label() + ": context parallelism does not run with sequence_parallel "
+                                                      "(both split the sequence); turn sequence_parallel off");
+    if (!m_fused)
+        throw ConfigError(key("kernel"), label() + ": context parallelism merges blocks of the fused kernel by "
+                                                   "their log-sum-exp; use kernel \"fused\" (and dropout 0)");
+    if (device().is_gpu())
+        throw ConfigError(key("attention"), label() + ": context parallelism's attention runs on cpu devices, "
+                                                      "and " + device().name() + " is a GPU");
+    // This device's rows are 2C of the sequence's T = 2C·cp.
+    m_positions = context_positions(input[0] * m_cp.world, m_cp.rank, m_cp.world, key("input"));
 }
 
 // ---- TransformerBlock ------------------------------------------------------------------------
@@ -433,6 +468,10 @@ Shape TransformerBlock::build_impl(const Shape& input) {
             static_cast<Dropout&>(body->at(mlp_end)).set_sequence_slice(m_shard.rank, m_shard.world);
         auto* attention = static_cast<Sequential*>(at(0).children().front());
         static_cast<Attention&>(attention->at(1)).set_tensor_shard(std::move(inner));
+    }
+    if (m_cp.on()) {
+        auto* attention = static_cast<Sequential*>(at(0).children().front());
+        static_cast<Attention&>(attention->at(1)).set_context_shard(m_cp);
     }
     const char* names[] = {"attention", "mlp"};
     for (size_t i = 0; i < 2; ++i) {

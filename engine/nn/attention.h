@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "engine/nn/dropout.h"
 #include "engine/nn/linear.h"
@@ -71,6 +73,56 @@ Tensor sequence_enter_backward(const TensorShard& s, const Tensor& dx);
 // "<layer path>" naming T and the device count when T does not divide.
 int64_t sequence_length(const Layer& layer, const TensorShard& s, const Shape& input);
 
+// Context parallelism (docs/strategies.md, "Context parallelism"), given to an attention or a
+// transformer_block before build: every sequence of T positions is cut into 2·world chunks of
+// C = T / (2·world), and device `rank` holds chunks rank and 2·world − 1 − rank (the zig-zag
+// split, which gives every device an equal share of the causal mask's work). The layer's
+// per-sample input is those 2C rows, the first chunk's then the second's; RoPE and the causal
+// mask use their positions in the whole sequence. `comm`:
+//   ring:       each device's keys and values (of its kv_heads, RoPE applied) go round the
+//               devices by `send` and `recv`, attention computed against each block while the
+//               next is on its way, the blocks merged by log-sum-exp (kernels/cpu/attention.h,
+//               attention_merge); backward sends them round again with their gradients, which
+//               arrive at their owner at the end.
+//   all_gather: `all_gather` gives every device every device's keys and values (in forward and
+//               again in backward), `reduce_scatter` sums their gradients back to their owners.
+// The fused kernel only, on cpu devices.
+struct ContextShard {
+    enum class Comm { ring, all_gather };
+    int rank = 0;
+    int world = 1;
+    Comm comm = Comm::ring;
+    // ring: `send` hands a tensor to device rank + 1 and returns without waiting for it (the
+    // communicator's eager send); `recv` fills a tensor of the same shape from device rank − 1,
+    // waiting for it (modulo world). A device sends a block, computes, then receives the next.
+    std::function<void(const Tensor&)> send{};
+    std::function<void(const Tensor&)> recv{};
+    // all_gather, both in place over a buffer of `world` equal chunks (the communicator's layout):
+    // all_gather fills every chunk from chunk `rank` of each device; reduce_scatter leaves in
+    // chunk `rank` the sum over the devices of that chunk (the rest unspecified).
+    std::function<void(const Tensor&)> all_gather{};
+    std::function<void(const Tensor&)> reduce_scatter{};
+
+    bool on() const { return world > 1; }
+};
+
+// The zig-zag split of sequences of T positions over `world` devices: the positions in the whole
+// sequence of device `rank`'s 2C rows, in its order. Throws ConfigError at `key` unless T divides
+// by 2·world.
+std::vector<int64_t> context_positions(int64_t T, int rank, int world, const std::string& key);
+// Device `rank`'s rows of x [B, T, ...] (a cpu tensor; T divisible by 2·world), in that order:
+// [B, 2T / (2·world), ...], a new activation tensor on x's device.
+Tensor context_slice(const Tensor& x, int rank, int world);
+
+// What one context-parallel forward computed, per sample and head: pairs of a query chunk and a
+// key chunk, `full` (every key visible) or `diagonal` (the same chunk under the causal mask, half
+// of it). Under the causal mask every device computes 2·world − 1 full and 2 diagonal pairs;
+// without it 4·world full ones.
+struct ContextWork {
+    int64_t full = 0, diagonal = 0;
+    bool operator==(const ContextWork&) const = default;
+};
+
 // How the attention computes softmax(q k^T / sqrt(hd)) v: `fused`, one pass per direction with
 // an online softmax and the probabilities never stored (kernels/cpu/attention.h); `materialized`,
 // the [T, T] probabilities stored between passes (what attention dropout needs); `automatic`,
@@ -115,6 +167,11 @@ public:
     // Before build only: this layer computes one shard of the heads (TensorShard).
     void set_tensor_shard(TensorShard shard) { m_shard = std::move(shard); }
     const TensorShard& tensor_shard() const { return m_shard; }
+    // Before build only: this layer holds one device's chunks of each sequence (ContextShard).
+    void set_context_shard(ContextShard shard) { m_cp = std::move(shard); }
+    const ContextShard& context_shard() const { return m_cp; }
+    // The chunk pairs the last context-parallel forward computed.
+    ContextWork context_work() const { return m_work; }
     // Selective recomputation (nn/recompute.h): in training, the probabilities (and their
     // dropout mask) are dropped after forward and computed again from q, k in backward.
     void set_recompute_scores(bool on) { m_recompute_scores = on; }
@@ -124,8 +181,10 @@ public:
     // (its output is the projection's input, kept there).
     int64_t saved_per_sample() const;
     // What its backward allocates beyond them that the memory model counts: the q, k, v
-    // gradients [T, 3D].
-    int64_t backward_per_sample() const { return 3 * m_T * m_inner; }
+    // gradients [T, 3D]; with context parallelism (T this device's rows) also the keys and
+    // values [T, 2 kv_heads hd] in flight with their gradients, twice (the block held and the one
+    // arriving) on a ring, of the whole sequence when gathered.
+    int64_t backward_per_sample() const;
     // Of those, the probabilities: what selective recomputation does not keep (none when fused).
     int64_t scores_per_sample() const { return m_fused ? 0 : (m_attn_drop ? 2 : 1) * m_H * m_T * m_T; }
 
@@ -146,6 +205,14 @@ private:
     // (expands()); the same tensor when nothing was expanded.
     Tensor contract_heads(const Tensor& dqkv);
 
+    // The context-parallel passes (context_attention.cpp): the qkv projection's output `compact`
+    // [B, T, (H + 2 KV) hd] of this device's rows -> the heads' outputs [B, T, inner]; and back,
+    // dheads -> the projection's output gradient.
+    Tensor context_forward(Tensor compact);
+    Tensor context_backward(const Tensor& dheads);
+    // Refuses what context parallelism does not run with, and places this device's rows.
+    void check_context_shard(const Shape& input, bool sequence_parallel);
+
     // The qkv projection's output [B, T, (H + 2 KV) hd] as the passes read it, [B, T, 3 inner]:
     // key/value heads repeated for their query heads, q and k rotated (kernels/cpu/rope.h).
     // Without grouped heads or rotation the projection's output is used as it is.
@@ -159,8 +226,11 @@ private:
     bool m_bias;
     bool m_fused;
     bool m_recompute_scores = false;
-    int64_t m_T = 0, m_D = 0;
+    int64_t m_T = 0, m_D = 0;  // m_T: this device's rows (with context parallelism 2C of T)
     TensorShard m_shard;
+    ContextShard m_cp;
+    std::vector<int64_t> m_positions;  // context parallelism: the rows' positions in the sequence
+    ContextWork m_work;
     int64_t m_H = 0, m_inner = 0;  // the heads this layer computes and their width (all: heads, D)
     int64_t m_KV = 0;              // the key/value heads this layer computes
     std::unique_ptr<Linear> m_qkv, m_proj;
@@ -199,6 +269,9 @@ public:
     // Before build only: this block computes one shard of the heads and of the MLP (TensorShard).
     void set_tensor_shard(TensorShard shard) { m_shard = std::move(shard); }
     const TensorShard& tensor_shard() const { return m_shard; }
+    // Before build only: its attention holds one device's chunks of each sequence (ContextShard;
+    // the norms and the MLP work on those rows as they are).
+    void set_context_shard(ContextShard shard) { m_cp = std::move(shard); }
 
 protected:
     Shape build_impl(const Shape& input) override;
@@ -209,7 +282,13 @@ private:
     int64_t m_heads, m_kv_heads, m_ffn;
     bool m_swiglu, m_moe;
     TensorShard m_shard;
+    ContextShard m_cp;
 };
+
+// Gives every attention and transformer_block of an unbuilt layer tree `shard`. Throws
+// ConfigError at a position_embedding's path (its table is of the rows it sees, not of their
+// positions in the sequence).
+void give_context_shard(Layer& layer, const ContextShard& shard);
 
 // Throws ShapeError naming `layer` unless `input` is [T, D] with D divisible by heads.
 void check_attention_input(const Layer& layer, const Shape& input, int64_t heads);

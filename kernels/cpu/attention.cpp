@@ -366,6 +366,31 @@ void attention_fused_backward(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool
     });
 }
 
+template <class T>
+void attention_merge(int64_t B, int64_t T_, int64_t H, int64_t Dh, const T* block_out, const T* block_lse,
+                     T* out, T* lse) {
+    const int64_t D = H * Dh;
+    for_each_head(B, H, [&](int64_t b, int64_t h) {
+        for (int64_t i = 0; i < T_; ++i) {
+            T& l = lse[(b * H + h) * T_ + i];
+            const T lb = block_lse[(b * H + h) * T_ + i];
+            T* o = out + (b * T_ + i) * D + h * Dh;
+            const T* ob = block_out + (b * T_ + i) * D + h * Dh;
+            if (l == -std::numeric_limits<T>::infinity()) {
+                std::copy(ob, ob + Dh, o);
+                l = lb;
+                continue;
+            }
+            const T m = std::max(l, lb);
+            const T merged = m + std::log(std::exp(l - m) + std::exp(lb - m));
+            const T a = std::exp(l - merged), c = std::exp(lb - merged);
+#pragma omp simd
+            for (int64_t d = 0; d < Dh; ++d) o[d] = o[d] * a + ob[d] * c;
+            l = merged;
+        }
+    });
+}
+
 #define PARALAB_INSTANTIATE_ATTENTION(T)                                                          \
     template void attention_scores_softmax<T>(int64_t, int64_t, int64_t, int64_t, bool, const T*, \
                                               T*);                                                \
@@ -378,7 +403,8 @@ void attention_fused_backward(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool
     template void attention_fused_forward<T>(int64_t, int64_t, int64_t, int64_t, bool, const T*,  \
                                              T*, T*);                                             \
     template void attention_fused_backward<T>(int64_t, int64_t, int64_t, int64_t, bool, const T*, \
-                                              const T*, const T*, const T*, T*);
+                                              const T*, const T*, const T*, T*);            \
+    template void attention_merge<T>(int64_t, int64_t, int64_t, int64_t, const T*, const T*, T*, T*);
 
 PARALAB_INSTANTIATE_ATTENTION(float)
 PARALAB_INSTANTIATE_ATTENTION(double)

@@ -10,16 +10,18 @@ namespace {
 
 constexpr int64_t kParallelMin = int64_t{1} << 15;
 
-// cos and sin of position t's angles: [T, Dh/2] each, in double, rounded to T.
+// cos and sin of row t's angles: [T, Dh/2] each, in double, rounded to T; row t is at position
+// positions[t], or t without them.
 template <class T>
-void rope_tables(int64_t T_, int64_t Dh, double theta, std::vector<T>& cos_t, std::vector<T>& sin_t) {
+void rope_tables(int64_t T_, int64_t Dh, double theta, const int64_t* positions, std::vector<T>& cos_t,
+                 std::vector<T>& sin_t) {
     const int64_t half = Dh / 2;
     cos_t.resize(static_cast<size_t>(T_ * half));
     sin_t.resize(cos_t.size());
     for (int64_t i = 0; i < half; ++i) {
         const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(Dh));
         for (int64_t t = 0; t < T_; ++t) {
-            const double a = static_cast<double>(t) * freq;
+            const double a = static_cast<double>(positions ? positions[t] : t) * freq;
             cos_t[static_cast<size_t>(t * half + i)] = static_cast<T>(std::cos(a));
             sin_t[static_cast<size_t>(t * half + i)] = static_cast<T>(std::sin(a));
         }
@@ -41,10 +43,10 @@ inline void rotate_head(int64_t half, const T* c, const T* s, const T* from, T* 
 
 // compact: [B, T, (H + 2KV) Dh] -> full: [B, T, 3 H Dh]
 template <class T>
-void qkv_expand_rope(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, bool rope, double theta,
-                     const T* compact, T* full) {
+void qkv_expand_rope_at(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, bool rope, double theta,
+                        const int64_t* positions, const T* compact, T* full) {
     std::vector<T> cos_t, sin_t;
-    if (rope) rope_tables(T_, Dh, theta, cos_t, sin_t);
+    if (rope) rope_tables(T_, Dh, theta, positions, cos_t, sin_t);
     const int64_t half = Dh / 2, group = H / KV, wc = (H + 2 * KV) * Dh, wf = 3 * H * Dh;
     const size_t head_bytes = static_cast<size_t>(Dh) * sizeof(T);
 #pragma omp parallel for if (B * T_ * wf >= kParallelMin)
@@ -73,10 +75,10 @@ void qkv_expand_rope(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, b
 
 // dfull: [B, T, 3 H Dh] -> dcompact: [B, T, (H + 2KV) Dh]
 template <class T>
-void qkv_expand_rope_backward(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, bool rope,
-                              double theta, const T* dfull, T* dcompact) {
+void qkv_expand_rope_backward_at(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, bool rope,
+                                 double theta, const int64_t* positions, const T* dfull, T* dcompact) {
     std::vector<T> cos_t, sin_t;
-    if (rope) rope_tables(T_, Dh, theta, cos_t, sin_t);
+    if (rope) rope_tables(T_, Dh, theta, positions, cos_t, sin_t);
     const int64_t half = Dh / 2, group = H / KV, wc = (H + 2 * KV) * Dh, wf = 3 * H * Dh;
 #pragma omp parallel for if (B * T_ * wf >= kParallelMin)
     for (int64_t row = 0; row < B * T_; ++row) {
@@ -114,11 +116,27 @@ void qkv_expand_rope_backward(int64_t B, int64_t T_, int64_t H, int64_t KV, int6
     }
 }
 
+template <class T>
+void qkv_expand_rope(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, bool rope, double theta,
+                     const T* compact, T* full) {
+    qkv_expand_rope_at(B, T_, H, KV, Dh, rope, theta, nullptr, compact, full);
+}
+
+template <class T>
+void qkv_expand_rope_backward(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, bool rope,
+                              double theta, const T* dfull, T* dcompact) {
+    qkv_expand_rope_backward_at(B, T_, H, KV, Dh, rope, theta, nullptr, dfull, dcompact);
+}
+
 #define PARALAB_INSTANTIATE_ROPE(T)                                                                     \
     template void qkv_expand_rope<T>(int64_t, int64_t, int64_t, int64_t, int64_t, bool, double, const T*, \
                                      T*);                                                               \
     template void qkv_expand_rope_backward<T>(int64_t, int64_t, int64_t, int64_t, int64_t, bool, double,  \
-                                              const T*, T*);
+                                              const T*, T*);                                            \
+    template void qkv_expand_rope_at<T>(int64_t, int64_t, int64_t, int64_t, int64_t, bool, double,        \
+                                        const int64_t*, const T*, T*);                                  \
+    template void qkv_expand_rope_backward_at<T>(int64_t, int64_t, int64_t, int64_t, int64_t, bool,       \
+                                                 double, const int64_t*, const T*, T*);
 
 PARALAB_INSTANTIATE_ROPE(float)
 PARALAB_INSTANTIATE_ROPE(double)

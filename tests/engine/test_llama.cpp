@@ -13,9 +13,12 @@
 #include <complex>
 #include <filesystem>
 #include <memory>
+#include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "engine/comm/communicator.h"
 #include "engine/device/device.h"
 #include "engine/io/weights.h"
 #include "engine/nn/attention.h"
@@ -172,6 +175,36 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeKernels,
                                     std::to_string(a.H) + "_KV" + std::to_string(a.KV) + "_Dh" +
                                     std::to_string(a.Dh) + (a.rope ? "_rope" : "_plain");
                          });
+
+// Rows at given positions: each row rotated as the row at that position of the whole sequence
+// (a context-parallel device's zig-zag rows), forward and backward.
+TEST(LlamaKernels, RotationAtPositionsIsTheWholeSequencesRowsThere) {
+    const int64_t B = 2, T = 12, H = 4, KV = 2, Dh = 6, wc = (H + 2 * KV) * Dh, wf = 3 * H * Dh;
+    const auto compact = normals(static_cast<size_t>(B * T * wc), 13), dfull = normals(static_cast<size_t>(B * T * wf), 14);
+    std::vector<double> full(dfull.size()), dcompact(compact.size());
+    kernels::cpu::qkv_expand_rope<double>(B, T, H, KV, Dh, true, 10000.0, compact.data(), full.data());
+    kernels::cpu::qkv_expand_rope_backward<double>(B, T, H, KV, Dh, true, 10000.0, dfull.data(), dcompact.data());
+    const std::vector<int64_t> at{1, 10, 2, 9};  // what device 1 of cp 3 holds of T = 12
+    EXPECT_EQ(nn::context_positions(T, 1, 3, "cp"), (std::vector<int64_t>{2, 3, 8, 9}));
+    const int64_t n = static_cast<int64_t>(at.size());
+    std::vector<double> c(static_cast<size_t>(B * n * wc)), d(static_cast<size_t>(B * n * wf));
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < n; ++t) {
+            std::copy_n(compact.begin() + (b * T + at[static_cast<size_t>(t)]) * wc, wc, c.begin() + (b * n + t) * wc);
+            std::copy_n(dfull.begin() + (b * T + at[static_cast<size_t>(t)]) * wf, wf, d.begin() + (b * n + t) * wf);
+        }
+    std::vector<double> f(d.size()), dc(c.size());
+    kernels::cpu::qkv_expand_rope_at<double>(B, n, H, KV, Dh, true, 10000.0, at.data(), c.data(), f.data());
+    kernels::cpu::qkv_expand_rope_backward_at<double>(B, n, H, KV, Dh, true, 10000.0, at.data(), d.data(), dc.data());
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < n; ++t) {
+            const int64_t whole = b * T + at[static_cast<size_t>(t)];
+            for (int64_t i = 0; i < wf; ++i)
+                ASSERT_EQ(f[static_cast<size_t>((b * n + t) * wf + i)], full[static_cast<size_t>(whole * wf + i)]);
+            for (int64_t i = 0; i < wc; ++i)
+                ASSERT_EQ(dc[static_cast<size_t>((b * n + t) * wc + i)], dcompact[static_cast<size_t>(whole * wc + i)]);
+        }
+}
 
 // RoPE's point: the score of a rotated q at position t with a rotated k at position s depends
 // on t - s only. The same q at every position and the same k at every position: the products
@@ -342,6 +375,301 @@ TEST(LlamaModel, TiedOutputSharesTheTableAndItsGradient) {
         nonzero += std::abs(numeric) > 1e-8;
     }
     EXPECT_GT(nonzero, 60);
+}
+
+// ---- context parallelism -----------------------------------------------------------------------
+
+struct Cp {
+    int cp;
+    bool causal, rope;
+    int64_t heads, kv_heads;
+    nn::ContextShard::Comm comm;
+    bool block = false;  // a Llama transformer_block (rmsnorm, SwiGLU) around the attention
+    int64_t T = 16, D = 16;
+};
+void PrintTo(const Cp& a, std::ostream* out) {
+    *out << "cp" << a.cp << (a.causal ? " causal" : " full") << (a.rope ? " rope" : "") << " H" << a.heads << " KV"
+         << a.kv_heads << (a.comm == nn::ContextShard::Comm::ring ? " ring" : " all_gather") << (a.block ? " block" : "")
+         << " T" << a.T;
+}
+
+std::unique_ptr<nn::Layer> cp_layer(const Cp& a) {
+    nn::AttentionOptions o{a.heads, a.kv_heads, a.causal, 0.0, a.rope, 10000.0, true};
+    if (a.block) return std::make_unique<nn::TransformerBlock>(o, nn::BlockOptions{24, true, true});
+    return std::make_unique<nn::Attention>(o);
+}
+
+nn::Attention* attention_in(nn::Layer& layer) {
+    if (auto* a = dynamic_cast<nn::Attention*>(&layer)) return a;
+    for (nn::Layer* c : layer.children())
+        if (nn::Attention* a = attention_in(*c)) return a;
+    return nullptr;
+}
+
+// One device's share of a context-parallel forward and backward.
+struct CpResult {
+    std::unique_ptr<Device> device;  // first, so that it outlives the tensors on it
+    Tensor x, dy;                    // this device's rows of the input and the output gradient
+    Tensor y, dx;                    // and of the output and the input gradient
+    std::vector<Tensor> grads;       // its parameters' gradients
+    int64_t forward_bytes = 0, backward_bytes = 0;
+    nn::ContextWork work;
+};
+
+// The ring's and the gather's exchanges over a rank of an in-process group.
+nn::ContextShard context_shard(comm::Communicator& c, nn::ContextShard::Comm mode) {
+    nn::ContextShard s{c.rank(), c.world(), mode};
+    s.send = [&c](const Tensor& t) { c.send(t.raw(), t.numel(), t.dtype(), (c.rank() + 1) % c.world()); };
+    s.recv = [&c](const Tensor& t) { c.recv(t.raw(), t.numel(), t.dtype(), (c.rank() + c.world() - 1) % c.world()); };
+    s.all_gather = [&c](const Tensor& t) { c.all_gather(t.raw(), t.numel(), t.dtype()); };
+    s.reduce_scatter = [&c](const Tensor& t) { c.reduce_scatter(t.raw(), t.numel(), t.dtype(), comm::ReduceOp::sum); };
+    return s;
+}
+
+Tensor on(const Tensor& t, Device& dev) {
+    Tensor out = Tensor::empty(t.shape(), t.dtype(), dev, MemCategory::activations);
+    out.copy_from(t);
+    return out;
+}
+
+// The cp devices as threads, each with `whole`'s parameters, its zig-zag rows of x and dy.
+std::vector<CpResult> run_context_parallel(const Cp& a, nn::Layer& whole, const Tensor& x, const Tensor& dy) {
+    comm::LocalGroup group(a.cp);
+    std::vector<CpResult> out(static_cast<size_t>(a.cp));
+    for (int r = 0; r < a.cp; ++r) {
+        CpResult& res = out[static_cast<size_t>(r)];
+        res.device = make_cpu_device(r);
+        res.x = on(nn::context_slice(x, r, a.cp), *res.device);
+        res.dy = on(nn::context_slice(dy, r, a.cp), *res.device);
+    }
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(a.cp));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < a.cp; ++r)
+        threads.emplace_back([&, r] {
+            try {
+                CpResult& res = out[static_cast<size_t>(r)];
+                Device& dev = *res.device;
+                comm::Communicator& c = group.rank(r);
+                auto layer = cp_layer(a);
+                nn::give_context_shard(*layer, context_shard(c, a.comm));
+                layer->set_label("model.layers[1] (" + layer->type() + ")", "model.layers[1]");
+                layer->build(Shape{a.T / a.cp, a.D}, DType::f64, dev);
+                const auto mine = layer->parameters(), theirs = whole.parameters();
+                for (size_t k = 0; k < mine.size(); ++k) mine[k]->value.copy_from(theirs[k]->value);
+                layer->zero_grad();
+                const int64_t before = c.totals().bytes;
+                res.y = layer->forward(res.x, Mode::train).clone(MemCategory::activations);
+                res.forward_bytes = c.totals().bytes - before;
+                res.work = attention_in(*layer)->context_work();
+                res.dx = layer->backward(res.dy).clone(MemCategory::activations);
+                res.backward_bytes = c.totals().bytes - before - res.forward_bytes;
+                for (nn::Param* p : mine) res.grads.push_back(p->grad.clone(MemCategory::gradients));
+            } catch (...) {
+                errors[static_cast<size_t>(r)] = std::current_exception();
+                group.abort("rank " + std::to_string(r) + " failed");
+            }
+        });
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    return out;
+}
+
+// Every device's outputs and input gradients are the single device's at its zig-zag rows, the
+// parameters' gradients summed over the devices the single device's; the keys and values of
+// kv_heads cross the ring cp − 1 times forward (their gradients cp times more backward); every
+// device computes the same chunk pairs.
+class ContextParallel : public paralab::testing::LayerFixture, public ::testing::WithParamInterface<Cp> {};
+TEST_P(ContextParallel, DevicesAreTheSingleDevicesRowsAndSumsOfItsGradients) {
+    const Cp a = GetParam();
+    const int64_t B = 2;
+    auto whole = built(cp_layer(a), Shape{a.T, a.D});
+    whole->zero_grad();
+    const Tensor x = random(Shape{B, a.T, a.D}, 31), dy = random(Shape{B, a.T, a.D}, 32);
+    const Tensor y = whole->forward(x, Mode::train).clone(MemCategory::activations);
+    const Tensor dx = whole->backward(dy).clone(MemCategory::activations);
+    const std::vector<CpResult> devices = run_context_parallel(a, *whole, x, dy);
+
+    const int64_t kv_row = 2 * a.kv_heads * (a.D / a.heads) * 8;  // a row's keys and values, f64
+    const int64_t local = a.T / a.cp;
+    const bool ring = a.comm == nn::ContextShard::Comm::ring;
+    const auto params = whole->parameters();
+    for (int r = 0; r < a.cp; ++r) {
+        const CpResult& d = devices[static_cast<size_t>(r)];
+        const Tensor want_y = nn::context_slice(y, r, a.cp), want_dx = nn::context_slice(dx, r, a.cp);
+        ASSERT_EQ(d.y.shape(), want_y.shape());
+        for (int64_t k = 0; k < want_y.numel(); ++k)
+            ASSERT_NEAR(d.y.data<double>()[k], want_y.data<double>()[k], 1e-10) << "device " << r << " y " << k;
+        for (int64_t k = 0; k < want_dx.numel(); ++k)
+            ASSERT_NEAR(d.dx.data<double>()[k], want_dx.data<double>()[k], 1e-10) << "device " << r << " dx " << k;
+        EXPECT_EQ(d.forward_bytes, (a.cp - 1) * B * local * kv_row) << "device " << r;
+        EXPECT_EQ(d.backward_bytes, (ring ? 2 * a.cp - 1 : 2 * (a.cp - 1)) * B * local * kv_row) << "device " << r;
+        EXPECT_EQ(d.work, (a.causal ? nn::ContextWork{2 * a.cp - 1, 2} : nn::ContextWork{4 * a.cp, 0}))
+            << "device " << r;
+    }
+    for (size_t p = 0; p < params.size(); ++p)
+        for (int64_t k = 0; k < params[p]->grad.numel(); ++k) {
+            double sum = 0;
+            for (const CpResult& d : devices) sum += d.grads[p].data<double>()[k];
+            ASSERT_NEAR(sum, params[p]->grad.data<double>()[k], 1e-10) << params[p]->name << " " << k;
+        }
+}
+using Comm = nn::ContextShard::Comm;
+INSTANTIATE_TEST_SUITE_P(
+    Meshes, ContextParallel,
+    ::testing::Values(Cp{2, true, true, 4, 2, Comm::ring}, Cp{4, true, true, 4, 2, Comm::ring},
+                      Cp{2, false, false, 2, 2, Comm::ring}, Cp{4, false, true, 4, 1, Comm::all_gather},
+                      Cp{4, true, true, 4, 2, Comm::all_gather}, Cp{2, true, true, 4, 2, Comm::ring, true},
+                      Cp{4, true, false, 2, 1, Comm::all_gather, true},
+                      // chunks of 130 rows cross the fused kernel's 128-row blocks
+                      Cp{2, true, true, 2, 1, Comm::ring, false, 520, 8}),
+    [](const auto& info) {
+        const Cp& a = info.param;
+        return "cp" + std::to_string(a.cp) + (a.causal ? "_causal" : "_full") + (a.rope ? "_rope" : "") + "_H" +
+               std::to_string(a.heads) + "_KV" + std::to_string(a.kv_heads) +
+               (a.comm == Comm::ring ? "_ring" : "_all_gather") + (a.block ? "_block" : "") + "_T" +
+               std::to_string(a.T);
+    });
+
+// Context and tensor parallelism together, cp 2 · tp 2 on four threads: each tensor rank computes
+// its heads of its context rank's rows (the keys and values of its kv_heads going round the
+// context ring), and gives the single device's rows; each parameter slice's gradient summed
+// over the context ranks is the single device's slice.
+TEST_F(LlamaTest, ContextParallelAttentionComposesWithTensorParallelHeads) {
+    const int64_t B = 2, T = 16, D = 16, H = 4, KV = 2, hd = D / H;
+    const int cp = 2, tp = 2;
+    auto whole = built(std::make_unique<nn::Attention>(attn(H, KV, true, true)), Shape{T, D});
+    whole->zero_grad();
+    const Tensor x = random(Shape{B, T, D}, 33), dy = random(Shape{B, T, D}, 34);
+    const Tensor y = whole->forward(x, Mode::train).clone(MemCategory::activations);
+    const Tensor dx = whole->backward(dy).clone(MemCategory::activations);
+    const auto wp = whole->parameters();  // qkv.weight, qkv.bias, proj.weight, proj.bias
+    // Tensor rank t's rows of the qkv projection: its heads of q, of k and of v.
+    const auto qkv_row = [&](int t, int64_t r) {
+        const int64_t q = H / tp * hd, kv = KV / tp * hd;
+        if (r < q) return t * q + r;
+        if (r < q + kv) return H * hd + t * kv + (r - q);
+        return (H + KV) * hd + t * kv + (r - q - kv);
+    };
+    std::vector<std::unique_ptr<comm::LocalGroup>> tp_groups, cp_groups;
+    for (int g = 0; g < cp; ++g) tp_groups.push_back(std::make_unique<comm::LocalGroup>(tp));
+    for (int g = 0; g < tp; ++g) cp_groups.push_back(std::make_unique<comm::LocalGroup>(cp));
+    std::vector<CpResult> out(static_cast<size_t>(cp * tp));
+    for (int k = 0; k < cp * tp; ++k) {
+        CpResult& res = out[static_cast<size_t>(k)];
+        res.device = make_cpu_device(k);
+        res.x = on(nn::context_slice(x, k / tp, cp), *res.device);
+        res.dy = on(nn::context_slice(dy, k / tp, cp), *res.device);
+    }
+    std::vector<std::exception_ptr> errors(out.size());
+    std::vector<std::thread> threads;
+    for (int k = 0; k < cp * tp; ++k)
+        threads.emplace_back([&, k] {
+            const int t = k % tp, c = k / tp;
+            try {
+                CpResult& res = out[static_cast<size_t>(k)];
+                comm::Communicator& tg = tp_groups[static_cast<size_t>(c)]->rank(t);
+                auto layer = std::make_unique<nn::Attention>(attn(H, KV, true, true));
+                layer->set_tensor_shard(nn::TensorShard{
+                    t, tp, [&tg](const Tensor& v) { tg.all_reduce(v, comm::ReduceOp::sum); }});
+                layer->set_context_shard(context_shard(cp_groups[static_cast<size_t>(t)]->rank(c), Comm::ring));
+                layer->set_label("model.layers[1] (attention)", "model.layers[1]");
+                layer->build(Shape{T / cp, D}, DType::f64, *res.device);
+                const auto p = layer->parameters();
+                for (int64_t r = 0; r < p[0]->value.dim(0); ++r) {
+                    for (int64_t i = 0; i < D; ++i)
+                        p[0]->value.data<double>()[r * D + i] = wp[0]->value.data<double>()[qkv_row(t, r) * D + i];
+                    p[1]->value.data<double>()[r] = wp[1]->value.data<double>()[qkv_row(t, r)];
+                }
+                for (int64_t r = 0; r < D; ++r)
+                    for (int64_t i = 0; i < D / tp; ++i)
+                        p[2]->value.data<double>()[r * (D / tp) + i] = wp[2]->value.data<double>()[r * D + t * (D / tp) + i];
+                p[3]->value.copy_from(wp[3]->value);
+                layer->zero_grad();
+                res.y = layer->forward(res.x, Mode::train).clone(MemCategory::activations);
+                res.dx = layer->backward(res.dy).clone(MemCategory::activations);
+                for (nn::Param* q : p) res.grads.push_back(q->grad.clone(MemCategory::gradients));
+            } catch (...) {
+                errors[static_cast<size_t>(k)] = std::current_exception();
+                for (auto& g : tp_groups) g->abort("rank failed");
+                for (auto& g : cp_groups) g->abort("rank failed");
+            }
+        });
+    for (auto& th : threads) th.join();
+    for (const auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    for (int k = 0; k < cp * tp; ++k) {
+        const CpResult& d = out[static_cast<size_t>(k)];
+        const Tensor want_y = nn::context_slice(y, k / tp, cp), want_dx = nn::context_slice(dx, k / tp, cp);
+        for (int64_t i = 0; i < want_y.numel(); ++i)
+            ASSERT_NEAR(d.y.data<double>()[i], want_y.data<double>()[i], 1e-10) << "device " << k << " y " << i;
+        for (int64_t i = 0; i < want_dx.numel(); ++i)
+            ASSERT_NEAR(d.dx.data<double>()[i], want_dx.data<double>()[i], 1e-10) << "device " << k << " dx " << i;
+    }
+    // Each slice's gradient summed over the context ranks c of tensor rank t.
+    const auto summed = [&](int t, size_t p, int64_t i) {
+        double s = 0;
+        for (int c = 0; c < cp; ++c) s += out[static_cast<size_t>(c * tp + t)].grads[p].data<double>()[i];
+        return s;
+    };
+    for (int t = 0; t < tp; ++t) {
+        const int64_t rows = out[static_cast<size_t>(t)].grads[1].numel();
+        for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t i = 0; i < D; ++i)
+                ASSERT_NEAR(summed(t, 0, r * D + i), wp[0]->grad.data<double>()[qkv_row(t, r) * D + i], 1e-10);
+            ASSERT_NEAR(summed(t, 1, r), wp[1]->grad.data<double>()[qkv_row(t, r)], 1e-10);
+        }
+        for (int64_t r = 0; r < D; ++r)
+            for (int64_t i = 0; i < D / tp; ++i)
+                ASSERT_NEAR(summed(t, 2, r * (D / tp) + i), wp[2]->grad.data<double>()[r * D + t * (D / tp) + i], 1e-10);
+        for (int64_t i = 0; i < D; ++i) ASSERT_NEAR(summed(t, 3, i), wp[3]->grad.data<double>()[i], 1e-10);
+    }
+}
+
+// A device holds T / cp rows: its attention keeps 1 / cp of the single device's activations and
+// computes 1 / cp of its FLOPs; backward adds the keys and values in flight with their gradients.
+TEST_F(LlamaTest, ContextParallelAttentionHoldsItsShareOfActivationsAndFlops) {
+    const int64_t T = 64, D = 32, H = 4, KV = 2, hd = D / H, cp = 4, local = T / cp;
+    auto whole = built(std::make_unique<nn::Attention>(attn(H, KV, true, false)), Shape{T, D});
+    for (const Comm mode : {Comm::ring, Comm::all_gather}) {
+        auto a = std::make_unique<nn::Attention>(attn(H, KV, true, false));
+        a->set_context_shard(nn::ContextShard{1, static_cast<int>(cp), mode});
+        auto* shard = a.get();
+        auto layer = built(std::move(a), Shape{local, D});
+        EXPECT_EQ(layer->activations_per_sample() * cp, whole->activations_per_sample());
+        EXPECT_EQ(layer->flops_per_sample() * cp, whole->flops_per_sample());
+        EXPECT_EQ(layer->parameter_count(), whole->parameter_count());
+        const int64_t kv = 2 * local * KV * hd;
+        EXPECT_EQ(shard->backward_per_sample(), 3 * local * D + 2 * (mode == Comm::ring ? 2 * kv : cp * kv));
+    }
+}
+
+// What the zig-zag split cannot take is refused naming its cause: a sequence that does not cut
+// into 2·cp chunks, the materialized kernel, a learned position table.
+TEST_F(LlamaTest, ContextParallelRefusesWhatItCannotSplit) {
+    const auto refusal = [&](nn::AttentionOptions o, int64_t rows) -> std::pair<std::string, std::string> {
+        auto a = std::make_unique<nn::Attention>(o);
+        a->set_context_shard(nn::ContextShard{0, 2});
+        try {
+            built(std::move(a), Shape{rows, 8});
+        } catch (const ConfigError& e) {
+            return {e.path(), e.what()};
+        }
+        return {"", "accepted"};
+    };
+    auto [path, what] = refusal(attn(2, 1, true, false), 3);
+    EXPECT_EQ(path, "model.layers[1].input");
+    EXPECT_NE(what.find("a sequence of 6 positions does not divide into 2·cp = 4 equal chunks"), std::string::npos)
+        << what;
+    nn::AttentionOptions materialized = attn(2, 1, true, false);
+    materialized.kernel = nn::AttentionKernel::materialized;
+    std::tie(path, what) = refusal(materialized, 4);
+    EXPECT_EQ(path, "model.layers[1].kernel");
+    EXPECT_NE(what.find("fused"), std::string::npos) << what;
+    EXPECT_EQ(refusal(attn(2, 1, true, false), 4).second, "accepted");
+    EXPECT_THROW(nn::context_positions(10, 0, 3, "data.seq_len"), ConfigError);
+    nn::PositionEmbedding table;
+    EXPECT_THROW(nn::give_context_shard(table, nn::ContextShard{0, 2}), ConfigError);
 }
 
 // ---- errors at their JSON paths -------------------------------------------------------------

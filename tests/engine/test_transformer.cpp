@@ -154,6 +154,90 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels,
                                     (a.causal ? "_causal" : "_full");
                          });
 
+// Ring attention from the fused passes: a sequence of 2n positions as two halves, each half's
+// queries against each half's keys in a pass of its own (causal only on a half against itself,
+// the later keys skipped), merged by attention_merge, is the fused pass over the whole sequence;
+// and each pass's backward, given the merged output and log-sum-exp, adds up to the whole
+// backward's query, key and value gradients.
+struct Ring {
+    int64_t B, n, H, Dh;
+    bool causal;
+};
+class AttentionRingKernels : public ::testing::TestWithParam<Ring> {};
+TEST_P(AttentionRingKernels, MergedBlocksAreTheWholeAttentionForwardAndBackward) {
+    const Ring a = GetParam();
+    const int64_t D = a.H * a.Dh, T = 2 * a.n;
+    namespace kc = kernels::cpu;
+    Rng rng(12);
+    std::vector<double> qkv(static_cast<size_t>(a.B * T * 3 * D)), dout(static_cast<size_t>(a.B * T * D));
+    for (auto& v : qkv) v = rng.normal();
+    for (auto& v : dout) v = rng.normal();
+    std::vector<double> out(dout.size()), lse(static_cast<size_t>(a.B * a.H * T)), dqkv(qkv.size());
+    kc::attention_fused_forward<double>(a.B, T, a.H, a.Dh, a.causal, qkv.data(), out.data(), lse.data());
+    kc::attention_fused_backward<double>(a.B, T, a.H, a.Dh, a.causal, qkv.data(), out.data(), dout.data(), lse.data(),
+                                         dqkv.data());
+    // Rows [half·n, half·n + n) of each sequence of `len` rows `w` wide.
+    const auto row = [&](int64_t b, int half, int64_t t, int64_t len, int64_t w) { return ((b * len) + half * a.n + t) * w; };
+    const auto block = [&](int qh, int kh) {  // q of half qh, k and v of half kh: [B, n, 3D]
+        std::vector<double> blk(static_cast<size_t>(a.B * a.n * 3 * D));
+        for (int64_t b = 0; b < a.B; ++b)
+            for (int64_t t = 0; t < a.n; ++t)
+                for (int64_t c = 0; c < 3 * D; ++c)
+                    blk[static_cast<size_t>((b * a.n + t) * 3 * D + c)] =
+                        qkv[static_cast<size_t>(row(b, c < D ? qh : kh, t, T, 3 * D) + c)];
+        return blk;
+    };
+    std::vector<double> mo[2], ml[2], mdo[2];
+    for (int qh = 0; qh < 2; ++qh) {
+        mo[qh].assign(static_cast<size_t>(a.B * a.n * D), 0.0);
+        ml[qh].assign(static_cast<size_t>(a.B * a.H * a.n), -INFINITY);
+        mdo[qh].resize(mo[qh].size());
+        for (int64_t b = 0; b < a.B; ++b)
+            for (int64_t t = 0; t < a.n; ++t)
+                for (int64_t c = 0; c < D; ++c)
+                    mdo[qh][static_cast<size_t>((b * a.n + t) * D + c)] = dout[static_cast<size_t>(row(b, qh, t, T, D) + c)];
+        for (int kh = 0; kh <= (a.causal ? qh : 1); ++kh) {
+            const auto blk = block(qh, kh);
+            std::vector<double> bo(mo[qh].size()), bl(ml[qh].size());
+            kc::attention_fused_forward<double>(a.B, a.n, a.H, a.Dh, a.causal && kh == qh, blk.data(), bo.data(), bl.data());
+            kc::attention_merge<double>(a.B, a.n, a.H, a.Dh, bo.data(), bl.data(), mo[qh].data(), ml[qh].data());
+        }
+        for (int64_t b = 0; b < a.B; ++b)
+            for (int64_t t = 0; t < a.n; ++t) {
+                for (int64_t c = 0; c < D; ++c)
+                    ASSERT_NEAR(mo[qh][static_cast<size_t>((b * a.n + t) * D + c)],
+                                out[static_cast<size_t>(row(b, qh, t, T, D) + c)], 1e-12);
+                for (int64_t h = 0; h < a.H; ++h)
+                    ASSERT_NEAR(ml[qh][static_cast<size_t>((b * a.H + h) * a.n + t)],
+                                lse[static_cast<size_t>((b * a.H + h) * T + qh * a.n + t)], 1e-12);
+            }
+    }
+    // The blocks' gradients gathered: q by the query half, k and v by the key half.
+    std::vector<double> sum(qkv.size(), 0.0);
+    for (int qh = 0; qh < 2; ++qh)
+        for (int kh = 0; kh <= (a.causal ? qh : 1); ++kh) {
+            const auto blk = block(qh, kh);
+            std::vector<double> dblk(blk.size());
+            kc::attention_fused_backward<double>(a.B, a.n, a.H, a.Dh, a.causal && kh == qh, blk.data(), mo[qh].data(),
+                                                 mdo[qh].data(), ml[qh].data(), dblk.data());
+            for (int64_t b = 0; b < a.B; ++b)
+                for (int64_t t = 0; t < a.n; ++t)
+                    for (int64_t c = 0; c < 3 * D; ++c)
+                        sum[static_cast<size_t>(row(b, c < D ? qh : kh, t, T, 3 * D) + c)] +=
+                            dblk[static_cast<size_t>((b * a.n + t) * 3 * D + c)];
+        }
+    for (size_t k = 0; k < sum.size(); ++k) ASSERT_NEAR(sum[k], dqkv[k], 1e-11 * (1 + std::abs(dqkv[k]))) << k;
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionRingKernels,
+                         ::testing::Values(Ring{2, 5, 3, 4, true}, Ring{2, 5, 3, 4, false}, Ring{1, 1, 2, 2, true},
+                                           Ring{1, 130, 2, 4, true}),
+                         [](const auto& info) {
+                             const Ring& a = info.param;
+                             return "B" + std::to_string(a.B) + "_n" + std::to_string(a.n) + "_H" +
+                                    std::to_string(a.H) + "_Dh" + std::to_string(a.Dh) +
+                                    (a.causal ? "_causal" : "_full");
+                         });
+
 // ---- behaviour ------------------------------------------------------------------------------
 
 class TransformerTest : public paralab::testing::LayerFixture {};

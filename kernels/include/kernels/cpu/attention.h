@@ -54,8 +54,23 @@ void attention_fused_forward(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool 
 
 // Its backward from the forward's qkv, out and lse and the output gradient dout: all three parts
 // of dqkv (overwritten), the probabilities recomputed block by block.
+//
+// Ring attention's backward uses it as is for one block of a longer row: when the queries of
+// qkv attend to more keys than the block's (others held elsewhere), and out and lse are those of
+// the whole row (attention_merge's), dqkv receives this block's share of the query gradient and
+// the block's keys' and values' whole gradients from these queries.
 template <class T>
 void attention_fused_backward(int64_t B, int64_t T_, int64_t H, int64_t Dh, bool causal, const T* qkv,
                               const T* out, const T* dout, const T* lse, T* dqkv);
+
+// Ring attention's merge of two fused forwards of the same query rows against two disjoint sets
+// of keys: with (out, lse) the running result [B, T, D] and [B, H, T] and (block_out, block_lse)
+// another block's, each row becomes
+//   lse' = log(exp(lse) + exp(block_lse)),  out' = out exp(lse - lse') + block_out exp(block_lse - lse'),
+// the attention of the row over both sets of keys. A running lse of -infinity (no keys yet)
+// takes the block's as it is.
+template <class T>
+void attention_merge(int64_t B, int64_t T_, int64_t H, int64_t Dh, const T* block_out, const T* block_lse,
+                     T* out, T* lse);
 
 }  // namespace paralab::kernels::cpu

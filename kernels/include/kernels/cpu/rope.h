@@ -29,4 +29,13 @@ template <class T>
 void qkv_expand_rope_backward(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, bool rope,
                               double theta, const T* dfull, T* dcompact);
 
+// Both with row t of every sequence at position positions[t] (t < T_) instead of t: a
+// context-parallel device's rows, chunks of the sequence that are not its start (nn::ContextShard).
+template <class T>
+void qkv_expand_rope_at(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, bool rope, double theta,
+                        const int64_t* positions, const T* compact, T* full);
+template <class T>
+void qkv_expand_rope_backward_at(int64_t B, int64_t T_, int64_t H, int64_t KV, int64_t Dh, bool rope,
+                                 double theta, const int64_t* positions, const T* dfull, T* dcompact);
+
 }  // namespace paralab::kernels::cpu
