@@ -2,8 +2,8 @@
 // label `mpi`): every collective against the same double-precision reference as
 // tests/engine/test_comm.cpp (sizes 0, 1, 7, 101, 2^20 + 3; f32 and f64), all_reduce
 // bit-identical across ranks and run to run and equal to the local backend's result to float
-// rounding, send/recv ordering and eagerness, a second communicator used by a second thread,
-// and a long mixed sequence of calls. Each rank runs every test; rank 0 prints the usual report
+// rounding, all_to_all with uneven counts, send/recv ordering and eagerness, a second
+// communicator used by a second thread, and a long mixed sequence of calls. Each rank runs every test; rank 0 prints the usual report
 // and names any other rank that failed a test, the others print only their failures. In a build
 // without MPI the program reports SKIPPED (and checks the stub's message).
 #include <gtest/gtest.h>
@@ -203,6 +203,30 @@ TEST_F(MpiCommTest, ScatterThenGatherWithUnevenCountsFromEveryRoot) {
     if (r == 0) {
         for (int64_t i = 0; i < total; ++i) EXPECT_EQ(rows[size_t(i)], float(i));
     }
+}
+
+// MPI_Alltoallv: rank s sends rank d (3 s + 5 d + 1) % 4 * 3 elements (zeros among them), each
+// naming its sender, receiver and place; the bytes count what a rank sends to the others.
+TEST_F(MpiCommTest, AllToAllWithUnevenCountsArrivesInRankOrder) {
+    Communicator& c = comm();
+    const int world = c.world(), r = c.rank();
+    const auto n = [](int s, int d) { return int64_t((3 * s + 5 * d + 1) % 4 * 3); };
+    const auto value = [](int s, int d, int64_t i) { return 1000.0 * s + 100.0 * d + double(i) + 0.5; };
+    std::vector<int64_t> send_counts, recv_counts;
+    std::vector<double> send, want;
+    int64_t others = 0;
+    for (int q = 0; q < world; ++q) {
+        send_counts.push_back(n(r, q));
+        recv_counts.push_back(n(q, r));
+        for (int64_t i = 0; i < n(r, q); ++i) send.push_back(value(r, q, i));
+        for (int64_t i = 0; i < n(q, r); ++i) want.push_back(value(q, r, i));
+        if (q != r) others += n(r, q);
+    }
+    std::vector<double> got(want.size(), -1.0);
+    const CommRecord rec = c.all_to_all(send.data(), send_counts, got.data(), recv_counts, DType::f64);
+    EXPECT_STREQ(rec.op, "all_to_all");
+    EXPECT_EQ(rec.bytes, others * 8);
+    EXPECT_TRUE(same_bits(got, want));
 }
 
 TEST_F(MpiCommTest, MessagesArriveInOrderPerPeerAndTag) {
