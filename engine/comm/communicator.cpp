@@ -3,7 +3,8 @@
 //
 // Bytes are counted once per byte that crosses between ranks, on the rank that moves it: the
 // reader for collectives (the local backend's ranks read each other's memory; a ring backend's
-// ranks receive the same amounts), the sender for all_to_all and send/recv. A rank's own data is not counted.
+// ranks receive the same amounts), the sender for all_to_all and send/recv. A rank's own data
+// is not counted.
 // Ring collectives cut `count` into world chunks by shard_of_dataset (chunk c = its rows), so
 // the counts are exact for uneven chunks:
 //   all_reduce      2 count - chunk(r) - chunk(r+1)    (summed over ranks: 2 (N-1) count)

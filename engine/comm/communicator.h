@@ -1,8 +1,8 @@
 // Communicator: the collectives and point-to-point messages that ranks of one run use
-// (docs/design.md, "comm"). One Communicator object per rank, bound to that rank; every rank
-// of a group must call the collectives in the same order with the same counts (as with NCCL
-// and MPI). Public non-virtual entry points check their arguments and account bytes and time,
-// then call the backend's virtual *_impl.
+// (docs/design.md, "Collectives"). One Communicator object per rank, bound to that rank;
+// every rank of a group must call the collectives in the same order with the same counts (as
+// with NCCL and MPI). Public non-virtual entry points check their arguments and account bytes
+// and time, then call the backend's virtual *_impl.
 //
 // Buffers are plain pointers to `count` elements of `dtype` in the memory of the rank's
 // device (host memory for cpu devices). Collectives are in place where NCCL allows it:

@@ -1,5 +1,5 @@
-// The MPI backend of Communicator (docs/design.md, "comm"; §4): ranks are processes started by
-// Open MPI's `mpirun`, on one host or several, and collectives are MPI's own (MPI_Allreduce,
+// The MPI backend of Communicator (docs/design.md, "Collectives"): ranks are processes started
+// by Open MPI's `mpirun`, on one host or several, and collectives are MPI's own (MPI_Allreduce,
 // MPI_Reduce_scatter, MPI_Allgatherv, MPI_Bcast, MPI_Reduce, MPI_Scatterv/Gatherv,
 // MPI_Alltoallv, MPI_Send/MPI_Recv, MPI_Barrier) on host buffers.
 //

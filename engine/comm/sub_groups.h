@@ -1,8 +1,8 @@
 // Sub-groups of a run's ranks, for collectives among some of them only: a hybrid mesh's
 // tensor-parallel groups (consecutive ranks), data-parallel groups (the ranks of one tensor
-// rank) and expert groups. Each sub-group is a group of its own over its members' devices, whose rank i is
-// members[i]: every rank of a sub-group calls its collectives in the same order, as with any
-// group, and sub-groups never see each other's messages.
+// rank) and expert groups. Each sub-group is a group of its own over its members' devices,
+// whose rank i is members[i]: every rank of a sub-group calls its collectives in the same
+// order, as with any group, and sub-groups never see each other's messages.
 //
 // A sub-group whose members all run in this process reads their memory directly: cpu devices
 // make a LocalGroup (host memory); cuda devices a CudaLocalGroup (device memory; virtual GPUs of
