@@ -188,8 +188,9 @@ std::vector<double> values_of(const Tensor& t) {
 
 // x, dy: [ep * b, T, D]; member r of ep takes rows [r b, (r + 1) b). ep 1: the single device.
 // router_setup, when given, overwrites the router's weight [E, D] after the seeded reset.
+// input_grad false: the layer is built without an input gradient (a model's first layer).
 std::vector<Pass> run_moe(const nn::MoEOptions& o, int ep, const Tensor& x, const Tensor& dy,
-                          const std::function<void(Tensor&)>& router_setup = {}) {
+                          const std::function<void(Tensor&)>& router_setup = {}, bool input_grad = true) {
     const int64_t B = x.dim(0), b = B / ep, T = x.dim(1), D = x.dim(2);
     comm::LocalGroup group(ep);
     std::vector<Pass> out(static_cast<size_t>(ep));
@@ -210,6 +211,7 @@ std::vector<Pass> run_moe(const nn::MoEOptions& o, int ep, const Tensor& x, cons
                                             pass.exchanges.push_back(
                                                 c.all_to_all(send, send_counts, recv, recv_counts, dtype).bytes);
                                         }});
+                m.set_needs_input_grad(input_grad);
                 m.build(Shape{T, D}, DType::f64, *device);
                 Rng rng(3);
                 m.reset_parameters(rng);
@@ -226,7 +228,8 @@ std::vector<Pass> run_moe(const nn::MoEOptions& o, int ep, const Tensor& x, cons
                 pass.added = m.added_loss();
                 const auto stats = nn::take_moe_step_stats();
                 if (stats.size() == 1) pass.stats = stats[0];
-                pass.dx = values_of(m.backward(dyr));
+                const Tensor dx = m.backward(dyr);
+                if (dx.defined()) pass.dx = values_of(dx);
                 const auto children = m.children();
                 const auto names = m.child_names();
                 for (size_t i = 0; i < children.size(); ++i) {
@@ -255,6 +258,30 @@ void expect_near_all(const std::vector<double>& got, const std::vector<double>& 
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]) / (1 + std::fabs(want[i])));
     EXPECT_LE(worst, 1e-5) << what;
+}
+// Each held expert's gradients are the single device's same expert's (and it is held once in
+// the group, seeded as that expert), the replicated parts' summed over the group the single
+// device's.
+void expect_gradients_of_one_device(const Pass& one, const std::vector<Pass>& group, int64_t held) {
+    for (const auto& [key, want] : one.grads) {
+        SCOPED_TRACE(key);
+        if (key.starts_with("experts.")) {
+            const int64_t e = std::stoll(key.substr(8));
+            const Pass& holder = group[static_cast<size_t>(e / held)];
+            ASSERT_TRUE(holder.grads.count(key));
+            EXPECT_EQ(holder.values.at(key), one.values.at(key));  // the same expert, seeded alike
+            expect_near_all(holder.grads.at(key), want, "held expert");
+            for (const Pass& p : group)
+                if (&p != &holder) {
+                    EXPECT_FALSE(p.grads.count(key));  // held once in the group
+                }
+        } else {
+            std::vector<double> sum(want.size(), 0.0);
+            for (const Pass& p : group)
+                for (size_t i = 0; i < sum.size(); ++i) sum[i] += p.grads.at(key)[i];
+            expect_near_all(sum, want, "replicated, summed");
+        }
+    }
 }
 
 struct EpCase {
@@ -295,25 +322,8 @@ TEST_P(MoEExpertParallel, MatchesTheSingleDevice) {
     }
     expect_near_all(y, one.y, "outputs");
     expect_near_all(dx, one.dx, "input gradients");
-    for (const auto& [key, want] : one.grads) {
-        SCOPED_TRACE(key);
-        if (key.starts_with("experts.")) {
-            const int64_t e = std::stoll(key.substr(8));
-            const Pass& holder = group[static_cast<size_t>(e / held)];
-            ASSERT_TRUE(holder.grads.count(key));
-            EXPECT_EQ(holder.values.at(key), one.values.at(key));  // the same expert, seeded alike
-            expect_near_all(holder.grads.at(key), want, "held expert");
-            for (const Pass& p : group)
-                if (&p != &holder) {
-                    EXPECT_FALSE(p.grads.count(key));  // held once in the group
-                }
-        } else {
-            std::vector<double> sum(want.size(), 0.0);
-            for (const Pass& p : group)
-                for (size_t i = 0; i < sum.size(); ++i) sum[i] += p.grads.at(key)[i];
-            expect_near_all(sum, want, "replicated, summed");
-        }
-    }
+    expect_gradients_of_one_device(one, group, held);
+
     double added = 0, aux = 0, z = 0;
     int64_t dropped = 0;
     std::vector<int64_t> tokens(static_cast<size_t>(E), 0);
@@ -407,6 +417,25 @@ TEST(MoEExpertParallelBytes, BalancedRoutingMovesTheFormula) {
         for (const Pass& p : group) y.insert(y.end(), p.y.begin(), p.y.end());
         expect_near_all(y, one.y, "outputs");
     }
+}
+
+// Without an input gradient (a model's first layer) backward sends the output gradients to the
+// experts but not their input gradients back: four all-to-alls, the same parameter gradients.
+TEST(MoEExpertParallelBytes, WithoutAnInputGradientTheExpertsSendNothingBack) {
+    const nn::MoEOptions o = moe(8, 2, 3, 1, 0, 0.2, 0.1);
+    const auto device = make_cpu_device(0);
+    Tensor x = Tensor::empty(Shape{4, 3, 6}, DType::f64, *device, MemCategory::activations);
+    Tensor dy = Tensor::empty(Shape{4, 3, 6}, DType::f64, *device, MemCategory::activations);
+    Rng rng(9);
+    for (double& v : x.span<double>()) v = rng.normal();
+    for (double& v : dy.span<double>()) v = rng.normal();
+    const Pass one = run_moe(o, 1, x, dy, {}, false)[0];
+    const auto group = run_moe(o, 2, x, dy, {}, false);
+    for (const Pass& p : group) {
+        EXPECT_EQ(p.exchanges.size(), 4u);
+        EXPECT_TRUE(p.dx.empty());
+    }
+    expect_gradients_of_one_device(one, group, 4);
 }
 
 // A shard holds its block of experts, named by their index in the whole layer; its parameters
