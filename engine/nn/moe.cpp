@@ -418,7 +418,7 @@ Tensor MoE::forward_impl(const Tensor& x, Mode mode) {
 
 void MoE::expert_parallel_backward(const Tensor& dy, const Tensor& dweight, const Tensor& dx) {
     const int W = m_expert.world;
-    const int64_t D = m_D, E = m_options.experts, held = experts_held();
+    const int64_t D = m_D, held = experts_held();
     std::vector<int64_t> send_counts, recv_counts;
     dispatch_counts(send_counts, recv_counts);
     int64_t sent = 0, received = 0;
@@ -582,6 +582,10 @@ void set_moe_loss_weight(Layer& root, double per_row) {
 
 void set_moe_grad_scale(Layer& root, double grad_scale) {
     each_moe(root, [&](MoE& m) { m.set_grad_scale(grad_scale); });
+}
+
+void set_moe_expert_shard(Layer& root, const ExpertShard& shard) {
+    each_moe(root, [&](MoE& m) { m.set_expert_shard(shard); });
 }
 
 }  // namespace paralab::nn

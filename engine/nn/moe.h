@@ -191,9 +191,10 @@ private:
 };
 
 // For every mixture of experts in `root`'s tree (itself included): MoE::set_loss_weight,
-// MoE::set_grad_scale.
+// MoE::set_grad_scale, and (before build) MoE::set_expert_shard.
 void set_moe_loss_weight(Layer& root, double per_row);
 void set_moe_grad_scale(Layer& root, double grad_scale);
+void set_moe_expert_shard(Layer& root, const ExpertShard& shard);
 
 // What this thread's mixtures of experts routed in training forwards (not recomputations)
 // since the last call, one entry per layer in the order they first ran, then cleared. A rank's

@@ -458,6 +458,17 @@ TEST_F(MoELayer, AnExpertShardHoldsItsBlock) {
     EXPECT_EQ(layer->activations_per_sample(), whole->activations_per_sample());
     EXPECT_EQ(layer->flops_per_sample(), whole->flops_per_sample());
 
+    // A whole block's mixtures of experts, before its build.
+    auto block = std::make_unique<nn::TransformerBlock>(attn(2), moe_block(moe(E, k, ffn, S)));
+    nn::set_moe_expert_shard(*block, {3, 4, no_op});
+    auto built_block = built(std::move(block), Shape{T, D});
+    int64_t blocks_held = 0;
+    each_moe(*built_block, [&](nn::MoE& inner) {
+        EXPECT_EQ(inner.first_expert(), 6);
+        blocks_held += inner.experts_held();
+    });
+    EXPECT_EQ(blocks_held, 2);
+
     nn::MoE odd(moe(6, 2, 4));
     odd.set_label("model.layers[1] (moe)", "model.layers[1]");
     try {
