@@ -76,6 +76,7 @@ void MoE::set_shard(int rank, int world, std::function<void(const Tensor&)> all_
 
 void MoE::set_expert_shard(ExpertShard shard) {
     PARALAB_CHECK(!built(), label() + ": set_expert_shard after build");
+    PARALAB_CHECK(experts_held() == m_options.experts, label() + ": a second set_expert_shard");
     if (shard.world < 1 || shard.rank < 0 || shard.rank >= shard.world)
         throw Error(label() + ": expert rank " + std::to_string(shard.rank) + " of a group of " +
                     std::to_string(shard.world) + " devices");
