@@ -3,7 +3,8 @@
 //
 // Bytes are counted once per byte that crosses between ranks, on the rank that moves it: the
 // reader for collectives (the local backend's ranks read each other's memory; a ring backend's
-// ranks receive the same amounts), the sender for send/recv. A rank's own data is not counted.
+// ranks receive the same amounts), the sender for all_to_all and send/recv. A rank's own data
+// is not counted.
 // Ring collectives cut `count` into world chunks by shard_of_dataset (chunk c = its rows), so
 // the counts are exact for uneven chunks:
 //   all_reduce      2 count - chunk(r) - chunk(r+1)    (summed over ranks: 2 (N-1) count)
@@ -12,6 +13,9 @@
 //   broadcast       count on every rank but root, 0 on root
 //   reduce          (N-1) count on root, 0 elsewhere
 //   scatter         counts[r] on every rank but root; gather: sum(counts) - counts[root] on root
+//   all_to_all      sum(send_counts) - send_counts[r] on rank r, the sender: what it sends to
+//                   the others (its own rows are a local copy), so that summed over the ranks
+//                   every row that changes rank counts once
 //   send            count; recv 0 (the sender counted it)
 #include "engine/comm/communicator.h"
 
@@ -66,14 +70,15 @@ void check_op(const char* op, ReduceOp reduce) {
                     std::to_string(static_cast<int>(reduce)));
 }
 
-int64_t checked_counts(const char* op, const std::vector<int64_t>& counts, int world) {
+int64_t checked_counts(const char* op, const std::vector<int64_t>& counts, int world,
+                       const char* name = "counts") {
     if (static_cast<int64_t>(counts.size()) != world)
-        throw Error(call_name(op) + ": counts has " + std::to_string(counts.size()) +
+        throw Error(call_name(op) + ": " + name + " has " + std::to_string(counts.size()) +
                     " entries for a world of " + std::to_string(world));
     int64_t total = 0;
     for (size_t r = 0; r < counts.size(); ++r) {
         if (counts[r] < 0)
-            throw Error(call_name(op) + ": counts[" + std::to_string(r) + "] must be >= 0, got " +
+            throw Error(call_name(op) + ": " + name + "[" + std::to_string(r) + "] must be >= 0, got " +
                         std::to_string(counts[r]));
         total += counts[r];
     }
@@ -180,6 +185,23 @@ CommRecord Communicator::gather(const void* send, void* recv, const std::vector<
     const int64_t elems = m_rank == root ? total - counts[static_cast<size_t>(root)] : 0;
     return timed("gather", elems * static_cast<int64_t>(dtype_size(dtype)),
                  [&] { gather_impl(send, recv, counts, dtype, root); });
+}
+
+CommRecord Communicator::all_to_all(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                                    const std::vector<int64_t>& recv_counts, DType dtype) {
+    check_dtype("all_to_all", dtype);
+    const int64_t sent = checked_counts("all_to_all", send_counts, m_world, "send_counts");
+    const int64_t received = checked_counts("all_to_all", recv_counts, m_world, "recv_counts");
+    check_buffer("all_to_all", "send", send, sent);
+    check_buffer("all_to_all", "recv", recv, received);
+    const size_t esize = dtype_size(dtype);
+    const auto* s = static_cast<const std::byte*>(send);
+    const auto* r = static_cast<const std::byte*>(recv);
+    if (sent > 0 && received > 0 && s < r + size_t(received) * esize && r < s + size_t(sent) * esize)
+        throw Error(call_name("all_to_all") + ": send and recv overlap; the rows must go to a separate buffer");
+    const int64_t elems = sent - send_counts[static_cast<size_t>(m_rank)];
+    return timed("all_to_all", elems * static_cast<int64_t>(esize),
+                 [&] { all_to_all_impl(send, send_counts, recv, recv_counts, dtype); });
 }
 
 CommRecord Communicator::send(const void* data, int64_t count, DType dtype, int peer, int tag) {

@@ -1,8 +1,8 @@
 // Communicator: the collectives and point-to-point messages that ranks of one run use
-// (docs/design.md, "comm"). One Communicator object per rank, bound to that rank; every rank
-// of a group must call the collectives in the same order with the same counts (as with NCCL
-// and MPI). Public non-virtual entry points check their arguments and account bytes and time,
-// then call the backend's virtual *_impl.
+// (docs/design.md, "Collectives"). One Communicator object per rank, bound to that rank;
+// every rank of a group must call the collectives in the same order with the same counts (as
+// with NCCL and MPI). Public non-virtual entry points check their arguments and account bytes
+// and time, then call the backend's virtual *_impl.
 //
 // Buffers are plain pointers to `count` elements of `dtype` in the memory of the rank's
 // device (host memory for cpu devices). Collectives are in place where NCCL allows it:
@@ -14,6 +14,10 @@
 //   broadcast       data[count] on root -> on every rank
 //   reduce          data[count] on every rank -> the reduction on root (others unspecified)
 //   scatter/gather  variable counts per rank (scatterv/gatherv), rows laid out in rank order
+//   all_to_all      variable counts both ways (alltoallv): send_counts[r] elements of send go
+//                   to rank r, recv_counts[r] elements of recv come from rank r, each laid out
+//                   in rank order; recv_counts[r] here equals send_counts[this rank] on rank r,
+//                   and send and recv do not overlap
 //   send/recv       eager send (copied out; returns without waiting for the receiver),
 //                   blocking recv; messages between one pair with one tag arrive in order
 // Results are bit-identical run to run: each element's sum is taken in an order that
@@ -77,6 +81,10 @@ public:
                        DType dtype, int root);
     CommRecord gather(const void* send, void* recv, const std::vector<int64_t>& counts,
                       DType dtype, int root);
+    // send_counts[r] elements of `send` go to rank r, recv_counts[r] elements of `recv` come from
+    // rank r, both in rank order; this rank's own rows are copied. The two buffers are disjoint.
+    CommRecord all_to_all(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                          const std::vector<int64_t>& recv_counts, DType dtype);
     CommRecord send(const void* data, int64_t count, DType dtype, int peer, int tag = 0);
     CommRecord recv(void* data, int64_t count, DType dtype, int peer, int tag = 0);
     CommRecord barrier();
@@ -106,6 +114,8 @@ protected:
                               DType dtype, int root) = 0;
     virtual void gather_impl(const void* send, void* recv, const std::vector<int64_t>& counts,
                              DType dtype, int root) = 0;
+    virtual void all_to_all_impl(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                                 const std::vector<int64_t>& recv_counts, DType dtype) = 0;
     virtual void send_impl(const void* data, int64_t count, DType dtype, int peer, int tag) = 0;
     virtual void recv_impl(void* data, int64_t count, DType dtype, int peer, int tag) = 0;
     virtual void barrier_impl() = 0;

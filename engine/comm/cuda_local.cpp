@@ -266,6 +266,41 @@ protected:
         finish();
     }
 
+    // local.cpp's all-to-all: every rank publishes its send buffer and counts, copies from each
+    // peer in rank order the rows laid out for it (a device copy, peer to peer), ticks, and
+    // returns once every peer has ticked (is done reading its buffer).
+    void all_to_all_impl(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                         const std::vector<int64_t>& recv_counts, DType dtype) override {
+        m_state.aborted().check();
+        const size_t esize = dtype_size(dtype);
+        const int me = rank();
+        const auto mismatch = [&](int q, int64_t n) {
+            const std::string reason = "Communicator::all_to_all: rank " + std::to_string(q) + " sends " +
+                                       std::to_string(n) + " elements to rank " + std::to_string(me) +
+                                       ", which expects " + std::to_string(recv_counts[size_t(q)]);
+            if (world() > 1) m_state.abort(reason);  // no peer waits for this rank's tick
+            throw Error(reason);
+        };
+        if (send_counts[size_t(me)] != recv_counts[size_t(me)]) mismatch(me, send_counts[size_t(me)]);
+        auto* to = static_cast<std::byte*>(recv);
+        const Outgoing mine{send, send_counts.data()};
+        enter(&mine);
+        for (int q = 0; q < world(); ++q) {
+            const auto* theirs = q == me ? &mine : static_cast<const Outgoing*>(read_buffer(q));
+            const int64_t n = theirs->counts[me];
+            if (n != recv_counts[size_t(q)]) mismatch(q, n);
+            if (n > 0)
+                kg::copy_device_to_device_async(to + size_t(offset_of(recv_counts, q)) * esize,
+                                                static_cast<const std::byte*>(theirs->send) +
+                                                    size_t(offset_of(theirs->counts, me)) * esize,
+                                                size_t(n) * esize, stream());
+        }
+        tick();
+        for (int q = 0; q < world(); ++q)
+            if (q != me) wait_for(q, 2);
+        finish();
+    }
+
     void send_impl(const void* data, int64_t count, DType dtype, int peer, int tag) override {
         m_state.mailbox.send(m_device, stream(), m_state.ready_event(rank()), rank(), peer, tag,
                              data, count, dtype);
@@ -286,6 +321,13 @@ protected:
     }
 
 private:
+    // What an all-to-all publishes: the send buffer and its per-rank counts, valid until every
+    // peer has read them.
+    struct Outgoing {
+        const void* send;
+        const int64_t* counts;
+    };
+
     int prev_rank() const { return m_cursor.prev(); }
     int next_rank() const { return m_cursor.next(); }
     void* stream() const { return m_device.comm_stream(); }

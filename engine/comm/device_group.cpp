@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "engine/comm/mpi.h"
+#include "engine/comm/peer_protocol.h"
 #include "engine/data/loader.h"
 #include "engine/tensor/dtype.h"
 
@@ -138,6 +139,30 @@ protected:
         }
     }
 
+    // Eager sends to every other rank, then the receives in rank order; its own rows copied.
+    void all_to_all_impl(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                         const std::vector<int64_t>& recv_counts, DType dtype) override {
+        const size_t es = dtype_size(dtype);
+        int64_t from = 0;
+        for (int q = 0; q < world(); ++q) {
+            const int64_t n = send_counts[size_t(q)];
+            const auto* rows = static_cast<const std::byte*>(send) + size_t(from) * es;
+            if (q == rank()) {
+                if (n > 0) std::memcpy(static_cast<std::byte*>(recv) + size_t(detail::offset_of(recv_counts, q)) * es, rows, size_t(n) * es);
+            } else if (n > 0) {
+                send_impl(rows, n, dtype, q, kAllToAllTag);
+            }
+            from += n;
+        }
+        int64_t to = 0;
+        for (int q = 0; q < world(); ++q) {
+            const int64_t n = recv_counts[size_t(q)];
+            if (q != rank() && n > 0)
+                recv_impl(static_cast<std::byte*>(recv) + size_t(to) * es, n, dtype, q, kAllToAllTag);
+            to += n;
+        }
+    }
+
     void send_impl(const void* data, int64_t count, DType dtype, int peer, int tag) override {
         const int p = m_s.process_of(peer);
         if (p == m_s.process)
@@ -160,9 +185,9 @@ protected:
     }
 
 private:
-    // Tags of scatter and gather's messages: above any a strategy uses (communicator.h's
-    // tags are the caller's; these are this backend's own, on the same channel).
-    static constexpr int kScatterTag = 32000, kGatherTag = 32001;
+    // Tags of scatter, gather and all_to_all's messages: above any a strategy uses
+    // (communicator.h's tags are the caller's; these are this backend's own, on the same channel).
+    static constexpr int kScatterTag = 32000, kGatherTag = 32001, kAllToAllTag = 32002;
 
     static void zero_except(void* data, int64_t count, DType dtype, int64_t keep_at, int64_t keep) {
         auto* bytes = static_cast<std::byte*>(data);

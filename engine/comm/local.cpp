@@ -26,6 +26,10 @@
 // wait that may have to sleep until the neighbour is scheduled (16 MiB over 4 ranks on 2 cores:
 // 4.1 ms whole, 4.9 ms in pieces).
 //
+// All-to-all: every rank publishes its send buffer and its send counts, then copies from every
+// peer in rank order the rows that peer lays out for it (tick 2), and returns once every peer
+// has ticked 2, that is, has finished reading its buffer.
+//
 // abort() sets a flag and bumps every counter far ahead, so that every wait ends; every wait
 // then checks the flag and throws CommAborted.
 //
@@ -184,6 +188,48 @@ protected:
         tick();
     }
 
+    void all_to_all_impl(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                         const std::vector<int64_t>& recv_counts, DType dtype) override {
+        m_state.check_aborted();
+        const size_t esize = dtype_size(dtype);
+        const int me = rank();
+        const auto copy_own = [&] {
+            const size_t bytes = size_t(send_counts[size_t(me)]) * esize;
+            if (bytes > 0)
+                std::memcpy(static_cast<std::byte*>(recv) + size_t(offset_of(recv_counts, me)) * esize,
+                            static_cast<const std::byte*>(send) + size_t(offset_of(send_counts, me)) * esize, bytes);
+        };
+        // A count that does not match its sender's is a caller's error on every rank that sees it:
+        // the group is aborted, so that no peer waits for this rank's tick.
+        const auto mismatch = [&](int q, int64_t n) {
+            const std::string reason = "Communicator::all_to_all: rank " + std::to_string(q) + " sends " +
+                                       std::to_string(n) + " elements to rank " + std::to_string(me) +
+                                       ", which expects " + std::to_string(recv_counts[size_t(q)]);
+            if (world() > 1) m_state.abort(reason);
+            throw Error(reason);
+        };
+        if (send_counts[size_t(me)] != recv_counts[size_t(me)]) mismatch(me, send_counts[size_t(me)]);
+        if (world() == 1) return copy_own();
+        const Outgoing mine{send, send_counts.data()};
+        enter(&mine);
+        for (int q = 0; q < world(); ++q) {
+            if (q == me) {
+                copy_own();
+                continue;
+            }
+            const auto* theirs = static_cast<const Outgoing*>(read_buffer(q));
+            const int64_t n = theirs->counts[me];
+            if (n != recv_counts[size_t(q)]) mismatch(q, n);
+            if (n > 0)
+                std::memcpy(static_cast<std::byte*>(recv) + size_t(offset_of(recv_counts, q)) * esize,
+                            static_cast<const std::byte*>(theirs->send) + size_t(offset_of(theirs->counts, me)) * esize,
+                            size_t(n) * esize);
+        }
+        tick();
+        for (int q = 0; q < world(); ++q)
+            if (q != me) wait_for(q, 2);  // q is done reading our buffer
+    }
+
     void send_impl(const void* data, int64_t count, DType dtype, int peer, int tag) override {
         m_state.check_aborted();
         LocalGroup::State::Message message;
@@ -237,6 +283,13 @@ protected:
     }
 
 private:
+    // What an all-to-all publishes: the send buffer and its per-rank counts, valid until every
+    // peer has read them.
+    struct Outgoing {
+        const void* send;
+        const int64_t* counts;
+    };
+
     int prev_rank() const { return m_cursor.prev(); }
     int next_rank() const { return m_cursor.next(); }
     void enter(const void* buffer) { m_cursor.enter(buffer); }

@@ -10,6 +10,8 @@
 //   broadcast       MPI_Bcast; reduce: MPI_Reduce(MPI_IN_PLACE at root)
 //   scatter/gather  MPI_Scatterv/Gatherv with MPI_IN_PLACE at root (MPI forbids aliased buffers;
 //                   the root moves its own rows itself)
+//   all_to_all      MPI_Alltoallv, counts and displacements in rank order (send and recv are
+//                   disjoint: communicator.cpp checks)
 //   send            MPI_Isend from a copy (communicator.h's eager send: a large MPI_Send would
 //                   wait for the receiver); copies are freed once their requests complete
 //   recv            MPI_Probe, size check (a mismatch names both and leaves the message), MPI_Recv
@@ -237,6 +239,18 @@ protected:
                                           layout.counts.data(), layout.offsets.data(),
                                           mpi_type(dtype), root, m_comm));
         }
+    }
+
+    void all_to_all_impl(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                         const std::vector<int64_t>& recv_counts, DType dtype) override {
+        begin_call();
+        int64_t sent = 0, received = 0;
+        for (int64_t c : send_counts) sent += c;
+        for (int64_t c : recv_counts) received += c;
+        const IntLayout out = int_layout("all_to_all", send_counts, sent);
+        const IntLayout in = int_layout("all_to_all", recv_counts, received);
+        PARALAB_MPI_CHECK(MPI_Alltoallv(send, out.counts.data(), out.offsets.data(), mpi_type(dtype), recv,
+                                        in.counts.data(), in.offsets.data(), mpi_type(dtype), m_comm));
     }
 
     void send_impl(const void* data, int64_t count, DType dtype, int peer, int tag) override {

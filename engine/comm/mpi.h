@@ -1,7 +1,7 @@
-// The MPI backend of Communicator (docs/design.md, "comm"; §4): ranks are processes started by
-// Open MPI's `mpirun`, on one host or several, and collectives are MPI's own (MPI_Allreduce,
-// MPI_Reduce_scatter, MPI_Allgatherv, MPI_Bcast, MPI_Reduce, MPI_Scatterv/Gatherv, MPI_Send/
-// MPI_Recv, MPI_Barrier) on host buffers.
+// The MPI backend of Communicator (docs/design.md, "Collectives"): ranks are processes started
+// by Open MPI's `mpirun`, on one host or several, and collectives are MPI's own (MPI_Allreduce,
+// MPI_Reduce_scatter, MPI_Allgatherv, MPI_Bcast, MPI_Reduce, MPI_Scatterv/Gatherv,
+// MPI_Alltoallv, MPI_Send/MPI_Recv, MPI_Barrier) on host buffers.
 //
 // No MPI type appears here (docs/design.md, "Layers"): the same header serves a build with MPI (mpi.cpp)
 // and one without (mpi_stub.cpp, where available() is false and world() throws "this build has
@@ -16,8 +16,9 @@
 //     given world size and count (Open MPI picks its algorithm from those alone), but not
 //     necessarily in the local backend's order, so the two backends agree to float rounding.
 //   - tags of send/recv are 0 .. MPI_TAG_UB (at least 32767).
-//   - per-rank counts (reduce_scatter, all_gather, scatter, gather) and their offsets must fit
-//     in an int (MPI-3 counts); all_reduce, broadcast, reduce, send and recv take any count.
+//   - per-rank counts (reduce_scatter, all_gather, scatter, gather, all_to_all) and their offsets
+//     must fit in an int (MPI-3 counts; a larger call is refused with Error naming the total);
+//     all_reduce, broadcast, reduce, send and recv take any count.
 //   - abort(reason) prints the reason to stderr and calls MPI_Abort: MPI cannot wake a peer
 //     blocked in a call, so the whole job ends (mpirun kills every rank within its own timeout)
 //     instead of CommAborted being thrown in the peers. The run fails as a whole.
@@ -107,7 +108,8 @@ private:
 // of a process reduce in process (the local backend), the processes all-reduce over MPI between
 // their first devices, and the result is broadcast in process; reduce_scatter, all_gather,
 // broadcast and reduce are all-reduces of the data (zeros where a rank gives nothing), and
-// scatter, gather, send and recv are point-to-point (in process, or over an MpiChannel).
+// scatter, gather, all_to_all, send and recv are point-to-point (in process, or over an
+// MpiChannel).
 class MpiDeviceGroup final : public Group {
 public:
     // Collective: every process passes the same counts (its own is devices_per_process[rank]).

@@ -7,7 +7,9 @@
 // shard_of_dataset, whose shards differ by one row when count % world != 0, while NCCL's
 // ReduceScatter and AllGather take equal shards: even counts go to those; uneven counts become
 // a group (ncclGroupStart/End) of one Reduce or Broadcast per shard, rooted at its owner.
-// scatter/gather are groups of ncclSend/ncclRecv between the root and every other rank.
+// scatter/gather are groups of ncclSend/ncclRecv between the root and every other rank;
+// all_to_all is one group of an ncclSend and an ncclRecv per peer (NCCL's all-to-all pattern),
+// the rank's own rows a device copy.
 #include <cstdlib>
 #include <chrono>
 #include <set>
@@ -203,6 +205,31 @@ protected:
             } else if (counts[size_t(rank())] > 0) {
                 nccl::send(send, size_t(counts[size_t(rank())]), nccl_type(dtype), root, comm(), stream());
             }
+        });
+    }
+
+    void all_to_all_impl(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                         const std::vector<int64_t>& recv_counts, DType dtype) override {
+        const size_t esize = dtype_size(dtype);
+        const auto* from = static_cast<const std::byte*>(send);
+        auto* to = static_cast<std::byte*>(recv);
+        run([&] {
+            const size_t mine = size_t(send_counts[size_t(rank())]) * esize;
+            if (mine > 0)
+                kg::copy_device_to_device_async(to + size_t(offset_of(recv_counts, rank())) * esize,
+                                                from + size_t(offset_of(send_counts, rank())) * esize, mine,
+                                                stream());
+            nccl::group_start();
+            for (int q = 0; q < world(); ++q) {
+                if (q == rank()) continue;
+                if (send_counts[size_t(q)] > 0)
+                    nccl::send(from + size_t(offset_of(send_counts, q)) * esize, size_t(send_counts[size_t(q)]),
+                               nccl_type(dtype), q, comm(), stream());
+                if (recv_counts[size_t(q)] > 0)
+                    nccl::recv(to + size_t(offset_of(recv_counts, q)) * esize, size_t(recv_counts[size_t(q)]),
+                               nccl_type(dtype), q, comm(), stream());
+            }
+            nccl::group_end();
         });
     }
 

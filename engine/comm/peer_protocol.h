@@ -75,11 +75,14 @@ void divide(T* data, int64_t n, int world) {
     for (int64_t i = 0; i < n; ++i) data[i] /= w;
 }
 
-// The rank-order offset of rank r's rows in a scatterv/gatherv layout.
-inline int64_t offset_of(const std::vector<int64_t>& counts, int r) {
+// The rank-order offset of rank r's rows in a scatterv/gatherv (or all-to-all) layout.
+inline int64_t offset_of(const int64_t* counts, int r) {
     int64_t offset = 0;
-    for (int q = 0; q < r; ++q) offset += counts[size_t(q)];
+    for (int q = 0; q < r; ++q) offset += counts[q];
     return offset;
+}
+inline int64_t offset_of(const std::vector<int64_t>& counts, int r) {
+    return offset_of(counts.data(), r);
 }
 
 // A communicator whose all-reduce, reduce-scatter and all-gather are one ring (local.cpp,

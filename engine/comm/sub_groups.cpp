@@ -94,6 +94,26 @@ protected:
         }
     }
 
+    // Its rows to every other member (eager), then theirs in member order; its own rows copied.
+    void all_to_all_impl(const void* send, const std::vector<int64_t>& send_counts, void* recv,
+                         const std::vector<int64_t>& recv_counts, DType dtype) override {
+        const size_t esize = dtype_size(dtype);
+        const auto* from = static_cast<const std::byte*>(send);
+        auto* to = static_cast<std::byte*>(recv);
+        for (int q = 0; q < world(); ++q) {
+            const int64_t n = send_counts[static_cast<size_t>(q)];
+            const auto* rows = from + static_cast<size_t>(detail::offset_of(send_counts, q)) * esize;
+            if (q != rank()) put(q, rows, n, dtype);
+            else if (n > 0)
+                std::memcpy(to + static_cast<size_t>(detail::offset_of(recv_counts, q)) * esize, rows,
+                            static_cast<size_t>(n) * esize);
+        }
+        for (int q = 0; q < world(); ++q)
+            if (q != rank())
+                take(q, to + static_cast<size_t>(detail::offset_of(recv_counts, q)) * esize,
+                     recv_counts[static_cast<size_t>(q)], dtype);
+    }
+
     void send_impl(const void* data, int64_t count, DType dtype, int peer, int tag) override {
         check_tag("send", tag);
         put(peer, data, count, dtype);

@@ -1,8 +1,8 @@
 // Sub-groups of a run's ranks, for collectives among some of them only: a hybrid mesh's
-// tensor-parallel groups (consecutive ranks) and data-parallel groups (the ranks of one tensor
-// rank). Each sub-group is a group of its own over its members' devices, whose rank i is
-// members[i]: every rank of a sub-group calls its collectives in the same order, as with any
-// group, and sub-groups never see each other's messages.
+// tensor-parallel groups (consecutive ranks), data-parallel groups (the ranks of one tensor
+// rank) and expert groups. Each sub-group is a group of its own over its members' devices,
+// whose rank i is members[i]: every rank of a sub-group calls its collectives in the same
+// order, as with any group, and sub-groups never see each other's messages.
 //
 // A sub-group whose members all run in this process reads their memory directly: cpu devices
 // make a LocalGroup (host memory); cuda devices a CudaLocalGroup (device memory; virtual GPUs of
@@ -14,9 +14,10 @@
 // r), all on one tag of its own: the local backend's ring, step for step (peer_protocol.h), with
 // each step's chunk sent eagerly to the next member and received from the previous one, so that
 // every sum is taken in the local ring's order and the bytes are communicator.cpp's formulas;
-// broadcast, scatter and gather from and to the root directly; reduce at the root in rank order
-// 0..N-1; its own send and recv carry tag 0 only. Its members' local devices must be cpu devices
-// (host buffers). Tests may ask for messages in one process too (`messages`).
+// broadcast, scatter and gather from and to the root directly; all_to_all from every member to
+// every other; reduce at the root in rank order 0..N-1; its own send and recv carry tag 0 only.
+// Its members' local devices must be cpu devices (host buffers). Tests may ask for messages in
+// one process too (`messages`).
 #pragma once
 
 #include <memory>

@@ -100,13 +100,13 @@ inline const char* op_name(ReduceOp op) {
 }
 
 // 200 calls of every kind in a sequence drawn alike on every rank of `c`'s group (roots, counts
-// and kinds from one seed), each checked against the reference: the calls must not disturb
-// each other, whatever the backend.
+// and kinds from one seed; all_to_all included), each checked against the reference: the calls
+// must not disturb each other, whatever the backend.
 inline void run_mixed_sequence(Communicator& c) {
     const int world = c.world(), r = c.rank();
     std::mt19937 pick(1234);  // the same sequence on every rank
     for (int call = 0; call < 200; ++call) {
-        const int kind = int(pick() % 7), root = int(pick() % uint32_t(world));
+        const int kind = int(pick() % 8), root = int(pick() % uint32_t(world));
         const int64_t count = int64_t(pick() % 300);
         SCOPED_TRACE("call " + std::to_string(call) + " kind " + std::to_string(kind));
         const auto inputs = make_inputs<double>(uint64_t(call), world, count);
@@ -132,8 +132,21 @@ inline void run_mixed_sequence(Communicator& c) {
                     c.recv(mine.data(), count, DType::f64, q, call);
                     EXPECT_TRUE(same_bits(mine, inputs[size_t(q)]));
                 }
-        } else {
+        } else if (kind == 6) {
             c.barrier();
+        } else {  // all_to_all: rank s sends rank d (count + s + 2 d) % 7 of its elements
+            const auto n = [&](int s, int d) { return (count + s + 2 * d) % 7; };
+            std::vector<int64_t> send_counts, recv_counts;
+            std::vector<double> send, want;
+            for (int q = 0; q < world; ++q) {
+                send_counts.push_back(n(r, q));
+                recv_counts.push_back(n(q, r));
+                for (int64_t i = 0; i < n(r, q); ++i) send.push_back(input_value(uint64_t(call), r, 1000 * q + i));
+                for (int64_t i = 0; i < n(q, r); ++i) want.push_back(input_value(uint64_t(call), q, 1000 * r + i));
+            }
+            std::vector<double> got(want.size(), -2.0);
+            c.all_to_all(send.data(), send_counts, got.data(), recv_counts, DType::f64);
+            EXPECT_TRUE(same_bits(got, want));
         }
     }
     EXPECT_GE(c.totals().calls, 200);

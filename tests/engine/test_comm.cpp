@@ -1,7 +1,8 @@
 // The local communicator: every collective against a double-precision reference for worlds
 // 1..8 and sizes 0, 1, primes and large; results bit-identical across ranks and across runs;
 // exact byte accounting; abort waking blocked ranks; argument errors; a long mixed sequence of
-// calls on one group (the cross-call step numbering).
+// calls on one group (the cross-call step numbering). all_to_all also through the expert groups
+// of a device mesh (comm::SubGroups), shared-memory and messages.
 #include <gtest/gtest.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -13,6 +14,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <latch>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -21,7 +23,10 @@
 #include <vector>
 
 #include "engine/comm/communicator.h"
+#include "engine/comm/device_mesh.h"
+#include "engine/comm/sub_groups.h"
 #include "engine/data/loader.h"
+#include "engine/device/device.h"
 #include "comm_reference.h"
 
 using namespace paralab;
@@ -308,6 +313,138 @@ INSTANTIATE_TEST_SUITE_P(Worlds, RootedTest, ::testing::Range(1, 9), [](const au
     return name;
 });
 
+// ---- all_to_all -----------------------------------------------------------------------------
+
+// The elements rank s sends rank d: 0, 3, 6 or 9, zeros on every row of a world above 1 (and
+// rank 1's to itself in worlds above 1).
+int64_t a2a_count(int s, int d) {
+    return (3 * s + 5 * d + 1) % 4 * 3;
+}
+
+// Element i of what rank s sends rank d: exact in f32.
+double a2a_value(int s, int d, int64_t i) {
+    return 1000.0 * s + 100.0 * d + double(i) + 0.5;
+}
+
+class AllToAllTest : public ::testing::TestWithParam<int> {};
+
+template <class T>
+void check_all_to_all(int world) {
+    std::vector<std::vector<T>> got(static_cast<size_t>(world));
+    std::vector<CommRecord> records(static_cast<size_t>(world));
+    run_ranks(world, [&](Communicator& c) {
+        const int r = c.rank();
+        std::vector<int64_t> send_counts, recv_counts;
+        std::vector<T> send;
+        for (int q = 0; q < world; ++q) {
+            send_counts.push_back(a2a_count(r, q));
+            recv_counts.push_back(a2a_count(q, r));
+            for (int64_t i = 0; i < send_counts.back(); ++i) send.push_back(T(a2a_value(r, q, i)));
+        }
+        auto& recv = got[size_t(r)];
+        recv.assign(size_t(std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t(0))), T(-1));
+        records[size_t(r)] = c.all_to_all(send.data(), send_counts, recv.data(), recv_counts, dtype_of<T>());
+    });
+    int64_t total = 0;
+    for (int r = 0; r < world; ++r) {
+        std::vector<T> want;
+        int64_t sent = 0;
+        for (int q = 0; q < world; ++q) {
+            for (int64_t i = 0; i < a2a_count(q, r); ++i) want.push_back(T(a2a_value(q, r, i)));
+            if (q != r) sent += a2a_count(r, q);
+        }
+        EXPECT_TRUE(same_bits(got[size_t(r)], want)) << "rank " << r;
+        EXPECT_STREQ(records[size_t(r)].op, "all_to_all");
+        EXPECT_EQ(records[size_t(r)].bytes, sent * int64_t(sizeof(T))) << "rank " << r;  // sum - own
+        total += records[size_t(r)].bytes;
+    }
+    int64_t moved = 0;  // every element that changes rank, once
+    for (int s = 0; s < world; ++s)
+        for (int d = 0; d < world; ++d)
+            if (s != d) moved += a2a_count(s, d);
+    EXPECT_EQ(total, moved * int64_t(sizeof(T)));
+}
+
+TEST_P(AllToAllTest, UnevenCountsWithZerosArriveInRankOrder) {
+    check_all_to_all<float>(GetParam());
+    check_all_to_all<double>(GetParam());
+}
+
+// Every rank sends nothing: a valid call that moves and counts nothing.
+TEST_P(AllToAllTest, EmptyExchange) {
+    const int world = GetParam();
+    run_ranks(world, [&](Communicator& c) {
+        const std::vector<int64_t> none(size_t(c.world()), 0);
+        EXPECT_EQ(c.all_to_all(nullptr, none, nullptr, none, DType::f32).bytes, 0);
+    });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, AllToAllTest, ::testing::Range(1, 5), [](const auto& info) {
+    std::string name = "N";
+    name += std::to_string(info.param);
+    return name;
+});
+
+// The expert groups of a mesh (dp 2 · tp 2 with ep 2: groups {0, 2} and {1, 3}) exchange among
+// their members only, in member order; a sub-group of messages (what a group spanning processes
+// uses) gives the same rows and byte counts.
+TEST(LocalComm, AllToAllThroughTheExpertGroupsOfAMesh) {
+    const DeviceMesh mesh({.dp = 2, .ep = 2, .tp = 2}, 4);
+    ASSERT_EQ(mesh.members(0, {Axis::ep}), (std::vector<int>{0, 2}));
+    const std::vector<Device*> hosts(4, &detached_host_device());
+    LocalGroup world(4);
+    const auto shared = mesh.communicators({Axis::ep}, hosts, &world, 7);
+    SubGroups messages(hosts, mesh.groups({Axis::ep}), &world, 7, /*messages=*/true);
+    EXPECT_EQ(messages.of(2).backend(), "messages");
+    for (SubGroups* groups : {shared.get(), &messages}) {
+        SCOPED_TRACE(groups->of(0).backend());
+        std::vector<std::vector<float>> got(4);
+        std::vector<int64_t> bytes(4, -1);
+        std::vector<std::thread> threads;
+        for (int r = 0; r < 4; ++r)
+            threads.emplace_back([&, r] {
+                Communicator& c = groups->of(r);
+                const std::vector<int>& members = groups->members(groups->group_of(r));
+                std::vector<int64_t> send_counts, recv_counts;
+                std::vector<float> send;
+                for (int q = 0; q < c.world(); ++q) {
+                    send_counts.push_back(a2a_count(r, members[size_t(q)]));
+                    recv_counts.push_back(a2a_count(members[size_t(q)], r));
+                    for (int64_t i = 0; i < send_counts.back(); ++i)
+                        send.push_back(float(a2a_value(r, members[size_t(q)], i)));
+                }
+                got[size_t(r)].assign(size_t(std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t(0))), -1.0f);
+                bytes[size_t(r)] = c.all_to_all(send.data(), send_counts, got[size_t(r)].data(), recv_counts, DType::f32).bytes;
+            });
+        for (auto& t : threads) t.join();
+        for (int r = 0; r < 4; ++r) {
+            std::vector<float> want;
+            int64_t sent = 0;
+            for (int q : mesh.members(r, {Axis::ep})) {
+                for (int64_t i = 0; i < a2a_count(q, r); ++i) want.push_back(float(a2a_value(q, r, i)));
+                if (q != r) sent += a2a_count(r, q);
+            }
+            EXPECT_TRUE(same_bits(got[size_t(r)], want)) << "rank " << r;
+            EXPECT_EQ(bytes[size_t(r)], sent * 4) << "rank " << r;
+        }
+    }
+}
+
+// A receive count that is not its sender's count is refused on the rank that sees it, naming
+// both, and the group is aborted so that its peer does not wait for it.
+TEST(LocalComm, AllToAllWithCountsThatDisagreeIsRefused) {
+    const auto message = error_of<Error>([] {
+        run_ranks(2, [](Communicator& c) {
+            float send[4] = {1, 2, 3, 4}, recv[4] = {};
+            const std::vector<int64_t> send_counts{1, 2};  // rank 0 sends rank 1 two, which expects 3
+            const std::vector<int64_t> recv_counts = c.rank() == 0 ? std::vector<int64_t>{1, 1}
+                                                                   : std::vector<int64_t>{3, 2};
+            c.all_to_all(send, send_counts, recv, recv_counts, DType::f32);
+        });
+    });
+    EXPECT_CONTAINS(message, "all_to_all: rank 0 sends 2 elements to rank 1, which expects 3");
+}
+
 // ---- send / recv ----------------------------------------------------------------------------
 
 TEST(LocalComm, MessagesArriveInOrderPerPeerAndTag) {
@@ -376,6 +513,28 @@ TEST(LocalComm, AbortWakesRanksBlockedInAllReduce) {
     EXPECT_CONTAINS(later, "rank 2 failed: injected fault");
 }
 
+// Ranks 0 and 1 call all_to_all and rank 2 never does: the abort, whether it finds them waiting
+// for rank 2 or not yet entered, ends both with its reason.
+TEST(LocalComm, AbortWakesRanksWaitingInAllToAll) {
+    LocalGroup group(3);
+    std::vector<std::string> messages(2);
+    std::latch calling(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+            std::vector<float> send(30, float(r)), recv(30);
+            const std::vector<int64_t> counts{10, 10, 10};
+            calling.count_down();
+            messages[size_t(r)] = error_of<CommAborted>([&] {
+                group.rank(r).all_to_all(send.data(), counts, recv.data(), counts, DType::f32);
+            });
+        });
+    calling.wait();
+    group.abort("rank 2 failed: injected fault");
+    for (auto& t : threads) t.join();
+    for (const auto& m : messages) EXPECT_CONTAINS(m, "rank 2 failed: injected fault");
+}
+
 TEST(LocalComm, AbortWakesARankBlockedInRecv) {
     LocalGroup group(2);
     std::string message;
@@ -410,6 +569,14 @@ TEST(LocalComm, ArgumentErrorsNameTheCallAndTheValue) {
                         c.gather(buf, buf, {1, -1, 1}, DType::f32, 0);
                     }),
                     "counts[1] must be >= 0");
+    EXPECT_CONTAINS(error_of<Error>([&] { c.all_to_all(buf, {1, 1}, buf, {1, 1, 1}, DType::f32); }),
+                    "all_to_all: send_counts has 2 entries for a world of 3");
+    EXPECT_CONTAINS(error_of<Error>([&] { c.all_to_all(buf, {1, 1, 1}, buf, {0, -1, 0}, DType::f32); }),
+                    "all_to_all: recv_counts[1] must be >= 0, got -1");
+    EXPECT_CONTAINS(error_of<Error>([&] { c.all_to_all(buf, {1, 1, 0}, buf + 1, {1, 1, 0}, DType::f32); }),
+                    "all_to_all: send and recv overlap");
+    EXPECT_CONTAINS(error_of<Error>([&] { c.all_to_all(nullptr, {0, 1, 0}, buf, {0, 1, 0}, DType::f32); }),
+                    "all_to_all: send is null for 1 elements");
     EXPECT_CONTAINS(error_of<Error>([&] { c.send(buf, 1, DType::f32, 5); }), "send: peer 5");
     EXPECT_CONTAINS(error_of<Error>([&] { c.recv(buf, 1, DType::f32, -1); }), "recv: peer -1");
     EXPECT_CONTAINS(error_of<Error>([&] { group.rank(3); }), "3");

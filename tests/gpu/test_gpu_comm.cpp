@@ -1,9 +1,10 @@
 // The GPU communicators (engine/comm/gpu.h): NcclGroup on distinct GPUs and CudaLocalGroup on
-// virtual GPUs (one card listed 1, 2, 4 times), every collective on device buffers copied back
-// to the host and checked against tests/engine/comm_reference.h's reference; CudaLocalGroup's
-// results equal the CPU LocalGroup's bit for bit (same summation order); NCCL's equal themselves
-// on a rerun (NCCL_ALGO pinned). abort() frees every waiting rank with CommAborted. The backend
-// choice for a run's devices is tested without a GPU. Without a GPU the rest reports SKIPPED.
+// virtual GPUs (one card listed 1, 2, 4 times), every collective (all_to_all included) on device
+// buffers copied back to the host and checked against tests/engine/comm_reference.h's
+// reference; CudaLocalGroup's results equal the CPU LocalGroup's bit for bit (same summation
+// order); NCCL's equal themselves on a rerun (NCCL_ALGO pinned). abort() frees every waiting
+// rank with CommAborted. The backend choice for a run's devices is tested without a GPU. Without
+// a GPU the rest reports SKIPPED.
 #include <gtest/gtest.h>
 #include <kernels/gpu/info.h>
 #include <kernels/gpu/memory.h>
@@ -371,6 +372,41 @@ TEST_P(GpuCommTest, ScatterAndGatherWithPerRankCounts) {
             offset += counts[size_t(r)];
         }
         EXPECT_TRUE(same_bits(gathered, all));
+    }
+}
+
+// all_to_all with uneven counts, zeros among them (rank s sends rank d (3 s + 5 d + 1) % 4 * 3
+// elements, each naming s, d and its place), and the bytes of what each rank sends the others.
+TEST_P(GpuCommTest, AllToAllWithUnevenCounts) {
+    const auto n = [](int s, int d) { return int64_t((3 * s + 5 * d + 1) % 4 * 3); };
+    const auto value = [](int s, int d, int64_t i) { return float(1000 * s + 100 * d) + float(i) + 0.5f; };
+    std::vector<std::vector<float>> got(static_cast<size_t>(world()));
+    std::vector<int64_t> bytes(static_cast<size_t>(world()), -1);
+    run_ranks(*m_group, [&](int r) {
+        std::vector<int64_t> send_counts, recv_counts;
+        std::vector<float> send;
+        int64_t received = 0;
+        for (int q = 0; q < world(); ++q) {
+            send_counts.push_back(n(r, q));
+            recv_counts.push_back(n(q, r));
+            received += n(q, r);
+            for (int64_t i = 0; i < n(r, q); ++i) send.push_back(value(r, q, i));
+        }
+        kg::set_device(m_ordinals[size_t(r)]);
+        DeviceArray<float> from(m_ordinals[size_t(r)], send);
+        DeviceArray<float> to(m_ordinals[size_t(r)], std::vector<float>(size_t(received), -1.0f));
+        bytes[size_t(r)] = m_group->rank(r).all_to_all(from.get(), send_counts, to.get(), recv_counts, DType::f32).bytes;
+        got[size_t(r)] = to.download();
+    });
+    for (int r = 0; r < world(); ++r) {
+        std::vector<float> want;
+        int64_t others = 0;
+        for (int q = 0; q < world(); ++q) {
+            for (int64_t i = 0; i < n(q, r); ++i) want.push_back(value(q, r, i));
+            if (q != r) others += n(r, q);
+        }
+        EXPECT_TRUE(same_bits(got[size_t(r)], want)) << "rank " << r;
+        EXPECT_EQ(bytes[size_t(r)], others * 4) << "rank " << r;
     }
 }
 

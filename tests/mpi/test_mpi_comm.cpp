@@ -2,10 +2,11 @@
 // label `mpi`): every collective against the same double-precision reference as
 // tests/engine/test_comm.cpp (sizes 0, 1, 7, 101, 2^20 + 3; f32 and f64), all_reduce
 // bit-identical across ranks and run to run and equal to the local backend's result to float
-// rounding, send/recv ordering and eagerness, a second communicator used by a second thread,
-// and a long mixed sequence of calls. Each rank runs every test; rank 0 prints the usual report
-// and names any other rank that failed a test, the others print only their failures. In a build
-// without MPI the program reports SKIPPED (and checks the stub's message).
+// rounding, all_to_all with uneven counts (also between the devices of MpiDeviceGroup),
+// send/recv ordering and eagerness, a second communicator used by a second thread, and a long
+// mixed sequence of calls. Each rank runs every test; rank 0 prints the usual report and names
+// any other rank that failed a test, the others print only their failures. In a build without
+// MPI the program reports SKIPPED (and checks the stub's message).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -202,6 +203,64 @@ TEST_F(MpiCommTest, ScatterThenGatherWithUnevenCountsFromEveryRoot) {
     c.gather(own, rows.data(), counts, DType::f32, 0);
     if (r == 0) {
         for (int64_t i = 0; i < total; ++i) EXPECT_EQ(rows[size_t(i)], float(i));
+    }
+}
+
+// MPI_Alltoallv: rank s sends rank d (3 s + 5 d + 1) % 4 * 3 elements (zeros among them), each
+// naming its sender, receiver and place; the bytes count what a rank sends to the others.
+TEST_F(MpiCommTest, AllToAllWithUnevenCountsArrivesInRankOrder) {
+    Communicator& c = comm();
+    const int world = c.world(), r = c.rank();
+    const auto n = [](int s, int d) { return int64_t((3 * s + 5 * d + 1) % 4 * 3); };
+    const auto value = [](int s, int d, int64_t i) { return 1000.0 * s + 100.0 * d + double(i) + 0.5; };
+    std::vector<int64_t> send_counts, recv_counts;
+    std::vector<double> send, want;
+    int64_t others = 0;
+    for (int q = 0; q < world; ++q) {
+        send_counts.push_back(n(r, q));
+        recv_counts.push_back(n(q, r));
+        for (int64_t i = 0; i < n(r, q); ++i) send.push_back(value(r, q, i));
+        for (int64_t i = 0; i < n(q, r); ++i) want.push_back(value(q, r, i));
+        if (q != r) others += n(r, q);
+    }
+    std::vector<double> got(want.size(), -1.0);
+    const CommRecord rec = c.all_to_all(send.data(), send_counts, got.data(), recv_counts, DType::f64);
+    EXPECT_STREQ(rec.op, "all_to_all");
+    EXPECT_EQ(rec.bytes, others * 8);
+    EXPECT_TRUE(same_bits(got, want));
+}
+
+// The same exchange over MpiDeviceGroup, two devices (threads) per process: rows between devices
+// of one process and of different processes alike.
+TEST_F(MpiCommTest, AllToAllBetweenTheDevicesOfEveryProcess) {
+    const int processes = comm().world(), me = comm().rank();
+    MpiDeviceGroup group(std::vector<int>(size_t(processes), 2));
+    const int world = group.world();
+    const auto n = [](int s, int d) { return int64_t((3 * s + 5 * d + 1) % 4 * 3); };
+    const auto value = [](int s, int d, int64_t i) { return float(1000 * s + 100 * d) + float(i) + 0.5f; };
+    std::vector<std::vector<float>> got(2), want(2);
+    std::vector<int64_t> bytes(2, -1), others(2, 0);
+    std::vector<std::thread> threads;
+    for (int l = 0; l < 2; ++l)
+        threads.emplace_back([&, l] {
+            const int r = 2 * me + l;
+            std::vector<int64_t> send_counts, recv_counts;
+            std::vector<float> send;
+            for (int q = 0; q < world; ++q) {
+                send_counts.push_back(n(r, q));
+                recv_counts.push_back(n(q, r));
+                for (int64_t i = 0; i < n(r, q); ++i) send.push_back(value(r, q, i));
+                for (int64_t i = 0; i < n(q, r); ++i) want[size_t(l)].push_back(value(q, r, i));
+                if (q != r) others[size_t(l)] += n(r, q);
+            }
+            got[size_t(l)].assign(want[size_t(l)].size(), -1.0f);
+            bytes[size_t(l)] =
+                group.rank(r).all_to_all(send.data(), send_counts, got[size_t(l)].data(), recv_counts, DType::f32).bytes;
+        });
+    for (auto& t : threads) t.join();
+    for (int l = 0; l < 2; ++l) {
+        EXPECT_TRUE(same_bits(got[size_t(l)], want[size_t(l)])) << "device " << l;
+        EXPECT_EQ(bytes[size_t(l)], others[size_t(l)] * 4) << "device " << l;
     }
 }
 
