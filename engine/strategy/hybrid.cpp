@@ -1213,7 +1213,7 @@ StrategyDescriptor hybrid_descriptor() {
               .max = 1 << 20, .label = "Micro-batches",
               .help = "Micro-batches per optimizer step per replica, flowing through the pipeline stages."},
              {.key = "schedule", .kind = OptionKind::choice, .fallback = std::string("1f1b"),
-              .choices = {"gpipe", "1f1b", "interleaved_1f1b"}, .label = "Schedule",
+              .choices = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"}, .label = "Schedule",
               .help = "gpipe: every forward, then every backward; 1f1b: one forward and one backward in "
                       "turn after a warm-up; interleaved_1f1b: 1f1b over `interleave` model chunks per "
                       "stage (micro-batches a multiple of pp)."},
