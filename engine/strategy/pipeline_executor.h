@@ -1,8 +1,9 @@
 // The one pipeline executor (docs/strategies.md, "Pipelines"): a device runs its schedule's
 // actions (stages::stage_schedule: forward, backward or, under zb_h1, the weight pass W of a
-// micro-batch through one of its model chunks) in order, receiving each chunk's input from the device of the chunk before and its
-// output gradient from the device of the chunk after. pipeline, model_parallel and hybrid run
-// their stages through it; the mesh's pp axis says which device holds which chunk.
+// micro-batch through one of its model chunks) in order, receiving each chunk's input from the
+// device of the chunk before and its output gradient from the device of the chunk after.
+// pipeline, model_parallel and hybrid run their stages through it; the mesh's pp axis says which
+// device holds which chunk.
 #pragma once
 
 #include <cstddef>

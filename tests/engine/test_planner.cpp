@@ -299,7 +299,8 @@ TEST(Planner, ZeroBubbleH1CutsTheBubbleToAThird) {
         EXPECT_DOUBLE_EQ(zb.busy[size_t(d)], busy);
         EXPECT_EQ(zb.peak_in_flight[size_t(d)], plain.peak_in_flight[size_t(d)]);
     }
-    const double zb_bubble = (zb.makespan - busy) / zb.makespan, plain_bubble = (plain.makespan - busy) / plain.makespan;
+    const double zb_bubble = (zb.makespan - busy) / zb.makespan;
+    const double plain_bubble = (plain.makespan - busy) / plain.makespan;
     EXPECT_DOUBLE_EQ(plain.makespan, busy + 3.0 * (p - 1));
     EXPECT_DOUBLE_EQ(zb.makespan, busy + (p - 1));
     EXPECT_LT(zb_bubble, plain_bubble);
