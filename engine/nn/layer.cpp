@@ -98,6 +98,36 @@ void Layer::release_saved() {
     for (Layer* c : children()) c->release_saved();
 }
 
+void Layer::defer_weight_grads(int64_t key) {
+    m_weight_key = key < 0 ? -1 : key;
+    for (Layer* c : children()) c->defer_weight_grads(key);
+}
+
+void Layer::run_weight_grads(int64_t key) {
+    // Taken out before running: a piece of work may not queue another.
+    std::deque<std::function<void()>> mine;
+    for (auto it = m_weight_work.begin(); it != m_weight_work.end();)
+        if (it->first == key) {
+            mine.push_back(std::move(it->second));
+            it = m_weight_work.erase(it);
+        } else {
+            ++it;
+        }
+    for (auto& work : mine) work();
+    for (Layer* c : children()) c->run_weight_grads(key);
+}
+
+size_t Layer::queued_weight_grads() {
+    size_t n = m_weight_work.size();
+    for (Layer* c : children()) n += c->queued_weight_grads();
+    return n;
+}
+
+void Layer::weight_grads(std::function<void()> work) {
+    if (m_weight_key < 0) work();
+    else m_weight_work.emplace_back(m_weight_key, std::move(work));
+}
+
 int64_t Layer::parameter_count() {
     int64_t n = 0;
     for (Param* p : parameters()) n = checked_sum(n, p->value.numel(), "parameters");

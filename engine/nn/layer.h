@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/tensor/tensor.h"
@@ -71,7 +73,23 @@ public:
     void zero_grad();
     // Drops what the last forward kept for backward (its own and its children's), so that a
     // recomputation (nn/recompute.h) holds only a block's input; the next forward keeps it again.
+    // Queued weight-gradient work (below) stays.
     void release_saved();
+
+    // Deferred weight gradients (the zero-bubble pipeline's B and W, docs/strategies.md). While a
+    // key >= 0 is set, backward is B: a layer that splits its backward (Linear) computes the
+    // input gradient and queues its weight-gradient work (W) under the key, keeping the tensors
+    // W reads (its input, the output gradient: activations until W runs); a layer that does not
+    // split does its whole backward in B. A composite layer defers through its children. -1
+    // (the default) turns deferral off. Sets this layer and its children.
+    void defer_weight_grads(int64_t key);
+    int64_t weight_grad_key() const { return m_weight_key; }
+    // Runs the weight-gradient work this layer and its children queued under `key`, each layer's
+    // in the order queued, and drops it (nothing queued under `key`: nothing to do). After B and
+    // W the gradients are those of the plain backward.
+    void run_weight_grads(int64_t key);
+    // The pieces of weight-gradient work queued here and in the children, not yet run.
+    size_t queued_weight_grads();
 
     int64_t parameter_count();
     // Forward floating-point operations per sample (a multiply-add counts 2).
@@ -120,6 +138,11 @@ protected:
     }
     virtual bool draws_each_step_impl() const { return false; }
 
+    // For backward_impl: `work`, the weight-gradient part of this backward, runs now, or is
+    // queued under the key of defer_weight_grads. It must hold what it reads (the layer's saved
+    // input is the next forward's by then).
+    void weight_grads(std::function<void()> work);
+
     // For build_impl: a parameter of `shape` (value and zeroed grad) in this layer's dtype.
     Param& add_param(std::string name, const Shape& shape);
     // For build_impl: a buffer (running statistics), zeroed.
@@ -142,6 +165,8 @@ private:
     Device* m_device = nullptr;
     bool m_needs_input_grad = true;
     int64_t m_last_batch = -1;
+    int64_t m_weight_key = -1;  // defer_weight_grads'
+    std::deque<std::pair<int64_t, std::function<void()>>> m_weight_work;  // (key, work), oldest first
 };
 
 // Fills `t` (on any device) with N(0, 1) draws from `rng`, in element order: drawn on the host

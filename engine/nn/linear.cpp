@@ -231,7 +231,9 @@ Tensor Linear::forward_impl(const Tensor& x, Mode mode) {
     return y;
 }
 
-// dy: [B, ..., out] -> dx: [B, ..., in]; dW += dy^T x, db += column sums of dy.
+// dy: [B, ..., out] -> dx: [B, ..., in]; dW += dy^T x, db += column sums of dy. The input
+// gradient dx = dy W is B; the weight and bias gradients are W (weight_grads: now, or queued with
+// x and dy when deferred).
 Tensor Linear::backward_impl(const Tensor& dy) {
     PARALAB_CHECK(m_x.defined(), label() + ": a second backward after one forward");
     PARALAB_CHECK(m_weight->grad.defined(), label() + ": the embedding table it shares has no gradient here");
@@ -240,23 +242,27 @@ Tensor Linear::backward_impl(const Tensor& dy) {
     const Ops ops = ops_for(dy);
     // A sequence-parallel row shard's bias saw this device's positions; its weight needs the
     // gradient of the whole sequence: gathered.
-    if (m_bias)
-        dispatch_float(dy.dtype(), [&]<class T>() {
-            ops.column_sums_accumulate<T>(dy.numel() / m_out, m_out, dy.data<T>(), m_bias->grad.data<T>());
-        });
     const Tensor g_all = seq && !column ? sequence_gather(dy, *seq) : dy;
     const int64_t rows = g_all.numel() / m_out;
     Tensor dx;
-    if (needs_input_grad()) dx = new_activation(m_x.shape());
-    dispatch_float(dy.dtype(), [&]<class T>() {
-        const T* g = g_all.data<T>();
-        ops.gemm<T>(true, false, m_out, m_in, rows, T(1), g, m_x.data<T>(), T(1),
-                    m_weight->grad.data<T>());
-        if (dx.defined())
-            ops.gemm<T>(false, false, rows, m_in, m_out, T(1), g, m_weight->value.data<T>(), T(0),
+    if (needs_input_grad()) {
+        dx = new_activation(m_x.shape());
+        dispatch_float(dy.dtype(), [&]<class T>() {
+            ops.gemm<T>(false, false, rows, m_in, m_out, T(1), g_all.data<T>(), m_weight->value.data<T>(), T(0),
                         dx.data<T>());
+        });
+    }
+    // The saved input goes to the weight gradient's work: the layer's own is dead once its
+    // gradients are out (or queued).
+    weight_grads([this, ops, dy, g_all, x = std::move(m_x), rows] {
+        PARALAB_CHECK(m_weight->grad.defined(), label() + ": its weight gradient is gone before its W ran");
+        dispatch_float(dy.dtype(), [&]<class T>() {
+            if (m_bias) ops.column_sums_accumulate<T>(dy.numel() / m_out, m_out, dy.data<T>(), m_bias->grad.data<T>());
+            ops.gemm<T>(true, false, m_out, m_in, rows, T(1), g_all.data<T>(), x.data<T>(), T(1),
+                        m_weight->grad.data<T>());
+        });
     });
-    m_x = Tensor();  // the saved input is dead once its gradients are out
+    m_x = Tensor();
     // A column-parallel shard's input gradient is this shard's part of the sum: all-reduced, or
     // reduce-scattered to this device's positions.
     if (dx.defined() && column) {

@@ -1,8 +1,8 @@
 // The pipeline schedule simulated event by event (docs/planner.md, "Pipeline"): every device
-// runs its forwards and backwards in the order the engine's pipeline runs them
-// (strategy::stages::stage_schedule); an operation starts when its device is free and its input
-// has arrived (the previous stage's forward, the next stage's backward, plus the transfer
-// between them).
+// runs its forwards, backwards and (zb_h1) weight passes in the order the engine's pipeline runs
+// them (strategy::stages::stage_schedule); an operation starts when its device is free and its
+// input has arrived (the previous stage's forward, the next stage's backward, plus the transfer
+// between them; a W its own B).
 #pragma once
 
 #include <vector>
@@ -21,6 +21,10 @@ struct PipeTimes {
     // backward after sending its gradient, and the receiver has it then. Otherwise a transfer
     // only delays its receiver.
     bool blocking_sends = false;
+    // Per global chunk: the weight-gradient part of `backward` (s), which a schedule that splits
+    // the backward (zb_h1) runs as W, the rest as B. Empty: half the backward (the weight
+    // gradients' GEMMs are half of a backward's FLOPs).
+    std::vector<double> weight;
 };
 
 // One operation as simulated: when device `device` ran it (s from the step's start).
@@ -31,7 +35,7 @@ struct PipeSpan {
 };
 
 struct PipeResult {
-    double makespan = 0;              // first forward's start to last backward's end
+    double makespan = 0;              // first forward's start to the last operation's end
     std::vector<double> busy;         // per device: the sum of its operations (sends included)
     std::vector<int> peak_in_flight;  // per device: most micro-batch chunks held at once
     std::vector<PipeSpan> spans;      // every operation, in the order run (when asked for)

@@ -53,6 +53,7 @@ std::string check_mesh(const Mesh& mesh, const PlanModel& model, int64_t batch, 
     try {
         stages::check_schedule(stages::schedule_name(mesh.schedule), mesh.interleave, mesh.micro_batches, mesh.pp,
                                "strategy.pp");
+        stages::check_zero_bubble(stages::schedule_name(mesh.schedule), mesh.zero, mesh.dp, mesh.micro_batches);
     } catch (const ConfigError& e) {
         return e.reason();
     }
@@ -188,6 +189,9 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
     for (const auto& c : chunks) {
         times.forward.push_back(c.forward_s());
         times.backward.push_back(c.backward_s());
+        // zb_h1's W: the weight gradients' GEMMs, half of the backward's; the recomputation and
+        // the tensor group's collectives stay in B.
+        times.weight.push_back(c.compute_b / 2);
     }
     const Link nvlink{cluster.intra_latency, cluster.intra_bandwidth};
     for (int g = 0; g + 1 < G; ++g) {
@@ -236,11 +240,15 @@ Prediction predict(const config::Experiment& e, const PlanModel& model, const Cl
             compute_all += m * (c.forward_s() + c.backward_s());
         }
         // Activations in flight: the schedule's order, each chunk's bytes while its micro-batch
-        // waits for its backward.
+        // waits for its backward (zb_h1: for its W, an upper bound: W keeps only the linear
+        // layers' inputs and output gradients).
         double live = 0, peak_live = 0;
+        const stages::Pass frees =
+            stages::splits_backward(mesh.schedule) ? stages::Pass::weight : stages::Pass::backward;
         for (const stages::Op& op : stages::stage_schedule(mesh.schedule, d, P, m, v)) {
-            live +=
-                (op.forward ? 1 : -1) * chunks[static_cast<size_t>(op.chunk * P + d)].stored_bytes;
+            const double bytes = chunks[static_cast<size_t>(op.chunk * P + d)].stored_bytes;
+            if (op.pass == stages::Pass::forward) live += bytes;
+            else if (op.pass == frees) live -= bytes;
             peak_live = std::max(peak_live, live);
         }
         if (mesh.recompute == nn::Recompute::full)

@@ -49,6 +49,8 @@ void check_mesh(const config::Experiment& e, int64_t world) {
                                              " top-level layers: each stage holds at least one");
     stages::check_schedule(option<std::string>(e.strategy, "schedule"), option<int64_t>(e.strategy, "interleave"),
                            option<int64_t>(e.strategy, "micro_batches"), m.pp, "strategy.pp");
+    stages::check_zero_bubble(option<std::string>(e.strategy, "schedule"), option<int64_t>(e.strategy, "zero"), m.dp,
+                              option<int64_t>(e.strategy, "micro_batches"));
     // Each replica's share of the batch is cut into the micro-batches: the largest share holds
     // at least one row for each.
     const int64_t micro_batches = option<int64_t>(e.strategy, "micro_batches");
@@ -313,10 +315,11 @@ StrategyDescriptor hybrid_descriptor() {
               .max = 1 << 20, .label = "Micro-batches",
               .help = "Micro-batches per optimizer step per replica, flowing through the pipeline stages."},
              {.key = "schedule", .kind = OptionKind::choice, .fallback = std::string("1f1b"),
-              .choices = {"gpipe", "1f1b", "interleaved_1f1b"}, .label = "Schedule",
+              .choices = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"}, .label = "Schedule",
               .help = "gpipe: every forward, then every backward; 1f1b: one forward and one backward in "
                       "turn after a warm-up; interleaved_1f1b: 1f1b over `interleave` model chunks per "
-                      "stage (micro-batches a multiple of pp)."},
+                      "stage (micro-batches a multiple of pp); zb_h1: 1f1b with each backward split into "
+                      "the input gradient (B) and the weight gradient (W), the W filling the idle cooldown."},
              {.key = "interleave", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1,
               .max = 1024, .label = "Chunks per device",
               .help = "interleaved_1f1b: the layers are cut into pp × interleave chunks and stage s holds "

@@ -13,6 +13,9 @@ namespace {
 constexpr int kForwardTag = 0, kBackwardTag = 1;
 }  // namespace
 
+const char* const PipelineExecutor::kBackwardInput = "backward_input";
+const char* const PipelineExecutor::kBackwardWeight = "backward_weight";
+
 void ModelChunk::share_master() {
     for (size_t c = 1; c < contexts.size(); ++c) {
         const auto own = contexts[c]->parameters();
@@ -71,6 +74,11 @@ void PipelineExecutor::run_flush(Rank& rank, std::vector<ModelChunk>& chunks, co
                                  StepResult& result, const Hooks& hooks) const {
     const int stage = m_mesh.coord(rank.index(), comm::Axis::pp);
     const int stages = m_mesh.size(comm::Axis::pp);
+    const bool split = stages::splits_backward(m_schedule);
+    if (split && hooks.backward)
+        throw ConfigError("strategy.schedule", "zb_h1 defers the weight gradients past each backward, which this "
+                                               "strategy walks layer by layer to reduce each layer's gradients as "
+                                               "its backward ends (zero 2 or 3 over dp > 1)");
     int first = 0;  // the part's first micro-batch
     for (const int m : stages::flush_parts(m_schedule, stages, slots)) {
         const std::vector<stages::Op> ops = stages::stage_schedule(m_schedule, stage, stages, m, m_chunks);
@@ -83,16 +91,31 @@ void PipelineExecutor::run_flush(Rank& rank, std::vector<ModelChunk>& chunks, co
             nn::Model& c = *ch.contexts[size_t(op.micro % std::max(1, in_flight[size_t(op.chunk)]))];
             const int index = first + op.micro;
             if (index >= static_cast<int>(micro.size())) {
+                // A W has no collectives to keep in step.
+                if (op.pass == stages::Pass::weight) continue;
                 PARALAB_CHECK(static_cast<bool>(hooks.idle_slot), "pipeline: a slot without a micro-batch");
-                hooks.idle_slot(op.chunk, op.forward);
+                hooks.idle_slot(op.chunk, op.forward());
                 continue;
             }
             const data::ShardRange& mb = micro[size_t(index)];
-            if (op.forward) forward(rank, ch, op.chunk, c, batch, offset, index, mb, result);
-            else backward(rank, ch, op.chunk, c, index, mb, hooks);
+            switch (op.pass) {
+                case stages::Pass::forward:
+                    forward(rank, ch, op.chunk, c, batch, offset, index, mb, result);
+                    break;
+                case stages::Pass::backward:
+                    backward(rank, ch, op.chunk, c, index, mb, hooks);
+                    break;
+                case stages::Pass::weight:
+                    weight(rank, op.chunk, c, index);
+                    break;
+            }
         }
         first += m;
     }
+    if (split)
+        for (ModelChunk& ch : chunks)
+            for (auto& c : ch.contexts)
+                PARALAB_CHECK(c->net().queued_weight_grads() == 0, "pipeline: a flush ended with W not run");
 }
 
 void PipelineExecutor::forward(Rank& rank, ModelChunk& ch, int chunk, nn::Model& c, const data::Batch& batch,
@@ -158,7 +181,9 @@ void PipelineExecutor::backward(Rank& rank, ModelChunk& ch, int chunk, nn::Model
                                phase.c_str()),
                          /*waiting=*/true);
     }
-    const std::string phase = stages::chunk_phase("backward", chunk, m_chunks);
+    // zb_h1: B, the layers queuing their weight gradients under the micro-batch's index.
+    const bool split = stages::splits_backward(m_schedule);
+    const std::string phase = stages::chunk_phase(split ? kBackwardInput : "backward", chunk, m_chunks);
     Tensor dx = rank.compute(phase.c_str(), [&] {
         if (last) {
             dy = c.loss().backward();
@@ -166,8 +191,10 @@ void PipelineExecutor::backward(Rank& rank, ModelChunk& ch, int chunk, nn::Model
         }
         nn::set_moe_grad_scale(c.net(), hooks.scaler ? hooks.scaler->scale() : 1.0);
         if (hooks.backward) return hooks.backward(chunk, c, std::move(dy));
+        if (split) c.net().defer_weight_grads(index);
         Tensor grad = c.net().backward(dy);
-        dy = Tensor();  // the output gradient is not needed any more
+        if (split) c.net().defer_weight_grads(-1);
+        dy = Tensor();  // the output gradient is not needed any more (a queued W holds its own)
         return grad;
     });
     if (g > 0) {
@@ -177,6 +204,11 @@ void PipelineExecutor::backward(Rank& rank, ModelChunk& ch, int chunk, nn::Model
                                                 message_tag(index, chunk, kBackwardTag)),
                                send.c_str()));
     }
+}
+
+void PipelineExecutor::weight(Rank& rank, int chunk, nn::Model& c, int index) const {
+    const std::string phase = stages::chunk_phase(kBackwardWeight, chunk, m_chunks);
+    rank.compute(phase.c_str(), [&] { c.net().run_weight_grads(index); });
 }
 
 }  // namespace paralab::strategy

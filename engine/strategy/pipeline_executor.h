@@ -1,8 +1,9 @@
 // The one pipeline executor (docs/strategies.md, "Pipelines"): a device runs its schedule's
-// actions (stages::stage_schedule: forward or backward of a micro-batch through one of its model
-// chunks) in order, receiving each chunk's input from the device of the chunk before and its
-// output gradient from the device of the chunk after. pipeline, model_parallel and hybrid run
-// their stages through it; the mesh's pp axis says which device holds which chunk.
+// actions (stages::stage_schedule: forward, backward or, under zb_h1, the weight pass W of a
+// micro-batch through one of its model chunks) in order, receiving each chunk's input from the
+// device of the chunk before and its output gradient from the device of the chunk after.
+// pipeline, model_parallel and hybrid run their stages through it; the mesh's pp axis says which
+// device holds which chunk.
 #pragma once
 
 #include <cstddef>
@@ -77,12 +78,23 @@ public:
 
     // One flush of `slots` micro-batch slots over `chunks` (this device's, by local index): the
     // first micro.size() of them run the rows `micro` of the global batch (`batch` holds this
-    // device's rows from row `offset`), the rest call hooks.idle_slot. Records the spans
-    // "forward", "backward", "send_activation", "recv_grad", ... (with " chunk c" when
-    // interleaved). The loss of the last chunk goes into `result` on tensor rank 0.
+    // device's rows from row `offset`), the rest call hooks.idle_slot (a W of such a slot runs
+    // nothing). Records the spans "forward", "backward", "send_activation", "recv_grad", ...
+    // (with " chunk c" when interleaved). The loss of the last chunk goes into `result` on tensor
+    // rank 0.
+    //
+    // zb_h1: a backward is B, recorded as "backward_input" (kBackwardInput): the context's layers
+    // queue their weight-gradient work under the micro-batch's index in the flush
+    // (nn::Layer::defer_weight_grads); the schedule's W of that micro-batch, recorded as
+    // "backward_weight" (kBackwardWeight), runs it in the same context (micro-batch i's, i mod
+    // its contexts). Every W has run when the flush returns. hooks.backward (a strategy's
+    // layer-by-layer backward) cannot wait for W: ConfigError at "strategy.schedule".
     void run_flush(Rank& rank, std::vector<ModelChunk>& chunks, const data::Batch& batch, int64_t offset,
                    const std::vector<data::ShardRange>& micro, int slots, StepResult& result,
                    const Hooks& hooks) const;
+
+    static const char* const kBackwardInput;   // "backward_input"
+    static const char* const kBackwardWeight;  // "backward_weight"
 
     // The highest message tag a flush of `micro_batches` uses, plus one.
     int tags_used(int64_t micro_batches) const { return static_cast<int>(2 * micro_batches * m_chunks); }
@@ -92,6 +104,7 @@ private:
                  int index, const data::ShardRange& mb, StepResult& result) const;
     void backward(Rank& rank, ModelChunk& ch, int chunk, nn::Model& c, int index, const data::ShardRange& mb,
                   const Hooks& hooks) const;
+    void weight(Rank& rank, int chunk, nn::Model& c, int index) const;
     int global_chunks() const { return m_mesh.size(comm::Axis::pp) * m_chunks; }
     // The device that runs global chunk g for `rank`'s other coordinates.
     int device_of_chunk(int g, int rank) const {

@@ -25,19 +25,49 @@ std::vector<Op> interleaved_order(int stages, int chunks, int micro_batches, boo
     for (int group = 0; group < micro_batches; group += stages) {
         const int size = std::min(stages, micro_batches - group);
         for (int c = 0; c < chunks; ++c)
-            for (int i = 0; i < size; ++i) ops.push_back({forward, group + i, forward ? c : chunks - 1 - c});
+            for (int i = 0; i < size; ++i)
+                ops.push_back({forward ? Pass::forward : Pass::backward, group + i, forward ? c : chunks - 1 - c});
     }
     return ops;
 }
 
+// zb_h1 (the authors' ZB-H1, "exact semantics"): stage s runs 1F1B's p − s − 1 warm-up forwards,
+// then s forward-B pairs whose W wait, then forward, B, W in turn while forwards remain, then B
+// and W in turn, then the s W still waiting. Every W follows its own B, in micro-batch order.
+std::vector<Op> zero_bubble_h1(int stage, int stages, int micro_batches) {
+    const int m = micro_batches;
+    std::vector<Op> ops;
+    ops.reserve(static_cast<size_t>(3 * m));
+    int forward = 0, backward = 0, weight = 0;
+    for (; forward < std::min(stages - stage - 1, m); ++forward) ops.push_back({Pass::forward, forward});
+    for (int i = 0; i < stage && forward < m; ++i) {
+        ops.push_back({Pass::forward, forward++});
+        ops.push_back({Pass::backward, backward++});
+    }
+    while (forward < m) {
+        ops.push_back({Pass::forward, forward++});
+        ops.push_back({Pass::backward, backward++});
+        ops.push_back({Pass::weight, weight++});
+    }
+    while (backward < m) {
+        ops.push_back({Pass::backward, backward++});
+        ops.push_back({Pass::weight, weight++});
+    }
+    while (weight < m) ops.push_back({Pass::weight, weight++});
+    return ops;
+}
+
 }  // namespace
+
+bool splits_backward(Schedule schedule) { return schedule == Schedule::zb_h1; }
 
 std::vector<int> chunk_in_flight(const std::vector<Op>& ops, int chunks) {
     std::vector<int> live(static_cast<size_t>(std::max(1, chunks)), 0), peak(live);
     for (const Op& op : ops) {
         PARALAB_CHECK(op.chunk >= 0 && op.chunk < chunks, "chunk_in_flight: chunk out of range");
         int& n = live[static_cast<size_t>(op.chunk)];
-        n += op.forward ? 1 : -1;
+        if (op.pass == Pass::weight) continue;
+        n += op.forward() ? 1 : -1;
         peak[static_cast<size_t>(op.chunk)] = std::max(peak[static_cast<size_t>(op.chunk)], n);
     }
     return peak;
@@ -98,21 +128,22 @@ std::vector<Op> stage_schedule(Schedule schedule, int stage, int stages, int mic
         for (int k = total - warmup; k < total; ++k) ops.push_back(backwards[size_t(k)]);
         return ops;
     }
+    if (schedule == Schedule::zb_h1) return zero_bubble_h1(stage, stages, micro_batches);
     ops.reserve(static_cast<size_t>(2 * micro_batches));
     if (schedule == Schedule::gpipe) {
-        for (int i = 0; i < micro_batches; ++i) ops.push_back({true, i});
-        for (int i = micro_batches; i-- > 0;) ops.push_back({false, i});
+        for (int i = 0; i < micro_batches; ++i) ops.push_back({Pass::forward, i});
+        for (int i = micro_batches; i-- > 0;) ops.push_back({Pass::backward, i});
         return ops;
     }
     // 1F1B: stage s starts p - s - 1 micro-batches ahead of the one it runs backward, so the
     // last stage alternates from the start and the first has the most in flight.
     const int warmup = std::min(stages - stage - 1, micro_batches);
-    for (int i = 0; i < warmup; ++i) ops.push_back({true, i});
+    for (int i = 0; i < warmup; ++i) ops.push_back({Pass::forward, i});
     for (int i = 0; i + warmup < micro_batches; ++i) {
-        ops.push_back({true, i + warmup});
-        ops.push_back({false, i});
+        ops.push_back({Pass::forward, i + warmup});
+        ops.push_back({Pass::backward, i});
     }
-    for (int i = micro_batches - warmup; i < micro_batches; ++i) ops.push_back({false, i});
+    for (int i = micro_batches - warmup; i < micro_batches; ++i) ops.push_back({Pass::backward, i});
     return ops;
 }
 
@@ -299,6 +330,10 @@ void check_split(const std::vector<int64_t>& split, int world, size_t layers, in
 void check_schedule(const std::string& schedule, int64_t interleave, int64_t micro_batches, int stages,
                     const std::string& stages_key) {
     const bool interleaved = schedule == "interleaved_1f1b";
+    if (schedule == "zb_h1" && interleave != 1)
+        throw ConfigError("strategy.schedule", "zb_h1 runs one model chunk per device, but interleave is " +
+                                                   std::to_string(interleave) +
+                                                   " (model chunks per device: interleaved_1f1b only); set it to 1");
     if (!interleaved && interleave != 1)
         throw ConfigError("strategy.interleave", "interleave " + std::to_string(interleave) +
                                                      " (model chunks per device) needs schedule interleaved_1f1b, "
@@ -315,6 +350,16 @@ void check_schedule(const std::string& schedule, int64_t interleave, int64_t mic
                           "interleaved_1f1b runs the micro-batches in groups of the " + std::to_string(stages) +
                               " pipeline stages: " + std::to_string(micro_batches) + " micro-batches is not a "
                               "multiple of " + std::to_string(stages));
+}
+
+void check_zero_bubble(const std::string& schedule, int64_t zero, int64_t dp, int64_t micro_batches) {
+    if (schedule != "zb_h1" || dp < 2 || zero < 2 || (zero == 2 && micro_batches > 1)) return;
+    throw ConfigError("strategy.schedule",
+                      "zb_h1 defers each micro-batch's weight gradients (W) past its backward, but zero " +
+                          std::to_string(zero) + " over dp " + std::to_string(dp) +
+                          (zero == 2 ? " with 1 micro-batch" : std::string()) +
+                          " reduces each layer's gradients to their owners as its backward ends; use zero 0 "
+                          "or 1 (or zero 2 with micro_batches > 1) with zb_h1, or schedule 1f1b");
 }
 
 void check_stages(const config::Experiment& e) {
@@ -340,14 +385,16 @@ const char* schedule_name(Schedule s) {
             return "1f1b";
         case Schedule::interleaved_1f1b:
             return "interleaved_1f1b";
+        case Schedule::zb_h1:
+            return "zb_h1";
     }
     return "?";
 }
 
 Schedule schedule_from_name(const std::string& name, const std::string& key) {
-    for (const auto s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b})
+    for (const auto s : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::interleaved_1f1b, Schedule::zb_h1})
         if (name == schedule_name(s)) return s;
-    throw ConfigError(key, "expected one of gpipe, 1f1b, interleaved_1f1b, got \"" + name + "\"");
+    throw ConfigError(key, "expected one of gpipe, 1f1b, interleaved_1f1b, zb_h1, got \"" + name + "\"");
 }
 
 Schedule schedule_of(const config::Experiment& e) {
@@ -381,6 +428,9 @@ StepPicture stage_picture(const config::Experiment& e, bool pipelined) {
                                                              " model chunks per stage, the activations going "
                                                              "around the stages once per chunk"
                  : schedule == Schedule::one_f_one_b ? "1F1B"
+                 : schedule == Schedule::zb_h1       ? "zero-bubble ZB-H1, each backward split into the input "
+                                                       "gradient (B) and the weight gradient (W), which fills the "
+                                                       "cooldown's idle time"
                                                      : "GPipe";
     p.caption += "): stages work on different micro-batches at once; the idle start and end are the bubble.";
     return p;

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "engine/device/device.h"
+#include "engine/nn/linear.h"
 
 namespace paralab::testing {
 
@@ -51,6 +53,71 @@ void expect_f32_matches(const Tensor& t32, const Tensor& t64, const std::string&
     }
 }
 
+// True when `layer` is a linear or holds one (with parameters of its own: a tied one has none).
+bool holds_linear(nn::Layer& layer) {
+    if (dynamic_cast<nn::Linear*>(&layer) && !layer.parameters().empty()) return true;
+    for (nn::Layer* c : layer.children())
+        if (holds_linear(*c)) return true;
+    return false;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+    return a.defined() == b.defined() &&
+           (!a.defined() || (a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0));
+}
+
+// B then W (nn::Layer::defer_weight_grads) as a zero-bubble pipeline runs two micro-batches: the
+// forward and B of x, the forward and B of x2 (the layer's saved state is x2's by then), then
+// the W of x, then of x2. The input gradients and the accumulated parameter gradients are the
+// plain backwards' bit for bit; a linear, or a layer holding one, queues work, and a layer that
+// queued work has left some weight gradient to W, one that queued none did all of it in B.
+void check_deferred_weight_grads(nn::Layer& layer, const Tensor& x, const Tensor& w, const GradCase& c,
+                                 Rng& rng) {
+    Tensor x2 = x.clone(MemCategory::activations), w2 = w.clone(MemCategory::activations);
+    if (c.token_vocab == 0)
+        for (double& v : x2.span<double>()) v += 0.5 * rng.normal();
+    for (double& v : w2.span<double>()) v = rng.normal();
+    const auto params = layer.parameters();
+    const auto grads_now = [&] {
+        std::vector<Tensor> out;
+        for (nn::Param* p : params) out.push_back(p->grad.clone(MemCategory::workspace));
+        return out;
+    };
+    const auto backward = [&](const Tensor& in, const Tensor& out_grad, int64_t key) {
+        layer.forward(in, c.mode);
+        layer.defer_weight_grads(key);
+        Tensor dx = layer.backward(out_grad);
+        layer.defer_weight_grads(-1);
+        return dx.defined() ? dx.clone(MemCategory::workspace) : Tensor();
+    };
+
+    layer.zero_grad();
+    const Tensor plain1 = backward(x, w, -1);
+    const std::vector<Tensor> plain_first = grads_now();
+    const Tensor plain2 = backward(x2, w2, -1);
+    const std::vector<Tensor> plain = grads_now();
+
+    layer.zero_grad();
+    const Tensor b1 = backward(x, w, 1);
+    const std::vector<Tensor> after_b = grads_now();
+    const Tensor b2 = backward(x2, w2, 2);
+    const size_t queued = layer.queued_weight_grads();
+    layer.run_weight_grads(1);
+    layer.run_weight_grads(2);
+    EXPECT_EQ(layer.queued_weight_grads(), 0u);
+    EXPECT_TRUE(same_bits(b1, plain1)) << "B's input gradient differs from the plain backward's";
+    EXPECT_TRUE(same_bits(b2, plain2)) << "the second B's input gradient differs from the plain backward's";
+    bool deferred_some = false;
+    for (size_t k = 0; k < params.size(); ++k) {
+        EXPECT_TRUE(same_bits(params[k]->grad, plain[k])) << "B then W: d/d" << params[k]->name << " differs";
+        deferred_some = deferred_some || !same_bits(after_b[k], plain_first[k]);
+    }
+    EXPECT_EQ(queued > 0, holds_linear(layer)) << queued << " pieces of W queued";
+    if (!params.empty()) {
+        EXPECT_EQ(queued > 0, deferred_some) << queued << " pieces of W queued";
+    }
+}
+
 }  // namespace
 
 void check_layer_gradients(const GradCase& c) {
@@ -79,6 +146,9 @@ void check_layer_gradients(const GradCase& c) {
     Tensor w = Tensor::empty(y.shape(), DType::f64, *device, MemCategory::activations);
     for (double& v : w.span<double>()) v = rng.normal();
 
+    check_deferred_weight_grads(*layer, x, w, c, rng);
+
+    layer->forward(x, c.mode);
     layer->zero_grad();
     Tensor dx = layer->backward(w).clone(MemCategory::workspace);
     std::vector<Tensor> grads;

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -260,7 +262,7 @@ TEST(Planner, PresetsAreCompleteFilesWithSources) {
 // another name is refused naming the key.
 TEST(Planner, MeshEnumsHaveOneNameEach) {
     namespace st = strategy::stages;
-    for (auto s : {st::Schedule::gpipe, st::Schedule::one_f_one_b, st::Schedule::interleaved_1f1b})
+    for (auto s : {st::Schedule::gpipe, st::Schedule::one_f_one_b, st::Schedule::interleaved_1f1b, st::Schedule::zb_h1})
         EXPECT_EQ(st::schedule_from_name(st::schedule_name(s)), s);
     for (auto r : {nn::Recompute::none, nn::Recompute::selective, nn::Recompute::full})
         EXPECT_EQ(nn::recompute_from_name(nn::recompute_name(r)), r);
@@ -322,6 +324,73 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineBubble,
                                          std::make_tuple("interleaved_1f1b", 4, 8, 2),
                                          std::make_tuple("interleaved_1f1b", 4, 4, 3),
                                          std::make_tuple("interleaved_1f1b", 8, 16, 4)));
+
+// zb_h1 runs each backward as B and W, W costing the weight gradients' half of it (PipeTimes::weight
+// unset): at p 4, m 8 with a forward of 1 and a backward of 2, the W fill all but (p − 1) of
+// 1F1B's 3 (p − 1) idle units (Qi et al. 2023: (p − 1)(T_F + T_B − T_W)), for the same busy time
+// and the same micro-batches in flight. A W given its own cost takes it.
+TEST(Planner, ZeroBubbleH1CutsTheBubbleToAThird) {
+    namespace st = strategy::stages;
+    const int p = 4, m = 8;
+    plan::PipeTimes t;
+    t.forward.assign(p, 1.0);
+    t.backward.assign(p, 2.0);
+    t.transfer.assign(p - 1, 0.0);
+    const plan::PipeResult zb = plan::simulate_pipeline(st::Schedule::zb_h1, p, 1, m, t, true);
+    const plan::PipeResult plain = plan::simulate_pipeline(st::Schedule::one_f_one_b, p, 1, m, t);
+    const double busy = 3.0 * m;
+    for (int d = 0; d < p; ++d) {
+        EXPECT_DOUBLE_EQ(zb.busy[size_t(d)], busy);
+        EXPECT_EQ(zb.peak_in_flight[size_t(d)], plain.peak_in_flight[size_t(d)]);
+    }
+    const double zb_bubble = (zb.makespan - busy) / zb.makespan;
+    const double plain_bubble = (plain.makespan - busy) / plain.makespan;
+    EXPECT_DOUBLE_EQ(plain.makespan, busy + 3.0 * (p - 1));
+    EXPECT_DOUBLE_EQ(zb.makespan, busy + (p - 1));
+    EXPECT_LT(zb_bubble, plain_bubble);
+    RecordProperty("zb_h1_bubble", std::to_string(zb_bubble));
+    RecordProperty("one_f_one_b_bubble", std::to_string(plain_bubble));
+    // The spans: m of each pass per device, B and W one unit each, a W after its own B.
+    std::map<std::tuple<int, int, st::Pass>, double> end_of;
+    for (const plan::PipeSpan& s : zb.spans) {
+        EXPECT_DOUBLE_EQ(s.end - s.start, 1.0);
+        end_of[{s.device, s.op.micro, s.op.pass}] = s.end;
+        if (s.op.pass == st::Pass::weight) {
+            EXPECT_GE(s.start, end_of.at({s.device, s.op.micro, st::Pass::backward}));
+        }
+    }
+    EXPECT_EQ(zb.spans.size(), size_t(3 * m * p));
+    // W's own cost: a W of 0.5 (B 1.5) keeps the busy time and costs the cooldown more.
+    t.weight.assign(p, 0.5);
+    const plan::PipeResult light = plan::simulate_pipeline(st::Schedule::zb_h1, p, 1, m, t);
+    for (double b : light.busy) EXPECT_DOUBLE_EQ(b, busy);
+    EXPECT_GT(light.makespan, zb.makespan);
+    EXPECT_LT(light.makespan, plain.makespan);
+}
+
+// The planner's prediction for a 4-stage pipeline of 8 micro-batches: zb_h1's bubble is below
+// 1f1b's, and so is its step. zb_h1 with ZeRO 3 over dp 2 is skipped with the engine's reason.
+TEST(Planner, ZeroBubbleH1PredictsASmallerBubble) {
+    json j = gpt_json({{"type", "pipeline"}, {"micro_batches", 8}, {"schedule", "1f1b"}});
+    j["model"]["layers"][2]["repeat"] = 4;  // a block per stage
+    const plan::PlanFile f = plan_file(j);
+    const plan::PlanModel model = plan::plan_model(f.experiment);
+    plan::Mesh mesh = plan::mesh_of(f, 4);
+    ASSERT_EQ(mesh.pp, 4);
+    const plan::Prediction plain = plan::predict(f.experiment, model, test_cluster(4), mesh);
+    mesh.schedule = strategy::stages::Schedule::zb_h1;
+    const plan::Prediction zb = plan::predict(f.experiment, model, test_cluster(4), mesh);
+    ASSERT_TRUE(plain.skipped.empty()) << plain.skipped;
+    ASSERT_TRUE(zb.skipped.empty()) << zb.skipped;
+    EXPECT_GT(plain.breakdown.pp_bubble, 0);
+    EXPECT_LT(zb.breakdown.pp_bubble, plain.breakdown.pp_bubble);
+    EXPECT_LT(zb.step_time_s, plain.step_time_s);
+    mesh.pp = 2;
+    mesh.dp = 2;
+    mesh.zero = 3;
+    const plan::Prediction zero3 = plan::predict(f.experiment, model, test_cluster(4), mesh);
+    EXPECT_NE(zero3.skipped.find("zb_h1 defers"), std::string::npos) << zero3.skipped;
+}
 
 TEST(Planner, TransfersBetweenStagesDelayThePipeline) {
     plan::PipeTimes t{{1, 1}, {2, 2}, {0.5}};

@@ -376,6 +376,22 @@ TEST(Hybrid, PipelineOfTensorParallelStagesMatchesSingle) {
     expect_matches_single(tiny_gpt(), 3, staged(1, 1, 3, 0, 4));
 }
 
+// zb_h1 (B and W split) on the GPT's blocks: tensor-parallel stages (the shards' W), sequence
+// parallelism (a row shard's W reads its gathered gradient), replicas at ZeRO 1 and at ZeRO 2
+// with 2 micro-batches (its flat gradients reduced after the flush, every W run), the whole
+// mesh with clipping and accumulation.
+TEST(Hybrid, ZeroBubblePipelineMatchesSingle) {
+    expect_matches_single(tiny_gpt(), 4, staged(1, 2, 2, 0, 4, "zb_h1"));
+    expect_matches_single(tiny_gpt(), 4, sequence(staged(1, 2, 2, 0, 2, "zb_h1")));
+    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 1, 2, "zb_h1"));
+    expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 2, 2, "zb_h1"));
+    json j = tiny_gpt();
+    j["train"]["clip_norm"] = 0.5;
+    j["train"]["grad_accum"] = 2;
+    j["data"]["batch_size"] = 6;
+    expect_matches_single(j, 8, staged(2, 2, 2, 0, 2, "zb_h1"));
+}
+
 TEST(Hybrid, ReplicatedPipelineWithZeroOneMatchesSingle) {
     expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 1, 2));
     expect_matches_single(tiny_gpt(), 4, staged(2, 1, 2, 0, 1, "gpipe"));

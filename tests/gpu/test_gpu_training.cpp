@@ -291,7 +291,8 @@ TEST_F(GpuRuns, TensorParallelOnTwoVirtualGpusMatchesTheSingleGpu) {
 // The transformer strategies on virtual GPUs of one card end where the single GPU does: zero
 // stage 3 (parameters gathered per layer, a prefetch thread), tensor_parallel over 4 (with and
 // without sequence parallelism), and the
-// hybrid meshes dp 2 x tp 2 (zero 0 and 1) and tp 2 x pp 2 (1f1b), on the miniature char-GPT.
+// hybrid meshes dp 2 x tp 2 (zero 0 and 1) and tp 2 x pp 2 (1f1b, and zb_h1: the linears' weight
+// gradients deferred to W on the GPU's queue), on the miniature char-GPT.
 using DevicesAndStrategy = std::pair<int, std::string>;  // virtual GPUs, the strategy as JSON
 class GpuTransformerStrategies : public gpu_testing::GpuParamTest<DevicesAndStrategy> {};
 
@@ -317,7 +318,7 @@ TEST_P(GpuTransformerStrategies, MatchTheSingleGpu) {
 
 std::string transformer_case_name(size_t index) {
     static const char* names[] = {"zero3", "tensor_parallel4", "sequence_parallel4", "dp2_tp2", "dp2_tp2_zero1",
-                                  "tp2_pp2_1f1b"};
+                                  "tp2_pp2_1f1b", "tp2_pp2_zb_h1"};
     return names[index];
 }
 
@@ -328,7 +329,8 @@ INSTANTIATE_TEST_SUITE_P(
                       DevicesAndStrategy(4, R"({"type":"tensor_parallel","sequence_parallel":true})"),
                       DevicesAndStrategy(4, R"({"type":"hybrid","dp":2,"tp":2})"),
                       DevicesAndStrategy(4, R"({"type":"hybrid","dp":2,"tp":2,"zero":1})"),
-                      DevicesAndStrategy(4, R"({"type":"hybrid","tp":2,"pp":2,"micro_batches":2,"schedule":"1f1b"})")),
+                      DevicesAndStrategy(4, R"({"type":"hybrid","tp":2,"pp":2,"micro_batches":2,"schedule":"1f1b"})"),
+                      DevicesAndStrategy(4, R"({"type":"hybrid","tp":2,"pp":2,"micro_batches":4,"schedule":"zb_h1"})")),
     [](const auto& info) { return transformer_case_name(info.index); });
 
 // Every deterministic strategy on two virtual GPUs ends where the single GPU does (docs/strategies.md).
@@ -353,7 +355,8 @@ INSTANTIATE_TEST_SUITE_P(Strategies, GpuStrategies,
                                            R"({"type":"model_parallel"})",
                                            R"({"type":"param_server","mode":"sync"})",
                                            R"({"type":"pipeline","micro_batches":4,"schedule":"gpipe"})",
-                                           R"({"type":"pipeline","micro_batches":4,"schedule":"1f1b"})"),
+                                           R"({"type":"pipeline","micro_batches":4,"schedule":"1f1b"})",
+                                           R"({"type":"pipeline","micro_batches":4,"schedule":"zb_h1"})"),
                          [](const auto& info) {
                              const json j = json::parse(info.param);
                              std::string name = j["type"].get<std::string>();

@@ -170,6 +170,7 @@ private slots:
     void timelineDescribesTheSpanUnderThePointer();
     void timelineMeasuresThePipelineBubble();
     void timelineMeasuresAnInterleavedBubble();
+    void timelineMeasuresAZeroBubble();
     void realPipelineRunShowsItsBubble();
     void csvHasAHeaderAndOneRowPerRecord();
     void plotsExportAsPngAndPdf();
@@ -491,6 +492,8 @@ void TestDashboard::phaseFamilies_data() {
     row("backward", Family::backward);
     row("forward chunk 1", Family::forward);  // an interleaved pipeline's
     row("backward chunk 0", Family::backward);
+    row("backward_input", Family::backward);       // a zero-bubble pipeline's B
+    row("backward_weight", Family::weight_grad);  // and its W
     row("forward+backward (CUDA graph)", Family::forward);  // single's replayed step on a GPU
     row("send_activation chunk 1", Family::communication, 1024);
     for (const char* p : {"optimizer", "clip", "loss", "server_update"}) row(p, Family::compute);
@@ -625,6 +628,33 @@ void TestDashboard::timelineMeasuresAnInterleavedBubble() {
     // Their colours are forward's and backward's.
     for (const auto& v : t.spans())
         if (v.phase.startsWith("forward")) QCOMPARE(v.color, palette::phaseFamilyColor(Family::forward));
+}
+
+// zb_h1 on 2 stages, 2 micro-batches, every forward, B and W 1 s as the engine names them
+// (stage 0: F0 F1 B0 W0 B1 W1, stage 1: F0 B0 F1 B1 W0 W1): each stage works 6 of the step's
+// 7 s, the ideal (p-1)/(3m+p-1) = 1/7; W is busy time, coloured as the weight gradients.
+void TestDashboard::timelineMeasuresAZeroBubble() {
+    TimelinePanel t;
+    t.setPipeline(2, 2, "zb_h1");
+    QCOMPARE(TimelinePanel::idealZeroBubble(2, 2), 1.0 / 7.0);
+    QCOMPARE(TimelinePanel::idealZeroBubble(4, 8), 3.0 / 27.0);
+    QCOMPARE(TimelinePanel::idealZeroBubble(4, 1), 6.0 / 9.0);
+    QVERIFY2(t.bubbleText().contains("(p−1)/(3m+p−1) = 14 %"), qPrintable(t.bubbleText()));
+    const QVector<Span> step = {
+        span("cpu:0", 1, "forward", 0, 1),         span("cpu:0", 1, "forward", 1, 2),
+        span("cpu:1", 1, "forward", 1, 2),         span("cpu:1", 1, "backward_input", 2, 3),
+        span("cpu:1", 1, "forward", 3, 4),         span("cpu:0", 1, "backward_input", 3, 4),
+        span("cpu:0", 1, "backward_weight", 4, 5), span("cpu:1", 1, "backward_input", 4, 5),
+        span("cpu:0", 1, "backward_input", 5, 6),  span("cpu:1", 1, "backward_weight", 5, 6),
+        span("cpu:0", 1, "backward_weight", 6, 7), span("cpu:1", 1, "backward_weight", 6, 7),
+    };
+    t.addSpans(step);
+    QCOMPARE(t.measuredBubble(), 1.0 / 7.0);
+    QVERIFY2(t.bubbleText().contains("measured 14 %"), qPrintable(t.bubbleText()));
+    for (const auto& v : t.spans()) {
+        if (v.phase == "backward_weight") QCOMPARE(v.color, palette::phaseFamilyColor(Family::weight_grad));
+        if (v.phase == "backward_input") QCOMPARE(v.color, palette::phaseFamilyColor(Family::backward));
+    }
 }
 
 void TestDashboard::timelineColoursByPhaseFamily() {

@@ -66,8 +66,11 @@ PhaseFamily phaseFamilyOf(const QString& phase, qint64 bytes) {
     if (phase == QLatin1String("forward") || phase.startsWith(QLatin1String("forward chunk ")) ||
         phase.startsWith(QLatin1String("forward+backward")))
         return PhaseFamily::forward;
-    if (phase == QLatin1String("backward") || phase.startsWith(QLatin1String("backward chunk ")))
+    // A zero-bubble pipeline splits a backward into "backward_input" (B) and "backward_weight" (W).
+    if (phase == QLatin1String("backward") || phase.startsWith(QLatin1String("backward chunk ")) ||
+        phase.startsWith(QLatin1String("backward_input")))
         return PhaseFamily::backward;
+    if (phase.startsWith(QLatin1String("backward_weight"))) return PhaseFamily::weight_grad;
     if (phase == QLatin1String("data_wait")) return PhaseFamily::data_wait;
     if (phase.startsWith(QLatin1String("wait")) || phase.startsWith(QLatin1String("recv")) ||
         phase.startsWith(QLatin1String("idle")))
@@ -83,6 +86,7 @@ QString phaseFamilyName(PhaseFamily family) {
     switch (family) {
         case PhaseFamily::forward: return QStringLiteral("forward");
         case PhaseFamily::backward: return QStringLiteral("backward");
+        case PhaseFamily::weight_grad: return QStringLiteral("weight gradients (W)");
         case PhaseFamily::compute: return QStringLiteral("optimizer / other compute");
         case PhaseFamily::communication: return QStringLiteral("communication");
         case PhaseFamily::idle: return QStringLiteral("idle / waiting");
@@ -92,13 +96,15 @@ QString phaseFamilyName(PhaseFamily family) {
 }
 
 QColor phaseFamilyColor(PhaseFamily family) {
-    // Okabe & Ito's set: compute in blues and greens, communication vermillion, waiting grey,
+    // Okabe & Ito's set: compute in blues and greens (a zero-bubble pipeline's deferred weight
+    // gradients a dark teal beside the backward's green), communication vermillion, waiting grey,
     // data yellow, so that what a student should look for (the vermillion overlapping the green
     // in DDP, the grey bubble of a pipeline) stands out for every reader, deuteranopes and
     // protanopes included (tests/ui/test_palette.cpp).
     switch (family) {
         case PhaseFamily::forward: return QColor::fromRgb(0x0072B2u);
         case PhaseFamily::backward: return QColor::fromRgb(0x009E73u);
+        case PhaseFamily::weight_grad: return QColor::fromRgb(0x004D40u);
         case PhaseFamily::compute: return QColor::fromRgb(0xCC79A7u);
         case PhaseFamily::communication: return QColor::fromRgb(0xD55E00u);
         case PhaseFamily::idle: return QColor::fromRgb(0xBBBBBBu);

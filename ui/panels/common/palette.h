@@ -21,9 +21,10 @@ bool deviceOrderLess(const QString& a, const QString& b);
 int insertDevice(QStringList& devices, const QString& device);
 
 // What a timeline phase is, for its colour.
-enum class PhaseFamily { forward, backward, compute, communication, idle, data_wait };
-constexpr int kPhaseFamilyCount = 6;
-// "forward", "backward", the other compute phases (optimizer, clip, loss, server_update),
+enum class PhaseFamily { forward, backward, weight_grad, compute, communication, idle, data_wait };
+constexpr int kPhaseFamilyCount = 7;
+// "forward", "backward" (a zero-bubble pipeline's B, "backward_input", too), its W
+// ("backward_weight": weight_grad), the other compute phases (optimizer, clip, loss, server_update),
 // communication (all_reduce_bucket, send_activation, push_grad, pull_weights, ...), waiting
 // (wait_*, recv_*: a pipeline's receive is time spent waiting for the peer) and data_wait.
 // An unknown phase that moved bytes is communication, else compute.

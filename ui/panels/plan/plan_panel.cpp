@@ -71,13 +71,18 @@ plan::PlanFile planFileOf(const config::Experiment& e) {
 // backwards as the engine names them (with the chunk under an interleaved schedule), then on every stage the gradient synchronisation left
 // exposed and the optimizer, after the pipeline's end.
 QVector<config::Span> predictedSpans(const std::vector<plan::PipeSpan>& simulated, int stages,
-                                     int chunks, double dpComm, double optimizer) {
+                                     int chunks, bool splitsBackward, double dpComm, double optimizer) {
+    using strategy::stages::Pass;
     QVector<config::Span> spans;
     spans.reserve(static_cast<qsizetype>(simulated.size()) + 2 * stages);
     double end = 0;
     for (const plan::PipeSpan& s : simulated) {
-        // As a run names them: "forward", or "forward chunk C" with interleaved chunks.
-        std::string phase = s.op.forward ? "forward" : "backward";
+        // As a run names them: "forward", or "forward chunk C" with interleaved chunks; zb_h1's
+        // B and W "backward_input" and "backward_weight".
+        std::string phase = s.op.pass == Pass::forward  ? "forward"
+                            : s.op.pass == Pass::weight ? "backward_weight"
+                            : splitsBackward            ? "backward_input"
+                                                        : "backward";
         if (chunks > 1) phase += " chunk " + std::to_string(s.op.chunk);
         spans.push_back({0, "stage " + std::to_string(s.device), phase, s.start, s.end, 0});
         end = std::max(end, s.end);
@@ -827,7 +832,8 @@ void PlanPanel::showCell(int index) {
             QString::fromLatin1(strategy::stages::schedule_name(p.mesh.schedule)), chunks);
         m_timeline->setTitle(title);
         m_timeline->addSpans(
-            predictedSpans(simulated, p.mesh.pp, chunks, p.breakdown.dp_comm, p.breakdown.optimizer));
+            predictedSpans(simulated, p.mesh.pp, chunks, strategy::stages::splits_backward(p.mesh.schedule),
+                           p.breakdown.dp_comm, p.breakdown.optimizer));
     }
 
     // Run here: what it would run, or why it cannot.

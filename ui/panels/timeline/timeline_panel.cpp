@@ -251,6 +251,12 @@ double TimelinePanel::idealBubble(int stages, int microBatches, int chunks) {
            static_cast<double>(static_cast<int64_t>(chunks) * microBatches + stages - 1);
 }
 
+double TimelinePanel::idealZeroBubble(int stages, int microBatches) {
+    if (stages < 1 || microBatches < 1) return std::numeric_limits<double>::quiet_NaN();
+    const double busy = 3.0 * microBatches;
+    return 1 - busy / (busy + stages - 1 + std::max(0, stages - microBatches));
+}
+
 void TimelinePanel::setTitle(const QString& title) {
     if (m_title) m_title->setText(title);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
@@ -282,7 +288,8 @@ double TimelinePanel::measuredBubble() const {
                 const auto family = palette::phaseFamilyOf(k.phase, k.bytes);  // "forward chunk 1" too
                 const bool fwd = family == palette::PhaseFamily::forward;
                 const bool bwd = family == palette::PhaseFamily::backward;
-                if (!fwd && !bwd) continue;
+                // A zero-bubble pipeline's W is busy time too.
+                if (!fwd && !bwd && family != palette::PhaseFamily::weight_grad) continue;
                 forwards += fwd;
                 backwards += bwd;
                 first = std::min(first, k.t_begin);
@@ -302,11 +309,21 @@ double TimelinePanel::measuredBubble() const {
 
 QString TimelinePanel::bubbleText() const {
     if (m_pipelineStages < 2) return {};
-    const double ideal = idealBubble(m_pipelineStages, m_microBatches, m_chunks);
+    const bool zeroBubble = m_schedule == QLatin1String("zb_h1");
+    const double ideal = zeroBubble ? idealZeroBubble(m_pipelineStages, m_microBatches)
+                                    : idealBubble(m_pipelineStages, m_microBatches, m_chunks);
     const double measured = measuredBubble();
     const QLocale locale;
     QString text =
-        m_chunks > 1
+        zeroBubble
+            ? tr("Pipeline bubble (%1 stages, %2 micro-batches, zb_h1): ideal %3 = %4 % (forward, B "
+                 "and W alike)")
+                  .arg(m_pipelineStages)
+                  .arg(m_microBatches)
+                  .arg(m_microBatches >= m_pipelineStages ? QStringLiteral("(p−1)/(3m+p−1)")
+                                                          : QStringLiteral("(2p−m−1)/(2m+2p−1)"),
+                       locale.toString(100 * ideal, 'f', 0))
+        : m_chunks > 1
             ? tr("Pipeline bubble (%1 stages, %2 micro-batches, %3 × %4 chunks): ideal "
                  "(p−1)/(v·m+p−1) = %5 %")
                   .arg(m_pipelineStages)

@@ -83,6 +83,9 @@ public:
     // devices did no forward or backward work. NaN when there is no such step.
     double measuredBubble() const;
     static double idealBubble(int stages, int microBatches, int chunks = 1);
+    // zb_h1's with a forward, a B and a W of one unit each: (p − 1)/(3m + p − 1) for m >= p,
+    // (2p − m − 1)/(2m + 2p − 1) with fewer micro-batches.
+    static double idealZeroBubble(int stages, int microBatches);
     QString bubbleText() const;  // the line under the plot ("" when not a pipeline)
     // The plot's title ("Timeline of the last steps" by default), and whether the "Steps shown"
     // box and the replay's controls are there: the Plan tab shows one predicted step under its
