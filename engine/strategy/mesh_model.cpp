@@ -157,6 +157,9 @@ std::vector<DeviceMemoryEstimate> mesh_memory(const config::Experiment& e, const
     const stages::Schedule schedule = v > 1 ? stages::Schedule::interleaved_1f1b
                                       : stages::schedule_of(e) == stages::Schedule::gpipe ? stages::Schedule::gpipe
                                                                                           : stages::Schedule::one_f_one_b;
+    // zb_h1 holds a micro-batch's activations until its weight gradients (W), which also read
+    // each layer's output gradient from its input-gradient pass (B) on.
+    const bool zero_bubble = v == 1 && stages::schedule_of(e) == stages::Schedule::zb_h1;
     const int64_t k = optimizer_state_per_parameter(e.optimizer);
     // zero 2 reduces each layer's gradients as its backward ends when it runs once a step.
     const bool eager = e.train.grad_accum == 1 && micro == 1 && !sequence && e.data.batch_size >= dp;
@@ -196,7 +199,29 @@ std::vector<DeviceMemoryEstimate> mesh_memory(const config::Experiment& e, const
                 previous = layer_params[l];
             }
             const ModelCost::Held h = shard.held_of(first, last);
-            acts += (h.kept + (static_cast<int>(g) == parts - 1 ? m.output_numel : 0)) * in_flight[static_cast<size_t>(c)];
+            const int64_t per_micro = h.kept + (static_cast<int>(g) == parts - 1 ? m.output_numel : 0);
+            int64_t held = per_micro * in_flight[static_cast<size_t>(c)];
+            if (zero_bubble && m.layer_outputs.size() == layer_params.size() &&
+                shard.layer_activations.size() == layer_params.size()) {
+                // A layer with parameters hands what it kept (its input) and its output gradient
+                // to its W at B; a context keeps the other layers' until its next forward.
+                int64_t inputs = 0, output_grads = 0;
+                for (size_t l = first; l < last; ++l)
+                    if (layer_params[l] > 0) {
+                        inputs += shard.layer_activations[l];
+                        output_grads += m.layer_outputs[l];
+                    }
+                inputs = std::min(inputs, per_micro);
+                int64_t before_b = 0, before_w = 0, most = 0;  // micro-batches past F not B, past B not W
+                for (const stages::Op& op : stages::stage_schedule(stages::Schedule::zb_h1, st, pp, static_cast<int>(m_here))) {
+                    if (op.pass == stages::Pass::forward) ++before_b;
+                    else if (op.pass == stages::Pass::backward) --before_b, ++before_w;
+                    else --before_w;
+                    most = std::max(most, (before_b + before_w) * inputs + before_w * output_grads);
+                }
+                held = (per_micro - inputs) * in_flight[static_cast<size_t>(c)] + most;
+            }
+            acts += held;
             transient = std::max(transient, h.transient);
         }
         d.role = mesh.label(static_cast<int>(i));
