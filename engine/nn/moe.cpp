@@ -221,7 +221,7 @@ MoE::GroupRouting MoE::group_routing(int64_t N, const std::vector<int64_t>& rout
     return g;
 }
 
-void MoE::dispatch_counts(std::vector<int64_t>& send, std::vector<int64_t>& recv) const {
+std::pair<int64_t, int64_t> MoE::dispatch_counts(std::vector<int64_t>& send, std::vector<int64_t>& recv) const {
     const int W = m_expert.world;
     const int64_t held = experts_held(), E = m_options.experts;
     send.assign(static_cast<size_t>(W), 0);
@@ -231,6 +231,12 @@ void MoE::dispatch_counts(std::vector<int64_t>& send, std::vector<int64_t>& recv
     for (int q = 0; q < W; ++q)
         for (int64_t e = m_first; e < m_first + held; ++e)
             recv[static_cast<size_t>(q)] += m_kept[static_cast<size_t>(q * E + e)] * m_D;
+    int64_t sent = 0, received = 0;
+    for (int q = 0; q < W; ++q) {
+        sent += send[static_cast<size_t>(q)] / m_D;
+        received += recv[static_cast<size_t>(q)] / m_D;
+    }
+    return {sent, received};
 }
 
 std::vector<std::pair<int64_t, int64_t>> MoE::held_rows(int64_t e, const std::vector<int64_t>& recv_counts) const {
@@ -255,15 +261,9 @@ Tensor MoE::new_exchange(int64_t rows) const {
 // rows of its held experts expert by expert. Its expert e runs on the rows of e of every member
 // in member order: the group's token order.
 void MoE::expert_parallel_forward(const Tensor& xf, Mode mode) {
-    const int W = m_expert.world;
     const int64_t D = m_D, E = m_options.experts, held = experts_held();
     std::vector<int64_t> send_counts, recv_counts;
-    dispatch_counts(send_counts, recv_counts);
-    int64_t sent = 0, received = 0;
-    for (int q = 0; q < W; ++q) {
-        sent += send_counts[static_cast<size_t>(q)] / D;
-        received += recv_counts[static_cast<size_t>(q)] / D;
-    }
+    const auto [sent, received] = dispatch_counts(send_counts, recv_counts);
     // Each expert's rows' offset in this device's send layout.
     std::vector<int64_t> offset(static_cast<size_t>(E) + 1, 0);
     for (int64_t e = 0; e < E; ++e)
@@ -418,15 +418,9 @@ Tensor MoE::forward_impl(const Tensor& x, Mode mode) {
 }
 
 void MoE::expert_parallel_backward(const Tensor& dy, const Tensor& dweight, const Tensor& dx) {
-    const int W = m_expert.world;
     const int64_t D = m_D, held = experts_held();
     std::vector<int64_t> send_counts, recv_counts;
-    dispatch_counts(send_counts, recv_counts);
-    int64_t sent = 0, received = 0;
-    for (int q = 0; q < W; ++q) {
-        sent += send_counts[static_cast<size_t>(q)] / D;
-        received += recv_counts[static_cast<size_t>(q)] / D;
-    }
+    const auto [sent, received] = dispatch_counts(send_counts, recv_counts);
     const bool input_grad = dx.defined();
     dispatch_float(dy.dtype(), [&]<class T>() {
         // The weighted output gradients in the dispatch layout, and the weights' gradients.

@@ -152,8 +152,9 @@ private:
     GroupRouting group_routing(int64_t N, const std::vector<int64_t>& routed, const std::vector<double>& prob_sum,
                                double lse_squares) const;
     // The element counts of a dispatch (a combine swaps them): to member q this device's rows
-    // of q's experts, from member q its rows of this device's experts.
-    void dispatch_counts(std::vector<int64_t>& send, std::vector<int64_t>& recv) const;
+    // of q's experts, from member q its rows of this device's experts. Returns the rows sent and
+    // received in all.
+    std::pair<int64_t, int64_t> dispatch_counts(std::vector<int64_t>& send, std::vector<int64_t>& recv) const;
     // Held expert e's rows from each member in the received layout (its first row, its count),
     // in member order: the rows of e's input.
     std::vector<std::pair<int64_t, int64_t>> held_rows(int64_t e, const std::vector<int64_t>& recv_counts) const;
