@@ -642,16 +642,22 @@ TEST(Stages, InterleavedSpansFollowTheScheduleWithASmallerBubbleThanOneF1B) {
     EXPECT_FALSE(ph["cpu:0"].count("forward"));  // every compute span names its chunk
 }
 
+// The activation tests' model: the spirals MLP 128 wide, rows of 16 per micro-batch, two steps.
+json wide_mlp(int micro_batches) {
+    json j = spirals_mlp();
+    j["data"]["batch_size"] = 16 * micro_batches;
+    j["data"]["test_fraction"] = 0.0;
+    j["train"]["max_steps"] = 2;
+    j["model"]["layers"][0]["out"] = 128;
+    j["model"]["layers"][3]["out"] = 128;
+    return j;
+}
+
 // The interleaved schedule's activations stay bounded as micro-batches are added, as 1F1B's.
 TEST(Stages, InterleavedActivationsStayBounded) {
     constexpr auto act = static_cast<size_t>(MemCategory::activations);
     const auto peak = [](int micro_batches) {
-        json j = spirals_mlp();
-        j["data"]["batch_size"] = 16 * micro_batches;
-        j["data"]["test_fraction"] = 0.0;
-        j["train"]["max_steps"] = 2;
-        j["model"]["layers"][0]["out"] = 128;
-        j["model"]["layers"][3]["out"] = 128;
+        const json j = wide_mlp(micro_batches);
         const Result& r = run_it(with_strategy(j, 2, interleaved(micro_batches, 2)));
         EXPECT_EQ(r.summary.status, "finished") << r.summary.error;
         return r.artifacts.memory.at("cpu:0").peak[act];
@@ -921,12 +927,7 @@ TEST(Stages, ZeroBubbleActivationsStayOneF1BsAndBounded) {
     constexpr auto act = static_cast<size_t>(MemCategory::activations);
     const int p = 4;
     const auto peaks = [&](const char* schedule, int micro_batches) {
-        json j = spirals_mlp();
-        j["data"]["batch_size"] = 16 * micro_batches;
-        j["data"]["test_fraction"] = 0.0;
-        j["train"]["max_steps"] = 2;
-        j["model"]["layers"][0]["out"] = 128;
-        j["model"]["layers"][3]["out"] = 128;
+        const json j = wide_mlp(micro_batches);
         const Result& r = run_it(with_strategy(j, p, {{"type", "pipeline"}, {"schedule", schedule},
                                                       {"micro_batches", micro_batches}}));
         EXPECT_EQ(r.summary.status, "finished") << r.summary.error;
@@ -957,12 +958,7 @@ TEST(Stages, ZeroBubbleActivationsStayOneF1BsAndBounded) {
 TEST(Stages, ZeroBubbleActivationsAsPredicted) {
     constexpr auto act = static_cast<size_t>(MemCategory::activations);
     const int p = 4;
-    json j = spirals_mlp();
-    j["data"]["batch_size"] = 16 * 8;
-    j["data"]["test_fraction"] = 0.0;
-    j["train"]["max_steps"] = 2;
-    j["model"]["layers"][0]["out"] = 128;
-    j["model"]["layers"][3]["out"] = 128;
+    const json j = wide_mlp(8);
     const json file = with_strategy(j, p, {{"type", "pipeline"}, {"schedule", "zb_h1"}, {"micro_batches", 8}});
     const Result& r = run_it(file);
     ASSERT_EQ(r.summary.status, "finished") << r.summary.error;
