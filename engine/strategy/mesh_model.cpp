@@ -339,17 +339,8 @@ StrategyDescriptor hybrid_descriptor() {
              {.key = "micro_batches", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1,
               .max = 1 << 20, .label = "Micro-batches",
               .help = "Micro-batches per optimizer step per replica, flowing through the pipeline stages."},
-             {.key = "schedule", .kind = OptionKind::choice, .fallback = std::string("1f1b"),
-              .choices = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"}, .label = "Schedule",
-              .help = "gpipe: every forward, then every backward; 1f1b: one forward and one backward in "
-                      "turn after a warm-up; interleaved_1f1b: 1f1b over `interleave` model chunks per "
-                      "stage (micro-batches a multiple of pp); zb_h1: 1f1b with each backward split into "
-                      "the input gradient (B) and the weight gradient (W), the W filling the idle cooldown."},
-             {.key = "interleave", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1,
-              .max = 1024, .label = "Chunks per device",
-              .help = "interleaved_1f1b: the layers are cut into pp × interleave chunks and stage s holds "
-                      "chunks s, s + pp, ...; the bubble shrinks by this factor. 1 with the other "
-                      "schedules."},
+             schedule_option("1f1b", "stage", "pp"),
+             interleave_option("stage", "pp"),
              [] {
                  config::OptionSpec o = split_option();
                  o.help = "The first top-level layer index of each stage (interleaved: each chunk) after the "

@@ -28,19 +28,8 @@ StrategyDescriptor pipeline_descriptor() {
                      .label = "Micro-batches",
                      .help = "The global batch is cut into this many micro-batches, which flow through "
                              "the stages one after another."},
-                    {.key = "schedule", .kind = OptionKind::choice, .fallback = std::string("gpipe"),
-                     .choices = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"}, .label = "Schedule",
-                     .help = "gpipe: every forward, then every backward; 1f1b: one forward and one "
-                             "backward in turn after a warm-up; interleaved_1f1b: 1f1b over `interleave` "
-                             "model chunks per device (micro-batches a multiple of the devices); zb_h1: "
-                             "1f1b with each backward split into the input gradient (B) and the weight "
-                             "gradient (W), the W filling the idle cooldown."},
-                    {.key = "interleave", .kind = OptionKind::integer, .fallback = int64_t{1}, .min = 1,
-                     .max = 1024, .label = "Chunks per device",
-                     .help = "interleaved_1f1b: the layers are cut into devices × interleave chunks and "
-                             "device d holds chunks d, d + devices, ...; the bubble shrinks by this "
-                             "factor. 1 with the other schedules.",
-                     .shown_when_key = "schedule", .shown_when_value = "interleaved_1f1b"},
+                    schedule_option("gpipe", "device", "the devices"),
+                    interleave_option("device", "the devices"),
                     split_option()},
         .explanation =
             "Pipeline: the stages of model parallel, with the batch cut into `micro_batches` so that "

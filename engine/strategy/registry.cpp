@@ -125,6 +125,26 @@ config::OptionSpec split_option() {
                     "increasing indices in (0, L)); absent: balanced by compute (each layer's forward FLOPs)."};
 }
 
+config::OptionSpec schedule_option(const std::string& fallback, const std::string& part, const std::string& parts) {
+    return {.key = "schedule", .kind = config::OptionKind::choice, .fallback = fallback,
+            .choices = {"gpipe", "1f1b", "interleaved_1f1b", "zb_h1"}, .label = "Schedule",
+            .help = "gpipe: every forward, then every backward; 1f1b: one forward and one backward in turn after "
+                    "a warm-up; interleaved_1f1b: 1f1b over `interleave` model chunks per " + part +
+                    " (micro-batches a multiple of " + parts + "); zb_h1: 1f1b with each backward split into the "
+                    "input gradient (B) and the weight gradient (W), the W filling the idle cooldown."};
+}
+
+config::OptionSpec interleave_option(const std::string& part, const std::string& parts) {
+    // "stage s holds chunks s, s + pp, ..." / "device d holds chunks d, d + devices, ..."
+    const std::string count = parts == "pp" ? "pp" : "devices", name = part.substr(0, 1);
+    return {.key = "interleave", .kind = config::OptionKind::integer, .fallback = int64_t{1}, .min = 1, .max = 1024,
+            .label = "Chunks per device",
+            .help = "interleaved_1f1b: the layers are cut into " + count + " × interleave chunks and " + part + " " +
+                    name + " holds chunks " + name + ", " + name + " + " + count +
+                    ", ...; the bubble shrinks by this factor. 1 with the other schedules.",
+            .shown_when_key = "schedule", .shown_when_value = "interleaved_1f1b"};
+}
+
 std::string variant_label(const config::StrategyConfig& s) {
     const StrategyDescriptor* d = find_strategy(s.type);
     if (!d) return {};

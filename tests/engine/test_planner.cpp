@@ -393,7 +393,7 @@ TEST(Planner, ZeroBubbleH1PredictsASmallerBubble) {
 }
 
 TEST(Planner, TransfersBetweenStagesDelayThePipeline) {
-    plan::PipeTimes t{{1, 1}, {2, 2}, {0.5}};
+    plan::PipeTimes t{{1, 1}, {2, 2}, {0.5}, false, {}};
     // One micro-batch: forward, transfer, forward, backward, transfer, backward.
     EXPECT_DOUBLE_EQ(
         plan::simulate_pipeline(strategy::stages::Schedule::one_f_one_b, 2, 1, 1, t).makespan,

@@ -202,9 +202,10 @@ private slots:
             for (int i = 0; i < tabs->count(); ++i) {
                 tabs->setCurrentIndex(i);
                 // A tab may still be laying out what a worker just finished (the Plan tab's plan
-                // grows its texts above the plots): checked until it settles or 5 s pass.
+                // grows its texts above the plots): checked until it settles or 5 s pass, and
+                // what is still wrong then is reported below.
                 QStringList tabProblems;
-                QTest::qWaitFor(
+                (void)QTest::qWaitFor(
                     [&] {
                         settle(&w);
                         tabProblems = checkTab(tabs->widget(i), &w, size, tabs->tabText(i));
