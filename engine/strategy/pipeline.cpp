@@ -29,7 +29,7 @@ StrategyDescriptor pipeline_descriptor() {
                      .help = "The global batch is cut into this many micro-batches, which flow through "
                              "the stages one after another."},
                     schedule_option("gpipe", "device", "the devices"),
-                    interleave_option("device", "the devices"),
+                    interleave_option("device", "devices"),
                     split_option()},
         .explanation =
             "Pipeline: the stages of model parallel, with the batch cut into `micro_batches` so that "

@@ -134,9 +134,9 @@ config::OptionSpec schedule_option(const std::string& fallback, const std::strin
                     "input gradient (B) and the weight gradient (W), the W filling the idle cooldown."};
 }
 
-config::OptionSpec interleave_option(const std::string& part, const std::string& parts) {
+config::OptionSpec interleave_option(const std::string& part, const std::string& count) {
     // "stage s holds chunks s, s + pp, ..." / "device d holds chunks d, d + devices, ..."
-    const std::string count = parts == "pp" ? "pp" : "devices", name = part.substr(0, 1);
+    const std::string name = part.substr(0, 1);
     return {.key = "interleave", .kind = config::OptionKind::integer, .fallback = int64_t{1}, .min = 1, .max = 1024,
             .label = "Chunks per device",
             .help = "interleaved_1f1b: the layers are cut into " + count + " × interleave chunks and " + part + " " +

@@ -217,9 +217,10 @@ StepPicture step_picture(const config::Experiment& e);
 config::OptionSpec sync_batchnorm_option();
 config::OptionSpec split_option();
 // pipeline's and hybrid's `schedule` (default `fallback`) and `interleave`: `part` names what
-// holds the chunks ("device", "stage"), `parts` how many there are ("the devices", "pp").
+// holds the chunks ("device", "stage"), `parts` and `count` how many there are ("the devices",
+// "devices"; "pp").
 config::OptionSpec schedule_option(const std::string& fallback, const std::string& part, const std::string& parts);
-config::OptionSpec interleave_option(const std::string& part, const std::string& parts);
+config::OptionSpec interleave_option(const std::string& part, const std::string& count);
 
 // The file-format page's table of every strategy and its options (docs/experiment-format.md,
 // between its "strategy options" markers; a test holds the page to it).
